@@ -1,0 +1,2 @@
+//! The `eddy` command line.
+fn main() {}
