@@ -1,0 +1,81 @@
+//! The `Table` trait: the seam between the item model and a storage engine.
+
+use async_trait::async_trait;
+
+use crate::error::{CancellationReason, TableError};
+use crate::item::Item;
+use crate::key_schema::TableSchema;
+use crate::query::{Query, QueryPage};
+use crate::request::{Delete, Put, TransactWriteItem, UpdateItem};
+
+/// A DynamoDB table, or something with exactly its semantics.
+///
+/// The operations follow the DynamoDB API one for one, so the embedded
+/// table and `aws-sdk-dynamodb` implement the same trait. Reads are strongly
+/// consistent. Four operations are required; single writes and batch get
+/// default to the transactional ones.
+#[async_trait]
+pub trait Table: Send + Sync {
+    /// The table's key schema.
+    fn schema(&self) -> &TableSchema;
+
+    /// Reads one item by its primary key (`GetItem`, consistent read).
+    async fn get_item(&self, key: Item) -> Result<Option<Item>, TableError>;
+
+    /// Reads several items atomically (`TransactGetItems`), in request order.
+    async fn transact_get_items(&self, keys: Vec<Item>) -> Result<Vec<Option<Item>>, TableError>;
+
+    /// Queries one partition (`Query`).
+    async fn query(&self, query: Query) -> Result<QueryPage, TableError>;
+
+    /// Writes up to 100 items atomically (`TransactWriteItems`): all apply or
+    /// none, failing with one cancellation reason per item.
+    async fn transact_write_items(&self, items: Vec<TransactWriteItem>) -> Result<(), TableError>;
+
+    /// Writes one item (`PutItem`).
+    async fn put_item(&self, put: Put) -> Result<(), TableError> {
+        single(self.transact_write_items(vec![put.into()]).await)
+    }
+
+    /// Updates one item (`UpdateItem`), returning it as written.
+    async fn update_item(&self, update: UpdateItem) -> Result<Item, TableError> {
+        let key = update.key.clone();
+        single(self.transact_write_items(vec![update.into()]).await)?;
+        self.get_item(key)
+            .await?
+            .ok_or_else(|| TableError::storage("the updated item vanished before it was read back"))
+    }
+
+    /// Deletes one item (`DeleteItem`).
+    async fn delete_item(&self, delete: Delete) -> Result<(), TableError> {
+        single(self.transact_write_items(vec![delete.into()]).await)
+    }
+
+    /// Reads several items (`BatchGetItem`); absent items are left out.
+    async fn batch_get_item(&self, keys: Vec<Item>) -> Result<Vec<Item>, TableError> {
+        let mut found = Vec::new();
+        for chunk in keys.chunks(100) {
+            found.extend(
+                self.transact_get_items(chunk.to_vec())
+                    .await?
+                    .into_iter()
+                    .flatten(),
+            );
+        }
+        Ok(found)
+    }
+}
+
+/// Turns the cancellation of a one-item transaction into the error of a
+/// single write.
+fn single(result: Result<(), TableError>) -> Result<(), TableError> {
+    match result {
+        Err(TableError::TransactionCanceled { mut reasons }) if reasons.len() == 1 => {
+            let reason: CancellationReason = reasons.remove(0);
+            Err(TableError::ConditionalCheckFailed {
+                item: reason.item.map(Box::new),
+            })
+        }
+        other => other,
+    }
+}
