@@ -23,7 +23,7 @@ use crate::query::{Query, QueryPage};
 use crate::request::TransactWriteItem;
 use crate::table::Table;
 
-pub(crate) use records::{format_sequence, parse_sequence};
+pub(crate) use records::parse_sequence;
 
 /// A table with DynamoDB's semantics, stored in memory or in a SQLite file,
 /// that records every change in an ordered feed.
