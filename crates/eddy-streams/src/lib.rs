@@ -1,0 +1,60 @@
+//! Durable append-only streams.
+//!
+//! `eddy-streams` is the stream store both Eddy systems stand on. A stream is
+//! addressed by a [`StreamPath`] (`facts/ws-42`), holds messages of one
+//! content type, and hands out [`Offset`]s that sort in append order. The
+//! [`Storage`] trait is the seam; [`MemoryStorage`] and [`SqliteStorage`]
+//! implement it with the same rules:
+//!
+//! - JSON streams store one JSON value per message; appending an array
+//!   appends its elements ([`Payload`]).
+//! - Appends are atomic and may carry an idempotent producer position, an
+//!   expected tail, a `Stream-Seq`, and a close ([`Append`]).
+//! - Deleted streams are [`Gone`](StreamError::Gone), never-created ones
+//!   [`NotFound`](StreamError::NotFound).
+//! - [`Storage::wait`] waits for changes without losing wake-ups, and
+//!   [`Storage::committed`] reports every commit of the process.
+//!
+//! Typed declarations ([`JsonStream`], [`StateStream`]) bind a route
+//! template such as `facts/:workspaceId` to serde types.
+//!
+//! ```
+//! use eddy_streams::{Append, MemoryStorage, Payload, ReadFrom, Storage, StreamConfig, StreamPath};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let store = MemoryStorage::new();
+//! let path = StreamPath::new("orders")?;
+//! store.create(&path, StreamConfig::json(), Payload::empty()).await?;
+//! let appended = store.append(&path, Append::body(r#"[{"id":1},{"id":2}]"#)).await?;
+//! assert_eq!(appended.next_offset.to_string(), "0000000000000000_0000000000000002");
+//!
+//! let chunk = store.read(&path, ReadFrom::Beginning, 1 << 20).await?;
+//! assert_eq!(chunk.messages, vec![r#"{"id":1}"#, r#"{"id":2}"#]);
+//! assert!(chunk.up_to_date);
+//! # Ok::<(), eddy_streams::StreamError>(())
+//! # }).unwrap();
+//! ```
+#![deny(missing_docs)]
+
+mod append;
+mod config;
+mod error;
+mod memory;
+mod notify;
+mod offset;
+mod path;
+mod payload;
+mod rules;
+mod sqlite;
+mod storage;
+
+pub use append::{Append, Appended, ProducerPosition};
+pub use config::{is_json, media_type, same_media_type, Expiry, StreamConfig, StreamInfo, JSON, OCTET_STREAM};
+pub use error::{Result, StreamError};
+pub use memory::MemoryStorage;
+pub use notify::{Committed, Notifier};
+pub use offset::{Offset, ReadFrom};
+pub use path::{StreamPath, MAX_PATH_LEN};
+pub use payload::{Payload, DEFAULT_MAX_APPEND_BYTES};
+pub use sqlite::{Durability, SqliteOptions, SqliteStorage, DATABASE_FILE};
+pub use storage::{Created, ReadChunk, Storage, Wait};

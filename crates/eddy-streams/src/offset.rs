@@ -1,0 +1,143 @@
+//! Offsets: opaque, ordered positions in a stream.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::StreamError;
+
+/// A position between two messages of a stream.
+///
+/// Offsets print in the canonical fixed-width form `<16 digits>_<16 digits>`,
+/// so comparing their strings gives append order. The empty stream's tail is
+/// [`Offset::ZERO`] (`0000000000000000_0000000000000000`). The first part is
+/// reserved for stream lineage (forks) and is `0` for every offset the store
+/// hands out today; the second part counts the messages before the position.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Offset {
+    lineage: u64,
+    position: u64,
+}
+
+/// The largest value one part of an offset can print in 16 digits.
+const PART_MAX: u64 = 9_999_999_999_999_999;
+
+impl Offset {
+    /// The beginning of every stream.
+    pub const ZERO: Offset = Offset {
+        lineage: 0,
+        position: 0,
+    };
+
+    /// The offset after `count` messages.
+    pub fn at(count: u64) -> Offset {
+        Offset {
+            lineage: 0,
+            position: count,
+        }
+    }
+
+    /// The number of messages before this position.
+    pub fn position(self) -> u64 {
+        self.position
+    }
+
+    /// The lineage part (reserved for forks; `0` today).
+    pub fn lineage(self) -> u64 {
+        self.lineage
+    }
+}
+
+impl fmt::Display for Offset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016}_{:016}", self.lineage, self.position)
+    }
+}
+
+impl FromStr for Offset {
+    type Err = StreamError;
+
+    /// Parses the canonical form only; see [`ReadFrom`] for `-1` and `now`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || StreamError::InvalidOffset(s.chars().take(64).collect());
+        let (lineage, position) = s.split_once('_').ok_or_else(bad)?;
+        let part = |p: &str| {
+            if p.len() == 16 && p.bytes().all(|b| b.is_ascii_digit()) {
+                p.parse::<u64>().ok().filter(|v| *v <= PART_MAX)
+            } else {
+                None
+            }
+        };
+        Ok(Offset {
+            lineage: part(lineage).ok_or_else(bad)?,
+            position: part(position).ok_or_else(bad)?,
+        })
+    }
+}
+
+impl serde::Serialize for Offset {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Offset {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Where a read starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadFrom {
+    /// The first message (`-1`).
+    Beginning,
+    /// The messages after this offset.
+    Offset(Offset),
+    /// The current tail (`now`): only what is appended later.
+    Tail,
+}
+
+impl FromStr for ReadFrom {
+    type Err = StreamError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "-1" => Ok(ReadFrom::Beginning),
+            "now" => Ok(ReadFrom::Tail),
+            other => other.parse().map(ReadFrom::Offset),
+        }
+    }
+}
+
+impl From<Offset> for ReadFrom {
+    fn from(offset: Offset) -> Self {
+        ReadFrom::Offset(offset)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_is_canonical() {
+        assert_eq!(
+            Offset::ZERO.to_string(),
+            "0000000000000000_0000000000000000"
+        );
+    }
+
+    #[test]
+    fn sentinels_parse() {
+        assert_eq!("-1".parse::<ReadFrom>().ok(), Some(ReadFrom::Beginning));
+        assert_eq!("now".parse::<ReadFrom>().ok(), Some(ReadFrom::Tail));
+    }
+
+    #[test]
+    fn rejects_non_canonical() {
+        for bad in ["", "0_0", "-2", "0000000000000000-0000000000000000", "000000000000000a_0000000000000000", "+000000000000000_0000000000000000", "0000000000000000_00000000000000001"] {
+            assert!(bad.parse::<ReadFrom>().is_err(), "{bad} parsed");
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! The append rules, as one pure decision shared by every backend.
+//!
+//! A backend loads the stream's [`Head`] and the producer's state, asks
+//! [`decide`], and writes exactly what the decision says in one atomic
+//! commit. Keeping the rules here means memory, SQLite and later backends
+//! cannot disagree about them.
+
+use crate::config::same_media_type;
+use crate::{Append, Appended, Offset, ProducerPosition, StreamConfig, StreamError};
+
+/// The mutable metadata of a live stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Head {
+    /// The configuration the stream was created with.
+    pub config: StreamConfig,
+    /// Whether the stream is closed now.
+    pub closed: bool,
+    /// Messages in the stream.
+    pub count: u64,
+    /// Bytes in the stream.
+    pub bytes: u64,
+    /// The last accepted `Stream-Seq` value.
+    pub last_stream_seq: Option<String>,
+    /// The producer append that closed the stream, so its retry succeeds.
+    pub closed_by: Option<ProducerPosition>,
+}
+
+impl Head {
+    /// A new stream's head.
+    pub fn new(config: StreamConfig) -> Self {
+        Head {
+            closed: config.closed,
+            config,
+            count: 0,
+            bytes: 0,
+            last_stream_seq: None,
+            closed_by: None,
+        }
+    }
+
+    pub fn tail(&self) -> Offset {
+        Offset::at(self.count)
+    }
+}
+
+/// A producer's last accepted position on one stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ProducerState {
+    pub epoch: u64,
+    pub seq: u64,
+}
+
+/// What to do with an append.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// Write the messages; store the producer state if any; close if asked.
+    Write {
+        producer: Option<ProducerState>,
+        close: bool,
+    },
+    /// Write nothing and answer with this outcome.
+    Acknowledge(Appended),
+}
+
+/// Decides an append of `message_count` messages to the stream `head`, given
+/// the producer's stored state.
+pub(crate) fn decide(
+    path: &str,
+    head: &Head,
+    producer_state: Option<ProducerState>,
+    append: &Append,
+    message_count: usize,
+) -> Result<Decision, StreamError> {
+    if message_count == 0 && !append.close {
+        return Err(StreamError::EmptyAppend);
+    }
+    if message_count > 0 {
+        if let Some(sent) = &append.content_type {
+            if !same_media_type(sent, &head.config.content_type) {
+                return Err(StreamError::ContentTypeMismatch {
+                    expected: head.config.content_type.clone(),
+                    received: sent.clone(),
+                });
+            }
+        }
+    }
+    if head.closed {
+        return closed_stream(path, head, append, message_count);
+    }
+    let producer = match &append.producer {
+        None => None,
+        Some(position) => match check_producer(position, producer_state)? {
+            ProducerCheck::Accept(state) => Some(state),
+            ProducerCheck::Duplicate(state) => {
+                return Ok(Decision::Acknowledge(Appended {
+                    next_offset: head.tail(),
+                    duplicate: true,
+                    producer: Some((state.epoch, state.seq)),
+                    closed: head.closed,
+                }))
+            }
+        },
+    };
+    if let Some(expected) = append.expected_tail {
+        if expected != head.tail() {
+            return Err(StreamError::OffsetMismatch {
+                expected,
+                actual: head.tail(),
+            });
+        }
+    }
+    if let (Some(sent), Some(last)) = (&append.stream_seq, &head.last_stream_seq) {
+        if sent.as_bytes() <= last.as_bytes() {
+            return Err(StreamError::StreamSeqConflict {
+                last: last.clone(),
+                received: sent.clone(),
+            });
+        }
+    }
+    Ok(Decision::Write {
+        producer,
+        close: append.close,
+    })
+}
+
+/// Appends to a closed stream: a close-only request and the exact retry of
+/// the closing producer append succeed without writing; anything else fails.
+fn closed_stream(
+    path: &str,
+    head: &Head,
+    append: &Append,
+    message_count: usize,
+) -> Result<Decision, StreamError> {
+    let acknowledged = |producer: Option<(u64, u64)>| {
+        Ok(Decision::Acknowledge(Appended {
+            next_offset: head.tail(),
+            duplicate: true,
+            producer,
+            closed: true,
+        }))
+    };
+    match (&append.producer, &head.closed_by) {
+        (Some(sent), Some(closer)) if append.close && sent == closer => {
+            acknowledged(Some((sent.epoch, sent.seq)))
+        }
+        (None, _) if message_count == 0 && append.close => acknowledged(None),
+        (Some(sent), _) if message_count == 0 && append.close => {
+            acknowledged(Some((sent.epoch, sent.seq)))
+        }
+        _ => Err(StreamError::Closed {
+            path: path.to_owned(),
+            final_offset: head.tail(),
+        }),
+    }
+}
+
+enum ProducerCheck {
+    Accept(ProducerState),
+    Duplicate(ProducerState),
+}
+
+fn check_producer(
+    sent: &ProducerPosition,
+    stored: Option<ProducerState>,
+) -> Result<ProducerCheck, StreamError> {
+    let accept = || {
+        Ok(ProducerCheck::Accept(ProducerState {
+            epoch: sent.epoch,
+            seq: sent.seq,
+        }))
+    };
+    let gap = |expected| {
+        Err(StreamError::ProducerSeqGap {
+            producer: sent.id.clone(),
+            expected,
+            received: sent.seq,
+        })
+    };
+    let Some(stored) = stored else {
+        return if sent.seq == 0 { accept() } else { gap(0) };
+    };
+    if sent.epoch < stored.epoch {
+        return Err(StreamError::ProducerFenced {
+            producer: sent.id.clone(),
+            current: stored.epoch,
+            received: sent.epoch,
+        });
+    }
+    if sent.epoch > stored.epoch {
+        return if sent.seq == 0 {
+            accept()
+        } else {
+            Err(StreamError::ProducerEpochStart {
+                producer: sent.id.clone(),
+                epoch: sent.epoch,
+                seq: sent.seq,
+            })
+        };
+    }
+    if sent.seq <= stored.seq {
+        Ok(ProducerCheck::Duplicate(stored))
+    } else if sent.seq == stored.seq + 1 {
+        accept()
+    } else {
+        gap(stored.seq + 1)
+    }
+}
+
+/// Whether a stream has expired at `now_ms` (unix milliseconds), given when
+/// it was last accessed.
+pub(crate) fn expired(config: &StreamConfig, accessed_ms: i64, now_ms: i64) -> bool {
+    match config.expiry {
+        crate::Expiry::Never => false,
+        crate::Expiry::Ttl(secs) => {
+            now_ms >= accessed_ms.saturating_add(i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX))
+        }
+        crate::Expiry::At(at) => now_ms >= unix_ms(at),
+    }
+}
+
+/// Unix milliseconds of a time (negative before 1970).
+pub(crate) fn unix_ms(at: std::time::SystemTime) -> i64 {
+    match at.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_millis()).unwrap_or(i64::MAX),
+    }
+}
+
+/// The current time in unix milliseconds.
+pub(crate) fn now_ms() -> i64 {
+    unix_ms(std::time::SystemTime::now())
+}
+
+impl Head {
+    /// The public description of this stream.
+    pub fn info(&self, path: &str) -> crate::StreamInfo {
+        crate::StreamInfo {
+            path: path.to_owned(),
+            config: self.config.clone(),
+            closed: self.closed,
+            tail: self.tail(),
+            bytes: self.bytes,
+        }
+    }
+
+    /// Checks a create against this existing stream.
+    pub fn check_recreate(&self, path: &str, config: &StreamConfig) -> Result<(), StreamError> {
+        if self.config.equivalent(config) {
+            Ok(())
+        } else {
+            Err(StreamError::ConfigConflict {
+                path: path.to_owned(),
+                detail: format!(
+                    "it has content type `{}`, expiry {:?}, closed at creation: {}",
+                    self.config.content_type, self.config.expiry, self.config.closed
+                ),
+            })
+        }
+    }
+
+    /// The message position a read from `from` starts at.
+    pub fn start_position(&self, from: crate::ReadFrom) -> Result<u64, StreamError> {
+        match from {
+            crate::ReadFrom::Beginning => Ok(0),
+            crate::ReadFrom::Tail => Ok(self.count),
+            crate::ReadFrom::Offset(offset) if offset <= self.tail() => Ok(offset.position()),
+            crate::ReadFrom::Offset(offset) => Err(StreamError::OffsetBeyondTail {
+                offset,
+                tail: self.tail(),
+            }),
+        }
+    }
+
+    /// Applies a decided write of `messages` to the head.
+    pub fn apply(&mut self, messages: &[bytes::Bytes], append: &Append, close: bool) {
+        self.count += messages.len() as u64;
+        self.bytes += messages.iter().map(|m| m.len() as u64).sum::<u64>();
+        if let Some(seq) = &append.stream_seq {
+            self.last_stream_seq = Some(seq.clone());
+        }
+        if close {
+            self.closed = true;
+            self.closed_by = append.producer.clone();
+        }
+    }
+
+    /// The outcome of a decided write, after [`Head::apply`].
+    pub fn appended(&self, producer: Option<ProducerState>) -> Appended {
+        Appended {
+            next_offset: self.tail(),
+            duplicate: false,
+            producer: producer.map(|p| (p.epoch, p.seq)),
+            closed: self.closed,
+        }
+    }
+
+    /// Builds a read chunk from `messages` starting at `start`.
+    pub fn chunk(&self, start: u64, messages: Vec<bytes::Bytes>) -> crate::ReadChunk {
+        let next = start + messages.len() as u64;
+        let up_to_date = next == self.count;
+        crate::ReadChunk {
+            content_type: self.config.content_type.clone(),
+            start: Offset::at(start),
+            messages,
+            next_offset: Offset::at(next),
+            up_to_date,
+            closed: up_to_date && self.closed,
+        }
+    }
+}
+
+/// Takes messages while they fit in `max_bytes` (always at least one).
+pub(crate) fn take_within<I: Iterator<Item = bytes::Bytes>>(
+    messages: I,
+    max_bytes: usize,
+) -> Vec<bytes::Bytes> {
+    let mut total = 0usize;
+    let mut taken = Vec::new();
+    for message in messages {
+        total += message.len();
+        if !taken.is_empty() && total > max_bytes {
+            break;
+        }
+        taken.push(message);
+    }
+    taken
+}

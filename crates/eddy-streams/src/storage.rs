@@ -1,0 +1,122 @@
+//! The `Storage` trait: the seam every backend implements.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tokio::sync::broadcast;
+
+use crate::{
+    Append, Appended, Committed, Notifier, Offset, Payload, ReadFrom, StreamConfig, StreamError,
+    StreamInfo, StreamPath,
+};
+
+/// The result of a create.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Created {
+    /// `false` when an equivalent stream already existed.
+    pub created: bool,
+    /// The stream as it is now.
+    pub info: StreamInfo,
+}
+
+/// A chunk of messages read from a stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadChunk {
+    /// The stream's content type.
+    pub content_type: String,
+    /// The offset of the first message returned.
+    pub start: Offset,
+    /// The messages, in append order.
+    pub messages: Vec<Bytes>,
+    /// The offset after the last message returned: where the next read starts.
+    pub next_offset: Offset,
+    /// Whether the read reached the tail.
+    pub up_to_date: bool,
+    /// Whether the read reached the tail of a closed stream: nothing more
+    /// will ever come.
+    pub closed: bool,
+}
+
+/// The outcome of [`Storage::wait`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// The stream has messages after the offset, or is closed.
+    Changed(StreamInfo),
+    /// Nothing changed before the timeout.
+    TimedOut(StreamInfo),
+}
+
+/// A durable stream store.
+///
+/// Every method is atomic: it either does all it says or fails with a
+/// [`StreamError`] and changes nothing. Backends differ only in where the
+/// bytes live; the rules are shared, and the contract test suite checks that
+/// each backend keeps them.
+#[async_trait]
+pub trait Storage: Send + Sync + 'static {
+    /// Creates a stream, optionally with initial data. An existing stream
+    /// with an equivalent configuration is left as it is (`created: false`);
+    /// one with another configuration is a
+    /// [`ConfigConflict`](StreamError::ConfigConflict).
+    async fn create(
+        &self,
+        path: &StreamPath,
+        config: StreamConfig,
+        initial: Payload,
+    ) -> Result<Created, StreamError>;
+
+    /// Appends atomically under the append's conditions.
+    async fn append(&self, path: &StreamPath, append: Append) -> Result<Appended, StreamError>;
+
+    /// Reads messages from `from`, at least one when there is one, and then
+    /// more while the total stays under `max_bytes`.
+    async fn read(
+        &self,
+        path: &StreamPath,
+        from: ReadFrom,
+        max_bytes: usize,
+    ) -> Result<ReadChunk, StreamError>;
+
+    /// Describes a live stream.
+    async fn head(&self, path: &StreamPath) -> Result<StreamInfo, StreamError>;
+
+    /// Deletes a stream: later calls on the path fail with
+    /// [`Gone`](StreamError::Gone) until it is created again.
+    async fn delete(&self, path: &StreamPath) -> Result<(), StreamError>;
+
+    /// Lists live streams whose path starts with `prefix`, sorted by path.
+    async fn list(&self, prefix: &str) -> Result<Vec<StreamInfo>, StreamError>;
+
+    /// The backend's change signals.
+    fn notifier(&self) -> &Notifier;
+
+    /// Waits until the stream has messages after `after` or is closed, at
+    /// most `timeout`. Returns at once when that is already so.
+    async fn wait(
+        &self,
+        path: &StreamPath,
+        after: Offset,
+        timeout: Duration,
+    ) -> Result<Wait, StreamError> {
+        let mut changes = self.notifier().watch(path.as_str());
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let info = self.head(path).await?;
+            if info.tail > after || info.closed {
+                return Ok(Wait::Changed(info));
+            }
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => continue,
+                // The sender went away (the store is shutting down) or time ran out.
+                Ok(Err(_)) | Err(_) => return Ok(Wait::TimedOut(info)),
+            }
+        }
+    }
+
+    /// Every later commit of this store in this process, as
+    /// (path, new tail, closed).
+    fn committed(&self) -> broadcast::Receiver<Committed> {
+        self.notifier().committed()
+    }
+}

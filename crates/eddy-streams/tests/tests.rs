@@ -1,0 +1,6 @@
+//! Integration tests of `eddy-streams`: one binary, one module per area.
+
+mod contract;
+mod crash;
+mod declare;
+mod properties;
