@@ -134,7 +134,6 @@ pub struct StreamInfo {
     pub bytes: u64,
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

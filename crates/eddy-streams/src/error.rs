@@ -139,6 +139,14 @@ pub enum StreamError {
         /// What went wrong.
         reason: String,
     },
+    /// An item of a typed stream failed to encode or decode.
+    #[error("stream `{stream}`: {reason}")]
+    InvalidItem {
+        /// The stream declaration id.
+        stream: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// A state stream message was rejected before append.
     #[error("invalid state message: {0}")]
     InvalidState(String),
@@ -170,6 +178,7 @@ impl StreamError {
             StreamError::ProducerEpochStart { .. } => "producer/epoch-start",
             StreamError::InvalidArgument(_) => "invalid-argument",
             StreamError::Route { .. } => "route/invalid",
+            StreamError::InvalidItem { .. } => "item/invalid",
             StreamError::InvalidState(_) => "state/invalid",
             StreamError::Storage(_) => "storage-failure",
         }

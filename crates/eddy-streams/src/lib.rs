@@ -39,22 +39,30 @@
 mod append;
 mod config;
 mod error;
+mod json_stream;
 mod memory;
 mod notify;
 mod offset;
 mod path;
 mod payload;
+mod route;
 mod rules;
 mod sqlite;
+mod state;
 mod storage;
 
 pub use append::{Append, Appended, ProducerPosition};
-pub use config::{is_json, media_type, same_media_type, Expiry, StreamConfig, StreamInfo, JSON, OCTET_STREAM};
+pub use config::{
+    is_json, media_type, same_media_type, Expiry, StreamConfig, StreamInfo, JSON, OCTET_STREAM,
+};
 pub use error::{Result, StreamError};
+pub use json_stream::{JsonStream, TypedChunk};
 pub use memory::MemoryStorage;
 pub use notify::{Committed, Notifier};
 pub use offset::{Offset, ReadFrom};
 pub use path::{StreamPath, MAX_PATH_LEN};
 pub use payload::{Payload, DEFAULT_MAX_APPEND_BYTES};
+pub use route::Route;
 pub use sqlite::{Durability, SqliteOptions, SqliteStorage, DATABASE_FILE};
+pub use state::{Change, Collection, Control, Materialized, Operation, StateMessage, StateStream};
 pub use storage::{Created, ReadChunk, Storage, Wait};

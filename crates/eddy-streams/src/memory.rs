@@ -40,7 +40,7 @@ pub struct MemoryStorage {
 
 #[derive(Debug)]
 enum Slot {
-    Live(MemoryStream),
+    Live(Box<MemoryStream>),
     Gone,
 }
 
@@ -131,12 +131,12 @@ impl Storage for MemoryStorage {
         let info = head.info(path.as_str());
         streams.insert(
             path.to_string(),
-            Slot::Live(MemoryStream {
+            Slot::Live(Box::new(MemoryStream {
                 head,
                 producers: HashMap::new(),
                 messages,
                 accessed_ms: now_ms(),
-            }),
+            })),
         );
         drop(streams);
         self.notifier.commit(Committed {

@@ -34,7 +34,11 @@ impl StreamPath {
         }
         for segment in path.split('/') {
             match segment {
-                "" => return Err(invalid("it has an empty segment (leading, trailing or double `/`)")),
+                "" => {
+                    return Err(invalid(
+                        "it has an empty segment (leading, trailing or double `/`)",
+                    ))
+                }
                 "." | ".." => return Err(invalid("it has a `.` or `..` segment")),
                 _ => {}
             }
@@ -90,7 +94,18 @@ mod tests {
     #[test]
     fn rejects_bad_paths() {
         let long = "a".repeat(MAX_PATH_LEN + 1);
-        for bad in ["", "/a", "a/", "a//b", "a/../b", "..", "./a", "a\0b", "a\nb", long.as_str()] {
+        for bad in [
+            "",
+            "/a",
+            "a/",
+            "a//b",
+            "a/../b",
+            "..",
+            "./a",
+            "a\0b",
+            "a\nb",
+            long.as_str(),
+        ] {
             let err = StreamPath::new(bad).err();
             assert_eq!(err.map(|e| e.code()), Some("path/invalid"), "{bad:?}");
         }

@@ -107,7 +107,10 @@ fn split_json_body(body: Bytes, allow_empty_array: bool) -> Result<Vec<Bytes>, S
 }
 
 fn trim(body: &Bytes) -> Bytes {
-    let start = body.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(0);
+    let start = body
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(0);
     let end = body
         .iter()
         .rposition(|b| !b.is_ascii_whitespace())
@@ -130,7 +133,13 @@ mod tests {
     use super::*;
 
     fn body(s: &str) -> Result<Vec<String>, StreamError> {
-        split(Payload::Body(Bytes::from(s.to_owned())), true, 1 << 20, false).map(|m| {
+        split(
+            Payload::Body(Bytes::from(s.to_owned())),
+            true,
+            1 << 20,
+            false,
+        )
+        .map(|m| {
             m.iter()
                 .map(|b| String::from_utf8_lossy(b).into_owned())
                 .collect()
@@ -140,7 +149,10 @@ mod tests {
     #[test]
     fn flattens_one_level() {
         assert_eq!(body("[1, 2]").ok(), Some(vec!["1".into(), "2".into()]));
-        assert_eq!(body("[[1,2],[3,4]]").ok(), Some(vec!["[1,2]".into(), "[3,4]".into()]));
+        assert_eq!(
+            body("[[1,2],[3,4]]").ok(),
+            Some(vec!["[1,2]".into(), "[3,4]".into()])
+        );
         assert_eq!(body("[[[1,2,3]]]").ok(), Some(vec!["[[1,2,3]]".into()]));
         assert_eq!(body(" {\"a\":1} ").ok(), Some(vec!["{\"a\":1}".into()]));
     }

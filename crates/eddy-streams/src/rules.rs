@@ -212,7 +212,9 @@ pub(crate) fn expired(config: &StreamConfig, accessed_ms: i64, now_ms: i64) -> b
     match config.expiry {
         crate::Expiry::Never => false,
         crate::Expiry::Ttl(secs) => {
-            now_ms >= accessed_ms.saturating_add(i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX))
+            now_ms
+                >= accessed_ms
+                    .saturating_add(i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX))
         }
         crate::Expiry::At(at) => now_ms >= unix_ms(at),
     }

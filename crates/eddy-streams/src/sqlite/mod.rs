@@ -73,7 +73,9 @@ pub struct SqliteStorage {
 
 impl std::fmt::Debug for SqliteStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteStorage").field("file", &self.file).finish()
+        f.debug_struct("SqliteStorage")
+            .field("file", &self.file)
+            .finish()
     }
 }
 
@@ -87,7 +89,10 @@ impl SqliteStorage {
     pub fn open_with(dir: impl AsRef<Path>, options: SqliteOptions) -> Result<Self, StreamError> {
         let dir = dir.as_ref();
         std::fs::create_dir_all(dir).map_err(|e| {
-            StreamError::Storage(format!("cannot create data directory {}: {e}", dir.display()))
+            StreamError::Storage(format!(
+                "cannot create data directory {}: {e}",
+                dir.display()
+            ))
         })?;
         let file = dir.join(DATABASE_FILE);
         let conn = open_connection(&file, false)?;
@@ -196,9 +201,15 @@ fn open_connection(file: &Path, read_only: bool) -> Result<Connection, StreamErr
 fn live_row(conn: &Connection, path: &str) -> Result<schema::StreamRow, StreamError> {
     match schema::load(conn, path)? {
         Some(row) if !expired(&row.head.config, row.accessed_ms, now_ms()) => Ok(row),
-        Some(_) => Err(StreamError::NotFound { path: path.to_owned() }),
-        None if schema::is_tombstoned(conn, path)? => Err(StreamError::Gone { path: path.to_owned() }),
-        None => Err(StreamError::NotFound { path: path.to_owned() }),
+        Some(_) => Err(StreamError::NotFound {
+            path: path.to_owned(),
+        }),
+        None if schema::is_tombstoned(conn, path)? => Err(StreamError::Gone {
+            path: path.to_owned(),
+        }),
+        None => Err(StreamError::NotFound {
+            path: path.to_owned(),
+        }),
     }
 }
 
@@ -211,12 +222,23 @@ impl Storage for SqliteStorage {
         initial: Payload,
     ) -> Result<Created, StreamError> {
         let path = path.clone();
-        self.submit(|reply| Job::Create { path, config, initial, reply }).await
+        self.submit(|reply| Job::Create {
+            path,
+            config,
+            initial,
+            reply,
+        })
+        .await
     }
 
     async fn append(&self, path: &StreamPath, append: Append) -> Result<Appended, StreamError> {
         let path = path.clone();
-        self.submit(|reply| Job::Append { path, append, reply }).await
+        self.submit(|reply| Job::Append {
+            path,
+            append,
+            reply,
+        })
+        .await
     }
 
     async fn read(

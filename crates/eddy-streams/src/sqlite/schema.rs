@@ -69,7 +69,8 @@ pub(super) struct StreamRow {
     pub accessed_ms: i64,
 }
 
-const SELECT_STREAM: &str = "SELECT id, content_type, ttl_secs, expires_at_ms, created_closed, closed,
+const SELECT_STREAM: &str =
+    "SELECT id, content_type, ttl_secs, expires_at_ms, created_closed, closed,
     count, bytes, last_stream_seq, closed_by_id, closed_by_epoch, closed_by_seq, accessed_ms
     FROM streams WHERE path = ?1";
 
@@ -151,7 +152,12 @@ pub(super) fn insert(
 }
 
 /// Writes the mutable part of a head back to its row.
-pub(super) fn update(conn: &Connection, id: i64, head: &Head, now_ms: i64) -> Result<(), StreamError> {
+pub(super) fn update(
+    conn: &Connection,
+    id: i64,
+    head: &Head,
+    now_ms: i64,
+) -> Result<(), StreamError> {
     let closer = head.closed_by.as_ref();
     conn.prepare_cached(
         "UPDATE streams SET closed = ?2, count = ?3, bytes = ?4, last_stream_seq = ?5,
@@ -173,7 +179,13 @@ pub(super) fn update(conn: &Connection, id: i64, head: &Head, now_ms: i64) -> Re
 }
 
 /// Removes a stream and everything it holds; leaves a tombstone when asked.
-pub(super) fn remove(conn: &Connection, id: i64, path: &str, tombstone: bool, now_ms: i64) -> Result<(), StreamError> {
+pub(super) fn remove(
+    conn: &Connection,
+    id: i64,
+    path: &str,
+    tombstone: bool,
+    now_ms: i64,
+) -> Result<(), StreamError> {
     conn.prepare_cached("DELETE FROM messages WHERE stream_id = ?1")?
         .execute([id])?;
     conn.prepare_cached("DELETE FROM producers WHERE stream_id = ?1")?
@@ -181,8 +193,10 @@ pub(super) fn remove(conn: &Connection, id: i64, path: &str, tombstone: bool, no
     conn.prepare_cached("DELETE FROM streams WHERE id = ?1")?
         .execute([id])?;
     if tombstone {
-        conn.prepare_cached("INSERT OR REPLACE INTO tombstones (path, deleted_ms) VALUES (?1, ?2)")?
-            .execute(params![path, now_ms])?;
+        conn.prepare_cached(
+            "INSERT OR REPLACE INTO tombstones (path, deleted_ms) VALUES (?1, ?2)",
+        )?
+        .execute(params![path, now_ms])?;
     }
     Ok(())
 }
@@ -203,9 +217,14 @@ pub(super) fn insert_messages(
 }
 
 /// A producer's stored state on a stream.
-pub(super) fn producer(conn: &Connection, id: i64, producer: &str) -> Result<Option<ProducerState>, StreamError> {
-    let mut stmt = conn
-        .prepare_cached("SELECT epoch, seq FROM producers WHERE stream_id = ?1 AND producer = ?2")?;
+pub(super) fn producer(
+    conn: &Connection,
+    id: i64,
+    producer: &str,
+) -> Result<Option<ProducerState>, StreamError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT epoch, seq FROM producers WHERE stream_id = ?1 AND producer = ?2",
+    )?;
     Ok(stmt
         .query_row(params![id, producer], |r| {
             Ok(ProducerState {
@@ -217,7 +236,12 @@ pub(super) fn producer(conn: &Connection, id: i64, producer: &str) -> Result<Opt
 }
 
 /// Stores a producer's state.
-pub(super) fn save_producer(conn: &Connection, id: i64, producer: &str, state: ProducerState) -> Result<(), StreamError> {
+pub(super) fn save_producer(
+    conn: &Connection,
+    id: i64,
+    producer: &str,
+    state: ProducerState,
+) -> Result<(), StreamError> {
     conn.prepare_cached(
         "INSERT INTO producers (stream_id, producer, epoch, seq) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT (stream_id, producer) DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq",
@@ -252,10 +276,12 @@ pub(super) fn read_messages(
 }
 
 /// Every live stream row whose path starts with `prefix`.
-pub(super) fn list(conn: &Connection, prefix: &str) -> Result<Vec<(String, StreamRow)>, StreamError> {
-    let mut stmt = conn.prepare(
-        "SELECT path FROM streams WHERE substr(path, 1, length(?1)) = ?1 ORDER BY path",
-    )?;
+pub(super) fn list(
+    conn: &Connection,
+    prefix: &str,
+) -> Result<Vec<(String, StreamRow)>, StreamError> {
+    let mut stmt = conn
+        .prepare("SELECT path FROM streams WHERE substr(path, 1, length(?1)) = ?1 ORDER BY path")?;
     let paths: Vec<String> = stmt
         .query_map([prefix], |r| r.get(0))?
         .collect::<Result<_, _>>()?;

@@ -17,7 +17,9 @@ use tokio::sync::oneshot;
 use super::schema;
 use crate::payload::split;
 use crate::rules::{decide, expired, now_ms, Decision, Head};
-use crate::{Append, Appended, Committed, Created, Notifier, Payload, StreamConfig, StreamError, StreamPath};
+use crate::{
+    Append, Appended, Committed, Created, Notifier, Payload, StreamConfig, StreamError, StreamPath,
+};
 
 /// The most jobs one transaction takes.
 const MAX_GROUP: usize = 256;
@@ -45,14 +47,28 @@ pub(super) enum Job {
 
 /// A job's answer, held until the transaction commits.
 enum Answer {
-    Created(oneshot::Sender<Result<Created, StreamError>>, Result<Created, StreamError>),
-    Appended(oneshot::Sender<Result<Appended, StreamError>>, Result<Appended, StreamError>),
-    Deleted(oneshot::Sender<Result<(), StreamError>>, Result<(), StreamError>),
+    Created(
+        oneshot::Sender<Result<Created, StreamError>>,
+        Result<Created, StreamError>,
+    ),
+    Appended(
+        oneshot::Sender<Result<Appended, StreamError>>,
+        Result<Appended, StreamError>,
+    ),
+    Deleted(
+        oneshot::Sender<Result<(), StreamError>>,
+        Result<(), StreamError>,
+    ),
     None,
 }
 
 /// Runs the writer until every sender is dropped.
-pub(super) fn run(mut conn: Connection, jobs: Receiver<Job>, notifier: Arc<Notifier>, max_append_bytes: usize) {
+pub(super) fn run(
+    mut conn: Connection,
+    jobs: Receiver<Job>,
+    notifier: Arc<Notifier>,
+    max_append_bytes: usize,
+) {
     while let Ok(first) = jobs.recv() {
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
@@ -65,7 +81,12 @@ pub(super) fn run(mut conn: Connection, jobs: Receiver<Job>, notifier: Arc<Notif
     }
 }
 
-fn commit_group(conn: &mut Connection, group: Vec<Job>, notifier: &Notifier, max_append_bytes: usize) {
+fn commit_group(
+    conn: &mut Connection,
+    group: Vec<Job>,
+    notifier: &Notifier,
+    max_append_bytes: usize,
+) {
     let mut answers = Vec::with_capacity(group.len());
     let mut events = Vec::new();
     let outcome = (|| -> Result<(), StreamError> {
@@ -134,7 +155,12 @@ impl Answer {
 /// writes are to be kept.
 fn apply(conn: &Connection, job: Job, max_append_bytes: usize) -> (Answer, Option<Event>, bool) {
     match job {
-        Job::Create { path, config, initial, reply } => {
+        Job::Create {
+            path,
+            config,
+            initial,
+            reply,
+        } => {
             let result = create(conn, &path, config, initial, max_append_bytes);
             let event = result.as_ref().ok().filter(|c| c.created).map(|c| {
                 Event::Committed(Committed {
@@ -146,7 +172,11 @@ fn apply(conn: &Connection, job: Job, max_append_bytes: usize) -> (Answer, Optio
             let ok = result.is_ok();
             (Answer::Created(reply, result), event, ok)
         }
-        Job::Append { path, append, reply } => {
+        Job::Append {
+            path,
+            append,
+            reply,
+        } => {
             let result = append_to(conn, &path, append, max_append_bytes);
             let event = result.as_ref().ok().filter(|a| !a.duplicate).map(|a| {
                 Event::Committed(Committed {
@@ -161,7 +191,11 @@ fn apply(conn: &Connection, job: Job, max_append_bytes: usize) -> (Answer, Optio
         Job::Delete { path, reply } => {
             let result = delete(conn, &path);
             let ok = result.is_ok();
-            (Answer::Deleted(reply, result), ok.then(|| Event::Deleted(path.to_string())), ok)
+            (
+                Answer::Deleted(reply, result),
+                ok.then(|| Event::Deleted(path.to_string())),
+                ok,
+            )
         }
         Job::Touch { path } => {
             let ok = touch(conn, &path).is_ok();
@@ -176,10 +210,16 @@ fn live(conn: &Connection, path: &StreamPath, now: i64) -> Result<schema::Stream
         Some(row) if !expired(&row.head.config, row.accessed_ms, now) => Ok(row),
         Some(row) => {
             schema::remove(conn, row.id, path.as_str(), false, now)?;
-            Err(StreamError::NotFound { path: path.to_string() })
+            Err(StreamError::NotFound {
+                path: path.to_string(),
+            })
         }
-        None if schema::is_tombstoned(conn, path.as_str())? => Err(StreamError::Gone { path: path.to_string() }),
-        None => Err(StreamError::NotFound { path: path.to_string() }),
+        None if schema::is_tombstoned(conn, path.as_str())? => Err(StreamError::Gone {
+            path: path.to_string(),
+        }),
+        None => Err(StreamError::NotFound {
+            path: path.to_string(),
+        }),
     }
 }
 
@@ -195,7 +235,10 @@ fn create(
     match live(conn, path, now) {
         Ok(row) => {
             row.head.check_recreate(path.as_str(), &config)?;
-            return Ok(Created { created: false, info: row.head.info(path.as_str()) });
+            return Ok(Created {
+                created: false,
+                info: row.head.info(path.as_str()),
+            });
         }
         Err(StreamError::NotFound { .. } | StreamError::Gone { .. }) => {}
         Err(other) => return Err(other),
@@ -205,7 +248,10 @@ fn create(
     schema::insert_messages(conn, id, 0, &messages)?;
     head.apply(&messages, &Append::messages(Vec::new()), false);
     schema::update(conn, id, &head, now)?;
-    Ok(Created { created: true, info: head.info(path.as_str()) })
+    Ok(Created {
+        created: true,
+        info: head.info(path.as_str()),
+    })
 }
 
 fn append_to(
@@ -217,7 +263,12 @@ fn append_to(
     let now = now_ms();
     let row = live(conn, path, now)?;
     let mut head = row.head;
-    let messages: Vec<Bytes> = split(append.payload.clone(), head.config.is_json(), max_append_bytes, false)?;
+    let messages: Vec<Bytes> = split(
+        append.payload.clone(),
+        head.config.is_json(),
+        max_append_bytes,
+        false,
+    )?;
     let stored = match &append.producer {
         Some(p) => schema::producer(conn, row.id, &p.id)?,
         None => None,
