@@ -1,0 +1,318 @@
+//! Entities: a serde model stored as items of a single table, under keys
+//! composed from named attributes.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::app_schema::{compose, escape, to_item, AppSchema, ENTITY_ATTRIBUTE};
+use crate::condition::Condition;
+use crate::error::{Error, TableError};
+use crate::item::{get_str, s, Item};
+use crate::query::{Query, SortCondition};
+use crate::request::{Delete, Put, UpdateItem};
+use crate::table::Table;
+use crate::update::Update;
+
+/// Which attributes compose a key (partition and sort) of an entity.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct KeyComposite {
+    /// Attributes composing the partition key, in order.
+    pub partition: Vec<String>,
+    /// Attributes composing the sort key, in order (may be empty).
+    pub sort: Vec<String>,
+}
+
+impl KeyComposite {
+    /// A composite from attribute names.
+    pub fn new(partition: &[&str], sort: &[&str]) -> Self {
+        let own = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect();
+        Self {
+            partition: own(partition),
+            sort: own(sort),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct EntityIndex {
+    name: String,
+    composite: KeyComposite,
+}
+
+/// A kind of item: a serde model `M`, an entity type, a primary key and
+/// optional index keys composed from the model's attributes.
+///
+/// Keys follow the documented format (see [`AppSchema`]): the partition key
+/// is `<app>#v<version>#<entity type>#<attr>=<value>...` and the sort key
+/// `<entity type>#<attr>=<value>...`. Every item also carries `__edd_e__`
+/// with the entity type.
+pub struct Entity<M> {
+    table: Arc<dyn Table>,
+    app: AppSchema,
+    entity_type: String,
+    primary: KeyComposite,
+    indexes: Vec<EntityIndex>,
+    model: PhantomData<fn() -> M>,
+}
+
+impl<M> Clone for Entity<M> {
+    fn clone(&self) -> Self {
+        Self {
+            table: Arc::clone(&self.table),
+            app: self.app.clone(),
+            entity_type: self.entity_type.clone(),
+            primary: self.primary.clone(),
+            indexes: self.indexes.clone(),
+            model: PhantomData,
+        }
+    }
+}
+
+impl<M> std::fmt::Debug for Entity<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entity")
+            .field("entity_type", &self.entity_type)
+            .field("primary", &self.primary)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M: Serialize + DeserializeOwned> Entity<M> {
+    /// An entity of `table` (which must have the single-table `pk`/`sk`
+    /// layout, see [`TableSchema::single_table`](crate::TableSchema::single_table)).
+    pub fn new(
+        table: Arc<dyn Table>,
+        app: AppSchema,
+        entity_type: impl Into<String>,
+        primary: KeyComposite,
+    ) -> Self {
+        Self {
+            table,
+            app,
+            entity_type: entity_type.into(),
+            primary,
+            indexes: Vec::new(),
+            model: PhantomData,
+        }
+    }
+
+    /// Also writes the keys of the table's index `name` (whose key
+    /// attributes must be strings), composed from these attributes.
+    pub fn with_index(mut self, name: impl Into<String>, composite: KeyComposite) -> Self {
+        self.indexes.push(EntityIndex {
+            name: name.into(),
+            composite,
+        });
+        self
+    }
+
+    /// The entity type.
+    pub fn entity_type(&self) -> &str {
+        &self.entity_type
+    }
+
+    /// The table.
+    pub fn table(&self) -> &Arc<dyn Table> {
+        &self.table
+    }
+
+    fn partition_value(&self, composite: &KeyComposite, values: &Item) -> Result<String, Error> {
+        compose(
+            &self.app.prefix(&self.entity_type),
+            &composite.partition,
+            values,
+            &self.entity_type,
+        )
+    }
+
+    fn sort_value(&self, composite: &KeyComposite, values: &Item) -> Result<String, Error> {
+        compose(
+            &escape(&self.entity_type),
+            &composite.sort,
+            values,
+            &self.entity_type,
+        )
+    }
+
+    fn key_names(&self) -> (String, String) {
+        let key = &self.table.schema().key;
+        (
+            key.partition.name.clone(),
+            key.sort
+                .as_ref()
+                .map_or_else(|| "sk".to_owned(), |a| a.name.clone()),
+        )
+    }
+
+    /// The table key of the item these attributes name (any serializable
+    /// value holding the composite attributes: the model, or a key struct).
+    pub fn key<K: Serialize + ?Sized>(&self, input: &K) -> Result<Item, Error> {
+        self.key_of_item(&to_item(input)?)
+    }
+
+    fn key_of_item(&self, values: &Item) -> Result<Item, Error> {
+        let (pk, sk) = self.key_names();
+        let mut key = Item::new();
+        key.insert(pk, s(self.partition_value(&self.primary, values)?));
+        key.insert(sk, s(self.sort_value(&self.primary, values)?));
+        Ok(key)
+    }
+
+    /// Encodes a model as its stored item: attributes, keys and entity marker.
+    pub fn to_item(&self, model: &M) -> Result<Item, Error> {
+        let mut item = to_item(model)?;
+        let key = self.key_of_item(&item)?;
+        let mut index_keys = Vec::new();
+        for index in &self.indexes {
+            let def = &self.table.schema().index(&index.name)?.key;
+            index_keys.push((
+                def.partition.name.clone(),
+                s(self.partition_value(&index.composite, &item)?),
+            ));
+            if let Some(sort) = &def.sort {
+                index_keys.push((
+                    sort.name.clone(),
+                    s(self.sort_value(&index.composite, &item)?),
+                ));
+            }
+        }
+        item.extend(key);
+        item.extend(index_keys);
+        item.insert(ENTITY_ATTRIBUTE.to_owned(), s(self.entity_type.clone()));
+        Ok(item)
+    }
+
+    /// Whether a stored item is one of this entity's (tombstones and other
+    /// markers are not).
+    pub fn owns(&self, item: &Item) -> bool {
+        get_str(item, ENTITY_ATTRIBUTE) == Some(self.entity_type.as_str())
+    }
+
+    /// Decodes a stored item into the model.
+    pub fn decode(&self, item: Item) -> Result<M, Error> {
+        serde_dynamo::from_item(item).map_err(|e| Error::ItemDecode {
+            entity: self.entity_type.clone(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Reads the raw item these attributes name, if it is this entity's.
+    pub async fn get_item<K: Serialize + ?Sized>(&self, input: &K) -> Result<Option<Item>, Error> {
+        let item = self.table.get_item(self.key(input)?).await?;
+        Ok(item.filter(|i| self.owns(i)))
+    }
+
+    /// Reads the model these attributes name.
+    pub async fn get<K: Serialize + ?Sized>(&self, input: &K) -> Result<Option<M>, Error> {
+        self.get_item(input)
+            .await?
+            .map(|i| self.decode(i))
+            .transpose()
+    }
+
+    /// The put request for a model, for use in a transaction.
+    pub fn put_request(&self, model: &M) -> Result<Put, Error> {
+        Ok(Put::new(self.to_item(model)?))
+    }
+
+    /// The create request for a model (fails if an item is at its key).
+    pub fn create_request(&self, model: &M) -> Result<Put, Error> {
+        let (pk, _) = self.key_names();
+        Ok(self.put_request(model)?.when(Condition::not_exists(pk)))
+    }
+
+    /// Writes a model, replacing what is at its key.
+    pub async fn put(&self, model: &M) -> Result<(), Error> {
+        Ok(self.table.put_item(self.put_request(model)?).await?)
+    }
+
+    /// Writes a model that must not exist yet; fails with
+    /// `ConditionalCheckFailed` when it does.
+    pub async fn create(&self, model: &M) -> Result<(), Error> {
+        Ok(self.table.put_item(self.create_request(model)?).await?)
+    }
+
+    /// Updates attributes of an existing model and returns it; fails with
+    /// `ConditionalCheckFailed` when it does not exist.
+    pub async fn update<K: Serialize + ?Sized>(
+        &self,
+        input: &K,
+        update: Update,
+    ) -> Result<M, Error> {
+        let (pk, _) = self.key_names();
+        let request = UpdateItem::new(self.key(input)?, update).when(Condition::exists(pk));
+        let item = self.table.update_item(request).await?;
+        self.decode(item)
+    }
+
+    /// Deletes the model these attributes name (nothing happens when absent).
+    pub async fn delete<K: Serialize + ?Sized>(&self, input: &K) -> Result<(), Error> {
+        Ok(self
+            .table
+            .delete_item(Delete::new(self.key(input)?))
+            .await?)
+    }
+
+    /// Every model in the partition the attributes name, in sort key order,
+    /// optionally narrowed by a condition on the composed sort key.
+    pub async fn query<K: Serialize + ?Sized>(
+        &self,
+        input: &K,
+        sort: Option<SortCondition>,
+    ) -> Result<Vec<M>, Error> {
+        let values = to_item(input)?;
+        let partition = self.partition_value(&self.primary, &values)?;
+        self.query_partition(Query::partition(s(partition)), sort)
+            .await
+    }
+
+    /// Every model in a partition of index `name`.
+    pub async fn query_index<K: Serialize + ?Sized>(
+        &self,
+        name: &str,
+        input: &K,
+        sort: Option<SortCondition>,
+    ) -> Result<Vec<M>, Error> {
+        let index = self
+            .indexes
+            .iter()
+            .find(|i| i.name == name)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("entity {} has no index {name}", self.entity_type))
+            })?;
+        let partition = self.partition_value(&index.composite, &to_item(input)?)?;
+        self.query_partition(Query::partition(s(partition)).on_index(name), sort)
+            .await
+    }
+
+    async fn query_partition(
+        &self,
+        query: Query,
+        sort: Option<SortCondition>,
+    ) -> Result<Vec<M>, Error> {
+        let sort = sort.unwrap_or_else(|| SortCondition::BeginsWith(s(escape(&self.entity_type))));
+        let items = query_all(self.table.as_ref(), query.sort(sort)).await?;
+        items
+            .into_iter()
+            .filter(|i| self.owns(i))
+            .map(|i| self.decode(i))
+            .collect()
+    }
+}
+
+/// Runs a query through every page.
+pub(crate) async fn query_all(table: &dyn Table, query: Query) -> Result<Vec<Item>, TableError> {
+    let mut items = Vec::new();
+    let mut start = None;
+    loop {
+        let page = table.query(query.clone().start_after(start)).await?;
+        items.extend(page.items);
+        match page.last_evaluated_key {
+            Some(key) => start = Some(key),
+            None => return Ok(items),
+        }
+    }
+}

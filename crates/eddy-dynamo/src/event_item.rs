@@ -1,0 +1,167 @@
+//! The stored form of one event, and reading it back from an item.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::app_schema::ENTITY_ATTRIBUTE;
+use crate::error::Error;
+use crate::item::{get_str, get_u64, n, s, AttributeValue, Item};
+
+/// The id of one stream instance: its composite attributes and their values.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct StreamId(BTreeMap<String, String>);
+
+impl StreamId {
+    /// A stream id from attribute/value pairs.
+    pub fn new<K: Into<String>, V: Into<String>>(pairs: impl IntoIterator<Item = (K, V)>) -> Self {
+        Self(
+            pairs
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        )
+    }
+
+    /// The value of one attribute.
+    pub fn get(&self, attribute: &str) -> Option<&str> {
+        self.0.get(attribute).map(String::as_str)
+    }
+
+    /// The attributes and values, ordered by attribute.
+    pub fn attributes(&self) -> &BTreeMap<String, String> {
+        &self.0
+    }
+
+    pub(crate) fn to_attribute(&self) -> AttributeValue {
+        AttributeValue::M(
+            self.0
+                .iter()
+                .map(|(k, v)| (k.clone(), s(v.clone())))
+                .collect(),
+        )
+    }
+
+    pub(crate) fn from_attribute(value: &AttributeValue) -> Option<Self> {
+        let AttributeValue::M(map) = value else {
+            return None;
+        };
+        let mut id = BTreeMap::new();
+        for (k, v) in map {
+            match v {
+                AttributeValue::S(text) => id.insert(k.clone(), text.clone()),
+                _ => return None,
+            };
+        }
+        Some(Self(id))
+    }
+}
+
+impl std::fmt::Display for StreamId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut first = true;
+        for (k, v) in &self.0 {
+            if !first {
+                f.write_str(",")?;
+            }
+            first = false;
+            write!(f, "{k}={v}")?;
+        }
+        Ok(())
+    }
+}
+
+/// An event as stored, with its data not yet decoded into an event type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventItem {
+    /// The stream name.
+    pub stream_name: String,
+    /// The stream instance.
+    pub stream_id: StreamId,
+    /// The event's version in its stream instance, from 1.
+    pub version: u64,
+    /// The event type (the enum variant name).
+    pub event_type: String,
+    /// The event data.
+    pub data: AttributeValue,
+    /// When the event was appended (RFC 3339).
+    pub timestamp: String,
+    /// Optional metadata.
+    pub metadata: Option<AttributeValue>,
+}
+
+const STREAM_NAME: &str = "streamName";
+const STREAM_ID: &str = "streamId";
+const VERSION: &str = "version";
+const EVENT_TYPE: &str = "eventType";
+const DATA: &str = "data";
+const TIMESTAMP: &str = "timestamp";
+const METADATA: &str = "metadata";
+
+/// The entity marker of a stream's events.
+pub(crate) fn event_marker(stream_name: &str) -> String {
+    format!("{stream_name}#event")
+}
+
+impl EventItem {
+    /// Reads an event from an item; `Ok(None)` when the item is not an
+    /// event at all (a read-model row, an outbox item).
+    pub fn from_item(item: &Item) -> Result<Option<Self>, Error> {
+        let Some(marker) = get_str(item, ENTITY_ATTRIBUTE) else {
+            return Ok(None);
+        };
+        let Some(stream_name) = marker.strip_suffix("#event") else {
+            return Ok(None);
+        };
+        let bad = |what: &str| {
+            Error::RecordDecode(format!(
+                "event item of stream {stream_name} has no valid {what}"
+            ))
+        };
+        if get_str(item, STREAM_NAME) != Some(stream_name) {
+            return Err(bad(STREAM_NAME));
+        }
+        let stream_id = item
+            .get(STREAM_ID)
+            .and_then(StreamId::from_attribute)
+            .ok_or_else(|| bad(STREAM_ID))?;
+        let version = get_u64(item, VERSION)
+            .filter(|v| *v > 0)
+            .ok_or_else(|| bad(VERSION))?;
+        let event_type = get_str(item, EVENT_TYPE)
+            .ok_or_else(|| bad(EVENT_TYPE))?
+            .to_owned();
+        let data = item
+            .get(DATA)
+            .cloned()
+            .unwrap_or(AttributeValue::Null(true));
+        let timestamp = get_str(item, TIMESTAMP).unwrap_or_default().to_owned();
+        Ok(Some(Self {
+            stream_name: stream_name.to_owned(),
+            stream_id,
+            version,
+            event_type,
+            data,
+            timestamp,
+            metadata: item.get(METADATA).cloned(),
+        }))
+    }
+
+    /// The item's attributes, without its key.
+    pub(crate) fn attributes(&self) -> Item {
+        let mut item = HashMap::from([
+            (
+                ENTITY_ATTRIBUTE.to_owned(),
+                s(event_marker(&self.stream_name)),
+            ),
+            (STREAM_NAME.to_owned(), s(self.stream_name.clone())),
+            (STREAM_ID.to_owned(), self.stream_id.to_attribute()),
+            (VERSION.to_owned(), n(self.version)),
+            (EVENT_TYPE.to_owned(), s(self.event_type.clone())),
+            (DATA.to_owned(), self.data.clone()),
+            (TIMESTAMP.to_owned(), s(self.timestamp.clone())),
+        ]);
+        if let Some(metadata) = &self.metadata {
+            item.insert(METADATA.to_owned(), metadata.clone());
+        }
+        item
+    }
+}

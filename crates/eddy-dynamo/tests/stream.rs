@@ -1,0 +1,183 @@
+//! Event streams: append with expected version, reads, conflicts, commands.
+
+use eddy_dynamo::{make_stream, CommandError, EventItem, Table};
+use serde_json::json;
+
+use crate::common::{app, orders, table, OrderEvent};
+
+fn line(cents: u64) -> OrderEvent {
+    OrderEvent::LineAdded {
+        sku: "sku".into(),
+        qty: 1,
+        cents,
+    }
+}
+
+#[tokio::test]
+async fn append_and_read_back_in_version_order() {
+    let t = table();
+    let stream = orders(&t);
+    let id = stream.id([("orderId", "o-1")]).unwrap();
+    assert_eq!(stream.current_version(&id).await.unwrap(), 0);
+    let placed = OrderEvent::Placed {
+        customer: "ann".into(),
+    };
+    assert_eq!(
+        stream
+            .append(&id, &[placed.clone(), line(5)], 0)
+            .await
+            .unwrap(),
+        2
+    );
+    let meta = json!({"correlationId": "c-9"});
+    assert_eq!(
+        stream
+            .append_with_metadata(&id, &[OrderEvent::Cancelled], 2, Some(&meta))
+            .await
+            .unwrap(),
+        3
+    );
+    let events = stream.read(&id).await.unwrap();
+    assert_eq!(
+        events.iter().map(|e| e.version).collect::<Vec<_>>(),
+        [1, 2, 3]
+    );
+    assert_eq!(events[0].event, placed);
+    assert_eq!(events[2].event, OrderEvent::Cancelled);
+    assert_eq!(events[2].event_type, "Cancelled");
+    assert_eq!(events[2].metadata, Some(meta));
+    assert!(events[0].timestamp.ends_with('Z'));
+    assert_eq!(stream.read_from(&id, 2).await.unwrap().len(), 2);
+    assert_eq!(stream.current_version(&id).await.unwrap(), 3);
+    let other = stream.id([("orderId", "o-2")]).unwrap();
+    assert!(stream.read(&other).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_stale_or_skipping_expected_version_is_a_conflict_and_writes_nothing() {
+    let t = table();
+    let stream = orders(&t);
+    let id = stream.id([("orderId", "o-1")]).unwrap();
+    stream.append(&id, &[line(1)], 0).await.unwrap();
+    let stale = stream
+        .append(&id, &[line(2), line(3)], 0)
+        .await
+        .unwrap_err();
+    assert_eq!(stale.code(), "VersionConflict");
+    let ahead = stream.append(&id, &[line(2)], 5).await.unwrap_err();
+    assert_eq!(ahead.code(), "VersionConflict");
+    assert_eq!(stream.current_version(&id).await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn concurrent_appends_at_one_version_let_exactly_one_win() {
+    let t = table();
+    let stream = orders(&t);
+    let id = stream.id([("orderId", "o-1")]).unwrap();
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let (stream, id) = (stream.clone(), id.clone());
+            tokio::spawn(async move { stream.append(&id, &[line(i)], 0).await })
+        })
+        .collect();
+    let mut wins = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(_) => wins += 1,
+            Err(e) => assert_eq!(e.code(), "VersionConflict"),
+        }
+    }
+    assert_eq!(wins, 1);
+    assert_eq!(stream.read(&id).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn command_handler_retries_on_conflict_and_passes_rejections_through() {
+    let t = table();
+    let stream = orders(&t);
+    let id = stream.id([("orderId", "o-1")]).unwrap();
+    let tasks: Vec<_> = (0..5)
+        .map(|_| {
+            let (stream, id) = (stream.clone(), id.clone());
+            tokio::spawn(async move {
+                stream
+                    .handle(&id, 50, |history| {
+                        Ok::<_, String>(vec![line(history.len() as u64)])
+                    })
+                    .await
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    let events = stream.read(&id).await.unwrap();
+    let cents: Vec<u64> = events
+        .iter()
+        .map(|e| match e.event {
+            OrderEvent::LineAdded { cents, .. } => cents,
+            _ => u64::MAX,
+        })
+        .collect();
+    assert_eq!(
+        cents,
+        [0, 1, 2, 3, 4],
+        "each decision saw the history before it"
+    );
+    let rejected = stream
+        .handle(&id, 3, |_| Err::<Vec<OrderEvent>, _>("closed"))
+        .await
+        .unwrap_err();
+    assert!(matches!(rejected, CommandError::Rejected("closed")));
+}
+
+#[tokio::test]
+async fn bad_input_gets_typed_errors() {
+    let t = table();
+    let stream = orders(&t);
+    assert_eq!(
+        stream.id([("customer", "x")]).unwrap_err().code(),
+        "KeyComposeError"
+    );
+    let id = stream.id([("orderId", "o-1")]).unwrap();
+    let too_many: Vec<_> = (0..100).map(line).collect();
+    assert_eq!(
+        stream.append(&id, &too_many, 0).await.unwrap_err().code(),
+        "InvalidArgument"
+    );
+    assert_eq!(
+        stream.append(&id, &[], 0).await.unwrap_err().code(),
+        "InvalidArgument"
+    );
+    let not_enum = make_stream::<u32>(std::sync::Arc::new(t.clone()), app(), "Bad", &["id"]);
+    assert_eq!(not_enum.unwrap_err().code(), "InvalidArgument");
+
+    // An event of an unknown type, or with data that does not decode.
+    stream.append(&id, &[line(1)], 0).await.unwrap();
+    let key = |v: u64| {
+        let mut item = eddy_dynamo::Item::new();
+        item.insert(
+            "pk".into(),
+            eddy_dynamo::s("shop#v1#$stream#Order#orderId=o-1"),
+        );
+        item.insert("sk".into(), eddy_dynamo::s(format!("$event#{v:020}")));
+        item
+    };
+    let mut stored = t
+        .get_item(key(1))
+        .await
+        .unwrap()
+        .expect("the event item is at its documented key");
+    let mut unknown = EventItem::from_item(&stored).unwrap().unwrap();
+    unknown.event_type = "Refunded".into();
+    assert_eq!(
+        stream.decode(&unknown).unwrap_err().code(),
+        "UnknownEventType"
+    );
+    stored.insert("data".into(), eddy_dynamo::s("not a line"));
+    let garbled = EventItem::from_item(&stored).unwrap().unwrap();
+    assert_eq!(
+        stream.decode(&garbled).unwrap_err().code(),
+        "EventDecodeError"
+    );
+}
