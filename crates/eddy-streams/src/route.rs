@@ -1,6 +1,7 @@
 //! Route templates: `facts/:workspaceId` ↔ a path and its parameters.
 
-use serde::de::DeserializeOwned;
+use serde::de::value::MapDeserializer;
+use serde::de::{DeserializeOwned, IntoDeserializer, Visitor};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -128,29 +129,17 @@ impl Route {
     /// Parses a path into parameters, if the path matches the template.
     pub fn parse<P: DeserializeOwned>(&self, path: &str) -> Result<P, StreamError> {
         let captured = self.parse_value(path)?;
-        match serde_json::from_value(Value::Object(captured.clone())) {
-            Ok(params) => Ok(params),
-            Err(first) => {
-                let coerced = captured
-                    .into_iter()
-                    .map(|(k, v)| {
-                        let v = match &v {
-                            Value::String(s) => serde_json::from_str::<Value>(s)
-                                .ok()
-                                .filter(|p| p.is_number() || p.is_boolean())
-                                .unwrap_or(v),
-                            _ => v,
-                        };
-                        (k, v)
-                    })
-                    .collect();
-                serde_json::from_value(Value::Object(coerced)).map_err(|_| {
-                    self.error(format!(
-                        "path `{path}` does not decode into the parameters: {first}"
-                    ))
-                })
-            }
-        }
+        let segments = captured
+            .into_iter()
+            .filter_map(|(name, value)| match value {
+                Value::String(text) => Some((name, SegmentDeserializer(text))),
+                _ => None,
+            });
+        P::deserialize(MapDeserializer::new(segments)).map_err(|e: serde::de::value::Error| {
+            self.error(format!(
+                "path `{path}` does not decode into the parameters: {e}"
+            ))
+        })
     }
 
     /// Parses a path into a JSON object of the captured segments (strings).
@@ -177,6 +166,70 @@ impl Route {
             route: self.template.clone(),
             reason,
         }
+    }
+}
+
+/// One captured segment: a string that also reads as a number or a
+/// boolean when the parameter type asks for one.
+struct SegmentDeserializer(String);
+
+impl<'de> IntoDeserializer<'de, serde::de::value::Error> for SegmentDeserializer {
+    type Deserializer = Self;
+
+    fn into_deserializer(self) -> Self {
+        self
+    }
+}
+
+macro_rules! parse_as {
+    ($($method:ident => $visit:ident: $ty:ty),* $(,)?) => {
+        $(
+            fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+                match self.0.parse::<$ty>() {
+                    Ok(v) => visitor.$visit(v),
+                    Err(_) => visitor.visit_string(self.0),
+                }
+            }
+        )*
+    };
+}
+
+impl<'de> serde::Deserializer<'de> for SegmentDeserializer {
+    type Error = serde::de::value::Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+        visitor.visit_string(self.0)
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+        visitor.visit_some(self)
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
+        visitor.visit_newtype_struct(self)
+    }
+
+    parse_as!(
+        deserialize_bool => visit_bool: bool,
+        deserialize_i8 => visit_i8: i8,
+        deserialize_i16 => visit_i16: i16,
+        deserialize_i32 => visit_i32: i32,
+        deserialize_i64 => visit_i64: i64,
+        deserialize_u8 => visit_u8: u8,
+        deserialize_u16 => visit_u16: u16,
+        deserialize_u32 => visit_u32: u32,
+        deserialize_u64 => visit_u64: u64,
+        deserialize_f32 => visit_f32: f32,
+        deserialize_f64 => visit_f64: f64,
+    );
+
+    serde::forward_to_deserialize_any! {
+        i128 u128 char str string bytes byte_buf unit unit_struct seq tuple
+        tuple_struct map struct enum identifier ignored_any
     }
 }
 
