@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 mod app_schema;
+mod batch;
 mod change_feed;
 mod command;
 mod condition;
@@ -12,6 +13,7 @@ mod event_item;
 mod event_stream;
 mod item;
 mod key_schema;
+mod projection;
 mod query;
 mod request;
 mod table;
@@ -19,6 +21,7 @@ mod update;
 mod variants;
 
 pub use app_schema::{AppSchema, ENTITY_ATTRIBUTE};
+pub use batch::{process_batch, BatchProjection, BatchResult, FailedRecord};
 pub use change_feed::{ChangeFeed, ChangeRecord};
 pub use command::CommandError;
 pub use condition::{Comparator, Condition};
@@ -32,6 +35,10 @@ pub use item::{
     AttributeValue, Item, ScalarType, MAX_ITEM_SIZE,
 };
 pub use key_schema::{IndexDefinition, KeyAttribute, KeyDefinition, TableSchema};
+pub use projection::{
+    EvolveError, Projection, ProjectionBuilder, RecordFailure, RowOutcome, RowReport,
+    SOURCE_ATTRIBUTE,
+};
 pub use query::{Query, QueryPage, SortCondition};
 pub use request::{ConditionCheck, Delete, Put, TransactWriteItem, UpdateItem};
 pub use table::Table;
