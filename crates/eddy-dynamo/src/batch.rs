@@ -78,6 +78,8 @@ pub struct FailedRecord {
 /// What a batch did.
 #[derive(Debug)]
 pub struct BatchResult {
+    /// How many records the batch held.
+    pub records: usize,
     /// One outcome per row and projection touched.
     pub rows: Vec<RowReport>,
     /// The records that were not applied, in batch order.
@@ -166,6 +168,7 @@ pub async fn process_batch(
         response.batch_item_failures.push(failure);
     }
     BatchResult {
+        records: records.len(),
         rows,
         failures,
         ignored,

@@ -11,8 +11,10 @@ mod entity;
 mod error;
 mod event_item;
 mod event_stream;
+mod follower;
 mod item;
 mod key_schema;
+mod lambda;
 mod projection;
 mod query;
 mod request;
@@ -30,11 +32,13 @@ pub use entity::{Entity, KeyComposite};
 pub use error::{CancellationReason, Error, TableError, ValidationError};
 pub use event_item::{EventItem, StreamId};
 pub use event_stream::{make_stream, EventStream, StoredEvent, MAX_APPEND};
+pub use follower::Follower;
 pub use item::{
     compare_values, get_str, get_u64, item_size, items_equal, n, s, value_size, values_equal,
     AttributeValue, Item, ScalarType, MAX_ITEM_SIZE,
 };
 pub use key_schema::{IndexDefinition, KeyAttribute, KeyDefinition, TableSchema};
+pub use lambda::{handle_stream_event, StreamEvent, StreamEventResponse};
 pub use projection::{
     EvolveError, Projection, ProjectionBuilder, RecordFailure, RowOutcome, RowReport,
     SOURCE_ATTRIBUTE,

@@ -4,4 +4,5 @@ mod common;
 mod contract;
 mod embedded;
 mod entity;
+mod projection;
 mod stream;

@@ -1,0 +1,116 @@
+//! Following a change feed with a durable checkpoint: the embedded
+//! equivalent of a Lambda trigger on DynamoDB Streams.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::batch::{process_batch, BatchProjection, BatchResult};
+use crate::change_feed::ChangeFeed;
+use crate::error::TableError;
+
+/// Reads a change feed in batches, runs [`process_batch`] on each, and
+/// stores how far it got under its name.
+///
+/// The checkpoint moves to the last record before the first failed one, so
+/// a failed record and everything after it are read again on the next poll,
+/// as the partial batch response makes Lambda do.
+#[derive(Debug, Clone)]
+pub struct Follower<F> {
+    feed: F,
+    name: String,
+    batch_size: usize,
+}
+
+impl<F: ChangeFeed> Follower<F> {
+    /// A follower named `name` (the key of its checkpoint) reading batches
+    /// of up to 100 records.
+    pub fn new(feed: F, name: impl Into<String>) -> Self {
+        Self {
+            feed,
+            name: name.into(),
+            batch_size: 100,
+        }
+    }
+
+    /// Sets the most records per batch (at least 1).
+    pub fn batch_size(mut self, size: usize) -> Self {
+        self.batch_size = size.max(1);
+        self
+    }
+
+    /// The sequence number of the last record done, if any.
+    pub async fn checkpoint(&self) -> Result<Option<String>, TableError> {
+        self.feed.load_checkpoint(&self.name).await
+    }
+
+    /// Processes the next batch, if there is one, and moves the checkpoint.
+    pub async fn poll_once(
+        &self,
+        projections: &[&dyn BatchProjection],
+    ) -> Result<Option<BatchResult>, TableError> {
+        let after = self.feed.load_checkpoint(&self.name).await?;
+        let records = self.feed.read_changes(after, self.batch_size).await?;
+        if records.is_empty() {
+            return Ok(None);
+        }
+        let result = process_batch(&records, projections).await;
+        let done = match result.first_failure() {
+            None => records.last(),
+            Some(0) => None,
+            Some(first) => records.get(first - 1),
+        };
+        if let Some(sequence) = done.and_then(|r| r.change.sequence_number.as_deref()) {
+            self.feed.save_checkpoint(&self.name, sequence).await?;
+        }
+        Ok(Some(result))
+    }
+
+    /// Polls until the feed has nothing new (or a batch fails), and returns
+    /// how many records were processed.
+    pub async fn catch_up(
+        &self,
+        projections: &[&dyn BatchProjection],
+    ) -> Result<usize, TableError> {
+        let mut processed = 0;
+        while let Some(result) = self.poll_once(projections).await? {
+            let failed = result.first_failure();
+            processed += failed.unwrap_or(result.records);
+            if failed.is_some() {
+                break;
+            }
+        }
+        Ok(processed)
+    }
+
+    /// Polls every `interval` until `shutdown` resolves. Storage failures
+    /// are logged and retried on the next tick.
+    pub async fn run(
+        &self,
+        projections: &[&dyn BatchProjection],
+        interval: Duration,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        loop {
+            loop {
+                match self.poll_once(projections).await {
+                    Ok(Some(result)) if result.first_failure().is_none() => continue,
+                    Ok(Some(result)) => {
+                        if let Some(f) = result.failures.first() {
+                            tracing::warn!(follower = %self.name, sequence = %f.sequence_number, code = %f.code, "record failed; retrying later");
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(follower = %self.name, error = %e, "polling the change feed failed")
+                    }
+                }
+                break;
+            }
+            tokio::select! {
+                _ = &mut shutdown => return,
+                _ = tokio::time::sleep(interval) => {}
+            }
+        }
+    }
+}
