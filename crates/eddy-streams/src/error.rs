@@ -22,6 +22,14 @@ pub enum StreamError {
         /// The path that was asked for.
         path: String,
     },
+    /// The stream was deleted while forks still read its data: the path
+    /// stays reserved (neither readable nor creatable) until the last fork
+    /// is deleted.
+    #[error("stream `{path}` was deleted but forks still use it; delete them to free the path")]
+    SoftDeleted {
+        /// The path that was asked for.
+        path: String,
+    },
     /// A create named an existing stream with another configuration.
     #[error("stream `{path}` already exists with another configuration ({detail})")]
     ConfigConflict {
@@ -161,6 +169,7 @@ impl StreamError {
         match self {
             StreamError::NotFound { .. } => "stream/not-found",
             StreamError::Gone { .. } => "stream/gone",
+            StreamError::SoftDeleted { .. } => "stream/soft-deleted",
             StreamError::ConfigConflict { .. } => "stream/config-conflict",
             StreamError::Closed { .. } => "stream/closed",
             StreamError::OffsetMismatch { .. } => "append/offset-mismatch",

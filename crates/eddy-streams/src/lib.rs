@@ -39,6 +39,7 @@
 mod append;
 mod config;
 mod error;
+mod fork;
 mod json_stream;
 mod memory;
 mod notify;
@@ -56,6 +57,7 @@ pub use config::{
     is_json, media_type, same_media_type, Expiry, StreamConfig, StreamInfo, JSON, OCTET_STREAM,
 };
 pub use error::{Result, StreamError};
+pub use fork::Fork;
 pub use json_stream::{JsonStream, TypedChunk};
 pub use memory::MemoryStorage;
 pub use notify::{Committed, Notifier};

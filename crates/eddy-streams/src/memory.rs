@@ -6,10 +6,11 @@ use std::sync::{Mutex, MutexGuard};
 use async_trait::async_trait;
 use bytes::Bytes;
 
+use crate::fork::{check_refork, plan, ForkOrigin};
 use crate::payload::{split, DEFAULT_MAX_APPEND_BYTES};
 use crate::rules::{decide, expired, now_ms, take_within, Decision, Head, ProducerState};
 use crate::{
-    Append, Appended, Committed, Created, Notifier, Payload, ReadChunk, ReadFrom, Storage,
+    Append, Appended, Committed, Created, Fork, Notifier, Payload, ReadChunk, ReadFrom, Storage,
     StreamConfig, StreamError, StreamInfo, StreamPath,
 };
 
@@ -50,6 +51,26 @@ struct MemoryStream {
     producers: HashMap<String, ProducerState>,
     messages: Vec<Bytes>,
     accessed_ms: i64,
+    /// Where this stream was forked from, if it is a fork.
+    origin: Option<ForkOrigin>,
+    /// How many forks (live or soft-deleted) branch from this stream.
+    forks: u64,
+    /// Deleted while forks still use it.
+    soft_deleted: bool,
+}
+
+impl MemoryStream {
+    fn new(head: Head, messages: Vec<Bytes>, origin: Option<ForkOrigin>) -> Self {
+        MemoryStream {
+            head,
+            producers: HashMap::new(),
+            messages,
+            accessed_ms: now_ms(),
+            origin,
+            forks: 0,
+            soft_deleted: false,
+        }
+    }
 }
 
 impl Default for MemoryStorage {
@@ -95,6 +116,9 @@ fn live<'a>(
         streams.remove(path.as_str());
     }
     match streams.get_mut(path.as_str()) {
+        Some(Slot::Live(stream)) if stream.soft_deleted => Err(StreamError::SoftDeleted {
+            path: path.to_string(),
+        }),
         Some(Slot::Live(stream)) => Ok(stream),
         Some(Slot::Gone) => Err(StreamError::Gone {
             path: path.to_string(),
@@ -131,12 +155,7 @@ impl Storage for MemoryStorage {
         let info = head.info(path.as_str());
         streams.insert(
             path.to_string(),
-            Slot::Live(Box::new(MemoryStream {
-                head,
-                producers: HashMap::new(),
-                messages,
-                accessed_ms: now_ms(),
-            })),
+            Slot::Live(Box::new(MemoryStream::new(head, messages, None))),
         );
         drop(streams);
         self.notifier.commit(Committed {
@@ -201,8 +220,14 @@ impl Storage for MemoryStorage {
 
     async fn delete(&self, path: &StreamPath) -> Result<(), StreamError> {
         let mut streams = self.lock();
-        live(&mut streams, path)?;
-        streams.insert(path.to_string(), Slot::Gone);
+        let stream = live(&mut streams, path)?;
+        if stream.forks > 0 {
+            stream.soft_deleted = true;
+        } else {
+            let origin = stream.origin.take();
+            streams.insert(path.to_string(), Slot::Gone);
+            release(&mut streams, origin);
+        }
         drop(streams);
         self.notifier.touch(path.as_str());
         Ok(())
@@ -215,7 +240,9 @@ impl Storage for MemoryStorage {
             .iter()
             .filter(|(path, _)| path.starts_with(prefix))
             .filter_map(|(path, slot)| match slot {
-                Slot::Live(s) if !expired(&s.head.config, s.accessed_ms, now) => {
+                Slot::Live(s)
+                    if !s.soft_deleted && !expired(&s.head.config, s.accessed_ms, now) =>
+                {
                     Some(s.head.info(path))
                 }
                 _ => None,
@@ -225,7 +252,72 @@ impl Storage for MemoryStorage {
         Ok(infos)
     }
 
+    async fn fork(&self, path: &StreamPath, fork: Fork) -> Result<Created, StreamError> {
+        let mut streams = self.lock();
+        let source = live(&mut streams, &fork.source)?;
+        let planned = plan(&fork, &source.head.config, source.head.tail(), |p| {
+            Ok(source.messages.get(p as usize).cloned())
+        })?;
+        let mut messages: Vec<Bytes> = source.messages[..planned.inherit as usize].to_vec();
+        messages.extend(planned.partial.clone());
+        match live(&mut streams, path) {
+            Ok(existing) => {
+                check_refork(
+                    path.as_str(),
+                    &existing.head.config,
+                    existing.origin.as_ref(),
+                    &planned,
+                )?;
+                return Ok(Created {
+                    created: false,
+                    info: existing.head.info(path.as_str()),
+                });
+            }
+            Err(StreamError::NotFound { .. } | StreamError::Gone { .. }) => {}
+            Err(other) => return Err(other),
+        }
+        let mut head = Head::new(planned.config);
+        head.apply(&messages, &Append::messages(Vec::new()), false);
+        let info = head.info(path.as_str());
+        streams.insert(
+            path.to_string(),
+            Slot::Live(Box::new(MemoryStream::new(
+                head,
+                messages,
+                Some(planned.origin),
+            ))),
+        );
+        if let Some(Slot::Live(source)) = streams.get_mut(fork.source.as_str()) {
+            source.forks += 1;
+        }
+        drop(streams);
+        self.notifier.commit(Committed {
+            path: path.to_string(),
+            tail: info.tail,
+            closed: info.closed,
+        });
+        Ok(Created {
+            created: true,
+            info,
+        })
+    }
+
     fn notifier(&self) -> &Notifier {
         &self.notifier
+    }
+}
+
+/// Drops a deleted fork's reference to its source, removing sources that
+/// were soft-deleted and have no forks left (up the chain).
+fn release(streams: &mut HashMap<String, Slot>, mut origin: Option<ForkOrigin>) {
+    while let Some(ForkOrigin { source, .. }) = origin.take() {
+        let Some(Slot::Live(stream)) = streams.get_mut(&source) else {
+            return;
+        };
+        stream.forks = stream.forks.saturating_sub(1);
+        if stream.soft_deleted && stream.forks == 0 {
+            origin = stream.origin.take();
+            streams.insert(source, Slot::Gone);
+        }
     }
 }

@@ -7,8 +7,8 @@ use bytes::Bytes;
 use tokio::sync::broadcast;
 
 use crate::{
-    Append, Appended, Committed, Notifier, Offset, Payload, ReadFrom, StreamConfig, StreamError,
-    StreamInfo, StreamPath,
+    Append, Appended, Committed, Fork, Notifier, Offset, Payload, ReadFrom, StreamConfig,
+    StreamError, StreamInfo, StreamPath,
 };
 
 /// The result of a create.
@@ -77,6 +77,17 @@ pub trait Storage: Send + Sync + 'static {
         from: ReadFrom,
         max_bytes: usize,
     ) -> Result<ReadChunk, StreamError>;
+
+    /// Creates `path` as a fork of another stream (see [`Fork`]). A repeated
+    /// identical fork is left as it is (`created: false`).
+    ///
+    /// Backends that do not support forks keep this default, which refuses.
+    async fn fork(&self, path: &StreamPath, fork: Fork) -> Result<Created, StreamError> {
+        let _ = (path, fork);
+        Err(StreamError::InvalidArgument(
+            "this stream store does not support forks".into(),
+        ))
+    }
 
     /// Describes a live stream.
     async fn head(&self, path: &StreamPath) -> Result<StreamInfo, StreamError>;

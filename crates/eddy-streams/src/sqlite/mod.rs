@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 use crate::payload::DEFAULT_MAX_APPEND_BYTES;
 use crate::rules::{expired, now_ms};
 use crate::{
-    Append, Appended, Created, Expiry, Notifier, Payload, ReadChunk, ReadFrom, Storage,
+    Append, Appended, Created, Expiry, Fork, Notifier, Payload, ReadChunk, ReadFrom, Storage,
     StreamConfig, StreamError, StreamInfo, StreamPath,
 };
 use writer::Job;
@@ -200,6 +200,9 @@ fn open_connection(file: &Path, read_only: bool) -> Result<Connection, StreamErr
 /// The live row at `path` as a reader sees it.
 fn live_row(conn: &Connection, path: &str) -> Result<schema::StreamRow, StreamError> {
     match schema::load(conn, path)? {
+        Some(row) if row.soft_deleted => Err(StreamError::SoftDeleted {
+            path: path.to_owned(),
+        }),
         Some(row) if !expired(&row.head.config, row.accessed_ms, now_ms()) => Ok(row),
         Some(_) => Err(StreamError::NotFound {
             path: path.to_owned(),
@@ -281,11 +284,18 @@ impl Storage for SqliteStorage {
             let now = now_ms();
             Ok(schema::list(conn, &prefix)?
                 .into_iter()
-                .filter(|(_, row)| !expired(&row.head.config, row.accessed_ms, now))
+                .filter(|(_, row)| {
+                    !row.soft_deleted && !expired(&row.head.config, row.accessed_ms, now)
+                })
                 .map(|(path, row)| row.head.info(&path))
                 .collect())
         })
         .await
+    }
+
+    async fn fork(&self, path: &StreamPath, fork: Fork) -> Result<Created, StreamError> {
+        let path = path.clone();
+        self.submit(|reply| Job::Fork { path, fork, reply }).await
     }
 
     fn notifier(&self) -> &Notifier {

@@ -4,11 +4,12 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+use crate::fork::ForkOrigin;
 use crate::rules::{unix_ms, Head, ProducerState};
 use crate::{Expiry, ProducerPosition, StreamConfig, StreamError};
 
 /// The schema version this code writes (`PRAGMA user_version`).
-const VERSION: i64 = 1;
+const VERSION: i64 = 2;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS streams (
@@ -46,15 +47,35 @@ CREATE TABLE IF NOT EXISTS tombstones (
 ) WITHOUT ROWID;
 ";
 
-/// Creates the tables, or checks that an existing file has our layout.
+/// Version 2 adds forks: where a stream branched, how many forks branch
+/// from it, and whether it was deleted while forks still use it.
+const FORKS: &str = "
+ALTER TABLE streams ADD COLUMN fork_source   TEXT;
+ALTER TABLE streams ADD COLUMN fork_position INTEGER;
+ALTER TABLE streams ADD COLUMN fork_sub      INTEGER;
+ALTER TABLE streams ADD COLUMN forks         INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE streams ADD COLUMN soft_deleted  INTEGER NOT NULL DEFAULT 0;
+";
+
+/// Creates the tables or upgrades an older layout, each step in one
+/// transaction, or refuses a file written by a newer build.
 pub(super) fn migrate(conn: &Connection) -> Result<(), StreamError> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let step = |sql: &str, to: i64| -> Result<(), StreamError> {
+        conn.execute_batch(&format!(
+            "BEGIN IMMEDIATE; {sql} PRAGMA user_version = {to}; COMMIT;"
+        ))
+        .map_err(|e| {
+            let _ = conn.execute_batch("ROLLBACK");
+            StreamError::from(e)
+        })
+    };
     match version {
         0 => {
-            conn.execute_batch(SCHEMA)?;
-            conn.pragma_update(None, "user_version", VERSION)?;
-            Ok(())
+            step(SCHEMA, 1)?;
+            step(FORKS, 2)
         }
+        1 => step(FORKS, 2),
         VERSION => Ok(()),
         other => Err(StreamError::Storage(format!(
             "the database has schema version {other}; this build reads version {VERSION}"
@@ -67,11 +88,18 @@ pub(super) struct StreamRow {
     pub id: i64,
     pub head: Head,
     pub accessed_ms: i64,
+    /// Where the stream was forked from.
+    pub origin: Option<ForkOrigin>,
+    /// How many forks branch from it.
+    pub forks: i64,
+    /// Deleted while forks still use it.
+    pub soft_deleted: bool,
 }
 
 const SELECT_STREAM: &str =
     "SELECT id, content_type, ttl_secs, expires_at_ms, created_closed, closed,
-    count, bytes, last_stream_seq, closed_by_id, closed_by_epoch, closed_by_seq, accessed_ms
+    count, bytes, last_stream_seq, closed_by_id, closed_by_epoch, closed_by_seq, accessed_ms,
+    fork_source, fork_position, fork_sub, forks, soft_deleted
     FROM streams WHERE path = ?1";
 
 /// Loads the stream row at `path`, if any.
@@ -110,6 +138,16 @@ pub(super) fn load(conn: &Connection, path: &str) -> Result<Option<StreamRow>, S
                     closed_by,
                 },
                 accessed_ms: r.get(12)?,
+                origin: match r.get::<_, Option<String>>(13)? {
+                    Some(source) => Some(ForkOrigin {
+                        source,
+                        position: r.get::<_, i64>(14)? as u64,
+                        sub_offset: r.get::<_, i64>(15)? as u64,
+                    }),
+                    None => None,
+                },
+                forks: r.get(16)?,
+                soft_deleted: r.get(17)?,
             })
         })
         .optional()?;
@@ -300,4 +338,75 @@ fn from_unix_ms(ms: i64) -> std::time::SystemTime {
     } else {
         UNIX_EPOCH - Duration::from_millis(ms.unsigned_abs())
     }
+}
+
+/// Records where a new fork branched.
+pub(super) fn set_origin(
+    conn: &Connection,
+    id: i64,
+    origin: &ForkOrigin,
+) -> Result<(), StreamError> {
+    conn.prepare_cached(
+        "UPDATE streams SET fork_source = ?2, fork_position = ?3, fork_sub = ?4 WHERE id = ?1",
+    )?
+    .execute(params![
+        id,
+        origin.source,
+        origin.position as i64,
+        origin.sub_offset as i64
+    ])?;
+    Ok(())
+}
+
+/// Adds `delta` to the number of forks that branch from a stream.
+pub(super) fn add_forks(conn: &Connection, id: i64, delta: i64) -> Result<(), StreamError> {
+    conn.prepare_cached("UPDATE streams SET forks = max(forks + ?2, 0) WHERE id = ?1")?
+        .execute(params![id, delta])?;
+    Ok(())
+}
+
+/// Marks a stream deleted while forks still use it.
+pub(super) fn soft_delete(conn: &Connection, id: i64) -> Result<(), StreamError> {
+    conn.prepare_cached("UPDATE streams SET soft_deleted = 1 WHERE id = ?1")?
+        .execute([id])?;
+    Ok(())
+}
+
+/// Copies the first `count` messages of stream `from` into stream `to`.
+pub(super) fn copy_messages(
+    conn: &Connection,
+    from: i64,
+    to: i64,
+    count: u64,
+) -> Result<(), StreamError> {
+    conn.prepare_cached(
+        "INSERT INTO messages (stream_id, seq, data)
+         SELECT ?2, seq, data FROM messages WHERE stream_id = ?1 AND seq < ?3",
+    )?
+    .execute(params![from, to, count as i64])?;
+    Ok(())
+}
+
+/// The message at `position` of a stream.
+pub(super) fn message_at(
+    conn: &Connection,
+    id: i64,
+    position: u64,
+) -> Result<Option<bytes::Bytes>, StreamError> {
+    let mut stmt =
+        conn.prepare_cached("SELECT data FROM messages WHERE stream_id = ?1 AND seq = ?2")?;
+    Ok(stmt
+        .query_row(params![id, position as i64], |r| r.get::<_, Vec<u8>>(0))
+        .optional()?
+        .map(bytes::Bytes::from))
+}
+
+/// The number of messages and bytes a stream holds.
+pub(super) fn size(conn: &Connection, id: i64) -> Result<(u64, u64), StreamError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT count(*), coalesce(sum(length(data)), 0) FROM messages WHERE stream_id = ?1",
+    )?;
+    Ok(stmt.query_row([id], |r| {
+        Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64))
+    })?)
 }

@@ -15,10 +15,12 @@ use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::oneshot;
 
 use super::schema;
+use crate::fork::{check_refork, plan, ForkOrigin};
 use crate::payload::split;
 use crate::rules::{decide, expired, now_ms, Decision, Head};
 use crate::{
-    Append, Appended, Committed, Created, Notifier, Payload, StreamConfig, StreamError, StreamPath,
+    Append, Appended, Committed, Created, Fork, Notifier, Payload, StreamConfig, StreamError,
+    StreamPath,
 };
 
 /// The most jobs one transaction takes.
@@ -40,6 +42,11 @@ pub(super) enum Job {
     Delete {
         path: StreamPath,
         reply: oneshot::Sender<Result<(), StreamError>>,
+    },
+    Fork {
+        path: StreamPath,
+        fork: Fork,
+        reply: oneshot::Sender<Result<Created, StreamError>>,
     },
     /// Slides a TTL after a read; nobody waits for it.
     Touch { path: StreamPath },
@@ -188,6 +195,18 @@ fn apply(conn: &Connection, job: Job, max_append_bytes: usize) -> (Answer, Optio
             let ok = result.is_ok();
             (Answer::Appended(reply, result), event, ok)
         }
+        Job::Fork { path, fork, reply } => {
+            let result = fork_to(conn, &path, &fork);
+            let event = result.as_ref().ok().filter(|c| c.created).map(|c| {
+                Event::Committed(Committed {
+                    path: path.to_string(),
+                    tail: c.info.tail,
+                    closed: c.info.closed,
+                })
+            });
+            let ok = result.is_ok();
+            (Answer::Created(reply, result), event, ok)
+        }
         Job::Delete { path, reply } => {
             let result = delete(conn, &path);
             let ok = result.is_ok();
@@ -207,9 +226,13 @@ fn apply(conn: &Connection, job: Job, max_append_bytes: usize) -> (Answer, Optio
 /// The live row at `path`; an expired row is removed and reads as absent.
 fn live(conn: &Connection, path: &StreamPath, now: i64) -> Result<schema::StreamRow, StreamError> {
     match schema::load(conn, path.as_str())? {
+        Some(row) if row.soft_deleted => Err(StreamError::SoftDeleted {
+            path: path.to_string(),
+        }),
         Some(row) if !expired(&row.head.config, row.accessed_ms, now) => Ok(row),
         Some(row) => {
             schema::remove(conn, row.id, path.as_str(), false, now)?;
+            release(conn, row.origin, now)?;
             Err(StreamError::NotFound {
                 path: path.to_string(),
             })
@@ -293,7 +316,65 @@ fn append_to(
 fn delete(conn: &Connection, path: &StreamPath) -> Result<(), StreamError> {
     let now = now_ms();
     let row = live(conn, path, now)?;
-    schema::remove(conn, row.id, path.as_str(), true, now)
+    if row.forks > 0 {
+        return schema::soft_delete(conn, row.id);
+    }
+    schema::remove(conn, row.id, path.as_str(), true, now)?;
+    release(conn, row.origin, now)
+}
+
+/// Drops a removed fork's reference to its source, removing sources that
+/// were soft-deleted and have no forks left (up the chain).
+fn release(conn: &Connection, mut origin: Option<ForkOrigin>, now: i64) -> Result<(), StreamError> {
+    while let Some(ForkOrigin { source, .. }) = origin.take() {
+        let Some(row) = schema::load(conn, &source)? else {
+            return Ok(());
+        };
+        schema::add_forks(conn, row.id, -1)?;
+        if row.soft_deleted && row.forks <= 1 {
+            schema::remove(conn, row.id, &source, true, now)?;
+            origin = row.origin;
+        }
+    }
+    Ok(())
+}
+
+fn fork_to(conn: &Connection, path: &StreamPath, fork: &Fork) -> Result<Created, StreamError> {
+    let now = now_ms();
+    let source = live(conn, &fork.source, now)?;
+    let planned = plan(fork, &source.head.config, source.head.tail(), |p| {
+        schema::message_at(conn, source.id, p)
+    })?;
+    match live(conn, path, now) {
+        Ok(row) => {
+            check_refork(
+                path.as_str(),
+                &row.head.config,
+                row.origin.as_ref(),
+                &planned,
+            )?;
+            return Ok(Created {
+                created: false,
+                info: row.head.info(path.as_str()),
+            });
+        }
+        Err(StreamError::NotFound { .. } | StreamError::Gone { .. }) => {}
+        Err(other) => return Err(other),
+    }
+    let mut head = Head::new(planned.config);
+    let id = schema::insert(conn, path.as_str(), &head, now)?;
+    schema::copy_messages(conn, source.id, id, planned.inherit)?;
+    if let Some(partial) = &planned.partial {
+        schema::insert_messages(conn, id, planned.inherit, std::slice::from_ref(partial))?;
+    }
+    (head.count, head.bytes) = schema::size(conn, id)?;
+    schema::update(conn, id, &head, now)?;
+    schema::set_origin(conn, id, &planned.origin)?;
+    schema::add_forks(conn, source.id, 1)?;
+    Ok(Created {
+        created: true,
+        info: head.info(path.as_str()),
+    })
 }
 
 fn touch(conn: &Connection, path: &StreamPath) -> Result<(), StreamError> {

@@ -1,0 +1,193 @@
+//! Forks: a new stream that starts as a copy of another stream's prefix.
+//!
+//! A fork names its source, the offset it branches at (the source's tail by
+//! default) and optionally a sub-offset into the message at that offset: on
+//! a byte stream the number of bytes of that message to keep, on a JSON
+//! stream the number of further messages to keep. The fork inherits the
+//! source's content type and expiry unless it sets its own, starts open,
+//! and has no producer state. Its offsets continue the source's, so an
+//! offset read from the source before the branch point reads the same data
+//! on the fork.
+//!
+//! Deleting a stream that has live forks only retires it: its path answers
+//! [`SoftDeleted`](crate::StreamError::SoftDeleted) until the last fork is
+//! deleted, and then the stream is removed for good (cascading up a chain
+//! of forks).
+
+use bytes::Bytes;
+
+use crate::config::same_media_type;
+use crate::{Expiry, Offset, StreamConfig, StreamError, StreamPath};
+
+/// How to create a fork; see the [module docs](self).
+///
+/// ```
+/// use eddy_streams::{Fork, Offset, StreamPath};
+/// let fork = Fork::of(StreamPath::new("chat/main")?).at(Offset::at(3)).sub_offset(2);
+/// assert_eq!(fork.offset, Some(Offset::at(3)));
+/// # Ok::<(), eddy_streams::StreamError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fork {
+    /// The stream to branch from.
+    pub source: StreamPath,
+    /// Where to branch; `None` is the source's tail.
+    pub offset: Option<Offset>,
+    /// How much of the message at `offset` to keep (`0` keeps none).
+    pub sub_offset: u64,
+    /// The fork's content type; it must name the source's media type.
+    /// `None` inherits the source's.
+    pub content_type: Option<String>,
+    /// The fork's expiry; `None` inherits the source's.
+    pub expiry: Option<Expiry>,
+    /// Whether the fork is closed at creation.
+    pub closed: bool,
+}
+
+impl Fork {
+    /// A fork of `source` at its tail, inheriting everything.
+    pub fn of(source: StreamPath) -> Self {
+        Fork {
+            source,
+            offset: None,
+            sub_offset: 0,
+            content_type: None,
+            expiry: None,
+            closed: false,
+        }
+    }
+
+    /// Branch at `offset`.
+    pub fn at(mut self, offset: Offset) -> Self {
+        self.offset = Some(offset);
+        self
+    }
+
+    /// Keep `sub_offset` more bytes (byte streams) or messages (JSON
+    /// streams) past the branch offset.
+    pub fn sub_offset(mut self, sub_offset: u64) -> Self {
+        self.sub_offset = sub_offset;
+        self
+    }
+
+    /// Use this content type (it must match the source's media type).
+    pub fn with_content_type(mut self, content_type: impl Into<String>) -> Self {
+        self.content_type = Some(content_type.into());
+        self
+    }
+
+    /// Use this expiry instead of the source's.
+    pub fn with_expiry(mut self, expiry: Expiry) -> Self {
+        self.expiry = Some(expiry);
+        self
+    }
+}
+
+/// Where a fork branched: stored with the fork so that repeating the same
+/// fork request is recognised as idempotent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ForkOrigin {
+    /// The source path.
+    pub source: String,
+    /// The message position of the branch offset.
+    pub position: u64,
+    /// The sub-offset past it.
+    pub sub_offset: u64,
+}
+
+/// What a backend writes to create a fork.
+pub(crate) struct ForkPlan {
+    /// The fork's configuration.
+    pub config: StreamConfig,
+    /// How many of the source's first messages it inherits whole.
+    pub inherit: u64,
+    /// The kept part of the message at the branch offset, if any.
+    pub partial: Option<Bytes>,
+    /// Where it branched.
+    pub origin: ForkOrigin,
+}
+
+/// Plans a fork of a source with configuration `source_config` whose tail
+/// is `source_tail`. `message_at(p)` returns the source's message at
+/// position `p`.
+pub(crate) fn plan(
+    fork: &Fork,
+    source_config: &StreamConfig,
+    source_tail: Offset,
+    message_at: impl FnOnce(u64) -> Result<Option<Bytes>, StreamError>,
+) -> Result<ForkPlan, StreamError> {
+    let content_type = match &fork.content_type {
+        Some(sent) if !same_media_type(sent, &source_config.content_type) => {
+            return Err(StreamError::ContentTypeMismatch {
+                expected: source_config.content_type.clone(),
+                received: sent.clone(),
+            })
+        }
+        Some(sent) => sent.clone(),
+        None => source_config.content_type.clone(),
+    };
+    let at = fork.offset.unwrap_or(source_tail);
+    if at > source_tail || at.lineage() != source_tail.lineage() {
+        return Err(StreamError::OffsetBeyondTail {
+            offset: at,
+            tail: source_tail,
+        });
+    }
+    let position = at.position();
+    let beyond = |what: &str| {
+        StreamError::InvalidArgument(format!(
+            "fork sub-offset {} is beyond the {what} at offset {at}",
+            fork.sub_offset
+        ))
+    };
+    let (inherit, partial) = if fork.sub_offset == 0 {
+        (position, None)
+    } else if source_config.is_json() {
+        let end = position.saturating_add(fork.sub_offset);
+        if end > source_tail.position() {
+            return Err(beyond("messages"));
+        }
+        (end, None)
+    } else {
+        let message = message_at(position)?.ok_or_else(|| beyond("stream's tail"))?;
+        let keep = usize::try_from(fork.sub_offset).unwrap_or(usize::MAX);
+        if keep > message.len() {
+            return Err(beyond("message"));
+        }
+        (position, Some(message.slice(..keep)))
+    };
+    Ok(ForkPlan {
+        config: StreamConfig {
+            content_type,
+            expiry: fork.expiry.unwrap_or(source_config.expiry),
+            closed: fork.closed,
+        },
+        inherit,
+        partial,
+        origin: ForkOrigin {
+            source: fork.source.to_string(),
+            position,
+            sub_offset: fork.sub_offset,
+        },
+    })
+}
+
+/// Checks a fork request against a stream that already exists at the path.
+pub(crate) fn check_refork(
+    path: &str,
+    existing: &StreamConfig,
+    existing_origin: Option<&ForkOrigin>,
+    plan: &ForkPlan,
+) -> Result<(), StreamError> {
+    if existing.equivalent(&plan.config) && existing_origin == Some(&plan.origin) {
+        Ok(())
+    } else {
+        Err(StreamError::ConfigConflict {
+            path: path.to_owned(),
+            detail: format!(
+                "it is not a fork of `{}` at position {} with sub-offset {} and the same configuration",
+                plan.origin.source, plan.origin.position, plan.origin.sub_offset
+            ),
+        })
+    }
+}

@@ -1,0 +1,992 @@
+//! The bodies of the `Storage` contract cases, shared by every harness that
+//! runs them (this crate's backends, and the remote HTTP client in
+//! `eddy-server`). Each case is an `async fn(Arc<dyn Storage>)` on a fresh
+//! store; [`every_case!`] lists them all.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use eddy_streams::{
+    Append, Expiry, Fork, Offset, Payload, ProducerPosition, ReadFrom, Storage, StreamConfig,
+    StreamError, StreamPath, Wait,
+};
+
+/// Calls `$run!(case, case, ...)` with every contract case.
+macro_rules! every_case {
+    ($run:ident) => {
+        $run!(
+            create_is_idempotent_for_the_same_config,
+            create_with_another_config_conflicts,
+            create_with_initial_data_and_closed,
+            append_returns_increasing_canonical_offsets,
+            json_arrays_flatten_one_level,
+            bad_json_and_empty_arrays_write_nothing,
+            content_type_mismatch_writes_nothing,
+            byte_streams_keep_each_append_whole,
+            read_pages_by_size_and_reports_the_tail,
+            read_sentinels_and_bad_offsets,
+            unknown_and_deleted_streams_differ,
+            recreate_after_delete_is_fresh,
+            producer_next_duplicate_gap_and_fencing,
+            producer_new_epoch_starts_at_zero,
+            producer_state_is_per_stream_and_producer,
+            expected_tail_mismatch_writes_nothing,
+            stream_seq_must_increase,
+            close_alone_and_with_final_append,
+            closing_producer_retry_succeeds,
+            oversized_append_is_refused,
+            wait_is_level_triggered,
+            wait_wakes_on_append_and_times_out,
+            committed_reports_every_commit,
+            ttl_expired_stream_reads_as_absent,
+            expires_at_in_the_past_reads_as_absent,
+            list_filters_by_prefix,
+            concurrent_appenders_lose_nothing,
+            fork_inherits_the_prefix_and_branches,
+            fork_sub_offsets_and_bad_offsets,
+            fork_is_idempotent_and_checks_its_config,
+            deleting_a_forked_source_soft_deletes_it,
+        );
+    };
+}
+pub(crate) use every_case;
+
+pub fn path(s: &str) -> StreamPath {
+    StreamPath::new(s).expect("valid path")
+}
+
+pub async fn read_all(store: &dyn Storage, p: &StreamPath) -> Vec<String> {
+    let chunk = store
+        .read(p, ReadFrom::Beginning, usize::MAX)
+        .await
+        .expect("read");
+    chunk
+        .messages
+        .iter()
+        .map(|m| String::from_utf8_lossy(m).into_owned())
+        .collect()
+}
+
+pub async fn json_stream(store: &dyn Storage, name: &str) -> StreamPath {
+    let p = path(name);
+    store
+        .create(&p, StreamConfig::json(), Payload::empty())
+        .await
+        .expect("create");
+    p
+}
+
+pub async fn create_is_idempotent_for_the_same_config(store: Arc<dyn Storage>) {
+    let p = path("a/b");
+    let first = store
+        .create(&p, StreamConfig::json(), Payload::empty())
+        .await
+        .expect("create");
+    assert!(first.created);
+    store.append(&p, Append::body("1")).await.expect("append");
+    let again = store
+        .create(
+            &p,
+            StreamConfig::bytes("Application/JSON; charset=utf-8"),
+            Payload::empty(),
+        )
+        .await
+        .expect("same config");
+    assert!(!again.created);
+    assert_eq!(
+        again.info.tail,
+        Offset::at(1),
+        "a repeated create keeps the data"
+    );
+}
+
+pub async fn create_with_another_config_conflicts(store: Arc<dyn Storage>) {
+    let p = json_stream(&*store, "conflict").await;
+    for other in [
+        StreamConfig::bytes("text/plain"),
+        StreamConfig::json().with_ttl(Duration::from_secs(60)),
+        StreamConfig::json().closed(),
+    ] {
+        let err = store.create(&p, other, Payload::empty()).await.err();
+        assert_eq!(err.map(|e| e.code()), Some("stream/config-conflict"));
+    }
+    let ttl = path("ttl");
+    let config = StreamConfig::json().with_ttl(Duration::from_secs(60));
+    store
+        .create(&ttl, config.clone(), Payload::empty())
+        .await
+        .expect("create");
+    assert!(
+        !store
+            .create(&ttl, config, Payload::empty())
+            .await
+            .expect("same ttl")
+            .created
+    );
+}
+
+pub async fn create_with_initial_data_and_closed(store: Arc<dyn Storage>) {
+    let p = path("initial");
+    let created = store
+        .create(
+            &p,
+            StreamConfig::json().closed(),
+            Payload::Body(Bytes::from("[1,2,3]")),
+        )
+        .await
+        .expect("create");
+    assert_eq!(created.info.tail, Offset::at(3));
+    assert!(created.info.closed);
+    assert_eq!(read_all(&*store, &p).await, ["1", "2", "3"]);
+    let err = store.append(&p, Append::body("4")).await.err();
+    assert_eq!(
+        err,
+        Some(StreamError::Closed {
+            path: "initial".into(),
+            final_offset: Offset::at(3)
+        })
+    );
+    let empty = path("empty-array");
+    let created = store
+        .create(
+            &empty,
+            StreamConfig::json(),
+            Payload::Body(Bytes::from("[]")),
+        )
+        .await
+        .expect("`[]` creates an empty stream");
+    assert_eq!(created.info.tail, Offset::ZERO);
+}
+
+pub async fn append_returns_increasing_canonical_offsets(store: Arc<dyn Storage>) {
+    let p = json_stream(&*store, "offsets").await;
+    let mut last = store.head(&p).await.expect("head").tail;
+    assert_eq!(last.to_string(), "0000000000000000_0000000000000000");
+    for i in 0..20 {
+        let next = store
+            .append(&p, Append::body(format!("{i}")))
+            .await
+            .expect("append")
+            .next_offset;
+        assert!(next.to_string() > last.to_string(), "{next} after {last}");
+        assert_eq!(next.to_string().len(), 33);
+        last = next;
+    }
+}
+
+pub async fn json_arrays_flatten_one_level(store: Arc<dyn Storage>) {
+    let p = json_stream(&*store, "flatten").await;
+    store
+        .append(&p, Append::body("[[1,2],[3,4]]"))
+        .await
+        .expect("append");
+    store
+        .append(&p, Append::body(r#"{"a":[1]}"#))
+        .await
+        .expect("append");
+    store
+        .append(&p, Append::messages(vec![Bytes::from("[5,6]")]))
+        .await
+        .expect("pre-split messages stay whole");
+    assert_eq!(
+        read_all(&*store, &p).await,
+        ["[1,2]", "[3,4]", r#"{"a":[1]}"#, "[5,6]"]
+    );
+}
+
+pub async fn bad_json_and_empty_arrays_write_nothing(store: Arc<dyn Storage>) {
+    let p = json_stream(&*store, "bad-json").await;
+    for (body, code) in [
+        ("{", "json/invalid"),
+        ("[]", "json/empty-array"),
+        ("", "append/empty"),
+    ] {
+        let err = store.append(&p, Append::body(body)).await.err();
+        assert_eq!(err.map(|e| e.code()), Some(code), "{body:?}");
+    }
+    let err = store
+        .append(
+            &p,
+            Append::messages(vec![Bytes::from("1"), Bytes::from("nope")]),
+        )
+        .await
+        .err();
+    assert_eq!(err.map(|e| e.code()), Some("json/invalid"));
+    assert_eq!(store.head(&p).await.expect("head").tail, Offset::ZERO);
+}
+
+pub async fn content_type_mismatch_writes_nothing(store: Arc<dyn Storage>) {
+    let p = json_stream(&*store, "ct").await;
+    let err = store
+        .append(&p, Append::body("1").with_content_type("text/plain"))
+        .await
+        .err();
+    assert_eq!(err.map(|e| e.code()), Some("append/content-type-mismatch"));
+    store
+        .append(
+            &p,
+            Append::body("1").with_content_type("application/json; charset=utf-8"),
+        )
+        .await
+        .expect("parameters are ignored");
+    assert_eq!(store.head(&p).await.expect("head").tail, Offset::at(1));
+}
+
+pub async fn byte_streams_keep_each_append_whole(store: Arc<dyn Storage>) {
+    let p = path("bytes");
+    store
+        .create(&p, StreamConfig::bytes("text/plain"), Payload::empty())
+        .await
+        .expect("create");
+    store
+        .append(&p, Append::body("[1,2]"))
+        .await
+        .expect("append");
+    store
+        .append(&p, Append::body("hello\nworld"))
+        .await
+        .expect("append");
+    assert_eq!(read_all(&*store, &p).await, ["[1,2]", "hello\nworld"]);
+}
+
+pub async fn read_pages_by_size_and_reports_the_tail(store: Arc<dyn Storage>) {
+    let p = json_stream(&*store, "paging").await;
+    let items: Vec<String> = (0..10).map(|i| format!("\"{i:08}\"")).collect();
+    store
+        .append(&p, Append::body(format!("[{}]", items.join(","))))
+        .await
+        .expect("append");
+    let mut from = ReadFrom::Beginning;
+    let mut seen = Vec::new();
+    loop {
+        let chunk = store.read(&p, from, 25).await.expect("read");
+        assert!(!chunk.messages.is_empty());
+        assert!(
+            chunk.messages.len() <= 2,
+            "25 bytes hold two 10-byte messages"
+        );
+        seen.extend(
+            chunk
+                .messages
+                .iter()
+                .map(|m| String::from_utf8_lossy(m).into_owned()),
+        );
+        if chunk.up_to_date {
+            assert_eq!(chunk.next_offset, Offset::at(10));
+            break;
+        }
+        from = ReadFrom::Offset(chunk.next_offset);
+    }
+    assert_eq!(seen, items);
+    let one = store.read(&p, ReadFrom::Beginning, 1).await.expect("read");
+    assert_eq!(
+        one.messages.len(),
+        1,
+        "a read returns one message even over the limit"
+    );
+    assert!(!one.up_to_date);
+}
+
+pub async fn read_sentinels_and_bad_offsets(store: Arc<dyn Storage>) {
+    let p = json_stream(&*store, "sentinels").await;
+    store
+        .append(&p, Append::body("[1,2]"))
+        .await
+        .expect("append");
+    let tail = store
+        .read(&p, ReadFrom::Tail, 1024)
+        .await
+        .expect("read now");
+    assert!(tail.messages.is_empty() && tail.up_to_date);
+    assert_eq!(tail.next_offset, Offset::at(2));
+    let mid = store
+        .read(&p, ReadFrom::Offset(Offset::at(1)), 1024)
+        .await
+        .expect("read");
+    assert_eq!(mid.messages, vec![Bytes::from("2")]);
+    let beyond = store
+        .read(&p, ReadFrom::Offset(Offset::at(3)), 1024)
+        .await
+        .err();
+    assert_eq!(beyond.map(|e| e.code()), Some("offset/beyond-tail"));
+    assert_eq!(
+        "12_34".parse::<ReadFrom>().err().map(|e| e.code()),
+        Some("offset/invalid")
+    );
+}
+
+pub async fn unknown_and_deleted_streams_differ(store: Arc<dyn Storage>) {
+    let never = path("never");
+    assert_eq!(
+        store.head(&never).await.err(),
+        Some(StreamError::NotFound {
+            path: "never".into()
+        })
+    );
+    let err = store.append(&never, Append::body("1")).await.err();
+    assert_eq!(err.map(|e| e.code()), Some("stream/not-found"));
+    let p = json_stream(&*store, "doomed").await;
+    store.delete(&p).await.expect("delete");
+    assert_eq!(
+        store.head(&p).await.err(),
+        Some(StreamError::Gone {
+            path: "doomed".into()
+        })
+    );
+    let read = store.read(&p, ReadFrom::Beginning, 10).await.err();
+    assert_eq!(read.map(|e| e.code()), Some("stream/gone"));
+    let append = store.append(&p, Append::body("1")).await.err();
+    assert_eq!(append.map(|e| e.code()), Some("stream/gone"));
+    assert_eq!(
+        store.delete(&never).await.err().map(|e| e.code()),
+        Some("stream/not-found")
+    );
+}
+
+pub async fn recreate_after_delete_is_fresh(store: Arc<dyn Storage>) {
+    let p = json_stream(&*store, "phoenix").await;
+    let producer = ProducerPosition::new("w", 3, 0);
+    store
+        .append(&p, Append::body("[1,2]").with_producer(producer))
+        .await
+        .expect("append");
+    store.delete(&p).await.expect("delete");
+    let created = store
+        .create(&p, StreamConfig::bytes("text/plain"), Payload::empty())
+        .await
+        .expect("recreate with another config");
+    assert!(created.created);
+    assert_eq!(created.info.tail, Offset::ZERO);
+    let again = store
+        .append(
+            &p,
+            Append::body("x").with_producer(ProducerPosition::new("w", 0, 0)),
+        )
+        .await
+        .expect("producer state is gone with the old stream");
+    assert!(!again.duplicate);
+    assert_eq!(read_all(&*store, &p).await, ["x"]);
+}
+
+pub async fn producer_next_duplicate_gap_and_fencing(store: Arc<dyn Storage>) {
+    let p = json_stream(&*store, "producer").await;
+    let at = |epoch, seq| {
+        Append::body(format!("{seq}")).with_producer(ProducerPosition::new("w", epoch, seq))
+    };
+    let err = store.append(&p, at(0, 1)).await.err();
+    assert_eq!(
+        err,
+        Some(StreamError::ProducerSeqGap {
+            producer: "w".into(),
+            expected: 0,
+            received: 1
+        })
+    );
+    for seq in 0..3 {
+        let ok = store.append(&p, at(0, seq)).await.expect("append");
+        assert_eq!((ok.duplicate, ok.producer), (false, Some((0, seq))));
+    }
+    let dup = store.append(&p, at(0, 1)).await.expect("duplicate");
+    assert!(dup.duplicate);
+    assert_eq!(
+        dup.producer,
+        Some((0, 2)),
+        "a duplicate reports the highest accepted seq"
+    );
+    assert_eq!(dup.next_offset, Offset::at(3));
+    let gap = store.append(&p, at(0, 5)).await.err();
+    assert_eq!(
+        gap,
+        Some(StreamError::ProducerSeqGap {
+            producer: "w".into(),
+            expected: 3,
+            received: 5
+        })
+    );
+    store.append(&p, at(1, 0)).await.expect("new epoch");
+    let fenced = store.append(&p, at(0, 3)).await.err();
+    assert_eq!(
+        fenced,
+        Some(StreamError::ProducerFenced {
+            producer: "w".into(),
+            current: 1,
+            received: 0
+        })
+    );
+    assert_eq!(read_all(&*store, &p).await, ["0", "1", "2", "0"]);
+}
+
+pub async fn producer_new_epoch_starts_at_zero(store: Arc<dyn Storage>) {
+    let p = json_stream(&*store, "epoch").await;
+    let at = |epoch, seq| Append::body("1").with_producer(ProducerPosition::new("w", epoch, seq));
+    store.append(&p, at(0, 0)).await.expect("append");
+    let err = store.append(&p, at(2, 1)).await.err();
+    assert_eq!(err.map(|e| e.code()), Some("producer/epoch-start"));
+    assert_eq!(store.head(&p).await.expect("head").tail, Offset::at(1));
+    let first = store
+        .append(&p, at(7, 0))
+        .await
+        .expect("a new producer may start at any epoch");
+    assert_eq!(first.producer, Some((7, 0)));
+}
+
+pub async fn producer_state_is_per_stream_and_producer(store: Arc<dyn Storage>) {
+    let a = json_stream(&*store, "ps/a").await;
+    let b = json_stream(&*store, "ps/b").await;
+    let at = |id: &str, seq| Append::body("1").with_producer(ProducerPosition::new(id, 0, seq));
+    store.append(&a, at("w", 0)).await.expect("append");
+    assert!(
+        !store
+            .append(&b, at("w", 0))
+            .await
+            .expect("other stream")
+            .duplicate
+    );
+    assert!(
+        !store
+            .append(&a, at("v", 0))
+            .await
+            .expect("other producer")
+            .duplicate
+    );
+    assert!(store.append(&a, at("w", 0)).await.expect("dup").duplicate);
+}
+
+pub async fn expected_tail_mismatch_writes_nothing(store: Arc<dyn Storage>) {
+    let p = json_stream(&*store, "cas").await;
+    store
+        .append(&p, Append::body("1").expecting_tail(Offset::ZERO))
+        .await
+        .expect("first");
+    let err = store
+        .append(&p, Append::body("2").expecting_tail(Offset::ZERO))
+        .await
+        .err();
+    assert_eq!(
+        err,
+        Some(StreamError::OffsetMismatch {
+            expected: Offset::ZERO,
+            actual: Offset::at(1)
+        })
+    );
+    assert_eq!(read_all(&*store, &p).await, ["1"]);
+}
+
+pub async fn stream_seq_must_increase(store: Arc<dyn Storage>) {
+    let p = json_stream(&*store, "stream-seq").await;
+    store
+        .append(&p, Append::body("1").with_stream_seq("09"))
+        .await
+        .expect("09");
+    store
+        .append(&p, Append::body("1").with_stream_seq("10"))
+        .await
+        .expect("10 > 09");
+    store
+        .append(&p, Append::body("1").with_stream_seq("2"))
+        .await
+        .expect("\"2\" > \"10\" bytewise");
+    for bad in ["10", "09", "0"] {
+        let err = store
+            .append(&p, Append::body("1").with_stream_seq(bad))
+            .await
+            .err();
+        assert_eq!(
+            err.map(|e| e.code()),
+            Some("append/stream-seq-conflict"),
+            "{bad}"
+        );
+    }
+    assert_eq!(store.head(&p).await.expect("head").tail, Offset::at(3));
+}
+
+pub async fn close_alone_and_with_final_append(store: Arc<dyn Storage>) {
+    let p = json_stream(&*store, "close-alone").await;
+    store.append(&p, Append::body("1")).await.expect("append");
+    let closed = store.append(&p, Append::close_only()).await.expect("close");
+    assert!(closed.closed);
+    assert_eq!(closed.next_offset, Offset::at(1));
+    assert!(
+        store
+            .append(&p, Append::close_only())
+            .await
+            .expect("close again")
+            .closed
+    );
+    let err = store.append(&p, Append::body("2")).await.err();
+    assert_eq!(
+        err,
+        Some(StreamError::Closed {
+            path: "close-alone".into(),
+            final_offset: Offset::at(1)
+        })
+    );
+    let chunk = store
+        .read(&p, ReadFrom::Beginning, 1024)
+        .await
+        .expect("read");
+    assert!(chunk.closed && chunk.up_to_date);
+
+    let q = json_stream(&*store, "close-final").await;
+    store
+        .append(&q, Append::body("[1,2]"))
+        .await
+        .expect("append");
+    let last = store
+        .append(&q, Append::body("3").closing())
+        .await
+        .expect("append and close");
+    assert_eq!((last.next_offset, last.closed), (Offset::at(3), true));
+    let partial = store.read(&q, ReadFrom::Beginning, 1).await.expect("read");
+    assert!(
+        !partial.closed,
+        "only a read that reaches the tail reports the close"
+    );
+    assert!(store.head(&q).await.expect("head").closed);
+}
+
+pub async fn closing_producer_retry_succeeds(store: Arc<dyn Storage>) {
+    let p = json_stream(&*store, "close-producer").await;
+    let closing = || {
+        Append::body("1")
+            .with_producer(ProducerPosition::new("w", 0, 0))
+            .closing()
+    };
+    let first = store.append(&p, closing()).await.expect("close");
+    assert!(!first.duplicate && first.closed);
+    let retry = store.append(&p, closing()).await.expect("retry");
+    assert!(retry.duplicate && retry.closed);
+    assert_eq!(retry.next_offset, Offset::at(1));
+    let other = Append::body("1")
+        .with_producer(ProducerPosition::new("w", 0, 1))
+        .closing();
+    assert_eq!(
+        store.append(&p, other).await.err().map(|e| e.code()),
+        Some("stream/closed")
+    );
+    assert_eq!(read_all(&*store, &p).await, ["1"]);
+}
+
+pub async fn oversized_append_is_refused(store: Arc<dyn Storage>) {
+    let p = path("big");
+    store
+        .create(
+            &p,
+            StreamConfig::bytes("application/octet-stream"),
+            Payload::empty(),
+        )
+        .await
+        .expect("create");
+    let big = Bytes::from(vec![b'x'; eddy_streams::DEFAULT_MAX_APPEND_BYTES + 1]);
+    let err = store.append(&p, Append::body(big)).await.err();
+    assert_eq!(err.map(|e| e.code()), Some("append/too-large"));
+    assert_eq!(store.head(&p).await.expect("head").bytes, 0);
+}
+
+pub async fn wait_is_level_triggered(store: Arc<dyn Storage>) {
+    let p = json_stream(&*store, "level").await;
+    store.append(&p, Append::body("1")).await.expect("append");
+    let waited = store
+        .wait(&p, Offset::ZERO, Duration::from_secs(5))
+        .await
+        .expect("wait");
+    assert!(matches!(waited, Wait::Changed(info) if info.tail == Offset::at(1)));
+}
+
+pub async fn wait_wakes_on_append_and_times_out(store: Arc<dyn Storage>) {
+    let p = json_stream(&*store, "live").await;
+    let timed_out = store
+        .wait(&p, Offset::ZERO, Duration::from_millis(50))
+        .await
+        .expect("wait");
+    assert!(matches!(timed_out, Wait::TimedOut(_)));
+    let writer = Arc::clone(&store);
+    let target = p.clone();
+    let append = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        writer.append(&target, Append::body("1")).await
+    });
+    let waited = store
+        .wait(&p, Offset::ZERO, Duration::from_secs(10))
+        .await
+        .expect("wait");
+    assert!(matches!(waited, Wait::Changed(info) if info.tail == Offset::at(1)));
+    append.await.expect("join").expect("append");
+    let closer = Arc::clone(&store);
+    let target = p.clone();
+    tokio::spawn(async move { closer.append(&target, Append::close_only()).await });
+    let closed = store
+        .wait(&p, Offset::at(1), Duration::from_secs(10))
+        .await
+        .expect("wait");
+    assert!(matches!(closed, Wait::Changed(info) if info.closed));
+}
+
+pub async fn committed_reports_every_commit(store: Arc<dyn Storage>) {
+    let mut feed = store.committed();
+    let p = json_stream(&*store, "feed").await;
+    store
+        .append(&p, Append::body("[1,2]"))
+        .await
+        .expect("append");
+    store.append(&p, Append::close_only()).await.expect("close");
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let event = tokio::time::timeout(Duration::from_secs(5), feed.recv())
+            .await
+            .expect("in time")
+            .expect("event");
+        seen.push((event.path, event.tail, event.closed));
+    }
+    assert_eq!(
+        seen,
+        [
+            ("feed".to_owned(), Offset::ZERO, false),
+            ("feed".to_owned(), Offset::at(2), false),
+            ("feed".to_owned(), Offset::at(2), true),
+        ]
+    );
+}
+
+pub async fn ttl_expired_stream_reads_as_absent(store: Arc<dyn Storage>) {
+    let p = path("short-lived");
+    let config = StreamConfig::json().with_ttl(Duration::from_secs(1));
+    store
+        .create(&p, config.clone(), Payload::Body(Bytes::from("1")))
+        .await
+        .expect("create");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    store
+        .read(&p, ReadFrom::Beginning, 10)
+        .await
+        .expect("a read slides the ttl");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    store
+        .head(&p)
+        .await
+        .expect("still alive: the read refreshed it");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(
+        store.head(&p).await.err().map(|e| e.code()),
+        Some("stream/not-found")
+    );
+    let fresh = store
+        .create(&p, config, Payload::empty())
+        .await
+        .expect("create again");
+    assert!(fresh.created && fresh.info.tail == Offset::ZERO);
+}
+
+pub async fn expires_at_in_the_past_reads_as_absent(store: Arc<dyn Storage>) {
+    let p = path("expired");
+    let past = SystemTime::now() - Duration::from_secs(1);
+    store
+        .create(
+            &p,
+            StreamConfig::json().with_expires_at(past),
+            Payload::empty(),
+        )
+        .await
+        .expect("create");
+    assert_eq!(
+        store
+            .read(&p, ReadFrom::Beginning, 10)
+            .await
+            .err()
+            .map(|e| e.code()),
+        Some("stream/not-found")
+    );
+}
+
+pub async fn list_filters_by_prefix(store: Arc<dyn Storage>) {
+    for name in ["l/b", "l/a", "other"] {
+        json_stream(&*store, name).await;
+    }
+    store.delete(&path("l/b")).await.expect("delete");
+    json_stream(&*store, "l/c").await;
+    let listed: Vec<String> = store
+        .list("l/")
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|i| i.path)
+        .collect();
+    assert_eq!(listed, ["l/a", "l/c"]);
+}
+
+pub async fn concurrent_appenders_lose_nothing(store: Arc<dyn Storage>) {
+    let p = json_stream(&*store, "many").await;
+    let mut tasks = Vec::new();
+    for writer in 0..8 {
+        let store = Arc::clone(&store);
+        let p = p.clone();
+        tasks.push(tokio::spawn(async move {
+            for seq in 0..25u64 {
+                let append = Append::body(format!("\"{writer}-{seq}\""))
+                    .with_producer(ProducerPosition::new(format!("w{writer}"), 0, seq));
+                store.append(&p, append).await.expect("append");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("join");
+    }
+    let all = read_all(&*store, &p).await;
+    assert_eq!(all.len(), 200);
+    for writer in 0..8 {
+        let mine: Vec<&String> = all
+            .iter()
+            .filter(|m| m.starts_with(&format!("\"{writer}-")))
+            .collect();
+        let expected: Vec<String> = (0..25).map(|s| format!("\"{writer}-{s}\"")).collect();
+        assert_eq!(
+            mine,
+            expected.iter().collect::<Vec<_>>(),
+            "each writer's order is kept"
+        );
+    }
+}
+
+pub async fn fork_inherits_the_prefix_and_branches(store: Arc<dyn Storage>) {
+    let src = json_stream(&*store, "fork/src").await;
+    store
+        .append(&src, Append::body("[1,2,3]"))
+        .await
+        .expect("append");
+    let at = Fork::of(src.clone()).at(Offset::at(2));
+    let fork = path("fork/at-2");
+    let created = store.fork(&fork, at).await.expect("fork");
+    assert!(created.created);
+    assert_eq!(created.info.tail, Offset::at(2));
+    assert!(
+        created.info.config.is_json(),
+        "the content type is inherited"
+    );
+    assert_eq!(read_all(&*store, &fork).await, ["1", "2"]);
+    store
+        .append(&fork, Append::body("\"f\""))
+        .await
+        .expect("append to fork");
+    store
+        .append(&src, Append::body("4"))
+        .await
+        .expect("append to source");
+    assert_eq!(read_all(&*store, &fork).await, ["1", "2", "\"f\""]);
+    assert_eq!(read_all(&*store, &src).await, ["1", "2", "3", "4"]);
+    let mid = store
+        .read(&fork, ReadFrom::Offset(Offset::at(1)), 1 << 20)
+        .await
+        .expect("read");
+    assert_eq!(mid.messages, vec![Bytes::from("2"), Bytes::from("\"f\"")]);
+
+    let head = path("fork/at-tail");
+    let created = store
+        .fork(&head, Fork::of(src.clone()))
+        .await
+        .expect("fork at tail");
+    assert_eq!(created.info.tail, Offset::at(4));
+
+    store
+        .append(&src, Append::close_only())
+        .await
+        .expect("close source");
+    let open = store
+        .fork(&path("fork/of-closed"), Fork::of(src.clone()))
+        .await
+        .expect("fork");
+    assert!(!open.info.closed, "a fork of a closed stream starts open");
+
+    let producer = ProducerPosition::new("w", 0, 0);
+    let fresh = store
+        .append(&fork, Append::body("1").with_producer(producer))
+        .await
+        .expect("producer state is not inherited");
+    assert!(!fresh.duplicate);
+    let missing = store
+        .fork(&path("fork/none"), Fork::of(path("fork/missing")))
+        .await
+        .err();
+    assert_eq!(missing.map(|e| e.code()), Some("stream/not-found"));
+}
+
+pub async fn fork_sub_offsets_and_bad_offsets(store: Arc<dyn Storage>) {
+    let text = path("sub/text");
+    store
+        .create(
+            &text,
+            StreamConfig::bytes("text/plain"),
+            Payload::Body(Bytes::from("abcdef")),
+        )
+        .await
+        .expect("create");
+    let l1 = path("sub/l1");
+    store
+        .fork(&l1, Fork::of(text.clone()).at(Offset::ZERO).sub_offset(4))
+        .await
+        .expect("fork");
+    assert_eq!(read_all(&*store, &l1).await, ["abcd"]);
+    let l2 = path("sub/l2");
+    store
+        .fork(&l2, Fork::of(l1.clone()).at(Offset::ZERO).sub_offset(2))
+        .await
+        .expect("fork");
+    store.append(&l2, Append::body("Z")).await.expect("append");
+    assert_eq!(read_all(&*store, &l2).await, ["ab", "Z"]);
+    let over = store
+        .fork(
+            &path("sub/over"),
+            Fork::of(text.clone()).at(Offset::ZERO).sub_offset(7),
+        )
+        .await;
+    assert_eq!(over.err().map(|e| e.code()), Some("invalid-argument"));
+
+    let json = json_stream(&*store, "sub/json").await;
+    store
+        .append(&json, Append::body("[1,2,3,4]"))
+        .await
+        .expect("append");
+    let j = path("sub/j");
+    store
+        .fork(&j, Fork::of(json.clone()).at(Offset::ZERO).sub_offset(2))
+        .await
+        .expect("fork");
+    assert_eq!(read_all(&*store, &j).await, ["1", "2"]);
+    let over = store
+        .fork(
+            &path("sub/j-over"),
+            Fork::of(json.clone()).at(Offset::ZERO).sub_offset(5),
+        )
+        .await;
+    assert_eq!(over.err().map(|e| e.code()), Some("invalid-argument"));
+
+    let beyond = Fork::of(json.clone()).at(Offset::at(99));
+    let err = store.fork(&path("sub/beyond"), beyond).await.err();
+    assert_eq!(err.map(|e| e.code()), Some("offset/beyond-tail"));
+    let ct = Fork::of(json.clone()).with_content_type("text/plain");
+    let err = store.fork(&path("sub/ct"), ct).await.err();
+    assert_eq!(err.map(|e| e.code()), Some("append/content-type-mismatch"));
+    assert!(
+        store.head(&path("sub/ct")).await.is_err(),
+        "a refused fork writes nothing"
+    );
+    store.delete(&j).await.expect("delete the one fork");
+    store
+        .delete(&json)
+        .await
+        .expect("the refused forks hold no reference to the source");
+    assert_eq!(
+        store.head(&json).await.err().map(|e| e.code()),
+        Some("stream/gone")
+    );
+}
+
+pub async fn fork_is_idempotent_and_checks_its_config(store: Arc<dyn Storage>) {
+    let src = path("idem/src");
+    let config = StreamConfig::bytes("text/plain").with_ttl(Duration::from_secs(3600));
+    store
+        .create(&src, config, Payload::Body(Bytes::from("hello")))
+        .await
+        .expect("create");
+    let fork = path("idem/fork");
+    let request = Fork::of(src.clone()).at(Offset::ZERO).sub_offset(2);
+    let first = store.fork(&fork, request.clone()).await.expect("fork");
+    assert!(first.created);
+    assert_eq!(
+        first.info.config.expiry,
+        Expiry::Ttl(3600),
+        "the expiry is inherited"
+    );
+    let again = store.fork(&fork, request).await.expect("same fork again");
+    assert!(!again.created);
+    let other = Fork::of(src.clone()).at(Offset::ZERO).sub_offset(3);
+    let err = store.fork(&fork, other).await.err();
+    assert_eq!(err.map(|e| e.code()), Some("stream/config-conflict"));
+    let own_ttl = Fork::of(src.clone()).with_expiry(Expiry::Ttl(60));
+    let created = store.fork(&path("idem/ttl"), own_ttl).await.expect("fork");
+    assert_eq!(created.info.config.expiry, Expiry::Ttl(60));
+    let plain = json_stream(&*store, "idem/plain").await;
+    let err = store.fork(&plain, Fork::of(src.clone())).await.err();
+    assert_eq!(err.map(|e| e.code()), Some("stream/config-conflict"));
+}
+
+pub async fn deleting_a_forked_source_soft_deletes_it(store: Arc<dyn Storage>) {
+    let l0 = json_stream(&*store, "gc/l0").await;
+    store
+        .append(&l0, Append::body("[1,2]"))
+        .await
+        .expect("append");
+    let l1 = path("gc/l1");
+    let l2 = path("gc/l2");
+    store.fork(&l1, Fork::of(l0.clone())).await.expect("fork");
+    store.fork(&l2, Fork::of(l1.clone())).await.expect("fork");
+    store.delete(&l0).await.expect("soft delete");
+    let soft = |e: Option<StreamError>| e.map(|e| e.code());
+    assert_eq!(
+        soft(store.head(&l0).await.err()),
+        Some("stream/soft-deleted")
+    );
+    assert_eq!(
+        soft(store.read(&l0, ReadFrom::Beginning, 10).await.err()),
+        Some("stream/soft-deleted")
+    );
+    assert_eq!(
+        soft(store.append(&l0, Append::body("3")).await.err()),
+        Some("stream/soft-deleted")
+    );
+    assert_eq!(
+        soft(store.delete(&l0).await.err()),
+        Some("stream/soft-deleted")
+    );
+    let recreate = store
+        .create(&l0, StreamConfig::json(), Payload::empty())
+        .await
+        .err();
+    assert_eq!(soft(recreate), Some("stream/soft-deleted"));
+    let refork = store.fork(&path("gc/x"), Fork::of(l0.clone())).await.err();
+    assert_eq!(soft(refork), Some("stream/soft-deleted"));
+    assert!(store
+        .list("gc/")
+        .await
+        .expect("list")
+        .iter()
+        .all(|i| i.path != "gc/l0"));
+    assert_eq!(read_all(&*store, &l2).await, ["1", "2"], "forks still read");
+
+    store.delete(&l1).await.expect("soft delete the middle");
+    assert_eq!(
+        soft(store.head(&l1).await.err()),
+        Some("stream/soft-deleted")
+    );
+    store.delete(&l2).await.expect("delete the last fork");
+    for p in [&l0, &l1, &l2] {
+        assert_eq!(
+            soft(store.head(p).await.err()),
+            Some("stream/gone"),
+            "{p} is collected"
+        );
+    }
+    assert!(
+        store
+            .create(&l0, StreamConfig::json(), Payload::empty())
+            .await
+            .expect("free")
+            .created
+    );
+
+    let kept = json_stream(&*store, "gc/kept").await;
+    store
+        .fork(&path("gc/kept-fork"), Fork::of(kept.clone()))
+        .await
+        .expect("fork");
+    store
+        .delete(&path("gc/kept-fork"))
+        .await
+        .expect("delete fork");
+    store
+        .head(&kept)
+        .await
+        .expect("a source whose forks are deleted stays alive");
+    store.delete(&kept).await.expect("and deletes at once");
+    assert_eq!(soft(store.head(&kept).await.err()), Some("stream/gone"));
+}
