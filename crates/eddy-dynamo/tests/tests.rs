@@ -1,8 +1,11 @@
 //! The integration tests of eddy-dynamo, one binary with a module per area.
 
+mod batch;
 mod common;
 mod contract;
 mod embedded;
 mod entity;
+mod follower;
 mod projection;
+mod props;
 mod stream;

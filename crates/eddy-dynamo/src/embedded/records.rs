@@ -50,7 +50,9 @@ pub(crate) fn change_record(
         record.user_identity = Some(identity);
     }
     let size = item_size(&keys) + old.map_or(0, item_size) + new.map_or(0, item_size);
-    record.change.approximate_creation_date_time = now;
+    // Streams report whole seconds.
+    record.change.approximate_creation_date_time =
+        DateTime::from_timestamp(now.timestamp(), 0).unwrap_or(now);
     record.change.keys = keys.into();
     record.change.new_image = new.cloned().unwrap_or_default().into();
     record.change.old_image = old.cloned().unwrap_or_default().into();
