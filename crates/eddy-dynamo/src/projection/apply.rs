@@ -16,6 +16,11 @@ use crate::event_stream::StoredEvent;
 use crate::item::{get_str, get_u64, n, s, Item};
 use crate::request::Put;
 
+/// A row and the stream instance feeding it: (encoded row key, instance).
+type GroupId = (String, StreamId);
+/// A row's table key, its key value and its events with their input positions.
+type Group<E, K> = (Item, K, Vec<(usize, StoredEvent<E>)>);
+
 /// The row's state as read.
 struct Current<M> {
     exists: bool,
@@ -78,8 +83,7 @@ where
     ) -> (Vec<RowOutcome<M>>, Vec<RecordFailure>) {
         // Group by (row key, instance), keeping the first-seen order of rows.
         let mut order: Vec<(String, StreamId)> = Vec::new();
-        let mut groups: BTreeMap<(String, StreamId), (Item, K, Vec<(usize, StoredEvent<E>)>)> =
-            BTreeMap::new();
+        let mut groups: BTreeMap<GroupId, Group<E, K>> = BTreeMap::new();
         let mut failures = Vec::new();
         for (index, event) in events {
             let Some(row) = (self.key)(&event.stream_id, &event) else {
