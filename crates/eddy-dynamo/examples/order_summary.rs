@@ -1,1 +1,180 @@
-fn main() {}
+//! An order stream folded into an order-summary read model on the embedded
+//! SQLite table, driven by one batch of its change feed. One order has a
+//! line before it was placed: a poison event that fails its row, so the
+//! partial batch response names its record.
+//!
+//! Run with `cargo run -p eddy-dynamo --example order_summary [path.db]`.
+
+use std::sync::Arc;
+
+use eddy_dynamo::{
+    make_stream, process_batch, AppSchema, BatchProjection, BatchResult, ChangeFeed, EmbeddedTable,
+    Entity, EvolveError, KeyComposite, Projection, TableSchema,
+};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+enum OrderEvent {
+    Placed { customer: String },
+    LineAdded { sku: String, qty: u32, cents: u64 },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct OrderSummary {
+    order_id: String,
+    customer: String,
+    lines: u32,
+    total_cents: u64,
+}
+
+/// What the example prints.
+struct Report {
+    rows: Vec<OrderSummary>,
+    batch: BatchResult,
+    poison_sequence: Option<String>,
+}
+
+async fn run(path: &std::path::Path) -> anyhow::Result<Report> {
+    let table = EmbeddedTable::open_sqlite(path, TableSchema::single_table("shop"))?;
+    let shared: Arc<dyn eddy_dynamo::Table> = Arc::new(table.clone());
+    let app = AppSchema::new("shop", 1);
+    let orders =
+        make_stream::<OrderEvent>(Arc::clone(&shared), app.clone(), "Order", &["orderId"])?;
+    let summaries: Entity<OrderSummary> = Entity::new(
+        shared,
+        app,
+        "OrderSummary",
+        KeyComposite::new(&["orderId"], &[]),
+    );
+
+    let line = |sku: &str, qty, cents| OrderEvent::LineAdded {
+        sku: sku.into(),
+        qty,
+        cents,
+    };
+    let o1 = orders.id([("orderId", "o-1")])?;
+    let o2 = orders.id([("orderId", "o-2")])?;
+    let o3 = orders.id([("orderId", "o-3")])?;
+    orders
+        .append(
+            &o1,
+            &[
+                OrderEvent::Placed {
+                    customer: "ann".into(),
+                },
+                line("tea", 2, 450),
+            ],
+            0,
+        )
+        .await?;
+    orders.append(&o3, &[line("cup", 1, 900)], 0).await?; // poison: no order placed yet
+    orders
+        .append(
+            &o2,
+            &[
+                OrderEvent::Placed {
+                    customer: "bob".into(),
+                },
+                line("pot", 1, 2500),
+            ],
+            0,
+        )
+        .await?;
+    orders.append(&o1, &[line("honey", 1, 700)], 2).await?;
+
+    let projection = Projection::builder("order-summaries", summaries.clone(), orders)
+        .key(|id, _| {
+            id.get("orderId")
+                .map(|o| serde_json::json!({ "orderId": o }))
+        })
+        .initial(|key: &serde_json::Value| OrderSummary {
+            order_id: key["orderId"].as_str().unwrap_or_default().to_owned(),
+            customer: String::new(),
+            lines: 0,
+            total_cents: 0,
+        })
+        .evolve(|mut row, event| match &event.event {
+            OrderEvent::Placed { customer } => {
+                row.customer = customer.clone();
+                Ok(row)
+            }
+            OrderEvent::LineAdded { .. } if row.customer.is_empty() => Err(EvolveError::new(
+                "a line arrived before the order was placed",
+            )),
+            OrderEvent::LineAdded { qty, cents, .. } => {
+                row.lines += 1;
+                row.total_cents += u64::from(*qty) * cents;
+                Ok(row)
+            }
+        })
+        .checkpoint("version")
+        .build()?;
+
+    let records = table.read_changes(None, 100).await?;
+    let poison_sequence = records
+        .get(2)
+        .and_then(|r| r.change.sequence_number.clone());
+    let batch = process_batch(&records, &[&projection as &dyn BatchProjection]).await;
+    let mut rows = Vec::new();
+    for order in ["o-1", "o-2", "o-3"] {
+        rows.extend(
+            summaries
+                .get(&serde_json::json!({ "orderId": order }))
+                .await?,
+        );
+    }
+    Ok(Report {
+        rows,
+        batch,
+        poison_sequence,
+    })
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let path = std::env::args()
+        .nth(1)
+        .map_or_else(|| dir.path().join("shop.db"), Into::into);
+    let report = run(&path).await?;
+    println!("read model:");
+    for row in &report.rows {
+        println!("  {}", serde_json::to_string(row)?);
+    }
+    for failure in &report.batch.failures {
+        println!(
+            "failed record {} ({}): {}",
+            failure.sequence_number, failure.code, failure.message
+        );
+    }
+    println!(
+        "partial batch response: {}",
+        serde_json::to_string(&report.batch.response)?
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_example_folds_orders_and_reports_the_poison_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let report = run(&dir.path().join("shop.db")).await.unwrap();
+        let totals: Vec<(&str, u32, u64)> = report
+            .rows
+            .iter()
+            .map(|r| (r.order_id.as_str(), r.lines, r.total_cents))
+            .collect();
+        assert_eq!(totals, [("o-1", 2, 1600), ("o-2", 1, 2500)]);
+        let response = serde_json::to_value(&report.batch.response).unwrap();
+        let poison = report.poison_sequence.unwrap();
+        assert_eq!(
+            response,
+            serde_json::json!({ "batchItemFailures": [{ "itemIdentifier": poison }] })
+        );
+        assert_eq!(report.batch.failures[0].code, "EvolveFailed");
+    }
+}

@@ -1,4 +1,78 @@
-//! Eddy's DynamoDB layer (work in progress).
+//! Eddy's DynamoDB layer: an event store on a single DynamoDB table, the
+//! embedded table that stands in for DynamoDB, and projections folded from
+//! the table's change feed into read-model rows.
+//!
+//! # Map
+//!
+//! - **Item model**: [`AttributeValue`] (serde_dynamo's, the type Lambda
+//!   events carry), [`Item`], [`item_size`] and the 400 KB [`MAX_ITEM_SIZE`].
+//! - **The [`Table`] trait**: `GetItem`, `TransactGetItems`, `Query`,
+//!   `TransactWriteItems`, and defaulted `PutItem` / `UpdateItem` /
+//!   `DeleteItem` / `BatchGetItem`, with typed [`Condition`]s and
+//!   [`Update`]s. Shaped after the DynamoDB API so `aws-sdk-dynamodb` can
+//!   implement it as is. Its layout is a [`TableSchema`].
+//! - **[`EmbeddedTable`]**: the same semantics in memory or in a SQLite file
+//!   (conditions, 100-item transactions with cancellation reasons, the item
+//!   size limit, sparse indexes, TTL sweeps), plus an ordered change feed
+//!   ([`ChangeFeed`]) of [`ChangeRecord`]s: the DynamoDB Streams record type
+//!   of `aws_lambda_events`, so one decoding path serves both.
+//! - **Entities**: an [`AppSchema`] namespaces keys; an [`Entity`] stores a
+//!   serde model under keys composed from named attributes ([`KeyComposite`]).
+//! - **Event streams**: [`make_stream`] declares an [`EventStream`] over a
+//!   serde enum; `append` writes each event as its own item in one
+//!   transaction, failing with `VersionConflict` when another writer got
+//!   there first; `handle` runs a command with retries.
+//! - **Projections**: a [`Projection`] folds one stream into read-model rows,
+//!   with a checkpoint per row (and optionally a revision) guarding every
+//!   write. [`process_batch`] routes change-feed records to projections and
+//!   builds Lambda's partial batch response; a [`Follower`] drives it from
+//!   the embedded feed with a durable checkpoint, and
+//!   [`handle_stream_event`] from a Lambda trigger.
+//!
+//! Every error has a stable code: [`TableError::code`] and [`Error::code`].
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::Arc;
+//! use eddy_dynamo::{make_stream, AppSchema, EmbeddedTable, TableSchema};
+//!
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! enum Counter {
+//!     Incremented { by: u32 },
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), eddy_dynamo::Error> {
+//! let table = EmbeddedTable::memory(TableSchema::single_table("app"));
+//! let stream = make_stream::<Counter>(Arc::new(table), AppSchema::new("app", 1), "Counter", &["id"])?;
+//! let id = stream.id([("id", "c-1")])?;
+//! stream.append(&id, &[Counter::Incremented { by: 2 }], 0).await?;
+//! // A second writer that still expects version 0 loses.
+//! let late = stream.append(&id, &[Counter::Incremented { by: 5 }], 0).await;
+//! assert_eq!(late.unwrap_err().code(), "VersionConflict");
+//! assert_eq!(stream.current_version(&id).await?, 1);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Features
+//!
+//! | feature | what it adds |
+//! | --- | --- |
+//! | `lambda` | the `lambda` example binary on `lambda_runtime` |
+//!
+//! # Where the Rust shape differs from the spec
+//!
+//! - Events are a serde enum in its default representation; the variant
+//!   name is the event type, so an unknown type is told apart from bad data.
+//! - `evolve` returns `Result<M, EvolveError>`; `terminal` is a predicate
+//!   over that error.
+//! - A single-source row remembers which stream instance feeds it
+//!   (`__edd_src__`); a second instance is refused with
+//!   `ProjectionSourceConflict` instead of corrupting the checkpoint.
+//! - `process_batch` takes records in the Lambda shape only: the embedded
+//!   feed produces that shape too, so no `source` option is needed.
 #![deny(missing_docs)]
 
 mod app_schema;
