@@ -148,6 +148,9 @@ async fn main() -> anyhow::Result<()> {
             failure.sequence_number, failure.code, failure.message
         );
     }
+    if let Some(poison) = &report.poison_sequence {
+        println!("the poison event is record {poison}");
+    }
     println!(
         "partial batch response: {}",
         serde_json::to_string(&report.batch.response)?
