@@ -68,7 +68,7 @@ pub trait Table: Send + Sync {
 
 /// Turns the cancellation of a one-item transaction into the error of a
 /// single write.
-fn single(result: Result<(), TableError>) -> Result<(), TableError> {
+pub(crate) fn single<T>(result: Result<T, TableError>) -> Result<T, TableError> {
     match result {
         Err(TableError::TransactionCanceled { mut reasons }) if reasons.len() == 1 => {
             let reason: CancellationReason = reasons.remove(0);

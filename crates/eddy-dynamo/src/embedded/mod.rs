@@ -141,6 +141,31 @@ impl Table for EmbeddedTable {
             .await
     }
 
+    async fn update_item(&self, update: crate::request::UpdateItem) -> Result<Item, TableError> {
+        // Write and read back under one lock, so the answer is what was written.
+        let (records, item) = self
+            .run(move |store, schema| {
+                let key = update.key.clone();
+                let records = crate::table::single(engine::transact(
+                    store,
+                    schema,
+                    vec![update.into()],
+                    Utc::now(),
+                ))?;
+                let (pk, sk) = engine::encode_key(&schema.key, &key)
+                    .ok_or_else(|| TableError::storage("validated key did not encode"))?;
+                let item = store
+                    .get(&pk, &sk)?
+                    .ok_or_else(|| TableError::storage("the updated item is missing"))?;
+                Ok((records, item))
+            })
+            .await?;
+        if !records.is_empty() {
+            self.changed.notify_waiters();
+        }
+        Ok(item)
+    }
+
     async fn transact_write_items(&self, items: Vec<TransactWriteItem>) -> Result<(), TableError> {
         let records = self
             .run(move |store, schema| engine::transact(store, schema, items, Utc::now()))
