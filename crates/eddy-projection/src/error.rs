@@ -1,0 +1,140 @@
+//! The one error type of the projection engine, with stable codes.
+
+use eddy_streams::{Offset, StreamError};
+
+/// A boxed error raised by a handler or a compensation.
+pub type HandlerError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Everything that can go wrong while declaring, binding or running a
+/// projection.
+///
+/// Each variant has a stable [`code`](ProjectionError::code); match on the
+/// code or the variant, never on the message.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProjectionError {
+    /// A declaration, binding or runner option is invalid
+    /// (`load/invalid-options`). Nothing ran.
+    #[error("invalid options: {0}")]
+    InvalidOptions(String),
+    /// An output stream cannot take the unit's items: it is closed, gone,
+    /// or a foreign stream that does not exist (`pin/invalid-output`).
+    #[error("output `{output}` at `{path}` cannot be written: {reason}")]
+    InvalidOutput {
+        /// The output name.
+        output: String,
+        /// The output stream path.
+        path: String,
+        /// Why it cannot be written.
+        reason: String,
+    },
+    /// An input's history is missing: it does not exist, or the
+    /// checkpoint points past its tail (`history-unavailable`).
+    #[error("history of input `{input}` at `{path}` is unavailable: {reason}")]
+    HistoryUnavailable {
+        /// The input name.
+        input: String,
+        /// The input stream path.
+        path: String,
+        /// What is missing.
+        reason: String,
+    },
+    /// A pending unit cannot be replayed because an input range it pinned
+    /// can no longer be read (`range-unreproducible`). The pin stays.
+    #[error(
+        "pinned range {from}..{to} of input `{input}` at `{path}` cannot be replayed: {reason}"
+    )]
+    RangeUnreproducible {
+        /// The input name.
+        input: String,
+        /// The input stream path.
+        path: String,
+        /// The start of the pinned range.
+        from: Offset,
+        /// The end of the pinned range.
+        to: Offset,
+        /// Why it cannot be read again.
+        reason: String,
+    },
+    /// The backend failed; retrying may succeed (`storage-failure`).
+    #[error("storage failure: {0}")]
+    Storage(String),
+    /// Another writer moved the binding's checkpoint first
+    /// (`checkpoint/conflict`). Run one writer per binding.
+    #[error("checkpoint `{checkpoint}` was moved by another writer; run one writer per binding")]
+    CheckpointConflict {
+        /// The checkpoint's stream path.
+        checkpoint: String,
+    },
+    /// A stored checkpoint cannot be decoded (`checkpoint/invalid`).
+    #[error("checkpoint `{checkpoint}` is invalid: {reason}")]
+    InvalidCheckpoint {
+        /// The checkpoint's stream path.
+        checkpoint: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An input message does not decode into the declared item type
+    /// (`input/invalid-item`).
+    #[error("input `{input}` at {offset}: {reason}")]
+    InvalidItem {
+        /// The input name.
+        input: String,
+        /// The offset of the message.
+        offset: Offset,
+        /// Why it does not decode.
+        reason: String,
+    },
+    /// The handler failed (`handler/failed`). Nothing of the unit was
+    /// committed except a pin.
+    #[error("handler of `{projection}` failed: {source}")]
+    Handler {
+        /// The projection id.
+        projection: String,
+        /// The handler's error.
+        #[source]
+        source: HandlerError,
+    },
+    /// Another stream store error (its own code).
+    #[error(transparent)]
+    Stream(StreamError),
+}
+
+impl ProjectionError {
+    /// The stable, machine-readable code of this error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ProjectionError::InvalidOptions(_) => "load/invalid-options",
+            ProjectionError::InvalidOutput { .. } => "pin/invalid-output",
+            ProjectionError::HistoryUnavailable { .. } => "history-unavailable",
+            ProjectionError::RangeUnreproducible { .. } => "range-unreproducible",
+            ProjectionError::Storage(_) => "storage-failure",
+            ProjectionError::CheckpointConflict { .. } => "checkpoint/conflict",
+            ProjectionError::InvalidCheckpoint { .. } => "checkpoint/invalid",
+            ProjectionError::InvalidItem { .. } => "input/invalid-item",
+            ProjectionError::Handler { .. } => "handler/failed",
+            ProjectionError::Stream(err) => err.code(),
+        }
+    }
+
+    /// Whether retrying may succeed: only `storage-failure`.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, ProjectionError::Storage(_))
+    }
+
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
+        ProjectionError::InvalidOptions(message.into())
+    }
+}
+
+impl From<StreamError> for ProjectionError {
+    fn from(err: StreamError) -> Self {
+        match err {
+            StreamError::Storage(message) => ProjectionError::Storage(message),
+            other => ProjectionError::Stream(other),
+        }
+    }
+}
+
+/// Shorthand for results of projection calls.
+pub type Result<T, E = ProjectionError> = std::result::Result<T, E>;

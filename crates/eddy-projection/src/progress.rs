@@ -1,0 +1,175 @@
+//! What runners report, and the options they take.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use eddy_streams::Offset;
+
+use crate::{ProjectionError, Result, Retry};
+
+/// How a pass (or cycle) ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Status {
+    /// Every input was read up to its tail.
+    CaughtUp,
+    /// The unit limit was reached; more input may remain.
+    Limited,
+    /// Every input is closed (or gone and kept) and its close committed.
+    Closed,
+    /// An input is gone: the final unit committed and the binding was
+    /// forgotten.
+    Forgotten,
+}
+
+/// What one pass did: the units it committed, their items, and the
+/// offsets it left.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pass {
+    /// How the pass ended.
+    pub status: Status,
+    /// Units committed.
+    pub units: u64,
+    /// Items in those units.
+    pub items: u64,
+    /// The committed offset of each input, by input name.
+    pub offsets: BTreeMap<String, Offset>,
+}
+
+/// What a run, or one element of a follow stream, reports: the state and
+/// offsets the last pass left, and the totals of the cycle.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Progress<S> {
+    /// The committed state; `None` for projections without state.
+    pub state: Option<S>,
+    /// The committed offset of each input, by input name.
+    pub offsets: BTreeMap<String, Offset>,
+    /// How the cycle ended.
+    pub status: Status,
+    /// Units committed in the cycle.
+    pub units: u64,
+    /// Items in those units.
+    pub items: u64,
+    /// The last pass of the cycle.
+    pub pass: Pass,
+}
+
+/// The default number of items one input contributes to a unit.
+pub const DEFAULT_UNIT_SIZE: usize = 1000;
+
+/// The default bound on one wait of a follower: 30 s.
+pub const DEFAULT_REPAIR_INTERVAL: Duration = Duration::from_millis(30_000);
+
+/// Options of [`Host::run`](crate::Host::run).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunOptions {
+    /// The most units one run commits; `None` runs until caught up. Must be
+    /// at least 1.
+    pub limit: Option<usize>,
+    /// The most items one input contributes to a unit. Must be at least 1.
+    pub unit_size: usize,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            limit: None,
+            unit_size: DEFAULT_UNIT_SIZE,
+        }
+    }
+}
+
+impl RunOptions {
+    /// Runs at most `limit` units.
+    pub fn limit(limit: usize) -> Self {
+        RunOptions {
+            limit: Some(limit),
+            ..RunOptions::default()
+        }
+    }
+
+    /// These options with another unit size.
+    pub fn with_unit_size(mut self, unit_size: usize) -> Self {
+        self.unit_size = unit_size;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.limit == Some(0) {
+            return Err(ProjectionError::invalid("limit must be at least 1"));
+        }
+        if self.unit_size == 0 {
+            return Err(ProjectionError::invalid("unit_size must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+/// Options of [`Host::follow`](crate::Host::follow).
+#[derive(Clone, Debug)]
+pub struct FollowOptions {
+    /// The most units one cycle commits; `None` runs each cycle until
+    /// caught up. Must be at least 1.
+    pub limit: Option<usize>,
+    /// The most items one input contributes to a unit. Must be at least 1.
+    pub unit_size: usize,
+    /// The bound on each wait for new input (the repair interval). Must be
+    /// more than zero. Defaults to 30 s.
+    pub repair_interval: Duration,
+    /// The retry schedule for `storage-failure`; `None` uses the host's,
+    /// which defaults to jittered exponential backoff from 200 ms capped
+    /// at 30 s.
+    pub retry: Option<Retry>,
+}
+
+impl Default for FollowOptions {
+    fn default() -> Self {
+        FollowOptions {
+            limit: None,
+            unit_size: DEFAULT_UNIT_SIZE,
+            repair_interval: DEFAULT_REPAIR_INTERVAL,
+            retry: None,
+        }
+    }
+}
+
+impl FollowOptions {
+    /// Options with a repair interval in milliseconds (the spec's
+    /// `repairIntervalMs`).
+    pub fn repair_interval_ms(mut self, ms: u64) -> Self {
+        self.repair_interval = Duration::from_millis(ms);
+        self
+    }
+
+    /// These options with a unit limit per cycle.
+    pub fn with_limit(mut self, limit: usize) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// These options with another unit size.
+    pub fn with_unit_size(mut self, unit_size: usize) -> Self {
+        self.unit_size = unit_size;
+        self
+    }
+
+    /// These options with a retry schedule.
+    pub fn with_retry(mut self, retry: Retry) -> Self {
+        self.retry = Some(retry);
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        RunOptions {
+            limit: self.limit,
+            unit_size: self.unit_size,
+        }
+        .validate()?;
+        if self.repair_interval.is_zero() {
+            return Err(ProjectionError::invalid(
+                "repair_interval (repairIntervalMs) must be more than zero",
+            ));
+        }
+        Ok(())
+    }
+}

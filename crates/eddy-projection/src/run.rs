@@ -1,0 +1,62 @@
+//! Bounded runners: `run`, `read`, `current` and `decide`.
+
+use crate::declare::{Item, Params, State};
+use crate::session::Session;
+use crate::{Bound, CommitKind, Host, Kind, Progress, ProjectionError, Result, RunOptions};
+
+impl Host {
+    /// Runs `bound` until its inputs are caught up, closed, gone, or
+    /// `options.limit` units are committed, and reports the progress.
+    ///
+    /// Run one writer per binding: a second writer that moves the same
+    /// checkpoint fails with `checkpoint/conflict`.
+    pub async fn run<P: Params, I: Item, S: State>(
+        &self,
+        bound: &Bound<P, I, S>,
+        options: RunOptions,
+    ) -> Result<Progress<S>> {
+        options.validate()?;
+        let mut session = Session::load(self.clone(), bound.clone()).await?;
+        let pass = session.pass(options.limit, options.unit_size).await?;
+        Ok(session.progress(pass.units, pass.items, pass))
+    }
+
+    /// The committed state of `bound` (the initial state when it has no
+    /// checkpoint, or after it was forgotten).
+    pub async fn read<P: Params, I: Item, S: State>(&self, bound: &Bound<P, I, S>) -> Result<S> {
+        let session = Session::load(self.clone(), bound.clone()).await?;
+        Ok(session.state().clone())
+    }
+
+    /// Folds `bound` in memory from its committed state up to the inputs'
+    /// tails and returns the state. Writes nothing: no checkpoint, no
+    /// output. Only for `fold`, `mapAccum` and `mapAccumBatch` with a
+    /// commit that runs no effects of its own.
+    pub async fn current<P: Params, I: Item, S: State>(&self, bound: &Bound<P, I, S>) -> Result<S> {
+        let projection = bound.projection();
+        if !projection.has_state() || projection.kind() == Kind::Process {
+            return Err(ProjectionError::invalid(format!(
+                "projection `{}`: current and decide need a projection with state",
+                projection.id()
+            )));
+        }
+        if projection.kind() == Kind::Fold && projection.commit_kind() == CommitKind::AtLeastOnce {
+            tracing::debug!("current on an at-least-once fold runs the fold step in memory");
+        }
+        let mut session = Session::load(self.clone(), bound.clone()).await?;
+        session.fold_in_memory().await
+    }
+
+    /// Folds `bound` in memory like [`current`](Host::current), then
+    /// answers with `decide(&state)`. Writes nothing.
+    pub async fn decide<P, I, S, T, F>(&self, bound: &Bound<P, I, S>, decide: F) -> Result<T>
+    where
+        P: Params,
+        I: Item,
+        S: State,
+        F: FnOnce(&S) -> T,
+    {
+        let state = self.current(bound).await?;
+        Ok(decide(&state))
+    }
+}

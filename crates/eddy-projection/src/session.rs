@@ -1,0 +1,612 @@
+//! One writer's session on a binding: its checkpoint in memory, and the
+//! unit loop every runner shares.
+
+use std::collections::BTreeMap;
+
+use eddy_streams::{Append, Offset, Payload, ProducerPosition, StreamConfig, StreamError};
+
+use crate::checkpoint::{Checkpoint, InputMark, Pending, Token};
+use crate::declare::{Item, Params, State};
+use crate::inputs::read_range;
+use crate::unit_key::unit_key;
+use crate::{
+    Batch, Bound, CommitKind, Emits, Host, Pass, Progress, ProjectionError, Range, Result, Slice,
+    Status, Unit, UnitResult,
+};
+
+/// What one unit did.
+pub(crate) struct UnitDone {
+    pub items: u64,
+    pub forgotten: bool,
+}
+
+/// A binding's checkpoint as one writer holds it between units.
+pub(crate) struct Session<P, I, S> {
+    pub(crate) host: Host,
+    pub(crate) bound: Bound<P, I, S>,
+    checkpoint: Checkpoint,
+    token: Token,
+    state: S,
+    exists: bool,
+    outputs_checked: bool,
+}
+
+impl<P: Params, I: Item, S: State> Session<P, I, S> {
+    /// Loads the binding's checkpoint.
+    pub(crate) async fn load(host: Host, bound: Bound<P, I, S>) -> Result<Self> {
+        let loaded = host.checkpoints.load(&bound.key).await?;
+        let mut session = Session {
+            state: bound.projection.initial().clone(),
+            checkpoint: fresh_checkpoint(),
+            token: loaded.token,
+            exists: false,
+            outputs_checked: false,
+            host,
+            bound,
+        };
+        if let Some(checkpoint) = loaded.checkpoint {
+            session.state = decode_state(&session.bound, &checkpoint)?;
+            session.checkpoint = checkpoint;
+            session.exists = true;
+        }
+        Ok(session)
+    }
+
+    /// The committed state.
+    pub(crate) fn state(&self) -> &S {
+        &self.state
+    }
+
+    /// The committed offset of each input.
+    pub(crate) fn offsets(&self) -> BTreeMap<String, Offset> {
+        self.bound
+            .projection
+            .inputs()
+            .iter()
+            .map(|input| {
+                let offset = self
+                    .checkpoint
+                    .inputs
+                    .get(&input.name)
+                    .map_or(Offset::ZERO, |m| m.offset);
+                (input.name.clone(), offset)
+            })
+            .collect()
+    }
+
+    /// Whether every input's close (or deletion) is committed.
+    pub(crate) fn all_closed(&self) -> bool {
+        self.bound.projection.inputs().iter().all(|input| {
+            self.checkpoint
+                .inputs
+                .get(&input.name)
+                .is_some_and(|m| m.closed || m.gone)
+        })
+    }
+
+    /// Inputs whose close is not committed yet, with their offsets.
+    pub(crate) fn open_inputs(&self) -> Vec<(eddy_streams::StreamPath, Offset)> {
+        self.bound
+            .projection
+            .inputs()
+            .iter()
+            .zip(&self.bound.inputs)
+            .filter_map(|(input, path)| {
+                let mark = self.checkpoint.inputs.get(&input.name);
+                match mark {
+                    Some(m) if m.closed || m.gone => None,
+                    _ => Some((path.clone(), mark.map_or(Offset::ZERO, |m| m.offset))),
+                }
+            })
+            .collect()
+    }
+
+    /// The report of a cycle made of `passes`, the last one being `last`.
+    pub(crate) fn progress(&self, units: u64, items: u64, last: Pass) -> Progress<S> {
+        Progress {
+            state: self
+                .bound
+                .projection
+                .has_state()
+                .then(|| self.state.clone()),
+            offsets: last.offsets.clone(),
+            status: last.status,
+            units,
+            items,
+            pass: last,
+        }
+    }
+
+    /// Runs units until caught up, closed, forgotten or `limit`.
+    pub(crate) async fn pass(&mut self, limit: Option<usize>, unit_size: usize) -> Result<Pass> {
+        let mut units = 0u64;
+        let mut items = 0u64;
+        let status = loop {
+            if limit.is_some_and(|l| units >= l as u64) {
+                break Status::Limited;
+            }
+            if self.all_closed() && self.checkpoint.pending.is_none() {
+                break Status::Closed;
+            }
+            match self.unit(unit_size).await? {
+                None => break Status::CaughtUp,
+                Some(done) => {
+                    units += 1;
+                    items += done.items;
+                    if done.forgotten {
+                        break Status::Forgotten;
+                    }
+                }
+            }
+        };
+        Ok(Pass {
+            status,
+            units,
+            items,
+            offsets: self.offsets(),
+        })
+    }
+
+    /// The slices of the next unit: the pending one (replayed), or a fresh
+    /// one. `None` when there is nothing to do.
+    async fn next_slices(&self, unit_size: usize) -> Result<Option<(Vec<Slice<I>>, bool)>> {
+        Ok(match self.checkpoint.pending.clone() {
+            Some(pending) => Some((self.read_pinned(&pending).await?, true)),
+            None => self.read_fresh(unit_size).await?.map(|s| (s, false)),
+        })
+    }
+
+    fn make_unit(&self, slices: &[Slice<I>]) -> Unit<P> {
+        let ranges: BTreeMap<String, Range> = slices
+            .iter()
+            .map(|s| {
+                (
+                    s.input.clone(),
+                    Range {
+                        from: s.from,
+                        to: s.to,
+                        closed: s.closed,
+                        gone: s.gone,
+                    },
+                )
+            })
+            .collect();
+        Unit {
+            key: unit_key(&self.bound.key, &ranges),
+            params: self.bound.params.clone(),
+            ranges,
+        }
+    }
+
+    /// Folds up to the tails in memory, writing nothing.
+    pub(crate) async fn fold_in_memory(&mut self) -> Result<S> {
+        while let Some((slices, _)) = self.next_slices(crate::DEFAULT_UNIT_SIZE).await? {
+            let unit = self.make_unit(&slices);
+            let batch = Batch::new(slices);
+            let (state, _) = self.run_kernel(&batch, &unit).await?;
+            self.checkpoint = self.settled(&unit.ranges, &state, &[])?;
+            self.state = state;
+            if batch.gone() {
+                break;
+            }
+        }
+        Ok(self.state.clone())
+    }
+
+    /// Runs one unit: the pending one, or a fresh one. `None` when there is
+    /// nothing to do.
+    pub(crate) async fn unit(&mut self, unit_size: usize) -> Result<Option<UnitDone>> {
+        let Some((slices, replay)) = self.next_slices(unit_size).await? else {
+            return Ok(None);
+        };
+        let unit = self.make_unit(&slices);
+        let batch = Batch::new(slices);
+        let items = batch.len() as u64;
+        let gone = batch.gone();
+        match self.bound.projection.commit_kind() {
+            CommitKind::Checkpoint => self.commit_checkpoint(&batch, &unit).await?,
+            CommitKind::Producer | CommitKind::AtLeastOnce => {
+                self.commit_pinned(&batch, &unit, replay).await?
+            }
+        }
+        let forgotten = gone && self.bound.projection.inner.forget_gone;
+        if forgotten {
+            self.host
+                .checkpoints
+                .forget(&self.bound.key, self.token)
+                .await?;
+        }
+        Ok(Some(UnitDone { items, forgotten }))
+    }
+
+    async fn run_kernel(&self, batch: &Batch<I>, unit: &Unit<P>) -> Result<(S, Emits)> {
+        (self.bound.projection.inner.kernel)(self.state.clone(), batch, unit)
+            .await
+            .map_err(|source| ProjectionError::Handler {
+                projection: self.bound.projection.id().to_owned(),
+                source,
+            })
+    }
+
+    async fn commit_checkpoint(&mut self, batch: &Batch<I>, unit: &Unit<P>) -> Result<()> {
+        let (state, emits) = self.run_kernel(batch, unit).await?;
+        let saved = async {
+            let next = self.settled(&unit.ranges, &state, &[])?;
+            self.save(next).await
+        }
+        .await;
+        match saved {
+            Ok(()) => {
+                self.state = state;
+                Ok(())
+            }
+            Err(cause) => Err(self.compensate(state, emits, cause, unit).await),
+        }
+    }
+
+    async fn commit_pinned(
+        &mut self,
+        batch: &Batch<I>,
+        unit: &Unit<P>,
+        replay: bool,
+    ) -> Result<()> {
+        let producer = self.bound.projection.commit_kind() == CommitKind::Producer;
+        if producer {
+            self.check_outputs().await?;
+        }
+        if !replay {
+            let mut pinned = self.checkpoint.clone();
+            pinned.pending = Some(Pending {
+                key: unit.key.clone(),
+                ranges: unit.ranges.clone(),
+            });
+            self.save(pinned).await?;
+        }
+        let (state, emits) = self.run_kernel(batch, unit).await?;
+        let settled = async {
+            let emitted = if producer {
+                self.append_outputs(&emits).await?
+            } else {
+                Vec::new()
+            };
+            let next = self.settled(&unit.ranges, &state, &emitted)?;
+            self.save(next).await
+        }
+        .await;
+        match settled {
+            Ok(()) => {
+                self.state = state;
+                Ok(())
+            }
+            Err(cause) => Err(self.compensate(state, emits, cause, unit).await),
+        }
+    }
+
+    async fn compensate(
+        &self,
+        state: S,
+        emits: Emits,
+        cause: ProjectionError,
+        unit: &Unit<P>,
+    ) -> ProjectionError {
+        if let Some(compensation) = &self.bound.projection.inner.commit.compensation {
+            let result = UnitResult {
+                state: self.bound.projection.has_state().then_some(state),
+                emits,
+            };
+            if let Err(e) = compensation(&result, &cause, unit).resolve().await {
+                tracing::warn!(
+                    projection = self.bound.projection.id(),
+                    unit = unit.key,
+                    "compensation failed: {e}"
+                );
+            }
+        }
+        cause
+    }
+
+    async fn save(&mut self, next: Checkpoint) -> Result<()> {
+        self.token = self
+            .host
+            .checkpoints
+            .save(&self.bound.key, self.token, &next)
+            .await?;
+        self.checkpoint = next;
+        self.exists = true;
+        Ok(())
+    }
+
+    /// The checkpoint after the unit over `ranges` settles with `state`.
+    fn settled(
+        &self,
+        ranges: &BTreeMap<String, Range>,
+        state: &S,
+        emitted: &[String],
+    ) -> Result<Checkpoint> {
+        let mut next = self.checkpoint.clone();
+        next.state =
+            serde_json::to_value(state).map_err(|e| ProjectionError::InvalidCheckpoint {
+                checkpoint: self.bound.key.path.to_string(),
+                reason: format!("the state does not encode: {e}"),
+            })?;
+        for (name, range) in ranges {
+            let mark = next
+                .inputs
+                .entry(name.clone())
+                .or_insert_with(InputMark::default);
+            mark.offset = range.to;
+            mark.closed |= range.closed;
+            mark.gone |= range.gone;
+        }
+        for output in emitted {
+            *next.next_seq.entry(output.clone()).or_insert(0) += 1;
+        }
+        next.pending = None;
+        next.units += 1;
+        Ok(next)
+    }
+
+    async fn read_fresh(&self, unit_size: usize) -> Result<Option<Vec<Slice<I>>>> {
+        let mut slices = Vec::new();
+        let mut work = false;
+        for (input, path) in self
+            .bound
+            .projection
+            .inputs()
+            .iter()
+            .zip(&self.bound.inputs)
+        {
+            let mark = self
+                .checkpoint
+                .inputs
+                .get(&input.name)
+                .cloned()
+                .unwrap_or_default();
+            let mut slice = Slice {
+                input: input.name.clone(),
+                path: path.to_string(),
+                items: Vec::new(),
+                from: mark.offset,
+                to: mark.offset,
+                closed: false,
+                gone: false,
+            };
+            if mark.gone {
+                slices.push(slice);
+                continue;
+            }
+            match read_range(self.host.storage.as_ref(), path, mark.offset, unit_size).await {
+                Ok(raw) => {
+                    slice.items = decode(input, mark.offset, &raw.messages)?;
+                    slice.to = raw.to;
+                    slice.closed = raw.closed && !mark.closed;
+                    work |= !slice.items.is_empty() || slice.closed;
+                }
+                Err(StreamError::Gone { .. }) if self.exists => {
+                    slice.gone = true;
+                    work = true;
+                }
+                Err(
+                    e @ (StreamError::Gone { .. }
+                    | StreamError::NotFound { .. }
+                    | StreamError::OffsetBeyondTail { .. }),
+                ) => {
+                    return Err(ProjectionError::HistoryUnavailable {
+                        input: input.name.clone(),
+                        path: path.to_string(),
+                        reason: if self.exists {
+                            e.to_string()
+                        } else {
+                            format!("{e}, and the binding has no checkpoint")
+                        },
+                    })
+                }
+                Err(e) => return Err(e.into()),
+            }
+            slices.push(slice);
+        }
+        Ok(work.then_some(slices))
+    }
+
+    async fn read_pinned(&self, pending: &Pending) -> Result<Vec<Slice<I>>> {
+        let mut slices = Vec::new();
+        for (input, path) in self
+            .bound
+            .projection
+            .inputs()
+            .iter()
+            .zip(&self.bound.inputs)
+        {
+            let range = match pending.ranges.get(&input.name) {
+                Some(range) => range.clone(),
+                None => {
+                    let at = self
+                        .checkpoint
+                        .inputs
+                        .get(&input.name)
+                        .map_or(Offset::ZERO, |m| m.offset);
+                    Range {
+                        from: at,
+                        to: at,
+                        closed: false,
+                        gone: false,
+                    }
+                }
+            };
+            let unreproducible = |reason: String| ProjectionError::RangeUnreproducible {
+                input: input.name.clone(),
+                path: path.to_string(),
+                from: range.from,
+                to: range.to,
+                reason,
+            };
+            let len = usize::try_from(range.len()).map_err(|e| unreproducible(e.to_string()))?;
+            let items = if range.gone || len == 0 {
+                Vec::new()
+            } else {
+                match read_range(self.host.storage.as_ref(), path, range.from, len).await {
+                    Ok(raw) if raw.messages.len() == len => {
+                        decode(input, range.from, &raw.messages)?
+                    }
+                    Ok(raw) => {
+                        return Err(unreproducible(format!(
+                            "only {} of {len} items remain",
+                            raw.messages.len()
+                        )))
+                    }
+                    Err(
+                        e @ (StreamError::Gone { .. }
+                        | StreamError::NotFound { .. }
+                        | StreamError::OffsetBeyondTail { .. }),
+                    ) => return Err(unreproducible(e.to_string())),
+                    Err(e) => return Err(e.into()),
+                }
+            };
+            slices.push(Slice {
+                input: input.name.clone(),
+                path: path.to_string(),
+                items,
+                from: range.from,
+                to: range.to,
+                closed: range.closed,
+                gone: range.gone,
+            });
+        }
+        Ok(slices)
+    }
+
+    /// Creates absent outputs on this owner; refuses closed, gone and
+    /// absent foreign outputs.
+    async fn check_outputs(&mut self) -> Result<()> {
+        if self.outputs_checked {
+            return Ok(());
+        }
+        for (output, path) in self
+            .bound
+            .projection
+            .outputs()
+            .iter()
+            .zip(&self.bound.outputs)
+        {
+            let invalid = |reason: String| ProjectionError::InvalidOutput {
+                output: output.name.clone(),
+                path: path.to_string(),
+                reason,
+            };
+            match self.host.storage.head(path).await {
+                Ok(info) if info.closed => return Err(invalid("the stream is closed".into())),
+                Ok(_) => {}
+                Err(StreamError::NotFound { .. }) if !output.foreign => {
+                    self.host
+                        .storage
+                        .create(path, StreamConfig::json(), Payload::empty())
+                        .await?;
+                }
+                Err(StreamError::NotFound { .. }) => {
+                    return Err(invalid(
+                        "a foreign output must exist before the first append".into(),
+                    ))
+                }
+                Err(StreamError::Gone { .. }) => {
+                    return Err(invalid("the stream was deleted".into()))
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.outputs_checked = true;
+        Ok(())
+    }
+
+    /// Appends each output's items with its producer position; returns the
+    /// outputs that used a sequence number.
+    async fn append_outputs(&self, emits: &Emits) -> Result<Vec<String>> {
+        let declared = self.bound.projection.outputs();
+        if let Some((name, _)) = emits
+            .outputs
+            .iter()
+            .find(|(name, items)| !items.is_empty() && !declared.iter().any(|o| &o.name == *name))
+        {
+            return Err(ProjectionError::InvalidOutput {
+                output: name.clone(),
+                path: String::new(),
+                reason: "the projection declares no output with this name".into(),
+            });
+        }
+        let mut emitted = Vec::new();
+        for (output, path) in declared.iter().zip(&self.bound.outputs) {
+            let Some(items) = emits.outputs.get(&output.name).filter(|i| !i.is_empty()) else {
+                continue;
+            };
+            let invalid = |reason: String| ProjectionError::InvalidOutput {
+                output: output.name.clone(),
+                path: path.to_string(),
+                reason,
+            };
+            let messages = output.encode(items).map_err(invalid)?;
+            let seq = self
+                .checkpoint
+                .next_seq
+                .get(&output.name)
+                .copied()
+                .unwrap_or(0);
+            let position = ProducerPosition::new(self.producer_id(&output.name), 0, seq);
+            let append = Append::messages(messages).with_producer(position);
+            match self.host.storage.append(path, append).await {
+                Ok(_) => {}
+                Err(
+                    e @ (StreamError::Closed { .. }
+                    | StreamError::Gone { .. }
+                    | StreamError::NotFound { .. }),
+                ) => return Err(invalid(e.to_string())),
+                Err(e) => return Err(e.into()),
+            }
+            emitted.push(output.name.clone());
+        }
+        Ok(emitted)
+    }
+
+    /// The producer id of one output of this binding: stable across
+    /// retries, new when the binding is rebuilt.
+    fn producer_id(&self, output: &str) -> String {
+        format!(
+            "eddy-projection/{}/{}/{}/{output}/{}",
+            self.bound.key.projection,
+            self.bound.key.version,
+            self.bound.key.params,
+            self.checkpoint.generation
+        )
+    }
+}
+
+fn fresh_checkpoint() -> Checkpoint {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    Checkpoint {
+        generation: format!("{nanos:x}-{:016x}", fastrand::u64(..)),
+        ..Checkpoint::default()
+    }
+}
+
+fn decode_state<P, I, S: State>(bound: &Bound<P, I, S>, checkpoint: &Checkpoint) -> Result<S> {
+    serde_json::from_value(checkpoint.state.clone()).map_err(|e| {
+        ProjectionError::InvalidCheckpoint {
+            checkpoint: bound.key.path.to_string(),
+            reason: format!("the state does not decode: {e}"),
+        }
+    })
+}
+
+fn decode<I>(input: &crate::Input<I>, from: Offset, messages: &[bytes::Bytes]) -> Result<Vec<I>> {
+    messages
+        .iter()
+        .enumerate()
+        .map(|(i, message)| {
+            (input.decode)(message).map_err(|reason| ProjectionError::InvalidItem {
+                input: input.name.clone(),
+                offset: Offset::at(from.position() + i as u64),
+                reason,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,71 @@
+//! Wake streams: one keyed row per source stream saying how far it is.
+
+use std::sync::Arc;
+
+use eddy_streams::{Offset, Route, StateStream, StreamError};
+use serde::{Deserialize, Serialize};
+
+use crate::declare::Params;
+use crate::streams::Input;
+use crate::{Commit, Declare, Emits, Projection, Result, StateEntry};
+
+/// The one collection of a wake stream: rows keyed by `stream`.
+pub const WAKE_COLLECTION: &str = "source";
+
+/// A wake row: the source stream, its committed tail, and whether it is
+/// closed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WakeRow {
+    /// The source stream's path (the row key).
+    pub stream: String,
+    /// The source's offset after its last item.
+    pub offset: Offset,
+    /// `Some(true)` once the source is closed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed: Option<bool>,
+}
+
+/// Declares a wake stream at `route`: a state stream with the fixed
+/// [`WAKE_COLLECTION`] of [`WakeRow`]s.
+pub fn wake_stream(id: &str, route: &str) -> Result<StateStream, StreamError> {
+    Ok(StateStream::new(id, route)?.collection::<WakeRow>(WAKE_COLLECTION, "stream"))
+}
+
+/// Declares a wake projection: for each binding it keeps one row
+/// `{ stream, offset, closed? }` for its source in `output`, and deletes
+/// the row when the source is gone. It commits with the producer commit,
+/// so a missing wake stream is created on this owner; declare `output`
+/// with [`wake_stream`]. The source's items are not decoded, so any stream
+/// can be a source.
+pub fn wake<P: Params>(
+    id: &str,
+    input: Route,
+    output: &StateStream,
+) -> Result<Projection<P, (), ()>> {
+    let source = Input {
+        name: "input".to_owned(),
+        route: input,
+        decode: Arc::new(|_| Ok(())),
+    };
+    Declare::<P, ()>::new(id)
+        .with_input(source)
+        .output("output", output)
+        .map_accum_batch(Commit::producer(), (), |(), batch, _unit| {
+            let slice = batch.input();
+            let entry = if slice.gone {
+                Some(StateEntry::remove(WAKE_COLLECTION, slice.path.clone()))
+            } else if !slice.items.is_empty() || slice.closed {
+                Some(StateEntry::upsert(
+                    WAKE_COLLECTION,
+                    &WakeRow {
+                        stream: slice.path.clone(),
+                        offset: slice.to,
+                        closed: slice.closed.then_some(true),
+                    },
+                ))
+            } else {
+                None
+            };
+            ((), Emits::new().state("output", entry))
+        })
+}
