@@ -17,7 +17,7 @@
 use bytes::Bytes;
 
 use crate::config::same_media_type;
-use crate::{Expiry, Offset, StreamConfig, StreamError, StreamPath};
+use crate::{Expiry, Offset, Payload, StreamConfig, StreamError, StreamPath};
 
 /// How to create a fork; see the [module docs](self).
 ///
@@ -42,6 +42,8 @@ pub struct Fork {
     pub expiry: Option<Expiry>,
     /// Whether the fork is closed at creation.
     pub closed: bool,
+    /// Data appended after the inherited prefix when the fork is created.
+    pub initial: Payload,
 }
 
 impl Fork {
@@ -54,6 +56,7 @@ impl Fork {
             content_type: None,
             expiry: None,
             closed: false,
+            initial: Payload::empty(),
         }
     }
 
@@ -73,6 +76,12 @@ impl Fork {
     /// Use this content type (it must match the source's media type).
     pub fn with_content_type(mut self, content_type: impl Into<String>) -> Self {
         self.content_type = Some(content_type.into());
+        self
+    }
+
+    /// Append this data after the inherited prefix.
+    pub fn with_initial(mut self, initial: Payload) -> Self {
+        self.initial = initial;
         self
     }
 

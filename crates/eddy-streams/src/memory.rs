@@ -258,8 +258,15 @@ impl Storage for MemoryStorage {
         let planned = plan(&fork, &source.head.config, source.head.tail(), |p| {
             Ok(source.messages.get(p as usize).cloned())
         })?;
+        let initial = split(
+            fork.initial.clone(),
+            planned.config.is_json(),
+            self.max_append_bytes,
+            true,
+        )?;
         let mut messages: Vec<Bytes> = source.messages[..planned.inherit as usize].to_vec();
         messages.extend(planned.partial.clone());
+        messages.extend(initial);
         match live(&mut streams, path) {
             Ok(existing) => {
                 check_refork(

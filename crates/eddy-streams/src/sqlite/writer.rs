@@ -196,7 +196,7 @@ fn apply(conn: &Connection, job: Job, max_append_bytes: usize) -> (Answer, Optio
             (Answer::Appended(reply, result), event, ok)
         }
         Job::Fork { path, fork, reply } => {
-            let result = fork_to(conn, &path, &fork);
+            let result = fork_to(conn, &path, &fork, max_append_bytes);
             let event = result.as_ref().ok().filter(|c| c.created).map(|c| {
                 Event::Committed(Committed {
                     path: path.to_string(),
@@ -339,7 +339,12 @@ fn release(conn: &Connection, mut origin: Option<ForkOrigin>, now: i64) -> Resul
     Ok(())
 }
 
-fn fork_to(conn: &Connection, path: &StreamPath, fork: &Fork) -> Result<Created, StreamError> {
+fn fork_to(
+    conn: &Connection,
+    path: &StreamPath,
+    fork: &Fork,
+    max_append_bytes: usize,
+) -> Result<Created, StreamError> {
     let now = now_ms();
     let source = live(conn, &fork.source, now)?;
     let planned = plan(fork, &source.head.config, source.head.tail(), |p| {
@@ -361,12 +366,21 @@ fn fork_to(conn: &Connection, path: &StreamPath, fork: &Fork) -> Result<Created,
         Err(StreamError::NotFound { .. } | StreamError::Gone { .. }) => {}
         Err(other) => return Err(other),
     }
+    let initial = split(
+        fork.initial.clone(),
+        planned.config.is_json(),
+        max_append_bytes,
+        true,
+    )?;
     let mut head = Head::new(planned.config);
     let id = schema::insert(conn, path.as_str(), &head, now)?;
     schema::copy_messages(conn, source.id, id, planned.inherit)?;
+    let mut next = planned.inherit;
     if let Some(partial) = &planned.partial {
-        schema::insert_messages(conn, id, planned.inherit, std::slice::from_ref(partial))?;
+        schema::insert_messages(conn, id, next, std::slice::from_ref(partial))?;
+        next += 1;
     }
+    schema::insert_messages(conn, id, next, &initial)?;
     (head.count, head.bytes) = schema::size(conn, id)?;
     schema::update(conn, id, &head, now)?;
     schema::set_origin(conn, id, &planned.origin)?;

@@ -1,0 +1,185 @@
+//! `eddy serve`: command-line options and the process around the server.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use eddy_streams::{Durability, MemoryStorage, SqliteOptions, SqliteStorage, Storage};
+
+use crate::{Server, ServerConfig};
+
+/// Which stream store to serve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum StorageKind {
+    /// Everything in memory; gone when the process exits.
+    Memory,
+    /// The durable SQLite store under `--data`.
+    Sqlite,
+}
+
+/// Options of `eddy serve`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1:4437", env = "EDDY_LISTEN")]
+    pub listen: SocketAddr,
+    /// The data directory of the SQLite store.
+    #[arg(long, default_value = "./eddy-data", env = "EDDY_DATA")]
+    pub data: PathBuf,
+    /// The stream store.
+    #[arg(long, value_enum, default_value = "sqlite")]
+    pub storage: StorageKind,
+    /// How long a long-poll waits for data: `500ms`, `20s`, or milliseconds.
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    pub long_poll_timeout: Duration,
+    /// The largest request body, in bytes.
+    #[arg(long, default_value_t = eddy_streams::DEFAULT_MAX_APPEND_BYTES)]
+    pub max_body_bytes: usize,
+    /// How long a client may take to send a request body.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub body_timeout: Duration,
+    /// How long a client may take to send the request headers.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub header_timeout: Duration,
+    /// The most concurrent live readers (long-poll and SSE); more get 503.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_live_readers: usize,
+    /// Require `Authorization: Bearer TOKEN` on every request.
+    #[arg(long, env = "EDDY_AUTH_TOKEN", hide_env_values = true)]
+    pub auth_token: Option<String>,
+    /// Read the bearer token from this file.
+    #[arg(long, conflicts_with = "auth_token")]
+    pub auth_token_file: Option<PathBuf>,
+    /// Allow listening on a non-loopback address without a token.
+    #[arg(long)]
+    pub insecure_no_auth: bool,
+    /// Fsync only at checkpoints (survives a process crash, not a power loss).
+    #[arg(long)]
+    pub no_fsync: bool,
+}
+
+/// Parses `500ms`, `2s`, `1m` or a number of milliseconds.
+pub fn parse_duration(value: &str) -> Result<Duration, String> {
+    let value = value.trim();
+    let (digits, unit) = match value.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => value.split_at(i),
+        None => (value, "ms"),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{value}` is not a duration like 500ms, 20s or 1m"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
+        _ => Err(format!("`{value}`: the unit must be ms, s or m")),
+    }
+}
+
+impl ServeArgs {
+    /// The server configuration these options describe.
+    pub fn config(&self) -> anyhow::Result<ServerConfig> {
+        let auth_token = match (&self.auth_token, &self.auth_token_file) {
+            (Some(token), _) => Some(token.clone()),
+            (None, Some(file)) => Some(
+                std::fs::read_to_string(file)
+                    .with_context(|| format!("reading the token file {}", file.display()))?
+                    .trim()
+                    .to_owned(),
+            ),
+            (None, None) => None,
+        };
+        if auth_token.as_deref() == Some("") {
+            bail!("the auth token is empty");
+        }
+        if auth_token.is_none() && !self.listen.ip().is_loopback() && !self.insecure_no_auth {
+            bail!(
+                "refusing to listen on {} without --auth-token; pass --insecure-no-auth to allow it",
+                self.listen
+            );
+        }
+        Ok(ServerConfig {
+            long_poll_timeout: self.long_poll_timeout,
+            max_body_bytes: self.max_body_bytes,
+            body_timeout: self.body_timeout,
+            header_timeout: self.header_timeout,
+            max_live_readers: self.max_live_readers,
+            auth_token,
+            ..ServerConfig::default()
+        })
+    }
+
+    /// Opens the configured store.
+    pub fn open_store(&self) -> anyhow::Result<Arc<dyn Storage>> {
+        Ok(match self.storage {
+            StorageKind::Memory => Arc::new(MemoryStorage::with_max_append_bytes(self.max_body_bytes)),
+            StorageKind::Sqlite => {
+                let options = SqliteOptions {
+                    durability: if self.no_fsync {
+                        Durability::Process
+                    } else {
+                        Durability::Sync
+                    },
+                    max_append_bytes: self.max_body_bytes,
+                };
+                Arc::new(
+                    SqliteStorage::open_with(&self.data, options)
+                        .with_context(|| format!("opening the store in {}", self.data.display()))?,
+                )
+            }
+        })
+    }
+}
+
+/// Runs `eddy serve` until SIGINT or SIGTERM, then shuts down gracefully:
+/// stops accepting, ends live reads, lets in-flight requests finish, and
+/// closes the store.
+pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    init_tracing();
+    let config = args.config()?;
+    let store = args.open_store()?;
+    let server = Server::bind(args.listen, Arc::clone(&store), config).await?;
+    tracing::info!(address = %server.local_addr(), storage = ?args.storage, "eddy serve is listening");
+    println!("listening on http://{}", server.local_addr());
+    server.run_until(shutdown_signal()).await?;
+    drop(store);
+    tracing::info!("eddy serve stopped");
+    Ok(())
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // A second init (tests, embedding) keeps the first subscriber.
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(err) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %err, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down: finishing in-flight requests");
+}

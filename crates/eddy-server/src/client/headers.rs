@@ -1,0 +1,79 @@
+//! Reading protocol response headers back into store types.
+
+use eddy_streams::{Appended, Expiry, Offset, StreamConfig, StreamError, StreamInfo, StreamPath};
+use reqwest::header::HeaderMap;
+
+use crate::protocol;
+
+fn bad(name: &str) -> StreamError {
+    StreamError::Storage(format!("the server sent a missing or malformed `{name}` header"))
+}
+
+/// A header as text.
+pub(super) fn text(headers: &HeaderMap, name: &str) -> Result<String, StreamError> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .ok_or_else(|| bad(name))
+}
+
+/// A header that must be an offset.
+pub(super) fn offset(headers: &HeaderMap, name: &str) -> Result<Offset, StreamError> {
+    text(headers, name)?.parse().map_err(|_| bad(name))
+}
+
+/// A header that must be a number.
+pub(super) fn number(headers: &HeaderMap, name: &str) -> Result<u64, StreamError> {
+    text(headers, name)?.parse().map_err(|_| bad(name))
+}
+
+/// Whether a flag header is `true`.
+pub(super) fn flag(headers: &HeaderMap, name: &str) -> bool {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+}
+
+/// The stream description of a create or HEAD response.
+pub(super) fn info(path: &StreamPath, headers: &HeaderMap) -> Result<StreamInfo, StreamError> {
+    let expiry = if headers.contains_key(protocol::TTL) {
+        Expiry::Ttl(number(headers, protocol::TTL)?)
+    } else if let Ok(at) = text(headers, protocol::EXPIRES_AT) {
+        Expiry::At(crate::parse::rfc3339(&at).map_err(|_| bad(protocol::EXPIRES_AT))?)
+    } else {
+        Expiry::Never
+    };
+    let closed = flag(headers, protocol::CLOSED);
+    Ok(StreamInfo {
+        path: path.to_string(),
+        config: StreamConfig {
+            content_type: text(headers, reqwest::header::CONTENT_TYPE.as_str())?,
+            expiry,
+            // The protocol reports whether the stream is closed now, not
+            // whether it was created closed.
+            closed,
+        },
+        closed,
+        tail: offset(headers, protocol::NEXT_OFFSET)?,
+        bytes: number(headers, protocol::STREAM_BYTES).unwrap_or(0),
+    })
+}
+
+/// The outcome of an append response.
+pub(super) fn appended(headers: &HeaderMap) -> Result<Appended, StreamError> {
+    let producer = match (
+        number(headers, protocol::PRODUCER_EPOCH),
+        number(headers, protocol::PRODUCER_SEQ),
+    ) {
+        (Ok(epoch), Ok(seq)) => Some((epoch, seq)),
+        _ => None,
+    };
+    Ok(Appended {
+        next_offset: offset(headers, protocol::NEXT_OFFSET)?,
+        duplicate: flag(headers, protocol::DUPLICATE),
+        producer,
+        closed: flag(headers, protocol::CLOSED),
+    })
+}

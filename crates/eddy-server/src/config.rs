@@ -1,0 +1,45 @@
+//! What a server is configured with.
+
+use std::time::Duration;
+
+/// Limits and behaviour of one server.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// How long a long-poll waits before answering 204.
+    pub long_poll_timeout: Duration,
+    /// The largest request body accepted (larger → 413).
+    pub max_body_bytes: usize,
+    /// How long a client may take to send a request body (→ 408).
+    pub body_timeout: Duration,
+    /// How long a client may take to send the request line and headers
+    /// (the connection is closed).
+    pub header_timeout: Duration,
+    /// The most bytes of messages one read response carries.
+    pub max_read_bytes: usize,
+    /// The most concurrent live readers (long-poll waits and SSE streams);
+    /// more get 503.
+    pub max_live_readers: usize,
+    /// How often an idle SSE stream sends a keep-alive comment.
+    pub sse_keep_alive: Duration,
+    /// When set, every request but `/healthz` and CORS preflights must
+    /// carry `Authorization: Bearer <token>`.
+    pub auth_token: Option<String>,
+    /// How long a shutdown waits for in-flight requests.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            long_poll_timeout: Duration::from_secs(20),
+            max_body_bytes: eddy_streams::DEFAULT_MAX_APPEND_BYTES,
+            body_timeout: Duration::from_secs(30),
+            header_timeout: Duration::from_secs(10),
+            max_read_bytes: 1024 * 1024,
+            max_live_readers: 10_000,
+            sse_keep_alive: Duration::from_secs(15),
+            auth_token: None,
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! The server's error type and its one mapping to HTTP responses.
+
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use eddy_streams::StreamError;
+
+use crate::protocol;
+
+/// Everything a request can fail with.
+///
+/// Store errors keep their [`StreamError::code`]; the others have codes of
+/// their own. [`ApiError::status`] is the single place that decides the
+/// HTTP status.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApiError {
+    /// The store refused or failed.
+    #[error(transparent)]
+    Stream(#[from] StreamError),
+    /// A create on a path that a soft-deleted stream still reserves.
+    #[error("stream `{0}` was deleted but forks still use it; the path cannot be reused yet")]
+    PathReserved(String),
+    /// A malformed header, query parameter or body.
+    #[error("{0}")]
+    BadRequest(String),
+    /// The request body is larger than the server accepts.
+    #[error("the request body exceeds the limit of {limit} bytes")]
+    BodyTooLarge {
+        /// The limit.
+        limit: usize,
+    },
+    /// The client sent the body too slowly.
+    #[error("timed out reading the request body")]
+    BodyTimeout,
+    /// A missing or wrong bearer token.
+    #[error("missing or invalid bearer token")]
+    Unauthorized,
+    /// The cap on concurrent live readers is reached.
+    #[error("too many live readers (limit {limit}); retry later")]
+    TooManyLiveReaders {
+        /// The cap.
+        limit: usize,
+    },
+    /// A method streams do not support.
+    #[error("method {0} is not supported on a stream")]
+    MethodNotAllowed(Method),
+}
+
+impl ApiError {
+    /// A bad request with a message.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ApiError::BadRequest(message.into())
+    }
+
+    /// Maps a store error of a create: a soft-deleted path conflicts.
+    pub fn on_create(err: StreamError) -> Self {
+        match err {
+            StreamError::SoftDeleted { path } => ApiError::PathReserved(path),
+            other => ApiError::Stream(other),
+        }
+    }
+
+    /// The stable, machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::Stream(err) => err.code(),
+            ApiError::PathReserved(_) => "stream/path-reserved",
+            ApiError::BadRequest(_) => "request/invalid",
+            ApiError::BodyTooLarge { .. } => "request/too-large",
+            ApiError::BodyTimeout => "request/timeout",
+            ApiError::Unauthorized => "auth/unauthorized",
+            ApiError::TooManyLiveReaders { .. } => "live/too-many-readers",
+            ApiError::MethodNotAllowed(_) => "request/method-not-allowed",
+        }
+    }
+
+    /// The HTTP status of this error.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Stream(err) => stream_status(err),
+            ApiError::PathReserved(_) => StatusCode::CONFLICT,
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::TooManyLiveReaders { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+        }
+    }
+
+    /// Protocol headers that go with the error.
+    fn headers(&self) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        let mut put = |name: &'static str, value: String| {
+            if let Ok(value) = HeaderValue::try_from(value) {
+                headers.insert(name, value);
+            }
+        };
+        match self {
+            ApiError::Stream(StreamError::Closed { final_offset, .. }) => {
+                put(protocol::CLOSED, "true".into());
+                put(protocol::NEXT_OFFSET, final_offset.to_string());
+            }
+            ApiError::Stream(StreamError::OffsetBeyondTail { tail, .. }) => {
+                put(protocol::NEXT_OFFSET, tail.to_string());
+            }
+            ApiError::Stream(StreamError::OffsetMismatch { actual, .. }) => {
+                put(protocol::NEXT_OFFSET, actual.to_string());
+            }
+            ApiError::Stream(StreamError::ProducerSeqGap {
+                expected, received, ..
+            }) => {
+                put(protocol::PRODUCER_EXPECTED_SEQ, expected.to_string());
+                put(protocol::PRODUCER_RECEIVED_SEQ, received.to_string());
+            }
+            ApiError::Stream(StreamError::ProducerFenced { current, .. }) => {
+                put(protocol::PRODUCER_EPOCH, current.to_string());
+            }
+            ApiError::Stream(StreamError::TooLarge { limit, .. })
+            | ApiError::BodyTooLarge { limit } => {
+                put(protocol::LIMIT, limit.to_string());
+            }
+            ApiError::Unauthorized => put(header::WWW_AUTHENTICATE.as_str(), "Bearer".into()),
+            ApiError::TooManyLiveReaders { .. } => put(header::RETRY_AFTER.as_str(), "1".into()),
+            ApiError::MethodNotAllowed(_) => put(
+                header::ALLOW.as_str(),
+                "GET, HEAD, PUT, POST, DELETE, OPTIONS".into(),
+            ),
+            _ => {}
+        }
+        put(protocol::ERROR_CODE, self.code().into());
+        headers
+    }
+}
+
+/// The status of each store error.
+fn stream_status(err: &StreamError) -> StatusCode {
+    match err {
+        // A deleted stream is simply absent on the wire; `eddy-error`
+        // still tells the two apart.
+        StreamError::NotFound { .. } | StreamError::Gone { .. } => StatusCode::NOT_FOUND,
+        StreamError::SoftDeleted { .. } => StatusCode::GONE,
+        StreamError::ConfigConflict { .. }
+        | StreamError::Closed { .. }
+        | StreamError::OffsetMismatch { .. }
+        | StreamError::StreamSeqConflict { .. }
+        | StreamError::ContentTypeMismatch { .. }
+        | StreamError::ProducerSeqGap { .. } => StatusCode::CONFLICT,
+        StreamError::ProducerFenced { .. } => StatusCode::FORBIDDEN,
+        StreamError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        StreamError::InvalidOffset(_)
+        | StreamError::OffsetBeyondTail { .. }
+        | StreamError::InvalidPath { .. }
+        | StreamError::InvalidJson(_)
+        | StreamError::EmptyJsonArray
+        | StreamError::EmptyAppend
+        | StreamError::ProducerEpochStart { .. }
+        | StreamError::InvalidArgument(_)
+        | StreamError::Route { .. }
+        | StreamError::InvalidItem { .. }
+        | StreamError::InvalidState(_) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// The JSON body of an error response.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(crate) struct ErrorBody {
+    pub code: String,
+    pub message: String,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::error!(code = self.code(), error = %self, "request failed");
+        } else {
+            tracing::debug!(code = self.code(), error = %self, "request refused");
+        }
+        let body = ErrorBody {
+            code: self.code().to_owned(),
+            message: self.to_string(),
+        };
+        let json = serde_json::to_vec(&body).unwrap_or_default();
+        let mut response = (status, self.headers(), json).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        response
+    }
+}

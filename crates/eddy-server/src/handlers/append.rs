@@ -1,0 +1,68 @@
+//! POST: append data, close, or both, under the writer's conditions.
+
+use std::sync::atomic::Ordering;
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use eddy_streams::{Append, Payload, StreamPath};
+
+use super::{put, read_body};
+use crate::error::ApiError;
+use crate::parse;
+use crate::protocol;
+use crate::state::AppState;
+
+pub(super) async fn append(
+    state: &AppState,
+    path: &StreamPath,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let close = parse::closed(headers)?;
+    let producer = parse::producer(headers)?;
+    let stream_seq = parse::header(headers, protocol::STREAM_SEQ)?;
+    let expected = parse::header(headers, protocol::EXPECTED_OFFSET)?
+        .map(|v| parse::offset("Stream-Expected-Offset", v))
+        .transpose()?;
+    let content_type = parse::header(headers, header::CONTENT_TYPE.as_str())?;
+    let body = read_body(state, body).await?;
+    let size = body.len();
+    let has_data = !body.is_empty();
+    let mut append = Append::new(Payload::Body(body));
+    if has_data {
+        let content_type = content_type
+            .ok_or_else(|| ApiError::bad_request("an append with data needs a Content-Type"))?;
+        append = append.with_content_type(content_type);
+    }
+    append.close = close;
+    append.producer = producer.clone();
+    append.stream_seq = stream_seq.map(str::to_owned);
+    append.expected_tail = expected;
+    let appended = state.store.append(path, append).await?;
+    let metrics = &state.metrics;
+    if appended.duplicate {
+        metrics.duplicate_appends.fetch_add(1, Ordering::Relaxed);
+    } else if has_data {
+        metrics.appends.fetch_add(1, Ordering::Relaxed);
+        metrics.append_bytes.fetch_add(size as u64, Ordering::Relaxed);
+    }
+    let mut out = HeaderMap::new();
+    put(&mut out, protocol::NEXT_OFFSET, appended.next_offset.to_string());
+    if appended.duplicate {
+        put(&mut out, protocol::DUPLICATE, "true".into());
+    }
+    if appended.closed {
+        put(&mut out, protocol::CLOSED, "true".into());
+    }
+    if let Some((epoch, seq)) = appended.producer {
+        put(&mut out, protocol::PRODUCER_EPOCH, epoch.to_string());
+        put(&mut out, protocol::PRODUCER_SEQ, seq.to_string());
+    }
+    let status = if producer.is_some() && has_data && !appended.duplicate {
+        StatusCode::OK
+    } else {
+        StatusCode::NO_CONTENT
+    };
+    Ok((status, out).into_response())
+}

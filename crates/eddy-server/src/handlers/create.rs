@@ -1,0 +1,78 @@
+//! PUT: create a stream, optionally with data, closed, expiring, or as a
+//! fork of another stream.
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use eddy_streams::{Expiry, Fork, Payload, StreamConfig, StreamPath, OCTET_STREAM};
+
+use super::{describe, put, read_body};
+use crate::error::ApiError;
+use crate::parse;
+use crate::protocol;
+use crate::state::AppState;
+
+pub(super) async fn create(
+    state: &AppState,
+    path: &StreamPath,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let closed = parse::closed(headers)?;
+    let expiry = parse::expiry(headers)?;
+    let content_type = parse::header(headers, header::CONTENT_TYPE.as_str())?;
+    let fork = fork_request(headers)?;
+    let body = read_body(state, body).await?;
+    let created = match fork {
+        Some(mut fork) => {
+            fork.initial = Payload::Body(body);
+            fork.content_type = content_type.map(str::to_owned);
+            fork.expiry = expiry;
+            fork.closed = closed;
+            state.store.fork(path, fork).await
+        }
+        None => {
+            let config = StreamConfig {
+                content_type: content_type.unwrap_or(OCTET_STREAM).to_owned(),
+                expiry: expiry.unwrap_or(Expiry::Never),
+                closed,
+            };
+            state.store.create(path, config, Payload::Body(body)).await
+        }
+    }
+    .map_err(ApiError::on_create)?;
+    let mut out = HeaderMap::new();
+    describe(&mut out, &created.info);
+    let host = parse::header(headers, header::HOST.as_str())?.unwrap_or("localhost");
+    put(&mut out, header::LOCATION.as_str(), format!("http://{host}{}", uri.path()));
+    let status = if created.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, out).into_response())
+}
+
+/// The fork headers, if this create is a fork.
+fn fork_request(headers: &HeaderMap) -> Result<Option<Fork>, ApiError> {
+    let source = parse::header(headers, protocol::FORKED_FROM)?;
+    let offset = parse::header(headers, protocol::FORK_OFFSET)?;
+    let sub = parse::header(headers, protocol::FORK_SUB_OFFSET)?;
+    let Some(source) = source else {
+        if offset.is_some() || sub.is_some() {
+            return Err(ApiError::bad_request(
+                "Stream-Fork-Offset and Stream-Fork-Sub-Offset need Stream-Forked-From",
+            ));
+        }
+        return Ok(None);
+    };
+    let mut fork = Fork::of(parse::fork_source(source)?);
+    if let Some(offset) = offset {
+        fork = fork.at(parse::offset("Stream-Fork-Offset", offset)?);
+    }
+    if let Some(sub) = sub {
+        fork = fork.sub_offset(parse::decimal("Stream-Fork-Sub-Offset", sub, true)?);
+    }
+    Ok(Some(fork))
+}

@@ -1,0 +1,123 @@
+//! GET: catch-up reads and long-polls. SSE is in [`super::sse`].
+
+use std::sync::atomic::Ordering;
+use std::time::SystemTime;
+
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use eddy_streams::{ReadChunk, ReadFrom, StreamPath, Wait};
+
+use super::encode;
+use super::put;
+use crate::cursor;
+use crate::error::ApiError;
+use crate::parse::{self, Live};
+use crate::protocol;
+use crate::state::AppState;
+
+pub(super) async fn get(
+    state: &AppState,
+    path: &StreamPath,
+    query: Option<&str>,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let query = parse::read_query(query)?;
+    let from = query.offset.unwrap_or(ReadFrom::Beginning);
+    match query.live {
+        Live::No => catch_up(state, path, from, headers).await,
+        Live::LongPoll => long_poll(state, path, from, query.cursor.as_deref()).await,
+        Live::Sse => super::sse::sse(state, path, from, query.cursor).await,
+    }
+}
+
+async fn catch_up(
+    state: &AppState,
+    path: &StreamPath,
+    from: ReadFrom,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let max = match parse::header(headers, protocol::MAX_BYTES)? {
+        Some(sent) => usize::try_from(parse::decimal("Eddy-Max-Bytes", sent, false)?)
+            .unwrap_or(usize::MAX)
+            .min(state.config.max_read_bytes),
+        None => state.config.max_read_bytes,
+    };
+    let chunk = state.store.read(path, from, max).await?;
+    state.metrics.reads.fetch_add(1, Ordering::Relaxed);
+    let etag = etag(&chunk);
+    let mut out = chunk_headers(&chunk);
+    put(&mut out, header::ETAG.as_str(), etag.clone());
+    let cache = if from == ReadFrom::Tail || chunk.up_to_date {
+        "no-store"
+    } else {
+        "no-cache"
+    };
+    put(&mut out, header::CACHE_CONTROL.as_str(), cache.into());
+    let matches = parse::header(headers, header::IF_NONE_MATCH.as_str())?
+        .is_some_and(|sent| sent.split(',').any(|tag| tag.trim() == etag || tag.trim() == "*"));
+    if matches {
+        return Ok((StatusCode::NOT_MODIFIED, out).into_response());
+    }
+    let framed = parse::header(headers, protocol::FRAMING)? == Some(protocol::FRAMING_MESSAGES);
+    let body = if framed {
+        put(&mut out, protocol::FRAMING, protocol::FRAMING_MESSAGES.into());
+        encode::framed(&chunk.messages)
+    } else {
+        encode::body(&chunk.content_type, &chunk.messages)
+    };
+    Ok((StatusCode::OK, out, body).into_response())
+}
+
+async fn long_poll(
+    state: &AppState,
+    path: &StreamPath,
+    from: ReadFrom,
+    client_cursor: Option<&str>,
+) -> Result<Response, ApiError> {
+    let max = state.config.max_read_bytes;
+    let mut chunk = state.store.read(path, from, max).await?;
+    if chunk.messages.is_empty() && !chunk.closed {
+        let _slot = state.live_reader()?;
+        let waited = tokio::select! {
+            waited = state.store.wait(path, chunk.next_offset, state.config.long_poll_timeout) => Some(waited?),
+            () = state.shutting_down() => None,
+        };
+        if let Some(Wait::Changed(_)) = waited {
+            chunk = state.store.read(path, ReadFrom::Offset(chunk.next_offset), max).await?;
+        }
+    }
+    state.metrics.reads.fetch_add(1, Ordering::Relaxed);
+    let mut out = chunk_headers(&chunk);
+    put(&mut out, header::CACHE_CONTROL.as_str(), "no-store".into());
+    if !chunk.closed {
+        put(&mut out, protocol::CURSOR, cursor::next(SystemTime::now(), client_cursor));
+    }
+    if chunk.messages.is_empty() {
+        return Ok((StatusCode::NO_CONTENT, out).into_response());
+    }
+    put(&mut out, header::ETAG.as_str(), etag(&chunk));
+    let body = encode::body(&chunk.content_type, &chunk.messages);
+    Ok((StatusCode::OK, out, body).into_response())
+}
+
+/// The headers of a read response.
+fn chunk_headers(chunk: &ReadChunk) -> HeaderMap {
+    let mut out = HeaderMap::new();
+    put(&mut out, header::CONTENT_TYPE.as_str(), chunk.content_type.clone());
+    put(&mut out, protocol::NEXT_OFFSET, chunk.next_offset.to_string());
+    put(&mut out, protocol::READ_START, chunk.start.to_string());
+    if chunk.up_to_date {
+        put(&mut out, protocol::UP_TO_DATE, "true".into());
+    }
+    if chunk.closed {
+        put(&mut out, protocol::CLOSED, "true".into());
+    }
+    out
+}
+
+/// A strong validator for exactly this range of this stream's data, and
+/// whether it reached a closed tail.
+fn etag(chunk: &ReadChunk) -> String {
+    let closed = if chunk.closed { ":c" } else { "" };
+    format!("\"{}:{}{closed}\"", chunk.start, chunk.next_offset)
+}

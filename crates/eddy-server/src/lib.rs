@@ -1,0 +1,82 @@
+//! The Durable Streams HTTP protocol over Eddy's stream store.
+//!
+//! `eddy-server` is the only crate of Eddy that knows HTTP. It serves any
+//! [`Storage`](eddy_streams::Storage) backend over the Durable Streams
+//! protocol ([`app`], [`Server`]), and it implements the same trait on the
+//! client side over HTTP ([`RemoteStorage`]), so code written against the
+//! trait works with a store in another process.
+//!
+//! # The HTTP mapping
+//!
+//! Every request path names a stream (`/v1/stream/orders` is the stream
+//! `v1/stream/orders`), except `/healthz`, `/metrics` and the reserved
+//! `/_eddy/` prefix.
+//!
+//! | request | store call | success |
+//! | --- | --- | --- |
+//! | `PUT` (+ body, `Stream-TTL` / `Stream-Expires-At`, `Stream-Closed`) | `create` | 201 new, 200 same config |
+//! | `PUT` + `Stream-Forked-From` (+ `Stream-Fork-Offset`, `-Sub-Offset`) | `fork` | 201 / 200 |
+//! | `POST` (+ `Producer-*`, `Stream-Seq`, `Stream-Expected-Offset`, `Stream-Closed`) | `append` | 200 new producer write, 204 otherwise |
+//! | `GET ?offset=` | `read` | 200, JSON streams as one array |
+//! | `GET ?offset=&live=long-poll` | `read` + `wait` | 200 data, 204 timeout |
+//! | `GET ?offset=&live=sse` | `read` + `wait` loop | `text/event-stream` |
+//! | `HEAD` / `DELETE` | `head` / `delete` | 200 / 204 |
+//! | `GET /_eddy/streams?prefix=` | `list` | JSON |
+//!
+//! Store errors map to statuses in one place ([`ApiError::status`]): absent
+//! and deleted streams are 404, a stream deleted while forks use it is 410,
+//! conflicts of configuration, content type, sequence and close are 409, a
+//! fenced producer is 403, bad input is 400, an oversized body 413. Every
+//! error carries its stable code in the `eddy-error` header and a JSON body
+//! `{"code", "message"}`; [`RemoteStorage`] turns them back into the same
+//! [`StreamError`](eddy_streams::StreamError)s.
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::Arc;
+//! use eddy_server::{RemoteStorage, Server, ServerConfig};
+//! use eddy_streams::{Append, MemoryStorage, Payload, ReadFrom, Storage, StreamConfig, StreamPath};
+//!
+//! # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+//! let store = Arc::new(MemoryStorage::new());
+//! let server = Server::bind(([127, 0, 0, 1], 0).into(), store, ServerConfig::default())
+//!     .await?
+//!     .spawn();
+//!
+//! let remote = RemoteStorage::new(&server.url())?;
+//! let path = StreamPath::new("orders")?;
+//! remote.create(&path, StreamConfig::json(), Payload::empty()).await?;
+//! remote.append(&path, Append::body(r#"[{"id":1},{"id":2}]"#)).await?;
+//! let chunk = remote.read(&path, ReadFrom::Beginning, 1 << 20).await?;
+//! assert_eq!(chunk.messages, vec![r#"{"id":1}"#, r#"{"id":2}"#]);
+//!
+//! server.stop().await?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+#![deny(missing_docs)]
+
+pub mod cli;
+mod client;
+mod config;
+pub mod cursor;
+mod error;
+mod handlers;
+mod metrics;
+pub mod parse;
+pub mod protocol;
+mod router;
+mod server;
+mod state;
+mod wire;
+
+pub use cli::{serve, ServeArgs};
+pub use client::RemoteStorage;
+pub use config::ServerConfig;
+pub use error::ApiError;
+pub use metrics::Metrics;
+pub use router::app;
+pub use server::{RunningServer, Server};
+pub use state::AppState;
+pub use wire::ListedStream;

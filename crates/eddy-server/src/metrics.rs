@@ -1,0 +1,49 @@
+//! Process metrics, rendered in the Prometheus text format at `/metrics`.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+/// Counters the handlers update.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Appends that wrote data.
+    pub appends: AtomicU64,
+    /// Bytes those appends carried.
+    pub append_bytes: AtomicU64,
+    /// Duplicate appends acknowledged without writing.
+    pub duplicate_appends: AtomicU64,
+    /// Read responses served (catch-up, long-poll, SSE events).
+    pub reads: AtomicU64,
+    /// Live readers now (long-poll waits and SSE streams).
+    pub live_readers: AtomicI64,
+    /// Requests refused with a 4xx or failed with a 5xx.
+    pub errors: AtomicU64,
+}
+
+impl Metrics {
+    /// Adds one to a counter.
+    pub fn inc(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The metrics in the Prometheus text exposition format.
+    ///
+    /// ```
+    /// let metrics = eddy_server::Metrics::default();
+    /// assert!(metrics.render().contains("eddy_appends_total 0"));
+    /// ```
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let mut counter = |name: &str, help: &str, kind: &str, value: i128| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+        };
+        let get = |c: &AtomicU64| i128::from(c.load(Ordering::Relaxed));
+        counter("eddy_appends_total", "Appends that wrote data.", "counter", get(&self.appends));
+        counter("eddy_append_bytes_total", "Bytes written by appends.", "counter", get(&self.append_bytes));
+        counter("eddy_duplicate_appends_total", "Producer retries acknowledged without writing.", "counter", get(&self.duplicate_appends));
+        counter("eddy_reads_total", "Read responses and SSE data events served.", "counter", get(&self.reads));
+        counter("eddy_errors_total", "Requests answered with an error status.", "counter", get(&self.errors));
+        counter("eddy_live_readers", "Live readers (long-poll and SSE) now.", "gauge", i128::from(self.live_readers.load(Ordering::Relaxed)));
+        out
+    }
+}

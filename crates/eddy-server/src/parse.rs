@@ -1,0 +1,250 @@
+//! Parsers for what clients send: headers, the query string, the path.
+//!
+//! Every parser is pure and total: bad input becomes an [`ApiError`] with a
+//! message (a 400), never a panic. The property tests feed them arbitrary
+//! strings.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::http::HeaderMap;
+use eddy_streams::{Expiry, Offset, ProducerPosition, ReadFrom, StreamPath};
+use percent_encoding::percent_decode_str;
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+use crate::error::ApiError;
+use crate::protocol;
+
+/// A header's value as text, if present.
+pub fn header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(value) => value
+            .to_str()
+            .map(Some)
+            .map_err(|_| ApiError::bad_request(format!("header `{name}` is not visible ASCII"))),
+    }
+}
+
+/// A plain decimal number: digits only, without a sign, point or exponent.
+/// `strict` also refuses leading zeros.
+pub fn decimal(name: &str, value: &str, strict: bool) -> Result<u64, ApiError> {
+    let bad = || ApiError::bad_request(format!("`{name}` must be a non-negative decimal integer, got `{}`", shorten(value)));
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    if strict && value.len() > 1 && value.starts_with('0') {
+        return Err(bad());
+    }
+    value.parse().map_err(|_| bad())
+}
+
+/// `Stream-Closed`: `true` in any case closes; anything else is ignored.
+pub fn closed(headers: &HeaderMap) -> Result<bool, ApiError> {
+    Ok(header(headers, protocol::CLOSED)?.is_some_and(|v| v.trim().eq_ignore_ascii_case("true")))
+}
+
+/// `Stream-TTL` or `Stream-Expires-At` (not both).
+pub fn expiry(headers: &HeaderMap) -> Result<Option<Expiry>, ApiError> {
+    let ttl = header(headers, protocol::TTL)?;
+    let at = header(headers, protocol::EXPIRES_AT)?;
+    match (ttl, at) {
+        (Some(_), Some(_)) => Err(ApiError::bad_request(
+            "send either Stream-TTL or Stream-Expires-At, not both",
+        )),
+        (Some(ttl), None) => Ok(Some(Expiry::Ttl(decimal("Stream-TTL", ttl, true)?))),
+        (None, Some(at)) => Ok(Some(Expiry::At(rfc3339(at)?))),
+        (None, None) => Ok(None),
+    }
+}
+
+/// An RFC 3339 timestamp.
+pub fn rfc3339(value: &str) -> Result<SystemTime, ApiError> {
+    let parsed = OffsetDateTime::parse(value, &Rfc3339).map_err(|e| {
+        ApiError::bad_request(format!("`Stream-Expires-At` must be RFC 3339 ({e}), got `{}`", shorten(value)))
+    })?;
+    let nanos = parsed.unix_timestamp_nanos();
+    let time = if nanos >= 0 {
+        u64::try_from(nanos).ok().map(|n| UNIX_EPOCH + Duration::from_nanos(n))
+    } else {
+        u64::try_from(-nanos).ok().and_then(|n| UNIX_EPOCH.checked_sub(Duration::from_nanos(n)))
+    };
+    time.ok_or_else(|| ApiError::bad_request("`Stream-Expires-At` is out of range"))
+}
+
+/// Formats a time as RFC 3339 (UTC, `Z`).
+pub fn format_rfc3339(at: SystemTime) -> String {
+    let nanos = match at.duration_since(UNIX_EPOCH) {
+        Ok(d) => i128::try_from(d.as_nanos()).unwrap_or(i128::MAX),
+        Err(e) => -i128::try_from(e.duration().as_nanos()).unwrap_or(i128::MAX),
+    };
+    OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .ok()
+        .and_then(|t| t.format(&Rfc3339).ok())
+        .unwrap_or_default()
+}
+
+/// The idempotent producer headers: all three or none.
+pub fn producer(headers: &HeaderMap) -> Result<Option<ProducerPosition>, ApiError> {
+    let id = header(headers, protocol::PRODUCER_ID)?;
+    let epoch = header(headers, protocol::PRODUCER_EPOCH)?;
+    let seq = header(headers, protocol::PRODUCER_SEQ)?;
+    match (id, epoch, seq) {
+        (None, None, None) => Ok(None),
+        (Some(id), Some(epoch), Some(seq)) => {
+            if id.is_empty() {
+                return Err(ApiError::bad_request("`Producer-Id` must not be empty"));
+            }
+            Ok(Some(ProducerPosition::new(
+                id,
+                decimal("Producer-Epoch", epoch, false)?,
+                decimal("Producer-Seq", seq, false)?,
+            )))
+        }
+        _ => Err(ApiError::bad_request(
+            "send all of Producer-Id, Producer-Epoch and Producer-Seq, or none",
+        )),
+    }
+}
+
+/// An offset header (`Stream-Fork-Offset`, `Stream-Expected-Offset`): the
+/// canonical form only.
+pub fn offset(name: &str, value: &str) -> Result<Offset, ApiError> {
+    value
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("`{name}` must be an offset `<16 digits>_<16 digits>`, got `{}`", shorten(value))))
+}
+
+/// How a GET wants its data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Live {
+    /// Catch-up: answer at once.
+    No,
+    /// Wait for data, up to the long-poll timeout.
+    LongPoll,
+    /// Server-sent events.
+    Sse,
+}
+
+/// The query of a GET.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadQuery {
+    /// Where to read from; `None` when no `offset` was sent.
+    pub offset: Option<ReadFrom>,
+    /// The live mode.
+    pub live: Live,
+    /// The client's cursor, echoed back.
+    pub cursor: Option<String>,
+}
+
+/// Parses a GET query string (unknown parameters are ignored).
+pub fn read_query(query: Option<&str>) -> Result<ReadQuery, ApiError> {
+    let mut offset = None;
+    let mut live = Live::No;
+    let mut cursor = None;
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_decode_str(value)
+            .decode_utf8()
+            .map_err(|_| ApiError::bad_request("a query parameter is not UTF-8"))?;
+        match key {
+            "offset" => {
+                if offset.is_some() {
+                    return Err(ApiError::bad_request("send `offset` once"));
+                }
+                let parsed: ReadFrom = value.parse().map_err(|_| {
+                    ApiError::bad_request(format!(
+                        "`offset` must be `-1`, `now` or an offset from this server, got `{}`",
+                        shorten(&value)
+                    ))
+                })?;
+                offset = Some(parsed);
+            }
+            "live" => {
+                live = match value.as_ref() {
+                    "long-poll" => Live::LongPoll,
+                    "sse" => Live::Sse,
+                    "" | "false" => Live::No,
+                    other => {
+                        return Err(ApiError::bad_request(format!(
+                            "`live` must be `long-poll` or `sse`, got `{}`",
+                            shorten(other)
+                        )))
+                    }
+                }
+            }
+            "cursor" => cursor = Some(value.into_owned()),
+            _ => {}
+        }
+    }
+    if live != Live::No && offset.is_none() {
+        return Err(ApiError::bad_request("live reads need an `offset` (use `-1` or `now`)"));
+    }
+    Ok(ReadQuery { offset, live, cursor })
+}
+
+/// The stream path of a request path (`/v1/stream/a` → `v1/stream/a`),
+/// percent-decoded and checked.
+pub fn stream_path(uri_path: &str) -> Result<StreamPath, ApiError> {
+    let trimmed = uri_path.strip_prefix('/').unwrap_or(uri_path);
+    let decoded = percent_decode_str(trimmed)
+        .decode_utf8()
+        .map_err(|_| ApiError::bad_request("the stream path is not UTF-8"))?;
+    Ok(StreamPath::new(decoded.as_ref())?)
+}
+
+/// The stream path named by `Stream-Forked-From`: a path, or a URL whose
+/// path is used.
+pub fn fork_source(value: &str) -> Result<StreamPath, ApiError> {
+    let path = match value.split_once("://") {
+        Some((_, rest)) => rest.find('/').map_or("/", |i| &rest[i..]),
+        None => value,
+    };
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    stream_path(path)
+}
+
+fn shorten(value: &str) -> String {
+    value.chars().take(64).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimals() {
+        assert_eq!(decimal("x", "60", true).ok(), Some(60));
+        assert_eq!(decimal("x", "0", true).ok(), Some(0));
+        for bad in ["00060", "+60", "60.5", "1e3", "-1", "abc", "", " 1"] {
+            assert!(decimal("x", bad, true).is_err(), "{bad}");
+        }
+        assert_eq!(decimal("x", "007", false).ok(), Some(7));
+        assert!(decimal("x", "99999999999999999999999", false).is_err());
+    }
+
+    #[test]
+    fn queries() {
+        let q = read_query(Some("offset=-1&live=sse&foo=bar")).ok();
+        assert_eq!(q.map(|q| (q.offset, q.live)), Some((Some(ReadFrom::Beginning), Live::Sse)));
+        for bad in ["offset=", "offset=-1&offset=-1", "live=sse", "offset=a,b", "offset=..", "offset=%00", "live=long-poll"] {
+            assert!(read_query(Some(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn paths() {
+        assert_eq!(stream_path("/v1/stream/a%20b").ok().map(|p| p.to_string()), Some("v1/stream/a b".into()));
+        assert!(stream_path("/a/../b").is_err());
+        assert!(stream_path("/a%00b").is_err());
+        assert_eq!(fork_source("http://h:1/v1/x?y").ok().map(|p| p.to_string()), Some("v1/x".into()));
+    }
+
+    #[test]
+    fn times_round_trip() {
+        let at = rfc3339("2030-01-02T03:04:05Z").ok();
+        assert_eq!(at.map(format_rfc3339).as_deref(), Some("2030-01-02T03:04:05Z"));
+        assert!(rfc3339("2030-01-02T03:04:05+01:00").is_ok());
+        assert!(rfc3339("tomorrow").is_err());
+    }
+}

@@ -1,0 +1,105 @@
+//! The axum router: operational endpoints, the stream fallback, and the
+//! middleware every response passes through (auth, security and CORS
+//! headers, metrics).
+
+use std::sync::atomic::Ordering;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::middleware::{from_fn_with_state, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+use crate::error::ApiError;
+use crate::handlers;
+use crate::protocol;
+use crate::state::AppState;
+
+/// The whole HTTP application over `state`.
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .fallback(handlers::stream)
+        .layer(from_fn_with_state(state.clone(), guard))
+        .with_state(state)
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+/// Answers CORS preflights, checks the bearer token, and adds the security
+/// and CORS headers to every response, errors included.
+async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let mut response = if request.method() == Method::OPTIONS {
+        preflight()
+    } else if !authorized(&state, &request) {
+        ApiError::Unauthorized.into_response()
+    } else {
+        next.run(request).await
+    };
+    if response.status().is_client_error() || response.status().is_server_error() {
+        state.metrics.errors.fetch_add(1, Ordering::Relaxed);
+    }
+    let headers = response.headers_mut();
+    headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    headers.insert(
+        "cross-origin-resource-policy",
+        HeaderValue::from_static("cross-origin"),
+    );
+    headers.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    headers.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static(protocol::EXPOSED_HEADERS),
+    );
+    response
+}
+
+fn preflight() -> Response {
+    (
+        StatusCode::NO_CONTENT,
+        [
+            (
+                header::ACCESS_CONTROL_ALLOW_METHODS,
+                "GET, HEAD, PUT, POST, DELETE, OPTIONS",
+            ),
+            (header::ACCESS_CONTROL_ALLOW_HEADERS, protocol::ALLOWED_HEADERS),
+            (header::ACCESS_CONTROL_MAX_AGE, "86400"),
+        ],
+    )
+        .into_response()
+}
+
+fn authorized(state: &AppState, request: &Request) -> bool {
+    let Some(token) = &state.config.auth_token else {
+        return true;
+    };
+    if request.uri().path() == "/healthz" {
+        return true;
+    }
+    let sent = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    constant_time_eq(sent.as_bytes(), token.as_bytes())
+}
+
+/// Compares without an early exit on the first differing byte.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

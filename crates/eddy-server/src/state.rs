@@ -1,0 +1,76 @@
+//! The state every handler shares.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use eddy_streams::Storage;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+
+use crate::error::ApiError;
+use crate::{Metrics, ServerConfig};
+
+/// The store, the configuration, the metrics and the live-reader cap.
+#[derive(Clone)]
+pub struct AppState {
+    pub(crate) store: Arc<dyn Storage>,
+    pub(crate) config: Arc<ServerConfig>,
+    pub(crate) metrics: Arc<Metrics>,
+    live_readers: Arc<Semaphore>,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl AppState {
+    /// State over `store`; `shutdown` turns `true` when the server stops,
+    /// which ends live reads early.
+    pub fn new(
+        store: Arc<dyn Storage>,
+        config: ServerConfig,
+        shutdown: watch::Receiver<bool>,
+    ) -> Self {
+        AppState {
+            live_readers: Arc::new(Semaphore::new(config.max_live_readers)),
+            store,
+            config: Arc::new(config),
+            metrics: Arc::new(Metrics::default()),
+            shutdown,
+        }
+    }
+
+    /// The server's metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Takes a live-reader slot, or refuses with 503.
+    pub(crate) fn live_reader(&self) -> Result<LiveReader, ApiError> {
+        let permit = Arc::clone(&self.live_readers)
+            .try_acquire_owned()
+            .map_err(|_| ApiError::TooManyLiveReaders {
+                limit: self.config.max_live_readers,
+            })?;
+        self.metrics.live_readers.fetch_add(1, Ordering::Relaxed);
+        Ok(LiveReader {
+            _permit: permit,
+            metrics: Arc::clone(&self.metrics),
+        })
+    }
+
+    /// Resolves when the server begins to shut down.
+    pub(crate) async fn shutting_down(&self) {
+        let mut shutdown = self.shutdown.clone();
+        // An error means the sender is gone: the server is stopping too.
+        let _ = shutdown.wait_for(|stopping| *stopping).await;
+    }
+}
+
+/// A held live-reader slot; dropping it frees the slot.
+pub(crate) struct LiveReader {
+    _permit: OwnedSemaphorePermit,
+    metrics: Arc<Metrics>,
+}
+
+impl Drop for LiveReader {
+    fn drop(&mut self) {
+        self.metrics.live_readers.fetch_sub(1, Ordering::Relaxed);
+    }
+}

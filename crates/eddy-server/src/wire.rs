@@ -1,0 +1,77 @@
+//! JSON shapes of Eddy's own endpoints, shared by the server and the
+//! remote client.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use eddy_streams::{Expiry, Offset, StreamConfig, StreamInfo};
+
+/// One stream in a listing.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ListedStream {
+    /// The stream path.
+    pub path: String,
+    /// Its content type.
+    pub content_type: String,
+    /// Its sliding time to live, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_secs: Option<u64>,
+    /// Its fixed expiry, in unix milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<u64>,
+    /// Whether it was created closed.
+    pub created_closed: bool,
+    /// Whether it is closed now.
+    pub closed: bool,
+    /// Its tail.
+    pub tail: Offset,
+    /// The bytes it holds.
+    pub bytes: u64,
+}
+
+impl From<&StreamInfo> for ListedStream {
+    fn from(info: &StreamInfo) -> Self {
+        let (ttl_secs, expires_at_ms) = match info.config.expiry {
+            Expiry::Never => (None, None),
+            Expiry::Ttl(secs) => (Some(secs), None),
+            Expiry::At(at) => (
+                None,
+                Some(
+                    at.duration_since(UNIX_EPOCH)
+                        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                        .unwrap_or(0),
+                ),
+            ),
+        };
+        ListedStream {
+            path: info.path.clone(),
+            content_type: info.config.content_type.clone(),
+            ttl_secs,
+            expires_at_ms,
+            created_closed: info.config.closed,
+            closed: info.closed,
+            tail: info.tail,
+            bytes: info.bytes,
+        }
+    }
+}
+
+impl From<ListedStream> for StreamInfo {
+    fn from(listed: ListedStream) -> Self {
+        let expiry = match (listed.ttl_secs, listed.expires_at_ms) {
+            (Some(secs), _) => Expiry::Ttl(secs),
+            (None, Some(ms)) => Expiry::At(UNIX_EPOCH + Duration::from_millis(ms)),
+            (None, None) => Expiry::Never,
+        };
+        StreamInfo {
+            path: listed.path,
+            config: StreamConfig {
+                content_type: listed.content_type,
+                expiry,
+                closed: listed.created_closed,
+            },
+            closed: listed.closed,
+            tail: listed.tail,
+            bytes: listed.bytes,
+        }
+    }
+}
