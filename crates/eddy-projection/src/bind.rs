@@ -149,6 +149,11 @@ impl<P: Params, I: Item, S: State> Bound<P, I, S> {
         &self.outputs
     }
 
+    /// The key of this binding's checkpoint.
+    pub fn checkpoint_key(&self) -> &CheckpointKey {
+        &self.key
+    }
+
     /// The path of the stream that holds this binding's checkpoint.
     pub fn checkpoint_path(&self) -> &StreamPath {
         &self.key.path

@@ -200,6 +200,18 @@ impl<P: Params, I: Item> Declare<P, I> {
         self.finish(Kind::Process, commit, (), handler.into_kernel())
     }
 
+    /// `process` with the [`each`](crate::each) adapter: `f(entry, unit)`
+    /// runs for each entry, one at a time, in input declaration order.
+    /// (The same as `process(commit, each(f))`, with the closure's
+    /// argument types inferred.)
+    pub fn process_each<F, R>(self, commit: Commit<P, ()>, f: F) -> Result<Projection<P, I, ()>>
+    where
+        F: Fn(Entry<'_, I>, &Unit<P>) -> R + Send + Sync + 'static,
+        R: Into<Step<()>> + 'static,
+    {
+        self.process(commit, crate::each(f))
+    }
+
     /// `emit`: each entry returns output items; no state.
     pub fn emit<F, R>(self, commit: Commit<P, ()>, emit: F) -> Result<Projection<P, I, ()>>
     where

@@ -151,7 +151,11 @@ pub struct Each<F>(F);
 /// Adapts a per-entry handler `f(entry, unit)` for
 /// [`Declare::process`](crate::Declare::process): entries run one at a
 /// time, the first input's items first.
-pub fn each<F>(f: F) -> Each<F> {
+pub fn each<P, I, F, R>(f: F) -> Each<F>
+where
+    F: Fn(Entry<'_, I>, &Unit<P>) -> R,
+    R: Into<Step<()>>,
+{
     Each(f)
 }
 

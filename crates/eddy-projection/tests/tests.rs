@@ -1,1 +1,10 @@
-//! Integration tests of `eddy-projection`.
+//! Integration tests of `eddy-projection`: one binary, one module per area.
+
+mod support;
+
+mod declare;
+mod follow;
+mod properties;
+mod run;
+mod terminal;
+mod wake;

@@ -1,0 +1,145 @@
+//! `follow`: emission rules, pacing, retries and failures.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use eddy_projection::{Declare, FollowOptions, Host, Retry, RunOptions, Status, Step};
+use eddy_streams::{Append, Storage};
+use futures::StreamExt;
+
+use crate::run::{order_totals, seed};
+use crate::support::{order, orders, Faulty, Op, Order, When};
+
+const QUIET: Duration = Duration::from_millis(300);
+
+fn fast() -> FollowOptions {
+    FollowOptions::default()
+        .repair_interval_ms(50)
+        .with_retry(Retry::exponential(
+            Duration::from_millis(1),
+            Duration::from_millis(5),
+        ))
+}
+
+mod cases {
+    use super::*;
+
+    pub async fn follow_emits_by_the_rules_and_ends_when_closed(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..0).await;
+        let host = Host::new(store.clone());
+        let follow = host.follow(order_totals().at(()).expect("bind"), fast());
+        futures::pin_mut!(follow);
+        let first = follow.next().await.expect("element").expect("ok");
+        assert_eq!(
+            (first.units, first.status),
+            (0, Status::CaughtUp),
+            "the first cycle always emits"
+        );
+        assert!(
+            tokio::time::timeout(QUIET, follow.next()).await.is_err(),
+            "a wake with no input emits nothing"
+        );
+        for i in 0..3 {
+            orders()
+                .append(store.as_ref(), &(), &[order(i, 1.0)])
+                .await
+                .expect("append");
+        }
+        let joined = follow.next().await.expect("element").expect("ok");
+        assert_eq!(
+            joined.items, 3,
+            "a slow consumer gets one element for all new input"
+        );
+        store
+            .append(&orders().path(&()).expect("path"), Append::close_only())
+            .await
+            .expect("close");
+        let closed = follow.next().await.expect("element").expect("ok");
+        assert_eq!(closed.status, Status::Closed);
+        assert!(
+            follow.next().await.is_none(),
+            "it ends after every input closed"
+        );
+    }
+
+    pub async fn follow_emits_after_each_limited_cycle(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..3).await;
+        let host = Host::new(store.clone());
+        let follow = host.follow(
+            order_totals().at(()).expect("bind"),
+            fast().with_limit(1).with_unit_size(1),
+        );
+        futures::pin_mut!(follow);
+        for expected in 1..=3u64 {
+            let element = follow.next().await.expect("element").expect("ok");
+            assert_eq!((element.units, element.status), (1, Status::Limited));
+            assert_eq!(element.offsets["input"].position(), expected);
+        }
+        assert!(tokio::time::timeout(QUIET, follow.next()).await.is_err());
+    }
+
+    pub async fn bad_follow_options_fail_at_the_first_pull(store: Arc<dyn Storage>) {
+        let host = Host::new(store.clone());
+        let follow = host.follow(
+            order_totals().at(()).expect("bind"),
+            FollowOptions::default().repair_interval_ms(0),
+        );
+        futures::pin_mut!(follow);
+        let err = follow.next().await.expect("element").expect_err("invalid");
+        assert_eq!(err.code(), "load/invalid-options");
+        assert!(follow.next().await.is_none());
+    }
+
+    pub async fn follow_retries_storage_failures(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..2).await;
+        let faulty = Arc::new(Faulty::new(store.clone()));
+        faulty.fail_nth(Some(Op::Read), 0, When::Before);
+        faulty.fail_nth(Some(Op::Read), 2, When::Before);
+        let host = Host::new(faulty.clone());
+        let follow = host.follow(order_totals().at(()).expect("bind"), fast());
+        futures::pin_mut!(follow);
+        let first = follow.next().await.expect("element").expect("retried");
+        assert_eq!(first.offsets["input"].position(), 2);
+    }
+
+    pub async fn other_faults_fail_the_stream(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..1).await;
+        let failing = Declare::<(), Order>::new("failing")
+            .input("orders", &orders())
+            .fold(0.0, |_, _, _| Step::fail("boom"))
+            .expect("declare");
+        let host = Host::new(store.clone());
+        let follow = host.follow(failing.at(()).expect("bind"), fast());
+        futures::pin_mut!(follow);
+        let err = follow.next().await.expect("element").expect_err("fails");
+        assert_eq!(err.code(), "handler/failed");
+        assert!(follow.next().await.is_none());
+    }
+
+    /// A follower holds its checkpoint token between cycles; another
+    /// writer moving the checkpoint makes the follower's next save fail.
+    pub async fn a_follower_detects_a_second_writer(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..1).await;
+        let host = Host::new(store.clone());
+        let bound = order_totals().at(()).expect("bind");
+        let follow = host.follow(bound.clone(), fast());
+        futures::pin_mut!(follow);
+        follow.next().await.expect("element").expect("ok");
+        seed(store.as_ref(), 1..2).await;
+        host.run(&bound, RunOptions::default())
+            .await
+            .expect("second writer");
+        seed(store.as_ref(), 2..3).await;
+        let err = follow.next().await.expect("element").expect_err("conflict");
+        assert_eq!(err.code(), "checkpoint/conflict");
+    }
+}
+
+crate::on_backends!(
+    follow_emits_by_the_rules_and_ends_when_closed,
+    follow_emits_after_each_limited_cycle,
+    bad_follow_options_fail_at_the_first_pull,
+    follow_retries_storage_failures,
+    other_faults_fail_the_stream,
+    a_follower_detects_a_second_writer,
+);

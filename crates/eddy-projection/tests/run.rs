@@ -1,0 +1,426 @@
+//! `run`, commits, checkpoints, `read`, `current` and `decide`.
+
+use std::sync::{Arc, Mutex};
+
+use eddy_projection::{
+    Commit, Declare, Emits, Host, Projection, RunOptions, StateEntry, Status, Step,
+};
+use eddy_streams::{StateStream, Storage};
+
+use crate::support::{order, orders, read_all, totals, Faulty, Op, Order, Total, When};
+
+fn total_fold() -> Projection<(), Order, f64> {
+    Declare::<(), Order>::new("total")
+        .input("orders", &orders())
+        .fold(0.0, |sum, entry, _| sum + entry.item.amount)
+        .expect("declare")
+}
+
+pub fn order_totals() -> Projection<(), Order, ()> {
+    Declare::<(), Order>::new("order-totals")
+        .input("input", &orders())
+        .output("totals", &totals())
+        .emit(Commit::producer(), |entry, _| {
+            Emits::new().json(
+                "totals",
+                [Total {
+                    order_id: entry.item.order_id.clone(),
+                    total: entry.item.amount,
+                }],
+            )
+        })
+        .expect("declare")
+}
+
+pub async fn seed(store: &dyn Storage, range: std::ops::Range<usize>) {
+    let items: Vec<Order> = range.map(|i| order(i, i as f64)).collect();
+    orders().create(store, &()).await.expect("create");
+    if !items.is_empty() {
+        orders().append(store, &(), &items).await.expect("append");
+    }
+}
+
+mod cases {
+    use super::*;
+
+    pub async fn fold_commits_in_units_up_to_the_limit(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..10).await;
+        let host = Host::new(store.clone());
+        let bound = total_fold().at(()).expect("bind");
+        let first = host
+            .run(&bound, RunOptions::limit(2).with_unit_size(3))
+            .await
+            .expect("run");
+        assert_eq!(
+            (first.units, first.items, first.status),
+            (2, 6, Status::Limited)
+        );
+        assert_eq!(first.state, Some(15.0));
+        assert_eq!(first.offsets["orders"].position(), 6);
+        let rest = host
+            .run(&bound, RunOptions::default().with_unit_size(3))
+            .await
+            .expect("run");
+        assert_eq!(
+            (rest.units, rest.items, rest.status),
+            (2, 4, Status::CaughtUp)
+        );
+        assert_eq!(rest.state, Some(45.0));
+        assert_eq!(rest.pass.offsets["orders"].position(), 10);
+        let idle = host.run(&bound, RunOptions::default()).await.expect("run");
+        assert_eq!((idle.units, idle.status), (0, Status::CaughtUp));
+        assert_eq!(host.read(&bound).await.expect("read"), 45.0);
+    }
+
+    pub async fn emit_writes_each_output_once(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..5).await;
+        let host = Host::new(store.clone());
+        let bound = order_totals().at(()).expect("bind");
+        let progress = host
+            .run(&bound, RunOptions::default().with_unit_size(2))
+            .await
+            .expect("run");
+        assert_eq!((progress.units, progress.items), (3, 5));
+        assert_eq!(progress.state, None);
+        host.run(&bound, RunOptions::default())
+            .await
+            .expect("again");
+        let written = read_all(store.as_ref(), &totals(), &()).await;
+        let ids: Vec<_> = written.iter().map(|t| t.order_id.as_str()).collect();
+        assert_eq!(ids, ["o0", "o1", "o2", "o3", "o4"]);
+    }
+
+    /// A producer unit that failed after its outputs were appended is
+    /// replayed from its pinned range; the store drops the duplicates even
+    /// though more input arrived in between.
+    pub async fn a_retried_producer_unit_writes_outputs_exactly_once(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..3).await;
+        let faulty = Arc::new(Faulty::new(store.clone()));
+        let host = Host::new(faulty.clone());
+        let bound = order_totals().at(()).expect("bind");
+        host.run(&bound, RunOptions::default())
+            .await
+            .expect("first");
+        orders()
+            .append(store.as_ref(), &(), &[order(3, 3.0), order(4, 4.0)])
+            .await
+            .expect("append");
+        // Calls of the next unit: load (head, read), read input (read),
+        // head output (head), pin (append), output (append), settle (append).
+        // The second append is the output: let it land, then fail.
+        faulty.fail_nth(Some(Op::Append), 1, When::After);
+        let failed = host.run(&bound, RunOptions::default()).await;
+        assert_eq!(failed.expect_err("fails").code(), "storage-failure");
+        orders()
+            .append(store.as_ref(), &(), &[order(5, 5.0)])
+            .await
+            .expect("append");
+        let progress = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect("retry");
+        assert_eq!(
+            progress.items, 3,
+            "the pinned unit (2), then the new item (1)"
+        );
+        let ids: Vec<_> = read_all(store.as_ref(), &totals(), &())
+            .await
+            .into_iter()
+            .map(|t| t.order_id)
+            .collect();
+        assert_eq!(ids, ["o0", "o1", "o2", "o3", "o4", "o5"]);
+    }
+
+    pub async fn a_second_writer_gets_a_checkpoint_conflict(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..2).await;
+        let host = Host::new(store.clone());
+        let bound = total_fold().at(()).expect("bind");
+        let loaded = host
+            .checkpoints()
+            .load(&bound_key(&bound))
+            .await
+            .expect("load");
+        host.run(&bound, RunOptions::default())
+            .await
+            .expect("writer a");
+        let err = host
+            .checkpoints()
+            .save(&bound_key(&bound), loaded.token, &Default::default())
+            .await
+            .expect_err("stale writer");
+        assert_eq!(err.code(), "checkpoint/conflict");
+        assert_eq!(
+            host.read(&bound).await.expect("read"),
+            1.0,
+            "nothing overwritten"
+        );
+    }
+
+    pub async fn at_least_once_retries_keep_the_unit_key(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..3).await;
+        let seen = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
+        let fail_once = Arc::new(Mutex::new(true));
+        let (seen2, fail2) = (seen.clone(), fail_once.clone());
+        let projection = Declare::<(), Order>::new("effects")
+            .input("orders", &orders())
+            .process_each(Commit::at_least_once(), move |entry, unit| {
+                seen2
+                    .lock()
+                    .expect("seen")
+                    .push((unit.key.clone(), entry.item.order_id.clone()));
+                let mut fail = fail2.lock().expect("fail");
+                if entry.item.order_id == "o1" && *fail {
+                    *fail = false;
+                    return Step::fail("external call failed");
+                }
+                Step::from(())
+            })
+            .expect("declare");
+        let host = Host::new(store.clone());
+        let bound = projection.at(()).expect("bind");
+        let err = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect_err("fails");
+        assert_eq!(err.code(), "handler/failed");
+        seed(store.as_ref(), 3..4).await;
+        let progress = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect("retry");
+        assert_eq!(progress.items, 4, "the pinned three, then the new one");
+        let seen = seen.lock().expect("seen").clone();
+        let first_key = &seen[0].0;
+        let retried: Vec<_> = seen
+            .iter()
+            .filter(|(k, _)| k == first_key)
+            .map(|(_, id)| id.as_str())
+            .collect();
+        assert_eq!(retried, ["o0", "o1", "o0", "o1", "o2"]);
+        assert_eq!(seen.last().map(|(_, id)| id.as_str()), Some("o3"));
+    }
+
+    pub async fn compensation_runs_when_the_commit_fails(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..2).await;
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let calls2 = calls.clone();
+        let commit = Commit::producer().with_compensation(move |result, cause, unit| {
+            calls2.lock().expect("calls").push((
+                result.emits.len("totals"),
+                cause.code(),
+                unit.ranges["input"].len(),
+            ));
+        });
+        let projection = Declare::<(), Order>::new("compensated")
+            .input("input", &orders())
+            .output("totals", &totals())
+            .emit(commit, |entry, _| {
+                Emits::new().json(
+                    "totals",
+                    [Total {
+                        order_id: entry.item.order_id.clone(),
+                        total: 0.0,
+                    }],
+                )
+            })
+            .expect("declare");
+        let faulty = Arc::new(Faulty::new(store.clone()));
+        let host = Host::new(faulty.clone());
+        let bound = projection.at(()).expect("bind");
+        // Appends: create is not an append; pin (0), output (1).
+        faulty.fail_nth(Some(Op::Append), 1, When::Before);
+        let err = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect_err("fails");
+        assert_eq!(err.code(), "storage-failure");
+        assert_eq!(
+            calls.lock().expect("calls").clone(),
+            vec![(2, "storage-failure", 2)]
+        );
+    }
+
+    pub async fn current_and_decide_fold_in_memory_and_never_write(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..4).await;
+        let host = Host::new(store.clone());
+        let bound = total_fold().at(()).expect("bind");
+        host.run(&bound, RunOptions::limit(1).with_unit_size(2))
+            .await
+            .expect("run");
+        let before = store.head(bound.checkpoint_path()).await.expect("head");
+        assert_eq!(host.current(&bound).await.expect("current"), 6.0);
+        let decided = host
+            .decide(&bound, |total| *total > 5.0)
+            .await
+            .expect("decide");
+        assert!(decided);
+        let after = store.head(bound.checkpoint_path()).await.expect("head");
+        assert_eq!(before.tail, after.tail, "no checkpoint written");
+        assert_eq!(host.read(&bound).await.expect("read"), 1.0);
+        let emit = order_totals().at(()).expect("bind");
+        assert_eq!(
+            host.current(&emit).await.expect_err("no state").code(),
+            "load/invalid-options"
+        );
+    }
+
+    pub async fn map_accum_batch_writes_state_and_json_outputs(store: Arc<dyn Storage>) {
+        #[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq)]
+        #[serde(rename_all = "camelCase")]
+        struct Card {
+            issue_id: String,
+            total: i64,
+        }
+        let numbers = crate::support::numbers();
+        let board = StateStream::new("Tracker/Board", "board")
+            .expect("route")
+            .collection::<Card>("card", "issueId");
+        let transitions =
+            eddy_streams::JsonStream::<i64>::new("Tracker/Transitions", "transitions")
+                .expect("route");
+        let tracker = Declare::<(), i64>::new("tracker")
+            .input("numbers", &numbers)
+            .output("board", &board)
+            .output("transitions", &transitions)
+            .map_accum_batch(Commit::producer(), 0i64, |state, batch, _| {
+                let next = state + batch.input().items.iter().sum::<i64>();
+                let emits = Emits::new()
+                    .state(
+                        "board",
+                        [
+                            StateEntry::upsert(
+                                "card",
+                                &Card {
+                                    issue_id: "total".into(),
+                                    total: next,
+                                },
+                            ),
+                            StateEntry::remove("card", "old"),
+                        ],
+                    )
+                    .json("transitions", [next]);
+                (next, emits)
+            })
+            .expect("declare");
+        numbers.create(store.as_ref(), &()).await.expect("create");
+        numbers
+            .append(store.as_ref(), &(), &[1, 2, 3, 4])
+            .await
+            .expect("append");
+        let host = Host::new(store.clone());
+        let bound = tracker.at(()).expect("bind");
+        let progress = host
+            .run(&bound, RunOptions::default().with_unit_size(3))
+            .await
+            .expect("run");
+        assert_eq!(progress.state, Some(10));
+        let rows = board.materialize(store.as_ref(), &()).await.expect("board");
+        let cards = rows.rows::<Card>("card").expect("cards");
+        assert_eq!(cards["total"].total, 10);
+        assert_eq!(read_all(store.as_ref(), &transitions, &()).await, [6, 10]);
+    }
+
+    pub async fn a_closed_output_fails_with_invalid_output(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..1).await;
+        totals().create(store.as_ref(), &()).await.expect("create");
+        store
+            .append(
+                &totals().path(&()).expect("path"),
+                eddy_streams::Append::close_only(),
+            )
+            .await
+            .expect("close");
+        let host = Host::new(store.clone());
+        let bound = order_totals().at(()).expect("bind");
+        let err = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect_err("closed");
+        assert_eq!(err.code(), "pin/invalid-output");
+        assert!(
+            host.checkpoints()
+                .load(&bound_key(&bound))
+                .await
+                .expect("load")
+                .checkpoint
+                .is_none(),
+            "nothing pinned"
+        );
+    }
+
+    pub async fn a_missing_foreign_output_fails_and_an_owned_one_is_created(
+        store: Arc<dyn Storage>,
+    ) {
+        seed(store.as_ref(), 0..1).await;
+        let foreign = Declare::<(), Order>::new("foreign")
+            .input("input", &orders())
+            .foreign_output("totals", &totals())
+            .emit(Commit::producer(), |_, _| Emits::new())
+            .expect("declare");
+        let host = Host::new(store.clone());
+        let err = host
+            .run(&foreign.at(()).expect("bind"), RunOptions::default())
+            .await
+            .expect_err("absent");
+        assert_eq!(err.code(), "pin/invalid-output");
+        host.run(&order_totals().at(()).expect("bind"), RunOptions::default())
+            .await
+            .expect("owned");
+        assert_eq!(read_all(store.as_ref(), &totals(), &()).await.len(), 1);
+    }
+
+    pub async fn bad_options_and_storage_failures_have_codes(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..1).await;
+        let faulty = Arc::new(Faulty::new(store.clone()));
+        let host = Host::new(faulty.clone());
+        let bound = total_fold().at(()).expect("bind");
+        let bad = host
+            .run(
+                &bound,
+                RunOptions {
+                    limit: Some(0),
+                    unit_size: 10,
+                },
+            )
+            .await;
+        assert_eq!(bad.expect_err("limit").code(), "load/invalid-options");
+        let bad = host
+            .run(&bound, RunOptions::default().with_unit_size(0))
+            .await;
+        assert_eq!(bad.expect_err("unit size").code(), "load/invalid-options");
+        faulty.fail_nth(Some(Op::Read), 0, When::Before);
+        let failed = host.run(&bound, RunOptions::default()).await;
+        assert_eq!(failed.expect_err("storage").code(), "storage-failure");
+        assert_eq!(
+            host.run(&bound, RunOptions::default())
+                .await
+                .expect("ok")
+                .state,
+            Some(0.0)
+        );
+    }
+}
+
+pub fn bound_key<
+    P: eddy_projection::Params,
+    I: eddy_projection::Item,
+    S: eddy_projection::State,
+>(
+    bound: &eddy_projection::Bound<P, I, S>,
+) -> eddy_projection::CheckpointKey {
+    bound.checkpoint_key().clone()
+}
+
+crate::on_backends!(
+    fold_commits_in_units_up_to_the_limit,
+    emit_writes_each_output_once,
+    a_retried_producer_unit_writes_outputs_exactly_once,
+    a_second_writer_gets_a_checkpoint_conflict,
+    at_least_once_retries_keep_the_unit_key,
+    compensation_runs_when_the_commit_fails,
+    current_and_decide_fold_in_memory_and_never_write,
+    map_accum_batch_writes_state_and_json_outputs,
+    a_closed_output_fails_with_invalid_output,
+    a_missing_foreign_output_fails_and_an_owned_one_is_created,
+    bad_options_and_storage_failures_have_codes,
+);

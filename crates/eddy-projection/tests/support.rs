@@ -1,0 +1,235 @@
+//! Shared fixtures: backends, a fault-injecting storage, test streams.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use eddy_streams::{
+    Append, Appended, Created, JsonStream, MemoryStorage, Notifier, Offset, Payload, ReadChunk,
+    ReadFrom, SqliteStorage, Storage, StreamConfig, StreamError, StreamInfo, StreamPath, Wait,
+};
+use serde::{Deserialize, Serialize};
+
+pub type Case = fn(Arc<dyn Storage>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Runs `case` on a fresh store of every backend.
+pub fn on_every_backend(name: &str, case: Case) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    for (backend, store, _dir) in backends() {
+        eprintln!("case `{name}` on {backend}");
+        runtime.block_on(case(store));
+    }
+}
+
+pub fn backends() -> Vec<(&'static str, Arc<dyn Storage>, Option<tempfile::TempDir>)> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sqlite = SqliteStorage::open(dir.path()).expect("open sqlite");
+    vec![
+        ("memory", Arc::new(MemoryStorage::new()), None),
+        ("sqlite", Arc::new(sqlite), Some(dir)),
+    ]
+}
+
+/// Declares a `#[test]` per case, each run on every backend.
+#[macro_export]
+macro_rules! on_backends {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                $crate::support::on_every_backend(stringify!($name), |store| Box::pin(cases::$name(store)));
+            }
+        )*
+    };
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Order {
+    pub order_id: String,
+    pub amount: f64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Total {
+    pub order_id: String,
+    pub total: f64,
+}
+
+pub fn order(id: usize, amount: f64) -> Order {
+    Order {
+        order_id: format!("o{id}"),
+        amount,
+    }
+}
+
+pub fn orders() -> JsonStream<Order> {
+    JsonStream::new("Shop/Orders", "orders").expect("route")
+}
+
+pub fn totals() -> JsonStream<Total> {
+    JsonStream::new("Shop/Totals", "totals").expect("route")
+}
+
+pub fn numbers() -> JsonStream<i64> {
+    JsonStream::new("Test/Numbers", "numbers").expect("route")
+}
+
+pub async fn read_all<T: Serialize + serde::de::DeserializeOwned>(
+    store: &dyn Storage,
+    stream: &JsonStream<T>,
+    params: &impl Serialize,
+) -> Vec<T> {
+    let mut out = Vec::new();
+    let mut from = ReadFrom::Beginning;
+    loop {
+        let chunk = stream.read(store, params, from).await.expect("read");
+        out.extend(chunk.items);
+        if chunk.up_to_date {
+            return out;
+        }
+        from = ReadFrom::Offset(chunk.next_offset);
+    }
+}
+
+/// Which calls a [`Faulty`] store fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Create,
+    Append,
+    Read,
+    Head,
+    Delete,
+}
+
+/// Whether a failure happens before the call reaches the store or after
+/// (the call took effect, but the caller sees a failure).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum When {
+    Before,
+    After,
+}
+
+/// A storage that fails chosen calls with `storage-failure`.
+pub struct Faulty {
+    inner: Arc<dyn Storage>,
+    calls: AtomicUsize,
+    plan: Mutex<Vec<(Option<Op>, usize, When)>>,
+}
+
+impl Faulty {
+    pub fn new(inner: Arc<dyn Storage>) -> Self {
+        Faulty {
+            inner,
+            calls: AtomicUsize::new(0),
+            plan: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Fails the `nth` (from 0) call of `op` (of any op with `None`)
+    /// counted from now.
+    pub fn fail_nth(&self, op: Option<Op>, nth: usize, when: When) {
+        self.plan.lock().expect("plan").push((op, nth, when));
+    }
+
+    /// The number of calls so far.
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    fn check(&self, op: Op) -> Option<When> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let mut plan = self.plan.lock().expect("plan");
+        let mut fired = None;
+        plan.retain_mut(|(o, remaining, when)| {
+            if o.is_some_and(|o| o != op) || fired.is_some() {
+                return true;
+            }
+            if *remaining == 0 {
+                fired = Some(*when);
+                return false;
+            }
+            *remaining -= 1;
+            true
+        });
+        fired
+    }
+
+    async fn guard<T>(
+        &self,
+        op: Op,
+        call: impl Future<Output = Result<T, StreamError>>,
+    ) -> Result<T, StreamError> {
+        match self.check(op) {
+            None => call.await,
+            Some(When::Before) => Err(StreamError::Storage(format!("injected {op:?} failure"))),
+            Some(When::After) => {
+                call.await?;
+                Err(StreamError::Storage(format!(
+                    "injected {op:?} failure after the call"
+                )))
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Storage for Faulty {
+    async fn create(
+        &self,
+        path: &StreamPath,
+        config: StreamConfig,
+        initial: Payload,
+    ) -> Result<Created, StreamError> {
+        self.guard(Op::Create, self.inner.create(path, config, initial))
+            .await
+    }
+
+    async fn append(&self, path: &StreamPath, append: Append) -> Result<Appended, StreamError> {
+        self.guard(Op::Append, self.inner.append(path, append))
+            .await
+    }
+
+    async fn read(
+        &self,
+        path: &StreamPath,
+        from: ReadFrom,
+        max_bytes: usize,
+    ) -> Result<ReadChunk, StreamError> {
+        self.guard(Op::Read, self.inner.read(path, from, max_bytes))
+            .await
+    }
+
+    async fn head(&self, path: &StreamPath) -> Result<StreamInfo, StreamError> {
+        self.guard(Op::Head, self.inner.head(path)).await
+    }
+
+    async fn delete(&self, path: &StreamPath) -> Result<(), StreamError> {
+        self.guard(Op::Delete, self.inner.delete(path)).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<StreamInfo>, StreamError> {
+        self.inner.list(prefix).await
+    }
+
+    fn notifier(&self) -> &Notifier {
+        self.inner.notifier()
+    }
+
+    async fn wait(
+        &self,
+        path: &StreamPath,
+        after: Offset,
+        timeout: Duration,
+    ) -> Result<Wait, StreamError> {
+        self.inner.wait(path, after, timeout).await
+    }
+}

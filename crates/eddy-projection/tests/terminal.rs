@@ -1,0 +1,160 @@
+//! Terminal inputs: closed, gone, missing, and unreproducible ranges.
+
+use std::sync::{Arc, Mutex};
+
+use eddy_projection::{Commit, Declare, Emits, Host, Projection, RunOptions, Status};
+use eddy_streams::{Append, Storage};
+
+use crate::run::{bound_key, order_totals, seed};
+use crate::support::{orders, Faulty, Op, Order, When};
+
+type Seen = Arc<Mutex<Vec<(usize, bool, bool)>>>;
+
+/// A batch fold that records what each unit's slice looked like.
+fn recorder() -> (Projection<(), Order, f64>, Seen) {
+    let seen: Seen = Arc::default();
+    let seen2 = seen.clone();
+    let projection = Declare::<(), Order>::new("recorder")
+        .input("orders", &orders())
+        .map_accum_batch_stateful(seen2);
+    (projection, seen)
+}
+
+trait Recorder {
+    fn map_accum_batch_stateful(self, seen: Seen) -> Projection<(), Order, f64>;
+}
+
+impl Recorder for eddy_projection::Declare<(), Order> {
+    fn map_accum_batch_stateful(self, seen: Seen) -> Projection<(), Order, f64> {
+        // mapAccumBatch needs an output; give it a throwaway one.
+        let sink = eddy_streams::JsonStream::<f64>::new("Test/Sink", "sink").expect("route");
+        self.output("sink", &sink)
+            .map_accum_batch(Commit::producer(), 0.0, move |sum, batch, _| {
+                let slice = batch.input();
+                seen.lock()
+                    .expect("seen")
+                    .push((slice.items.len(), slice.closed, slice.gone));
+                let next = sum + slice.items.iter().map(|o| o.amount).sum::<f64>();
+                (next, Emits::new())
+            })
+            .expect("declare")
+    }
+}
+
+mod cases {
+    use super::*;
+
+    pub async fn a_closed_input_makes_one_closed_unit(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..2).await;
+        let (projection, seen) = recorder();
+        let host = Host::new(store.clone());
+        let bound = projection.at(()).expect("bind");
+        host.run(&bound, RunOptions::default()).await.expect("run");
+        store
+            .append(
+                bound.input_paths().first().expect("input"),
+                Append::close_only(),
+            )
+            .await
+            .expect("close");
+        let closed = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect("closed");
+        assert_eq!(
+            (closed.units, closed.items, closed.status),
+            (1, 0, Status::Closed)
+        );
+        let again = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect("again");
+        assert_eq!((again.units, again.status), (0, Status::Closed));
+        assert_eq!(
+            *seen.lock().expect("seen"),
+            [(2, false, false), (0, true, false)]
+        );
+    }
+
+    pub async fn a_gone_input_makes_a_final_unit_then_forgets(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..3).await;
+        let (projection, seen) = recorder();
+        let host = Host::new(store.clone());
+        let bound = projection.at(()).expect("bind");
+        host.run(&bound, RunOptions::default()).await.expect("run");
+        store
+            .delete(bound.input_paths().first().expect("input"))
+            .await
+            .expect("delete");
+        let last = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect("final");
+        assert_eq!(
+            (last.units, last.status, last.state),
+            (1, Status::Forgotten, Some(3.0))
+        );
+        assert_eq!(last.offsets["orders"].position(), 3);
+        assert_eq!(
+            *seen.lock().expect("seen"),
+            [(3, false, false), (0, false, true)]
+        );
+        assert_eq!(host.read(&bound).await.expect("read"), 0.0, "forgotten");
+        let err = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect_err("no history");
+        assert_eq!(err.code(), "history-unavailable");
+    }
+
+    pub async fn a_missing_input_without_checkpoint_is_history_unavailable(
+        store: Arc<dyn Storage>,
+    ) {
+        let host = Host::new(store.clone());
+        let bound = order_totals().at(()).expect("bind");
+        let err = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect_err("missing");
+        assert_eq!(err.code(), "history-unavailable");
+    }
+
+    pub async fn a_removed_pinned_range_is_unreproducible_and_the_pin_stays(
+        store: Arc<dyn Storage>,
+    ) {
+        seed(store.as_ref(), 0..2).await;
+        let faulty = Arc::new(Faulty::new(store.clone()));
+        let host = Host::new(faulty.clone());
+        let bound = order_totals().at(()).expect("bind");
+        // Pin (append 0) lands, the output append (1) fails.
+        faulty.fail_nth(Some(Op::Append), 1, When::Before);
+        host.run(&bound, RunOptions::default())
+            .await
+            .expect_err("fails");
+        store
+            .delete(bound.input_paths().first().expect("input"))
+            .await
+            .expect("delete");
+        let err = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect_err("replay");
+        assert_eq!(err.code(), "range-unreproducible");
+        let loaded = host
+            .checkpoints()
+            .load(&bound_key(&bound))
+            .await
+            .expect("load");
+        assert!(
+            loaded.checkpoint.and_then(|c| c.pending).is_some(),
+            "the pin stays"
+        );
+    }
+}
+
+crate::on_backends!(
+    a_closed_input_makes_one_closed_unit,
+    a_gone_input_makes_a_final_unit_then_forgets,
+    a_missing_input_without_checkpoint_is_history_unavailable,
+    a_removed_pinned_range_is_unreproducible_and_the_pin_stays,
+);
