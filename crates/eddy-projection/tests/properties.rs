@@ -1,1 +1,214 @@
-//! Property tests.
+//! Property tests: final rows do not depend on unit size, and a producer
+//! projection that fails at any step and is retried writes each output
+//! item exactly once.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use eddy_projection::{Commit, Declare, Emits, Host, Projection, RunOptions, StateEntry};
+use eddy_streams::{JsonStream, MemoryStorage, StateStream, Storage};
+use proptest::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::run::order_totals;
+use crate::support::{order, orders, read_all, totals, Faulty, When};
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+struct Delta {
+    key: String,
+    by: i64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+struct Row {
+    key: String,
+    value: i64,
+}
+
+type Totals = BTreeMap<String, i64>;
+
+fn deltas() -> JsonStream<Delta> {
+    JsonStream::new("Test/Deltas", "deltas").expect("route")
+}
+
+fn board() -> StateStream {
+    StateStream::new("Test/Board", "board")
+        .expect("route")
+        .collection::<Row>("row", "key")
+}
+
+fn folded() -> Projection<(), Delta, Totals> {
+    Declare::<(), Delta>::new("folded")
+        .input("deltas", &deltas())
+        .fold(Totals::new(), |mut totals, entry, _| {
+            *totals.entry(entry.item.key.clone()).or_insert(0) += entry.item.by;
+            totals
+        })
+        .expect("declare")
+}
+
+/// Coalesces each batch into one upsert per touched key.
+fn batched() -> Projection<(), Delta, Totals> {
+    Declare::<(), Delta>::new("batched")
+        .input("deltas", &deltas())
+        .output("board", &board())
+        .map_accum_batch(Commit::producer(), Totals::new(), |mut totals, batch, _| {
+            let mut touched = std::collections::BTreeSet::new();
+            for entry in batch.entries() {
+                *totals.entry(entry.item.key.clone()).or_insert(0) += entry.item.by;
+                touched.insert(entry.item.key.clone());
+            }
+            let rows: Vec<_> = touched
+                .into_iter()
+                .map(|key| {
+                    StateEntry::upsert(
+                        "row",
+                        &Row {
+                            value: totals[&key],
+                            key,
+                        },
+                    )
+                })
+                .collect();
+            (totals, Emits::new().state("board", rows))
+        })
+        .expect("declare")
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+async fn seed_deltas(store: &dyn Storage, items: &[(u8, i64)], chunk: usize) {
+    deltas().create(store, &()).await.expect("create");
+    for part in items.chunks(chunk.max(1)) {
+        let part: Vec<Delta> = part
+            .iter()
+            .map(|(k, by)| Delta {
+                key: format!("k{k}"),
+                by: *by,
+            })
+            .collect();
+        deltas().append(store, &(), &part).await.expect("append");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn final_rows_do_not_depend_on_unit_size(
+        items in prop::collection::vec((0u8..5, -100i64..100), 0..60),
+        append_chunk in 1usize..8,
+        fold_unit in 1usize..20,
+        batch_unit in 1usize..20,
+    ) {
+        runtime().block_on(async {
+            let store: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+            seed_deltas(store.as_ref(), &items, append_chunk).await;
+            board().create(store.as_ref(), &()).await.expect("board");
+            let host = Host::new(store.clone());
+            let fold = host
+                .run(&folded().at(()).expect("bind"), RunOptions::default().with_unit_size(fold_unit))
+                .await
+                .expect("fold");
+            let batch = host
+                .run(&batched().at(()).expect("bind"), RunOptions::default().with_unit_size(batch_unit))
+                .await
+                .expect("batch");
+            assert_eq!(fold.state, batch.state);
+            let rows = board().materialize(store.as_ref(), &()).await.expect("board");
+            let rows: BTreeMap<String, Row> = rows.rows("row").expect("rows");
+            let rows: Totals = rows.into_iter().map(|(k, r)| (k, r.value)).collect();
+            assert_eq!(Some(rows), fold.state);
+        });
+    }
+
+    #[test]
+    fn a_failed_step_retried_writes_each_item_exactly_once(
+        count in 1usize..12,
+        unit in 1usize..5,
+        fail_at in 0usize..40,
+        after in any::<bool>(),
+    ) {
+        runtime().block_on(exactly_once_with_failure(
+            Arc::new(MemoryStorage::new()), count, unit, fail_at, after,
+        ));
+    }
+}
+
+/// Seeds `count` orders, fails call `fail_at` of the run (before or after
+/// it reaches the store), retries until the run succeeds, and checks the
+/// output holds each item once, in order.
+async fn exactly_once_with_failure(
+    store: Arc<dyn Storage>,
+    count: usize,
+    unit: usize,
+    fail_at: usize,
+    after: bool,
+) {
+    orders().create(store.as_ref(), &()).await.expect("create");
+    let items: Vec<_> = (0..count).map(|i| order(i, i as f64)).collect();
+    orders()
+        .append(store.as_ref(), &(), &items)
+        .await
+        .expect("append");
+    let faulty = Arc::new(Faulty::new(store.clone()));
+    faulty.fail_nth(
+        None,
+        fail_at,
+        if after { When::After } else { When::Before },
+    );
+    let host = Host::new(faulty.clone());
+    let bound = order_totals().at(()).expect("bind");
+    let mut succeeded = false;
+    for _ in 0..5 {
+        match host
+            .run(&bound, RunOptions::default().with_unit_size(unit))
+            .await
+        {
+            Ok(_) => {
+                succeeded = true;
+                break;
+            }
+            Err(e) => assert_eq!(e.code(), "storage-failure", "{e}"),
+        }
+    }
+    assert!(succeeded);
+    let ids: Vec<String> = read_all(store.as_ref(), &totals(), &())
+        .await
+        .into_iter()
+        .map(|t| t.order_id)
+        .collect();
+    let expected: Vec<String> = (0..count).map(|i| format!("o{i}")).collect();
+    assert_eq!(ids, expected, "fail_at {fail_at}, after {after}");
+}
+
+/// Every call of a three-unit run, failed before and after it reaches the
+/// store, then retried.
+async fn exactly_once_at_every_step(sqlite: bool) {
+    for fail_at in 0..30 {
+        for after in [false, true] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let fresh: Arc<dyn Storage> = if sqlite {
+                Arc::new(eddy_streams::SqliteStorage::open(dir.path()).expect("open"))
+            } else {
+                Arc::new(MemoryStorage::new())
+            };
+            exactly_once_with_failure(fresh, 5, 2, fail_at, after).await;
+        }
+    }
+}
+
+#[test]
+fn exactly_once_at_every_step_on_memory() {
+    runtime().block_on(exactly_once_at_every_step(false));
+}
+
+#[test]
+fn exactly_once_at_every_step_on_sqlite() {
+    runtime().block_on(exactly_once_at_every_step(true));
+}
