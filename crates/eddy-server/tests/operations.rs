@@ -1,1 +1,129 @@
-//! placeholder
+//! Operations on a real socket: graceful shutdown, slow clients, and the
+//! refusal to serve a non-loopback address without a token.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use eddy_server::{Server, ServeArgs, ServerConfig};
+use eddy_streams::MemoryStorage;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+async fn start(config: ServerConfig) -> eddy_server::RunningServer {
+    Server::bind(([127, 0, 0, 1], 0).into(), Arc::new(MemoryStorage::new()), config)
+        .await
+        .expect("bind")
+        .spawn()
+}
+
+#[tokio::test]
+async fn shutdown_ends_live_reads_and_lets_requests_finish() {
+    let server = start(ServerConfig {
+        long_poll_timeout: Duration::from_secs(30),
+        ..ServerConfig::default()
+    })
+    .await;
+    let url = format!("{}/s", server.url());
+    let http = reqwest::Client::new();
+    let created = http.put(&url).send().await.expect("create");
+    assert_eq!(created.status(), 201);
+    let poll = tokio::spawn({
+        let http = http.clone();
+        let url = url.clone();
+        async move { http.get(format!("{url}?offset=now&live=long-poll")).send().await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    server.stop().await.expect("stop");
+    let answered = poll.await.expect("join").expect("the long-poll is answered, not dropped");
+    assert_eq!(answered.status(), 204);
+    assert!(started.elapsed() < Duration::from_secs(10), "shutdown did not wait out the long-poll");
+}
+
+#[tokio::test]
+async fn slow_headers_are_cut_off() {
+    let server = start(ServerConfig {
+        header_timeout: Duration::from_millis(200),
+        ..ServerConfig::default()
+    })
+    .await;
+    let mut socket = TcpStream::connect(server.addr()).await.expect("connect");
+    socket.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await.expect("write");
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), socket.read_to_end(&mut buf)).await;
+    assert!(read.is_ok(), "the server closed the connection of a client that never finished its headers");
+    server.stop().await.expect("stop");
+}
+
+#[tokio::test]
+async fn slow_bodies_get_408() {
+    let server = start(ServerConfig {
+        body_timeout: Duration::from_millis(200),
+        ..ServerConfig::default()
+    })
+    .await;
+    let mut socket = TcpStream::connect(server.addr()).await.expect("connect");
+    socket
+        .write_all(b"PUT /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab")
+        .await
+        .expect("write");
+    let mut buf = vec![0u8; 1024];
+    let n = tokio::time::timeout(Duration::from_secs(5), socket.read(&mut buf))
+        .await
+        .expect("answered in time")
+        .expect("read");
+    let head = String::from_utf8_lossy(&buf[..n]);
+    assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+    server.stop().await.expect("stop");
+}
+
+#[tokio::test]
+async fn very_long_paths_are_refused() {
+    let server = start(ServerConfig::default()).await;
+    let long = "a".repeat(eddy_streams::MAX_PATH_LEN + 1);
+    let response = reqwest::Client::new()
+        .put(format!("{}/{long}", server.url()))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(response.status(), 400);
+    assert_eq!(
+        response.headers().get("eddy-error").and_then(|v| v.to_str().ok()),
+        Some("path/invalid")
+    );
+    server.stop().await.expect("stop");
+}
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+fn config(args: &[&str]) -> anyhow::Result<ServerConfig> {
+    let cli = Cli::try_parse_from(std::iter::once("eddy").chain(args.iter().copied()))?;
+    cli.serve.config()
+}
+
+#[test]
+fn no_token_means_loopback_only() {
+    assert!(config(&["--listen", "127.0.0.1:0"]).is_ok());
+    let refused = config(&["--listen", "0.0.0.0:0"]).err().map(|e| e.to_string());
+    assert!(refused.is_some_and(|m| m.contains("--insecure-no-auth")));
+    assert!(config(&["--listen", "0.0.0.0:0", "--insecure-no-auth"]).is_ok());
+    let with_token = config(&["--listen", "0.0.0.0:0", "--auth-token", "t"]).expect("config");
+    assert_eq!(with_token.auth_token.as_deref(), Some("t"));
+}
+
+#[test]
+fn token_files_and_durations_parse() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("token");
+    std::fs::write(&file, "from-file\n").expect("write");
+    let path = file.to_string_lossy().into_owned();
+    let from_file = config(&["--auth-token-file", &path, "--long-poll-timeout", "500ms"]).expect("config");
+    assert_eq!(from_file.auth_token.as_deref(), Some("from-file"));
+    assert_eq!(from_file.long_poll_timeout, Duration::from_millis(500));
+    assert!(config(&["--long-poll-timeout", "5 parsecs"]).is_err());
+}
