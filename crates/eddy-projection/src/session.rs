@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use eddy_streams::{Append, Offset, Payload, ProducerPosition, StreamConfig, StreamError};
 
-use crate::checkpoint::{Checkpoint, InputMark, Pending, Token};
+use crate::checkpoint::{Checkpoint, Pending, Token};
 use crate::declare::{Item, Params, State};
 use crate::inputs::read_range;
 use crate::unit_key::unit_key;
@@ -333,7 +333,7 @@ impl<P: Params, I: Item, S: State> Session<P, I, S> {
             let mark = next
                 .inputs
                 .entry(name.clone())
-                .or_insert_with(InputMark::default);
+                .or_default();
             mark.offset = range.to;
             mark.closed |= range.closed;
             mark.gone |= range.gone;

@@ -2,7 +2,6 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -121,7 +120,6 @@ pub enum When {
 /// A storage that fails chosen calls with `storage-failure`.
 pub struct Faulty {
     inner: Arc<dyn Storage>,
-    calls: AtomicUsize,
     plan: Mutex<Vec<(Option<Op>, usize, When)>>,
 }
 
@@ -129,7 +127,6 @@ impl Faulty {
     pub fn new(inner: Arc<dyn Storage>) -> Self {
         Faulty {
             inner,
-            calls: AtomicUsize::new(0),
             plan: Mutex::new(Vec::new()),
         }
     }
@@ -140,13 +137,7 @@ impl Faulty {
         self.plan.lock().expect("plan").push((op, nth, when));
     }
 
-    /// The number of calls so far.
-    pub fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-
     fn check(&self, op: Op) -> Option<When> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
         let mut plan = self.plan.lock().expect("plan");
         let mut fired = None;
         plan.retain_mut(|(o, remaining, when)| {
