@@ -330,10 +330,7 @@ impl<P: Params, I: Item, S: State> Session<P, I, S> {
                 reason: format!("the state does not encode: {e}"),
             })?;
         for (name, range) in ranges {
-            let mark = next
-                .inputs
-                .entry(name.clone())
-                .or_default();
+            let mark = next.inputs.entry(name.clone()).or_default();
             mark.offset = range.to;
             mark.closed |= range.closed;
             mark.gone |= range.gone;

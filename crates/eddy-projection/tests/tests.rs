@@ -3,6 +3,7 @@
 mod support;
 
 mod declare;
+mod examples;
 mod follow;
 mod properties;
 mod run;
