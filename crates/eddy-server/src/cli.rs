@@ -114,7 +114,9 @@ impl ServeArgs {
     /// Opens the configured store.
     pub fn open_store(&self) -> anyhow::Result<Arc<dyn Storage>> {
         Ok(match self.storage {
-            StorageKind::Memory => Arc::new(MemoryStorage::with_max_append_bytes(self.max_body_bytes)),
+            StorageKind::Memory => {
+                Arc::new(MemoryStorage::with_max_append_bytes(self.max_body_bytes))
+            }
             StorageKind::Sqlite => {
                 let options = SqliteOptions {
                     durability: if self.no_fsync {
@@ -153,7 +155,10 @@ fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // A second init (tests, embedding) keeps the first subscriber.
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 async fn shutdown_signal() {

@@ -35,15 +35,48 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let mut counter = |name: &str, help: &str, kind: &str, value: i128| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+            );
         };
         let get = |c: &AtomicU64| i128::from(c.load(Ordering::Relaxed));
-        counter("eddy_appends_total", "Appends that wrote data.", "counter", get(&self.appends));
-        counter("eddy_append_bytes_total", "Bytes written by appends.", "counter", get(&self.append_bytes));
-        counter("eddy_duplicate_appends_total", "Producer retries acknowledged without writing.", "counter", get(&self.duplicate_appends));
-        counter("eddy_reads_total", "Read responses and SSE data events served.", "counter", get(&self.reads));
-        counter("eddy_errors_total", "Requests answered with an error status.", "counter", get(&self.errors));
-        counter("eddy_live_readers", "Live readers (long-poll and SSE) now.", "gauge", i128::from(self.live_readers.load(Ordering::Relaxed)));
+        counter(
+            "eddy_appends_total",
+            "Appends that wrote data.",
+            "counter",
+            get(&self.appends),
+        );
+        counter(
+            "eddy_append_bytes_total",
+            "Bytes written by appends.",
+            "counter",
+            get(&self.append_bytes),
+        );
+        counter(
+            "eddy_duplicate_appends_total",
+            "Producer retries acknowledged without writing.",
+            "counter",
+            get(&self.duplicate_appends),
+        );
+        counter(
+            "eddy_reads_total",
+            "Read responses and SSE data events served.",
+            "counter",
+            get(&self.reads),
+        );
+        counter(
+            "eddy_errors_total",
+            "Requests answered with an error status.",
+            "counter",
+            get(&self.errors),
+        );
+        counter(
+            "eddy_live_readers",
+            "Live readers (long-poll and SSE) now.",
+            "gauge",
+            i128::from(self.live_readers.load(Ordering::Relaxed)),
+        );
         out
     }
 }

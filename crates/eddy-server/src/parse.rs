@@ -29,7 +29,12 @@ pub fn header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>,
 /// A plain decimal number: digits only, without a sign, point or exponent.
 /// `strict` also refuses leading zeros.
 pub fn decimal(name: &str, value: &str, strict: bool) -> Result<u64, ApiError> {
-    let bad = || ApiError::bad_request(format!("`{name}` must be a non-negative decimal integer, got `{}`", shorten(value)));
+    let bad = || {
+        ApiError::bad_request(format!(
+            "`{name}` must be a non-negative decimal integer, got `{}`",
+            shorten(value)
+        ))
+    };
     if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad());
     }
@@ -61,13 +66,20 @@ pub fn expiry(headers: &HeaderMap) -> Result<Option<Expiry>, ApiError> {
 /// An RFC 3339 timestamp.
 pub fn rfc3339(value: &str) -> Result<SystemTime, ApiError> {
     let parsed = OffsetDateTime::parse(value, &Rfc3339).map_err(|e| {
-        ApiError::bad_request(format!("`Stream-Expires-At` must be RFC 3339 ({e}), got `{}`", shorten(value)))
+        ApiError::bad_request(format!(
+            "`Stream-Expires-At` must be RFC 3339 ({e}), got `{}`",
+            shorten(value)
+        ))
     })?;
     let nanos = parsed.unix_timestamp_nanos();
     let time = if nanos >= 0 {
-        u64::try_from(nanos).ok().map(|n| UNIX_EPOCH + Duration::from_nanos(n))
+        u64::try_from(nanos)
+            .ok()
+            .map(|n| UNIX_EPOCH + Duration::from_nanos(n))
     } else {
-        u64::try_from(-nanos).ok().and_then(|n| UNIX_EPOCH.checked_sub(Duration::from_nanos(n)))
+        u64::try_from(-nanos)
+            .ok()
+            .and_then(|n| UNIX_EPOCH.checked_sub(Duration::from_nanos(n)))
     };
     time.ok_or_else(|| ApiError::bad_request("`Stream-Expires-At` is out of range"))
 }
@@ -110,9 +122,12 @@ pub fn producer(headers: &HeaderMap) -> Result<Option<ProducerPosition>, ApiErro
 /// An offset header (`Stream-Fork-Offset`, `Stream-Expected-Offset`): the
 /// canonical form only.
 pub fn offset(name: &str, value: &str) -> Result<Offset, ApiError> {
-    value
-        .parse()
-        .map_err(|_| ApiError::bad_request(format!("`{name}` must be an offset `<16 digits>_<16 digits>`, got `{}`", shorten(value))))
+    value.parse().map_err(|_| {
+        ApiError::bad_request(format!(
+            "`{name}` must be an offset `<16 digits>_<16 digits>`, got `{}`",
+            shorten(value)
+        ))
+    })
 }
 
 /// How a GET wants its data.
@@ -178,9 +193,15 @@ pub fn read_query(query: Option<&str>) -> Result<ReadQuery, ApiError> {
         }
     }
     if live != Live::No && offset.is_none() {
-        return Err(ApiError::bad_request("live reads need an `offset` (use `-1` or `now`)"));
+        return Err(ApiError::bad_request(
+            "live reads need an `offset` (use `-1` or `now`)",
+        ));
     }
-    Ok(ReadQuery { offset, live, cursor })
+    Ok(ReadQuery {
+        offset,
+        live,
+        cursor,
+    })
 }
 
 /// The stream path of a request path (`/v1/stream/a` → `v1/stream/a`),
@@ -226,24 +247,44 @@ mod tests {
     #[test]
     fn queries() {
         let q = read_query(Some("offset=-1&live=sse&foo=bar")).ok();
-        assert_eq!(q.map(|q| (q.offset, q.live)), Some((Some(ReadFrom::Beginning), Live::Sse)));
-        for bad in ["offset=", "offset=-1&offset=-1", "live=sse", "offset=a,b", "offset=..", "offset=%00", "live=long-poll"] {
+        assert_eq!(
+            q.map(|q| (q.offset, q.live)),
+            Some((Some(ReadFrom::Beginning), Live::Sse))
+        );
+        for bad in [
+            "offset=",
+            "offset=-1&offset=-1",
+            "live=sse",
+            "offset=a,b",
+            "offset=..",
+            "offset=%00",
+            "live=long-poll",
+        ] {
             assert!(read_query(Some(bad)).is_err(), "{bad}");
         }
     }
 
     #[test]
     fn paths() {
-        assert_eq!(stream_path("/v1/stream/a%20b").ok().map(|p| p.to_string()), Some("v1/stream/a b".into()));
+        assert_eq!(
+            stream_path("/v1/stream/a%20b").ok().map(|p| p.to_string()),
+            Some("v1/stream/a b".into())
+        );
         assert!(stream_path("/a/../b").is_err());
         assert!(stream_path("/a%00b").is_err());
-        assert_eq!(fork_source("http://h:1/v1/x?y").ok().map(|p| p.to_string()), Some("v1/x".into()));
+        assert_eq!(
+            fork_source("http://h:1/v1/x?y").ok().map(|p| p.to_string()),
+            Some("v1/x".into())
+        );
     }
 
     #[test]
     fn times_round_trip() {
         let at = rfc3339("2030-01-02T03:04:05Z").ok();
-        assert_eq!(at.map(format_rfc3339).as_deref(), Some("2030-01-02T03:04:05Z"));
+        assert_eq!(
+            at.map(format_rfc3339).as_deref(),
+            Some("2030-01-02T03:04:05Z")
+        );
         assert!(rfc3339("2030-01-02T03:04:05+01:00").is_ok());
         assert!(rfc3339("tomorrow").is_err());
     }

@@ -52,7 +52,10 @@ async fn guard(State(state): State<AppState>, request: Request, next: Next) -> R
         state.metrics.errors.fetch_add(1, Ordering::Relaxed);
     }
     let headers = response.headers_mut();
-    headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    headers.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
     headers.insert(
         "cross-origin-resource-policy",
         HeaderValue::from_static("cross-origin"),
@@ -76,7 +79,10 @@ fn preflight() -> Response {
                 header::ACCESS_CONTROL_ALLOW_METHODS,
                 "GET, HEAD, PUT, POST, DELETE, OPTIONS",
             ),
-            (header::ACCESS_CONTROL_ALLOW_HEADERS, protocol::ALLOWED_HEADERS),
+            (
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                protocol::ALLOWED_HEADERS,
+            ),
             (header::ACCESS_CONTROL_MAX_AGE, "86400"),
         ],
     )

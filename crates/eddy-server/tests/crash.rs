@@ -45,7 +45,9 @@ fn start(binary: &Path, data: &Path) -> (Child, String) {
         .expect("start eddy serve");
     let stdout = child.stdout.take().expect("stdout");
     let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("read the listening line");
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("read the listening line");
     let url = line
         .trim()
         .strip_prefix("listening on ")
@@ -77,7 +79,12 @@ struct Writer {
 }
 
 /// Appends as producer `id` until a request fails (the server died).
-async fn write_until_failure(http: reqwest::Client, url: String, id: usize, mut state: Writer) -> Writer {
+async fn write_until_failure(
+    http: reqwest::Client,
+    url: String,
+    id: usize,
+    mut state: Writer,
+) -> Writer {
     loop {
         let sent = http
             .post(&url)
@@ -96,7 +103,11 @@ async fn write_until_failure(http: reqwest::Client, url: String, id: usize, mut 
                 state.acknowledged = Some(state.next);
                 state.next += 1;
             }
-            Ok(response) => panic!("writer {id} seq {}: unexpected {}", state.next, response.status()),
+            Ok(response) => panic!(
+                "writer {id} seq {}: unexpected {}",
+                state.next,
+                response.status()
+            ),
             // The outcome is unknown: retry the same seq after the restart.
             Err(_) => return state,
         }
@@ -112,7 +123,11 @@ fn sigkill_under_load_loses_and_duplicates_nothing() {
         .enable_all()
         .build()
         .expect("runtime");
-    let seed = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(7) | 1;
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(7)
+        | 1;
     eprintln!("crash test seed {seed}");
     let mut rng = Rng(seed);
     let http = reqwest::Client::builder()
@@ -124,8 +139,17 @@ fn sigkill_under_load_loses_and_duplicates_nothing() {
         let (mut child, base) = start(&binary, dir.path());
         let url = format!("{base}/crash/log");
         runtime.block_on(async {
-            let created = http.put(&url).header("content-type", "application/json").send().await.expect("create");
-            assert!(created.status().is_success(), "create: {}", created.status());
+            let created = http
+                .put(&url)
+                .header("content-type", "application/json")
+                .send()
+                .await
+                .expect("create");
+            assert!(
+                created.status().is_success(),
+                "create: {}",
+                created.status()
+            );
         });
         if round == KILLS {
             // A last round without a kill: retry what is pending, then stop.
@@ -154,7 +178,9 @@ fn sigkill_under_load_loses_and_duplicates_nothing() {
         let tasks: Vec<_> = writers
             .iter()
             .enumerate()
-            .map(|(id, state)| runtime.spawn(write_until_failure(http.clone(), url.clone(), id, *state)))
+            .map(|(id, state)| {
+                runtime.spawn(write_until_failure(http.clone(), url.clone(), id, *state))
+            })
             .collect();
         std::thread::sleep(Duration::from_millis(30 + rng.below(250)));
         child.kill().expect("SIGKILL");
@@ -186,7 +212,10 @@ async fn check(http: &reqwest::Client, url: &str, writers: &[Writer]) {
             .map(|seq| seq.parse().expect("seq"))
             .collect();
         let expected: Vec<u64> = (0..writer.next).collect();
-        assert_eq!(mine, expected, "writer {id}: each append exactly once, in order");
+        assert_eq!(
+            mine, expected,
+            "writer {id}: each append exactly once, in order"
+        );
         assert_eq!(writer.acknowledged, writer.next.checked_sub(1));
     }
     eprintln!(

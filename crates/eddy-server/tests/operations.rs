@@ -5,16 +5,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use eddy_server::{Server, ServeArgs, ServerConfig};
+use eddy_server::{ServeArgs, Server, ServerConfig};
 use eddy_streams::MemoryStorage;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 async fn start(config: ServerConfig) -> eddy_server::RunningServer {
-    Server::bind(([127, 0, 0, 1], 0).into(), Arc::new(MemoryStorage::new()), config)
-        .await
-        .expect("bind")
-        .spawn()
+    Server::bind(
+        ([127, 0, 0, 1], 0).into(),
+        Arc::new(MemoryStorage::new()),
+        config,
+    )
+    .await
+    .expect("bind")
+    .spawn()
 }
 
 #[tokio::test]
@@ -31,14 +35,24 @@ async fn shutdown_ends_live_reads_and_lets_requests_finish() {
     let poll = tokio::spawn({
         let http = http.clone();
         let url = url.clone();
-        async move { http.get(format!("{url}?offset=now&live=long-poll")).send().await }
+        async move {
+            http.get(format!("{url}?offset=now&live=long-poll"))
+                .send()
+                .await
+        }
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     let started = Instant::now();
     server.stop().await.expect("stop");
-    let answered = poll.await.expect("join").expect("the long-poll is answered, not dropped");
+    let answered = poll
+        .await
+        .expect("join")
+        .expect("the long-poll is answered, not dropped");
     assert_eq!(answered.status(), 204);
-    assert!(started.elapsed() < Duration::from_secs(10), "shutdown did not wait out the long-poll");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "shutdown did not wait out the long-poll"
+    );
 }
 
 #[tokio::test]
@@ -49,10 +63,16 @@ async fn slow_headers_are_cut_off() {
     })
     .await;
     let mut socket = TcpStream::connect(server.addr()).await.expect("connect");
-    socket.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await.expect("write");
+    socket
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .expect("write");
     let mut buf = Vec::new();
     let read = tokio::time::timeout(Duration::from_secs(5), socket.read_to_end(&mut buf)).await;
-    assert!(read.is_ok(), "the server closed the connection of a client that never finished its headers");
+    assert!(
+        read.is_ok(),
+        "the server closed the connection of a client that never finished its headers"
+    );
     server.stop().await.expect("stop");
 }
 
@@ -89,7 +109,10 @@ async fn very_long_paths_are_refused() {
         .expect("send");
     assert_eq!(response.status(), 400);
     assert_eq!(
-        response.headers().get("eddy-error").and_then(|v| v.to_str().ok()),
+        response
+            .headers()
+            .get("eddy-error")
+            .and_then(|v| v.to_str().ok()),
         Some("path/invalid")
     );
     server.stop().await.expect("stop");
@@ -109,7 +132,9 @@ fn config(args: &[&str]) -> anyhow::Result<ServerConfig> {
 #[test]
 fn no_token_means_loopback_only() {
     assert!(config(&["--listen", "127.0.0.1:0"]).is_ok());
-    let refused = config(&["--listen", "0.0.0.0:0"]).err().map(|e| e.to_string());
+    let refused = config(&["--listen", "0.0.0.0:0"])
+        .err()
+        .map(|e| e.to_string());
     assert!(refused.is_some_and(|m| m.contains("--insecure-no-auth")));
     assert!(config(&["--listen", "0.0.0.0:0", "--insecure-no-auth"]).is_ok());
     let with_token = config(&["--listen", "0.0.0.0:0", "--auth-token", "t"]).expect("config");
@@ -122,7 +147,8 @@ fn token_files_and_durations_parse() {
     let file = dir.path().join("token");
     std::fs::write(&file, "from-file\n").expect("write");
     let path = file.to_string_lossy().into_owned();
-    let from_file = config(&["--auth-token-file", &path, "--long-poll-timeout", "500ms"]).expect("config");
+    let from_file =
+        config(&["--auth-token-file", &path, "--long-poll-timeout", "500ms"]).expect("config");
     assert_eq!(from_file.auth_token.as_deref(), Some("from-file"));
     assert_eq!(from_file.long_poll_timeout, Duration::from_millis(500));
     assert!(config(&["--long-poll-timeout", "5 parsecs"]).is_err());

@@ -93,6 +93,12 @@ proptest! {
 
 #[test]
 fn the_zero_offset_is_the_empty_tail() {
-    assert_eq!(parse::offset("x", "0000000000000000_0000000000000000").ok(), Some(Offset::ZERO));
-    assert!(parse::offset("x", "-1").is_err(), "sentinels are for reads only");
+    assert_eq!(
+        parse::offset("x", "0000000000000000_0000000000000000").ok(),
+        Some(Offset::ZERO)
+    );
+    assert!(
+        parse::offset("x", "-1").is_err(),
+        "sentinels are for reads only"
+    );
 }

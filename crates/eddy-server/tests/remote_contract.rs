@@ -27,7 +27,10 @@ fn over_http(name: &str, case: Case) {
         let dir = tempfile::tempdir().expect("tempdir");
         let backends: Vec<(&str, Arc<dyn Storage>)> = vec![
             ("memory", Arc::new(MemoryStorage::new())),
-            ("sqlite", Arc::new(SqliteStorage::open(dir.path()).expect("open sqlite"))),
+            (
+                "sqlite",
+                Arc::new(SqliteStorage::open(dir.path()).expect("open sqlite")),
+            ),
         ];
         for (backend, store) in backends {
             eprintln!("contract case `{name}` over HTTP on {backend}");

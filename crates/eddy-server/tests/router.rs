@@ -16,7 +16,11 @@ fn router(config: ServerConfig) -> axum::Router {
     let (_stop, stopping) = tokio::sync::watch::channel(false);
     // Keep the sender alive for the router's lifetime.
     std::mem::forget(_stop);
-    app(AppState::new(Arc::new(MemoryStorage::new()), config, stopping))
+    app(AppState::new(
+        Arc::new(MemoryStorage::new()),
+        config,
+        stopping,
+    ))
 }
 
 fn fast() -> ServerConfig {
@@ -57,8 +61,14 @@ async fn json_round_trip_with_protocol_headers() {
     )
     .await;
     assert_eq!(created.status(), StatusCode::CREATED);
-    assert_eq!(header(&created, "location"), Some("http://example.test/v1/stream/orders"));
-    assert_eq!(header(&created, "stream-next-offset"), Some("0000000000000000_0000000000000001"));
+    assert_eq!(
+        header(&created, "location"),
+        Some("http://example.test/v1/stream/orders")
+    );
+    assert_eq!(
+        header(&created, "stream-next-offset"),
+        Some("0000000000000000_0000000000000001")
+    );
     let (appended, _) = send(
         &app,
         req("POST", "/v1/stream/orders")
@@ -68,7 +78,13 @@ async fn json_round_trip_with_protocol_headers() {
     )
     .await;
     assert_eq!(appended.status(), StatusCode::NO_CONTENT);
-    let (read, body) = send(&app, req("GET", "/v1/stream/orders?offset=-1").body(Body::empty()).expect("request")).await;
+    let (read, body) = send(
+        &app,
+        req("GET", "/v1/stream/orders?offset=-1")
+            .body(Body::empty())
+            .expect("request"),
+    )
+    .await;
     assert_eq!(read.status(), StatusCode::OK);
     assert_eq!(body, r#"[{"id":1},{"id":2},{"id":3}]"#);
     assert_eq!(header(&read, "stream-up-to-date"), Some("true"));
@@ -76,22 +92,39 @@ async fn json_round_trip_with_protocol_headers() {
     let etag = header(&read, "etag").expect("etag").to_owned();
     let (cached, body) = send(
         &app,
-        req("GET", "/v1/stream/orders?offset=-1").header("if-none-match", &etag).body(Body::empty()).expect("request"),
+        req("GET", "/v1/stream/orders?offset=-1")
+            .header("if-none-match", &etag)
+            .body(Body::empty())
+            .expect("request"),
     )
     .await;
-    assert_eq!((cached.status(), body.as_str()), (StatusCode::NOT_MODIFIED, ""));
+    assert_eq!(
+        (cached.status(), body.as_str()),
+        (StatusCode::NOT_MODIFIED, "")
+    );
 }
 
 #[tokio::test]
 async fn errors_carry_codes_messages_and_protocol_headers() {
     let app = router(fast());
-    let (missing, body) = send(&app, req("GET", "/nope").body(Body::empty()).expect("request")).await;
+    let (missing, body) = send(
+        &app,
+        req("GET", "/nope").body(Body::empty()).expect("request"),
+    )
+    .await;
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
     assert_eq!(header(&missing, "eddy-error"), Some("stream/not-found"));
     assert_eq!(header(&missing, "x-content-type-options"), Some("nosniff"));
     assert!(body.contains("does not exist"), "{body}");
 
-    send(&app, req("PUT", "/p").header("content-type", "text/plain").body(Body::empty()).expect("request")).await;
+    send(
+        &app,
+        req("PUT", "/p")
+            .header("content-type", "text/plain")
+            .body(Body::empty())
+            .expect("request"),
+    )
+    .await;
     let producer = |epoch: &str, seq: &str| {
         req("POST", "/p")
             .header("content-type", "text/plain")
@@ -104,13 +137,19 @@ async fn errors_carry_codes_messages_and_protocol_headers() {
     let (first, _) = send(&app, producer("1", "0")).await;
     assert_eq!(first.status(), StatusCode::OK);
     let (dup, _) = send(&app, producer("1", "0")).await;
-    assert_eq!((dup.status(), header(&dup, "producer-seq")), (StatusCode::NO_CONTENT, Some("0")));
+    assert_eq!(
+        (dup.status(), header(&dup, "producer-seq")),
+        (StatusCode::NO_CONTENT, Some("0"))
+    );
     let (gap, _) = send(&app, producer("1", "5")).await;
     assert_eq!(gap.status(), StatusCode::CONFLICT);
     assert_eq!(header(&gap, "producer-expected-seq"), Some("1"));
     assert_eq!(header(&gap, "producer-received-seq"), Some("5"));
     let (fenced, _) = send(&app, producer("0", "0")).await;
-    assert_eq!((fenced.status(), header(&fenced, "producer-epoch")), (StatusCode::FORBIDDEN, Some("1")));
+    assert_eq!(
+        (fenced.status(), header(&fenced, "producer-epoch")),
+        (StatusCode::FORBIDDEN, Some("1"))
+    );
     let (bad, body) = send(&app, producer("1e3", "0")).await;
     assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
     assert!(body.contains("Producer-Epoch"), "{body}");
@@ -120,13 +159,30 @@ async fn errors_carry_codes_messages_and_protocol_headers() {
 async fn bad_paths_and_offsets_are_400() {
     let app = router(fast());
     for uri in ["/a/%2e%2e/b", "/a%00b", "/a//b", "/%FF"] {
-        let (response, body) = send(&app, req("PUT", uri).body(Body::empty()).expect("request")).await;
+        let (response, body) =
+            send(&app, req("PUT", uri).body(Body::empty()).expect("request")).await;
         assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{uri}: {body}");
     }
     send(&app, req("PUT", "/s").body(Body::empty()).expect("request")).await;
-    for query in ["offset=", "offset=1&offset=2", "offset=abc", "live=sse", "offset=-1&live=forever"] {
-        let (response, body) = send(&app, req("GET", &format!("/s?{query}")).body(Body::empty()).expect("request")).await;
-        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{query}: {body}");
+    for query in [
+        "offset=",
+        "offset=1&offset=2",
+        "offset=abc",
+        "live=sse",
+        "offset=-1&live=forever",
+    ] {
+        let (response, body) = send(
+            &app,
+            req("GET", &format!("/s?{query}"))
+                .body(Body::empty())
+                .expect("request"),
+        )
+        .await;
+        assert_eq!(
+            response.status(),
+            StatusCode::BAD_REQUEST,
+            "{query}: {body}"
+        );
         assert!(!body.is_empty());
     }
 }
@@ -158,14 +214,29 @@ async fn live_readers_over_the_cap_get_503() {
     });
     send(&app, req("PUT", "/s").body(Body::empty()).expect("request")).await;
     for live in ["long-poll", "sse"] {
-        let (response, body) =
-            send(&app, req("GET", &format!("/s?offset=-1&live={live}")).body(Body::empty()).expect("request")).await;
+        let (response, body) = send(
+            &app,
+            req("GET", &format!("/s?offset=-1&live={live}"))
+                .body(Body::empty())
+                .expect("request"),
+        )
+        .await;
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "{live}");
         assert_eq!(header(&response, "retry-after"), Some("1"));
         assert!(body.contains("too many live readers"), "{body}");
     }
-    let (catch_up, _) = send(&app, req("GET", "/s?offset=-1").body(Body::empty()).expect("request")).await;
-    assert_eq!(catch_up.status(), StatusCode::OK, "catch-up reads are not capped");
+    let (catch_up, _) = send(
+        &app,
+        req("GET", "/s?offset=-1")
+            .body(Body::empty())
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(
+        catch_up.status(),
+        StatusCode::OK,
+        "catch-up reads are not capped"
+    );
 }
 
 #[tokio::test]
@@ -177,27 +248,72 @@ async fn bearer_token_guards_everything_but_healthz_and_preflight() {
     let (denied, _) = send(&app, req("PUT", "/s").body(Body::empty()).expect("request")).await;
     assert_eq!(denied.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(header(&denied, "www-authenticate"), Some("Bearer"));
-    let (wrong, _) = send(&app, req("PUT", "/s").header("authorization", "Bearer nope").body(Body::empty()).expect("request")).await;
+    let (wrong, _) = send(
+        &app,
+        req("PUT", "/s")
+            .header("authorization", "Bearer nope")
+            .body(Body::empty())
+            .expect("request"),
+    )
+    .await;
     assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
-    let (metrics, _) = send(&app, req("GET", "/metrics").body(Body::empty()).expect("request")).await;
+    let (metrics, _) = send(
+        &app,
+        req("GET", "/metrics").body(Body::empty()).expect("request"),
+    )
+    .await;
     assert_eq!(metrics.status(), StatusCode::UNAUTHORIZED);
-    let (allowed, _) = send(&app, req("PUT", "/s").header("authorization", "Bearer s3cret").body(Body::empty()).expect("request")).await;
+    let (allowed, _) = send(
+        &app,
+        req("PUT", "/s")
+            .header("authorization", "Bearer s3cret")
+            .body(Body::empty())
+            .expect("request"),
+    )
+    .await;
     assert_eq!(allowed.status(), StatusCode::CREATED);
-    let (health, body) = send(&app, req("GET", "/healthz").body(Body::empty()).expect("request")).await;
+    let (health, body) = send(
+        &app,
+        req("GET", "/healthz").body(Body::empty()).expect("request"),
+    )
+    .await;
     assert_eq!((health.status(), body.as_str()), (StatusCode::OK, "ok\n"));
-    let (preflight, _) = send(&app, req("OPTIONS", "/s").body(Body::empty()).expect("request")).await;
+    let (preflight, _) = send(
+        &app,
+        req("OPTIONS", "/s").body(Body::empty()).expect("request"),
+    )
+    .await;
     assert_eq!(preflight.status(), StatusCode::NO_CONTENT);
-    assert!(header(&preflight, "access-control-allow-headers").is_some_and(|h| h.contains("if-none-match")));
+    assert!(header(&preflight, "access-control-allow-headers")
+        .is_some_and(|h| h.contains("if-none-match")));
 }
 
 #[tokio::test]
 async fn metrics_count_appends_and_bytes() {
     let app = router(fast());
-    send(&app, req("PUT", "/m").header("content-type", "text/plain").body(Body::empty()).expect("request")).await;
+    send(
+        &app,
+        req("PUT", "/m")
+            .header("content-type", "text/plain")
+            .body(Body::empty())
+            .expect("request"),
+    )
+    .await;
     for _ in 0..3 {
-        send(&app, req("POST", "/m").header("content-type", "text/plain").body(Body::from("hello")).expect("request")).await;
+        send(
+            &app,
+            req("POST", "/m")
+                .header("content-type", "text/plain")
+                .body(Body::from("hello"))
+                .expect("request"),
+        )
+        .await;
     }
-    let (response, body) = send(&app, req("GET", "/metrics").body(Body::empty()).expect("request")).await;
+    let (response, body) = send(
+        &app,
+        req("GET", "/metrics").body(Body::empty()).expect("request"),
+    )
+    .await;
     assert_eq!(response.status(), StatusCode::OK);
     assert!(body.contains("eddy_appends_total 3"), "{body}");
     assert!(body.contains("eddy_append_bytes_total 15"), "{body}");
@@ -216,10 +332,19 @@ async fn sse_on_a_closed_stream_sends_data_then_closes() {
             .expect("request"),
     )
     .await;
-    let (response, body) = send(&app, req("GET", "/bin?offset=-1&live=sse").body(Body::empty()).expect("request")).await;
+    let (response, body) = send(
+        &app,
+        req("GET", "/bin?offset=-1&live=sse")
+            .body(Body::empty())
+            .expect("request"),
+    )
+    .await;
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(header(&response, "content-type"), Some("text/event-stream"));
-    assert_eq!(header(&response, "stream-sse-data-encoding"), Some("base64"));
+    assert_eq!(
+        header(&response, "stream-sse-data-encoding"),
+        Some("base64")
+    );
     assert_eq!(
         body,
         "event: data\ndata:AAEC/w==\n\nevent: control\n\
@@ -230,9 +355,24 @@ async fn sse_on_a_closed_stream_sends_data_then_closes() {
 #[tokio::test]
 async fn long_poll_times_out_with_204_and_a_cursor() {
     let app = router(fast());
-    send(&app, req("PUT", "/lp").body(Body::empty()).expect("request")).await;
-    let (response, body) = send(&app, req("GET", "/lp?offset=now&live=long-poll").body(Body::empty()).expect("request")).await;
-    assert_eq!((response.status(), body.as_str()), (StatusCode::NO_CONTENT, ""));
+    send(
+        &app,
+        req("PUT", "/lp").body(Body::empty()).expect("request"),
+    )
+    .await;
+    let (response, body) = send(
+        &app,
+        req("GET", "/lp?offset=now&live=long-poll")
+            .body(Body::empty())
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(
+        (response.status(), body.as_str()),
+        (StatusCode::NO_CONTENT, "")
+    );
     assert_eq!(header(&response, "stream-up-to-date"), Some("true"));
-    assert!(header(&response, "stream-cursor").is_some_and(|c| c.bytes().all(|b| b.is_ascii_digit())));
+    assert!(
+        header(&response, "stream-cursor").is_some_and(|c| c.bytes().all(|b| b.is_ascii_digit()))
+    );
 }

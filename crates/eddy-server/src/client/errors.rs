@@ -71,11 +71,15 @@ impl ErrorParts {
         let number = |name| headers::number(&self.headers, name).unwrap_or_default();
         let (producer, epoch, seq) = ctx.producer.clone().unwrap_or_default();
         match self.code.as_str() {
-            "stream/not-found" => StreamError::NotFound { path: path_string() },
-            "stream/gone" => StreamError::Gone { path: path_string() },
-            "stream/soft-deleted" | "stream/path-reserved" => {
-                StreamError::SoftDeleted { path: path_string() }
-            }
+            "stream/not-found" => StreamError::NotFound {
+                path: path_string(),
+            },
+            "stream/gone" => StreamError::Gone {
+                path: path_string(),
+            },
+            "stream/soft-deleted" | "stream/path-reserved" => StreamError::SoftDeleted {
+                path: path_string(),
+            },
             "stream/config-conflict" => StreamError::ConfigConflict {
                 path: path_string(),
                 detail: self.message,
@@ -122,7 +126,11 @@ impl ErrorParts {
                 current: number(protocol::PRODUCER_EPOCH),
                 received: epoch,
             },
-            "producer/epoch-start" => StreamError::ProducerEpochStart { producer, epoch, seq },
+            "producer/epoch-start" => StreamError::ProducerEpochStart {
+                producer,
+                epoch,
+                seq,
+            },
             "invalid-argument" | "request/invalid" => StreamError::InvalidArgument(self.message),
             _ => StreamError::Storage(format!(
                 "the server answered {} {}: {}",

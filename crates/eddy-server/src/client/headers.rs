@@ -6,7 +6,9 @@ use reqwest::header::HeaderMap;
 use crate::protocol;
 
 fn bad(name: &str) -> StreamError {
-    StreamError::Storage(format!("the server sent a missing or malformed `{name}` header"))
+    StreamError::Storage(format!(
+        "the server sent a missing or malformed `{name}` header"
+    ))
 }
 
 /// A header as text.

@@ -154,7 +154,12 @@ impl RemoteStorage {
         });
     }
 
-    async fn created(&self, path: &StreamPath, response: Response, ctx: &Context) -> Result<Created, StreamError> {
+    async fn created(
+        &self,
+        path: &StreamPath,
+        response: Response,
+        ctx: &Context,
+    ) -> Result<Created, StreamError> {
         let status = response.status();
         if !status.is_success() {
             return Err(ErrorParts::read(response).await.into_error(path, ctx));
@@ -174,7 +179,9 @@ fn with_expiry(builder: RequestBuilder, expiry: Option<Expiry>) -> RequestBuilde
     match expiry {
         None | Some(Expiry::Never) => builder,
         Some(Expiry::Ttl(secs)) => builder.header(protocol::TTL, secs.to_string()),
-        Some(Expiry::At(at)) => builder.header(protocol::EXPIRES_AT, crate::parse::format_rfc3339(at)),
+        Some(Expiry::At(at)) => {
+            builder.header(protocol::EXPIRES_AT, crate::parse::format_rfc3339(at))
+        }
     }
 }
 
@@ -202,7 +209,10 @@ impl Storage for RemoteStorage {
         let body = match &fork.content_type {
             Some(content_type) => Self::body(fork.initial.clone(), content_type)?,
             None if fork.initial.is_empty() => Bytes::new(),
-            None => Self::body(fork.initial.clone(), &self.content_type(&fork.source).await?)?,
+            None => Self::body(
+                fork.initial.clone(),
+                &self.content_type(&fork.source).await?,
+            )?,
         };
         let mut builder = self
             .request(Method::PUT, self.url(path))
@@ -323,9 +333,13 @@ impl Storage for RemoteStorage {
     }
 
     async fn head(&self, path: &StreamPath) -> Result<StreamInfo, StreamError> {
-        let response = self.send(self.request(Method::HEAD, self.url(path))).await?;
+        let response = self
+            .send(self.request(Method::HEAD, self.url(path)))
+            .await?;
         if !response.status().is_success() {
-            return Err(ErrorParts::read(response).await.into_error(path, &Context::default()));
+            return Err(ErrorParts::read(response)
+                .await
+                .into_error(path, &Context::default()));
         }
         let info = headers::info(path, response.headers())?;
         self.remember(path, &info.config.content_type);
@@ -333,9 +347,13 @@ impl Storage for RemoteStorage {
     }
 
     async fn delete(&self, path: &StreamPath) -> Result<(), StreamError> {
-        let response = self.send(self.request(Method::DELETE, self.url(path))).await?;
+        let response = self
+            .send(self.request(Method::DELETE, self.url(path)))
+            .await?;
         if !response.status().is_success() {
-            return Err(ErrorParts::read(response).await.into_error(path, &Context::default()));
+            return Err(ErrorParts::read(response)
+                .await
+                .into_error(path, &Context::default()));
         }
         self.content_types
             .lock()
@@ -355,7 +373,9 @@ impl Storage for RemoteStorage {
         let response = self.send(self.request(Method::GET, url)).await?;
         if !response.status().is_success() {
             let path = StreamPath::new("_eddy/streams")?;
-            return Err(ErrorParts::read(response).await.into_error(&path, &Context::default()));
+            return Err(ErrorParts::read(response)
+                .await
+                .into_error(&path, &Context::default()));
         }
         let listed: Vec<ListedStream> = response
             .json()

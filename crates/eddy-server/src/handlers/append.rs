@@ -45,10 +45,16 @@ pub(super) async fn append(
         metrics.duplicate_appends.fetch_add(1, Ordering::Relaxed);
     } else if has_data {
         metrics.appends.fetch_add(1, Ordering::Relaxed);
-        metrics.append_bytes.fetch_add(size as u64, Ordering::Relaxed);
+        metrics
+            .append_bytes
+            .fetch_add(size as u64, Ordering::Relaxed);
     }
     let mut out = HeaderMap::new();
-    put(&mut out, protocol::NEXT_OFFSET, appended.next_offset.to_string());
+    put(
+        &mut out,
+        protocol::NEXT_OFFSET,
+        appended.next_offset.to_string(),
+    );
     if appended.duplicate {
         put(&mut out, protocol::DUPLICATE, "true".into());
     }

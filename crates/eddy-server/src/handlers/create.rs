@@ -45,7 +45,11 @@ pub(super) async fn create(
     let mut out = HeaderMap::new();
     describe(&mut out, &created.info);
     let host = parse::header(headers, header::HOST.as_str())?.unwrap_or("localhost");
-    put(&mut out, header::LOCATION.as_str(), format!("http://{host}{}", uri.path()));
+    put(
+        &mut out,
+        header::LOCATION.as_str(),
+        format!("http://{host}{}", uri.path()),
+    );
     let status = if created.created {
         StatusCode::CREATED
     } else {

@@ -74,7 +74,8 @@ pub(crate) fn data_event(encoding: SseEncoding, messages: &[Bytes]) -> Bytes {
         SseEncoding::Json => json_array(messages),
         SseEncoding::Text => body("text/plain", messages),
         SseEncoding::Base64 => Bytes::from(
-            base64::engine::general_purpose::STANDARD.encode(body("application/octet-stream", messages)),
+            base64::engine::general_purpose::STANDARD
+                .encode(body("application/octet-stream", messages)),
         ),
     };
     event("data", &payload)
@@ -92,7 +93,11 @@ pub(crate) fn event(name: &str, payload: &[u8]) -> Bytes {
         let end = rest.iter().position(|b| *b == b'\n' || *b == b'\r');
         let (line, next) = match end {
             Some(i) => {
-                let skip = if rest[i] == b'\r' && rest.get(i + 1) == Some(&b'\n') { 2 } else { 1 };
+                let skip = if rest[i] == b'\r' && rest.get(i + 1) == Some(&b'\n') {
+                    2
+                } else {
+                    1
+                };
                 (&rest[..i], Some(&rest[i + skip..]))
             }
             None => (rest, None),
@@ -116,14 +121,20 @@ mod tests {
     #[test]
     fn line_breaks_never_end_an_event() {
         let frame = event("data", b"a\r\nb\rc\nd");
-        assert_eq!(&frame[..], b"event: data\ndata:a\ndata:b\ndata:c\ndata:d\n\n");
+        assert_eq!(
+            &frame[..],
+            b"event: data\ndata:a\ndata:b\ndata:c\ndata:d\n\n"
+        );
     }
 
     #[test]
     fn json_bodies_are_arrays() {
         assert_eq!(&body("application/json", &[])[..], b"[]");
         let messages = [Bytes::from("1"), Bytes::from("{\"a\":2}")];
-        assert_eq!(&body("application/json; charset=utf-8", &messages)[..], b"[1,{\"a\":2}]");
+        assert_eq!(
+            &body("application/json; charset=utf-8", &messages)[..],
+            b"[1,{\"a\":2}]"
+        );
         assert_eq!(&body("text/plain", &messages)[..], b"1{\"a\":2}");
     }
 }

@@ -41,5 +41,10 @@ pub(super) async fn list(
         .map(ListedStream::from)
         .collect();
     let json = serde_json::to_vec(&streams).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], json).into_response())
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        json,
+    )
+        .into_response())
 }

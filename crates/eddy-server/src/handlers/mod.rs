@@ -29,7 +29,12 @@ pub(crate) async fn stream(State(state): State<AppState>, request: Request) -> R
 
 async fn dispatch(state: AppState, request: Request) -> Result<Response, ApiError> {
     let (parts, body) = request.into_parts();
-    if let Some(prefix) = parts.uri.path().strip_prefix('/').and_then(|p| p.strip_prefix(protocol::RESERVED_PREFIX)) {
+    if let Some(prefix) = parts
+        .uri
+        .path()
+        .strip_prefix('/')
+        .and_then(|p| p.strip_prefix(protocol::RESERVED_PREFIX))
+    {
         return list::list(&state, &parts.method, prefix, parts.uri.query()).await;
     }
     let path = parse::stream_path(parts.uri.path())?;
@@ -50,13 +55,21 @@ async fn head(state: &AppState, path: &StreamPath) -> Result<Response, ApiError>
     let info = state.store.head(path).await?;
     let mut headers = HeaderMap::new();
     describe(&mut headers, &info);
-    put(&mut headers, header::CACHE_CONTROL.as_str(), "no-store".into());
+    put(
+        &mut headers,
+        header::CACHE_CONTROL.as_str(),
+        "no-store".into(),
+    );
     Ok((StatusCode::OK, headers, Body::empty()).into_response())
 }
 
 /// The headers that describe a stream: content type, tail, expiry, close.
 fn describe(headers: &mut HeaderMap, info: &StreamInfo) {
-    put(headers, header::CONTENT_TYPE.as_str(), info.config.content_type.clone());
+    put(
+        headers,
+        header::CONTENT_TYPE.as_str(),
+        info.config.content_type.clone(),
+    );
     put(headers, protocol::NEXT_OFFSET, info.tail.to_string());
     match info.config.expiry {
         Expiry::Never => {}
@@ -72,7 +85,10 @@ fn describe(headers: &mut HeaderMap, info: &StreamInfo) {
 /// Sets a response header; a value that cannot be a header is dropped
 /// (values come from the store, which only holds what headers carried).
 fn put(headers: &mut HeaderMap, name: &str, value: String) {
-    match (header::HeaderName::try_from(name), HeaderValue::try_from(value)) {
+    match (
+        header::HeaderName::try_from(name),
+        HeaderValue::try_from(value),
+    ) {
         (Ok(name), Ok(value)) => {
             headers.insert(name, value);
         }
@@ -92,7 +108,9 @@ async fn read_body(state: &AppState, body: Body) -> Result<bytes::Bytes, ApiErro
             if too_large {
                 Err(ApiError::BodyTooLarge { limit })
             } else {
-                Err(ApiError::bad_request(format!("cannot read the request body: {err}")))
+                Err(ApiError::bad_request(format!(
+                    "cannot read the request body: {err}"
+                )))
             }
         }
     }

@@ -53,14 +53,20 @@ async fn catch_up(
         "no-cache"
     };
     put(&mut out, header::CACHE_CONTROL.as_str(), cache.into());
-    let matches = parse::header(headers, header::IF_NONE_MATCH.as_str())?
-        .is_some_and(|sent| sent.split(',').any(|tag| tag.trim() == etag || tag.trim() == "*"));
+    let matches = parse::header(headers, header::IF_NONE_MATCH.as_str())?.is_some_and(|sent| {
+        sent.split(',')
+            .any(|tag| tag.trim() == etag || tag.trim() == "*")
+    });
     if matches {
         return Ok((StatusCode::NOT_MODIFIED, out).into_response());
     }
     let framed = parse::header(headers, protocol::FRAMING)? == Some(protocol::FRAMING_MESSAGES);
     let body = if framed {
-        put(&mut out, protocol::FRAMING, protocol::FRAMING_MESSAGES.into());
+        put(
+            &mut out,
+            protocol::FRAMING,
+            protocol::FRAMING_MESSAGES.into(),
+        );
         encode::framed(&chunk.messages)
     } else {
         encode::body(&chunk.content_type, &chunk.messages)
@@ -83,14 +89,21 @@ async fn long_poll(
             () = state.shutting_down() => None,
         };
         if let Some(Wait::Changed(_)) = waited {
-            chunk = state.store.read(path, ReadFrom::Offset(chunk.next_offset), max).await?;
+            chunk = state
+                .store
+                .read(path, ReadFrom::Offset(chunk.next_offset), max)
+                .await?;
         }
     }
     state.metrics.reads.fetch_add(1, Ordering::Relaxed);
     let mut out = chunk_headers(&chunk);
     put(&mut out, header::CACHE_CONTROL.as_str(), "no-store".into());
     if !chunk.closed {
-        put(&mut out, protocol::CURSOR, cursor::next(SystemTime::now(), client_cursor));
+        put(
+            &mut out,
+            protocol::CURSOR,
+            cursor::next(SystemTime::now(), client_cursor),
+        );
     }
     if chunk.messages.is_empty() {
         return Ok((StatusCode::NO_CONTENT, out).into_response());
@@ -103,8 +116,16 @@ async fn long_poll(
 /// The headers of a read response.
 fn chunk_headers(chunk: &ReadChunk) -> HeaderMap {
     let mut out = HeaderMap::new();
-    put(&mut out, header::CONTENT_TYPE.as_str(), chunk.content_type.clone());
-    put(&mut out, protocol::NEXT_OFFSET, chunk.next_offset.to_string());
+    put(
+        &mut out,
+        header::CONTENT_TYPE.as_str(),
+        chunk.content_type.clone(),
+    );
+    put(
+        &mut out,
+        protocol::NEXT_OFFSET,
+        chunk.next_offset.to_string(),
+    );
     put(&mut out, protocol::READ_START, chunk.start.to_string());
     if chunk.up_to_date {
         put(&mut out, protocol::UP_TO_DATE, "true".into());

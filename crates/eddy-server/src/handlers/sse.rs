@@ -29,18 +29,38 @@ pub(super) async fn sse(
 ) -> Result<Response, ApiError> {
     // The first read happens before answering, so an unknown stream is a
     // plain 404 rather than an empty event stream.
-    let first = state.store.read(path, from, state.config.max_read_bytes).await?;
+    let first = state
+        .store
+        .read(path, from, state.config.max_read_bytes)
+        .await?;
     let slot = state.live_reader()?;
     let encoding = SseEncoding::for_content_type(&first.content_type);
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(8);
-    tokio::spawn(run(state.clone(), path.clone(), first, encoding, client_cursor, tx, slot));
+    tokio::spawn(run(
+        state.clone(),
+        path.clone(),
+        first,
+        encoding,
+        client_cursor,
+        tx,
+        slot,
+    ));
     let mut out = HeaderMap::new();
-    put(&mut out, header::CONTENT_TYPE.as_str(), "text/event-stream".into());
+    put(
+        &mut out,
+        header::CONTENT_TYPE.as_str(),
+        "text/event-stream".into(),
+    );
     put(&mut out, header::CACHE_CONTROL.as_str(), "no-cache".into());
     if encoding == SseEncoding::Base64 {
         put(&mut out, protocol::SSE_DATA_ENCODING, "base64".into());
     }
-    Ok((StatusCode::OK, out, Body::from_stream(ReceiverStream::new(rx))).into_response())
+    Ok((
+        StatusCode::OK,
+        out,
+        Body::from_stream(ReceiverStream::new(rx)),
+    )
+        .into_response())
 }
 
 /// Feeds events to one SSE client until it leaves, the stream closes, the
@@ -58,7 +78,11 @@ async fn run(
     loop {
         if !chunk.messages.is_empty() {
             state.metrics.reads.fetch_add(1, Ordering::Relaxed);
-            if tx.send(Ok(encode::data_event(encoding, &chunk.messages))).await.is_err() {
+            if tx
+                .send(Ok(encode::data_event(encoding, &chunk.messages)))
+                .await
+                .is_err()
+            {
                 return;
             }
         }
@@ -78,7 +102,11 @@ async fn run(
                 match waited {
                     Ok(Wait::Changed(_)) => break,
                     Ok(Wait::TimedOut(_)) => {
-                        if tx.send(Ok(Bytes::from_static(b": keep-alive\n\n"))).await.is_err() {
+                        if tx
+                            .send(Ok(Bytes::from_static(b": keep-alive\n\n")))
+                            .await
+                            .is_err()
+                        {
                             return;
                         }
                     }
@@ -86,7 +114,11 @@ async fn run(
                 }
             }
         }
-        chunk = match state.store.read(&path, ReadFrom::Offset(next), state.config.max_read_bytes).await {
+        chunk = match state
+            .store
+            .read(&path, ReadFrom::Offset(next), state.config.max_read_bytes)
+            .await
+        {
             Ok(chunk) => chunk,
             Err(err) => {
                 tracing::debug!(%path, error = %err, "SSE stream ended");
@@ -99,7 +131,10 @@ async fn run(
 /// The control event after a chunk.
 fn control(chunk: &ReadChunk, cursor: &str) -> Bytes {
     let mut control = serde_json::Map::new();
-    control.insert("streamNextOffset".into(), chunk.next_offset.to_string().into());
+    control.insert(
+        "streamNextOffset".into(),
+        chunk.next_offset.to_string().into(),
+    );
     if chunk.closed {
         control.insert("streamClosed".into(), true.into());
         control.insert("upToDate".into(), true.into());
