@@ -14,7 +14,7 @@ long_poll_ms="${EDDY_LONG_POLL_MS:-500}"
 
 cd "$here"
 if [ ! -d node_modules/@durable-streams/server-conformance-tests ]; then
-  npm ci --no-audit --no-fund >/dev/null
+  npm install --no-audit --no-fund --loglevel=error >/dev/null
 fi
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark of `eddy serve` and the reference Node server
+# (@durable-streams/server), both on loopback, driven by the same load:
+#   - single-message appends (wrk, append.lua)
+#   - batched JSON appends of 100 messages with an idempotent producer (wrk, batch.lua)
+#   - catch-up reads of a 1000-message stream (wrk)
+#   - append → live-reader latency, p50/p99 (latency.mjs, long-poll)
+# Memory storage is compared with the reference in-memory store, SQLite with
+# the reference file store. Prints each figure for both and the ratio.
+#
+#   scripts/bench/server.sh            # 10 s per wrk run
+#   DURATION=3s CONNECTIONS=16 scripts/bench/server.sh
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+duration="${DURATION:-10s}"
+connections="${CONNECTIONS:-32}"
+threads="${THREADS:-2}"
+
+command -v wrk >/dev/null || { apt-get install -y wrk >/dev/null 2>&1 || { echo "install wrk first" >&2; exit 1; }; }
+(cd "$here" && [ -d node_modules/@durable-streams/server ] || npm install --no-audit --no-fund --loglevel=error >/dev/null)
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
+(cd "$root" && cargo build --quiet --release -p eddy)
+eddy="$CARGO_TARGET_DIR/release/eddy"
+
+work="$(mktemp -d)"
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+wait_up() { for _ in $(seq 1 100); do curl -fsS -o /dev/null -X PUT "$1/bench/probe" 2>/dev/null && return; sleep 0.1; done; echo "server at $1 did not start" >&2; exit 1; }
+
+start_eddy() { # storage
+  local port; port="$(free_port)"
+  "$eddy" serve --listen "127.0.0.1:$port" --storage "$1" --data "$work/eddy-$1" --long-poll-timeout 5s >/dev/null 2>&1 &
+  pids+=($!); wait_up "http://127.0.0.1:$port"; echo "http://127.0.0.1:$port"
+}
+start_ref() { # [data dir]
+  local port; port="$(free_port)"
+  (cd "$here" && exec node ref-server.mjs "$port" "$@") >/dev/null 2>&1 &
+  pids+=($!); wait_up "http://127.0.0.1:$port"; echo "http://127.0.0.1:$port"
+}
+
+rps() { # url [wrk args...]: requests per second, and non-2xx count on stderr
+  local url="$1"; shift
+  local out; out="$(wrk -t"$threads" -c"$connections" -d"$duration" "$@" "$url" 2>&1)"
+  local bad; bad="$(grep -o 'Non-2xx or 3xx responses: [0-9]*' <<<"$out" | grep -o '[0-9]*$' || true)"
+  [ -n "$bad" ] && echo "  warning: $bad non-2xx responses from $url" >&2
+  grep 'Requests/sec' <<<"$out" | awk '{print $2}'
+}
+
+prepare_read_stream() { # base: a text stream of 1000 messages of 100 bytes
+  curl -fsS -o /dev/null -X PUT -H 'content-type: text/plain' "$1/bench/read"
+  local msg; msg="$(head -c 100 /dev/zero | tr '\0' 'x')"
+  for _ in $(seq 1 1000); do printf '%s' "$msg"; done > "$work/read-body"
+  # one append per message keeps the stream's message count honest
+  for _ in $(seq 1 1000); do curl -fsS -o /dev/null -X POST -H 'content-type: text/plain' --data "$msg" "$1/bench/read"; done
+}
+
+measure() { # label base -> "append batch read p50 p99"
+  local base="$1"
+  curl -fsS -o /dev/null -X PUT -H 'content-type: text/plain' "$base/bench/append"
+  curl -fsS -o /dev/null -X PUT -H 'content-type: application/json' "$base/bench/batch"
+  prepare_read_stream "$base"
+  local a b r l
+  a="$(rps "$base/bench/append" -s "$here/append.lua")"
+  b="$(rps "$base/bench/batch" -s "$here/batch.lua")"
+  r="$(rps "$base/bench/read?offset=-1")"
+  l="$(cd "$here" && node latency.mjs "$base" 300)"
+  echo "$a $b $r $l"
+}
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1fx", a / b; else print "n/a" }'; }
+
+report() { # title eddy-figures ref-figures
+  read -r ea eb er el50 el99 _ <<<"$2"
+  read -r ra rb rr rl50 rl99 _ <<<"$3"
+  echo
+  echo "== $1 (wrk -t$threads -c$connections -d$duration) =="
+  printf '%-44s %14s %14s %8s\n' "" "eddy" "reference" "ratio"
+  printf '%-44s %14s %14s %8s\n' "single-message appends (req/s)" "$ea" "$ra" "$(ratio "$ea" "$ra")"
+  printf '%-44s %14s %14s %8s\n' "100-message producer batches (req/s)" "$eb" "$rb" "$(ratio "$eb" "$rb")"
+  printf '%-44s %14s %14s %8s\n' "catch-up reads of 1000 messages (req/s)" "$er" "$rr" "$(ratio "$er" "$rr")"
+  printf '%-44s %14s %14s %8s\n' "append -> live reader p50 (ms)" "$el50" "$rl50" "$(ratio "$rl50" "$el50")"
+  printf '%-44s %14s %14s %8s\n' "append -> live reader p99 (ms)" "$el99" "$rl99" "$(ratio "$rl99" "$el99")"
+}
+
+eddy_mem="$(start_eddy memory)"
+ref_mem="$(start_ref)"
+report "memory storage" "$(measure "$eddy_mem")" "$(measure "$ref_mem")"
+
+eddy_sql="$(start_eddy sqlite)"
+ref_file="$(start_ref "$work/ref-data")"
+report "durable storage: eddy SQLite (fsync per group commit) vs reference file store" "$(measure "$eddy_sql")" "$(measure "$ref_file")"
+echo
+echo "(ratios: throughput eddy/reference; latency reference/eddy; higher is better for eddy)"
