@@ -1,1 +1,127 @@
-fn main() {}
+//! Throughput of `fold` (checkpoint per unit of 1 000 items) and of `emit`
+//! with one JSON output (producer commit), on memory and SQLite.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use eddy_projection::{Commit, Declare, Emits, Host, RunOptions};
+use eddy_streams::{JsonStream, MemoryStorage, SqliteStorage, Storage};
+use serde::{Deserialize, Serialize};
+
+const ITEMS: usize = 200_000;
+const UNIT: usize = 1_000;
+
+#[derive(Serialize, Deserialize, Clone, Debug)]
+struct Order {
+    id: u64,
+    amount: f64,
+}
+
+static VERSION: AtomicU32 = AtomicU32::new(1);
+
+fn orders() -> JsonStream<Order> {
+    JsonStream::new("Bench/Orders", "orders").expect("route")
+}
+
+async fn seed(store: &dyn Storage) {
+    orders().create(store, &()).await.expect("create");
+    let all: Vec<Order> = (0..ITEMS as u64)
+        .map(|id| Order { id, amount: 1.5 })
+        .collect();
+    for chunk in all.chunks(10_000) {
+        orders().append(store, &(), chunk).await.expect("append");
+    }
+}
+
+async fn fold_once(host: &Host) -> Duration {
+    let version = VERSION.fetch_add(1, Ordering::Relaxed);
+    let bound = Declare::<(), Order>::new("bench-fold")
+        .version(version)
+        .input("orders", &orders())
+        .fold(0.0, |sum: f64, entry, _| sum + entry.item.amount)
+        .expect("declare")
+        .at(())
+        .expect("bind");
+    let start = Instant::now();
+    let progress = host
+        .run(&bound, RunOptions::default().with_unit_size(UNIT))
+        .await
+        .expect("run");
+    assert_eq!(progress.items, ITEMS as u64);
+    start.elapsed()
+}
+
+async fn emit_once(host: &Host) -> Duration {
+    let version = VERSION.fetch_add(1, Ordering::Relaxed);
+    let out =
+        JsonStream::<f64>::new("Bench/Amounts", &format!("amounts-{version}")).expect("route");
+    let bound = Declare::<(), Order>::new("bench-emit")
+        .version(version)
+        .input("orders", &orders())
+        .output("amounts", &out)
+        .emit(Commit::producer(), |entry, _| {
+            Emits::new().json("amounts", [entry.item.amount])
+        })
+        .expect("declare")
+        .at(())
+        .expect("bind");
+    let start = Instant::now();
+    host.run(&bound, RunOptions::default().with_unit_size(UNIT))
+        .await
+        .expect("run");
+    start.elapsed()
+}
+
+fn bench(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let backends: Vec<(&str, Arc<dyn Storage>)> = vec![
+        ("memory", Arc::new(MemoryStorage::new())),
+        (
+            "sqlite",
+            Arc::new(SqliteStorage::open(dir.path()).expect("sqlite")),
+        ),
+    ];
+    let mut group = c.benchmark_group("projection");
+    group.throughput(Throughput::Elements(ITEMS as u64));
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(5));
+    for (name, store) in backends {
+        runtime.block_on(seed(store.as_ref()));
+        let host = Host::new(store);
+        group.bench_function(format!("fold/{name}"), |b| {
+            b.to_async(&runtime).iter_custom(|iters| {
+                let host = host.clone();
+                async move {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        total += fold_once(&host).await;
+                    }
+                    total
+                }
+            })
+        });
+        group.bench_function(format!("emit/{name}"), |b| {
+            b.to_async(&runtime).iter_custom(|iters| {
+                let host = host.clone();
+                async move {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        total += emit_once(&host).await;
+                    }
+                    total
+                }
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

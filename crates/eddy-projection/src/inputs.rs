@@ -1,4 +1,6 @@
-//! Reading a unit's input ranges from the store.
+//! Reading a unit's input ranges from the store, with read-ahead.
+
+use std::collections::VecDeque;
 
 use bytes::Bytes;
 use eddy_streams::{Offset, ReadFrom, Storage, StreamError, StreamPath};
@@ -15,37 +17,66 @@ pub(crate) struct Raw {
     pub closed: bool,
 }
 
-/// Reads at most `max` messages of `path` from `from`.
+/// Messages read past the end of the last unit, kept for the next one.
+/// Streams are append-only, so what was read stays valid.
+#[derive(Debug, Default)]
+pub(crate) struct ReadAhead {
+    /// The offset of the first buffered message.
+    next: Offset,
+    messages: VecDeque<Bytes>,
+    /// The read that filled the buffer reached the end of a closed stream.
+    closed_at_end: bool,
+}
+
+/// Reads at most `max` messages of `path` from `from`, using and refilling
+/// `ahead` when given.
 pub(crate) async fn read_range(
     storage: &dyn Storage,
     path: &StreamPath,
     from: Offset,
     max: usize,
+    mut ahead: Option<&mut ReadAhead>,
 ) -> Result<Raw, StreamError> {
     let mut messages = Vec::new();
+    if let Some(buffer) = ahead.as_deref_mut() {
+        if buffer.next == from && !buffer.messages.is_empty() {
+            let take = buffer.messages.len().min(max);
+            messages.extend(buffer.messages.drain(..take));
+            buffer.next = Offset::at(from.position() + take as u64);
+            if messages.len() >= max || buffer.closed_at_end && buffer.messages.is_empty() {
+                let closed = buffer.closed_at_end && buffer.messages.is_empty();
+                return Ok(Raw {
+                    to: buffer.next,
+                    messages,
+                    closed,
+                });
+            }
+        } else {
+            buffer.messages.clear();
+            buffer.closed_at_end = false;
+        }
+    }
     loop {
         let next = Offset::at(from.position() + messages.len() as u64);
         let chunk = storage
             .read(path, ReadFrom::Offset(next), READ_BYTES)
             .await?;
         let room = max.saturating_sub(messages.len());
-        let took_all = chunk.messages.len() <= room;
         let got = chunk.messages.len();
-        messages.extend(chunk.messages.into_iter().take(room));
+        let mut rest = chunk.messages.into_iter();
+        messages.extend(rest.by_ref().take(room));
         let to = Offset::at(from.position() + messages.len() as u64);
-        if !took_all || messages.len() >= max {
-            let closed = took_all && chunk.up_to_date && chunk.closed;
-            return Ok(Raw {
-                messages,
-                to,
-                closed,
-            });
+        let reached_end = chunk.up_to_date && got <= room;
+        if let Some(buffer) = ahead.as_deref_mut() {
+            buffer.next = to;
+            buffer.messages = rest.collect();
+            buffer.closed_at_end = chunk.up_to_date && chunk.closed;
         }
-        if chunk.up_to_date || got == 0 {
+        if messages.len() >= max || chunk.up_to_date || got == 0 {
             return Ok(Raw {
                 messages,
                 to,
-                closed: chunk.closed && chunk.up_to_date,
+                closed: reached_end && chunk.closed,
             });
         }
     }

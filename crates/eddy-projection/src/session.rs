@@ -7,7 +7,7 @@ use eddy_streams::{Append, Offset, Payload, ProducerPosition, StreamConfig, Stre
 
 use crate::checkpoint::{Checkpoint, Pending, Token};
 use crate::declare::{Item, Params, State};
-use crate::inputs::read_range;
+use crate::inputs::{read_range, ReadAhead};
 use crate::unit_key::unit_key;
 use crate::{
     Batch, Bound, CommitKind, Emits, Host, Pass, Progress, ProjectionError, Range, Result, Slice,
@@ -29,6 +29,7 @@ pub(crate) struct Session<P, I, S> {
     state: S,
     exists: bool,
     outputs_checked: bool,
+    ahead: std::sync::Mutex<Vec<ReadAhead>>,
 }
 
 impl<P: Params, I: Item, S: State> Session<P, I, S> {
@@ -41,6 +42,7 @@ impl<P: Params, I: Item, S: State> Session<P, I, S> {
             token: loaded.token,
             exists: false,
             outputs_checked: false,
+            ahead: std::sync::Mutex::new(Vec::new()),
             host,
             bound,
         };
@@ -372,7 +374,17 @@ impl<P: Params, I: Item, S: State> Session<P, I, S> {
                 slices.push(slice);
                 continue;
             }
-            match read_range(self.host.storage.as_ref(), path, mark.offset, unit_size).await {
+            let mut ahead = self.take_ahead(slices.len());
+            let read = read_range(
+                self.host.storage.as_ref(),
+                path,
+                mark.offset,
+                unit_size,
+                Some(&mut ahead),
+            )
+            .await;
+            self.put_ahead(slices.len(), ahead);
+            match read {
                 Ok(raw) => {
                     slice.items = decode(input, mark.offset, &raw.messages)?;
                     slice.to = raw.to;
@@ -403,6 +415,21 @@ impl<P: Params, I: Item, S: State> Session<P, I, S> {
             slices.push(slice);
         }
         Ok(work.then_some(slices))
+    }
+
+    fn take_ahead(&self, index: usize) -> ReadAhead {
+        let mut ahead = self.ahead.lock().unwrap_or_else(|e| e.into_inner());
+        if ahead.len() <= index {
+            ahead.resize_with(index + 1, ReadAhead::default);
+        }
+        std::mem::take(&mut ahead[index])
+    }
+
+    fn put_ahead(&self, index: usize, buffer: ReadAhead) {
+        let mut ahead = self.ahead.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = ahead.get_mut(index) {
+            *slot = buffer;
+        }
     }
 
     async fn read_pinned(&self, pending: &Pending) -> Result<Vec<Slice<I>>> {
@@ -441,7 +468,7 @@ impl<P: Params, I: Item, S: State> Session<P, I, S> {
             let items = if range.gone || len == 0 {
                 Vec::new()
             } else {
-                match read_range(self.host.storage.as_ref(), path, range.from, len).await {
+                match read_range(self.host.storage.as_ref(), path, range.from, len, None).await {
                     Ok(raw) if raw.messages.len() == len => {
                         decode(input, range.from, &raw.messages)?
                     }
