@@ -8,4 +8,6 @@ if (!baseUrl) throw new Error("set EDDY_BASE_URL (run.sh does)")
 runConformanceTests({
   baseUrl,
   longPollTimeoutMs: Number(process.env.EDDY_LONG_POLL_MS ?? 500),
+  // eddy implements the reserved `__ds/subscriptions` API too.
+  subscriptions: true,
 })

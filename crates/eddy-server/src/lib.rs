@@ -69,6 +69,7 @@ pub mod protocol;
 mod router;
 mod server;
 mod state;
+mod subscriptions;
 mod wire;
 
 pub use cli::{serve, ServeArgs};

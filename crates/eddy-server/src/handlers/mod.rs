@@ -37,6 +37,11 @@ async fn dispatch(state: AppState, request: Request) -> Result<Response, ApiErro
     {
         return list::list(&state, &parts.method, prefix, parts.uri.query()).await;
     }
+    if let Some((base, rest)) = reserved(parts.uri.path()) {
+        let body = read_body(&state, body).await?;
+        let (base, rest) = (base.to_owned(), rest.to_owned());
+        return Ok(crate::subscriptions::handle(&state, &parts.method, &base, &rest, &parts.headers, body).await);
+    }
     let path = parse::stream_path(parts.uri.path())?;
     match parts.method {
         Method::PUT => create::create(&state, &path, &parts.uri, &parts.headers, body).await,
@@ -49,6 +54,17 @@ async fn dispatch(state: AppState, request: Request) -> Result<Response, ApiErro
         }
         other => Err(ApiError::MethodNotAllowed(other)),
     }
+}
+
+/// Splits `/<base>/__ds/<rest>` (the protocol's reserved API) into the
+/// base path and the rest.
+fn reserved(uri_path: &str) -> Option<(&str, &str)> {
+    let trimmed = uri_path.strip_prefix('/').unwrap_or(uri_path);
+    if let Some(rest) = trimmed.strip_prefix("__ds/") {
+        return Some(("", rest));
+    }
+    let at = trimmed.find("/__ds/")?;
+    Some((&trimmed[..at], &trimmed[at + "/__ds/".len()..]))
 }
 
 async fn head(state: &AppState, path: &StreamPath) -> Result<Response, ApiError> {
@@ -97,21 +113,37 @@ fn put(headers: &mut HeaderMap, name: &str, value: String) {
 }
 
 /// Reads a request body within the size limit and the body timeout.
+///
+/// An oversized body is still read to its end (up to [`DRAIN_LIMIT`]) and
+/// discarded before the 413 goes out, so the client sees the answer rather
+/// than a connection reset in the middle of its upload.
 async fn read_body(state: &AppState, body: Body) -> Result<bytes::Bytes, ApiError> {
     let limit = state.config.max_body_bytes;
-    match tokio::time::timeout(state.config.body_timeout, axum::body::to_bytes(body, limit)).await {
+    match tokio::time::timeout(state.config.body_timeout, collect(body, limit)).await {
         Err(_) => Err(ApiError::BodyTimeout),
-        Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(err)) => {
-            let too_large = std::error::Error::source(&err)
-                .is_some_and(|e| e.is::<http_body_util::LengthLimitError>());
-            if too_large {
-                Err(ApiError::BodyTooLarge { limit })
-            } else {
-                Err(ApiError::bad_request(format!(
-                    "cannot read the request body: {err}"
-                )))
-            }
+        Ok(result) => result,
+    }
+}
+
+/// How much of an oversized body is read and discarded before answering.
+const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
+
+async fn collect(mut body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
+    use http_body_util::BodyExt;
+    let mut buffer = bytes::BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ApiError::bad_request(format!("cannot read the request body: {e}")))?;
+        let Ok(data) = frame.into_data() else { continue };
+        seen = seen.saturating_add(data.len());
+        if seen <= limit {
+            buffer.extend_from_slice(&data);
+        } else if seen > DRAIN_LIMIT {
+            break;
         }
     }
+    if seen > limit {
+        return Err(ApiError::BodyTooLarge { limit });
+    }
+    Ok(buffer.freeze())
 }

@@ -1,0 +1,368 @@
+//! The HTTP endpoints under `<base>/__ds/`.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use eddy_streams::{Offset, StreamPath};
+use percent_encoding::percent_decode_str;
+
+use super::wake::{self, Ack};
+use super::{registry, signing, ActiveWake, Delivery, Link, Registry, Subscription, SubscriptionError, Watched};
+use crate::state::AppState;
+
+/// Answers a request for `<base_path>/__ds/<rest>`.
+pub(crate) async fn handle(
+    state: &AppState,
+    method: &Method,
+    base_path: &str,
+    rest: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Response {
+    match route(state, method, base_path, rest, headers, body).await {
+        Ok(response) => response,
+        Err(err) => err.into_response(),
+    }
+}
+
+async fn route(
+    state: &AppState,
+    method: &Method,
+    base_path: &str,
+    rest: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response, SubscriptionError> {
+    let registry = registry()?;
+    if rest == "jwks.json" {
+        return Ok((
+            [(header::CONTENT_TYPE, "application/jwk-set+json")],
+            registry.key.jwks().to_string(),
+        )
+            .into_response());
+    }
+    let Some(rest) = rest.strip_prefix("subscriptions/") else {
+        return Err(SubscriptionError::new(StatusCode::NOT_FOUND, "NOT_FOUND", "unknown reserved endpoint"));
+    };
+    let (id, action) = rest.split_once('/').unwrap_or((rest, ""));
+    if id.is_empty() {
+        return Err(SubscriptionError::bad_request("a subscription id is required"));
+    }
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let store = &state.store;
+    match (method.clone(), action) {
+        (Method::PUT, "") => create(state, &registry, base_path, id, headers, &body).await,
+        (Method::GET, "") => {
+            let subscriptions = registry.lock();
+            let sub = subscriptions.get(id).ok_or_else(|| SubscriptionError::not_found(id))?;
+            Ok(axum::Json(sub.describe(&registry.key)).into_response())
+        }
+        (Method::DELETE, "") => {
+            registry.lock().remove(id).ok_or_else(|| SubscriptionError::not_found(id))?;
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
+        (Method::POST, "streams") => {
+            let request: StreamsRequest = json(&body)?;
+            let tails = tails(state, base_path, &request.streams).await;
+            let mut subscriptions = registry.lock();
+            let sub = subscriptions.get_mut(id).ok_or_else(|| SubscriptionError::not_found(id))?;
+            add_explicit(sub, tails);
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
+        (Method::DELETE, action) if action.starts_with("streams/") => {
+            let path = percent_decode_str(&action["streams/".len()..])
+                .decode_utf8()
+                .map_err(|_| SubscriptionError::bad_request("the stream path is not UTF-8"))?;
+            let mut subscriptions = registry.lock();
+            let sub = subscriptions.get_mut(id).ok_or_else(|| SubscriptionError::not_found(id))?;
+            sub.streams.remove(path.as_ref());
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
+        (Method::POST, "callback" | "ack") => {
+            let ack: Ack = json(&body)?;
+            let next_wake = wake::acknowledge(&registry, store, id, token, ack)?;
+            Ok(axum::Json(serde_json::json!({ "ok": true, "next_wake": next_wake })).into_response())
+        }
+        (Method::POST, "claim") => {
+            wake::refresh(&registry, store, id).await;
+            claim(&registry, id, &body)
+        }
+        (Method::POST, "release") => {
+            let release: Release = json(&body)?;
+            {
+                let mut subscriptions = registry.lock();
+                let sub = subscriptions.get_mut(id).ok_or_else(|| SubscriptionError::not_found(id))?;
+                let live = sub.wake.as_ref().is_some_and(|w| {
+                    w.wake_id == release.wake_id && w.generation == release.generation && Some(w.token.as_str()) == token
+                });
+                if !live {
+                    return Err(SubscriptionError::fenced());
+                }
+                sub.wake = None;
+                sub.wake_posted = false;
+            }
+            wake::wake(&registry, store, id);
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
+        _ => Err(SubscriptionError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "METHOD_NOT_ALLOWED",
+            format!("{method} is not supported here"),
+        )),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct CreateRequest {
+    #[serde(rename = "type")]
+    kind: String,
+    pattern: Option<String>,
+    #[serde(default)]
+    streams: Vec<String>,
+    webhook: Option<WebhookRequest>,
+    wake_stream: Option<String>,
+    lease_ttl_ms: Option<u64>,
+    description: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct WebhookRequest {
+    url: String,
+}
+
+#[derive(serde::Deserialize)]
+struct StreamsRequest {
+    streams: Vec<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct ClaimRequest {
+    worker: String,
+}
+
+#[derive(serde::Deserialize)]
+struct Release {
+    wake_id: String,
+    generation: u64,
+}
+
+fn json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, SubscriptionError> {
+    serde_json::from_slice(body).map_err(|e| SubscriptionError::bad_request(format!("bad JSON body: {e}")))
+}
+
+async fn create(
+    state: &AppState,
+    registry: &Arc<Registry>,
+    base_path: &str,
+    id: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, SubscriptionError> {
+    let raw: serde_json::Value = json(body)?;
+    let request: CreateRequest = json(body)?;
+    let delivery = match request.kind.as_str() {
+        "webhook" => {
+            let url = request
+                .webhook
+                .as_ref()
+                .map(|w| w.url.clone())
+                .ok_or_else(|| SubscriptionError::bad_request("a webhook subscription needs `webhook.url`"))?;
+            check_webhook_url(&url)?;
+            Delivery::Webhook { url }
+        }
+        "pull-wake" => Delivery::PullWake {
+            wake_stream: request
+                .wake_stream
+                .clone()
+                .ok_or_else(|| SubscriptionError::bad_request("a pull-wake subscription needs `wake_stream`"))?,
+        },
+        other => return Err(SubscriptionError::bad_request(format!("unknown subscription type `{other}`"))),
+    };
+    if request.pattern.is_none() && request.streams.is_empty() {
+        return Err(SubscriptionError::bad_request("give a `pattern`, `streams`, or both"));
+    }
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("localhost");
+    let tails = tails(state, base_path, &request.streams).await;
+    let baseline = match &request.pattern {
+        Some(pattern) => baseline(state, base_path, pattern).await?,
+        None => Vec::new(),
+    };
+    let mut subscriptions = registry.lock();
+    if let Some(existing) = subscriptions.get(id) {
+        if existing.request == raw && existing.base_path == base_path {
+            return Ok((StatusCode::OK, axum::Json(existing.describe(&registry.key))).into_response());
+        }
+        return Err(SubscriptionError::new(
+            StatusCode::CONFLICT,
+            "CONFLICT",
+            format!("subscription `{id}` exists with another configuration"),
+        ));
+    }
+    let mut sub = Subscription {
+        id: id.to_owned(),
+        base_path: base_path.to_owned(),
+        origin: format!("http://{host}"),
+        delivery,
+        pattern: request.pattern,
+        lease_ttl_ms: request.lease_ttl_ms.unwrap_or(30_000).max(1),
+        description: request.description,
+        request: raw,
+        streams: Default::default(),
+        generation: 0,
+        wake: None,
+        wake_posted: false,
+    };
+    add_explicit(&mut sub, tails);
+    for (path, tail) in baseline {
+        sub.streams.entry(path).or_insert(Watched {
+            link: Link::Pattern,
+            tail,
+            acked: tail,
+        });
+    }
+    let described = sub.describe(&registry.key);
+    subscriptions.insert(id.to_owned(), sub);
+    drop(subscriptions);
+    wake::listen(registry, &state.store);
+    Ok((StatusCode::CREATED, axum::Json(described)).into_response())
+}
+
+/// The current tails of streams (relative to the base), zero for streams
+/// that do not exist yet.
+async fn tails(state: &AppState, base_path: &str, streams: &[String]) -> Vec<(String, Offset)> {
+    let mut out = Vec::with_capacity(streams.len());
+    for relative in streams {
+        let full = if base_path.is_empty() {
+            relative.clone()
+        } else {
+            format!("{base_path}/{relative}")
+        };
+        let tail = match StreamPath::new(full) {
+            Ok(path) => state.store.head(&path).await.map(|i| i.tail).unwrap_or(Offset::ZERO),
+            Err(_) => Offset::ZERO,
+        };
+        out.push((relative.clone(), tail));
+    }
+    out
+}
+
+/// The streams that match a new subscription's pattern already, with
+/// their tails: the subscription starts acknowledged there.
+async fn baseline(
+    state: &AppState,
+    base_path: &str,
+    pattern: &str,
+) -> Result<Vec<(String, Offset)>, SubscriptionError> {
+    let prefix = if base_path.is_empty() {
+        String::new()
+    } else {
+        format!("{base_path}/")
+    };
+    let infos = state
+        .store
+        .list(&prefix)
+        .await
+        .map_err(|e| SubscriptionError::internal(e.to_string()))?;
+    Ok(infos
+        .into_iter()
+        .filter_map(|info| {
+            let relative = info.path.strip_prefix(prefix.as_str())?.to_owned();
+            super::pattern::matches(pattern, &relative).then_some((relative, info.tail))
+        })
+        .collect())
+}
+
+/// Adds explicitly listed streams, acknowledged up to their current tails:
+/// a subscription wakes for data that arrives after it is made.
+fn add_explicit(sub: &mut Subscription, tails: Vec<(String, Offset)>) {
+    for (path, tail) in tails {
+        sub.streams.entry(path).or_insert(Watched {
+            link: Link::Explicit,
+            tail,
+            acked: tail,
+        });
+    }
+}
+
+fn claim(registry: &Arc<Registry>, id: &str, body: &[u8]) -> Result<Response, SubscriptionError> {
+    let request: ClaimRequest = json(body)?;
+    let mut subscriptions = registry.lock();
+    let sub = subscriptions.get_mut(id).ok_or_else(|| SubscriptionError::not_found(id))?;
+    if !matches!(sub.delivery, Delivery::PullWake { .. }) {
+        return Err(SubscriptionError::bad_request("only pull-wake subscriptions are claimed"));
+    }
+    if let Some(holder) = sub.wake.as_ref().filter(|w| w.expires > Instant::now()).and_then(|w| w.holder.clone()) {
+        let mut err = SubscriptionError::new(
+            StatusCode::CONFLICT,
+            "ALREADY_CLAIMED",
+            format!("worker `{holder}` holds the lease"),
+        );
+        err.body["error"]["current_holder"] = holder.into();
+        return Err(err);
+    }
+    let pending = sub.pending();
+    if pending.is_empty() {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    sub.generation += 1;
+    let wake = ActiveWake {
+        wake_id: signing::token(),
+        generation: sub.generation,
+        token: signing::token(),
+        holder: Some(request.worker),
+        expires: Instant::now() + Duration::from_millis(sub.lease_ttl_ms),
+    };
+    let body = serde_json::json!({
+        "subscription_id": sub.id,
+        "wake_id": wake.wake_id,
+        "generation": wake.generation,
+        "token": wake.token,
+        "lease_ttl_ms": sub.lease_ttl_ms,
+        "streams": pending.iter().map(|(path, tail, acked)| serde_json::json!({
+            "path": path,
+            "tail_offset": tail.to_string(),
+            "acked_offset": acked.to_string(),
+        })).collect::<Vec<_>>(),
+    });
+    sub.wake = Some(wake);
+    sub.wake_posted = false;
+    Ok(axum::Json(body).into_response())
+}
+
+/// Refuses webhook URLs that point into private networks (loopback stays
+/// allowed, for receivers on the same machine).
+fn check_webhook_url(url: &str) -> Result<(), SubscriptionError> {
+    let reject = |why: &str| {
+        SubscriptionError::new(StatusCode::BAD_REQUEST, "WEBHOOK_URL_REJECTED", format!("webhook URL `{url}` {why}"))
+    };
+    let parsed = reqwest::Url::parse(url).map_err(|_| reject("is not a URL"))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(reject("must be http or https"));
+    }
+    let ip = match parsed.host() {
+        Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip),
+        Some(url::Host::Ipv6(ip)) => IpAddr::V6(ip),
+        Some(url::Host::Domain(_)) => return Ok(()),
+        None => return Err(reject("has no host")),
+    };
+    let private = match ip {
+        IpAddr::V4(v4) => {
+            v4.is_private() || v4.is_link_local() || v4.is_unspecified() || v4.is_broadcast() || v4.is_multicast()
+        }
+        IpAddr::V6(v6) => {
+            v6.is_unspecified() || v6.is_multicast() || (v6.segments()[0] & 0xfe00) == 0xfc00 || (v6.segments()[0] & 0xffc0) == 0xfe80
+        }
+    };
+    if private {
+        Err(reject("points into a private network"))
+    } else {
+        Ok(())
+    }
+}

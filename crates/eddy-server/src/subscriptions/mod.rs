@@ -1,0 +1,273 @@
+//! Stream subscriptions: the protocol's reserved `__ds` API.
+//!
+//! A subscription watches streams under one base path (the part of the URL
+//! before `/__ds/`), chosen by a glob [pattern](pattern) and/or an explicit
+//! list. When a watched stream has data past what the subscription
+//! acknowledged, the subscription is *woken*:
+//!
+//! - a `webhook` subscription POSTs a signed notification (Ed25519, key in
+//!   `__ds/jwks.json`) to its URL; the receiver acknowledges offsets in its
+//!   response (`{"done": true}` acknowledges everything it was shown) or
+//!   later through the callback URL with the callback token;
+//! - a `pull-wake` subscription appends a wake event to its wake stream;
+//!   workers `claim` a lease, `ack` offsets, and `release` it.
+//!
+//! Every wake has a generation number; acknowledgements for an older
+//! generation are fenced (409 `FENCED`). Subscriptions live in the server
+//! process (they are not stored durably) and see the commits of this
+//! process.
+
+mod api;
+mod pattern;
+mod signing;
+mod wake;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use eddy_streams::Offset;
+
+pub(crate) use api::handle;
+use signing::WebhookKey;
+
+/// How a subscription delivers wakes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Delivery {
+    Webhook { url: String },
+    PullWake { wake_stream: String },
+}
+
+/// Why a stream belongs to a subscription.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Link {
+    Pattern,
+    Explicit,
+}
+
+impl Link {
+    fn as_str(self) -> &'static str {
+        match self {
+            Link::Pattern => "pattern",
+            Link::Explicit => "explicit",
+        }
+    }
+}
+
+/// One watched stream.
+#[derive(Clone, Debug)]
+struct Watched {
+    link: Link,
+    tail: Offset,
+    acked: Offset,
+}
+
+/// The wake in progress: who holds it and until when.
+#[derive(Clone, Debug)]
+struct ActiveWake {
+    wake_id: String,
+    generation: u64,
+    token: String,
+    holder: Option<String>,
+    expires: Instant,
+}
+
+/// One subscription.
+#[derive(Debug)]
+struct Subscription {
+    id: String,
+    /// The stream path prefix its paths are relative to (`v1/stream`).
+    base_path: String,
+    /// The public base URL (`http://host`), for callback and JWKS URLs.
+    origin: String,
+    delivery: Delivery,
+    pattern: Option<String>,
+    lease_ttl_ms: u64,
+    description: Option<String>,
+    /// The create request, to recognise an idempotent re-create.
+    request: serde_json::Value,
+    streams: BTreeMap<String, Watched>,
+    generation: u64,
+    wake: Option<ActiveWake>,
+    /// A pull-wake event was appended and not yet claimed.
+    wake_posted: bool,
+}
+
+impl Subscription {
+    /// The full store path of a path relative to the base.
+    fn full_path(&self, relative: &str) -> String {
+        if self.base_path.is_empty() {
+            relative.to_owned()
+        } else {
+            format!("{}/{relative}", self.base_path)
+        }
+    }
+
+    /// The path relative to the base, if the full path is under it.
+    fn relative<'a>(&self, full: &'a str) -> Option<&'a str> {
+        if self.base_path.is_empty() {
+            Some(full)
+        } else {
+            full.strip_prefix(self.base_path.as_str())?.strip_prefix('/')
+        }
+    }
+
+    fn watches(&self, relative: &str) -> Option<Link> {
+        match self.streams.get(relative) {
+            Some(watched) => Some(watched.link),
+            None => self
+                .pattern
+                .as_deref()
+                .filter(|p| pattern::matches(p, relative))
+                .map(|_| Link::Pattern),
+        }
+    }
+
+    fn pending(&self) -> Vec<(String, Offset, Offset)> {
+        self.streams
+            .iter()
+            .filter(|(_, w)| w.tail > w.acked)
+            .map(|(path, w)| (path.clone(), w.tail, w.acked))
+            .collect()
+    }
+
+    fn wake_active(&self) -> bool {
+        self.wake.as_ref().is_some_and(|w| w.expires > Instant::now())
+    }
+
+    fn url(&self, rest: &str) -> String {
+        let base = if self.base_path.is_empty() {
+            String::new()
+        } else {
+            format!("/{}", self.base_path)
+        };
+        format!("{}{base}/__ds/{rest}", self.origin)
+    }
+
+    fn describe(&self, key: &WebhookKey) -> serde_json::Value {
+        let streams: Vec<serde_json::Value> = self
+            .streams
+            .iter()
+            .map(|(path, w)| {
+                serde_json::json!({
+                    "path": path,
+                    "link_type": w.link.as_str(),
+                    "tail_offset": w.tail.to_string(),
+                    "acked_offset": w.acked.to_string(),
+                    "has_pending": w.tail > w.acked,
+                })
+            })
+            .collect();
+        let mut out = serde_json::json!({
+            "id": self.id,
+            "lease_ttl_ms": self.lease_ttl_ms,
+            "streams": streams,
+        });
+        if let Some(pattern) = &self.pattern {
+            out["pattern"] = pattern.clone().into();
+        }
+        if let Some(description) = &self.description {
+            out["description"] = description.clone().into();
+        }
+        match &self.delivery {
+            Delivery::Webhook { url } => {
+                out["type"] = "webhook".into();
+                out["webhook"] = serde_json::json!({
+                    "url": url,
+                    "signing": {
+                        "alg": "ed25519",
+                        "kid": key.kid(),
+                        "jwks_url": self.url("jwks.json"),
+                    },
+                });
+            }
+            Delivery::PullWake { wake_stream } => {
+                out["type"] = "pull-wake".into();
+                out["wake_stream"] = wake_stream.clone().into();
+            }
+        }
+        out
+    }
+}
+
+/// Every subscription of the process, the signing key, and the HTTP client
+/// for webhooks.
+pub(crate) struct Registry {
+    subscriptions: Mutex<HashMap<String, Subscription>>,
+    key: WebhookKey,
+    http: reqwest::Client,
+    listening: OnceLock<()>,
+}
+
+impl Registry {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Subscription>> {
+        self.subscriptions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The process-wide registry, created on first use.
+fn registry() -> Result<Arc<Registry>, SubscriptionError> {
+    static REGISTRY: OnceLock<Arc<Registry>> = OnceLock::new();
+    if let Some(registry) = REGISTRY.get() {
+        return Ok(Arc::clone(registry));
+    }
+    let key = WebhookKey::generate()
+        .map_err(|e| SubscriptionError::internal(format!("no randomness for the signing key: {e}")))?;
+    let http = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| SubscriptionError::internal(format!("cannot build the webhook client: {e}")))?;
+    let registry = Arc::new(Registry {
+        subscriptions: Mutex::new(HashMap::new()),
+        key,
+        http,
+        listening: OnceLock::new(),
+    });
+    Ok(Arc::clone(REGISTRY.get_or_init(|| registry)))
+}
+
+/// An error of the subscription API, in its own JSON shape:
+/// `{"error": {"code": "...", "message": "...", ...}}`.
+#[derive(Debug)]
+pub(crate) struct SubscriptionError {
+    status: StatusCode,
+    body: serde_json::Value,
+}
+
+impl SubscriptionError {
+    fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+        SubscriptionError {
+            status,
+            body: serde_json::json!({ "error": { "code": code, "message": message.into() } }),
+        }
+    }
+
+    fn bad_request(message: impl Into<String>) -> Self {
+        SubscriptionError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", message)
+    }
+
+    fn not_found(id: &str) -> Self {
+        SubscriptionError::new(StatusCode::NOT_FOUND, "NOT_FOUND", format!("no subscription `{id}`"))
+    }
+
+    fn fenced() -> Self {
+        SubscriptionError::new(
+            StatusCode::CONFLICT,
+            "FENCED",
+            "this wake is over: a newer generation replaced it, or it was already acknowledged",
+        )
+    }
+
+    fn internal(message: impl Into<String>) -> Self {
+        SubscriptionError::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", message)
+    }
+}
+
+impl IntoResponse for SubscriptionError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(self.body)).into_response()
+    }
+}

@@ -1,0 +1,268 @@
+//! Waking subscriptions: following the store's commits, delivering
+//! webhooks and pull-wake events, and applying acknowledgements.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use eddy_streams::{Append, Offset, Storage, StreamPath};
+use tokio::sync::broadcast::error::RecvError;
+
+use super::{signing, ActiveWake, Delivery, Registry, SubscriptionError, Watched};
+
+/// Starts following the store's commits (once per process).
+pub(super) fn listen(registry: &Arc<Registry>, store: &Arc<dyn Storage>) {
+    if registry.listening.set(()).is_err() {
+        return;
+    }
+    let mut commits = store.committed();
+    let registry = Arc::clone(registry);
+    let store = Arc::clone(store);
+    tokio::spawn(async move {
+        loop {
+            match commits.recv().await {
+                Ok(commit) => observe(&registry, &store, &commit.path, commit.tail),
+                Err(RecvError::Lagged(missed)) => {
+                    tracing::warn!(missed, "subscriptions fell behind the commit feed")
+                }
+                Err(RecvError::Closed) => return,
+            }
+        }
+    });
+}
+
+/// Records a commit on every subscription that watches the path, and wakes
+/// those with pending data.
+pub(super) fn observe(registry: &Arc<Registry>, store: &Arc<dyn Storage>, full_path: &str, tail: Offset) {
+    let ids: Vec<String> = {
+        let mut subscriptions = registry.lock();
+        subscriptions
+            .values_mut()
+            .filter_map(|sub| {
+                let relative = sub.relative(full_path)?.to_owned();
+                let link = sub.watches(&relative)?;
+                let watched = sub.streams.entry(relative).or_insert(Watched {
+                    link,
+                    tail: Offset::ZERO,
+                    acked: Offset::ZERO,
+                });
+                watched.tail = watched.tail.max(tail);
+                Some(sub.id.clone())
+            })
+            .collect()
+    };
+    for id in ids {
+        wake(registry, store, &id);
+    }
+}
+
+/// Brings a subscription's view of its streams' tails up to date from the
+/// store (the commit feed may lag a request that just returned).
+pub(super) async fn refresh(registry: &Arc<Registry>, store: &Arc<dyn Storage>, id: &str) {
+    let base = match registry.lock().get(id) {
+        Some(sub) if sub.base_path.is_empty() => String::new(),
+        Some(sub) => format!("{}/", sub.base_path),
+        None => return,
+    };
+    let infos = match store.list(&base).await {
+        Ok(infos) => infos,
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot list streams for a subscription");
+            return;
+        }
+    };
+    let mut subscriptions = registry.lock();
+    let Some(sub) = subscriptions.get_mut(id) else {
+        return;
+    };
+    for info in infos {
+        let Some(relative) = sub.relative(&info.path).map(str::to_owned) else {
+            continue;
+        };
+        if let Some(link) = sub.watches(&relative) {
+            let watched = sub.streams.entry(relative).or_insert(Watched {
+                link,
+                tail: Offset::ZERO,
+                acked: Offset::ZERO,
+            });
+            watched.tail = watched.tail.max(info.tail);
+        }
+    }
+}
+
+/// Wakes a subscription if it has pending data and no live wake.
+pub(super) fn wake(registry: &Arc<Registry>, store: &Arc<dyn Storage>, id: &str) {
+    let mut subscriptions = registry.lock();
+    let Some(sub) = subscriptions.get_mut(id) else {
+        return;
+    };
+    let pending = sub.pending();
+    if pending.is_empty() || sub.wake_active() {
+        return;
+    }
+    match sub.delivery.clone() {
+        Delivery::Webhook { url } => {
+            sub.generation += 1;
+            let wake = ActiveWake {
+                wake_id: signing::token(),
+                generation: sub.generation,
+                token: signing::token(),
+                holder: None,
+                expires: Instant::now() + Duration::from_millis(sub.lease_ttl_ms),
+            };
+            let streams: Vec<serde_json::Value> = pending
+                .iter()
+                .map(|(path, tail, acked)| {
+                    serde_json::json!({
+                        "path": path,
+                        "tail_offset": tail.to_string(),
+                        "acked_offset": acked.to_string(),
+                        "has_pending": true,
+                    })
+                })
+                .collect();
+            let body = serde_json::json!({
+                "subscription_id": sub.id,
+                "wake_id": wake.wake_id,
+                "generation": wake.generation,
+                "callback_url": sub.url(&format!("subscriptions/{}/callback", sub.id)),
+                "callback_token": wake.token,
+                "streams": streams,
+            });
+            let shown: Vec<(String, Offset)> = pending.into_iter().map(|(p, t, _)| (p, t)).collect();
+            let generation = wake.generation;
+            sub.wake = Some(wake);
+            drop(subscriptions);
+            let registry = Arc::clone(registry);
+            let id = id.to_owned();
+            tokio::spawn(async move { deliver(registry, id, url, body, generation, shown).await });
+        }
+        Delivery::PullWake { wake_stream } => {
+            if sub.wake_posted {
+                return;
+            }
+            sub.wake_posted = true;
+            let event = serde_json::json!({
+                "subscription_id": sub.id,
+                "streams": pending.iter().map(|(path, tail, _)| serde_json::json!({
+                    "path": path,
+                    "tail_offset": tail.to_string(),
+                })).collect::<Vec<_>>(),
+            });
+            let target = sub.full_path(&wake_stream);
+            drop(subscriptions);
+            let store = Arc::clone(store);
+            tokio::spawn(async move {
+                let appended = match StreamPath::new(target) {
+                    Ok(path) => store.append(&path, Append::body(event.to_string())).await.map(drop),
+                    Err(err) => Err(err),
+                };
+                if let Err(err) = appended {
+                    tracing::warn!(error = %err, "cannot post a pull-wake event");
+                }
+            });
+        }
+    }
+}
+
+/// POSTs a signed webhook notification; a `{"done": true}` answer
+/// acknowledges everything it showed.
+async fn deliver(
+    registry: Arc<Registry>,
+    id: String,
+    url: String,
+    body: serde_json::Value,
+    generation: u64,
+    shown: Vec<(String, Offset)>,
+) {
+    let raw = body.to_string();
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let sent = registry
+        .http
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("webhook-signature", registry.key.signature(now, raw.as_bytes()))
+        .body(raw)
+        .send()
+        .await;
+    let answer: Option<serde_json::Value> = match sent {
+        Ok(response) if response.status().is_success() => response.json().await.ok(),
+        Ok(response) => {
+            tracing::warn!(%url, status = %response.status(), "webhook refused the notification");
+            None
+        }
+        Err(err) => {
+            tracing::warn!(%url, error = %err, "webhook delivery failed");
+            None
+        }
+    };
+    if answer.as_ref().and_then(|a| a.get("done")).and_then(serde_json::Value::as_bool) == Some(true) {
+        let mut subscriptions = registry.lock();
+        if let Some(sub) = subscriptions.get_mut(&id) {
+            if sub.wake.as_ref().is_some_and(|w| w.generation == generation) {
+                for (path, tail) in shown {
+                    if let Some(watched) = sub.streams.get_mut(&path) {
+                        watched.acked = watched.acked.max(tail);
+                    }
+                }
+                sub.wake = None;
+            }
+        }
+    }
+}
+
+/// An acknowledgement from a webhook callback or a pull-wake worker.
+#[derive(serde::Deserialize)]
+pub(super) struct Ack {
+    wake_id: String,
+    generation: u64,
+    #[serde(default)]
+    acks: Vec<StreamAck>,
+    #[serde(default)]
+    done: bool,
+}
+
+#[derive(serde::Deserialize)]
+struct StreamAck {
+    stream: String,
+    offset: String,
+}
+
+/// Applies an acknowledgement to the live wake it names; returns whether
+/// data is still pending (a next wake follows).
+pub(super) fn acknowledge(
+    registry: &Arc<Registry>,
+    store: &Arc<dyn Storage>,
+    id: &str,
+    token: Option<&str>,
+    ack: Ack,
+) -> Result<bool, SubscriptionError> {
+    let next_wake = {
+        let mut subscriptions = registry.lock();
+        let sub = subscriptions.get_mut(id).ok_or_else(|| SubscriptionError::not_found(id))?;
+        let live = sub
+            .wake
+            .as_ref()
+            .is_some_and(|w| w.wake_id == ack.wake_id && w.generation == ack.generation && Some(w.token.as_str()) == token);
+        if !live {
+            return Err(SubscriptionError::fenced());
+        }
+        for stream_ack in &ack.acks {
+            let offset: Offset = stream_ack
+                .offset
+                .parse()
+                .map_err(|_| SubscriptionError::bad_request(format!("bad offset `{}`", stream_ack.offset)))?;
+            if let Some(watched) = sub.streams.get_mut(&stream_ack.stream) {
+                watched.acked = watched.acked.max(offset.min(watched.tail));
+            }
+        }
+        if ack.done {
+            sub.wake = None;
+            sub.wake_posted = false;
+        }
+        !sub.pending().is_empty()
+    };
+    if ack.done && next_wake {
+        wake(registry, store, id);
+    }
+    Ok(next_wake)
+}
