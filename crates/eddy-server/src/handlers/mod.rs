@@ -40,7 +40,15 @@ async fn dispatch(state: AppState, request: Request) -> Result<Response, ApiErro
     if let Some((base, rest)) = reserved(parts.uri.path()) {
         let body = read_body(&state, body).await?;
         let (base, rest) = (base.to_owned(), rest.to_owned());
-        return Ok(crate::subscriptions::handle(&state, &parts.method, &base, &rest, &parts.headers, body).await);
+        return Ok(crate::subscriptions::handle(
+            &state,
+            &parts.method,
+            &base,
+            &rest,
+            &parts.headers,
+            body,
+        )
+        .await);
     }
     let path = parse::stream_path(parts.uri.path())?;
     match parts.method {
@@ -133,8 +141,11 @@ async fn collect(mut body: Body, limit: usize) -> Result<bytes::Bytes, ApiError>
     let mut buffer = bytes::BytesMut::new();
     let mut seen = 0usize;
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| ApiError::bad_request(format!("cannot read the request body: {e}")))?;
-        let Ok(data) = frame.into_data() else { continue };
+        let frame = frame
+            .map_err(|e| ApiError::bad_request(format!("cannot read the request body: {e}")))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
         seen = seen.saturating_add(data.len());
         if seen <= limit {
             buffer.extend_from_slice(&data);

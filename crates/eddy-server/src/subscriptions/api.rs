@@ -11,7 +11,10 @@ use eddy_streams::{Offset, StreamPath};
 use percent_encoding::percent_decode_str;
 
 use super::wake::{self, Ack};
-use super::{registry, signing, ActiveWake, Delivery, Link, Registry, Subscription, SubscriptionError, Watched};
+use super::{
+    registry, signing, ActiveWake, Delivery, Link, Registry, Subscription, SubscriptionError,
+    Watched,
+};
 use crate::state::AppState;
 
 /// Answers a request for `<base_path>/__ds/<rest>`.
@@ -46,11 +49,17 @@ async fn route(
             .into_response());
     }
     let Some(rest) = rest.strip_prefix("subscriptions/") else {
-        return Err(SubscriptionError::new(StatusCode::NOT_FOUND, "NOT_FOUND", "unknown reserved endpoint"));
+        return Err(SubscriptionError::new(
+            StatusCode::NOT_FOUND,
+            "NOT_FOUND",
+            "unknown reserved endpoint",
+        ));
     };
     let (id, action) = rest.split_once('/').unwrap_or((rest, ""));
     if id.is_empty() {
-        return Err(SubscriptionError::bad_request("a subscription id is required"));
+        return Err(SubscriptionError::bad_request(
+            "a subscription id is required",
+        ));
     }
     let token = headers
         .get(header::AUTHORIZATION)
@@ -61,18 +70,25 @@ async fn route(
         (Method::PUT, "") => create(state, &registry, base_path, id, headers, &body).await,
         (Method::GET, "") => {
             let subscriptions = registry.lock();
-            let sub = subscriptions.get(id).ok_or_else(|| SubscriptionError::not_found(id))?;
+            let sub = subscriptions
+                .get(id)
+                .ok_or_else(|| SubscriptionError::not_found(id))?;
             Ok(axum::Json(sub.describe(&registry.key)).into_response())
         }
         (Method::DELETE, "") => {
-            registry.lock().remove(id).ok_or_else(|| SubscriptionError::not_found(id))?;
+            registry
+                .lock()
+                .remove(id)
+                .ok_or_else(|| SubscriptionError::not_found(id))?;
             Ok(StatusCode::NO_CONTENT.into_response())
         }
         (Method::POST, "streams") => {
             let request: StreamsRequest = json(&body)?;
             let tails = tails(state, base_path, &request.streams).await;
             let mut subscriptions = registry.lock();
-            let sub = subscriptions.get_mut(id).ok_or_else(|| SubscriptionError::not_found(id))?;
+            let sub = subscriptions
+                .get_mut(id)
+                .ok_or_else(|| SubscriptionError::not_found(id))?;
             add_explicit(sub, tails);
             Ok(StatusCode::NO_CONTENT.into_response())
         }
@@ -81,14 +97,19 @@ async fn route(
                 .decode_utf8()
                 .map_err(|_| SubscriptionError::bad_request("the stream path is not UTF-8"))?;
             let mut subscriptions = registry.lock();
-            let sub = subscriptions.get_mut(id).ok_or_else(|| SubscriptionError::not_found(id))?;
+            let sub = subscriptions
+                .get_mut(id)
+                .ok_or_else(|| SubscriptionError::not_found(id))?;
             sub.streams.remove(path.as_ref());
             Ok(StatusCode::NO_CONTENT.into_response())
         }
         (Method::POST, "callback" | "ack") => {
             let ack: Ack = json(&body)?;
             let next_wake = wake::acknowledge(&registry, store, id, token, ack)?;
-            Ok(axum::Json(serde_json::json!({ "ok": true, "next_wake": next_wake })).into_response())
+            Ok(
+                axum::Json(serde_json::json!({ "ok": true, "next_wake": next_wake }))
+                    .into_response(),
+            )
         }
         (Method::POST, "claim") => {
             wake::refresh(&registry, store, id).await;
@@ -98,9 +119,13 @@ async fn route(
             let release: Release = json(&body)?;
             {
                 let mut subscriptions = registry.lock();
-                let sub = subscriptions.get_mut(id).ok_or_else(|| SubscriptionError::not_found(id))?;
+                let sub = subscriptions
+                    .get_mut(id)
+                    .ok_or_else(|| SubscriptionError::not_found(id))?;
                 let live = sub.wake.as_ref().is_some_and(|w| {
-                    w.wake_id == release.wake_id && w.generation == release.generation && Some(w.token.as_str()) == token
+                    w.wake_id == release.wake_id
+                        && w.generation == release.generation
+                        && Some(w.token.as_str()) == token
                 });
                 if !live {
                     return Err(SubscriptionError::fenced());
@@ -154,7 +179,8 @@ struct Release {
 }
 
 fn json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, SubscriptionError> {
-    serde_json::from_slice(body).map_err(|e| SubscriptionError::bad_request(format!("bad JSON body: {e}")))
+    serde_json::from_slice(body)
+        .map_err(|e| SubscriptionError::bad_request(format!("bad JSON body: {e}")))
 }
 
 async fn create(
@@ -173,22 +199,32 @@ async fn create(
                 .webhook
                 .as_ref()
                 .map(|w| w.url.clone())
-                .ok_or_else(|| SubscriptionError::bad_request("a webhook subscription needs `webhook.url`"))?;
+                .ok_or_else(|| {
+                    SubscriptionError::bad_request("a webhook subscription needs `webhook.url`")
+                })?;
             check_webhook_url(&url)?;
             Delivery::Webhook { url }
         }
         "pull-wake" => Delivery::PullWake {
-            wake_stream: request
-                .wake_stream
-                .clone()
-                .ok_or_else(|| SubscriptionError::bad_request("a pull-wake subscription needs `wake_stream`"))?,
+            wake_stream: request.wake_stream.clone().ok_or_else(|| {
+                SubscriptionError::bad_request("a pull-wake subscription needs `wake_stream`")
+            })?,
         },
-        other => return Err(SubscriptionError::bad_request(format!("unknown subscription type `{other}`"))),
+        other => {
+            return Err(SubscriptionError::bad_request(format!(
+                "unknown subscription type `{other}`"
+            )))
+        }
     };
     if request.pattern.is_none() && request.streams.is_empty() {
-        return Err(SubscriptionError::bad_request("give a `pattern`, `streams`, or both"));
+        return Err(SubscriptionError::bad_request(
+            "give a `pattern`, `streams`, or both",
+        ));
     }
-    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("localhost");
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("localhost");
     let tails = tails(state, base_path, &request.streams).await;
     let baseline = match &request.pattern {
         Some(pattern) => baseline(state, base_path, pattern).await?,
@@ -197,7 +233,9 @@ async fn create(
     let mut subscriptions = registry.lock();
     if let Some(existing) = subscriptions.get(id) {
         if existing.request == raw && existing.base_path == base_path {
-            return Ok((StatusCode::OK, axum::Json(existing.describe(&registry.key))).into_response());
+            return Ok(
+                (StatusCode::OK, axum::Json(existing.describe(&registry.key))).into_response(),
+            );
         }
         return Err(SubscriptionError::new(
             StatusCode::CONFLICT,
@@ -245,7 +283,12 @@ async fn tails(state: &AppState, base_path: &str, streams: &[String]) -> Vec<(St
             format!("{base_path}/{relative}")
         };
         let tail = match StreamPath::new(full) {
-            Ok(path) => state.store.head(&path).await.map(|i| i.tail).unwrap_or(Offset::ZERO),
+            Ok(path) => state
+                .store
+                .head(&path)
+                .await
+                .map(|i| i.tail)
+                .unwrap_or(Offset::ZERO),
             Err(_) => Offset::ZERO,
         };
         out.push((relative.clone(), tail));
@@ -294,11 +337,20 @@ fn add_explicit(sub: &mut Subscription, tails: Vec<(String, Offset)>) {
 fn claim(registry: &Arc<Registry>, id: &str, body: &[u8]) -> Result<Response, SubscriptionError> {
     let request: ClaimRequest = json(body)?;
     let mut subscriptions = registry.lock();
-    let sub = subscriptions.get_mut(id).ok_or_else(|| SubscriptionError::not_found(id))?;
+    let sub = subscriptions
+        .get_mut(id)
+        .ok_or_else(|| SubscriptionError::not_found(id))?;
     if !matches!(sub.delivery, Delivery::PullWake { .. }) {
-        return Err(SubscriptionError::bad_request("only pull-wake subscriptions are claimed"));
+        return Err(SubscriptionError::bad_request(
+            "only pull-wake subscriptions are claimed",
+        ));
     }
-    if let Some(holder) = sub.wake.as_ref().filter(|w| w.expires > Instant::now()).and_then(|w| w.holder.clone()) {
+    if let Some(holder) = sub
+        .wake
+        .as_ref()
+        .filter(|w| w.expires > Instant::now())
+        .and_then(|w| w.holder.clone())
+    {
         let mut err = SubscriptionError::new(
             StatusCode::CONFLICT,
             "ALREADY_CLAIMED",
@@ -340,7 +392,11 @@ fn claim(registry: &Arc<Registry>, id: &str, body: &[u8]) -> Result<Response, Su
 /// allowed, for receivers on the same machine).
 fn check_webhook_url(url: &str) -> Result<(), SubscriptionError> {
     let reject = |why: &str| {
-        SubscriptionError::new(StatusCode::BAD_REQUEST, "WEBHOOK_URL_REJECTED", format!("webhook URL `{url}` {why}"))
+        SubscriptionError::new(
+            StatusCode::BAD_REQUEST,
+            "WEBHOOK_URL_REJECTED",
+            format!("webhook URL `{url}` {why}"),
+        )
     };
     let parsed = reqwest::Url::parse(url).map_err(|_| reject("is not a URL"))?;
     if !matches!(parsed.scheme(), "http" | "https") {
@@ -354,10 +410,17 @@ fn check_webhook_url(url: &str) -> Result<(), SubscriptionError> {
     };
     let private = match ip {
         IpAddr::V4(v4) => {
-            v4.is_private() || v4.is_link_local() || v4.is_unspecified() || v4.is_broadcast() || v4.is_multicast()
+            v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_multicast()
         }
         IpAddr::V6(v6) => {
-            v6.is_unspecified() || v6.is_multicast() || (v6.segments()[0] & 0xfe00) == 0xfc00 || (v6.segments()[0] & 0xffc0) == 0xfe80
+            v6.is_unspecified()
+                || v6.is_multicast()
+                || (v6.segments()[0] & 0xfe00) == 0xfc00
+                || (v6.segments()[0] & 0xffc0) == 0xfe80
         }
     };
     if private {

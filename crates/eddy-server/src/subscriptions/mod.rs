@@ -110,7 +110,8 @@ impl Subscription {
         if self.base_path.is_empty() {
             Some(full)
         } else {
-            full.strip_prefix(self.base_path.as_str())?.strip_prefix('/')
+            full.strip_prefix(self.base_path.as_str())?
+                .strip_prefix('/')
         }
     }
 
@@ -134,7 +135,9 @@ impl Subscription {
     }
 
     fn wake_active(&self) -> bool {
-        self.wake.as_ref().is_some_and(|w| w.expires > Instant::now())
+        self.wake
+            .as_ref()
+            .is_some_and(|w| w.expires > Instant::now())
     }
 
     fn url(&self, rest: &str) -> String {
@@ -213,13 +216,16 @@ fn registry() -> Result<Arc<Registry>, SubscriptionError> {
     if let Some(registry) = REGISTRY.get() {
         return Ok(Arc::clone(registry));
     }
-    let key = WebhookKey::generate()
-        .map_err(|e| SubscriptionError::internal(format!("no randomness for the signing key: {e}")))?;
+    let key = WebhookKey::generate().map_err(|e| {
+        SubscriptionError::internal(format!("no randomness for the signing key: {e}"))
+    })?;
     let http = reqwest::Client::builder()
         .timeout(std::time::Duration::from_secs(10))
         .redirect(reqwest::redirect::Policy::none())
         .build()
-        .map_err(|e| SubscriptionError::internal(format!("cannot build the webhook client: {e}")))?;
+        .map_err(|e| {
+            SubscriptionError::internal(format!("cannot build the webhook client: {e}"))
+        })?;
     let registry = Arc::new(Registry {
         subscriptions: Mutex::new(HashMap::new()),
         key,
@@ -250,7 +256,11 @@ impl SubscriptionError {
     }
 
     fn not_found(id: &str) -> Self {
-        SubscriptionError::new(StatusCode::NOT_FOUND, "NOT_FOUND", format!("no subscription `{id}`"))
+        SubscriptionError::new(
+            StatusCode::NOT_FOUND,
+            "NOT_FOUND",
+            format!("no subscription `{id}`"),
+        )
     }
 
     fn fenced() -> Self {

@@ -20,7 +20,9 @@ fn segments(pattern: &[&str], path: &[&str]) -> bool {
         (Some(&"**"), _) => {
             segments(&pattern[1..], path) || (!path.is_empty() && segments(pattern, &path[1..]))
         }
-        (Some(p), Some(s)) => segment(p.as_bytes(), s.as_bytes()) && segments(&pattern[1..], &path[1..]),
+        (Some(p), Some(s)) => {
+            segment(p.as_bytes(), s.as_bytes()) && segments(&pattern[1..], &path[1..])
+        }
         _ => false,
     }
 }

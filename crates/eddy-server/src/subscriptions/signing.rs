@@ -16,7 +16,10 @@ impl WebhookKey {
         let mut seed = [0u8; 32];
         getrandom::getrandom(&mut seed)?;
         let key = SigningKey::from_bytes(&seed);
-        let kid = format!("ds_{}", &URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes())[..16]);
+        let kid = format!(
+            "ds_{}",
+            &URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes())[..16]
+        );
         Ok(WebhookKey { key, kid })
     }
 

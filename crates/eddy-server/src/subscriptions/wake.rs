@@ -32,7 +32,12 @@ pub(super) fn listen(registry: &Arc<Registry>, store: &Arc<dyn Storage>) {
 
 /// Records a commit on every subscription that watches the path, and wakes
 /// those with pending data.
-pub(super) fn observe(registry: &Arc<Registry>, store: &Arc<dyn Storage>, full_path: &str, tail: Offset) {
+pub(super) fn observe(
+    registry: &Arc<Registry>,
+    store: &Arc<dyn Storage>,
+    full_path: &str,
+    tail: Offset,
+) {
     let ids: Vec<String> = {
         let mut subscriptions = registry.lock();
         subscriptions
@@ -128,7 +133,8 @@ pub(super) fn wake(registry: &Arc<Registry>, store: &Arc<dyn Storage>, id: &str)
                 "callback_token": wake.token,
                 "streams": streams,
             });
-            let shown: Vec<(String, Offset)> = pending.into_iter().map(|(p, t, _)| (p, t)).collect();
+            let shown: Vec<(String, Offset)> =
+                pending.into_iter().map(|(p, t, _)| (p, t)).collect();
             let generation = wake.generation;
             sub.wake = Some(wake);
             drop(subscriptions);
@@ -153,7 +159,10 @@ pub(super) fn wake(registry: &Arc<Registry>, store: &Arc<dyn Storage>, id: &str)
             let store = Arc::clone(store);
             tokio::spawn(async move {
                 let appended = match StreamPath::new(target) {
-                    Ok(path) => store.append(&path, Append::body(event.to_string())).await.map(drop),
+                    Ok(path) => store
+                        .append(&path, Append::body(event.to_string()))
+                        .await
+                        .map(drop),
                     Err(err) => Err(err),
                 };
                 if let Err(err) = appended {
@@ -175,12 +184,18 @@ async fn deliver(
     shown: Vec<(String, Offset)>,
 ) {
     let raw = body.to_string();
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     let sent = registry
         .http
         .post(&url)
         .header("content-type", "application/json")
-        .header("webhook-signature", registry.key.signature(now, raw.as_bytes()))
+        .header(
+            "webhook-signature",
+            registry.key.signature(now, raw.as_bytes()),
+        )
         .body(raw)
         .send()
         .await;
@@ -195,10 +210,19 @@ async fn deliver(
             None
         }
     };
-    if answer.as_ref().and_then(|a| a.get("done")).and_then(serde_json::Value::as_bool) == Some(true) {
+    if answer
+        .as_ref()
+        .and_then(|a| a.get("done"))
+        .and_then(serde_json::Value::as_bool)
+        == Some(true)
+    {
         let mut subscriptions = registry.lock();
         if let Some(sub) = subscriptions.get_mut(&id) {
-            if sub.wake.as_ref().is_some_and(|w| w.generation == generation) {
+            if sub
+                .wake
+                .as_ref()
+                .is_some_and(|w| w.generation == generation)
+            {
                 for (path, tail) in shown {
                     if let Some(watched) = sub.streams.get_mut(&path) {
                         watched.acked = watched.acked.max(tail);
@@ -238,19 +262,21 @@ pub(super) fn acknowledge(
 ) -> Result<bool, SubscriptionError> {
     let next_wake = {
         let mut subscriptions = registry.lock();
-        let sub = subscriptions.get_mut(id).ok_or_else(|| SubscriptionError::not_found(id))?;
-        let live = sub
-            .wake
-            .as_ref()
-            .is_some_and(|w| w.wake_id == ack.wake_id && w.generation == ack.generation && Some(w.token.as_str()) == token);
+        let sub = subscriptions
+            .get_mut(id)
+            .ok_or_else(|| SubscriptionError::not_found(id))?;
+        let live = sub.wake.as_ref().is_some_and(|w| {
+            w.wake_id == ack.wake_id
+                && w.generation == ack.generation
+                && Some(w.token.as_str()) == token
+        });
         if !live {
             return Err(SubscriptionError::fenced());
         }
         for stream_ack in &ack.acks {
-            let offset: Offset = stream_ack
-                .offset
-                .parse()
-                .map_err(|_| SubscriptionError::bad_request(format!("bad offset `{}`", stream_ack.offset)))?;
+            let offset: Offset = stream_ack.offset.parse().map_err(|_| {
+                SubscriptionError::bad_request(format!("bad offset `{}`", stream_ack.offset))
+            })?;
             if let Some(watched) = sub.streams.get_mut(&stream_ack.stream) {
                 watched.acked = watched.acked.max(offset.min(watched.tail));
             }
