@@ -225,3 +225,24 @@ async fn check(http: &reqwest::Client, url: &str, writers: &[Writer]) {
         writers.iter().map(|w| w.deduplicated).sum::<u64>()
     );
 }
+
+#[test]
+fn sigterm_shuts_down_cleanly() {
+    let binary = eddy_binary();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut child, _url) = start(&binary, dir.path());
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("send SIGTERM");
+    assert!(status.success());
+    for _ in 0..100 {
+        if let Some(exit) = child.try_wait().expect("wait") {
+            assert!(exit.success(), "eddy serve exits 0 on SIGTERM, got {exit}");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    panic!("eddy serve did not stop within 5 s of SIGTERM");
+}

@@ -153,3 +153,46 @@ fn token_files_and_durations_parse() {
     assert_eq!(from_file.long_poll_timeout, Duration::from_millis(500));
     assert!(config(&["--long-poll-timeout", "5 parsecs"]).is_err());
 }
+
+#[tokio::test]
+async fn shutdown_finishes_an_append_in_flight() {
+    let store = Arc::new(MemoryStorage::new());
+    let server = Server::bind(
+        ([127, 0, 0, 1], 0).into(),
+        store.clone(),
+        ServerConfig::default(),
+    )
+    .await
+    .expect("bind")
+    .spawn();
+    let base = server.url();
+    let created = reqwest::Client::new()
+        .put(format!("{base}/inflight"))
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(created.status(), 201);
+    let mut socket = TcpStream::connect(server.addr()).await.expect("connect");
+    socket
+        .write_all(b"POST /inflight HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\nContent-Length: 10\r\n\r\nhello")
+        .await
+        .expect("write the first half");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let stopping = tokio::spawn(server.stop());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    socket
+        .write_all(b"world")
+        .await
+        .expect("write the second half");
+    let mut buf = vec![0u8; 1024];
+    let n = socket.read(&mut buf).await.expect("read");
+    let head = String::from_utf8_lossy(&buf[..n]);
+    assert!(head.starts_with("HTTP/1.1 204"), "{head}");
+    stopping.await.expect("join").expect("stop");
+    let path = eddy_streams::StreamPath::new("inflight").expect("path");
+    let chunk =
+        eddy_streams::Storage::read(&*store, &path, eddy_streams::ReadFrom::Beginning, 1024)
+            .await
+            .expect("read");
+    assert_eq!(chunk.messages, vec![bytes::Bytes::from("helloworld")]);
+}
