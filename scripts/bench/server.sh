@@ -4,7 +4,8 @@
 #   - single-message appends (wrk, append.lua)
 #   - batched JSON appends of 100 messages with an idempotent producer (wrk, batch.lua)
 #   - catch-up reads of a 1000-message stream (wrk)
-#   - append → live-reader latency, p50/p99 (latency.mjs, long-poll)
+#   - append → live-reader latency, p50/p99 (the live_latency example of
+#     eddy-server, a Rust long-poll client, so client overhead stays small)
 # Memory storage is compared with the reference in-memory store, SQLite with
 # the reference file store. Prints each figure for both and the ratio.
 #
@@ -21,8 +22,9 @@ threads="${THREADS:-2}"
 command -v wrk >/dev/null || { apt-get install -y wrk >/dev/null 2>&1 || { echo "install wrk first" >&2; exit 1; }; }
 (cd "$here" && [ -d node_modules/@durable-streams/server ] || npm install --no-audit --no-fund --loglevel=error >/dev/null)
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
-(cd "$root" && cargo build --quiet --release -p eddy)
+(cd "$root" && cargo build --quiet --release -p eddy && cargo build --quiet --release -p eddy-server --example live_latency)
 eddy="$CARGO_TARGET_DIR/release/eddy"
+latency="$CARGO_TARGET_DIR/release/examples/live_latency"
 
 work="$(mktemp -d)"
 pids=()
@@ -68,7 +70,7 @@ measure() { # label base -> "append batch read p50 p99"
   a="$(rps "$base/bench/append" -s "$here/append.lua")"
   b="$(rps "$base/bench/batch" -s "$here/batch.lua")"
   r="$(rps "$base/bench/read?offset=-1")"
-  l="$(cd "$here" && node latency.mjs "$base" 300)"
+  l="$("$latency" "$base" 300)"
   echo "$a $b $r $l"
 }
 

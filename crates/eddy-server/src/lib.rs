@@ -9,8 +9,10 @@
 //! # The HTTP mapping
 //!
 //! Every request path names a stream (`/v1/stream/orders` is the stream
-//! `v1/stream/orders`), except `/healthz`, `/metrics` and the reserved
-//! `/_eddy/` prefix.
+//! `v1/stream/orders`), except `/healthz`, `/metrics`, the reserved
+//! `/_eddy/` prefix (Eddy's listing) and any path with a `__ds` segment
+//! (the protocol's subscription API: signed webhooks and pull-wake leases,
+//! kept in the server process).
 //!
 //! | request | store call | success |
 //! | --- | --- | --- |
