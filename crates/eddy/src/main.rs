@@ -1,8 +1,14 @@
 //! The `eddy` command line.
 use clap::{Parser, Subcommand};
 
+mod streams;
+
 #[derive(Parser)]
-#[command(name = "eddy", version, about = "Eddy: durable streams and projections")]
+#[command(
+    name = "eddy",
+    version,
+    about = "Eddy: durable streams and projections"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -12,11 +18,22 @@ struct Cli {
 enum Command {
     /// Serve the Durable Streams HTTP protocol over the stream store.
     Serve(eddy_server::ServeArgs),
+    /// Stream tools on the embedded store: create, append, read, tail, close, delete, ls.
+    Streams(streams::StreamsArgs),
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+async fn main() -> std::process::ExitCode {
+    let outcome = match Cli::parse().command {
         Command::Serve(args) => eddy_server::serve(args).await,
+        Command::Streams(args) => streams::run(args).await,
+    };
+    match outcome {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            // One line: the error and its causes.
+            eprintln!("eddy: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
     }
 }

@@ -1,0 +1,172 @@
+//! The `eddy streams` commands, run as a user runs them.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+
+struct Eddy {
+    data: tempfile::TempDir,
+}
+
+impl Eddy {
+    fn new() -> Self {
+        Eddy {
+            data: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_eddy"));
+        command
+            .arg("streams")
+            .arg("--data")
+            .arg(self.data.path())
+            .args(args);
+        command
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run eddy")
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let output = self.run(args);
+        assert!(
+            output.status.success(),
+            "eddy {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    fn fails(&self, args: &[&str]) -> String {
+        let output = self.run(args);
+        assert!(!output.status.success(), "eddy {args:?} succeeded");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert_eq!(
+            stderr.trim_end().lines().count(),
+            1,
+            "one line of error: {stderr}"
+        );
+        stderr
+    }
+}
+
+#[test]
+fn create_append_read_close_delete() {
+    let eddy = Eddy::new();
+    assert!(eddy
+        .ok(&["create", "facts/ws-42"])
+        .starts_with("created facts/ws-42"));
+    assert!(eddy.ok(&["create", "facts/ws-42"]).starts_with("exists"));
+    assert_eq!(
+        eddy.ok(&["append", "facts/ws-42", r#"[{"n":1},{"n":2}]"#])
+            .trim(),
+        "0000000000000000_0000000000000002"
+    );
+    let mut stdin_append = eddy
+        .command(&["append", "facts/ws-42"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    if let Some(mut stdin) = stdin_append.stdin.take() {
+        std::io::Write::write_all(&mut stdin, br#"{"n":3}"#).expect("write stdin");
+    }
+    assert!(stdin_append.wait().expect("wait").success());
+    assert_eq!(
+        eddy.ok(&["read", "facts/ws-42"]),
+        "{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n"
+    );
+    assert_eq!(
+        eddy.ok(&[
+            "read",
+            "facts/ws-42",
+            "--from",
+            "0000000000000000_0000000000000002"
+        ]),
+        "{\"n\":3}\n"
+    );
+    assert_eq!(
+        eddy.ok(&["read", "facts/ws-42", "--limit", "1"]),
+        "{\"n\":1}\n"
+    );
+    assert!(eddy
+        .ok(&["close", "facts/ws-42"])
+        .contains("_0000000000000003"));
+    assert!(eddy
+        .fails(&["append", "facts/ws-42", "4"])
+        .contains("closed"));
+    assert!(eddy
+        .ok(&["ls"])
+        .starts_with("facts/ws-42\tapplication/json\t0000000000000000_0000000000000003\tclosed"));
+    eddy.ok(&["delete", "facts/ws-42"]);
+    assert!(eddy.fails(&["read", "facts/ws-42"]).contains("was deleted"));
+    assert_eq!(eddy.ok(&["ls"]), "");
+}
+
+#[test]
+fn producer_appends_are_idempotent() {
+    let eddy = Eddy::new();
+    eddy.ok(&["create", "p"]);
+    let args = ["append", "p", "1", "--producer", "cli", "--seq", "0"];
+    assert!(!eddy.ok(&args).contains("duplicate"));
+    assert!(eddy.ok(&args).contains("duplicate"));
+    assert!(eddy
+        .fails(&["append", "p", "2", "--producer", "cli", "--seq", "5"])
+        .contains("expected 1"));
+    assert_eq!(eddy.ok(&["read", "p"]), "1\n");
+}
+
+#[test]
+fn bad_input_is_one_clear_line() {
+    let eddy = Eddy::new();
+    assert!(eddy.fails(&["read", "nope"]).contains("does not exist"));
+    assert!(eddy
+        .fails(&["create", "a//b"])
+        .contains("invalid stream path"));
+    eddy.ok(&["create", "j"]);
+    assert!(eddy
+        .fails(&["append", "j", "{not json"])
+        .contains("invalid JSON"));
+    assert!(eddy
+        .fails(&["append", "j", "[]"])
+        .contains("empty JSON array"));
+    assert!(eddy
+        .fails(&["read", "j", "--from", "12"])
+        .contains("malformed offset"));
+    assert!(eddy
+        .fails(&[
+            "append",
+            "j",
+            "1",
+            "--expect-tail",
+            "0000000000000000_0000000000000009"
+        ])
+        .contains("expected the tail"));
+    assert_eq!(
+        eddy.ok(&["read", "j"]),
+        "",
+        "nothing was written by the failures"
+    );
+}
+
+#[test]
+fn tail_follows_until_closed() {
+    let eddy = Eddy::new();
+    eddy.ok(&["create", "live", "--content-type", "text/plain"]);
+    eddy.ok(&["append", "live", "before"]);
+    let mut tail = eddy
+        .command(&["tail", "live", "--from", "-1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn tail");
+    let mut lines = BufReader::new(tail.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("before"));
+    eddy.ok(&["append", "live", "after"]);
+    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("after"));
+    eddy.ok(&["close", "live"]);
+    assert!(
+        tail.wait().expect("tail exits").success(),
+        "tail ends when the stream closes"
+    );
+}
