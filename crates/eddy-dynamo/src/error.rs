@@ -39,6 +39,10 @@ pub enum ValidationError {
     /// A query is malformed (bad limit, paging key, sort condition).
     #[error("invalid query: {0}")]
     InvalidQuery(String),
+    /// DynamoDB refused the request for a reason checked only by the
+    /// service (its message says which).
+    #[error("DynamoDB refused the request: {0}")]
+    Rejected(String),
 }
 
 /// Why one item of a cancelled transaction failed.
@@ -78,6 +82,34 @@ pub enum TableError {
     /// The request is invalid; nothing was changed.
     #[error("ValidationException: {0}")]
     Validation(#[from] ValidationError),
+    /// The table does not exist (DynamoDB's `ResourceNotFoundException`).
+    #[error("ResourceNotFoundException: table {table} does not exist at this endpoint and region ({message}); create it with `eddy dynamo create-table --table {table}` or check AWS_REGION / AWS_ENDPOINT_URL")]
+    TableNotFound {
+        /// The table name.
+        table: String,
+        /// The service's message.
+        message: String,
+    },
+    /// The table exists but is not laid out as this library needs (key
+    /// schema, index, stream specification).
+    #[error("table/misconfigured: {message}")]
+    Misconfigured {
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+    /// Requests were throttled and the SDK's retries with backoff ran out.
+    #[error("ThrottlingException: {message}; requests were retried with backoff and still throttled: raise the table's capacity (or use on-demand) or slow down")]
+    Throttled {
+        /// The service's message.
+        message: String,
+    },
+    /// Change records needed are no longer available (trimmed from the
+    /// stream after 24 hours).
+    #[error("history-unavailable: {message}")]
+    HistoryUnavailable {
+        /// What is missing and what to do.
+        message: String,
+    },
     /// The storage underneath failed; the write may or may not have happened
     /// only if the failure came after the commit was sent.
     #[error("storage-failure: {message}")]
@@ -94,6 +126,10 @@ impl TableError {
             TableError::ConditionalCheckFailed { .. } => "ConditionalCheckFailed",
             TableError::TransactionCanceled { .. } => "TransactionCanceled",
             TableError::Validation(_) => "ValidationException",
+            TableError::TableNotFound { .. } => "ResourceNotFoundException",
+            TableError::Misconfigured { .. } => "table/misconfigured",
+            TableError::Throttled { .. } => "ThrottlingException",
+            TableError::HistoryUnavailable { .. } => "history-unavailable",
             TableError::Storage { .. } => "storage-failure",
         }
     }

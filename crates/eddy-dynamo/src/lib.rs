@@ -75,11 +75,14 @@
 //!   feed produces that shape too, so no `source` option is needed.
 #![deny(missing_docs)]
 
+mod accounting;
 mod app_schema;
 mod batch;
 mod change_feed;
 mod command;
 mod condition;
+#[cfg(feature = "aws")]
+mod dynamo;
 mod embedded;
 mod entity;
 mod error;
@@ -96,11 +99,17 @@ mod table;
 mod update;
 mod variants;
 
+pub use accounting::RequestStats;
 pub use app_schema::{AppSchema, ENTITY_ATTRIBUTE};
 pub use batch::{process_batch, BatchProjection, BatchResult, FailedRecord};
 pub use change_feed::{ChangeFeed, ChangeRecord};
 pub use command::CommandError;
 pub use condition::{Comparator, Condition};
+#[cfg(feature = "aws")]
+pub use dynamo::{
+    create_table, verify_table, DynamoOptions, DynamoStreams, DynamoTable, Provisioned,
+    ShardCheckpoint, ShardInfo, ShardRead, StreamsFollower,
+};
 pub use embedded::EmbeddedTable;
 pub use entity::{Entity, KeyComposite};
 pub use error::{CancellationReason, Error, TableError, ValidationError};

@@ -2,6 +2,7 @@
 
 use async_trait::async_trait;
 
+use crate::accounting::RequestStats;
 use crate::error::{CancellationReason, TableError};
 use crate::item::Item;
 use crate::key_schema::TableSchema;
@@ -49,6 +50,12 @@ pub trait Table: Send + Sync {
     /// Deletes one item (`DeleteItem`).
     async fn delete_item(&self, delete: Delete) -> Result<(), TableError> {
         single(self.transact_write_items(vec![delete.into()]).await)
+    }
+
+    /// The requests this table has served, by kind. A backend that does not
+    /// count answers zeros.
+    fn request_stats(&self) -> RequestStats {
+        RequestStats::default()
     }
 
     /// Reads several items (`BatchGetItem`); absent items are left out.

@@ -6,6 +6,8 @@ mod contract;
 mod embedded;
 mod entity;
 mod follower;
+#[cfg(feature = "aws")]
+mod moto;
 mod projection;
 mod props;
 mod stream;

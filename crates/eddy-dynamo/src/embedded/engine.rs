@@ -67,55 +67,7 @@ pub(crate) fn transact(
     items: Vec<TransactWriteItem>,
     now: DateTime<Utc>,
 ) -> Result<Vec<ChangeRecord>, TableError> {
-    if items.is_empty() {
-        return Err(ValidationError::EmptyTransaction.into());
-    }
-    if items.len() > MAX_TRANSACTION_ITEMS {
-        return Err(ValidationError::TooManyItems { count: items.len() }.into());
-    }
-    // Validate every request before looking at any item.
-    let mut seen = HashSet::new();
-    let mut keys = Vec::with_capacity(items.len());
-    for request in &items {
-        let key = match request {
-            TransactWriteItem::Put(put) => {
-                schema.validate_item(&put.item)?;
-                check_size(&put.item)?;
-                schema
-                    .key
-                    .extract(&put.item)
-                    .ok_or_else(|| ValidationError::InvalidKey("missing key".into()))?
-            }
-            TransactWriteItem::Update(update) => {
-                schema.validate_key(&update.key)?;
-                if let Some(name) = update
-                    .update
-                    .attribute_names()
-                    .find(|n| schema.key.names().any(|k| k == *n))
-                {
-                    return Err(ValidationError::InvalidUpdate(format!(
-                        "{name} is part of the key and cannot be updated"
-                    ))
-                    .into());
-                }
-                update.key.clone()
-            }
-            TransactWriteItem::Delete(delete) => {
-                schema.validate_key(&delete.key)?;
-                delete.key.clone()
-            }
-            TransactWriteItem::ConditionCheck(check) => {
-                schema.validate_key(&check.key)?;
-                check.key.clone()
-            }
-        };
-        let encoded = encode_key(&schema.key, &key)
-            .ok_or_else(|| ValidationError::InvalidKey("missing key".into()))?;
-        if !seen.insert(encoded.clone()) {
-            return Err(ValidationError::DuplicateItem.into());
-        }
-        keys.push((key, encoded));
-    }
+    let keys = validate_transaction(schema, &items)?;
 
     let mut reasons = Vec::with_capacity(items.len());
     let mut failed = false;
@@ -160,6 +112,64 @@ pub(crate) fn transact(
         return Err(TableError::TransactionCanceled { reasons });
     }
     commit(store, schema, changes, now, None)
+}
+
+/// Validates every request of a transaction before any item is read: the
+/// count, keys and index key types, item sizes, key updates and duplicate
+/// targets. Returns each request's key and encoded key, in order.
+pub(crate) fn validate_transaction(
+    schema: &TableSchema,
+    items: &[TransactWriteItem],
+) -> Result<Vec<(Item, (String, String))>, TableError> {
+    if items.is_empty() {
+        return Err(ValidationError::EmptyTransaction.into());
+    }
+    if items.len() > MAX_TRANSACTION_ITEMS {
+        return Err(ValidationError::TooManyItems { count: items.len() }.into());
+    }
+    let mut seen = HashSet::new();
+    let mut keys = Vec::with_capacity(items.len());
+    for request in items {
+        let key = match request {
+            TransactWriteItem::Put(put) => {
+                schema.validate_item(&put.item)?;
+                check_size(&put.item)?;
+                schema
+                    .key
+                    .extract(&put.item)
+                    .ok_or_else(|| ValidationError::InvalidKey("missing key".into()))?
+            }
+            TransactWriteItem::Update(update) => {
+                schema.validate_key(&update.key)?;
+                if let Some(name) = update
+                    .update
+                    .attribute_names()
+                    .find(|n| schema.key.names().any(|k| k == *n))
+                {
+                    return Err(ValidationError::InvalidUpdate(format!(
+                        "{name} is part of the key and cannot be updated"
+                    ))
+                    .into());
+                }
+                update.key.clone()
+            }
+            TransactWriteItem::Delete(delete) => {
+                schema.validate_key(&delete.key)?;
+                delete.key.clone()
+            }
+            TransactWriteItem::ConditionCheck(check) => {
+                schema.validate_key(&check.key)?;
+                check.key.clone()
+            }
+        };
+        let encoded = encode_key(&schema.key, &key)
+            .ok_or_else(|| ValidationError::InvalidKey("missing key".into()))?;
+        if !seen.insert(encoded.clone()) {
+            return Err(ValidationError::DuplicateItem.into());
+        }
+        keys.push((key, encoded));
+    }
+    Ok(keys)
 }
 
 /// Deletes the items whose TTL attribute is at or before `now_secs`,
@@ -257,12 +267,11 @@ fn commit(
     Ok(out)
 }
 
-/// Runs a query against the store.
-pub(crate) fn query(
-    store: &dyn Store,
-    schema: &TableSchema,
+/// Validates a query before it runs, and returns the key it queries.
+pub(crate) fn validate_query<'a>(
+    schema: &'a TableSchema,
     query: &Query,
-) -> Result<QueryPage, TableError> {
+) -> Result<&'a KeyDefinition, TableError> {
     let def = match &query.index {
         None => &schema.key,
         Some(name) => &schema.index(name)?.key,
@@ -283,6 +292,16 @@ pub(crate) fn query(
         )
         .into());
     }
+    Ok(def)
+}
+
+/// Runs a query against the store.
+pub(crate) fn query(
+    store: &dyn Store,
+    schema: &TableSchema,
+    query: &Query,
+) -> Result<QueryPage, TableError> {
+    let def = validate_query(schema, query)?;
     let mut items = store.partition(query.index.as_deref(), &encode_value(&query.partition))?;
     if let (Some(cond), Some(sort)) = (&query.sort, &def.sort) {
         items.retain(|item| item.get(&sort.name).is_some_and(|v| cond.matches(v)));

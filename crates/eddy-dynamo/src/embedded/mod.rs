@@ -15,6 +15,7 @@ use chrono::Utc;
 use tokio::sync::Notify;
 
 use self::store::Store;
+use crate::accounting::{RequestCounter, RequestStats};
 use crate::change_feed::{ChangeFeed, ChangeRecord};
 use crate::error::TableError;
 use crate::item::Item;
@@ -23,7 +24,15 @@ use crate::query::{Query, QueryPage};
 use crate::request::TransactWriteItem;
 use crate::table::Table;
 
+#[cfg_attr(not(feature = "aws"), allow(unused_imports))]
+pub(crate) use engine::{validate_query, validate_transaction};
 pub(crate) use records::parse_sequence;
+
+/// The encoded primary key of an item or key, for telling keys apart.
+#[cfg_attr(not(feature = "aws"), allow(dead_code))]
+pub(crate) fn encode_key_of(schema: &TableSchema, key: &Item) -> Option<(String, String)> {
+    engine::encode_key(&schema.key, key)
+}
 
 /// A table with DynamoDB's semantics, stored in memory or in a SQLite file,
 /// that records every change in an ordered feed.
@@ -35,6 +44,7 @@ pub struct EmbeddedTable {
     schema: Arc<TableSchema>,
     store: Arc<Mutex<Box<dyn Store>>>,
     changed: Arc<Notify>,
+    requests: RequestCounter,
 }
 
 impl std::fmt::Debug for EmbeddedTable {
@@ -63,6 +73,7 @@ impl EmbeddedTable {
             schema: Arc::new(schema),
             store: Arc::new(Mutex::new(store)),
             changed: Arc::new(Notify::new()),
+            requests: RequestCounter::default(),
         }
     }
 
@@ -83,6 +94,20 @@ impl EmbeddedTable {
     /// Resolves at the next commit that records a change.
     pub async fn changed(&self) {
         self.changed.notified().await;
+    }
+
+    /// A single write (`PutItem` / `DeleteItem`), counted as one.
+    async fn write_one(&self, item: TransactWriteItem) -> Result<(), TableError> {
+        let records = self
+            .run(move |store, schema| {
+                crate::table::single(engine::transact(store, schema, vec![item], Utc::now()))
+            })
+            .await?;
+        self.requests.write();
+        if !records.is_empty() {
+            self.changed.notify_waiters();
+        }
+        Ok(())
     }
 
     async fn run<T, F>(&self, f: F) -> Result<T, TableError>
@@ -109,36 +134,58 @@ impl Table for EmbeddedTable {
         &self.schema
     }
 
+    fn request_stats(&self) -> RequestStats {
+        self.requests.snapshot()
+    }
+
     async fn get_item(&self, key: Item) -> Result<Option<Item>, TableError> {
-        self.run(move |store, schema| {
-            schema.validate_key(&key)?;
-            let (pk, sk) = engine::encode_key(&schema.key, &key)
-                .ok_or_else(|| TableError::storage("validated key did not encode"))?;
-            store.get(&pk, &sk)
-        })
-        .await
+        let item = self
+            .run(move |store, schema| {
+                schema.validate_key(&key)?;
+                let (pk, sk) = engine::encode_key(&schema.key, &key)
+                    .ok_or_else(|| TableError::storage("validated key did not encode"))?;
+                store.get(&pk, &sk)
+            })
+            .await?;
+        self.requests.read(usize::from(item.is_some()));
+        Ok(item)
     }
 
     async fn transact_get_items(&self, keys: Vec<Item>) -> Result<Vec<Option<Item>>, TableError> {
         if keys.len() > engine::MAX_TRANSACTION_ITEMS {
             return Err(crate::error::ValidationError::TooManyItems { count: keys.len() }.into());
         }
-        self.run(move |store, schema| {
-            keys.iter()
-                .map(|key| {
-                    schema.validate_key(key)?;
-                    let (pk, sk) = engine::encode_key(&schema.key, key)
-                        .ok_or_else(|| TableError::storage("validated key did not encode"))?;
-                    store.get(&pk, &sk)
-                })
-                .collect()
-        })
-        .await
+        let items: Vec<Option<Item>> = self
+            .run(move |store, schema| {
+                keys.iter()
+                    .map(|key| {
+                        schema.validate_key(key)?;
+                        let (pk, sk) = engine::encode_key(&schema.key, key)
+                            .ok_or_else(|| TableError::storage("validated key did not encode"))?;
+                        store.get(&pk, &sk)
+                    })
+                    .collect()
+            })
+            .await?;
+        self.requests
+            .transact_read(items.iter().filter(|i| i.is_some()).count());
+        Ok(items)
     }
 
     async fn query(&self, query: Query) -> Result<QueryPage, TableError> {
-        self.run(move |store, schema| engine::query(store, schema, &query))
-            .await
+        let page = self
+            .run(move |store, schema| engine::query(store, schema, &query))
+            .await?;
+        self.requests.read(page.items.len());
+        Ok(page)
+    }
+
+    async fn put_item(&self, put: crate::request::Put) -> Result<(), TableError> {
+        self.write_one(put.into()).await
+    }
+
+    async fn delete_item(&self, delete: crate::request::Delete) -> Result<(), TableError> {
+        self.write_one(delete.into()).await
     }
 
     async fn update_item(&self, update: crate::request::UpdateItem) -> Result<Item, TableError> {
@@ -160,6 +207,7 @@ impl Table for EmbeddedTable {
                 Ok((records, item))
             })
             .await?;
+        self.requests.write();
         if !records.is_empty() {
             self.changed.notify_waiters();
         }
@@ -167,9 +215,11 @@ impl Table for EmbeddedTable {
     }
 
     async fn transact_write_items(&self, items: Vec<TransactWriteItem>) -> Result<(), TableError> {
+        let count = items.len();
         let records = self
             .run(move |store, schema| engine::transact(store, schema, items, Utc::now()))
             .await?;
+        self.requests.transact_write(count);
         if !records.is_empty() {
             self.changed.notify_waiters();
         }

@@ -1,0 +1,622 @@
+//! The change feed from DynamoDB Streams (`aws-sdk-dynamodbstreams`):
+//! shards in lineage order, records in the Lambda shape, and a follower with
+//! a durable checkpoint per shard that feeds [`process_batch`].
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_lambda_events::dynamodb::{StreamViewType, UserIdentity};
+use aws_sdk_dynamodbstreams::operation::get_records::GetRecordsError;
+use aws_sdk_dynamodbstreams::primitives::Blob;
+use aws_sdk_dynamodbstreams::types::{AttributeValue as Sdk, Record, ShardIteratorType};
+use aws_sdk_dynamodbstreams::Client;
+use chrono::DateTime;
+
+use super::errors::map_sdk;
+use super::options::DynamoOptions;
+use crate::batch::{process_batch, BatchProjection, BatchResult};
+use crate::change_feed::{ChangeFeed, ChangeRecord};
+use crate::error::{TableError, ValidationError};
+use crate::item::{AttributeValue, Item};
+use crate::request::{Put, UpdateItem};
+use crate::table::Table;
+use crate::update::Update;
+
+/// Empty `GetRecords` pages in a row after which an open shard is taken to
+/// have nothing new (DynamoDB may answer empty pages before the data).
+const EMPTY_PAGES: u32 = 4;
+/// Times an expired shard iterator is replaced before giving up.
+const ITERATOR_RENEWALS: u32 = 3;
+
+/// One shard of a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardInfo {
+    /// The shard id.
+    pub id: String,
+    /// The shard it was split from, if any.
+    pub parent: Option<String>,
+    /// Whether the shard is closed (no new records will arrive).
+    pub closed: bool,
+}
+
+/// Records read from one shard.
+#[derive(Debug, Clone, Default)]
+pub struct ShardRead {
+    /// The records, oldest first.
+    pub records: Vec<ChangeRecord>,
+    /// The shard is closed and every record of it has been read.
+    pub exhausted: bool,
+}
+
+/// The stream of one table, read with `aws-sdk-dynamodbstreams`.
+///
+/// As a [`ChangeFeed`] it reads the shards in lineage order (parents before
+/// children) and keeps one position for the whole stream; checkpoints live
+/// as items of a checkpoint [`Table`]. That is exact while the stream has a
+/// single shard lineage; for a stream that splits, use a
+/// [`StreamsFollower`], which keeps one checkpoint per shard.
+#[derive(Clone)]
+pub struct DynamoStreams {
+    client: Client,
+    stream_arn: String,
+    table: String,
+    checkpoints: Option<Arc<dyn Table>>,
+}
+
+impl std::fmt::Debug for DynamoStreams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DynamoStreams")
+            .field("stream_arn", &self.stream_arn)
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for StreamsFollower {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamsFollower")
+            .field("streams", &self.streams)
+            .field("name", &self.name)
+            .field("batch_size", &self.batch_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DynamoStreams {
+    /// A reader of the stream with this ARN, of the table with this name.
+    pub fn new(client: Client, stream_arn: impl Into<String>, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            stream_arn: stream_arn.into(),
+            table: table.into(),
+            checkpoints: None,
+        }
+    }
+
+    /// Connects to the stream of `table`'s table, which must exist with a
+    /// `NEW_AND_OLD_IMAGES` stream ([`TableError::Misconfigured`] otherwise).
+    pub async fn connect(
+        options: &DynamoOptions,
+        table: &crate::dynamo::DynamoTable,
+    ) -> Result<Self, TableError> {
+        let config = options.sdk_config().await?;
+        let arn = super::provision::verify_table(table.client(), table.schema(), true)
+            .await?
+            .ok_or_else(|| TableError::Misconfigured {
+                message: format!(
+                    "table {} reports no stream ARN; enable its stream with NEW_AND_OLD_IMAGES",
+                    table.schema().name
+                ),
+            })?;
+        Ok(Self::new(
+            Client::new(&config),
+            arn,
+            table.schema().name.clone(),
+        ))
+    }
+
+    /// Stores [`ChangeFeed`] checkpoints as items of this table (string
+    /// partition and sort keys), e.g. the table itself.
+    pub fn with_checkpoints(mut self, table: Arc<dyn Table>) -> Self {
+        self.checkpoints = Some(table);
+        self
+    }
+
+    /// The stream ARN.
+    pub fn stream_arn(&self) -> &str {
+        &self.stream_arn
+    }
+
+    /// Every shard, parents before children (a shard whose parent is gone
+    /// from the stream counts as a root).
+    pub async fn shards(&self) -> Result<Vec<ShardInfo>, TableError> {
+        let mut all = Vec::new();
+        let mut start: Option<String> = None;
+        loop {
+            let out = self
+                .client
+                .describe_stream()
+                .stream_arn(&self.stream_arn)
+                .set_exclusive_start_shard_id(start.take())
+                .send()
+                .await
+                .map_err(|e| map_sdk(&self.table, e))?;
+            let Some(description) = out.stream_description else {
+                break;
+            };
+            for shard in description.shards() {
+                let Some(id) = shard.shard_id() else { continue };
+                all.push(ShardInfo {
+                    id: id.to_owned(),
+                    parent: shard.parent_shard_id().map(str::to_owned),
+                    closed: shard
+                        .sequence_number_range()
+                        .and_then(|r| r.ending_sequence_number())
+                        .is_some(),
+                });
+            }
+            match description.last_evaluated_shard_id() {
+                Some(last) => start = Some(last.to_owned()),
+                None => break,
+            }
+        }
+        Ok(lineage_order(all))
+    }
+
+    /// Up to `limit` records of one shard after the sequence number `after`
+    /// (from the oldest retained when `None`). An expired iterator is
+    /// renewed from the last record read.
+    pub async fn read_shard(
+        &self,
+        shard: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<ShardRead, TableError> {
+        let mut position = after.map(str::to_owned);
+        let mut iterator = Some(self.iterator(shard, position.as_deref()).await?);
+        let mut read = ShardRead::default();
+        let (mut empty, mut renewals) = (0, 0);
+        while let Some(current) = iterator.take() {
+            if read.records.len() >= limit {
+                iterator = Some(current);
+                break;
+            }
+            let want = i32::try_from((limit - read.records.len()).min(1000)).unwrap_or(1000);
+            let result = self
+                .client
+                .get_records()
+                .shard_iterator(current)
+                .limit(want)
+                .send()
+                .await;
+            let out = match result {
+                Ok(out) => out,
+                Err(e)
+                    if matches!(
+                        e.as_service_error(),
+                        Some(GetRecordsError::ExpiredIteratorException(_))
+                    ) =>
+                {
+                    renewals += 1;
+                    if renewals > ITERATOR_RENEWALS {
+                        return Err(TableError::storage(format!(
+                            "shard iterators of {shard} kept expiring; each must be used within 15 minutes"
+                        )));
+                    }
+                    iterator = Some(self.iterator(shard, position.as_deref()).await?);
+                    continue;
+                }
+                Err(e) => return Err(map_sdk(&self.table, e)),
+            };
+            let records = out.records.unwrap_or_default();
+            if records.is_empty() {
+                empty += 1;
+            } else {
+                empty = 0;
+            }
+            for record in records {
+                let record = to_change_record(record, &self.stream_arn)?;
+                position = record.change.sequence_number.clone();
+                read.records.push(record);
+            }
+            iterator = out.next_shard_iterator;
+            if empty >= EMPTY_PAGES || (empty > 0 && !read.records.is_empty()) {
+                break;
+            }
+        }
+        read.exhausted = iterator.is_none();
+        Ok(read)
+    }
+
+    async fn iterator(&self, shard: &str, after: Option<&str>) -> Result<String, TableError> {
+        let kind = match after {
+            None => ShardIteratorType::TrimHorizon,
+            Some(_) => ShardIteratorType::AfterSequenceNumber,
+        };
+        let out = self
+            .client
+            .get_shard_iterator()
+            .stream_arn(&self.stream_arn)
+            .shard_id(shard)
+            .shard_iterator_type(kind)
+            .set_sequence_number(after.map(str::to_owned))
+            .send()
+            .await
+            .map_err(|e| map_sdk(&self.table, e))?;
+        out.shard_iterator.ok_or_else(|| {
+            TableError::storage(format!(
+                "GetShardIterator gave no iterator for shard {shard}"
+            ))
+        })
+    }
+
+    fn checkpoint_table(&self) -> Result<&Arc<dyn Table>, TableError> {
+        self.checkpoints
+            .as_ref()
+            .ok_or_else(|| TableError::Misconfigured {
+                message:
+                    "this DynamoDB Streams feed has no checkpoint table: call with_checkpoints"
+                        .into(),
+            })
+    }
+}
+
+/// Orders shards so every parent comes before its children.
+fn lineage_order(shards: Vec<ShardInfo>) -> Vec<ShardInfo> {
+    let ids: HashSet<String> = shards.iter().map(|s| s.id.clone()).collect();
+    let mut children: HashMap<Option<String>, Vec<ShardInfo>> = HashMap::new();
+    for shard in shards {
+        let parent = shard.parent.clone().filter(|p| ids.contains(p));
+        children.entry(parent).or_default().push(shard);
+    }
+    let mut ordered = Vec::new();
+    let mut queue: Vec<ShardInfo> = children.remove(&None).unwrap_or_default();
+    while !queue.is_empty() {
+        let mut next = Vec::new();
+        for shard in queue {
+            next.extend(children.remove(&Some(shard.id.clone())).unwrap_or_default());
+            ordered.push(shard);
+        }
+        queue = next;
+    }
+    ordered
+}
+
+#[async_trait]
+impl ChangeFeed for DynamoStreams {
+    async fn read_changes(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> Result<Vec<ChangeRecord>, TableError> {
+        let after_number = match &after {
+            None => None,
+            Some(text) => Some(text.parse::<u128>().map_err(|_| {
+                ValidationError::InvalidQuery(format!(
+                    "{text} is not a DynamoDB Streams sequence number"
+                ))
+            })?),
+        };
+        let mut out = Vec::new();
+        for shard in self.shards().await? {
+            if out.len() >= limit {
+                break;
+            }
+            // Within a lineage, a later shard's records come after its parent's.
+            let read = self.read_shard(&shard.id, None, usize::MAX).await?;
+            out.extend(read.records.into_iter().filter(|r| {
+                match (
+                    after_number,
+                    r.change
+                        .sequence_number
+                        .as_deref()
+                        .and_then(|s| s.parse::<u128>().ok()),
+                ) {
+                    (None, _) => true,
+                    (Some(a), Some(seq)) => seq > a,
+                    (Some(_), None) => false,
+                }
+            }));
+        }
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    async fn load_checkpoint(&self, consumer: &str) -> Result<Option<String>, TableError> {
+        let key = checkpoint_key(self.checkpoint_table()?.as_ref(), consumer, "*")?;
+        let item = self.checkpoint_table()?.get_item(key).await?;
+        Ok(item.and_then(|i| crate::item::get_str(&i, "sequence").map(str::to_owned)))
+    }
+
+    async fn save_checkpoint(&self, consumer: &str, sequence: &str) -> Result<(), TableError> {
+        let table = self.checkpoint_table()?;
+        let mut item = checkpoint_key(table.as_ref(), consumer, "*")?;
+        item.insert("sequence".into(), AttributeValue::S(sequence.to_owned()));
+        table.put_item(Put::new(item)).await
+    }
+}
+
+/// The key of a checkpoint item: partition `$eddy#streams#<consumer>`,
+/// sort `<shard>` (`*` for the whole stream).
+fn checkpoint_key(table: &dyn Table, consumer: &str, shard: &str) -> Result<Item, TableError> {
+    let key = &table.schema().key;
+    let Some(sort) = &key.sort else {
+        return Err(TableError::Misconfigured {
+            message: "the checkpoint table needs a string sort key".into(),
+        });
+    };
+    Ok(Item::from([
+        (
+            key.partition.name.clone(),
+            AttributeValue::S(format!("$eddy#streams#{consumer}")),
+        ),
+        (sort.name.clone(), AttributeValue::S(shard.to_owned())),
+    ]))
+}
+
+/// Follows a table's DynamoDB Streams, shard by shard (parents before
+/// children), running [`process_batch`] on each batch, with a durable
+/// checkpoint per shard stored as items of a checkpoint table: the
+/// equivalent of a Lambda trigger for a service that runs its own
+/// projections.
+///
+/// A shard's checkpoint moves to the last record before the first failed
+/// one, so a failed record and everything after it in that shard are read
+/// again; a child shard is read only once its parent is exhausted.
+#[derive(Clone)]
+pub struct StreamsFollower {
+    streams: DynamoStreams,
+    checkpoints: Arc<dyn Table>,
+    name: String,
+    batch_size: usize,
+}
+
+/// A shard's checkpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShardCheckpoint {
+    /// The last sequence number done.
+    pub sequence: Option<String>,
+    /// Every record of the (closed) shard is done.
+    pub finished: bool,
+}
+
+impl StreamsFollower {
+    /// A follower named `name` (the key of its checkpoints in
+    /// `checkpoints`, a table with string partition and sort keys).
+    pub fn new(
+        streams: DynamoStreams,
+        checkpoints: Arc<dyn Table>,
+        name: impl Into<String>,
+    ) -> Self {
+        Self {
+            streams,
+            checkpoints,
+            name: name.into(),
+            batch_size: 100,
+        }
+    }
+
+    /// Sets the most records per batch (1 to 1000).
+    pub fn batch_size(mut self, size: usize) -> Self {
+        self.batch_size = size.clamp(1, 1000);
+        self
+    }
+
+    /// The checkpoint of one shard.
+    pub async fn checkpoint(&self, shard: &str) -> Result<ShardCheckpoint, TableError> {
+        let key = checkpoint_key(self.checkpoints.as_ref(), &self.name, shard)?;
+        let item = self.checkpoints.get_item(key).await?;
+        Ok(match item {
+            None => ShardCheckpoint::default(),
+            Some(item) => ShardCheckpoint {
+                sequence: crate::item::get_str(&item, "sequence").map(str::to_owned),
+                finished: matches!(item.get("finished"), Some(AttributeValue::Bool(true))),
+            },
+        })
+    }
+
+    async fn save(
+        &self,
+        shard: &str,
+        sequence: Option<&str>,
+        finished: bool,
+    ) -> Result<(), TableError> {
+        let key = checkpoint_key(self.checkpoints.as_ref(), &self.name, shard)?;
+        let mut update = Update::new().set("finished", AttributeValue::Bool(finished));
+        if let Some(sequence) = sequence {
+            update = update.set("sequence", AttributeValue::S(sequence.to_owned()));
+        }
+        self.checkpoints
+            .update_item(UpdateItem::new(key, update))
+            .await?;
+        Ok(())
+    }
+
+    /// Reads one batch from every shard whose parent is done, processes it,
+    /// and moves the shards' checkpoints. Returns the batches processed
+    /// (empty when nothing was new).
+    pub async fn poll_once(
+        &self,
+        projections: &[&dyn BatchProjection],
+    ) -> Result<Vec<BatchResult>, TableError> {
+        let shards = self.streams.shards().await?;
+        let mut finished: HashSet<String> = HashSet::new();
+        let present: HashSet<String> = shards.iter().map(|s| s.id.clone()).collect();
+        let mut results = Vec::new();
+        for shard in &shards {
+            let checkpoint = self.checkpoint(&shard.id).await?;
+            if checkpoint.finished {
+                finished.insert(shard.id.clone());
+                continue;
+            }
+            if let Some(parent) = shard.parent.as_ref().filter(|p| present.contains(*p)) {
+                if !finished.contains(parent) {
+                    continue; // parents before children
+                }
+            }
+            let read = self
+                .streams
+                .read_shard(&shard.id, checkpoint.sequence.as_deref(), self.batch_size)
+                .await?;
+            if read.records.is_empty() {
+                if read.exhausted {
+                    self.save(&shard.id, checkpoint.sequence.as_deref(), true)
+                        .await?;
+                    finished.insert(shard.id.clone());
+                }
+                continue;
+            }
+            let result = process_batch(&read.records, projections).await;
+            let done = match result.first_failure() {
+                None => read.records.last(),
+                Some(0) => None,
+                Some(first) => read.records.get(first - 1),
+            };
+            let all_done = result.first_failure().is_none();
+            if let Some(sequence) = done.and_then(|r| r.change.sequence_number.as_deref()) {
+                self.save(&shard.id, Some(sequence), all_done && read.exhausted)
+                    .await?;
+            }
+            if all_done && read.exhausted {
+                finished.insert(shard.id.clone());
+            }
+            results.push(result);
+        }
+        Ok(results)
+    }
+
+    /// Polls until no shard has anything new (or a batch fails), and
+    /// returns how many records were processed.
+    pub async fn catch_up(
+        &self,
+        projections: &[&dyn BatchProjection],
+    ) -> Result<usize, TableError> {
+        let mut processed = 0;
+        loop {
+            let results = self.poll_once(projections).await?;
+            if results.is_empty() {
+                return Ok(processed);
+            }
+            let mut failed = false;
+            for result in &results {
+                processed += result.first_failure().unwrap_or(result.records);
+                failed |= result.first_failure().is_some();
+            }
+            if failed {
+                return Ok(processed);
+            }
+        }
+    }
+
+    /// Polls every `interval` until `shutdown` resolves. Failures are logged
+    /// and retried on the next tick.
+    pub async fn run(
+        &self,
+        projections: &[&dyn BatchProjection],
+        interval: Duration,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        loop {
+            if let Err(e) = self.catch_up(projections).await {
+                tracing::warn!(follower = %self.name, error = %e, "following DynamoDB Streams failed; retrying");
+            }
+            tokio::select! {
+                _ = &mut shutdown => return,
+                _ = tokio::time::sleep(interval) => {}
+            }
+        }
+    }
+}
+
+/// A DynamoDB Streams record in the shape Lambda delivers.
+fn to_change_record(record: Record, stream_arn: &str) -> Result<ChangeRecord, TableError> {
+    let mut out = ChangeRecord::default();
+    out.aws_region = record.aws_region.unwrap_or_default();
+    out.event_id = record.event_id.unwrap_or_default();
+    out.event_name = record
+        .event_name
+        .map(|n| n.as_str().to_owned())
+        .unwrap_or_default();
+    out.event_source = record.event_source;
+    out.event_version = record.event_version;
+    out.event_source_arn = Some(stream_arn.to_owned());
+    if let Some(identity) = record.user_identity {
+        let mut user = UserIdentity::default();
+        user.type_ = identity.r#type.unwrap_or_default();
+        user.principal_id = identity.principal_id.unwrap_or_default();
+        out.user_identity = Some(user);
+    }
+    if let Some(change) = record.dynamodb {
+        if let Some(at) = change.approximate_creation_date_time {
+            if let Some(time) = DateTime::from_timestamp(at.secs(), 0) {
+                out.change.approximate_creation_date_time = time;
+            }
+        }
+        out.change.keys = from_item(change.keys)?.into();
+        out.change.new_image = from_item(change.new_image)?.into();
+        out.change.old_image = from_item(change.old_image)?.into();
+        out.change.sequence_number = change.sequence_number;
+        out.change.size_bytes = change.size_bytes.unwrap_or_default();
+        out.change.stream_view_type = Some(StreamViewType::NewAndOldImages);
+    }
+    Ok(out)
+}
+
+fn from_item(item: Option<HashMap<String, Sdk>>) -> Result<Item, TableError> {
+    item.unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| Ok((k, from_value(v)?)))
+        .collect()
+}
+
+fn from_value(value: Sdk) -> Result<AttributeValue, TableError> {
+    Ok(match value {
+        Sdk::S(s) => AttributeValue::S(s),
+        Sdk::N(n) => AttributeValue::N(n),
+        Sdk::B(b) => AttributeValue::B(b.into_inner()),
+        Sdk::Bool(b) => AttributeValue::Bool(b),
+        Sdk::Null(b) => AttributeValue::Null(b),
+        Sdk::M(m) => AttributeValue::M(from_item(Some(m))?),
+        Sdk::L(l) => AttributeValue::L(l.into_iter().map(from_value).collect::<Result<_, _>>()?),
+        Sdk::Ss(s) => AttributeValue::Ss(s),
+        Sdk::Ns(s) => AttributeValue::Ns(s),
+        Sdk::Bs(s) => AttributeValue::Bs(s.into_iter().map(Blob::into_inner).collect()),
+        other => {
+            return Err(TableError::storage(format!(
+                "DynamoDB Streams returned an attribute value of an unknown type: {other:?}; upgrade eddy"
+            )))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shard(id: &str, parent: Option<&str>) -> ShardInfo {
+        ShardInfo {
+            id: id.into(),
+            parent: parent.map(Into::into),
+            closed: false,
+        }
+    }
+
+    #[test]
+    fn parents_come_before_children() {
+        let ordered = lineage_order(vec![
+            shard("c2", Some("b")),
+            shard("b", Some("a")),
+            shard("c1", Some("b")),
+            shard("a", Some("trimmed")),
+            shard("x", None),
+        ]);
+        let ids: Vec<&str> = ordered.iter().map(|s| s.id.as_str()).collect();
+        let pos = |id| ids.iter().position(|i| *i == id).unwrap();
+        assert!(pos("a") < pos("b") && pos("b") < pos("c1") && pos("b") < pos("c2"));
+        assert_eq!(ids.len(), 5);
+    }
+}
