@@ -7,10 +7,10 @@ use eddy_dynamo::{
 };
 use serde_json::json;
 
-use crate::common::{line, orders, placed, summaries, summary_projection, table};
+use crate::common::{line, orders, placed, summaries, summary_projection, table, TestTable};
 
 /// Writes an event item of a type the stream does not have.
-async fn append_poison(t: &eddy_dynamo::EmbeddedTable, order: &str, version: u64) {
+async fn append_poison(t: &TestTable, order: &str, version: u64) {
     let stream = orders(t);
     let id = stream.id([("orderId", order)]).unwrap();
     let good = stream.read(&id).await.unwrap();
@@ -29,9 +29,7 @@ async fn append_poison(t: &eddy_dynamo::EmbeddedTable, order: &str, version: u64
     t.put_item(Put::new(item)).await.unwrap();
 }
 
-#[tokio::test]
-async fn a_poison_record_is_reported_and_nothing_after_it_in_its_stream_is_done() {
-    let t = table();
+pub async fn a_poison_record_is_reported_and_nothing_after_it_in_its_stream_is_done(t: TestTable) {
     let stream = orders(&t);
     let o1 = stream.id([("orderId", "o-1")]).unwrap();
     let o2 = stream.id([("orderId", "o-2")]).unwrap();
@@ -89,9 +87,7 @@ async fn a_poison_record_is_reported_and_nothing_after_it_in_its_stream_is_done(
     );
 }
 
-#[tokio::test]
-async fn an_empty_batch_or_one_without_events_needs_no_retry() {
-    let t = table();
+pub async fn an_empty_batch_or_one_without_events_needs_no_retry(t: TestTable) {
     let p = summary_projection(&t, false);
     let result = process_batch(&[], &[&p as &dyn BatchProjection]).await;
     assert!(result.response.batch_item_failures.is_empty());
@@ -225,9 +221,7 @@ async fn a_lambda_dynamodb_streams_event_is_decoded_and_answered() {
     assert_eq!(row.customer, "dee");
 }
 
-#[tokio::test]
-async fn embedded_records_round_trip_through_the_lambda_json_shape() {
-    let t = table();
+pub async fn embedded_records_round_trip_through_the_lambda_json_shape(t: TestTable) {
     let stream = orders(&t);
     let id = stream.id([("orderId", "o-1")]).unwrap();
     stream.append(&id, &[placed("ann")], 0).await.unwrap();
@@ -245,3 +239,9 @@ async fn embedded_records_round_trip_through_the_lambda_json_shape() {
     );
     assert_eq!(record["dynamodb"]["StreamViewType"], "NEW_AND_OLD_IMAGES");
 }
+
+crate::backend_tests!(
+    a_poison_record_is_reported_and_nothing_after_it_in_its_stream_is_done,
+    an_empty_batch_or_one_without_events_needs_no_retry,
+    embedded_records_round_trip_through_the_lambda_json_shape,
+);

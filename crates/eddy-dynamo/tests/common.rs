@@ -1,11 +1,122 @@
-//! Shared fixtures: an order stream and an order-summary read model.
+//! Shared fixtures: an order stream and an order-summary read model, over
+//! a [`TestTable`] of any backend, and [`backend_tests!`], which runs one
+//! test body on every backend.
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use eddy_dynamo::{
-    make_stream, AppSchema, EmbeddedTable, Entity, EventStream, KeyComposite, TableSchema,
+    make_stream, AppSchema, ChangeFeed, ChangeRecord, Delete, EmbeddedTable, Entity, EventStream,
+    Item, KeyComposite, Put, Query, QueryPage, RequestStats, Table, TableError, TableSchema,
+    TransactWriteItem, UpdateItem,
 };
 use serde::{Deserialize, Serialize};
+
+/// A table and its change feed, on any backend.
+#[derive(Clone)]
+pub struct TestTable {
+    pub table: Arc<dyn Table>,
+    pub feed: Arc<dyn ChangeFeed>,
+    /// Which backend: `memory`, `sqlite` or `dynamodb`.
+    pub backend: &'static str,
+}
+
+impl TestTable {
+    pub fn new(table: Arc<dyn Table>, feed: Arc<dyn ChangeFeed>, backend: &'static str) -> Self {
+        eprintln!("backend: {backend}");
+        Self {
+            table,
+            feed,
+            backend,
+        }
+    }
+}
+
+impl From<EmbeddedTable> for TestTable {
+    fn from(t: EmbeddedTable) -> Self {
+        Self::new(Arc::new(t.clone()), Arc::new(t), "embedded")
+    }
+}
+
+/// Runs each named `async fn case(t: TestTable)` of the enclosing module
+/// as a test on the memory table and, with the `aws` feature, on DynamoDB
+/// (moto); the module path of each test names its backend.
+#[macro_export]
+macro_rules! backend_tests {
+    ($($case:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case($crate::common::table()).await;
+                }
+            )*
+        }
+        #[cfg(feature = "aws")]
+        mod dynamodb {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    let Some(t) = $crate::moto::test_table($crate::common::schema()).await else {
+                        return;
+                    };
+                    super::$case(t).await;
+                }
+            )*
+        }
+    };
+}
+
+#[async_trait]
+impl Table for TestTable {
+    fn schema(&self) -> &TableSchema {
+        self.table.schema()
+    }
+    fn request_stats(&self) -> RequestStats {
+        self.table.request_stats()
+    }
+    async fn get_item(&self, key: Item) -> Result<Option<Item>, TableError> {
+        self.table.get_item(key).await
+    }
+    async fn transact_get_items(&self, keys: Vec<Item>) -> Result<Vec<Option<Item>>, TableError> {
+        self.table.transact_get_items(keys).await
+    }
+    async fn query(&self, query: Query) -> Result<QueryPage, TableError> {
+        self.table.query(query).await
+    }
+    async fn transact_write_items(&self, items: Vec<TransactWriteItem>) -> Result<(), TableError> {
+        self.table.transact_write_items(items).await
+    }
+    async fn put_item(&self, put: Put) -> Result<(), TableError> {
+        self.table.put_item(put).await
+    }
+    async fn update_item(&self, update: UpdateItem) -> Result<Item, TableError> {
+        self.table.update_item(update).await
+    }
+    async fn delete_item(&self, delete: Delete) -> Result<(), TableError> {
+        self.table.delete_item(delete).await
+    }
+    async fn batch_get_item(&self, keys: Vec<Item>) -> Result<Vec<Item>, TableError> {
+        self.table.batch_get_item(keys).await
+    }
+}
+
+#[async_trait]
+impl ChangeFeed for TestTable {
+    async fn read_changes(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> Result<Vec<ChangeRecord>, TableError> {
+        self.feed.read_changes(after, limit).await
+    }
+    async fn load_checkpoint(&self, consumer: &str) -> Result<Option<String>, TableError> {
+        self.feed.load_checkpoint(consumer).await
+    }
+    async fn save_checkpoint(&self, consumer: &str, sequence: &str) -> Result<(), TableError> {
+        self.feed.save_checkpoint(consumer, sequence).await
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum OrderEvent {
@@ -28,21 +139,23 @@ pub fn app() -> AppSchema {
     AppSchema::new("shop", 1)
 }
 
-pub fn table() -> EmbeddedTable {
-    EmbeddedTable::memory(TableSchema::single_table("shop").with_index(
-        "gsi1",
-        "gsi1pk",
-        Some("gsi1sk"),
-    ))
+pub fn schema() -> TableSchema {
+    TableSchema::single_table("shop").with_index("gsi1", "gsi1pk", Some("gsi1sk"))
 }
 
-pub fn orders(table: &EmbeddedTable) -> EventStream<OrderEvent> {
-    make_stream(Arc::new(table.clone()), app(), "Order", &["orderId"]).unwrap()
+/// A fresh memory table.
+pub fn table() -> TestTable {
+    let t = EmbeddedTable::memory(schema());
+    TestTable::new(Arc::new(t.clone()), Arc::new(t), "memory")
 }
 
-pub fn summaries(table: &EmbeddedTable) -> Entity<OrderSummary> {
+pub fn orders(table: &TestTable) -> EventStream<OrderEvent> {
+    make_stream(table.table.clone(), app(), "Order", &["orderId"]).unwrap()
+}
+
+pub fn summaries(table: &TestTable) -> Entity<OrderSummary> {
     Entity::new(
-        Arc::new(table.clone()),
+        table.table.clone(),
         app(),
         "OrderSummary",
         KeyComposite::new(&["orderId"], &[]),
@@ -54,7 +167,7 @@ pub type SummaryProjection = eddy_dynamo::Projection<OrderEvent, OrderSummary, s
 
 /// Folds orders into summaries. A line with quantity 0 is refused and
 /// accepted as terminal; a line before the order is placed fails the row.
-pub fn summary_projection(table: &EmbeddedTable, revision: bool) -> SummaryProjection {
+pub fn summary_projection(table: &TestTable, revision: bool) -> SummaryProjection {
     let builder = eddy_dynamo::Projection::builder("summaries", summaries(table), orders(table))
         .key(|id, _| {
             id.get("orderId")

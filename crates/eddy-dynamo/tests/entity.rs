@@ -3,7 +3,7 @@
 use eddy_dynamo::{n, s, Table, Update, ENTITY_ATTRIBUTE};
 use serde_json::json;
 
-use crate::common::{summaries, table, OrderSummary};
+use crate::common::{summaries, table, OrderSummary, TestTable};
 
 fn summary(id: &str, customer: &str) -> OrderSummary {
     OrderSummary {
@@ -15,9 +15,7 @@ fn summary(id: &str, customer: &str) -> OrderSummary {
     }
 }
 
-#[tokio::test]
-async fn keys_follow_the_documented_format() {
-    let t = table();
+pub async fn keys_follow_the_documented_format(t: TestTable) {
     let e = summaries(&t);
     let key = e.key(&json!({"orderId": "o#1"})).unwrap();
     assert_eq!(key["pk"], s("shop#v1#OrderSummary#orderId=o%231"));
@@ -38,9 +36,7 @@ async fn a_key_that_does_not_compose_is_a_typed_error() {
     assert_eq!(err.code(), "KeyComposeError");
 }
 
-#[tokio::test]
-async fn create_get_update_delete() {
-    let t = table();
+pub async fn create_get_update_delete(t: TestTable) {
     let e = summaries(&t);
     let key = json!({"orderId": "o-1"});
     assert_eq!(e.get(&key).await.unwrap(), None);
@@ -72,9 +68,7 @@ async fn create_get_update_delete() {
     assert_eq!(e.get(&key).await.unwrap(), None);
 }
 
-#[tokio::test]
-async fn queries_by_partition_and_index_return_only_the_entity() {
-    let t = table();
+pub async fn queries_by_partition_and_index_return_only_the_entity(t: TestTable) {
     let e = summaries(&t);
     for (id, customer) in [("o-1", "ann"), ("o-2", "ann"), ("o-3", "bob")] {
         e.put(&summary(id, customer)).await.unwrap();
@@ -116,9 +110,7 @@ async fn queries_by_partition_and_index_return_only_the_entity() {
     assert!(got[1].is_none());
 }
 
-#[tokio::test]
-async fn an_item_that_does_not_fit_the_model_is_a_decode_error() {
-    let t = table();
+pub async fn an_item_that_does_not_fit_the_model_is_a_decode_error(t: TestTable) {
     let e = summaries(&t);
     let mut item = e.to_item(&summary("o-1", "ann")).unwrap();
     item.insert("lines".into(), s("many"));
@@ -128,3 +120,10 @@ async fn an_item_that_does_not_fit_the_model_is_a_decode_error() {
         "ItemDecodeError"
     );
 }
+
+crate::backend_tests!(
+    keys_follow_the_documented_format,
+    create_get_update_delete,
+    queries_by_partition_and_index_return_only_the_entity,
+    an_item_that_does_not_fit_the_model_is_a_decode_error,
+);

@@ -3,11 +3,13 @@
 use eddy_dynamo::{BatchProjection, ChangeFeed, EmbeddedTable, Follower, TableSchema};
 use serde_json::json;
 
-use crate::common::{line, orders, placed, summaries, summary_projection};
+use crate::common::{line, orders, placed, summaries, summary_projection, TestTable};
 
-fn sqlite(dir: &tempfile::TempDir) -> EmbeddedTable {
+fn sqlite(dir: &tempfile::TempDir) -> TestTable {
     let schema = TableSchema::single_table("shop").with_index("gsi1", "gsi1pk", Some("gsi1sk"));
-    EmbeddedTable::open_sqlite(dir.path().join("shop.db"), schema).unwrap()
+    EmbeddedTable::open_sqlite(dir.path().join("shop.db"), schema)
+        .unwrap()
+        .into()
 }
 
 #[tokio::test]

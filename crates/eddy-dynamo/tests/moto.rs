@@ -82,6 +82,16 @@ impl MotoTable {
     }
 }
 
+/// A fresh DynamoDB table on moto as a [`TestTable`](crate::common::TestTable).
+pub async fn test_table(schema: TableSchema) -> Option<crate::common::TestTable> {
+    let moto = MotoTable::create(schema).await?;
+    Some(crate::common::TestTable::new(
+        moto.clone(),
+        moto,
+        "dynamodb",
+    ))
+}
+
 /// Whether a record is one of moto's no-op MODIFY records.
 fn moto_noop(record: &ChangeRecord) -> bool {
     record.event_name == "MODIFY"

@@ -7,10 +7,11 @@ use serde_json::json;
 
 use crate::common::{
     app, line, orders, placed, summaries, summary_projection, table, OrderEvent, OrderSummary,
+    TestTable,
 };
 
 async fn history(
-    t: &eddy_dynamo::EmbeddedTable,
+    t: &TestTable,
     order: &str,
     events: &[OrderEvent],
 ) -> Vec<StoredEvent<OrderEvent>> {
@@ -20,9 +21,7 @@ async fn history(
     stream.read(&id).await.unwrap()
 }
 
-#[tokio::test]
-async fn folds_in_version_order_and_recognises_redelivery() {
-    let t = table();
+pub async fn folds_in_version_order_and_recognises_redelivery(t: TestTable) {
     let p = summary_projection(&t, false);
     let events = history(&t, "o-1", &[placed("ann"), line(2, 100), line(1, 50)]).await;
     let mut shuffled = events.clone();
@@ -49,9 +48,7 @@ async fn folds_in_version_order_and_recognises_redelivery() {
     assert_eq!(p.checkpoint(&json!({"orderId": "o-1"})).await.unwrap(), 3);
 }
 
-#[tokio::test]
-async fn a_gap_is_filled_from_the_event_store() {
-    let t = table();
+pub async fn a_gap_is_filled_from_the_event_store(t: TestTable) {
     let p = summary_projection(&t, false);
     let events = history(
         &t,
@@ -67,9 +64,7 @@ async fn a_gap_is_filled_from_the_event_store() {
     assert_eq!(out[0].state.as_ref().unwrap().total_cents, 60);
 }
 
-#[tokio::test]
-async fn terminal_failures_move_the_checkpoint_and_others_stop_it() {
-    let t = table();
+pub async fn terminal_failures_move_the_checkpoint_and_others_stop_it(t: TestTable) {
     let p = summary_projection(&t, false);
     let events = history(&t, "o-1", &[placed("ann"), line(0, 10), line(1, 20)]).await;
     let out = p.apply_batch(events).await.unwrap();
@@ -93,9 +88,7 @@ async fn terminal_failures_move_the_checkpoint_and_others_stop_it() {
     );
 }
 
-#[tokio::test]
-async fn the_revision_increments_with_every_write() {
-    let t = table();
+pub async fn the_revision_increments_with_every_write(t: TestTable) {
     let p = summary_projection(&t, true);
     let events = history(&t, "o-1", &[placed("ann"), line(1, 10), line(1, 20)]).await;
     let first = p.apply_batch(events[..2].to_vec()).await.unwrap();
@@ -116,9 +109,7 @@ async fn the_revision_increments_with_every_write() {
     );
 }
 
-#[tokio::test]
-async fn a_second_instance_feeding_one_row_is_a_source_conflict() {
-    let t = table();
+pub async fn a_second_instance_feeding_one_row_is_a_source_conflict(t: TestTable) {
     let shared: Projection<OrderEvent, OrderSummary, serde_json::Value> =
         Projection::builder("by-customer", summaries(&t), orders(&t))
             .key(|_, _| Some(json!({"orderId": "shared"})))
@@ -142,9 +133,7 @@ async fn a_second_instance_feeding_one_row_is_a_source_conflict() {
     );
 }
 
-#[tokio::test]
-async fn a_row_key_that_does_not_compose_is_refused_before_writing() {
-    let t = table();
+pub async fn a_row_key_that_does_not_compose_is_refused_before_writing(t: TestTable) {
     let bad: Projection<OrderEvent, OrderSummary, serde_json::Value> =
         Projection::builder("bad", summaries(&t), orders(&t))
             .key(|_, _| Some(json!({"customer": "x"})))
@@ -212,9 +201,7 @@ async fn racing_writers_lose_no_event_under_the_revision_guard() {
     race(true).await;
 }
 
-#[tokio::test]
-async fn events_of_another_stream_with_the_same_ids_are_not_mixed_in() {
-    let t = table();
+pub async fn events_of_another_stream_with_the_same_ids_are_not_mixed_in(t: TestTable) {
     let p = summary_projection(&t, false);
     let other: eddy_dynamo::EventStream<OrderEvent> =
         make_stream(Arc::new(t.clone()), app(), "Archive", &["orderId"]).unwrap();
@@ -238,3 +225,49 @@ async fn events_of_another_stream_with_the_same_ids_are_not_mixed_in() {
         .unwrap()
         .is_some());
 }
+
+/// Folding a batch into rows costs, per touched row, one read of the row
+/// and one guarded write: no transaction, no read-modify-write beyond it.
+pub async fn folding_a_batch_costs_one_write_per_touched_row(t: TestTable) {
+    let p = summary_projection(&t, false);
+    let mut batch = Vec::new();
+    for order in ["o-1", "o-2", "o-3"] {
+        batch.extend(history(&t, order, &[placed("ann"), line(1, 10), line(2, 5)]).await);
+    }
+    let before = t.request_stats();
+    let out = p.apply_batch(batch).await.unwrap();
+    let cost = t.request_stats() - before;
+    assert_eq!(out.len(), 3);
+    assert!(out
+        .iter()
+        .all(|row| row.written && row.applied == [1, 2, 3]));
+    eprintln!("{}: folding 9 events into 3 rows cost {cost:?}", t.backend);
+    assert_eq!(cost.writes, 3, "one write per touched row on {}", t.backend);
+    assert_eq!(cost.items_written, 3);
+    assert_eq!(cost.transactions, 0);
+    assert_eq!(cost.reads, 3, "one read per touched row on {}", t.backend);
+
+    // Redelivery of the same batch reads the rows and writes nothing.
+    let events = [history_of(&t, "o-1").await, history_of(&t, "o-2").await].concat();
+    let before = t.request_stats();
+    p.apply_batch(events).await.unwrap();
+    let cost = t.request_stats() - before;
+    assert_eq!((cost.writes, cost.transactions), (0, 0), "{cost:?}");
+}
+
+async fn history_of(t: &TestTable, order: &str) -> Vec<StoredEvent<OrderEvent>> {
+    let stream = orders(t);
+    let id = stream.id([("orderId", order)]).unwrap();
+    stream.read(&id).await.unwrap()
+}
+
+crate::backend_tests!(
+    folding_a_batch_costs_one_write_per_touched_row,
+    folds_in_version_order_and_recognises_redelivery,
+    a_gap_is_filled_from_the_event_store,
+    terminal_failures_move_the_checkpoint_and_others_stop_it,
+    the_revision_increments_with_every_write,
+    a_second_instance_feeding_one_row_is_a_source_conflict,
+    a_row_key_that_does_not_compose_is_refused_before_writing,
+    events_of_another_stream_with_the_same_ids_are_not_mixed_in,
+);

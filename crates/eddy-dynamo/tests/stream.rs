@@ -3,7 +3,7 @@
 use eddy_dynamo::{make_stream, CommandError, EventItem, Table};
 use serde_json::json;
 
-use crate::common::{app, orders, table, OrderEvent};
+use crate::common::{app, orders, OrderEvent, TestTable};
 
 fn line(cents: u64) -> OrderEvent {
     OrderEvent::LineAdded {
@@ -13,9 +13,7 @@ fn line(cents: u64) -> OrderEvent {
     }
 }
 
-#[tokio::test]
-async fn append_and_read_back_in_version_order() {
-    let t = table();
+pub async fn append_and_read_back_in_version_order(t: TestTable) {
     let stream = orders(&t);
     let id = stream.id([("orderId", "o-1")]).unwrap();
     assert_eq!(stream.current_version(&id).await.unwrap(), 0);
@@ -53,9 +51,7 @@ async fn append_and_read_back_in_version_order() {
     assert!(stream.read(&other).await.unwrap().is_empty());
 }
 
-#[tokio::test]
-async fn a_stale_or_skipping_expected_version_is_a_conflict_and_writes_nothing() {
-    let t = table();
+pub async fn a_stale_or_skipping_expected_version_is_a_conflict_and_writes_nothing(t: TestTable) {
     let stream = orders(&t);
     let id = stream.id([("orderId", "o-1")]).unwrap();
     stream.append(&id, &[line(1)], 0).await.unwrap();
@@ -69,9 +65,7 @@ async fn a_stale_or_skipping_expected_version_is_a_conflict_and_writes_nothing()
     assert_eq!(stream.current_version(&id).await.unwrap(), 1);
 }
 
-#[tokio::test]
-async fn concurrent_appends_at_one_version_let_exactly_one_win() {
-    let t = table();
+pub async fn concurrent_appends_at_one_version_let_exactly_one_win(t: TestTable) {
     let stream = orders(&t);
     let id = stream.id([("orderId", "o-1")]).unwrap();
     let tasks: Vec<_> = (0..8)
@@ -91,9 +85,7 @@ async fn concurrent_appends_at_one_version_let_exactly_one_win() {
     assert_eq!(stream.read(&id).await.unwrap().len(), 1);
 }
 
-#[tokio::test]
-async fn command_handler_retries_on_conflict_and_passes_rejections_through() {
-    let t = table();
+pub async fn command_handler_retries_on_conflict_and_passes_rejections_through(t: TestTable) {
     let stream = orders(&t);
     let id = stream.id([("orderId", "o-1")]).unwrap();
     let tasks: Vec<_> = (0..5)
@@ -131,9 +123,7 @@ async fn command_handler_retries_on_conflict_and_passes_rejections_through() {
     assert!(matches!(rejected, CommandError::Rejected("closed")));
 }
 
-#[tokio::test]
-async fn bad_input_gets_typed_errors() {
-    let t = table();
+pub async fn bad_input_gets_typed_errors(t: TestTable) {
     let stream = orders(&t);
     assert_eq!(
         stream.id([("customer", "x")]).unwrap_err().code(),
@@ -181,3 +171,11 @@ async fn bad_input_gets_typed_errors() {
         "EventDecodeError"
     );
 }
+
+crate::backend_tests!(
+    append_and_read_back_in_version_order,
+    a_stale_or_skipping_expected_version_is_a_conflict_and_writes_nothing,
+    concurrent_appends_at_one_version_let_exactly_one_win,
+    command_handler_retries_on_conflict_and_passes_rejections_through,
+    bad_input_gets_typed_errors,
+);
