@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: formatting, lints, every crate's tests
+# on every backend, the Durable Streams conformance suite against `eddy
+# serve`, and the DynamoDB tests against a local moto server. It installs what
+# is missing (CI runs as root on a fresh machine) and prints what ran.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+
+log_dir="$(mktemp -d)"
+summary=()
+
+need() { command -v "$1" >/dev/null 2>&1; }
+apt_install() {
+  if need apt-get && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+  else
+    echo "missing: $* (install them and run again)" >&2
+    exit 1
+  fi
+}
+need curl || apt_install curl
+need node || apt_install nodejs npm
+python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
+
+step() {
+  local name="$1"; shift
+  echo "==> $name"
+  local started=$SECONDS
+  if "$@" 2>&1 | tee "$log_dir/step.log"; then
+    summary+=("ok    $name ($((SECONDS - started)) s)")
+  else
+    summary+=("FAIL  $name ($((SECONDS - started)) s)")
+    print_summary
+    exit 1
+  fi
+}
+
+print_summary() {
+  echo
+  echo "==> summary"
+  printf '  %s\n' "${summary[@]}"
+}
+
+step "cargo fmt --check" cargo fmt --all -- --check
+step "cargo clippy -D warnings" cargo clippy --workspace --all-targets -- -D warnings
+
+# Every crate's tests: memory and SQLite backends, contract suites, crash tests.
+step "cargo test (workspace)" bash -c "cargo test --workspace 2>&1 | tee '$log_dir/cargo-test.log'"
+read -r passed failed < <(awk '/^test result:/ { p += $4; f += $6 } END { print p+0, f+0 }' "$log_dir/cargo-test.log")
+if [ "$passed" -eq 0 ]; then
+  echo "cargo test ran no test" >&2
+  exit 1
+fi
+summary+=("      cargo test: $passed passed, $failed failed")
+
+# The public Durable Streams conformance suite, on both storage backends.
+step "conformance suite" bash -c "scripts/conformance/run.sh memory sqlite | tee '$log_dir/conformance.log'"
+while read -r line; do summary+=("      $line"); done < <(grep '^conformance' "$log_dir/conformance.log")
+
+# DynamoDB: the same suites against moto (a local DynamoDB-compatible server).
+if [ -x scripts/moto-tests.sh ]; then
+  step "DynamoDB suites on moto" scripts/moto-tests.sh
+fi
+
+print_summary
+total_passed=$passed
+total_failed=$failed
+for n in $(grep -o '[0-9]* passed' "$log_dir/conformance.log" | awk '{print $1}'); do total_passed=$((total_passed + n)); done
+echo
+echo "all: $total_passed passed, $total_failed failed"
