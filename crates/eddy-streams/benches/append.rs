@@ -18,6 +18,7 @@ fn message(i: usize) -> Bytes {
     Bytes::from(text)
 }
 
+/// A JSON array of `n` messages: one append of `n` messages.
 fn batch_body(n: usize) -> Bytes {
     let items: Vec<String> = (0..n)
         .map(|i| String::from_utf8_lossy(&message(i)).into_owned())
@@ -31,20 +32,29 @@ struct Backend {
     _dir: Option<tempfile::TempDir>,
 }
 
-fn backends() -> Vec<Backend> {
+fn sqlite(name: &'static str, durability: Durability) -> Backend {
     let dir = tempfile::tempdir().expect("tempdir");
-    let sqlite = SqliteStorage::open(dir.path()).expect("open");
+    let options = SqliteOptions {
+        durability,
+        ..SqliteOptions::default()
+    };
+    let store = SqliteStorage::open_with(dir.path(), options).expect("open");
+    Backend {
+        name,
+        store: Arc::new(store),
+        _dir: Some(dir),
+    }
+}
+
+fn backends() -> Vec<Backend> {
     vec![
         Backend {
             name: "memory",
             store: Arc::new(MemoryStorage::new()),
             _dir: None,
         },
-        Backend {
-            name: "sqlite",
-            store: Arc::new(sqlite),
-            _dir: Some(dir),
-        },
+        sqlite("sqlite", Durability::Sync),
+        sqlite("sqlite-process-durability", Durability::Process),
     ]
 }
 
@@ -62,29 +72,34 @@ fn create(rt: &Runtime, store: &dyn Storage, name: &str) -> StreamPath {
     path
 }
 
+/// One appender, one append at a time.
 fn append(c: &mut Criterion) {
     let rt = runtime();
     for backend in backends() {
         let store = &*backend.store;
         let mut group = c.benchmark_group(format!("append/{}", backend.name));
-        let single = create(&rt, store, "single");
-        group.throughput(Throughput::Elements(1));
-        group.bench_function("single message", |b| {
-            let body = message(1);
-            b.to_async(&rt)
-                .iter(|| store.append(&single, Append::body(body.clone())));
-        });
-        let batched = create(&rt, store, "batched");
-        let body = batch_body(100);
-        group.throughput(Throughput::Elements(100));
-        group.bench_function("batch of 100", |b| {
-            b.to_async(&rt)
-                .iter(|| store.append(&batched, Append::body(body.clone())));
-        });
+        for size in [1, 100] {
+            let path = create(&rt, store, &format!("sequential-{size}"));
+            let body = if size == 1 {
+                message(0)
+            } else {
+                batch_body(size)
+            };
+            group.throughput(Throughput::Elements(size as u64));
+            group.bench_function(format!("{size} message(s) per append"), |b| {
+                b.to_async(&rt).iter(|| async {
+                    store
+                        .append(&path, Append::body(body.clone()))
+                        .await
+                        .expect("append")
+                });
+            });
+        }
         group.finish();
     }
 }
 
+/// 32 appenders at once on one stream: group commit at work.
 fn concurrent(c: &mut Criterion) {
     const APPENDERS: usize = 32;
     const PER_APPENDER: usize = 50;
@@ -92,50 +107,45 @@ fn concurrent(c: &mut Criterion) {
     for backend in backends() {
         let mut group = c.benchmark_group(format!("concurrent/{}", backend.name));
         group.sample_size(10);
-        for batch in [1, 100] {
-            group.throughput(Throughput::Elements(
-                (APPENDERS * PER_APPENDER * batch) as u64,
-            ));
-            let path = create(&rt, &*backend.store, &format!("concurrent-{batch}"));
-            let body = if batch == 1 {
+        for size in [1, 100] {
+            let path = create(&rt, &*backend.store, &format!("concurrent-{size}"));
+            let body = if size == 1 {
                 message(0)
             } else {
-                batch_body(batch)
+                batch_body(size)
             };
-            group.bench_function(
-                format!("32 appenders, {batch} message(s) per append"),
-                |b| {
-                    b.to_async(&rt).iter(|| {
-                        let store = Arc::clone(&backend.store);
-                        let path = path.clone();
-                        let body = body.clone();
-                        async move {
-                            let tasks: Vec<_> = (0..APPENDERS)
-                                .map(|_| {
-                                    let store = Arc::clone(&store);
-                                    let path = path.clone();
-                                    tokio::spawn(async move {
-                                        for i in 0..PER_APPENDER {
-                                            store
-                                                .append(&path, Append::body(message(i)))
-                                                .await
-                                                .expect("append");
-                                        }
-                                    })
-                                })
-                                .collect();
-                            for task in tasks {
-                                task.await.expect("join");
-                            }
+            group.throughput(Throughput::Elements(
+                (APPENDERS * PER_APPENDER * size) as u64,
+            ));
+            group.bench_function(format!("32 appenders, {size} message(s) per append"), |b| {
+                b.to_async(&rt).iter(|| {
+                    let tasks: Vec<_> = (0..APPENDERS)
+                        .map(|_| {
+                            let (store, path, body) =
+                                (Arc::clone(&backend.store), path.clone(), body.clone());
+                            tokio::spawn(async move {
+                                for _ in 0..PER_APPENDER {
+                                    store
+                                        .append(&path, Append::body(body.clone()))
+                                        .await
+                                        .expect("append");
+                                }
+                            })
+                        })
+                        .collect();
+                    async move {
+                        for task in tasks {
+                            task.await.expect("join");
                         }
-                    });
-                },
-            );
+                    }
+                });
+            });
         }
         group.finish();
     }
 }
 
+/// Reading a stream of 10 000 messages from the beginning.
 fn catch_up(c: &mut Criterion) {
     const MESSAGES: usize = 10_000;
     let rt = runtime();
