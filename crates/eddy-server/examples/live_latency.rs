@@ -13,12 +13,20 @@ use std::time::{Duration, Instant};
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
-    let base = args.next().unwrap_or_else(|| "http://127.0.0.1:4437".into());
+    let base = args
+        .next()
+        .unwrap_or_else(|| "http://127.0.0.1:4437".into());
     let rounds: usize = args.next().map(|r| r.parse()).transpose()?.unwrap_or(300);
     let http = reqwest::Client::builder().tcp_nodelay(true).build()?;
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_nanos();
     let url = format!("{base}/bench/latency-rs-{nanos}");
-    http.put(&url).header("content-type", "text/plain").send().await?.error_for_status()?;
+    http.put(&url)
+        .header("content-type", "text/plain")
+        .send()
+        .await?
+        .error_for_status()?;
     let head = http.head(&url).send().await?;
     let mut offset = head
         .headers()
@@ -63,7 +71,9 @@ async fn main() -> anyhow::Result<()> {
     samples.sort();
     let pick = |q: f64| {
         let i = ((q * samples.len() as f64) as usize).min(samples.len().saturating_sub(1));
-        samples.get(i).map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
+        samples
+            .get(i)
+            .map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
     };
     println!("{:.3} {:.3} {}", pick(0.5), pick(0.99), samples.len());
     Ok(())

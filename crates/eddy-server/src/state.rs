@@ -4,9 +4,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use eddy_streams::Storage;
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, OnceCell, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ApiError;
+use crate::subscriptions::Registry;
 use crate::{Metrics, ServerConfig};
 
 /// The store, the configuration, the metrics and the live-reader cap.
@@ -17,6 +18,7 @@ pub struct AppState {
     pub(crate) metrics: Arc<Metrics>,
     live_readers: Arc<Semaphore>,
     shutdown: watch::Receiver<bool>,
+    pub(crate) subscriptions: Arc<OnceCell<Arc<Registry>>>,
 }
 
 impl AppState {
@@ -33,6 +35,7 @@ impl AppState {
             config: Arc::new(config),
             metrics: Arc::new(Metrics::default()),
             shutdown,
+            subscriptions: Arc::new(OnceCell::new()),
         }
     }
 

@@ -376,3 +376,137 @@ async fn long_poll_times_out_with_204_and_a_cursor() {
         header(&response, "stream-cursor").is_some_and(|c| c.bytes().all(|b| b.is_ascii_digit()))
     );
 }
+
+fn json_body(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).expect("a JSON body")
+}
+
+#[tokio::test]
+async fn subscriptions_publish_a_key_and_refuse_private_webhooks() {
+    let app = router(fast());
+    let (jwks, body) = send(
+        &app,
+        req("GET", "/v1/stream/__ds/jwks.json")
+            .body(Body::empty())
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(
+        header(&jwks, "content-type"),
+        Some("application/jwk-set+json")
+    );
+    let keys = json_body(&body);
+    assert_eq!(keys["keys"][0]["kty"], "OKP");
+    assert_eq!(keys["keys"][0]["crv"], "Ed25519");
+    let private =
+        r#"{"type":"webhook","pattern":"events/*","webhook":{"url":"http://192.168.1.10/hook"}}"#;
+    let (refused, body) = send(
+        &app,
+        req("PUT", "/v1/stream/__ds/subscriptions/s1")
+            .body(Body::from(private))
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(json_body(&body)["error"]["code"], "WEBHOOK_URL_REJECTED");
+}
+
+#[tokio::test]
+async fn pull_wake_claims_are_leased_and_acks_fenced() {
+    let app = router(fast());
+    let put = |uri: &str, body: &str| {
+        req("PUT", uri)
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_owned()))
+            .expect("request")
+    };
+    let post = |uri: &str, token: Option<&str>, body: String| {
+        let mut builder = req("POST", uri).header("content-type", "application/json");
+        if let Some(token) = token {
+            builder = builder.header("authorization", format!("Bearer {token}"));
+        }
+        builder.body(Body::from(body)).expect("request")
+    };
+    send(&app, put("/v1/stream/wake/pool", "[]")).await;
+    send(&app, put("/v1/stream/events/old", r#"{"before":true}"#)).await;
+    let create = r#"{"type":"pull-wake","pattern":"events/*","wake_stream":"wake/pool","lease_ttl_ms":60000}"#;
+    let (created, _) = send(&app, put("/v1/stream/__ds/subscriptions/p1", create)).await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let (again, _) = send(&app, put("/v1/stream/__ds/subscriptions/p1", create)).await;
+    assert_eq!(
+        again.status(),
+        StatusCode::OK,
+        "the same subscription again is idempotent"
+    );
+
+    let (nothing, _) = send(
+        &app,
+        post(
+            "/v1/stream/__ds/subscriptions/p1/claim",
+            None,
+            r#"{"worker":"w1"}"#.into(),
+        ),
+    )
+    .await;
+    assert_eq!(
+        nothing.status(),
+        StatusCode::NO_CONTENT,
+        "streams from before the subscription are not pending"
+    );
+    send(&app, put("/v1/stream/events/new", r#"{"n":1}"#)).await;
+    let (claimed, body) = send(
+        &app,
+        post(
+            "/v1/stream/__ds/subscriptions/p1/claim",
+            None,
+            r#"{"worker":"w1"}"#.into(),
+        ),
+    )
+    .await;
+    assert_eq!(claimed.status(), StatusCode::OK, "{body}");
+    let claim = json_body(&body);
+    let streams = claim["streams"].as_array().expect("streams");
+    assert_eq!(streams.len(), 1);
+    assert_eq!(streams[0]["path"], "events/new");
+    let (busy, body) = send(
+        &app,
+        post(
+            "/v1/stream/__ds/subscriptions/p1/claim",
+            None,
+            r#"{"worker":"w2"}"#.into(),
+        ),
+    )
+    .await;
+    assert_eq!(busy.status(), StatusCode::CONFLICT);
+    assert_eq!(json_body(&body)["error"]["current_holder"], "w1");
+
+    let token = claim["token"].as_str().expect("token");
+    let ack = serde_json::json!({
+        "wake_id": claim["wake_id"],
+        "generation": claim["generation"],
+        "acks": [{"stream": "events/new", "offset": streams[0]["tail_offset"]}],
+        "done": true,
+    })
+    .to_string();
+    let (acked, body) = send(
+        &app,
+        post(
+            "/v1/stream/__ds/subscriptions/p1/ack",
+            Some(token),
+            ack.clone(),
+        ),
+    )
+    .await;
+    assert_eq!(acked.status(), StatusCode::OK);
+    assert_eq!(
+        json_body(&body),
+        serde_json::json!({"ok": true, "next_wake": false})
+    );
+    let (stale, body) = send(
+        &app,
+        post("/v1/stream/__ds/subscriptions/p1/ack", Some(token), ack),
+    )
+    .await;
+    assert_eq!(stale.status(), StatusCode::CONFLICT);
+    assert_eq!(json_body(&body)["error"]["code"], "FENCED");
+}

@@ -40,7 +40,7 @@ async fn route(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Response, SubscriptionError> {
-    let registry = registry()?;
+    let registry = registry(state).await?;
     if rest == "jwks.json" {
         return Ok((
             [(header::CONTENT_TYPE, "application/jwk-set+json")],
@@ -268,7 +268,7 @@ async fn create(
     let described = sub.describe(&registry.key);
     subscriptions.insert(id.to_owned(), sub);
     drop(subscriptions);
-    wake::listen(registry, &state.store);
+    wake::listen(registry, state);
     Ok((StatusCode::CREATED, axum::Json(described)).into_response())
 }
 

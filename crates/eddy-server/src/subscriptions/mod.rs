@@ -14,8 +14,7 @@
 //!
 //! Every wake has a generation number; acknowledgements for an older
 //! generation are fenced (409 `FENCED`). Subscriptions live in the server
-//! process (they are not stored durably) and see the commits of this
-//! process.
+//! (they are not stored durably) and see the commits made through it.
 
 mod api;
 mod pattern;
@@ -32,6 +31,8 @@ use eddy_streams::Offset;
 
 pub(crate) use api::handle;
 use signing::WebhookKey;
+
+use crate::state::AppState;
 
 /// How a subscription delivers wakes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -195,7 +196,7 @@ impl Subscription {
     }
 }
 
-/// Every subscription of the process, the signing key, and the HTTP client
+/// Every subscription of one server, its signing key, and the HTTP client
 /// for webhooks.
 pub(crate) struct Registry {
     subscriptions: Mutex<HashMap<String, Subscription>>,
@@ -210,29 +211,35 @@ impl Registry {
     }
 }
 
-/// The process-wide registry, created on first use.
-fn registry() -> Result<Arc<Registry>, SubscriptionError> {
-    static REGISTRY: OnceLock<Arc<Registry>> = OnceLock::new();
-    if let Some(registry) = REGISTRY.get() {
-        return Ok(Arc::clone(registry));
-    }
-    let key = WebhookKey::generate().map_err(|e| {
-        SubscriptionError::internal(format!("no randomness for the signing key: {e}"))
-    })?;
-    let http = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(10))
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|e| {
-            SubscriptionError::internal(format!("cannot build the webhook client: {e}"))
+impl Registry {
+    /// A registry with a fresh signing key.
+    fn create() -> Result<Arc<Registry>, SubscriptionError> {
+        let key = WebhookKey::generate().map_err(|e| {
+            SubscriptionError::internal(format!("no randomness for the signing key: {e}"))
         })?;
-    let registry = Arc::new(Registry {
-        subscriptions: Mutex::new(HashMap::new()),
-        key,
-        http,
-        listening: OnceLock::new(),
-    });
-    Ok(Arc::clone(REGISTRY.get_or_init(|| registry)))
+        let http = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(10))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| {
+                SubscriptionError::internal(format!("cannot build the webhook client: {e}"))
+            })?;
+        Ok(Arc::new(Registry {
+            subscriptions: Mutex::new(HashMap::new()),
+            key,
+            http,
+            listening: OnceLock::new(),
+        }))
+    }
+}
+
+/// The server's registry, created on first use.
+async fn registry(state: &AppState) -> Result<Arc<Registry>, SubscriptionError> {
+    state
+        .subscriptions
+        .get_or_try_init(|| async { Registry::create() })
+        .await
+        .cloned()
 }
 
 /// An error of the subscription API, in its own JSON shape:

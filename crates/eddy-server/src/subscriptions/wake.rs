@@ -8,18 +8,25 @@ use eddy_streams::{Append, Offset, Storage, StreamPath};
 use tokio::sync::broadcast::error::RecvError;
 
 use super::{signing, ActiveWake, Delivery, Registry, SubscriptionError, Watched};
+use crate::state::AppState;
 
-/// Starts following the store's commits (once per process).
-pub(super) fn listen(registry: &Arc<Registry>, store: &Arc<dyn Storage>) {
+/// Starts following the store's commits (once per server), until the
+/// server shuts down.
+pub(super) fn listen(registry: &Arc<Registry>, state: &AppState) {
     if registry.listening.set(()).is_err() {
         return;
     }
-    let mut commits = store.committed();
+    let mut commits = state.store.committed();
     let registry = Arc::clone(registry);
-    let store = Arc::clone(store);
+    let state = state.clone();
     tokio::spawn(async move {
+        let store = Arc::clone(&state.store);
         loop {
-            match commits.recv().await {
+            let received = tokio::select! {
+                received = commits.recv() => received,
+                () = state.shutting_down() => return,
+            };
+            match received {
                 Ok(commit) => observe(&registry, &store, &commit.path, commit.tail),
                 Err(RecvError::Lagged(missed)) => {
                     tracing::warn!(missed, "subscriptions fell behind the commit feed")
