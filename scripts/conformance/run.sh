@@ -8,8 +8,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-backends=("${@:-memory sqlite}")
-[ $# -eq 0 ] && backends=(memory sqlite)
+if [ $# -gt 0 ]; then backends=("$@"); else backends=(memory sqlite); fi
 long_poll_ms="${EDDY_LONG_POLL_MS:-500}"
 
 cd "$here"
@@ -44,16 +43,17 @@ for backend in "${backends[@]}"; do
   set -e
   kill "$server" 2>/dev/null || true
   wait "$server" 2>/dev/null || true
-  counts="$(node -e '
+  # Failed tests go to stderr; the count line to stdout.
+  if ! counts="$(node -e '
     const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
     const failed = r.testResults.flatMap(f => f.assertionResults).filter(t => t.status === "failed");
     for (const t of failed) console.error("  FAILED: " + t.fullName + "\n    " + (t.failureMessages[0] || "").split("\n")[0]);
     console.log(`${r.numPassedTests} passed, ${r.numFailedTests} failed` + (r.numPendingTests ? `, ${r.numPendingTests} skipped` : ""));
-  ' "$report" 2>&1 >/dev/null | head -80; node -e '
-    const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
-    console.log(`${r.numPassedTests} passed, ${r.numFailedTests} failed` + (r.numPendingTests ? `, ${r.numPendingTests} skipped` : ""));
     process.exit(r.numFailedTests === 0 && r.numPassedTests > 0 ? 0 : 1);
-  ' "$report")" || status=1
+  ' "$report")"; then
+    status=1
+    [ -n "$counts" ] || counts="no report (see $report.out)"
+  fi
   echo "conformance ($backend): $counts"
   if [ "$status" -ne 0 ]; then
     echo "  server log: $log; vitest output: $report.out"
