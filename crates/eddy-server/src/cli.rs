@@ -141,11 +141,12 @@ impl ServeArgs {
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     init_tracing();
     let config = args.config()?;
+    let stop = shutdown_signal()?;
     let store = args.open_store()?;
     let server = Server::bind(args.listen, Arc::clone(&store), config).await?;
     tracing::info!(address = %server.local_addr(), storage = ?args.storage, "eddy serve is listening");
     println!("listening on http://{}", server.local_addr());
-    server.run_until(shutdown_signal()).await?;
+    server.run_until(stop).await?;
     drop(store);
     tracing::info!("eddy serve stopped");
     Ok(())
@@ -161,30 +162,32 @@ fn init_tracing() {
         .try_init();
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
+/// Installs the SIGINT and SIGTERM handlers now (before the server says it
+/// is listening, so an early signal is not fatal) and returns a future that
+/// resolves on the first of them.
+#[cfg(unix)]
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut terminate =
+        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {},
+            _ = terminate.recv() => {},
+        }
+        tracing::info!("shutting down: finishing in-flight requests");
+    })
+}
+
+/// Ctrl-C stops the server.
+#[cfg(not(unix))]
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    Ok(async {
         if let Err(err) = tokio::signal::ctrl_c().await {
             tracing::error!(error = %err, "cannot listen for Ctrl-C");
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(err) => {
-                tracing::error!(error = %err, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = terminate => {},
-    }
-    tracing::info!("shutting down: finishing in-flight requests");
+        tracing::info!("shutting down: finishing in-flight requests");
+    })
 }

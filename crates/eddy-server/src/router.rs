@@ -41,6 +41,13 @@ async fn metrics(State(state): State<AppState>) -> Response {
 /// Answers CORS preflights, checks the bearer token, and adds the security
 /// and CORS headers to every response, errors included.
 async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let traced = tracing::enabled!(tracing::Level::DEBUG).then(|| {
+        (
+            request.method().clone(),
+            request.uri().path().to_owned(),
+            std::time::Instant::now(),
+        )
+    });
     let mut response = if request.method() == Method::OPTIONS {
         preflight()
     } else if !authorized(&state, &request) {
@@ -50,6 +57,15 @@ async fn guard(State(state): State<AppState>, request: Request, next: Next) -> R
     };
     if response.status().is_client_error() || response.status().is_server_error() {
         state.metrics.errors.fetch_add(1, Ordering::Relaxed);
+    }
+    if let Some((method, path, started)) = traced {
+        tracing::debug!(
+            %method,
+            %path,
+            status = response.status().as_u16(),
+            elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            "request"
+        );
     }
     let headers = response.headers_mut();
     headers.insert(

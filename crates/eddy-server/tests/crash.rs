@@ -226,6 +226,9 @@ async fn check(http: &reqwest::Client, url: &str, writers: &[Writer]) {
     );
 }
 
+/// Regression: a SIGTERM sent right after the "listening on" line killed
+/// the process, because the handler was installed only when the server
+/// first polled its shutdown future.
 #[test]
 fn sigterm_shuts_down_cleanly() {
     let binary = eddy_binary();
