@@ -60,10 +60,18 @@ pub fn unique(prefix: &str) -> String {
     )
 }
 
-/// A DynamoDB table on moto with its stream as the change feed.
+/// A DynamoDB table on moto with its stream as the change feed, and a
+/// table for follower checkpoints (shared by the tests of this process).
 pub struct MotoTable {
     pub table: DynamoTable,
     pub streams: DynamoStreams,
+    pub checkpoints: DynamoTable,
+}
+
+/// The checkpoint table of this test process.
+fn checkpoint_schema() -> TableSchema {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TableSchema::single_table(NAME.get_or_init(|| unique("checkpoints")).clone())
 }
 
 impl MotoTable {
@@ -76,9 +84,22 @@ impl MotoTable {
         let client = aws_sdk_dynamodb::Client::new(&options.sdk_config().await.unwrap());
         eddy_dynamo::create_table(&client, &schema).await.unwrap();
         let table = DynamoTable::connect(&options, schema).await.unwrap();
-        let streams = DynamoStreams::connect(&options, &table).await.unwrap();
-        let streams = streams.with_checkpoints(Arc::new(table.clone()));
-        Some(Arc::new(MotoTable { table, streams }))
+        eddy_dynamo::create_table(&client, &checkpoint_schema())
+            .await
+            .unwrap();
+        let checkpoints = DynamoTable::connect(&options, checkpoint_schema())
+            .await
+            .unwrap();
+        let streams = DynamoStreams::connect(&options, &table)
+            .await
+            .unwrap()
+            .with_checkpoints(Arc::new(checkpoints.clone()))
+            .unwrap();
+        Some(Arc::new(MotoTable {
+            table,
+            streams,
+            checkpoints,
+        }))
     }
 }
 
@@ -188,5 +209,288 @@ mod contract {
     async fn items_over_400_kb_are_refused() {
         let table = moto_table!(crate::contract::schema());
         crate::contract::items_over_the_limit_are_refused(&*table, 400_000).await;
+    }
+}
+
+/// What only the DynamoDB backend has: provisioning, the Streams follower,
+/// and typed errors for a table that is missing or laid out otherwise.
+mod dynamodb_only {
+    use std::sync::Arc;
+
+    use eddy_dynamo::{
+        create_table, n, s, BatchProjection, Condition, DynamoStreams, DynamoTable, Item,
+        Provisioned, Put, StreamsFollower, Table, TableSchema,
+    };
+    use serde_json::json;
+
+    use super::{endpoint, options, unique};
+    use crate::common::{line, orders, placed, summaries, summary_projection, TestTable};
+
+    async fn client(endpoint: &str) -> aws_sdk_dynamodb::Client {
+        aws_sdk_dynamodb::Client::new(&options(endpoint).sdk_config().await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn create_table_is_idempotent_and_checks_an_existing_layout() {
+        let Some(endpoint) = endpoint() else { return };
+        let client = client(&endpoint).await;
+        let schema = TableSchema::single_table(unique("prov"))
+            .with_index("gsi1", "gsi1pk", Some("gsi1sk"))
+            .with_ttl("expires");
+        assert_eq!(
+            create_table(&client, &schema).await.unwrap(),
+            Provisioned::Created
+        );
+        assert_eq!(
+            create_table(&client, &schema).await.unwrap(),
+            Provisioned::AlreadyExists
+        );
+        let described = client
+            .describe_table()
+            .table_name(&schema.name)
+            .send()
+            .await
+            .unwrap();
+        let table = described.table.unwrap();
+        let stream = table.stream_specification().unwrap();
+        assert!(stream.stream_enabled());
+        assert_eq!(
+            stream.stream_view_type().map(|v| v.as_str()),
+            Some("NEW_AND_OLD_IMAGES")
+        );
+        assert_eq!(table.global_secondary_indexes().len(), 1);
+        let ttl = client
+            .describe_time_to_live()
+            .table_name(&schema.name)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            ttl.time_to_live_description()
+                .and_then(|d| d.attribute_name()),
+            Some("expires")
+        );
+
+        // The same name with another index: a typed error saying what to add.
+        let more = schema.clone().with_index("gsi2", "gsi2pk", None);
+        let err = create_table(&client, &more).await.unwrap_err();
+        assert_eq!(err.code(), "table/misconfigured");
+        assert!(err.to_string().contains("gsi2"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_missing_table_or_another_key_schema_is_a_typed_error() {
+        let Some(endpoint) = endpoint() else { return };
+        let options = options(&endpoint);
+        let missing = TableSchema::single_table(unique("missing"));
+        let err = DynamoTable::connect(&options, missing.clone())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "ResourceNotFoundException");
+        assert!(
+            err.to_string().contains("eddy dynamo create-table"),
+            "{err}"
+        );
+        // Without the check, the first request says the same.
+        let unchecked = DynamoTable::new(client(&endpoint).await, missing);
+        let key = Item::from([("pk".to_owned(), s("p")), ("sk".to_owned(), s("s"))]);
+        let err = unchecked.get_item(key).await.unwrap_err();
+        assert_eq!(err.code(), "ResourceNotFoundException");
+
+        let mut other = TableSchema::single_table(unique("otherkey"));
+        other.key.sort = None;
+        create_table(&client(&endpoint).await, &other)
+            .await
+            .unwrap();
+        let mut expected = TableSchema::single_table(other.name.clone());
+        expected.key.partition.name = "pk".into();
+        let err = DynamoTable::connect(&options, expected).await.unwrap_err();
+        assert_eq!(err.code(), "table/misconfigured");
+        assert!(err.to_string().contains("key"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_table_without_a_stream_is_refused_by_the_streams_reader() {
+        let Some(endpoint) = endpoint() else { return };
+        let client = client(&endpoint).await;
+        let name = unique("nostream");
+        client
+            .create_table()
+            .table_name(&name)
+            .billing_mode(aws_sdk_dynamodb::types::BillingMode::PayPerRequest)
+            .attribute_definitions(
+                aws_sdk_dynamodb::types::AttributeDefinition::builder()
+                    .attribute_name("pk")
+                    .attribute_type(aws_sdk_dynamodb::types::ScalarAttributeType::S)
+                    .build()
+                    .unwrap(),
+            )
+            .attribute_definitions(
+                aws_sdk_dynamodb::types::AttributeDefinition::builder()
+                    .attribute_name("sk")
+                    .attribute_type(aws_sdk_dynamodb::types::ScalarAttributeType::S)
+                    .build()
+                    .unwrap(),
+            )
+            .key_schema(
+                aws_sdk_dynamodb::types::KeySchemaElement::builder()
+                    .attribute_name("pk")
+                    .key_type(aws_sdk_dynamodb::types::KeyType::Hash)
+                    .build()
+                    .unwrap(),
+            )
+            .key_schema(
+                aws_sdk_dynamodb::types::KeySchemaElement::builder()
+                    .attribute_name("sk")
+                    .key_type(aws_sdk_dynamodb::types::KeyType::Range)
+                    .build()
+                    .unwrap(),
+            )
+            .send()
+            .await
+            .unwrap();
+        let options = options(&endpoint);
+        let table = DynamoTable::connect(&options, TableSchema::single_table(name))
+            .await
+            .unwrap();
+        let err = DynamoStreams::connect(&options, &table).await.unwrap_err();
+        assert_eq!(err.code(), "table/misconfigured");
+        assert!(err.to_string().contains("NEW_AND_OLD_IMAGES"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn hostile_attribute_names_and_values_stay_placeholders() {
+        let Some(t) = super::test_table(crate::contract::schema()).await else {
+            return;
+        };
+        let name = "v) OR attribute_exists(pk";
+        let mut item = Item::from([("pk".to_owned(), s("p")), ("sk".to_owned(), s("s"))]);
+        item.insert(name.to_owned(), n(1));
+        t.put_item(Put::new(item.clone())).await.unwrap();
+        // Spliced into the expression, this would hold through `attribute_exists(pk)`.
+        let err = t
+            .put_item(Put::new(item.clone()).when(Condition::eq(name, n(2))))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "ConditionalCheckFailed");
+        t.put_item(Put::new(item).when(Condition::eq(name, n(1))))
+            .await
+            .unwrap();
+    }
+
+    /// Follower names differ per table: the tests share one checkpoint table.
+    fn follower_name(moto: &super::MotoTable) -> String {
+        format!("summaries-{}", moto.table.schema().name)
+    }
+
+    async fn moto() -> Option<(TestTable, Arc<super::MotoTable>)> {
+        let moto = super::MotoTable::create(crate::common::schema()).await?;
+        let t = TestTable::new(moto.clone(), moto.clone(), "dynamodb");
+        Some((t, moto))
+    }
+
+    #[tokio::test]
+    async fn the_streams_follower_feeds_projections_and_resumes_per_shard() {
+        let Some((t, moto)) = moto().await else {
+            return;
+        };
+        let stream = orders(&t);
+        let id = stream.id([("orderId", "o-1")]).unwrap();
+        stream
+            .append(&id, &[placed("ann"), line(1, 10)], 0)
+            .await
+            .unwrap();
+        let p = summary_projection(&t, false);
+        // Checkpoints in the followed table would feed the stream itself.
+        let same: Arc<dyn Table> = Arc::new(moto.table.clone());
+        let err = StreamsFollower::new(moto.streams.clone(), same, "summaries").unwrap_err();
+        assert_eq!(err.code(), "table/misconfigured");
+
+        let checkpoints: Arc<dyn Table> = Arc::new(moto.checkpoints.clone());
+        let follower = StreamsFollower::new(
+            moto.streams.clone(),
+            checkpoints.clone(),
+            follower_name(&moto),
+        )
+        .unwrap()
+        .batch_size(2);
+        let processed = follower
+            .catch_up(&[&p as &dyn BatchProjection])
+            .await
+            .unwrap();
+        assert!(processed >= 2, "{processed}");
+        let row = summaries(&t)
+            .get(&json!({"orderId": "o-1"}))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(row.total_cents, 10);
+        let shards = moto.streams.shards().await.unwrap();
+        assert!(!shards.is_empty());
+        let checkpoint = follower.checkpoint(&shards[0].id).await.unwrap();
+        assert!(checkpoint.sequence.is_some());
+
+        // A new follower (a restarted service) starts from the checkpoint.
+        stream.append(&id, &[line(2, 5)], 2).await.unwrap();
+        let restarted =
+            StreamsFollower::new(moto.streams.clone(), checkpoints, follower_name(&moto)).unwrap();
+        let results = restarted
+            .poll_once(&[&p as &dyn BatchProjection])
+            .await
+            .unwrap();
+        let records: usize = results.iter().map(|r| r.records).sum();
+        let applied: usize = results
+            .iter()
+            .flat_map(|r| r.rows.iter())
+            .map(|row| row.applied.len())
+            .sum();
+        assert_eq!(applied, 1, "only the new event is applied");
+        assert!(
+            results
+                .iter()
+                .all(|r| r.rows.iter().all(|row| row.already_applied.is_empty())),
+            "nothing before the checkpoint is read again ({records} records)"
+        );
+        let row = summaries(&t)
+            .get(&json!({"orderId": "o-1"}))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(row.total_cents, 20);
+    }
+
+    #[tokio::test]
+    async fn the_streams_follower_holds_a_failed_record() {
+        let Some((t, moto)) = moto().await else {
+            return;
+        };
+        let stream = orders(&t);
+        let id = stream.id([("orderId", "o-1")]).unwrap();
+        stream
+            .append(&id, &[line(1, 10), placed("ann")], 0)
+            .await
+            .unwrap(); // a line before placement fails
+        let p = summary_projection(&t, false);
+        let follower = StreamsFollower::new(
+            moto.streams.clone(),
+            Arc::new(moto.checkpoints.clone()),
+            format!("summaries-{}", moto.table.schema().name),
+        )
+        .unwrap();
+        let results = follower
+            .poll_once(&[&p as &dyn BatchProjection])
+            .await
+            .unwrap();
+        assert_eq!(results[0].first_failure(), Some(0));
+        let shards = moto.streams.shards().await.unwrap();
+        assert_eq!(
+            follower.checkpoint(&shards[0].id).await.unwrap().sequence,
+            None
+        );
+        let again = follower
+            .poll_once(&[&p as &dyn BatchProjection])
+            .await
+            .unwrap();
+        assert_eq!(again[0].failures[0].code, "EvolveFailed");
     }
 }

@@ -119,10 +119,25 @@ impl DynamoStreams {
     }
 
     /// Stores [`ChangeFeed`] checkpoints as items of this table (string
-    /// partition and sort keys), e.g. the table itself.
-    pub fn with_checkpoints(mut self, table: Arc<dyn Table>) -> Self {
+    /// partition and sort keys). It must be another table than the one
+    /// followed: checkpoints written into the followed table would feed the
+    /// stream its own checkpoints, one more record per checkpoint, forever.
+    pub fn with_checkpoints(mut self, table: Arc<dyn Table>) -> Result<Self, TableError> {
+        self.check_checkpoint_table(table.as_ref())?;
         self.checkpoints = Some(table);
-        self
+        Ok(self)
+    }
+
+    fn check_checkpoint_table(&self, table: &dyn Table) -> Result<(), TableError> {
+        if table.schema().name == self.table {
+            return Err(TableError::Misconfigured {
+                message: format!(
+                    "checkpoints of the stream of {} cannot be stored in {0} itself: each checkpoint write would add a record to the stream it follows; use another table (e.g. `eddy dynamo create-table --table {0}-checkpoints`)",
+                    self.table
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// The stream ARN.
@@ -326,22 +341,33 @@ impl ChangeFeed for DynamoStreams {
     }
 
     async fn load_checkpoint(&self, consumer: &str) -> Result<Option<String>, TableError> {
-        let key = checkpoint_key(self.checkpoint_table()?.as_ref(), consumer, "*")?;
+        let key = checkpoint_key(
+            self.checkpoint_table()?.as_ref(),
+            consumer,
+            &self.stream_arn,
+            "*",
+        )?;
         let item = self.checkpoint_table()?.get_item(key).await?;
         Ok(item.and_then(|i| crate::item::get_str(&i, "sequence").map(str::to_owned)))
     }
 
     async fn save_checkpoint(&self, consumer: &str, sequence: &str) -> Result<(), TableError> {
         let table = self.checkpoint_table()?;
-        let mut item = checkpoint_key(table.as_ref(), consumer, "*")?;
+        let mut item = checkpoint_key(table.as_ref(), consumer, &self.stream_arn, "*")?;
         item.insert("sequence".into(), AttributeValue::S(sequence.to_owned()));
         table.put_item(Put::new(item)).await
     }
 }
 
 /// The key of a checkpoint item: partition `$eddy#streams#<consumer>`,
-/// sort `<shard>` (`*` for the whole stream).
-fn checkpoint_key(table: &dyn Table, consumer: &str, shard: &str) -> Result<Item, TableError> {
+/// sort `<stream ARN>#<shard>` (`*` for the whole stream). The ARN keeps
+/// the checkpoints of two tables (or of a re-enabled stream) apart.
+fn checkpoint_key(
+    table: &dyn Table,
+    consumer: &str,
+    stream_arn: &str,
+    shard: &str,
+) -> Result<Item, TableError> {
     let key = &table.schema().key;
     let Some(sort) = &key.sort else {
         return Err(TableError::Misconfigured {
@@ -353,7 +379,10 @@ fn checkpoint_key(table: &dyn Table, consumer: &str, shard: &str) -> Result<Item
             key.partition.name.clone(),
             AttributeValue::S(format!("$eddy#streams#{consumer}")),
         ),
-        (sort.name.clone(), AttributeValue::S(shard.to_owned())),
+        (
+            sort.name.clone(),
+            AttributeValue::S(format!("{stream_arn}#{shard}")),
+        ),
     ]))
 }
 
@@ -385,18 +414,20 @@ pub struct ShardCheckpoint {
 
 impl StreamsFollower {
     /// A follower named `name` (the key of its checkpoints in
-    /// `checkpoints`, a table with string partition and sort keys).
+    /// `checkpoints`: another table than the followed one, with string
+    /// partition and sort keys; [`TableError::Misconfigured`] otherwise).
     pub fn new(
         streams: DynamoStreams,
         checkpoints: Arc<dyn Table>,
         name: impl Into<String>,
-    ) -> Self {
-        Self {
+    ) -> Result<Self, TableError> {
+        streams.check_checkpoint_table(checkpoints.as_ref())?;
+        Ok(Self {
             streams,
             checkpoints,
             name: name.into(),
             batch_size: 100,
-        }
+        })
     }
 
     /// Sets the most records per batch (1 to 1000).
@@ -407,7 +438,12 @@ impl StreamsFollower {
 
     /// The checkpoint of one shard.
     pub async fn checkpoint(&self, shard: &str) -> Result<ShardCheckpoint, TableError> {
-        let key = checkpoint_key(self.checkpoints.as_ref(), &self.name, shard)?;
+        let key = checkpoint_key(
+            self.checkpoints.as_ref(),
+            &self.name,
+            &self.streams.stream_arn,
+            shard,
+        )?;
         let item = self.checkpoints.get_item(key).await?;
         Ok(match item {
             None => ShardCheckpoint::default(),
@@ -424,7 +460,12 @@ impl StreamsFollower {
         sequence: Option<&str>,
         finished: bool,
     ) -> Result<(), TableError> {
-        let key = checkpoint_key(self.checkpoints.as_ref(), &self.name, shard)?;
+        let key = checkpoint_key(
+            self.checkpoints.as_ref(),
+            &self.name,
+            &self.streams.stream_arn,
+            shard,
+        )?;
         let mut update = Update::new().set("finished", AttributeValue::Bool(finished));
         if let Some(sequence) = sequence {
             update = update.set("sequence", AttributeValue::S(sequence.to_owned()));
