@@ -196,3 +196,34 @@ async fn shutdown_finishes_an_append_in_flight() {
             .expect("read");
     assert_eq!(chunk.messages, vec![bytes::Bytes::from("helloworld")]);
 }
+
+#[tokio::test]
+async fn the_remote_client_sends_its_token() {
+    use eddy_server::RemoteStorage;
+    use eddy_streams::{Payload, Storage, StreamConfig, StreamPath};
+    let server = start(ServerConfig {
+        auth_token: Some("t0ken".into()),
+        ..ServerConfig::default()
+    })
+    .await;
+    let path = StreamPath::new("guarded").expect("path");
+    let anonymous = RemoteStorage::new(&server.url()).expect("client");
+    let refused = anonymous
+        .create(&path, StreamConfig::json(), Payload::empty())
+        .await
+        .err()
+        .map(|e| e.to_string());
+    assert!(
+        refused.is_some_and(|m| m.contains("401")),
+        "refused without the token"
+    );
+    let trusted = RemoteStorage::new(&server.url())
+        .expect("client")
+        .with_token("t0ken");
+    let created = trusted
+        .create(&path, StreamConfig::json(), Payload::empty())
+        .await
+        .expect("create with the token");
+    assert!(created.created);
+    server.stop().await.expect("stop");
+}
