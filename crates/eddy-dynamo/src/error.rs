@@ -81,7 +81,7 @@ pub enum TableError {
     },
     /// The request is invalid; nothing was changed.
     #[error("ValidationException: {0}")]
-    Validation(#[from] ValidationError),
+    Validation(ValidationError),
     /// The table does not exist (DynamoDB's `ResourceNotFoundException`).
     #[error("ResourceNotFoundException: table {table} does not exist at this endpoint and region ({message}); create it with `eddy dynamo create-table --table {table}` or check AWS_REGION / AWS_ENDPOINT_URL")]
     TableNotFound {
@@ -117,6 +117,14 @@ pub enum TableError {
         /// What failed.
         message: String,
     },
+}
+
+// Not `#[from]`: that would make the validation error the source too, and
+// `{:#}` would print its message twice.
+impl From<ValidationError> for TableError {
+    fn from(e: ValidationError) -> Self {
+        TableError::Validation(e)
+    }
 }
 
 impl TableError {

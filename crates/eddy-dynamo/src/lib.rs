@@ -79,6 +79,8 @@ mod accounting;
 mod app_schema;
 mod batch;
 mod change_feed;
+#[cfg(feature = "aws")]
+pub mod cli;
 mod command;
 mod condition;
 #[cfg(feature = "aws")]

@@ -20,6 +20,9 @@ enum Command {
     Serve(eddy_server::ServeArgs),
     /// Stream tools on the embedded store: create, append, read, tail, close, delete, ls.
     Streams(streams::StreamsArgs),
+    /// Amazon DynamoDB tools: create-table (feature `aws`).
+    #[cfg(feature = "aws")]
+    Dynamo(eddy_dynamo::cli::DynamoArgs),
 }
 
 #[tokio::main]
@@ -27,6 +30,8 @@ async fn main() -> std::process::ExitCode {
     let outcome = match Cli::parse().command {
         Command::Serve(args) => eddy_server::serve(args).await,
         Command::Streams(args) => streams::run(args).await,
+        #[cfg(feature = "aws")]
+        Command::Dynamo(args) => eddy_dynamo::cli::run(args).await.map_err(Into::into),
     };
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,
