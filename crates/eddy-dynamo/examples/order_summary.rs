@@ -3,7 +3,11 @@
 //! line before it was placed: a poison event that fails its row, so the
 //! partial batch response names its record.
 //!
-//! Run with `cargo run -p eddy-dynamo --example order_summary [path.db]`.
+//! Run with `cargo run -p eddy-dynamo --example order_summary [path.db]`,
+//! or on DynamoDB (a fresh table with a unique name, read back through
+//! DynamoDB Streams) with `cargo run -p eddy-dynamo --features aws --example
+//! order_summary -- --dynamodb-endpoint URL` (or `AWS_ENDPOINT_URL` set);
+//! credentials and region come from the AWS environment.
 
 use std::sync::Arc;
 
@@ -35,9 +39,43 @@ struct Report {
     poison_sequence: Option<String>,
 }
 
-async fn run(path: &std::path::Path) -> anyhow::Result<Report> {
-    let table = EmbeddedTable::open_sqlite(path, TableSchema::single_table("shop"))?;
-    let shared: Arc<dyn eddy_dynamo::Table> = Arc::new(table.clone());
+/// Where the example runs.
+enum Target {
+    /// The embedded table in this SQLite file.
+    Sqlite(std::path::PathBuf),
+    /// DynamoDB with these options.
+    #[cfg(feature = "aws")]
+    Dynamo(eddy_dynamo::DynamoOptions),
+}
+
+/// Opens the table and its change feed.
+async fn open(
+    target: &Target,
+) -> anyhow::Result<(Arc<dyn eddy_dynamo::Table>, Arc<dyn ChangeFeed>)> {
+    match target {
+        Target::Sqlite(path) => {
+            let table = EmbeddedTable::open_sqlite(path, TableSchema::single_table("shop"))?;
+            Ok((Arc::new(table.clone()), Arc::new(table)))
+        }
+        #[cfg(feature = "aws")]
+        Target::Dynamo(options) => {
+            let name = format!("shop-example-{:08x}", fastrand::u32(..));
+            let schema = TableSchema::single_table(name);
+            let client = aws_sdk_dynamodb::Client::new(&options.sdk_config().await?);
+            eddy_dynamo::create_table(&client, &schema).await?;
+            let table = eddy_dynamo::DynamoTable::connect(options, schema).await?;
+            let feed = eddy_dynamo::DynamoStreams::connect(options, &table).await?;
+            println!(
+                "table {} on DynamoDB",
+                eddy_dynamo::Table::schema(&table).name
+            );
+            Ok((Arc::new(table), Arc::new(feed)))
+        }
+    }
+}
+
+async fn run(target: &Target) -> anyhow::Result<Report> {
+    let (shared, table) = open(target).await?;
     let app = AppSchema::new("shop", 1);
     let orders =
         make_stream::<OrderEvent>(Arc::clone(&shared), app.clone(), "Order", &["orderId"])?;
@@ -131,13 +169,34 @@ async fn run(path: &std::path::Path) -> anyhow::Result<Report> {
     })
 }
 
+/// `--dynamodb-endpoint URL` or `AWS_ENDPOINT_URL`, if given.
+#[cfg(feature = "aws")]
+fn dynamodb_endpoint(args: &[String]) -> Option<String> {
+    args.iter()
+        .position(|a| a == "--dynamodb-endpoint")
+        .and_then(|i| args.get(i + 1).cloned())
+        .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let path = std::env::args()
-        .nth(1)
-        .map_or_else(|| dir.path().join("shop.db"), Into::into);
-    let report = run(&path).await?;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let sqlite = || {
+        Target::Sqlite(
+            args.first()
+                .filter(|a| !a.starts_with("--"))
+                .map_or_else(|| dir.path().join("shop.db"), Into::into),
+        )
+    };
+    #[cfg(feature = "aws")]
+    let target = match dynamodb_endpoint(&args) {
+        Some(url) => Target::Dynamo(eddy_dynamo::DynamoOptions::from_env().endpoint(url)),
+        None => sqlite(),
+    };
+    #[cfg(not(feature = "aws"))]
+    let target = sqlite();
+    let report = run(&target).await?;
     println!("read model:");
     for row in &report.rows {
         println!("  {}", serde_json::to_string(row)?);
@@ -165,7 +224,34 @@ mod tests {
     #[tokio::test]
     async fn the_example_folds_orders_and_reports_the_poison_record() {
         let dir = tempfile::tempdir().unwrap();
-        let report = run(&dir.path().join("shop.db")).await.unwrap();
+        let report = run(&Target::Sqlite(dir.path().join("shop.db")))
+            .await
+            .unwrap();
+        check(report);
+    }
+
+    /// The same run on DynamoDB (moto, from `scripts/moto.sh start`).
+    #[cfg(feature = "aws")]
+    #[tokio::test]
+    async fn the_example_runs_on_dynamodb() {
+        let Ok(endpoint) = std::env::var("EDDY_DYNAMODB_ENDPOINT") else {
+            assert_eq!(
+                std::env::var("EDDY_SKIP_MOTO").as_deref(),
+                Ok("1"),
+                "EDDY_DYNAMODB_ENDPOINT is not set: run `eval \"$(scripts/moto.sh start)\"` or set EDDY_SKIP_MOTO=1"
+            );
+            eprintln!("backend: dynamodb SKIPPED (EDDY_SKIP_MOTO=1)");
+            return;
+        };
+        eprintln!("backend: dynamodb (moto at {endpoint})");
+        let options = eddy_dynamo::DynamoOptions::from_env()
+            .endpoint(endpoint)
+            .region("us-east-1")
+            .credentials("testing", "testing");
+        check(run(&Target::Dynamo(options)).await.unwrap());
+    }
+
+    fn check(report: Report) {
         let totals: Vec<(&str, u32, u64)> = report
             .rows
             .iter()
