@@ -3,6 +3,8 @@
 mod batch;
 mod common;
 mod contract;
+#[cfg(feature = "aws")]
+mod dynamo_faults;
 mod embedded;
 mod entity;
 mod follower;

@@ -22,6 +22,9 @@ pub struct DynamoOptions {
     /// transiently failed request gives up (exponential backoff with jitter
     /// between them). Default 8.
     pub max_attempts: u32,
+    /// The base of the exponential backoff between attempts. Default 25 ms,
+    /// the base DynamoDB's own clients use.
+    pub initial_backoff: std::time::Duration,
 }
 
 impl Default for DynamoOptions {
@@ -31,6 +34,7 @@ impl Default for DynamoOptions {
             region: None,
             credentials: None,
             max_attempts: 8,
+            initial_backoff: std::time::Duration::from_millis(25),
         }
     }
 }
@@ -73,8 +77,11 @@ impl DynamoOptions {
     /// endpoint gets `us-east-1` (local servers ignore it); otherwise it is
     /// a [`TableError::Misconfigured`].
     pub async fn sdk_config(&self) -> Result<SdkConfig, TableError> {
-        let mut loader = aws_config::defaults(BehaviorVersion::latest())
-            .retry_config(RetryConfig::standard().with_max_attempts(self.max_attempts.max(1)));
+        let mut loader = aws_config::defaults(BehaviorVersion::latest()).retry_config(
+            RetryConfig::standard()
+                .with_max_attempts(self.max_attempts.max(1))
+                .with_initial_backoff(self.initial_backoff),
+        );
         if let Some(region) = &self.region {
             loader = loader.region(Region::new(region.clone()));
         }

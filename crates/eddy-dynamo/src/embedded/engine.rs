@@ -114,13 +114,16 @@ pub(crate) fn transact(
     commit(store, schema, changes, now, None)
 }
 
+/// An encoded `(pk, sk)`, as [`encode_key`] makes it.
+pub(crate) type EncodedKey = (String, String);
+
 /// Validates every request of a transaction before any item is read: the
 /// count, keys and index key types, item sizes, key updates and duplicate
 /// targets. Returns each request's key and encoded key, in order.
 pub(crate) fn validate_transaction(
     schema: &TableSchema,
     items: &[TransactWriteItem],
-) -> Result<Vec<(Item, (String, String))>, TableError> {
+) -> Result<Vec<(Item, EncodedKey)>, TableError> {
     if items.is_empty() {
         return Err(ValidationError::EmptyTransaction.into());
     }
