@@ -29,6 +29,17 @@
 //!   the embedded feed with a durable checkpoint, and
 //!   [`handle_stream_event`] from a Lambda trigger.
 //!
+//! - **Amazon DynamoDB** (feature `aws`): `DynamoTable` implements
+//!   [`Table`] with `aws-sdk-dynamodb` (requests validated as the embedded
+//!   table validates them, expressions with placeholders only, the SDK's
+//!   retries with backoff for throttling); `create_table` provisions the
+//!   single table idempotently; `DynamoStreams` reads the table's DynamoDB
+//!   Streams in the Lambda record shape and `StreamsFollower` feeds
+//!   [`process_batch`] with a durable checkpoint per shard; the `cli` module
+//!   holds `eddy dynamo create-table`.
+//! - **Request accounting**: every backend counts its requests by kind
+//!   ([`Table::request_stats`], [`RequestStats`]).
+//!
 //! Every error has a stable code: [`TableError::code`] and [`Error::code`].
 //!
 //! # Example
@@ -60,7 +71,11 @@
 //!
 //! | feature | what it adds |
 //! | --- | --- |
+//! | `aws` | `DynamoTable`, `DynamoOptions`, `create_table` / `verify_table`, `DynamoStreams`, `StreamsFollower`, and the `cli` module (`eddy dynamo`), on `aws-sdk-dynamodb` and `aws-sdk-dynamodbstreams` |
 //! | `lambda` | the `lambda` example binary on `lambda_runtime` |
+//!
+//! Without features the crate builds no AWS SDK (the SDK takes minutes to
+//! compile); the embedded table needs none.
 //!
 //! # Where the Rust shape differs from the spec
 //!
@@ -73,6 +88,11 @@
 //!   `ProjectionSourceConflict` instead of corrupting the checkpoint.
 //! - `process_batch` takes records in the Lambda shape only: the embedded
 //!   feed produces that shape too, so no `source` option is needed.
+//! - DynamoDB Streams records are converted to the Lambda shape as they are
+//!   read, so the follower and Lambda share one decoding path.
+//! - `StreamsFollower` keeps its per-shard checkpoints as items of another
+//!   table (refused in the followed table, whose stream would then carry
+//!   its own checkpoints).
 #![deny(missing_docs)]
 
 mod accounting;
