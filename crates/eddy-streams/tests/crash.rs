@@ -108,8 +108,16 @@ fn acknowledged_appends_survive_sigkill() {
             }
         });
         // The harness prints the test name on the same line first.
-        let ready = lines.iter().find(|l| l.ends_with("ready"));
-        assert!(ready.is_some(), "writer of round {round} did not start");
+        let started = Instant::now() + Duration::from_secs(60);
+        let ready = std::iter::from_fn(|| {
+            let left = started.checked_duration_since(Instant::now())?;
+            lines.recv_timeout(left).ok()
+        })
+        .any(|l| l.ends_with("ready"));
+        if !ready {
+            let _ = child.kill();
+        }
+        assert!(ready, "writer of round {round} did not start within 60 s");
         seed = seed
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);

@@ -120,14 +120,16 @@ fn commit_group(
         }
         events.clear();
     }
-    for answer in answers {
-        answer.send();
-    }
+    // Signal first, so the `committed` feed never lags a caller that has
+    // already heard its answer.
     for event in events {
         match event {
             Event::Committed(committed) => notifier.commit(committed),
             Event::Deleted(path) => notifier.touch(&path),
         }
+    }
+    for answer in answers {
+        answer.send();
     }
 }
 
