@@ -9,9 +9,27 @@ use eddy_dynamo::{s, DynamoOptions, DynamoTable, Item, Put, Table, TableSchema};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+/// What the fault server answers: status and JSON body, given the
+/// operation (`X-Amz-Target`) and the request body.
+type Handler = Arc<dyn Fn(&str, &str) -> (u16, String) + Send + Sync>;
+
 /// Starts a server that answers every request with `error_type`; returns
 /// its URL and the request counter.
 async fn failing_server(error_type: &'static str) -> (String, Arc<AtomicUsize>) {
+    server(Arc::new(move |_, _| {
+        (
+            400,
+            format!(
+                r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{error_type}","message":"injected {error_type}"}}"#
+            ),
+        )
+    }))
+    .await
+}
+
+/// Starts a server that answers with `handler`; returns its URL and the
+/// request counter.
+async fn server(handler: Handler) -> (String, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let count = Arc::new(AtomicUsize::new(0));
@@ -19,6 +37,7 @@ async fn failing_server(error_type: &'static str) -> (String, Arc<AtomicUsize>) 
     tokio::spawn(async move {
         while let Ok((mut socket, _)) = listener.accept().await {
             let seen = seen.clone();
+            let handler = handler.clone();
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 4096];
@@ -45,13 +64,20 @@ async fn failing_server(error_type: &'static str) -> (String, Arc<AtomicUsize>) 
                             Ok(n) => buf.extend_from_slice(&chunk[..n]),
                         }
                     }
+                    let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+                    let target = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("x-amz-target:"))
+                        .map(|v| v.trim().rsplit('.').next().unwrap_or_default().to_owned())
+                        .unwrap_or_default();
+                    let body =
+                        String::from_utf8_lossy(&buf[head_end..head_end + length]).into_owned();
                     buf.drain(..head_end + length);
                     seen.fetch_add(1, Ordering::SeqCst);
-                    let body = format!(
-                        r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{error_type}","message":"injected {error_type}"}}"#
-                    );
+                    let (status, body) = handler(&target, &body);
+                    let reason = if status == 200 { "OK" } else { "Bad Request" };
                     let response = format!(
-                        "HTTP/1.1 400 Bad Request\r\nContent-Type: application/x-amz-json-1.0\r\nx-amzn-RequestId: test\r\nContent-Length: {}\r\n\r\n{body}",
+                        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/x-amz-json-1.0\r\nx-amzn-RequestId: test\r\nContent-Length: {}\r\n\r\n{body}",
                         body.len()
                     );
                     if socket.write_all(response.as_bytes()).await.is_err() {
@@ -122,4 +148,90 @@ async fn an_unreachable_endpoint_is_a_storage_failure_that_names_it() {
     let err = t.get_item(key()).await.unwrap_err();
     assert_eq!(err.code(), "storage-failure");
     assert!(err.to_string().contains("endpoint"), "{err}");
+}
+
+#[tokio::test]
+async fn unprocessed_batch_keys_are_retried() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let item = |sk: &str| format!(r#"{{"pk":{{"S":"p"}},"sk":{{"S":"{sk}"}}}}"#);
+    let (url, count) = server(Arc::new(move |target, body| {
+        assert_eq!(target, "batchgetitem", "{body}");
+        if seen.fetch_add(1, Ordering::SeqCst) == 0 {
+            // The first answer holds one item and leaves the other unprocessed.
+            (
+                200,
+                format!(
+                    r#"{{"Responses":{{"faults":[{}]}},"UnprocessedKeys":{{"faults":{{"Keys":[{}],"ConsistentRead":true}}}}}}"#,
+                    item("a"),
+                    item("b")
+                ),
+            )
+        } else {
+            assert!(body.contains(r#""b""#) && !body.contains(r#""a""#), "{body}");
+            (
+                200,
+                format!(
+                    r#"{{"Responses":{{"faults":[{}]}},"UnprocessedKeys":{{}}}}"#,
+                    item("b")
+                ),
+            )
+        }
+    }))
+    .await;
+    let t = table(&url, 1).await;
+    let keys = ["a", "b", "a"]
+        .iter()
+        .map(|sk| Item::from([("pk".to_owned(), s("p")), ("sk".to_owned(), s(*sk))]))
+        .collect();
+    let mut found = t.batch_get_item(keys).await.unwrap();
+    found.sort_by_key(|i| eddy_dynamo::get_str(i, "sk").unwrap_or_default().to_owned());
+    let sks: Vec<_> = found
+        .iter()
+        .map(|i| eddy_dynamo::get_str(i, "sk").unwrap_or_default())
+        .collect();
+    assert_eq!(sks, ["a", "b"]);
+    assert_eq!(count.load(Ordering::SeqCst), 2);
+    let stats = t.request_stats();
+    assert_eq!((stats.reads, stats.items_read), (2, 2));
+}
+
+#[tokio::test]
+async fn an_expired_shard_iterator_is_renewed() {
+    let iterators = Arc::new(AtomicUsize::new(0));
+    let seen = iterators.clone();
+    let (url, _) = server(Arc::new(move |target, body| match target {
+        "getsharditerator" => {
+            let n = seen.fetch_add(1, Ordering::SeqCst);
+            (200, format!(r#"{{"ShardIterator":"it-{n}"}}"#))
+        }
+        "getrecords" if body.contains("it-0") => (
+            400,
+            r#"{"__type":"com.amazonaws.dynamodb.v20120810#ExpiredIteratorException","message":"Iterator expired"}"#.to_owned(),
+        ),
+        "getrecords" => (
+            200,
+            r#"{"Records":[{"eventID":"e1","eventName":"INSERT","eventVersion":"1.1","eventSource":"aws:dynamodb","awsRegion":"us-east-1","dynamodb":{"Keys":{"pk":{"S":"p"},"sk":{"S":"s"}},"NewImage":{"pk":{"S":"p"},"sk":{"S":"s"}},"SequenceNumber":"100","SizeBytes":10,"StreamViewType":"NEW_AND_OLD_IMAGES"}}]}"#.to_owned(),
+        ),
+        other => panic!("unexpected {other}: {body}"),
+    }))
+    .await;
+    let options = DynamoOptions::from_env()
+        .endpoint(&url)
+        .region("us-east-1")
+        .credentials("testing", "testing")
+        .max_attempts(1);
+    let client = aws_sdk_dynamodbstreams::Client::new(&options.sdk_config().await.unwrap());
+    let streams = eddy_dynamo::DynamoStreams::new(client, "arn:test/stream", "faults");
+    let read = streams.read_shard("shard-1", None, 10).await.unwrap();
+    assert_eq!(read.records.len(), 1);
+    assert_eq!(
+        read.records[0].change.sequence_number.as_deref(),
+        Some("100")
+    );
+    assert!(
+        read.exhausted,
+        "no next iterator: the shard is closed and read"
+    );
+    assert_eq!(iterators.load(Ordering::SeqCst), 2, "one renewal");
 }
