@@ -118,3 +118,71 @@ pub async fn run(args: DynamoArgs) -> Result<(), TableError> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: Top,
+    }
+
+    #[derive(Subcommand)]
+    enum Top {
+        Dynamo(DynamoArgs),
+    }
+
+    fn parse(args: &[&str]) -> Result<CreateTableArgs, clap::Error> {
+        let cli = Cli::try_parse_from(["eddy", "dynamo", "create-table"].iter().chain(args))?;
+        let Top::Dynamo(DynamoArgs {
+            command: DynamoCommand::CreateTable(args),
+        }) = cli.command;
+        Ok(args)
+    }
+
+    #[test]
+    fn create_table_arguments_make_the_schema() {
+        let args = parse(&[
+            "--table",
+            "shop",
+            "--index",
+            "gsi1",
+            "--index",
+            "byCustomer",
+        ])
+        .unwrap();
+        let schema = args.schema().unwrap();
+        assert_eq!(schema.name, "shop");
+        let indexes: Vec<(&str, &str)> = schema
+            .indexes
+            .iter()
+            .map(|i| (i.name.as_str(), i.key.partition.name.as_str()))
+            .collect();
+        assert_eq!(
+            indexes,
+            [("gsi1", "gsi1pk"), ("byCustomer", "byCustomerpk")]
+        );
+        assert_eq!(schema.ttl_attribute.as_deref(), Some("ttl"));
+
+        let defaults = parse(&["--table", "shop"]).unwrap().schema().unwrap();
+        assert_eq!(defaults.indexes.len(), 1);
+        let none = parse(&["--table", "shop", "--no-indexes"])
+            .unwrap()
+            .schema()
+            .unwrap();
+        assert!(none.indexes.is_empty());
+    }
+
+    #[test]
+    fn bad_names_are_refused_before_any_request() {
+        for bad in ["ab", "has space", "émoji"] {
+            let err = parse(&["--table", bad]).unwrap().schema().unwrap_err();
+            assert_eq!(err.code(), "ValidationException", "{bad}");
+        }
+        assert!(parse(&[]).is_err(), "--table is required");
+    }
+}

@@ -16,20 +16,22 @@ use crate::update::{Update, UpdateAction};
 /// The placeholders of one request's expressions.
 #[derive(Debug, Default)]
 pub(crate) struct Placeholders {
+    /// Placeholder to attribute name (`ExpressionAttributeNames`).
     names: HashMap<String, String>,
+    /// Attribute name to placeholder, so each name gets one.
+    by_name: HashMap<String, String>,
     values: HashMap<String, Sdk>,
 }
 
 impl Placeholders {
     /// The placeholder of an attribute name (one per distinct name).
     pub(crate) fn name(&mut self, name: &str) -> String {
-        let next = self.names.len();
-        // Keyed by placeholder; find an existing one first.
-        if let Some((placeholder, _)) = self.names.iter().find(|(_, n)| n.as_str() == name) {
+        if let Some(placeholder) = self.by_name.get(name) {
             return placeholder.clone();
         }
-        let placeholder = format!("#n{next}");
+        let placeholder = format!("#n{}", self.names.len());
         self.names.insert(placeholder.clone(), name.to_owned());
+        self.by_name.insert(name.to_owned(), placeholder.clone());
         placeholder
     }
 
