@@ -14,6 +14,9 @@ use std::sync::Arc;
 /// - `items_read` / `items_written`: items returned by reads and
 ///   transactional reads, and items in write requests and write
 ///   transactions (condition checks included).
+///
+/// A write whose condition failed counts (DynamoDB bills it); a request
+/// refused by validation before it reached the table does not.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RequestStats {
     /// Single-item and query reads.

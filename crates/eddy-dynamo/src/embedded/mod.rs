@@ -96,13 +96,23 @@ impl EmbeddedTable {
         self.changed.notified().await;
     }
 
+    /// Counts a write the engine refused for its condition: DynamoDB bills
+    /// those too. A request that failed validation never reached a table
+    /// and is not counted.
+    fn count_refused(&self, error: &TableError, count: impl FnOnce(&RequestCounter)) {
+        if error.is_condition_failure() {
+            count(&self.requests);
+        }
+    }
+
     /// A single write (`PutItem` / `DeleteItem`), counted as one.
     async fn write_one(&self, item: TransactWriteItem) -> Result<(), TableError> {
         let records = self
             .run(move |store, schema| {
                 crate::table::single(engine::transact(store, schema, vec![item], Utc::now()))
             })
-            .await?;
+            .await
+            .inspect_err(|e| self.count_refused(e, RequestCounter::write))?;
         self.requests.write();
         if !records.is_empty() {
             self.changed.notify_waiters();
@@ -206,7 +216,8 @@ impl Table for EmbeddedTable {
                     .ok_or_else(|| TableError::storage("the updated item is missing"))?;
                 Ok((records, item))
             })
-            .await?;
+            .await
+            .inspect_err(|e| self.count_refused(e, RequestCounter::write))?;
         self.requests.write();
         if !records.is_empty() {
             self.changed.notify_waiters();
@@ -218,7 +229,8 @@ impl Table for EmbeddedTable {
         let count = items.len();
         let records = self
             .run(move |store, schema| engine::transact(store, schema, items, Utc::now()))
-            .await?;
+            .await
+            .inspect_err(|e| self.count_refused(e, |r| r.transact_write(count)))?;
         self.requests.transact_write(count);
         if !records.is_empty() {
             self.changed.notify_waiters();
