@@ -246,13 +246,39 @@ pub(super) fn insert_messages(
     first: u64,
     messages: &[bytes::Bytes],
 ) -> Result<(), StreamError> {
+    // Whole groups go in one multi-row statement: far fewer statement
+    // executions for batched appends; the rest go one by one.
+    let mut groups = messages.chunks_exact(ROWS_PER_INSERT);
+    let mut seq = first as i64;
+    if groups.len() > 0 {
+        let mut stmt = conn.prepare_cached(&INSERT_GROUP)?;
+        for group in groups.by_ref() {
+            for (i, message) in group.iter().enumerate() {
+                stmt.raw_bind_parameter(3 * i + 1, id)?;
+                stmt.raw_bind_parameter(3 * i + 2, seq + i as i64)?;
+                stmt.raw_bind_parameter(3 * i + 3, message.as_ref())?;
+            }
+            stmt.raw_execute()?;
+            seq += ROWS_PER_INSERT as i64;
+        }
+    }
     let mut stmt =
         conn.prepare_cached("INSERT INTO messages (stream_id, seq, data) VALUES (?1, ?2, ?3)")?;
-    for (i, message) in messages.iter().enumerate() {
-        stmt.execute(params![id, (first + i as u64) as i64, message.as_ref()])?;
+    for message in groups.remainder() {
+        stmt.execute(params![id, seq, message.as_ref()])?;
+        seq += 1;
     }
     Ok(())
 }
+
+/// Rows per multi-row insert.
+const ROWS_PER_INSERT: usize = 32;
+
+/// `INSERT … VALUES (?, ?, ?), …` for [`ROWS_PER_INSERT`] rows.
+static INSERT_GROUP: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let rows = vec!["(?, ?, ?)"; ROWS_PER_INSERT].join(", ");
+    format!("INSERT INTO messages (stream_id, seq, data) VALUES {rows}")
+});
 
 /// A producer's stored state on a stream.
 pub(super) fn producer(

@@ -21,6 +21,7 @@ macro_rules! every_case {
             create_with_initial_data_and_closed,
             append_returns_increasing_canonical_offsets,
             json_arrays_flatten_one_level,
+            large_batches_keep_every_message_in_order,
             bad_json_and_empty_arrays_write_nothing,
             content_type_mismatch_writes_nothing,
             byte_streams_keep_each_append_whole,
@@ -173,6 +174,25 @@ pub async fn append_returns_increasing_canonical_offsets(store: Arc<dyn Storage>
         assert_eq!(next.to_string().len(), 33);
         last = next;
     }
+}
+
+pub async fn large_batches_keep_every_message_in_order(store: Arc<dyn Storage>) {
+    let p = json_stream(&*store, "large-batch").await;
+    for batch in [1usize, 31, 32, 33, 100, 257] {
+        let before = store.head(&p).await.expect("head").tail.position();
+        let items: Vec<String> = (0..batch)
+            .map(|i| format!("{}", before + i as u64))
+            .collect();
+        let appended = store
+            .append(&p, Append::body(format!("[{}]", items.join(","))))
+            .await
+            .expect("append");
+        assert_eq!(appended.next_offset.position(), before + batch as u64);
+    }
+    let all = read_all(&*store, &p).await;
+    let expected: Vec<String> = (0..all.len()).map(|i| i.to_string()).collect();
+    assert_eq!(all.len(), 1 + 31 + 32 + 33 + 100 + 257);
+    assert_eq!(all, expected, "each message sits at its own position");
 }
 
 pub async fn json_arrays_flatten_one_level(store: Arc<dyn Storage>) {
