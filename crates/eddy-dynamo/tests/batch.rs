@@ -7,7 +7,7 @@ use eddy_dynamo::{
 };
 use serde_json::json;
 
-use crate::common::{line, orders, placed, summaries, summary_projection, table, TestTable};
+use crate::common::{line, orders, placed, summary_of, summary_projection, table, TestTable};
 
 /// Writes an event item of a type the stream does not have.
 async fn append_poison(t: &TestTable, order: &str, version: u64) {
@@ -60,20 +60,12 @@ pub async fn a_poison_record_is_reported_and_nothing_after_it_in_its_stream_is_d
         response,
         json!({"batchItemFailures": [{"itemIdentifier": poison_seq}]})
     );
-    let o1_row = summaries(&t)
-        .get(&json!({"orderId": "o-1"}))
-        .await
-        .unwrap()
-        .unwrap();
+    let o1_row = summary_of(&t, "o-1").await;
     assert_eq!(
         o1_row.total_cents, 10,
         "the events before the poison are applied, the one after is not"
     );
-    let o2_row = summaries(&t)
-        .get(&json!({"orderId": "o-2"}))
-        .await
-        .unwrap()
-        .unwrap();
+    let o2_row = summary_of(&t, "o-2").await;
     assert_eq!(o2_row.total_cents, 10);
 
     // The feed now also holds the read-model rows: they are ignored.
@@ -213,11 +205,7 @@ async fn a_lambda_dynamodb_streams_event_is_decoded_and_answered() {
         serde_json::to_string(&response).unwrap(),
         r#"{"batchItemFailures":[{"itemIdentifier":"4421584500000000017450439093"}]}"#
     );
-    let row = summaries(&t)
-        .get(&json!({"orderId": "o-9"}))
-        .await
-        .unwrap()
-        .unwrap();
+    let row = summary_of(&t, "o-9").await;
     assert_eq!(row.customer, "dee");
 }
 

@@ -6,9 +6,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use eddy_dynamo::{
-    make_stream, AppSchema, ChangeFeed, ChangeRecord, Delete, EmbeddedTable, Entity, EventStream,
-    Item, KeyComposite, Put, Query, QueryPage, RequestStats, Table, TableError, TableSchema,
-    TransactWriteItem, UpdateItem,
+    make_stream, AppSchema, ChangeFeed, ChangeRecord, EmbeddedTable, Entity, EventStream,
+    KeyComposite, Table, TableError, TableSchema,
 };
 use serde::{Deserialize, Serialize};
 
@@ -67,39 +66,69 @@ macro_rules! backend_tests {
     };
 }
 
-#[async_trait]
-impl Table for TestTable {
-    fn schema(&self) -> &TableSchema {
-        self.table.schema()
-    }
-    fn request_stats(&self) -> RequestStats {
-        self.table.request_stats()
-    }
-    async fn get_item(&self, key: Item) -> Result<Option<Item>, TableError> {
-        self.table.get_item(key).await
-    }
-    async fn transact_get_items(&self, keys: Vec<Item>) -> Result<Vec<Option<Item>>, TableError> {
-        self.table.transact_get_items(keys).await
-    }
-    async fn query(&self, query: Query) -> Result<QueryPage, TableError> {
-        self.table.query(query).await
-    }
-    async fn transact_write_items(&self, items: Vec<TransactWriteItem>) -> Result<(), TableError> {
-        self.table.transact_write_items(items).await
-    }
-    async fn put_item(&self, put: Put) -> Result<(), TableError> {
-        self.table.put_item(put).await
-    }
-    async fn update_item(&self, update: UpdateItem) -> Result<Item, TableError> {
-        self.table.update_item(update).await
-    }
-    async fn delete_item(&self, delete: Delete) -> Result<(), TableError> {
-        self.table.delete_item(delete).await
-    }
-    async fn batch_get_item(&self, keys: Vec<Item>) -> Result<Vec<Item>, TableError> {
-        self.table.batch_get_item(keys).await
-    }
+/// Implements [`Table`](eddy_dynamo::Table) for a wrapper type by
+/// forwarding every method to its `table` field.
+#[macro_export]
+macro_rules! forward_table {
+    ($wrapper:ty) => {
+        #[async_trait::async_trait]
+        impl eddy_dynamo::Table for $wrapper {
+            fn schema(&self) -> &eddy_dynamo::TableSchema {
+                self.table.schema()
+            }
+            fn request_stats(&self) -> eddy_dynamo::RequestStats {
+                self.table.request_stats()
+            }
+            async fn get_item(
+                &self,
+                key: eddy_dynamo::Item,
+            ) -> Result<Option<eddy_dynamo::Item>, eddy_dynamo::TableError> {
+                self.table.get_item(key).await
+            }
+            async fn transact_get_items(
+                &self,
+                keys: Vec<eddy_dynamo::Item>,
+            ) -> Result<Vec<Option<eddy_dynamo::Item>>, eddy_dynamo::TableError> {
+                self.table.transact_get_items(keys).await
+            }
+            async fn query(
+                &self,
+                query: eddy_dynamo::Query,
+            ) -> Result<eddy_dynamo::QueryPage, eddy_dynamo::TableError> {
+                self.table.query(query).await
+            }
+            async fn transact_write_items(
+                &self,
+                items: Vec<eddy_dynamo::TransactWriteItem>,
+            ) -> Result<(), eddy_dynamo::TableError> {
+                self.table.transact_write_items(items).await
+            }
+            async fn put_item(&self, put: eddy_dynamo::Put) -> Result<(), eddy_dynamo::TableError> {
+                self.table.put_item(put).await
+            }
+            async fn update_item(
+                &self,
+                update: eddy_dynamo::UpdateItem,
+            ) -> Result<eddy_dynamo::Item, eddy_dynamo::TableError> {
+                self.table.update_item(update).await
+            }
+            async fn delete_item(
+                &self,
+                delete: eddy_dynamo::Delete,
+            ) -> Result<(), eddy_dynamo::TableError> {
+                self.table.delete_item(delete).await
+            }
+            async fn batch_get_item(
+                &self,
+                keys: Vec<eddy_dynamo::Item>,
+            ) -> Result<Vec<eddy_dynamo::Item>, eddy_dynamo::TableError> {
+                self.table.batch_get_item(keys).await
+            }
+        }
+    };
 }
+
+forward_table!(TestTable);
 
 #[async_trait]
 impl ChangeFeed for TestTable {
@@ -207,6 +236,15 @@ pub fn summary_projection(table: &TestTable, revision: bool) -> SummaryProjectio
         builder
     };
     builder.build().unwrap()
+}
+
+/// The summary row of `order_id`, which must exist.
+pub async fn summary_of(table: &TestTable, order_id: &str) -> OrderSummary {
+    summaries(table)
+        .get(&serde_json::json!({ "orderId": order_id }))
+        .await
+        .unwrap()
+        .unwrap()
 }
 
 pub fn placed(customer: &str) -> OrderEvent {

@@ -1,13 +1,11 @@
 //! The change-feed follower and its durable checkpoint.
 
-use eddy_dynamo::{BatchProjection, ChangeFeed, EmbeddedTable, Follower, TableSchema};
-use serde_json::json;
+use eddy_dynamo::{BatchProjection, ChangeFeed, EmbeddedTable, Follower};
 
-use crate::common::{line, orders, placed, summaries, summary_projection, TestTable};
+use crate::common::{line, orders, placed, schema, summary_of, summary_projection, TestTable};
 
 fn sqlite(dir: &tempfile::TempDir) -> TestTable {
-    let schema = TableSchema::single_table("shop").with_index("gsi1", "gsi1pk", Some("gsi1sk"));
-    EmbeddedTable::open_sqlite(dir.path().join("shop.db"), schema)
+    EmbeddedTable::open_sqlite(dir.path().join("shop.db"), schema())
         .unwrap()
         .into()
 }
@@ -57,11 +55,7 @@ async fn follows_the_feed_and_resumes_from_its_checkpoint_after_reopen() {
         result.records, 1,
         "only the event appended after the checkpoint"
     );
-    let row = summaries(&t)
-        .get(&json!({"orderId": "o-1"}))
-        .await
-        .unwrap()
-        .unwrap();
+    let row = summary_of(&t, "o-1").await;
     assert_eq!(row.total_cents, 15);
 }
 

@@ -19,8 +19,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use eddy_dynamo::{
-    ChangeFeed, ChangeRecord, Delete, DynamoOptions, DynamoStreams, DynamoTable, Item, Put, Query,
-    QueryPage, RequestStats, Table, TableError, TableSchema, TransactWriteItem, UpdateItem,
+    ChangeFeed, ChangeRecord, DynamoOptions, DynamoStreams, DynamoTable, TableError, TableSchema,
 };
 
 /// The moto endpoint, or `None` when skipping was asked for explicitly.
@@ -119,39 +118,7 @@ fn moto_noop(record: &ChangeRecord) -> bool {
         && eddy_dynamo::items_equal(&record.change.old_image, &record.change.new_image)
 }
 
-#[async_trait]
-impl Table for MotoTable {
-    fn schema(&self) -> &TableSchema {
-        self.table.schema()
-    }
-    fn request_stats(&self) -> RequestStats {
-        self.table.request_stats()
-    }
-    async fn get_item(&self, key: Item) -> Result<Option<Item>, TableError> {
-        self.table.get_item(key).await
-    }
-    async fn transact_get_items(&self, keys: Vec<Item>) -> Result<Vec<Option<Item>>, TableError> {
-        self.table.transact_get_items(keys).await
-    }
-    async fn query(&self, query: Query) -> Result<QueryPage, TableError> {
-        self.table.query(query).await
-    }
-    async fn transact_write_items(&self, items: Vec<TransactWriteItem>) -> Result<(), TableError> {
-        self.table.transact_write_items(items).await
-    }
-    async fn put_item(&self, put: Put) -> Result<(), TableError> {
-        self.table.put_item(put).await
-    }
-    async fn update_item(&self, update: UpdateItem) -> Result<Item, TableError> {
-        self.table.update_item(update).await
-    }
-    async fn delete_item(&self, delete: Delete) -> Result<(), TableError> {
-        self.table.delete_item(delete).await
-    }
-    async fn batch_get_item(&self, keys: Vec<Item>) -> Result<Vec<Item>, TableError> {
-        self.table.batch_get_item(keys).await
-    }
-}
+crate::forward_table!(MotoTable);
 
 #[async_trait]
 impl ChangeFeed for MotoTable {
@@ -221,10 +188,9 @@ mod dynamodb_only {
         create_table, n, s, BatchProjection, Condition, DynamoStreams, DynamoTable, Item,
         Provisioned, Put, StreamsFollower, Table, TableSchema,
     };
-    use serde_json::json;
 
     use super::{endpoint, options, unique};
-    use crate::common::{line, orders, placed, summaries, summary_projection, TestTable};
+    use crate::common::{line, orders, placed, summary_of, summary_projection, TestTable};
 
     async fn client(endpoint: &str) -> aws_sdk_dynamodb::Client {
         aws_sdk_dynamodb::Client::new(&options(endpoint).sdk_config().await.unwrap())
@@ -419,11 +385,7 @@ mod dynamodb_only {
             .await
             .unwrap();
         assert!(processed >= 2, "{processed}");
-        let row = summaries(&t)
-            .get(&json!({"orderId": "o-1"}))
-            .await
-            .unwrap()
-            .unwrap();
+        let row = summary_of(&t, "o-1").await;
         assert_eq!(row.total_cents, 10);
         let shards = moto.streams.shards().await.unwrap();
         assert!(!shards.is_empty());
@@ -451,11 +413,7 @@ mod dynamodb_only {
                 .all(|r| r.rows.iter().all(|row| row.already_applied.is_empty())),
             "nothing before the checkpoint is read again ({records} records)"
         );
-        let row = summaries(&t)
-            .get(&json!({"orderId": "o-1"}))
-            .await
-            .unwrap()
-            .unwrap();
+        let row = summary_of(&t, "o-1").await;
         assert_eq!(row.total_cents, 20);
     }
 
@@ -474,7 +432,7 @@ mod dynamodb_only {
         let follower = StreamsFollower::new(
             moto.streams.clone(),
             Arc::new(moto.checkpoints.clone()),
-            format!("summaries-{}", moto.table.schema().name),
+            follower_name(&moto),
         )
         .unwrap();
         let results = follower

@@ -6,8 +6,8 @@ use eddy_dynamo::{get_u64, make_stream, Entity, KeyComposite, Projection, Stored
 use serde_json::json;
 
 use crate::common::{
-    app, line, orders, placed, summaries, summary_projection, table, OrderEvent, OrderSummary,
-    TestTable,
+    app, line, orders, placed, summaries, summary_of, summary_projection, table, OrderEvent,
+    OrderSummary, TestTable,
 };
 
 async fn history(
@@ -172,11 +172,7 @@ async fn race(revision: bool) {
         for result in [a.await.unwrap().unwrap(), b.await.unwrap().unwrap()] {
             assert!(result[0].is_applied(), "{:?}", result[0].failure);
         }
-        let row = summaries(&t)
-            .get(&json!({"orderId": format!("o-{round}")}))
-            .await
-            .unwrap()
-            .unwrap();
+        let row = summary_of(&t, &format!("o-{round}")).await;
         assert_eq!(
             (row.lines, row.total_cents),
             (12, (1..=12).sum::<u64>()),

@@ -5,9 +5,8 @@ use std::collections::BTreeMap;
 
 use eddy_dynamo::{process_batch, BatchProjection, ChangeFeed};
 use proptest::prelude::*;
-use serde_json::json;
 
-use crate::common::{line, orders, placed, summaries, summary_projection, table, OrderEvent};
+use crate::common::{line, orders, placed, summary_of, summary_projection, table, OrderEvent};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -71,11 +70,7 @@ async fn scenario(ops: Vec<Op>, batch: usize, suffix: usize) -> Result<(), TestC
     prop_assert!(result.rows.iter().all(|r| r.applied.is_empty()));
 
     for (order, (lines, total, cancelled)) in reference(&ops) {
-        let row = summaries(&t)
-            .get(&json!({"orderId": format!("o-{order}")}))
-            .await
-            .unwrap()
-            .unwrap();
+        let row = summary_of(&t, &format!("o-{order}")).await;
         prop_assert_eq!(
             (row.lines, row.total_cents, row.cancelled),
             (lines, total, cancelled)
