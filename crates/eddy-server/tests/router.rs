@@ -40,6 +40,11 @@ async fn send(app: &axum::Router, request: Request<Body>) -> (Response<Body>, St
     )
 }
 
+/// Sends a request without headers or body.
+async fn send_empty(app: &axum::Router, method: &str, uri: &str) -> (Response<Body>, String) {
+    send(app, req(method, uri).body(Body::empty()).expect("request")).await
+}
+
 fn req(method: &str, uri: &str) -> axum::http::request::Builder {
     Request::builder().method(method).uri(uri)
 }
@@ -78,13 +83,7 @@ async fn json_round_trip_with_protocol_headers() {
     )
     .await;
     assert_eq!(appended.status(), StatusCode::NO_CONTENT);
-    let (read, body) = send(
-        &app,
-        req("GET", "/v1/stream/orders?offset=-1")
-            .body(Body::empty())
-            .expect("request"),
-    )
-    .await;
+    let (read, body) = send_empty(&app, "GET", "/v1/stream/orders?offset=-1").await;
     assert_eq!(read.status(), StatusCode::OK);
     assert_eq!(body, r#"[{"id":1},{"id":2},{"id":3}]"#);
     assert_eq!(header(&read, "stream-up-to-date"), Some("true"));
@@ -107,11 +106,7 @@ async fn json_round_trip_with_protocol_headers() {
 #[tokio::test]
 async fn errors_carry_codes_messages_and_protocol_headers() {
     let app = router(fast());
-    let (missing, body) = send(
-        &app,
-        req("GET", "/nope").body(Body::empty()).expect("request"),
-    )
-    .await;
+    let (missing, body) = send_empty(&app, "GET", "/nope").await;
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
     assert_eq!(header(&missing, "eddy-error"), Some("stream/not-found"));
     assert_eq!(header(&missing, "x-content-type-options"), Some("nosniff"));
@@ -159,11 +154,10 @@ async fn errors_carry_codes_messages_and_protocol_headers() {
 async fn bad_paths_and_offsets_are_400() {
     let app = router(fast());
     for uri in ["/a/%2e%2e/b", "/a%00b", "/a//b", "/%FF"] {
-        let (response, body) =
-            send(&app, req("PUT", uri).body(Body::empty()).expect("request")).await;
+        let (response, body) = send_empty(&app, "PUT", uri).await;
         assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{uri}: {body}");
     }
-    send(&app, req("PUT", "/s").body(Body::empty()).expect("request")).await;
+    send_empty(&app, "PUT", "/s").await;
     for query in [
         "offset=",
         "offset=1&offset=2",
@@ -171,13 +165,7 @@ async fn bad_paths_and_offsets_are_400() {
         "live=sse",
         "offset=-1&live=forever",
     ] {
-        let (response, body) = send(
-            &app,
-            req("GET", &format!("/s?{query}"))
-                .body(Body::empty())
-                .expect("request"),
-        )
-        .await;
+        let (response, body) = send_empty(&app, "GET", &format!("/s?{query}")).await;
         assert_eq!(
             response.status(),
             StatusCode::BAD_REQUEST,
@@ -193,7 +181,7 @@ async fn oversized_bodies_are_413() {
         max_body_bytes: 16,
         ..fast()
     });
-    send(&app, req("PUT", "/s").body(Body::empty()).expect("request")).await;
+    send_empty(&app, "PUT", "/s").await;
     let (response, _) = send(
         &app,
         req("POST", "/s")
@@ -212,26 +200,14 @@ async fn live_readers_over_the_cap_get_503() {
         max_live_readers: 0,
         ..fast()
     });
-    send(&app, req("PUT", "/s").body(Body::empty()).expect("request")).await;
+    send_empty(&app, "PUT", "/s").await;
     for live in ["long-poll", "sse"] {
-        let (response, body) = send(
-            &app,
-            req("GET", &format!("/s?offset=-1&live={live}"))
-                .body(Body::empty())
-                .expect("request"),
-        )
-        .await;
+        let (response, body) = send_empty(&app, "GET", &format!("/s?offset=-1&live={live}")).await;
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "{live}");
         assert_eq!(header(&response, "retry-after"), Some("1"));
         assert!(body.contains("too many live readers"), "{body}");
     }
-    let (catch_up, _) = send(
-        &app,
-        req("GET", "/s?offset=-1")
-            .body(Body::empty())
-            .expect("request"),
-    )
-    .await;
+    let (catch_up, _) = send_empty(&app, "GET", "/s?offset=-1").await;
     assert_eq!(
         catch_up.status(),
         StatusCode::OK,
@@ -245,7 +221,7 @@ async fn bearer_token_guards_everything_but_healthz_and_preflight() {
         auth_token: Some("s3cret".into()),
         ..fast()
     });
-    let (denied, _) = send(&app, req("PUT", "/s").body(Body::empty()).expect("request")).await;
+    let (denied, _) = send_empty(&app, "PUT", "/s").await;
     assert_eq!(denied.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(header(&denied, "www-authenticate"), Some("Bearer"));
     let (wrong, _) = send(
@@ -257,11 +233,7 @@ async fn bearer_token_guards_everything_but_healthz_and_preflight() {
     )
     .await;
     assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
-    let (metrics, _) = send(
-        &app,
-        req("GET", "/metrics").body(Body::empty()).expect("request"),
-    )
-    .await;
+    let (metrics, _) = send_empty(&app, "GET", "/metrics").await;
     assert_eq!(metrics.status(), StatusCode::UNAUTHORIZED);
     let (allowed, _) = send(
         &app,
@@ -272,17 +244,9 @@ async fn bearer_token_guards_everything_but_healthz_and_preflight() {
     )
     .await;
     assert_eq!(allowed.status(), StatusCode::CREATED);
-    let (health, body) = send(
-        &app,
-        req("GET", "/healthz").body(Body::empty()).expect("request"),
-    )
-    .await;
+    let (health, body) = send_empty(&app, "GET", "/healthz").await;
     assert_eq!((health.status(), body.as_str()), (StatusCode::OK, "ok\n"));
-    let (preflight, _) = send(
-        &app,
-        req("OPTIONS", "/s").body(Body::empty()).expect("request"),
-    )
-    .await;
+    let (preflight, _) = send_empty(&app, "OPTIONS", "/s").await;
     assert_eq!(preflight.status(), StatusCode::NO_CONTENT);
     assert!(header(&preflight, "access-control-allow-headers")
         .is_some_and(|h| h.contains("if-none-match")));
@@ -309,11 +273,7 @@ async fn metrics_count_appends_and_bytes() {
         )
         .await;
     }
-    let (response, body) = send(
-        &app,
-        req("GET", "/metrics").body(Body::empty()).expect("request"),
-    )
-    .await;
+    let (response, body) = send_empty(&app, "GET", "/metrics").await;
     assert_eq!(response.status(), StatusCode::OK);
     assert!(body.contains("eddy_appends_total 3"), "{body}");
     assert!(body.contains("eddy_append_bytes_total 15"), "{body}");
@@ -332,13 +292,7 @@ async fn sse_on_a_closed_stream_sends_data_then_closes() {
             .expect("request"),
     )
     .await;
-    let (response, body) = send(
-        &app,
-        req("GET", "/bin?offset=-1&live=sse")
-            .body(Body::empty())
-            .expect("request"),
-    )
-    .await;
+    let (response, body) = send_empty(&app, "GET", "/bin?offset=-1&live=sse").await;
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(header(&response, "content-type"), Some("text/event-stream"));
     assert_eq!(
@@ -355,18 +309,8 @@ async fn sse_on_a_closed_stream_sends_data_then_closes() {
 #[tokio::test]
 async fn long_poll_times_out_with_204_and_a_cursor() {
     let app = router(fast());
-    send(
-        &app,
-        req("PUT", "/lp").body(Body::empty()).expect("request"),
-    )
-    .await;
-    let (response, body) = send(
-        &app,
-        req("GET", "/lp?offset=now&live=long-poll")
-            .body(Body::empty())
-            .expect("request"),
-    )
-    .await;
+    send_empty(&app, "PUT", "/lp").await;
+    let (response, body) = send_empty(&app, "GET", "/lp?offset=now&live=long-poll").await;
     assert_eq!(
         (response.status(), body.as_str()),
         (StatusCode::NO_CONTENT, "")
@@ -384,13 +328,7 @@ fn json_body(body: &str) -> serde_json::Value {
 #[tokio::test]
 async fn subscriptions_publish_a_key_and_refuse_private_webhooks() {
     let app = router(fast());
-    let (jwks, body) = send(
-        &app,
-        req("GET", "/v1/stream/__ds/jwks.json")
-            .body(Body::empty())
-            .expect("request"),
-    )
-    .await;
+    let (jwks, body) = send_empty(&app, "GET", "/v1/stream/__ds/jwks.json").await;
     assert_eq!(
         header(&jwks, "content-type"),
         Some("application/jwk-set+json")
@@ -427,6 +365,13 @@ async fn pull_wake_claims_are_leased_and_acks_fenced() {
         }
         builder.body(Body::from(body)).expect("request")
     };
+    let claim_as = |worker: &str| {
+        post(
+            "/v1/stream/__ds/subscriptions/p1/claim",
+            None,
+            format!(r#"{{"worker":"{worker}"}}"#),
+        )
+    };
     send(&app, put("/v1/stream/wake/pool", "[]")).await;
     send(&app, put("/v1/stream/events/old", r#"{"before":true}"#)).await;
     let create = r#"{"type":"pull-wake","pattern":"events/*","wake_stream":"wake/pool","lease_ttl_ms":60000}"#;
@@ -439,44 +384,20 @@ async fn pull_wake_claims_are_leased_and_acks_fenced() {
         "the same subscription again is idempotent"
     );
 
-    let (nothing, _) = send(
-        &app,
-        post(
-            "/v1/stream/__ds/subscriptions/p1/claim",
-            None,
-            r#"{"worker":"w1"}"#.into(),
-        ),
-    )
-    .await;
+    let (nothing, _) = send(&app, claim_as("w1")).await;
     assert_eq!(
         nothing.status(),
         StatusCode::NO_CONTENT,
         "streams from before the subscription are not pending"
     );
     send(&app, put("/v1/stream/events/new", r#"{"n":1}"#)).await;
-    let (claimed, body) = send(
-        &app,
-        post(
-            "/v1/stream/__ds/subscriptions/p1/claim",
-            None,
-            r#"{"worker":"w1"}"#.into(),
-        ),
-    )
-    .await;
+    let (claimed, body) = send(&app, claim_as("w1")).await;
     assert_eq!(claimed.status(), StatusCode::OK, "{body}");
     let claim = json_body(&body);
     let streams = claim["streams"].as_array().expect("streams");
     assert_eq!(streams.len(), 1);
     assert_eq!(streams[0]["path"], "events/new");
-    let (busy, body) = send(
-        &app,
-        post(
-            "/v1/stream/__ds/subscriptions/p1/claim",
-            None,
-            r#"{"worker":"w2"}"#.into(),
-        ),
-    )
-    .await;
+    let (busy, body) = send(&app, claim_as("w2")).await;
     assert_eq!(busy.status(), StatusCode::CONFLICT);
     assert_eq!(json_body(&body)["error"]["current_holder"], "w1");
 
