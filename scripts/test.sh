@@ -53,6 +53,7 @@ features="eddy/aws,eddy-dynamo/aws"
 
 step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy -D warnings" cargo clippy --workspace --all-targets -- -D warnings
+step "cargo doc -D warnings" env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 step "cargo clippy -D warnings (aws, lambda)" \
   cargo clippy --workspace --all-targets --features "$features,eddy-dynamo/lambda" -- -D warnings
 

@@ -1,25 +1,25 @@
-//! Forks: a new stream that starts as a copy of another stream's prefix.
-//!
-//! A fork names its source, the offset it branches at (the source's tail by
-//! default) and optionally a sub-offset into the message at that offset: on
-//! a byte stream the number of bytes of that message to keep, on a JSON
-//! stream the number of further messages to keep. The fork inherits the
-//! source's content type and expiry unless it sets its own, starts open,
-//! and has no producer state. Its offsets continue the source's, so an
-//! offset read from the source before the branch point reads the same data
-//! on the fork.
-//!
-//! Deleting a stream that has live forks only retires it: its path answers
-//! [`SoftDeleted`](crate::StreamError::SoftDeleted) until the last fork is
-//! deleted, and then the stream is removed for good (cascading up a chain
-//! of forks).
+//! Forks: streams that start as a copy of another stream's prefix.
 
 use bytes::Bytes;
 
 use crate::config::same_media_type;
 use crate::{Expiry, Offset, Payload, StreamConfig, StreamError, StreamPath};
 
-/// How to create a fork; see the [module docs](self).
+/// How to create a fork.
+///
+/// A fork names its source, the offset it branches at (the source's tail by
+/// default) and optionally a sub-offset into the message at that offset: on
+/// a byte stream the number of bytes of that message to keep, on a JSON
+/// stream the number of further messages to keep. The fork inherits the
+/// source's content type and expiry unless it sets its own, starts open,
+/// and has no producer state. Its offsets continue the source's, so an
+/// offset read from the source before the branch point reads the same data
+/// on the fork.
+///
+/// Deleting a stream that has live forks only retires it: its path answers
+/// [`SoftDeleted`](crate::StreamError::SoftDeleted) until the last fork is
+/// deleted, and then the stream is removed for good (cascading up a chain
+/// of forks).
 ///
 /// ```
 /// use eddy_streams::{Fork, Offset, StreamPath};
