@@ -38,8 +38,85 @@ impl Head {
         }
     }
 
+    /// The offset after the last message.
     pub fn tail(&self) -> Offset {
         Offset::at(self.count)
+    }
+
+    /// The public description of this stream.
+    pub fn info(&self, path: &str) -> crate::StreamInfo {
+        crate::StreamInfo {
+            path: path.to_owned(),
+            config: self.config.clone(),
+            closed: self.closed,
+            tail: self.tail(),
+            bytes: self.bytes,
+        }
+    }
+
+    /// Checks a create against this existing stream.
+    pub fn check_recreate(&self, path: &str, config: &StreamConfig) -> Result<(), StreamError> {
+        if self.config.equivalent(config) {
+            Ok(())
+        } else {
+            Err(StreamError::ConfigConflict {
+                path: path.to_owned(),
+                detail: format!(
+                    "it has content type `{}`, expiry {:?}, closed at creation: {}",
+                    self.config.content_type, self.config.expiry, self.config.closed
+                ),
+            })
+        }
+    }
+
+    /// The message position a read from `from` starts at.
+    pub fn start_position(&self, from: crate::ReadFrom) -> Result<u64, StreamError> {
+        match from {
+            crate::ReadFrom::Beginning => Ok(0),
+            crate::ReadFrom::Tail => Ok(self.count),
+            crate::ReadFrom::Offset(offset) if offset <= self.tail() => Ok(offset.position()),
+            crate::ReadFrom::Offset(offset) => Err(StreamError::OffsetBeyondTail {
+                offset,
+                tail: self.tail(),
+            }),
+        }
+    }
+
+    /// Applies a decided write of `messages` to the head.
+    pub fn apply(&mut self, messages: &[bytes::Bytes], append: &Append, close: bool) {
+        self.count += messages.len() as u64;
+        self.bytes += messages.iter().map(|m| m.len() as u64).sum::<u64>();
+        if let Some(seq) = &append.stream_seq {
+            self.last_stream_seq = Some(seq.clone());
+        }
+        if close {
+            self.closed = true;
+            self.closed_by = append.producer.clone();
+        }
+    }
+
+    /// The outcome of a decided write, after [`Head::apply`].
+    pub fn appended(&self, producer: Option<ProducerState>) -> Appended {
+        Appended {
+            next_offset: self.tail(),
+            duplicate: false,
+            producer: producer.map(|p| (p.epoch, p.seq)),
+            closed: self.closed,
+        }
+    }
+
+    /// Builds a read chunk from `messages` starting at `start`.
+    pub fn chunk(&self, start: u64, messages: Vec<bytes::Bytes>) -> crate::ReadChunk {
+        let next = start + messages.len() as u64;
+        let up_to_date = next == self.count;
+        crate::ReadChunk {
+            content_type: self.config.content_type.clone(),
+            start: Offset::at(start),
+            messages,
+            next_offset: Offset::at(next),
+            up_to_date,
+            closed: up_to_date && self.closed,
+        }
     }
 }
 
@@ -231,84 +308,6 @@ pub(crate) fn unix_ms(at: std::time::SystemTime) -> i64 {
 /// The current time in unix milliseconds.
 pub(crate) fn now_ms() -> i64 {
     unix_ms(std::time::SystemTime::now())
-}
-
-impl Head {
-    /// The public description of this stream.
-    pub fn info(&self, path: &str) -> crate::StreamInfo {
-        crate::StreamInfo {
-            path: path.to_owned(),
-            config: self.config.clone(),
-            closed: self.closed,
-            tail: self.tail(),
-            bytes: self.bytes,
-        }
-    }
-
-    /// Checks a create against this existing stream.
-    pub fn check_recreate(&self, path: &str, config: &StreamConfig) -> Result<(), StreamError> {
-        if self.config.equivalent(config) {
-            Ok(())
-        } else {
-            Err(StreamError::ConfigConflict {
-                path: path.to_owned(),
-                detail: format!(
-                    "it has content type `{}`, expiry {:?}, closed at creation: {}",
-                    self.config.content_type, self.config.expiry, self.config.closed
-                ),
-            })
-        }
-    }
-
-    /// The message position a read from `from` starts at.
-    pub fn start_position(&self, from: crate::ReadFrom) -> Result<u64, StreamError> {
-        match from {
-            crate::ReadFrom::Beginning => Ok(0),
-            crate::ReadFrom::Tail => Ok(self.count),
-            crate::ReadFrom::Offset(offset) if offset <= self.tail() => Ok(offset.position()),
-            crate::ReadFrom::Offset(offset) => Err(StreamError::OffsetBeyondTail {
-                offset,
-                tail: self.tail(),
-            }),
-        }
-    }
-
-    /// Applies a decided write of `messages` to the head.
-    pub fn apply(&mut self, messages: &[bytes::Bytes], append: &Append, close: bool) {
-        self.count += messages.len() as u64;
-        self.bytes += messages.iter().map(|m| m.len() as u64).sum::<u64>();
-        if let Some(seq) = &append.stream_seq {
-            self.last_stream_seq = Some(seq.clone());
-        }
-        if close {
-            self.closed = true;
-            self.closed_by = append.producer.clone();
-        }
-    }
-
-    /// The outcome of a decided write, after [`Head::apply`].
-    pub fn appended(&self, producer: Option<ProducerState>) -> Appended {
-        Appended {
-            next_offset: self.tail(),
-            duplicate: false,
-            producer: producer.map(|p| (p.epoch, p.seq)),
-            closed: self.closed,
-        }
-    }
-
-    /// Builds a read chunk from `messages` starting at `start`.
-    pub fn chunk(&self, start: u64, messages: Vec<bytes::Bytes>) -> crate::ReadChunk {
-        let next = start + messages.len() as u64;
-        let up_to_date = next == self.count;
-        crate::ReadChunk {
-            content_type: self.config.content_type.clone(),
-            start: Offset::at(start),
-            messages,
-            next_offset: Offset::at(next),
-            up_to_date,
-            closed: up_to_date && self.closed,
-        }
-    }
 }
 
 /// Takes messages while they fit in `max_bytes` (always at least one).
