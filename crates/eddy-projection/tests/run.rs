@@ -399,6 +399,257 @@ mod cases {
             Some(0.0)
         );
     }
+    /// State controls are written unchanged, in order with the row changes.
+    pub async fn state_outputs_write_controls_in_order(store: Arc<dyn Storage>) {
+        #[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq)]
+        #[serde(rename_all = "camelCase")]
+        struct Card {
+            issue_id: String,
+        }
+        seed(store.as_ref(), 0..1).await;
+        let board = StateStream::new("Tracker/Board", "board")
+            .expect("route")
+            .collection::<Card>("card", "issueId");
+        let projection = Declare::<(), Order>::new("controls")
+            .input("input", &orders())
+            .output("board", &board)
+            .emit(Commit::producer(), |entry, _| {
+                let card = Card {
+                    issue_id: entry.item.order_id.clone(),
+                };
+                Emits::new().state(
+                    "board",
+                    [
+                        StateEntry::snapshot_start(),
+                        StateEntry::upsert("card", &card),
+                        StateEntry::reset(),
+                        StateEntry::remove("card", "old"),
+                        StateEntry::snapshot_end(),
+                    ],
+                )
+            })
+            .expect("declare");
+        let host = Host::new(store.clone());
+        host.run(&projection.at(()).expect("bind"), RunOptions::default())
+            .await
+            .expect("run");
+        let raw =
+            eddy_streams::JsonStream::<serde_json::Value>::new("Raw", "board").expect("route");
+        let written: Vec<String> = read_all(store.as_ref(), &raw, &())
+            .await
+            .into_iter()
+            .map(|m| match m["headers"]["control"].as_str() {
+                Some(control) => control.to_owned(),
+                None => format!(
+                    "{}:{}:{}",
+                    m["headers"]["operation"].as_str().unwrap_or("?"),
+                    m["type"].as_str().unwrap_or("?"),
+                    m["key"].as_str().unwrap_or("?")
+                ),
+            })
+            .collect();
+        assert_eq!(
+            written,
+            [
+                "snapshot-start",
+                "update:card:o0",
+                "reset",
+                "delete:card:old",
+                "snapshot-end"
+            ]
+        );
+    }
+
+    /// A missing output key emits nothing, and an output with no items in a
+    /// unit uses no producer sequence number.
+    pub async fn an_empty_output_uses_no_producer_sequence(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..3).await;
+        let evens = eddy_streams::JsonStream::<String>::new("Shop/Evens", "evens").expect("route");
+        let projection = Declare::<(), Order>::new("two-outputs")
+            .input("input", &orders())
+            .output("totals", &totals())
+            .output("evens", &evens)
+            .emit(Commit::producer(), |entry, _| {
+                let id = entry.item.order_id.clone();
+                let total = Total {
+                    order_id: id.clone(),
+                    total: entry.item.amount,
+                };
+                match id.as_str() {
+                    // Both outputs.
+                    "o0" => Emits::new().json("totals", [total]).json("evens", [id]),
+                    // The key is missing.
+                    "o1" => Emits::new().json("totals", [total]),
+                    // The key is there with no items.
+                    _ => Emits::new()
+                        .json("totals", [total])
+                        .json("evens", Vec::<String>::new()),
+                }
+            })
+            .expect("declare");
+        let host = Host::new(store.clone());
+        let bound = projection.at(()).expect("bind");
+        let progress = host
+            .run(&bound, RunOptions::default().with_unit_size(1))
+            .await
+            .expect("run");
+        assert_eq!(progress.units, 3);
+        let checkpoint = host
+            .checkpoints()
+            .load(&bound_key(&bound))
+            .await
+            .expect("load")
+            .checkpoint
+            .expect("checkpoint");
+        assert_eq!(checkpoint.next_seq.get("totals"), Some(&3));
+        assert_eq!(
+            checkpoint.next_seq.get("evens"),
+            Some(&1),
+            "units with no `evens` items used no sequence"
+        );
+        assert_eq!(read_all(store.as_ref(), &evens, &()).await, ["o0"]);
+        assert_eq!(read_all(store.as_ref(), &totals(), &()).await.len(), 3);
+    }
+
+    /// A deleted output (owned, so it would otherwise be created) fails
+    /// with `pin/invalid-output` before anything is pinned.
+    pub async fn a_gone_output_fails_with_invalid_output(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..1).await;
+        totals().create(store.as_ref(), &()).await.expect("create");
+        store
+            .delete(&totals().path(&()).expect("path"))
+            .await
+            .expect("delete");
+        let host = Host::new(store.clone());
+        let bound = order_totals().at(()).expect("bind");
+        let err = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect_err("gone");
+        assert_eq!(err.code(), "pin/invalid-output");
+        assert!(
+            host.checkpoints()
+                .load(&bound_key(&bound))
+                .await
+                .expect("load")
+                .checkpoint
+                .is_none(),
+            "nothing pinned"
+        );
+    }
+
+    /// Compensation gets the handler's new state, the commit's error and
+    /// the unit; it is not called when the handler itself fails.
+    pub async fn compensation_gets_the_state_and_skips_handler_failures(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..3).await;
+        type Call = (Option<f64>, &'static str, u64);
+        let calls = Arc::new(Mutex::new(Vec::<Call>::new()));
+        let calls2 = calls.clone();
+        let commit = Commit::checkpoint().with_compensation(move |result, cause, unit| {
+            calls2.lock().expect("calls").push((
+                result.state,
+                cause.code(),
+                unit.ranges["orders"].len(),
+            ));
+        });
+        let fail_handler = Arc::new(Mutex::new(false));
+        let fail2 = fail_handler.clone();
+        let projection = Declare::<(), Order>::new("compensated-fold")
+            .input("orders", &orders())
+            .fold_with(commit, 0.0, move |sum: f64, entry, _| {
+                if *fail2.lock().expect("fail") {
+                    return Step::fail("handler failed");
+                }
+                Step::from(sum + entry.item.amount)
+            })
+            .expect("declare");
+        let faulty = Arc::new(Faulty::new(store.clone()));
+        let host = Host::new(faulty.clone());
+        let bound = projection.at(()).expect("bind");
+        // The checkpoint save is the first append.
+        faulty.fail_nth(Some(Op::Append), 0, When::Before);
+        let err = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect_err("fails");
+        assert_eq!(err.code(), "storage-failure");
+        assert_eq!(
+            calls.lock().expect("calls").clone(),
+            vec![(Some(3.0), "storage-failure", 3)]
+        );
+        *fail_handler.lock().expect("fail") = true;
+        let err = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect_err("handler fails");
+        assert_eq!(err.code(), "handler/failed");
+        assert_eq!(calls.lock().expect("calls").len(), 1, "no compensation");
+    }
+
+    /// `current` on a projection with outputs folds in memory: no output is
+    /// created or appended, no checkpoint is written.
+    pub async fn current_on_an_output_projection_writes_nothing(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..3).await;
+        let running = Declare::<(), Order>::new("running")
+            .input("orders", &orders())
+            .output("totals", &totals())
+            .map_accum(Commit::producer(), 0.0, |sum: f64, entry, _| {
+                let next = sum + entry.item.amount;
+                let total = Total {
+                    order_id: entry.item.order_id.clone(),
+                    total: next,
+                };
+                (next, Emits::new().json("totals", [total]))
+            })
+            .expect("declare");
+        let host = Host::new(store.clone());
+        let bound = running.at(()).expect("bind");
+        assert_eq!(host.current(&bound).await.expect("current"), 3.0);
+        assert_eq!(host.decide(&bound, |sum| *sum).await.expect("decide"), 3.0);
+        assert!(
+            store.head(&bound.output_paths()[0]).await.is_err(),
+            "no output created"
+        );
+        assert!(
+            store.head(bound.checkpoint_path()).await.is_err(),
+            "no checkpoint written"
+        );
+        assert_eq!(host.read(&bound).await.expect("read"), 0.0);
+    }
+
+    /// `each` runs entries in input declaration order, not name order.
+    pub async fn each_keeps_input_declaration_order(store: Arc<dyn Storage>) {
+        let zeta = eddy_streams::JsonStream::<Order>::new("Test/Zeta", "zeta").expect("route");
+        let alpha = eddy_streams::JsonStream::<Order>::new("Test/Alpha", "alpha").expect("route");
+        for (stream, ids) in [(&alpha, [10, 11]), (&zeta, [20, 21])] {
+            stream.create(store.as_ref(), &()).await.expect("create");
+            let items: Vec<Order> = ids.iter().map(|&i| order(i, 0.0)).collect();
+            stream
+                .append(store.as_ref(), &(), &items)
+                .await
+                .expect("append");
+        }
+        let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+        let seen2 = seen.clone();
+        let projection = Declare::<(), Order>::new("ordered")
+            .input("zeta", &zeta)
+            .input("alpha", &alpha)
+            .process_each(Commit::at_least_once(), move |entry, _| {
+                seen2
+                    .lock()
+                    .expect("seen")
+                    .push(format!("{}:{}", entry.input, entry.item.order_id));
+            })
+            .expect("declare");
+        let host = Host::new(store.clone());
+        host.run(&projection.at(()).expect("bind"), RunOptions::default())
+            .await
+            .expect("run");
+        assert_eq!(
+            *seen.lock().expect("seen"),
+            ["zeta:o20", "zeta:o21", "alpha:o10", "alpha:o11"]
+        );
+    }
 }
 
 pub fn bound_key<
@@ -423,4 +674,10 @@ crate::on_backends!(
     a_closed_output_fails_with_invalid_output,
     a_missing_foreign_output_fails_and_an_owned_one_is_created,
     bad_options_and_storage_failures_have_codes,
+    state_outputs_write_controls_in_order,
+    an_empty_output_uses_no_producer_sequence,
+    a_gone_output_fails_with_invalid_output,
+    compensation_gets_the_state_and_skips_handler_failures,
+    current_on_an_output_projection_writes_nothing,
+    each_keeps_input_declaration_order,
 );
