@@ -50,6 +50,10 @@ impl<P: Params, I: Item, S: State> Session<P, I, S> {
             session.state = decode_state(&session.bound, &checkpoint)?;
             session.checkpoint = checkpoint;
             session.exists = true;
+        } else {
+            // A pin before the first settle saves this checkpoint: it must
+            // carry the initial state, not `null`, so that a reload decodes.
+            session.checkpoint.state = encode_state(&session.bound, &session.state)?;
         }
         Ok(session)
     }
@@ -326,11 +330,7 @@ impl<P: Params, I: Item, S: State> Session<P, I, S> {
         emitted: &[String],
     ) -> Result<Checkpoint> {
         let mut next = self.checkpoint.clone();
-        next.state =
-            serde_json::to_value(state).map_err(|e| ProjectionError::InvalidCheckpoint {
-                checkpoint: self.bound.key.path.to_string(),
-                reason: format!("the state does not encode: {e}"),
-            })?;
+        next.state = encode_state(&self.bound, state)?;
         for (name, range) in ranges {
             let mark = next.inputs.entry(name.clone()).or_default();
             mark.offset = range.to;
@@ -610,6 +610,13 @@ fn fresh_checkpoint() -> Checkpoint {
         generation: format!("{nanos:x}-{:016x}", fastrand::u64(..)),
         ..Checkpoint::default()
     }
+}
+
+fn encode_state<P, I, S: State>(bound: &Bound<P, I, S>, state: &S) -> Result<serde_json::Value> {
+    serde_json::to_value(state).map_err(|e| ProjectionError::InvalidCheckpoint {
+        checkpoint: bound.key.path.to_string(),
+        reason: format!("the state does not encode: {e}"),
+    })
 }
 
 fn decode_state<P, I, S: State>(bound: &Bound<P, I, S>, checkpoint: &Checkpoint) -> Result<S> {

@@ -650,6 +650,44 @@ mod cases {
             ["zeta:o20", "zeta:o21", "alpha:o10", "alpha:o11"]
         );
     }
+    /// The first unit of a binding with state, pinned but not settled,
+    /// replays on the next run (the pin carries the initial state).
+    pub async fn a_first_unit_pinned_but_not_settled_replays(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..3).await;
+        let running = Declare::<(), Order>::new("running")
+            .input("orders", &orders())
+            .output("totals", &totals())
+            .map_accum(Commit::producer(), 0.0, |sum: f64, entry, _| {
+                let next = sum + entry.item.amount;
+                let total = Total {
+                    order_id: entry.item.order_id.clone(),
+                    total: next,
+                };
+                (next, Emits::new().json("totals", [total]))
+            })
+            .expect("declare");
+        let faulty = Arc::new(Faulty::new(store.clone()));
+        let host = Host::new(faulty.clone());
+        let bound = running.at(()).expect("bind");
+        // Appends: pin (0), output (1), settle (2).
+        faulty.fail_nth(Some(Op::Append), 2, When::Before);
+        let err = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect_err("settle fails");
+        assert_eq!(err.code(), "storage-failure");
+        let progress = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect("replay");
+        assert_eq!((progress.units, progress.state), (1, Some(3.0)));
+        let written: Vec<f64> = read_all(store.as_ref(), &totals(), &())
+            .await
+            .into_iter()
+            .map(|t| t.total)
+            .collect();
+        assert_eq!(written, [0.0, 1.0, 3.0]);
+    }
 }
 
 pub fn bound_key<
@@ -680,4 +718,5 @@ crate::on_backends!(
     compensation_gets_the_state_and_skips_handler_failures,
     current_on_an_output_projection_writes_nothing,
     each_keeps_input_declaration_order,
+    a_first_unit_pinned_but_not_settled_replays,
 );

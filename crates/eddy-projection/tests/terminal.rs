@@ -150,6 +150,78 @@ mod cases {
             "the pin stays"
         );
     }
+    /// After a pinned range became unreproducible, later runs keep failing
+    /// the same way: the pin stays and the final gone unit never runs.
+    pub async fn an_unreproducible_pin_blocks_the_gone_unit(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..2).await;
+        let (projection, seen) = recorder();
+        let faulty = Arc::new(Faulty::new(store.clone()));
+        let host = Host::new(faulty.clone());
+        let bound = projection.at(()).expect("bind");
+        // The recorder emits nothing: append 0 pins, append 1 settles.
+        faulty.fail_nth(Some(Op::Append), 1, When::Before);
+        host.run(&bound, RunOptions::default())
+            .await
+            .expect_err("settle fails");
+        store
+            .delete(bound.input_paths().first().expect("input"))
+            .await
+            .expect("delete");
+        for _ in 0..2 {
+            let err = host
+                .run(&bound, RunOptions::default())
+                .await
+                .expect_err("replay");
+            assert_eq!(err.code(), "range-unreproducible", "{err}");
+        }
+        assert_eq!(
+            *seen.lock().expect("seen"),
+            [(2, false, false)],
+            "neither the replay nor the gone unit ran"
+        );
+        assert!(host
+            .checkpoints()
+            .load(&bound_key(&bound))
+            .await
+            .expect("load")
+            .checkpoint
+            .and_then(|c| c.pending)
+            .is_some());
+    }
+
+    /// A closed input's unit reaches batch handlers, but per-item handlers
+    /// get no entries.
+    pub async fn a_closed_input_gives_per_item_handlers_no_entries(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..2).await;
+        let calls = Arc::new(Mutex::new(0usize));
+        let calls2 = calls.clone();
+        let projection = Declare::<(), Order>::new("per-item")
+            .input("orders", &orders())
+            .fold(0.0, move |sum: f64, entry, _| {
+                *calls2.lock().expect("calls") += 1;
+                sum + entry.item.amount
+            })
+            .expect("declare");
+        let host = Host::new(store.clone());
+        let bound = projection.at(()).expect("bind");
+        host.run(&bound, RunOptions::default()).await.expect("run");
+        store
+            .append(
+                bound.input_paths().first().expect("input"),
+                Append::close_only(),
+            )
+            .await
+            .expect("close");
+        let closed = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect("closed");
+        assert_eq!(
+            (closed.units, closed.items, closed.status, closed.state),
+            (1, 0, Status::Closed, Some(1.0))
+        );
+        assert_eq!(*calls.lock().expect("calls"), 2, "no entry for the close");
+    }
 }
 
 crate::on_backends!(
@@ -157,4 +229,6 @@ crate::on_backends!(
     a_gone_input_makes_a_final_unit_then_forgets,
     a_missing_input_without_checkpoint_is_history_unavailable,
     a_removed_pinned_range_is_unreproducible_and_the_pin_stays,
+    an_unreproducible_pin_blocks_the_gone_unit,
+    a_closed_input_gives_per_item_handlers_no_entries,
 );
