@@ -133,6 +133,80 @@ mod cases {
         let err = follow.next().await.expect("element").expect_err("conflict");
         assert_eq!(err.code(), "checkpoint/conflict");
     }
+    pub async fn a_bad_follow_limit_fails_at_the_first_pull(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..1).await;
+        let host = Host::new(store.clone());
+        let follow = host.follow(order_totals().at(()).expect("bind"), fast().with_limit(0));
+        futures::pin_mut!(follow);
+        let err = follow.next().await.expect("element").expect_err("invalid");
+        assert_eq!(err.code(), "load/invalid-options");
+        assert!(follow.next().await.is_none());
+        assert!(
+            store
+                .head(&crate::support::totals().path(&()).expect("path"))
+                .await
+                .is_err(),
+            "nothing ran"
+        );
+    }
+
+    /// Without `options.retry` the host's schedule applies; `options.retry`
+    /// overrides it.
+    pub async fn follow_uses_the_host_retry_unless_the_options_override_it(
+        store: Arc<dyn Storage>,
+    ) {
+        seed(store.as_ref(), 0..2).await;
+        let faulty = Arc::new(Faulty::new(store.clone()));
+        let never =
+            Retry::exponential(Duration::from_millis(1), Duration::from_millis(1)).max_attempts(0);
+        let host = Host::new(faulty.clone()).with_retry(never);
+        let options = FollowOptions::default().repair_interval_ms(50);
+        faulty.fail_nth(Some(Op::Read), 0, When::Before);
+        let follow = host.follow(order_totals().at(()).expect("bind"), options.clone());
+        futures::pin_mut!(follow);
+        let err = follow.next().await.expect("element").expect_err("no retry");
+        assert_eq!(err.code(), "storage-failure");
+
+        faulty.fail_nth(Some(Op::Read), 0, When::Before);
+        let follow = host.follow(
+            order_totals().at(()).expect("bind"),
+            options.with_retry(Retry::exponential(
+                Duration::from_millis(1),
+                Duration::from_millis(5),
+            )),
+        );
+        futures::pin_mut!(follow);
+        let first = follow.next().await.expect("element").expect("retried");
+        assert_eq!(first.offsets["input"].position(), 2);
+    }
+
+    /// A gone input ends the follower after its final unit; that element
+    /// holds the state and offsets the final unit committed.
+    pub async fn follow_ends_after_the_final_gone_unit(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..2).await;
+        let running = Declare::<(), Order>::new("running-total")
+            .input("orders", &orders())
+            .fold(0.0, |sum, entry, _| sum + entry.item.amount)
+            .expect("declare");
+        let host = Host::new(store.clone());
+        let bound = running.at(()).expect("bind");
+        let follow = host.follow(bound.clone(), fast());
+        futures::pin_mut!(follow);
+        let first = follow.next().await.expect("element").expect("ok");
+        assert_eq!(first.state, Some(1.0));
+        store
+            .delete(&orders().path(&()).expect("path"))
+            .await
+            .expect("delete");
+        let last = follow.next().await.expect("element").expect("final");
+        assert_eq!(
+            (last.status, last.units, last.state),
+            (Status::Forgotten, 1, Some(1.0))
+        );
+        assert_eq!(last.offsets["orders"].position(), 2);
+        assert!(follow.next().await.is_none(), "it ends");
+        assert_eq!(host.read(&bound).await.expect("read"), 0.0);
+    }
 }
 
 crate::on_backends!(
@@ -142,4 +216,7 @@ crate::on_backends!(
     follow_retries_storage_failures,
     other_faults_fail_the_stream,
     a_follower_detects_a_second_writer,
+    a_bad_follow_limit_fails_at_the_first_pull,
+    follow_uses_the_host_retry_unless_the_options_override_it,
+    follow_ends_after_the_final_gone_unit,
 );
