@@ -163,3 +163,91 @@ fn map_params_are_checked_when_bound() {
         .is_ok());
     let _ = (order(1, 1.0), numbers());
 }
+
+#[test]
+fn parse_tries_the_inputs_in_declaration_order() {
+    // "logs/facts" matches both routes, with different captures.
+    let logs = JsonStream::<Order>::new("Shop/Logs", "logs/:workspaceId").expect("route");
+    let facts_first =
+        JsonStream::<Order>::new("Shop/ByWorkspace", ":workspaceId/facts").expect("route");
+    let declare = |first: &JsonStream<Order>, second: &JsonStream<Order>| {
+        Declare::<Workspace, Order>::new("ordered")
+            .input("first", first)
+            .input("second", second)
+            .fold(0.0, |sum, e, _| sum + e.item.amount)
+            .expect("declare")
+    };
+    let logs_then_facts = declare(&logs, &facts_first);
+    assert_eq!(
+        logs_then_facts
+            .parse("logs/facts")
+            .expect("parse")
+            .workspace_id,
+        "facts"
+    );
+    assert_eq!(
+        logs_then_facts.parse_subset("logs/facts").expect("subset")["workspaceId"],
+        "facts"
+    );
+    let facts_then_logs = declare(&facts_first, &logs);
+    assert_eq!(
+        facts_then_logs
+            .parse("logs/facts")
+            .expect("parse")
+            .workspace_id,
+        "logs"
+    );
+    assert_eq!(
+        facts_then_logs
+            .parse("logs/w1")
+            .expect("second route")
+            .workspace_id,
+        "w1"
+    );
+}
+
+#[test]
+fn an_output_route_param_the_projection_lacks_is_refused() {
+    let result = Declare::<(), Order>::new("bad")
+        .input("orders", &orders())
+        .output("totals", &ws_totals())
+        .emit(Commit::producer(), |_, _| Emits::new());
+    assert_eq!(code(result), "load/invalid-options");
+}
+
+#[test]
+fn an_output_that_resolves_to_an_input_stream_is_refused_when_bound() {
+    // Different templates, the same stream for one binding.
+    let fixed = JsonStream::<Total>::new("Shop/Fixed", "facts/ws-42").expect("route");
+    let projection = Declare::<Workspace, Order>::new("collide")
+        .input("facts", &facts())
+        .output("fixed", &fixed)
+        .emit(Commit::producer(), |_, _| Emits::new())
+        .expect("declare");
+    assert_eq!(
+        code(projection.at(Workspace {
+            workspace_id: "ws-42".into()
+        })),
+        "load/invalid-options"
+    );
+    assert!(projection
+        .at(Workspace {
+            workspace_id: "ws-1".into()
+        })
+        .is_ok());
+
+    let other = JsonStream::<Total>::new("Shop/Other", "totals/:workspaceId").expect("route");
+    let fixed_output = JsonStream::<Total>::new("Shop/Fixed", "totals/ws-42").expect("route");
+    let two_outputs = Declare::<Workspace, Order>::new("collide-outputs")
+        .input("facts", &facts())
+        .output("a", &other)
+        .output("b", &fixed_output)
+        .emit(Commit::producer(), |_, _| Emits::new())
+        .expect("declare");
+    assert_eq!(
+        code(two_outputs.at(Workspace {
+            workspace_id: "ws-42".into()
+        })),
+        "load/invalid-options"
+    );
+}
