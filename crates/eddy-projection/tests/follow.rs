@@ -207,6 +207,22 @@ mod cases {
         assert!(follow.next().await.is_none(), "it ends");
         assert_eq!(host.read(&bound).await.expect("read"), 0.0);
     }
+    /// An output deleted while a follower runs fails the next unit with
+    /// `pin/invalid-output`; it is not recreated.
+    pub async fn an_output_deleted_under_a_follower_is_invalid(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..1).await;
+        let host = Host::new(store.clone());
+        let follow = host.follow(order_totals().at(()).expect("bind"), fast());
+        futures::pin_mut!(follow);
+        follow.next().await.expect("element").expect("ok");
+        let output = crate::support::totals().path(&()).expect("path");
+        store.delete(&output).await.expect("delete");
+        seed(store.as_ref(), 1..2).await;
+        let err = follow.next().await.expect("element").expect_err("gone");
+        assert_eq!(err.code(), "pin/invalid-output");
+        assert!(follow.next().await.is_none());
+        assert!(store.head(&output).await.is_err(), "not recreated");
+    }
 }
 
 crate::on_backends!(
@@ -219,4 +235,5 @@ crate::on_backends!(
     a_bad_follow_limit_fails_at_the_first_pull,
     follow_uses_the_host_retry_unless_the_options_override_it,
     follow_ends_after_the_final_gone_unit,
+    an_output_deleted_under_a_follower_is_invalid,
 );
