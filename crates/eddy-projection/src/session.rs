@@ -241,13 +241,7 @@ impl<P: Params, I: Item, S: State> Session<P, I, S> {
             self.save(next).await
         }
         .await;
-        match saved {
-            Ok(()) => {
-                self.state = state;
-                Ok(())
-            }
-            Err(cause) => Err(self.compensate(state, emits, cause, unit).await),
-        }
+        self.conclude(state, emits, saved, unit).await
     }
 
     async fn commit_pinned(
@@ -279,7 +273,19 @@ impl<P: Params, I: Item, S: State> Session<P, I, S> {
             self.save(next).await
         }
         .await;
-        match settled {
+        self.conclude(state, emits, settled, unit).await
+    }
+
+    /// Adopts the unit's state once its commit succeeded; otherwise the
+    /// compensation (if any) sees what the handler produced.
+    async fn conclude(
+        &mut self,
+        state: S,
+        emits: Emits,
+        committed: Result<()>,
+        unit: &Unit<P>,
+    ) -> Result<()> {
+        match committed {
             Ok(()) => {
                 self.state = state;
                 Ok(())
