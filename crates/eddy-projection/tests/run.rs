@@ -330,22 +330,7 @@ mod cases {
             )
             .await
             .expect("close");
-        let host = Host::new(store.clone());
-        let bound = order_totals().at(()).expect("bind");
-        let err = host
-            .run(&bound, RunOptions::default())
-            .await
-            .expect_err("closed");
-        assert_eq!(err.code(), "pin/invalid-output");
-        assert!(
-            host.checkpoints()
-                .load(&bound_key(&bound))
-                .await
-                .expect("load")
-                .checkpoint
-                .is_none(),
-            "nothing pinned"
-        );
+        refused_before_pin(store).await;
     }
 
     pub async fn a_missing_foreign_output_fails_and_an_owned_one_is_created(
@@ -520,22 +505,7 @@ mod cases {
             .delete(&totals().path(&()).expect("path"))
             .await
             .expect("delete");
-        let host = Host::new(store.clone());
-        let bound = order_totals().at(()).expect("bind");
-        let err = host
-            .run(&bound, RunOptions::default())
-            .await
-            .expect_err("gone");
-        assert_eq!(err.code(), "pin/invalid-output");
-        assert!(
-            host.checkpoints()
-                .load(&bound_key(&bound))
-                .await
-                .expect("load")
-                .checkpoint
-                .is_none(),
-            "nothing pinned"
-        );
+        refused_before_pin(store).await;
     }
 
     /// Compensation gets the handler's new state, the commit's error and
@@ -688,6 +658,27 @@ mod cases {
             .collect();
         assert_eq!(written, [0.0, 1.0, 3.0]);
     }
+}
+
+/// Runs `order_totals` and checks that its output is refused with
+/// `pin/invalid-output` before anything is pinned.
+async fn refused_before_pin(store: Arc<dyn Storage>) {
+    let host = Host::new(store);
+    let bound = order_totals().at(()).expect("bind");
+    let err = host
+        .run(&bound, RunOptions::default())
+        .await
+        .expect_err("the output is unusable");
+    assert_eq!(err.code(), "pin/invalid-output");
+    assert!(
+        host.checkpoints()
+            .load(&bound_key(&bound))
+            .await
+            .expect("load")
+            .checkpoint
+            .is_none(),
+        "nothing pinned"
+    );
 }
 
 pub fn bound_key<

@@ -10,6 +10,20 @@ use crate::support::{orders, Faulty, Op, Order, When};
 
 type Seen = Arc<Mutex<Vec<(usize, bool, bool)>>>;
 
+/// Closes the binding's first input stream.
+async fn close_first_input<S: eddy_projection::State>(
+    store: &dyn Storage,
+    bound: &eddy_projection::Bound<(), Order, S>,
+) {
+    store
+        .append(
+            bound.input_paths().first().expect("input"),
+            Append::close_only(),
+        )
+        .await
+        .expect("close");
+}
+
 /// A batch fold that records what each unit's slice looked like.
 fn recorder() -> (Projection<(), Order, f64>, Seen) {
     let seen: Seen = Arc::default();
@@ -50,13 +64,7 @@ mod cases {
         let host = Host::new(store.clone());
         let bound = projection.at(()).expect("bind");
         host.run(&bound, RunOptions::default()).await.expect("run");
-        store
-            .append(
-                bound.input_paths().first().expect("input"),
-                Append::close_only(),
-            )
-            .await
-            .expect("close");
+        close_first_input(store.as_ref(), &bound).await;
         let closed = host
             .run(&bound, RunOptions::default())
             .await
@@ -205,13 +213,7 @@ mod cases {
         let host = Host::new(store.clone());
         let bound = projection.at(()).expect("bind");
         host.run(&bound, RunOptions::default()).await.expect("run");
-        store
-            .append(
-                bound.input_paths().first().expect("input"),
-                Append::close_only(),
-            )
-            .await
-            .expect("close");
+        close_first_input(store.as_ref(), &bound).await;
         let closed = host
             .run(&bound, RunOptions::default())
             .await
