@@ -151,7 +151,7 @@ impl Storage for MemoryStorage {
             Err(other) => return Err(other),
         }
         let mut head = Head::new(config);
-        head.apply(&messages, &Append::messages(Vec::new()), false);
+        head.push(&messages);
         let info = head.info(path.as_str());
         streams.insert(
             path.to_string(),
@@ -169,11 +169,13 @@ impl Storage for MemoryStorage {
         })
     }
 
-    async fn append(&self, path: &StreamPath, append: Append) -> Result<Appended, StreamError> {
+    async fn append(&self, path: &StreamPath, mut append: Append) -> Result<Appended, StreamError> {
         let mut streams = self.lock();
         let stream = live(&mut streams, path)?;
         let json = stream.head.config.is_json();
-        let messages = split(append.payload.clone(), json, self.max_append_bytes, false)?;
+        // The rules read the append's conditions, never its payload.
+        let payload = std::mem::replace(&mut append.payload, Payload::empty());
+        let messages = split(payload, json, self.max_append_bytes, false)?;
         let stored = append
             .producer
             .as_ref()
@@ -284,7 +286,7 @@ impl Storage for MemoryStorage {
             Err(other) => return Err(other),
         }
         let mut head = Head::new(planned.config);
-        head.apply(&messages, &Append::messages(Vec::new()), false);
+        head.push(&messages);
         let info = head.info(path.as_str());
         streams.insert(
             path.to_string(),

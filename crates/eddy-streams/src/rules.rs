@@ -84,8 +84,7 @@ impl Head {
 
     /// Applies a decided write of `messages` to the head.
     pub fn apply(&mut self, messages: &[bytes::Bytes], append: &Append, close: bool) {
-        self.count += messages.len() as u64;
-        self.bytes += messages.iter().map(|m| m.len() as u64).sum::<u64>();
+        self.push(messages);
         if let Some(seq) = &append.stream_seq {
             self.last_stream_seq = Some(seq.clone());
         }
@@ -93,6 +92,12 @@ impl Head {
             self.closed = true;
             self.closed_by = append.producer.clone();
         }
+    }
+
+    /// Counts `messages` into the head (the data part of [`Head::apply`]).
+    pub fn push(&mut self, messages: &[bytes::Bytes]) {
+        self.count += messages.len() as u64;
+        self.bytes += messages.iter().map(|m| m.len() as u64).sum::<u64>();
     }
 
     /// The outcome of a decided write, after [`Head::apply`].

@@ -271,7 +271,7 @@ fn create(
     let mut head = Head::new(config);
     let id = schema::insert(conn, path.as_str(), &head, now)?;
     schema::insert_messages(conn, id, 0, &messages)?;
-    head.apply(&messages, &Append::messages(Vec::new()), false);
+    head.push(&messages);
     schema::update(conn, id, &head, now)?;
     Ok(Created {
         created: true,
@@ -282,18 +282,15 @@ fn create(
 fn append_to(
     conn: &Connection,
     path: &StreamPath,
-    append: Append,
+    mut append: Append,
     max_append_bytes: usize,
 ) -> Result<Appended, StreamError> {
     let now = now_ms();
     let row = live(conn, path, now)?;
     let mut head = row.head;
-    let messages: Vec<Bytes> = split(
-        append.payload.clone(),
-        head.config.is_json(),
-        max_append_bytes,
-        false,
-    )?;
+    // The rules read the append's conditions, never its payload.
+    let payload = std::mem::replace(&mut append.payload, Payload::empty());
+    let messages: Vec<Bytes> = split(payload, head.config.is_json(), max_append_bytes, false)?;
     let stored = match &append.producer {
         Some(p) => schema::producer(conn, row.id, &p.id)?,
         None => None,
