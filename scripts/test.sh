@@ -27,7 +27,7 @@ step() {
   local name="$1"; shift
   echo "==> $name"
   local started=$SECONDS
-  if "$@" 2>&1 | tee "$log_dir/step.log"; then
+  if "$@"; then
     summary+=("ok    $name ($((SECONDS - started)) s)")
   else
     summary+=("FAIL  $name ($((SECONDS - started)) s)")
