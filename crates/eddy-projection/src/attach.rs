@@ -1,38 +1,155 @@
-//! `attach`: run bindings when their inputs commit, in this process.
+//! `attach`: run bindings when their inputs commit, in this process, and
+//! report what each binding is doing.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
+use std::fmt;
 use std::sync::Arc;
 
-use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::Notify;
-use tokio::task::{JoinHandle, JoinSet};
+use futures::Stream;
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
 
 use crate::declare::{Item, Params, State};
-use crate::params::params_key;
-use crate::{Host, Projection, ProjectionError, Result, Retry, RunOptions};
+use crate::dispatch::Dispatcher;
+use crate::{Host, Progress, Projection, ProjectionError, Result, Retry, RunOptions};
+
+/// How many errors a slow [`Attached::errors`] subscriber may fall behind
+/// before it gets [`AttachError::Missed`].
+const ERROR_CAPACITY: usize = 256;
 
 /// Options of [`Host::attach`].
 #[derive(Clone, Debug, Default)]
 pub struct AttachOptions {
-    /// The options of each run.
+    /// The options of each run. A run cut by `limit` is followed by another
+    /// at once, so `limit` bounds the work between status updates, not the
+    /// work done.
     pub run: RunOptions,
     /// The retry schedule for `storage-failure`; `None` uses the host's.
     pub retry: Option<Retry>,
 }
 
-/// A running attachment. Dropping it (or calling
-/// [`detach`](Attached::detach)) stops it.
-#[derive(Debug)]
-pub struct Attached {
-    task: JoinHandle<()>,
+/// What an attached binding is doing.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum BindingState {
+    /// A run is in progress (or waiting to retry a storage failure).
+    Running,
+    /// The last run caught up; no task is kept for the binding until its
+    /// next commit.
+    Idle,
+    /// The last run failed; the next commit on one of its inputs runs it
+    /// again.
+    Failed(Arc<ProjectionError>),
 }
 
-impl Attached {
-    /// Stops the attachment and every binding it runs.
+/// One binding of an attachment: its parameters, what it is doing, and
+/// the progress of its last successful run.
+#[derive(Clone, Debug)]
+pub struct BindingStatus<P, S> {
+    /// The binding's parameters.
+    pub params: P,
+    /// What it is doing.
+    pub state: BindingState,
+    /// The progress of its last successful run, if any.
+    pub last: Option<Progress<S>>,
+}
+
+/// Every binding an attachment has seen, by its parameter key
+/// (`workspaceId=ws-42`, the last segment of its checkpoint path).
+pub type AttachStatus<P, S> = BTreeMap<String, BindingStatus<P, S>>;
+
+/// An error an attachment reports on [`Attached::errors`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum AttachError {
+    /// A committed path matches an input route, but its parameters do not
+    /// decode or do not bind. No binding ran for it.
+    Unroutable {
+        /// The committed path.
+        path: String,
+        /// Why it cannot be bound.
+        error: Arc<ProjectionError>,
+    },
+    /// A binding's run failed (for `storage-failure`, after the retry
+    /// schedule gave up). Its status is [`BindingState::Failed`].
+    Run {
+        /// The binding's parameter key.
+        binding: String,
+        /// The run's error.
+        error: Arc<ProjectionError>,
+    },
+    /// The commit feed lagged and the scan of the inputs that replaces the
+    /// missed commits failed; bindings may wait for their next commit.
+    Scan {
+        /// The scan's error.
+        error: Arc<ProjectionError>,
+    },
+    /// This subscriber read too slowly and missed this many errors.
+    Missed(u64),
+}
+
+impl fmt::Display for AttachError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttachError::Unroutable { path, error } => write!(f, "cannot bind `{path}`: {error}"),
+            AttachError::Run { binding, error } => write!(f, "binding `{binding}` failed: {error}"),
+            AttachError::Scan { error } => write!(f, "the scan after a lag failed: {error}"),
+            AttachError::Missed(count) => write!(f, "missed {count} errors"),
+        }
+    }
+}
+
+/// A running attachment: its status and its errors. Dropping it (or
+/// calling [`detach`](Attached::detach)) stops it and every run in
+/// progress.
+pub struct Attached<P, S> {
+    task: JoinHandle<()>,
+    status: watch::Receiver<AttachStatus<P, S>>,
+    errors: broadcast::Sender<AttachError>,
+}
+
+impl<P, S> fmt::Debug for Attached<P, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Attached").finish_non_exhaustive()
+    }
+}
+
+impl<P: Params, S: State> Attached<P, S> {
+    /// The status of every binding seen so far.
+    pub fn status(&self) -> AttachStatus<P, S> {
+        self.status.borrow().clone()
+    }
+
+    /// Waits until `ready` holds for the status, and returns that status;
+    /// `None` when the attachment stopped first (its store went away).
+    pub async fn wait_for(
+        &self,
+        mut ready: impl FnMut(&AttachStatus<P, S>) -> bool,
+    ) -> Option<AttachStatus<P, S>> {
+        let mut status = self.status.clone();
+        let seen = status.wait_for(|s| ready(s)).await.ok()?;
+        Some(seen.clone())
+    }
+
+    /// The errors reported from now on. A subscriber that falls behind
+    /// gets [`AttachError::Missed`]; each binding's last error also stays
+    /// in its [status](Attached::status).
+    pub fn errors(&self) -> impl Stream<Item = AttachError> + Send + 'static {
+        futures::stream::unfold(self.errors.subscribe(), |mut errors| async move {
+            let error = match errors.recv().await {
+                Ok(error) => error,
+                Err(broadcast::error::RecvError::Lagged(missed)) => AttachError::Missed(missed),
+                Err(broadcast::error::RecvError::Closed) => return None,
+            };
+            Some((error, errors))
+        })
+    }
+
+    /// Stops the attachment and every run in progress.
     pub fn detach(self) {}
 }
 
-impl Drop for Attached {
+impl<P, S> Drop for Attached<P, S> {
     fn drop(&mut self) {
         self.task.abort();
     }
@@ -43,19 +160,29 @@ impl Host {
     /// [`Storage::committed`](eddy_streams::Storage::committed) reports on a
     /// path matching one of its input routes binds the parameters parsed
     /// from that path and runs the binding. Each binding has one writer;
-    /// commits that arrive during a run join into one more run.
+    /// commits that arrive during a run join into one more run, and a run
+    /// cut by the limit is followed by another.
+    ///
+    /// Nothing is dropped silently: a path that matches a route but does
+    /// not bind, and every failed run, is reported on
+    /// [`Attached::errors`] and in [`Attached::status`]. When the commit
+    /// feed lags, every stream matching an input route is listed and its
+    /// binding run. A binding that caught up keeps no task.
     ///
     /// Attach before writes begin. Only local commits wake it: writes made
     /// by other processes do not. The pending set lives in memory, so a
     /// crash before a run waits for the next commit on that input. Every
-    /// input route must supply every projection parameter, else
-    /// `load/invalid-options`; it also fails outside a tokio runtime.
+    /// input route must supply every projection parameter, and the options
+    /// must be valid, else `load/invalid-options`; it also fails outside a
+    /// tokio runtime.
     pub fn attach<P: Params, I: Item, S: State>(
         &self,
         projection: &Projection<P, I, S>,
         options: AttachOptions,
-    ) -> Result<Attached> {
+    ) -> Result<Attached<P, S>> {
         options.run.validate()?;
+        let retry = options.retry.unwrap_or(self.retry);
+        retry.validate()?;
         if let Some(names) = projection.param_names() {
             for input in projection.inputs() {
                 let supplied: Vec<&str> = input.route.params().collect();
@@ -72,82 +199,21 @@ impl Host {
             ProjectionError::invalid("attach needs a running tokio runtime".to_owned())
         })?;
         let commits = self.storage.committed();
-        let host = self.clone();
-        let projection = projection.clone();
-        let task = runtime.spawn(dispatch(host, projection, options, commits));
-        Ok(Attached { task })
-    }
-}
-
-async fn dispatch<P: Params, I: Item, S: State>(
-    host: Host,
-    projection: Projection<P, I, S>,
-    options: AttachOptions,
-    mut commits: tokio::sync::broadcast::Receiver<eddy_streams::Committed>,
-) {
-    let mut workers: HashMap<String, Arc<Notify>> = HashMap::new();
-    let mut tasks = JoinSet::new();
-    loop {
-        let path = match commits.recv().await {
-            Ok(commit) => commit.path,
-            Err(RecvError::Lagged(missed)) => {
-                tracing::warn!(
-                    projection = projection.id(),
-                    "missed {missed} commits; running every known binding"
-                );
-                workers.values().for_each(|n| n.notify_one());
-                continue;
-            }
-            Err(RecvError::Closed) => return,
-        };
-        let Ok(params) = projection.parse(&path) else {
-            continue;
-        };
-        let Ok(value) = serde_json::to_value(&params) else {
-            continue;
-        };
-        let key = params_key(&value);
-        if let Some(notify) = workers.get(&key) {
-            notify.notify_one();
-            continue;
-        }
-        let bound = match projection.at(params) {
-            Ok(bound) => bound,
-            Err(e) => {
-                tracing::warn!(projection = projection.id(), "cannot bind `{path}`: {e}");
-                continue;
-            }
-        };
-        let notify = Arc::new(Notify::new());
-        notify.notify_one();
-        workers.insert(key, Arc::clone(&notify));
-        let host = host.clone();
-        let options = options.clone();
-        tasks.spawn(async move {
-            let retry = options.retry.unwrap_or(host.retry);
-            loop {
-                notify.notified().await;
-                let mut attempt = 0;
-                loop {
-                    match host.run(&bound, options.run.clone()).await {
-                        Ok(_) => break,
-                        Err(e) if e.is_retryable() => match retry.delay(attempt) {
-                            Some(delay) => {
-                                attempt += 1;
-                                tokio::time::sleep(delay).await;
-                            }
-                            None => {
-                                tracing::error!("attached run gave up after retries: {e}");
-                                break;
-                            }
-                        },
-                        Err(e) => {
-                            tracing::error!("attached run failed: {e}");
-                            break;
-                        }
-                    }
-                }
-            }
-        });
+        let (status_tx, status) = watch::channel(AttachStatus::new());
+        let (errors, _) = broadcast::channel(ERROR_CAPACITY);
+        let dispatcher = Dispatcher::new(
+            self.clone(),
+            projection.clone(),
+            options.run,
+            retry,
+            status_tx,
+            errors.clone(),
+        );
+        let task = runtime.spawn(dispatcher.run(commits));
+        Ok(Attached {
+            task,
+            status,
+            errors,
+        })
     }
 }

@@ -5,7 +5,7 @@ use futures::future::{select_all, FutureExt};
 use futures::Stream;
 
 use crate::declare::{Item, Params, State};
-use crate::session::Session;
+use crate::session::{Session, Tally};
 use crate::{Bound, FollowOptions, Host, Progress, Result, Retry, Status};
 
 impl Host {
@@ -62,7 +62,7 @@ impl<P: Params, I: Item, S: State> Follower<P, I, S> {
             return None;
         }
         if self.last.is_none() {
-            if let Err(e) = self.options.validate() {
+            if let Err(e) = self.options.validate().and(self.retry.validate()) {
                 self.done = true;
                 return Some(Err(e));
             }
@@ -98,13 +98,15 @@ impl<P: Params, I: Item, S: State> Follower<P, I, S> {
         }
     }
 
-    /// One cycle: passes until one ends without a storage failure.
+    /// One cycle: passes until one ends without a storage failure. Units
+    /// committed by a pass that then failed count in the cycle's report.
     async fn cycle(&mut self) -> Result<Progress<S>> {
         let mut attempt = 0;
+        let mut tally = Tally::default();
         loop {
             let outcome = match self.session.as_mut() {
                 Some(session) => session
-                    .pass(self.options.limit, self.options.unit_size)
+                    .pass(self.options.limit, self.options.unit_size, &mut tally)
                     .await
                     .map(Some),
                 None => Session::load(self.host.clone(), self.bound.clone())
@@ -117,9 +119,8 @@ impl<P: Params, I: Item, S: State> Follower<P, I, S> {
             match outcome {
                 Ok(None) => continue,
                 Ok(Some(pass)) => {
-                    let session = self.session.as_ref();
-                    if let Some(session) = session {
-                        return Ok(session.progress(pass.units, pass.items, pass));
+                    if let Some(session) = self.session.as_ref() {
+                        return Ok(session.progress(tally, pass));
                     }
                 }
                 Err(e) if e.is_retryable() => {

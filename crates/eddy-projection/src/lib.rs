@@ -126,6 +126,7 @@ mod bind;
 mod checkpoint;
 mod commit;
 mod declare;
+mod dispatch;
 mod emits;
 mod error;
 mod follow;
@@ -142,7 +143,7 @@ mod streams;
 mod unit_key;
 mod wake;
 
-pub use attach::{AttachOptions, Attached};
+pub use attach::{AttachError, AttachOptions, AttachStatus, Attached, BindingState, BindingStatus};
 pub use batch::{Batch, Entry, Range, Slice, Unit};
 pub use bind::Bound;
 pub use checkpoint::{
@@ -158,7 +159,7 @@ pub use host::Host;
 pub use progress::{
     FollowOptions, Pass, Progress, RunOptions, Status, DEFAULT_REPAIR_INTERVAL, DEFAULT_UNIT_SIZE,
 };
-pub use retry::Retry;
+pub use retry::{Retry, MAX_INTERVAL};
 pub use step::Step;
 pub use streams::{Input, IntoOutput, Output};
 pub use wake::{wake, wake_stream, WakeRow, WAKE_COLLECTION};

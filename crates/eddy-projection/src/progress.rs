@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use eddy_streams::Offset;
 
+use crate::retry::MAX_INTERVAL;
 use crate::{ProjectionError, Result, Retry};
 
 /// How a pass (or cycle) ended.
@@ -114,7 +115,8 @@ pub struct FollowOptions {
     /// The most items one input contributes to a unit. Must be at least 1.
     pub unit_size: usize,
     /// The bound on each wait for new input (the repair interval). Must be
-    /// more than zero. Defaults to 30 s.
+    /// more than zero and at most [`MAX_INTERVAL`](crate::MAX_INTERVAL).
+    /// Defaults to 30 s.
     pub repair_interval: Duration,
     /// The retry schedule for `storage-failure`; `None` uses the host's,
     /// which defaults to jittered exponential backoff from 200 ms capped
@@ -165,11 +167,12 @@ impl FollowOptions {
             unit_size: self.unit_size,
         }
         .validate()?;
-        if self.repair_interval.is_zero() {
-            return Err(ProjectionError::invalid(
-                "repair_interval (repairIntervalMs) must be more than zero",
-            ));
+        if self.repair_interval.is_zero() || self.repair_interval > MAX_INTERVAL {
+            return Err(ProjectionError::invalid(format!(
+                "repair_interval (repairIntervalMs) must be more than zero and at most {MAX_INTERVAL:?} (got {:?})",
+                self.repair_interval
+            )));
         }
-        Ok(())
+        self.retry.as_ref().map_or(Ok(()), Retry::validate)
     }
 }

@@ -1,7 +1,7 @@
 //! Bounded runners: `run`, `read`, `current` and `decide`.
 
 use crate::declare::{Item, Params, State};
-use crate::session::Session;
+use crate::session::{Session, Tally};
 use crate::{Bound, CommitKind, Host, Kind, Progress, ProjectionError, Result, RunOptions};
 
 impl Host {
@@ -17,14 +17,21 @@ impl Host {
     ) -> Result<Progress<S>> {
         options.validate()?;
         let mut session = Session::load(self.clone(), bound.clone()).await?;
-        let pass = session.pass(options.limit, options.unit_size).await?;
-        Ok(session.progress(pass.units, pass.items, pass))
+        let mut tally = Tally::default();
+        let pass = session
+            .pass(options.limit, options.unit_size, &mut tally)
+            .await?;
+        Ok(session.progress(tally, pass))
     }
 
     /// The committed state of `bound` (the initial state when it has no
-    /// checkpoint, or after it was forgotten).
+    /// checkpoint, or once its final gone unit committed and it is
+    /// forgotten).
     pub async fn read<P: Params, I: Item, S: State>(&self, bound: &Bound<P, I, S>) -> Result<S> {
         let session = Session::load(self.clone(), bound.clone()).await?;
+        if session.forget_due() {
+            return Ok(bound.projection().initial().clone());
+        }
         Ok(session.state().clone())
     }
 

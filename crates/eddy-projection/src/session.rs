@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
 use eddy_streams::{Append, Offset, Payload, ProducerPosition, StreamConfig, StreamError};
 
 use crate::checkpoint::{Checkpoint, Pending, Token};
@@ -17,7 +18,13 @@ use crate::{
 /// What one unit did.
 pub(crate) struct UnitDone {
     pub items: u64,
-    pub forgotten: bool,
+}
+
+/// The units and items a cycle committed so far, over all its passes.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Tally {
+    pub units: u64,
+    pub items: u64,
 }
 
 /// A binding's checkpoint as one writer holds it between units.
@@ -107,8 +114,9 @@ impl<P: Params, I: Item, S: State> Session<P, I, S> {
             .collect()
     }
 
-    /// The report of a cycle made of `passes`, the last one being `last`.
-    pub(crate) fn progress(&self, units: u64, items: u64, last: Pass) -> Progress<S> {
+    /// The report of a cycle that committed `tally` and whose last pass
+    /// was `last`.
+    pub(crate) fn progress(&self, tally: Tally, last: Pass) -> Progress<S> {
         Progress {
             state: self
                 .bound
@@ -117,33 +125,41 @@ impl<P: Params, I: Item, S: State> Session<P, I, S> {
                 .then(|| self.state.clone()),
             offsets: last.offsets.clone(),
             status: last.status,
-            units,
-            items,
+            units: tally.units,
+            items: tally.items,
             pass: last,
         }
     }
 
-    /// Runs units until caught up, closed, forgotten or `limit`.
-    pub(crate) async fn pass(&mut self, limit: Option<usize>, unit_size: usize) -> Result<Pass> {
+    /// Runs units until caught up, closed, forgotten or `limit`, counting
+    /// each committed unit into `tally` as soon as it commits, so a caller
+    /// that retries after a failure still knows what was committed.
+    pub(crate) async fn pass(
+        &mut self,
+        limit: Option<usize>,
+        unit_size: usize,
+        tally: &mut Tally,
+    ) -> Result<Pass> {
         let mut units = 0u64;
         let mut items = 0u64;
         let status = loop {
-            if limit.is_some_and(|l| units >= l as u64) {
+            if self.forget_due() {
+                self.forget().await?;
+                break Status::Forgotten;
+            }
+            if limit.is_some_and(|l| tally.units >= l as u64) {
                 break Status::Limited;
             }
             if self.all_closed() && self.checkpoint.pending.is_none() {
                 break Status::Closed;
             }
-            match self.unit(unit_size).await? {
-                None => break Status::CaughtUp,
-                Some(done) => {
-                    units += 1;
-                    items += done.items;
-                    if done.forgotten {
-                        break Status::Forgotten;
-                    }
-                }
-            }
+            let Some(done) = self.unit(unit_size).await? else {
+                break Status::CaughtUp;
+            };
+            units += 1;
+            items += done.items;
+            tally.units += 1;
+            tally.items += done.items;
         };
         Ok(Pass {
             status,
@@ -151,6 +167,23 @@ impl<P: Params, I: Item, S: State> Session<P, I, S> {
             items,
             offsets: self.offsets(),
         })
+    }
+
+    /// Whether the final unit of a gone input committed and the binding
+    /// still has to be forgotten: the forget is part of that unit's
+    /// outcome, retried until it lands.
+    pub(crate) fn forget_due(&self) -> bool {
+        self.exists
+            && self.bound.projection.inner.forget_gone
+            && self.checkpoint.pending.is_none()
+            && self.checkpoint.inputs.values().any(|mark| mark.gone)
+    }
+
+    async fn forget(&mut self) -> Result<()> {
+        self.host
+            .checkpoints
+            .forget(&self.bound.key, self.token)
+            .await
     }
 
     /// The slices of the next unit: the pending one (replayed), or a fresh
@@ -208,21 +241,13 @@ impl<P: Params, I: Item, S: State> Session<P, I, S> {
         let unit = self.make_unit(&slices);
         let batch = Batch::new(slices);
         let items = batch.len() as u64;
-        let gone = batch.gone();
         match self.bound.projection.commit_kind() {
             CommitKind::Checkpoint => self.commit_checkpoint(&batch, &unit).await?,
             CommitKind::Producer | CommitKind::AtLeastOnce => {
                 self.commit_pinned(&batch, &unit, replay).await?
             }
         }
-        let forgotten = gone && self.bound.projection.inner.forget_gone;
-        if forgotten {
-            self.host
-                .checkpoints
-                .forget(&self.bound.key, self.token)
-                .await?;
-        }
-        Ok(Some(UnitDone { items, forgotten }))
+        Ok(Some(UnitDone { items }))
     }
 
     async fn run_kernel(&self, batch: &Batch<I>, unit: &Unit<P>) -> Result<(S, Emits)> {
@@ -244,36 +269,50 @@ impl<P: Params, I: Item, S: State> Session<P, I, S> {
         self.conclude(state, emits, saved, unit).await
     }
 
+    /// Pins the unit's ranges, runs it and settles it. A producer unit runs
+    /// its (deterministic) handler and encodes every output before the
+    /// pin, so a handler's output mistake fails the unit with nothing
+    /// written; an at-least-once unit pins before its handler runs.
     async fn commit_pinned(
         &mut self,
         batch: &Batch<I>,
         unit: &Unit<P>,
         replay: bool,
     ) -> Result<()> {
-        let producer = self.bound.projection.commit_kind() == CommitKind::Producer;
-        if producer {
+        if self.bound.projection.commit_kind() == CommitKind::Producer {
             self.check_outputs().await?;
+            let (state, emits) = self.run_kernel(batch, unit).await?;
+            let encoded = self.encode_outputs(&emits)?;
+            if !replay {
+                self.pin(unit).await?;
+            }
+            let settled = async {
+                let emitted = self.append_outputs(encoded).await?;
+                let next = self.settled(&unit.ranges, &state, &emitted)?;
+                self.save(next).await
+            }
+            .await;
+            return self.conclude(state, emits, settled, unit).await;
         }
         if !replay {
-            let mut pinned = self.checkpoint.clone();
-            pinned.pending = Some(Pending {
-                key: unit.key.clone(),
-                ranges: unit.ranges.clone(),
-            });
-            self.save(pinned).await?;
+            self.pin(unit).await?;
         }
         let (state, emits) = self.run_kernel(batch, unit).await?;
         let settled = async {
-            let emitted = if producer {
-                self.append_outputs(&emits).await?
-            } else {
-                Vec::new()
-            };
-            let next = self.settled(&unit.ranges, &state, &emitted)?;
+            let next = self.settled(&unit.ranges, &state, &[])?;
             self.save(next).await
         }
         .await;
         self.conclude(state, emits, settled, unit).await
+    }
+
+    async fn pin(&mut self, unit: &Unit<P>) -> Result<()> {
+        let mut pinned = self.checkpoint.clone();
+        pinned.pending = Some(Pending {
+            key: unit.key.clone(),
+            ranges: unit.ranges.clone(),
+        });
+        self.save(pinned).await
     }
 
     /// Adopts the unit's state once its commit succeeded; otherwise the
@@ -547,9 +586,9 @@ impl<P: Params, I: Item, S: State> Session<P, I, S> {
         Ok(())
     }
 
-    /// Appends each output's items with its producer position; returns the
-    /// outputs that used a sequence number.
-    async fn append_outputs(&self, emits: &Emits) -> Result<Vec<String>> {
+    /// Checks and encodes the items of every output, refusing names the
+    /// projection does not declare: the messages to append, by output.
+    fn encode_outputs(&self, emits: &Emits) -> Result<Vec<(usize, Vec<Bytes>)>> {
         let declared = self.bound.projection.outputs();
         if let Some((name, _)) = emits
             .outputs
@@ -562,17 +601,31 @@ impl<P: Params, I: Item, S: State> Session<P, I, S> {
                 reason: "the projection declares no output with this name".into(),
             });
         }
-        let mut emitted = Vec::new();
-        for (output, path) in declared.iter().zip(&self.bound.outputs) {
+        let mut encoded = Vec::new();
+        for (index, (output, path)) in declared.iter().zip(&self.bound.outputs).enumerate() {
             let Some(items) = emits.outputs.get(&output.name).filter(|i| !i.is_empty()) else {
                 continue;
             };
-            let invalid = |reason: String| ProjectionError::InvalidOutput {
-                output: output.name.clone(),
-                path: path.to_string(),
-                reason,
-            };
-            let messages = output.encode(items).map_err(invalid)?;
+            let messages =
+                output
+                    .encode(items)
+                    .map_err(|reason| ProjectionError::InvalidOutput {
+                        output: output.name.clone(),
+                        path: path.to_string(),
+                        reason,
+                    })?;
+            encoded.push((index, messages));
+        }
+        Ok(encoded)
+    }
+
+    /// Appends each output's encoded items with its producer position;
+    /// returns the outputs that used a sequence number.
+    async fn append_outputs(&self, encoded: Vec<(usize, Vec<Bytes>)>) -> Result<Vec<String>> {
+        let declared = self.bound.projection.outputs();
+        let mut emitted = Vec::new();
+        for (index, messages) in encoded {
+            let (output, path) = (&declared[index], &self.bound.outputs[index]);
             let seq = self
                 .checkpoint
                 .next_seq
@@ -587,7 +640,13 @@ impl<P: Params, I: Item, S: State> Session<P, I, S> {
                     e @ (StreamError::Closed { .. }
                     | StreamError::Gone { .. }
                     | StreamError::NotFound { .. }),
-                ) => return Err(invalid(e.to_string())),
+                ) => {
+                    return Err(ProjectionError::InvalidOutput {
+                        output: output.name.clone(),
+                        path: path.to_string(),
+                        reason: e.to_string(),
+                    })
+                }
                 Err(e) => return Err(e.into()),
             }
             emitted.push(output.name.clone());

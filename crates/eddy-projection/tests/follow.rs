@@ -223,6 +223,58 @@ mod cases {
         assert!(follow.next().await.is_none());
         assert!(store.head(&output).await.is_err(), "not recreated");
     }
+    /// Regression (issue 11, 1.1): a cycle that committed a unit and then
+    /// hit a retried `storage-failure` reported only the retry pass; when
+    /// the retry committed nothing, no element was emitted at all.
+    pub async fn a_retried_cycle_reports_the_units_it_committed_before_the_failure(
+        store: Arc<dyn Storage>,
+    ) {
+        seed(store.as_ref(), 0..1).await;
+        let faulty = Arc::new(Faulty::new(store.clone()));
+        let host = Host::new(faulty.clone());
+        let follow = host.follow(
+            order_totals().at(()).expect("bind"),
+            fast().with_unit_size(1),
+        );
+        futures::pin_mut!(follow);
+        let first = follow.next().await.expect("element").expect("ok");
+        assert_eq!(first.units, 1);
+        // The next cycle reads the new item (read 0) and commits it; the
+        // read that looks for more (read 1) fails and the retry finds
+        // nothing new.
+        faulty.fail_nth(Some(Op::Read), 1, When::Before);
+        seed(store.as_ref(), 1..2).await;
+        let element = tokio::time::timeout(Duration::from_secs(10), follow.next())
+            .await
+            .expect("an element for the cycle that committed a unit")
+            .expect("element")
+            .expect("ok");
+        assert_eq!((element.units, element.items), (1, 1));
+        assert_eq!(element.offsets["input"].position(), 2);
+        assert_eq!(element.pass.units, 0, "the last pass found nothing new");
+    }
+
+    /// Regression (issue 11, 1.4): a huge repair interval or retry cap
+    /// panicked (`Instant + Duration::MAX`) instead of being refused.
+    pub async fn out_of_range_durations_fail_at_the_first_pull(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..1).await;
+        let host = Host::new(store.clone());
+        let huge = [
+            FollowOptions {
+                repair_interval: Duration::MAX,
+                ..fast()
+            },
+            fast().with_retry(Retry::exponential(Duration::from_millis(1), Duration::MAX)),
+            fast().with_retry(Retry::exponential(Duration::MAX, Duration::MAX).jittered()),
+        ];
+        for options in huge {
+            let follow = host.follow(order_totals().at(()).expect("bind"), options);
+            futures::pin_mut!(follow);
+            let err = follow.next().await.expect("element").expect_err("refused");
+            assert_eq!(err.code(), "load/invalid-options", "{err}");
+            assert!(follow.next().await.is_none());
+        }
+    }
 }
 
 crate::on_backends!(
@@ -236,4 +288,6 @@ crate::on_backends!(
     follow_uses_the_host_retry_unless_the_options_override_it,
     follow_ends_after_the_final_gone_unit,
     an_output_deleted_under_a_follower_is_invalid,
+    a_retried_cycle_reports_the_units_it_committed_before_the_failure,
+    out_of_range_durations_fail_at_the_first_pull,
 );

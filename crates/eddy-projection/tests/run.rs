@@ -1,5 +1,6 @@
 //! `run`, commits, checkpoints, `read`, `current` and `decide`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use eddy_projection::{
@@ -658,6 +659,112 @@ mod cases {
             .collect();
         assert_eq!(written, [0.0, 1.0, 3.0]);
     }
+
+    /// Regression (issue 11, 1.3): an output mistake (a name the
+    /// projection does not declare, an item that does not fit its output,
+    /// an unknown state collection) was found only after the pin, and the
+    /// replay failed the same way forever. Now nothing is written and a
+    /// fixed handler resumes.
+    pub async fn an_output_mistake_writes_nothing_and_a_fixed_handler_resumes(
+        store: Arc<dyn Storage>,
+    ) {
+        #[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq)]
+        struct Row {
+            id: String,
+        }
+        seed(store.as_ref(), 0..2).await;
+        let board = StateStream::new("Test/Board", "board")
+            .expect("route")
+            .collection::<Row>("row", "id");
+        for mistake in ["unknown output", "item does not fit", "unknown collection"] {
+            let buggy = Arc::new(AtomicBool::new(true));
+            let flag = buggy.clone();
+            let projection = Declare::<(), Order>::new(format!("mistake-{}", mistake.len()))
+                .input("input", &orders())
+                .output("totals", &totals())
+                .output("board", &board)
+                .emit(Commit::producer(), move |entry, _| {
+                    let id = entry.item.order_id.clone();
+                    let total = Total {
+                        order_id: id.clone(),
+                        total: entry.item.amount,
+                    };
+                    let good = Emits::new().json("totals", [total]).state(
+                        "board",
+                        [StateEntry::upsert("row", &Row { id: id.clone() })],
+                    );
+                    if !flag.load(Ordering::SeqCst) {
+                        return good;
+                    }
+                    match mistake {
+                        "unknown output" => good.json("nope", [1]),
+                        "item does not fit" => good.json("totals", ["not a total"]),
+                        _ => good.state("board", [StateEntry::upsert("nope", &Row { id })]),
+                    }
+                })
+                .expect("declare");
+            let host = Host::new(store.clone());
+            let bound = projection.at(()).expect("bind");
+            let totals_path = bound.output_paths()[0].clone();
+            let tail = || async {
+                store
+                    .head(&totals_path)
+                    .await
+                    .map_or(0, |info| info.tail.position())
+            };
+            let before = tail().await;
+            let err = host
+                .run(&bound, RunOptions::default())
+                .await
+                .expect_err("refused");
+            assert_eq!(err.code(), "pin/invalid-output", "{mistake}: {err}");
+            let loaded = host
+                .checkpoints()
+                .load(&bound_key(&bound))
+                .await
+                .expect("load");
+            assert!(loaded.checkpoint.is_none(), "{mistake}: nothing pinned");
+            assert_eq!(
+                tail().await,
+                before,
+                "{mistake}: nothing appended to the first output"
+            );
+            buggy.store(false, Ordering::SeqCst);
+            let fixed = host
+                .run(&bound, RunOptions::default())
+                .await
+                .expect("a fixed handler resumes");
+            assert_eq!(fixed.items, 2, "{mistake}");
+            assert_eq!(tail().await, before + 2, "{mistake}");
+        }
+    }
+
+    /// Regression (issue 11, 1.3): outputs were encoded one by one, so
+    /// output A was appended before output B was refused.
+    pub async fn a_refused_second_output_leaves_the_first_untouched(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..1).await;
+        let evens = eddy_streams::JsonStream::<u32>::new("Shop/Evens", "evens").expect("route");
+        let projection = Declare::<(), Order>::new("two")
+            .input("input", &orders())
+            .output("totals", &totals())
+            .output("evens", &evens)
+            .emit(Commit::producer(), |entry, _| {
+                let total = Total {
+                    order_id: entry.item.order_id.clone(),
+                    total: entry.item.amount,
+                };
+                Emits::new().json("totals", [total]).json("evens", [-1])
+            })
+            .expect("declare");
+        let host = Host::new(store.clone());
+        let bound = projection.at(()).expect("bind");
+        let err = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect_err("refused");
+        assert_eq!(err.code(), "pin/invalid-output");
+        assert!(read_all(store.as_ref(), &totals(), &()).await.is_empty());
+    }
 }
 
 /// Runs `order_totals` and checks that its output is refused with
@@ -710,4 +817,6 @@ crate::on_backends!(
     current_on_an_output_projection_writes_nothing,
     each_keeps_input_declaration_order,
     a_first_unit_pinned_but_not_settled_replays,
+    an_output_mistake_writes_nothing_and_a_fixed_handler_resumes,
+    a_refused_second_output_leaves_the_first_untouched,
 );

@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use eddy_streams::{
-    Append, Appended, Created, JsonStream, MemoryStorage, Notifier, Offset, Payload, ReadChunk,
-    ReadFrom, SqliteStorage, Storage, StreamConfig, StreamError, StreamInfo, StreamPath, Wait,
+    Append, Appended, Committed, Created, JsonStream, MemoryStorage, Notifier, Offset, Payload,
+    ReadChunk, ReadFrom, SqliteStorage, Storage, StreamConfig, StreamError, StreamInfo, StreamPath,
+    Wait,
 };
 use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
 
 pub type Case = fn(Arc<dyn Storage>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -117,10 +119,20 @@ pub enum When {
     After,
 }
 
-/// A storage that fails chosen calls with `storage-failure`.
+/// A storage that fails chosen calls with `storage-failure`, and can hold
+/// back its `committed` feed to release it in one burst.
 pub struct Faulty {
     inner: Arc<dyn Storage>,
     plan: Mutex<Vec<(Option<Op>, usize, When)>>,
+    held: Option<HeldFeed>,
+}
+
+/// A `committed` feed of two slots whose events wait for
+/// [`Faulty::release_commits`]: releasing more than two at once makes
+/// every subscriber lag, on any backend.
+struct HeldFeed {
+    sender: broadcast::Sender<Committed>,
+    waiting: Mutex<Vec<Committed>>,
 }
 
 impl Faulty {
@@ -128,6 +140,38 @@ impl Faulty {
         Faulty {
             inner,
             plan: Mutex::new(Vec::new()),
+            held: None,
+        }
+    }
+
+    /// A store whose commits are reported only by
+    /// [`release_commits`](Faulty::release_commits).
+    pub fn holding_commits(inner: Arc<dyn Storage>) -> Self {
+        Faulty {
+            held: Some(HeldFeed {
+                sender: broadcast::channel(2).0,
+                waiting: Mutex::new(Vec::new()),
+            }),
+            ..Faulty::new(inner)
+        }
+    }
+
+    /// Reports every held commit at once.
+    pub fn release_commits(&self) {
+        if let Some(held) = &self.held {
+            for event in held.waiting.lock().expect("held").drain(..) {
+                let _ = held.sender.send(event);
+            }
+        }
+    }
+
+    fn hold(&self, path: &StreamPath, tail: Offset, closed: bool) {
+        if let Some(held) = &self.held {
+            held.waiting.lock().expect("held").push(Committed {
+                path: path.to_string(),
+                tail,
+                closed,
+            });
         }
     }
 
@@ -180,13 +224,19 @@ impl Storage for Faulty {
         config: StreamConfig,
         initial: Payload,
     ) -> Result<Created, StreamError> {
-        self.guard(Op::Create, self.inner.create(path, config, initial))
-            .await
+        let created = self
+            .guard(Op::Create, self.inner.create(path, config, initial))
+            .await?;
+        self.hold(path, created.info.tail, created.info.closed);
+        Ok(created)
     }
 
     async fn append(&self, path: &StreamPath, append: Append) -> Result<Appended, StreamError> {
-        self.guard(Op::Append, self.inner.append(path, append))
-            .await
+        let appended = self
+            .guard(Op::Append, self.inner.append(path, append))
+            .await?;
+        self.hold(path, appended.next_offset, appended.closed);
+        Ok(appended)
     }
 
     async fn read(
@@ -222,5 +272,30 @@ impl Storage for Faulty {
         timeout: Duration,
     ) -> Result<Wait, StreamError> {
         self.inner.wait(path, after, timeout).await
+    }
+
+    fn committed(&self) -> broadcast::Receiver<Committed> {
+        match &self.held {
+            Some(held) => held.sender.subscribe(),
+            None => self.inner.committed(),
+        }
+    }
+}
+
+/// Waits until the stream at `path` holds at least `count` messages, on
+/// the store's own change signal (at most 10 s).
+pub async fn wait_for_tail(store: &dyn Storage, path: &StreamPath, count: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let tail = store.head(path).await.expect("head").tail;
+        if tail.position() >= count {
+            return;
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        assert!(
+            !left.is_zero(),
+            "`{path}` holds {tail}, not {count} messages"
+        );
+        store.wait(path, tail, left).await.expect("wait");
     }
 }

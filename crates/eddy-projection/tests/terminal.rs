@@ -224,6 +224,52 @@ mod cases {
         );
         assert_eq!(*calls.lock().expect("calls"), 2, "no entry for the close");
     }
+
+    /// Regression (issue 11, 1.2): when saving the forget marker failed
+    /// after the final gone unit, later runs reported `Closed` forever and
+    /// `read` gave the final state instead of the initial one.
+    pub async fn a_failed_forget_is_retried_until_it_lands(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..3).await;
+        let projection = Declare::<(), Order>::new("forgetful")
+            .input("orders", &orders())
+            .fold(0.0, |sum: f64, entry, _| sum + entry.item.amount)
+            .expect("declare");
+        let faulty = Arc::new(Faulty::new(store.clone()));
+        let host = Host::new(faulty.clone());
+        let bound = projection.at(()).expect("bind");
+        host.run(&bound, RunOptions::default()).await.expect("run");
+        store
+            .delete(bound.input_paths().first().expect("input"))
+            .await
+            .expect("delete");
+        // The final unit's save is append 0; the forget's first append fails.
+        faulty.fail_nth(Some(Op::Append), 1, When::Before);
+        let err = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect_err("the forget fails");
+        assert_eq!(err.code(), "storage-failure");
+        assert_eq!(
+            host.read(&bound).await.expect("read"),
+            0.0,
+            "the final unit committed: the binding reads as forgotten"
+        );
+        let retried = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect("the forget is retried");
+        assert_eq!(
+            (retried.status, retried.units, retried.state),
+            (Status::Forgotten, 0, Some(3.0))
+        );
+        assert_eq!(retried.offsets["orders"].position(), 3);
+        assert_eq!(host.read(&bound).await.expect("read"), 0.0);
+        let after = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect_err("forgotten, and the input is gone");
+        assert_eq!(after.code(), "history-unavailable");
+    }
 }
 
 crate::on_backends!(
@@ -233,4 +279,5 @@ crate::on_backends!(
     a_removed_pinned_range_is_unreproducible_and_the_pin_stays,
     an_unreproducible_pin_blocks_the_gone_unit,
     a_closed_input_gives_per_item_handlers_no_entries,
+    a_failed_forget_is_retried_until_it_lands,
 );

@@ -4,12 +4,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use eddy_projection::{
-    wake, wake_stream, AttachOptions, Host, RunOptions, Status, WakeRow, WAKE_COLLECTION,
+    wake, wake_stream, AttachError, AttachOptions, BindingState, Host, RunOptions, Status, Step,
+    WakeRow, WAKE_COLLECTION,
 };
 use eddy_streams::{Append, JsonStream, Route, Storage};
 use serde::{Deserialize, Serialize};
 
-use crate::support::{read_all, Order, Total};
+use crate::support::{read_all, wait_for_tail, Faulty, Op, Order, Total, When};
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -21,6 +22,48 @@ struct File {
 #[serde(rename_all = "camelCase")]
 struct Workspace {
     workspace_id: String,
+}
+
+fn workspace(id: &str) -> Workspace {
+    Workspace {
+        workspace_id: id.into(),
+    }
+}
+
+type ByWorkspace = (
+    JsonStream<Order>,
+    JsonStream<Total>,
+    eddy_projection::Projection<Workspace, Order, ()>,
+);
+
+/// `facts/:workspaceId` → `totals/:workspaceId`, one total per order.
+fn by_workspace() -> ByWorkspace {
+    let facts = JsonStream::<Order>::new("Shop/Facts", "facts/:workspaceId").expect("route");
+    let totals = JsonStream::<Total>::new("Shop/Totals", "totals/:workspaceId").expect("route");
+    let projection = eddy_projection::Declare::<Workspace, Order>::new("by-workspace")
+        .input("facts", &facts)
+        .output("output", &totals)
+        .emit(eddy_projection::Commit::producer(), |entry, _| {
+            eddy_projection::Emits::new().json(
+                "output",
+                [Total {
+                    order_id: entry.item.order_id.clone(),
+                    total: entry.item.amount,
+                }],
+            )
+        })
+        .expect("declare");
+    (facts, totals, projection)
+}
+
+/// The next error an attachment reports (at most 10 s away).
+async fn next_error(
+    errors: &mut (impl futures::Stream<Item = AttachError> + Unpin),
+) -> AttachError {
+    tokio::time::timeout(Duration::from_secs(10), futures::StreamExt::next(errors))
+        .await
+        .expect("an error is reported")
+        .expect("the stream goes on")
 }
 
 mod cases {
@@ -88,29 +131,17 @@ mod cases {
     }
 
     pub async fn attach_runs_bindings_selected_by_commits(store: Arc<dyn Storage>) {
-        let facts = JsonStream::<Order>::new("Shop/Facts", "facts/:workspaceId").expect("route");
-        let totals = JsonStream::<Total>::new("Shop/Totals", "totals/:workspaceId").expect("route");
-        let projection = eddy_projection::Declare::<Workspace, Order>::new("by-workspace")
-            .input("facts", &facts)
-            .output("output", &totals)
-            .emit(eddy_projection::Commit::producer(), |entry, _| {
-                eddy_projection::Emits::new().json(
-                    "output",
-                    [Total {
-                        order_id: entry.item.order_id.clone(),
-                        total: entry.item.amount,
-                    }],
-                )
-            })
-            .expect("declare");
+        let (facts, totals, projection) = by_workspace();
         let host = Host::new(store.clone());
         let attached = host
             .attach(&projection, AttachOptions::default())
             .expect("attach");
         for ws in ["w1", "w2"] {
-            let params = Workspace {
-                workspace_id: ws.into(),
-            };
+            let params = workspace(ws);
+            totals
+                .create(store.as_ref(), &params)
+                .await
+                .expect("create");
             facts.create(store.as_ref(), &params).await.expect("create");
             for i in 0..3 {
                 facts
@@ -120,25 +151,13 @@ mod cases {
             }
         }
         for ws in ["w1", "w2"] {
-            let params = Workspace {
-                workspace_id: ws.into(),
-            };
-            let mut written = Vec::new();
-            for _ in 0..200 {
-                if totals.path(&params).is_ok()
-                    && store
-                        .head(&totals.path(&params).expect("path"))
-                        .await
-                        .is_ok()
-                {
-                    written = read_all(store.as_ref(), &totals, &params).await;
-                    if written.len() == 3 {
-                        break;
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            assert_eq!(written.len(), 3, "workspace {ws}");
+            let params = workspace(ws);
+            wait_for_tail(store.as_ref(), &totals.path(&params).expect("path"), 3).await;
+            assert_eq!(
+                read_all(store.as_ref(), &totals, &params).await.len(),
+                3,
+                "workspace {ws}"
+            );
         }
         drop(attached);
     }
@@ -155,10 +174,177 @@ mod cases {
             .expect_err("refused");
         assert_eq!(err.code(), "load/invalid-options");
     }
+
+    /// Regression (issue 11, 1.5): a run cut by `limit` left the backlog
+    /// until the next commit on that input.
+    pub async fn a_limited_attached_run_reschedules_itself(store: Arc<dyn Storage>) {
+        let (facts, totals, projection) = by_workspace();
+        let host = Host::new(store.clone());
+        let options = AttachOptions {
+            run: RunOptions::limit(1).with_unit_size(1),
+            ..AttachOptions::default()
+        };
+        let attached = host.attach(&projection, options).expect("attach");
+        let params = workspace("w1");
+        totals
+            .create(store.as_ref(), &params)
+            .await
+            .expect("create");
+        facts.create(store.as_ref(), &params).await.expect("create");
+        let three: Vec<Order> = (0..3).map(|i| crate::support::order(i, 1.0)).collect();
+        facts
+            .append(store.as_ref(), &params, &three)
+            .await
+            .expect("one commit");
+        wait_for_tail(store.as_ref(), &totals.path(&params).expect("path"), 3).await;
+        drop(attached);
+    }
+
+    /// Regression (issue 11, 1.5): after the commit feed lagged, only
+    /// bindings that had already run were run again; a binding first seen
+    /// in the missed commits waited for its next commit.
+    pub async fn after_a_lag_attach_scans_every_matching_input(store: Arc<dyn Storage>) {
+        let (facts, totals, projection) = by_workspace();
+        let held = Arc::new(Faulty::holding_commits(store.clone()));
+        let host = Host::new(held.clone());
+        let attached = host
+            .attach(&projection, AttachOptions::default())
+            .expect("attach");
+        for ws in ["w1", "w2"] {
+            let params = workspace(ws);
+            totals
+                .create(store.as_ref(), &params)
+                .await
+                .expect("create");
+            facts.create(held.as_ref(), &params).await.expect("create");
+            facts
+                .append(held.as_ref(), &params, &[crate::support::order(1, 1.0)])
+                .await
+                .expect("append");
+        }
+        // Four commits into a feed of two: the dispatcher lags.
+        held.release_commits();
+        for ws in ["w1", "w2"] {
+            let path = totals.path(&workspace(ws)).expect("path");
+            wait_for_tail(store.as_ref(), &path, 1).await;
+        }
+        drop(attached);
+    }
+
+    /// Regression (issue 11, 1.5): a path that matched a route but did not
+    /// decode was dropped silently, and failed runs were only logged. Both
+    /// are reported on the error stream, and the status says which
+    /// binding failed with what.
+    pub async fn attach_reports_paths_that_do_not_bind_and_failed_runs(store: Arc<dyn Storage>) {
+        #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+        struct Shard {
+            shard: u32,
+        }
+        let facts = JsonStream::<Order>::new("Shop/Shards", "shards/:shard").expect("route");
+        let projection = eddy_projection::Declare::<Shard, Order>::new("by-shard")
+            .input("facts", &facts)
+            .fold(0.0, |sum: f64, entry, _| {
+                if entry.item.amount < 0.0 {
+                    return Step::fail("negative amount");
+                }
+                Step::from(sum + entry.item.amount)
+            })
+            .expect("declare");
+        let host = Host::new(store.clone());
+        let attached = host
+            .attach(&projection, AttachOptions::default())
+            .expect("attach");
+        let errors = attached.errors();
+        futures::pin_mut!(errors);
+        let not_a_shard = eddy_streams::StreamPath::new("shards/north").expect("path");
+        store
+            .create(
+                &not_a_shard,
+                eddy_streams::StreamConfig::json(),
+                eddy_streams::Payload::empty(),
+            )
+            .await
+            .expect("create");
+        match next_error(&mut errors).await {
+            AttachError::Unroutable { path, error } => {
+                assert_eq!(path, "shards/north");
+                assert_eq!(error.code(), "load/invalid-options");
+            }
+            other => panic!("unexpected {other}"),
+        }
+        let params = Shard { shard: 7 };
+        facts.create(store.as_ref(), &params).await.expect("create");
+        facts
+            .append(store.as_ref(), &params, &[crate::support::order(1, -1.0)])
+            .await
+            .expect("append");
+        match next_error(&mut errors).await {
+            AttachError::Run { binding, error } => {
+                assert_eq!(binding, "shard=7");
+                assert_eq!(error.code(), "handler/failed");
+            }
+            other => panic!("unexpected {other}"),
+        }
+        let status = attached.status();
+        assert!(matches!(
+            &status["shard=7"].state,
+            BindingState::Failed(error) if error.code() == "handler/failed"
+        ));
+        assert_eq!(status["shard=7"].params, params);
+    }
+
+    /// Each binding's status says it is idle once it caught up, with the
+    /// progress of its last run; storage failures are retried.
+    pub async fn attach_retries_storage_failures_and_reports_progress(store: Arc<dyn Storage>) {
+        let (facts, totals, projection) = by_workspace();
+        let faulty = Arc::new(Faulty::new(store.clone()));
+        let host = Host::new(faulty.clone()).with_retry(eddy_projection::Retry::exponential(
+            Duration::from_millis(1),
+            Duration::from_millis(5),
+        ));
+        let attached = host
+            .attach(&projection, AttachOptions::default())
+            .expect("attach");
+        let params = workspace("w1");
+        totals
+            .create(store.as_ref(), &params)
+            .await
+            .expect("create");
+        facts.create(store.as_ref(), &params).await.expect("create");
+        faulty.fail_nth(Some(Op::Read), 0, When::Before);
+        faulty.fail_nth(Some(Op::Append), 1, When::After);
+        facts
+            .append(faulty.as_ref(), &params, &[crate::support::order(1, 1.0)])
+            .await
+            .expect("append");
+        let status = tokio::time::timeout(
+            Duration::from_secs(10),
+            attached.wait_for(|status| {
+                status
+                    .get("workspaceId=w1")
+                    .is_some_and(|b| matches!(b.state, BindingState::Idle))
+            }),
+        )
+        .await
+        .expect("the binding catches up")
+        .expect("attached");
+        let last = status["workspaceId=w1"].last.clone().expect("progress");
+        assert_eq!(last.offsets["facts"].position(), 1);
+        let path = totals.path(&params).expect("path");
+        assert_eq!(
+            read_all(store.as_ref(), &totals, &params).await.len(),
+            1,
+            "written once at `{path}`"
+        );
+    }
 }
 
 crate::on_backends!(
     wake_keeps_one_row_per_source,
     attach_runs_bindings_selected_by_commits,
     attach_needs_inputs_that_supply_every_param,
+    a_limited_attached_run_reschedules_itself,
+    after_a_lag_attach_scans_every_matching_input,
+    attach_reports_paths_that_do_not_bind_and_failed_runs,
+    attach_retries_storage_failures_and_reports_progress,
 );
