@@ -9,7 +9,7 @@ pub const ENTITY_ATTRIBUTE: &str = "__edd_e__";
 
 /// An application's name and version: the namespace of every key it writes,
 /// so several apps (or versions) can share one table.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct AppSchema {
     /// The application name.
     pub name: String,
@@ -42,14 +42,51 @@ impl AppSchema {
     }
 }
 
+/// Reads the app schema and stream name back from the partition key of a
+/// stream's events (`<app>#v<version>#$stream#<name>#<attr>=<value>…`), or
+/// `None` when the text is not one.
+pub(crate) fn parse_stream_partition(text: &str) -> Option<(AppSchema, String)> {
+    let mut parts = text.split('#');
+    let app = unescape(parts.next()?)?;
+    let version = parts.next()?.strip_prefix('v')?.parse().ok()?;
+    if parts.next()? != "$stream" {
+        return None;
+    }
+    let name = unescape(parts.next()?)?;
+    parts.next()?; // a stream id has at least one attribute
+    Some((AppSchema::new(app, version), name))
+}
+
 /// Escapes the separator: `%` becomes `%25` and `#` becomes `%23`, so
 /// composed keys split unambiguously.
 pub(crate) fn escape(text: &str) -> String {
     text.replace('%', "%25").replace('#', "%23")
 }
 
+/// Reverses [`escape`]; `None` for text it cannot have produced.
+pub(crate) fn unescape(text: &str) -> Option<String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('%') {
+        out.push_str(&rest[..at]);
+        let code = rest.get(at + 1..at + 3)?;
+        out.push(match code {
+            "25" => '%',
+            "23" => '#',
+            _ => return None,
+        });
+        rest = &rest[at + 3..];
+    }
+    if rest.contains('#') {
+        return None;
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
 /// Composes `<prefix>#<attr>=<value>#...` from the named attributes of
-/// `values`. A composite attribute must be a string, number or boolean.
+/// `values`. A composite attribute must be a string, number or boolean; a
+/// `NULL` one is missing.
 ///
 /// This is the documented key format: for an entity `Order` of app `shop`
 /// version 1 with partition composite `[orderId]`, the partition key of order
@@ -66,18 +103,18 @@ pub(crate) fn compose(
             Some(AttributeValue::S(s)) => s.clone(),
             Some(AttributeValue::N(n)) => n.clone(),
             Some(AttributeValue::Bool(b)) => b.to_string(),
+            Some(AttributeValue::Null(_)) | None => {
+                return Err(Error::KeyCompose {
+                    entity: owner.to_owned(),
+                    attribute: attribute.clone(),
+                    reason: "the attribute is missing".into(),
+                })
+            }
             Some(_) => {
                 return Err(Error::KeyCompose {
                     entity: owner.to_owned(),
                     attribute: attribute.clone(),
                     reason: "a key attribute must be a string, number or boolean".into(),
-                })
-            }
-            None => {
-                return Err(Error::KeyCompose {
-                    entity: owner.to_owned(),
-                    attribute: attribute.clone(),
-                    reason: "the attribute is missing".into(),
                 })
             }
         };

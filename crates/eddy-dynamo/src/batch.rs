@@ -8,15 +8,15 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::change_feed::ChangeRecord;
-use crate::event_item::EventItem;
+use crate::event_item::{EventItem, StreamIdentity};
 use crate::projection::{Projection, RecordFailure, RowOutcome, RowReport};
 
-/// A projection as batch processing sees it: the stream it reads, and a way
-/// to apply stored events. Every [`Projection`] is one.
+/// A projection as batch processing sees it: which streams it reads, and a
+/// way to apply stored events. Every [`Projection`] is one.
 #[async_trait]
 pub trait BatchProjection: Send + Sync {
-    /// The name of the stream it reads.
-    fn stream_name(&self) -> &str;
+    /// Whether it reads this stream (app, schema version and name).
+    fn reads(&self, stream: &StreamIdentity) -> bool;
 
     /// Applies stored events (with their positions in the batch) and reports
     /// the rows and the positions that failed.
@@ -33,8 +33,8 @@ where
     M: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
     K: Serialize + Send + Sync + 'static,
 {
-    fn stream_name(&self) -> &str {
-        self.stream().name()
+    fn reads(&self, stream: &StreamIdentity) -> bool {
+        self.stream().identity() == *stream
     }
 
     async fn apply_events(
@@ -75,6 +75,30 @@ pub struct FailedRecord {
     pub message: String,
 }
 
+/// Why a record of the batch was left alone. Ignored records are done: they
+/// are never reported as failures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IgnoreReason {
+    /// Not the insert of an event item (a read-model row, an outbox item, a
+    /// modification or a removal).
+    NotAnEvent,
+    /// An event of a stream none of the projections reads: another stream,
+    /// another application, or another schema version of this one.
+    NoProjection {
+        /// The event's stream.
+        stream: StreamIdentity,
+    },
+}
+
+/// A record of the batch that was ignored, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IgnoredRecord {
+    /// Its position in the batch.
+    pub index: usize,
+    /// Why.
+    pub reason: IgnoreReason,
+}
+
 /// What a batch did.
 #[derive(Debug)]
 pub struct BatchResult {
@@ -84,9 +108,8 @@ pub struct BatchResult {
     pub rows: Vec<RowReport>,
     /// The records that were not applied, in batch order.
     pub failures: Vec<FailedRecord>,
-    /// How many records were not events (read-model rows, outbox items,
-    /// removals) and were ignored.
-    pub ignored: usize,
+    /// The records no projection had to apply, in batch order.
+    pub ignored: Vec<IgnoredRecord>,
     /// The partial batch response for Lambda: the first failed record's
     /// sequence number, so the event source mapping retries from there.
     pub response: DynamoDbEventResponse,
@@ -102,40 +125,55 @@ impl BatchResult {
 /// Processes change-feed records, in order, for the given projections.
 ///
 /// Each record is decoded once; an INSERT of an event item is routed to
-/// every projection of its stream. A record that is not an event is
-/// ignored. A record that cannot be decoded, or whose row failed, is
-/// reported; the response names the first such record, and everything
-/// after it will be delivered again (the projections recognise what they
-/// already applied).
+/// every projection that reads its stream: the same application, schema
+/// version and stream name. Other records are ignored, and the result says
+/// why. A record that cannot be decoded, or whose row failed, is reported;
+/// the response names the first such record, and everything after it will
+/// be delivered again (the projections recognise what they already applied).
 pub async fn process_batch(
     records: &[ChangeRecord],
     projections: &[&dyn BatchProjection],
 ) -> BatchResult {
-    let mut ignored = 0;
+    let mut ignored = Vec::new();
     let mut failures: Vec<RecordFailure> = Vec::new();
-    let mut events: Vec<(usize, EventItem)> = Vec::new();
+    let mut routed: Vec<Vec<(usize, EventItem)>> = vec![Vec::new(); projections.len()];
     for (index, record) in records.iter().enumerate() {
-        if record.event_name != "INSERT" {
-            ignored += 1;
+        let event = match record.event_name.as_str() {
+            "INSERT" => EventItem::from_item(&record.change.new_image),
+            _ => Ok(None),
+        };
+        let event = match event {
+            Ok(Some(event)) => event,
+            Ok(None) => {
+                ignored.push(IgnoredRecord {
+                    index,
+                    reason: IgnoreReason::NotAnEvent,
+                });
+                continue;
+            }
+            Err(e) => {
+                failures.push(RecordFailure::new(index, &e));
+                continue;
+            }
+        };
+        let readers: Vec<usize> = (0..projections.len())
+            .filter(|&p| projections[p].reads(&event.stream))
+            .collect();
+        if readers.is_empty() {
+            ignored.push(IgnoredRecord {
+                index,
+                reason: IgnoreReason::NoProjection {
+                    stream: event.stream,
+                },
+            });
             continue;
         }
-        match EventItem::from_item(&record.change.new_image) {
-            Ok(Some(event)) => events.push((index, event)),
-            Ok(None) => ignored += 1,
-            Err(e) => failures.push(RecordFailure {
-                index,
-                code: e.code().into(),
-                message: e.to_string(),
-            }),
+        for p in readers {
+            routed[p].push((index, event.clone()));
         }
     }
     let mut rows = Vec::new();
-    for projection in projections {
-        let mine: Vec<(usize, EventItem)> = events
-            .iter()
-            .filter(|(_, e)| e.stream_name == projection.stream_name())
-            .cloned()
-            .collect();
+    for (projection, mine) in projections.iter().zip(routed) {
         if mine.is_empty() {
             continue;
         }

@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::app_schema::{compose, escape, to_item, AppSchema, ENTITY_ATTRIBUTE};
 use crate::condition::Condition;
 use crate::error::{Error, TableError};
-use crate::item::{get_str, s, Item};
+use crate::item::{drop_nulls, get_str, s, Item};
 use crate::query::{Query, SortCondition};
 use crate::request::{Delete, Put, UpdateItem};
 use crate::table::Table;
@@ -161,9 +161,12 @@ impl<M: Serialize + DeserializeOwned> Entity<M> {
         Ok(key)
     }
 
-    /// Encodes a model as its stored item: attributes, keys and entity marker.
+    /// Encodes a model as its stored item: attributes, keys and entity
+    /// marker. Top-level `NULL`s (serde's `None`) are left out: an optional
+    /// field without a value is stored absent, and reads back as `None`.
     pub fn to_item(&self, model: &M) -> Result<Item, Error> {
         let mut item = to_item(model)?;
+        drop_nulls(&mut item);
         let key = self.key_of_item(&item)?;
         let mut index_keys = Vec::new();
         for index in &self.indexes {

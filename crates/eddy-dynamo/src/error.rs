@@ -97,6 +97,14 @@ pub enum TableError {
         /// What is wrong and how to fix it.
         message: String,
     },
+    /// Concurrent transactions kept conflicting on the same items
+    /// (DynamoDB's `TransactionConflict`); retries with backoff ran out.
+    /// Nothing was written; retrying later is safe.
+    #[error("TransactionConflict: {message}; retried with backoff and still in conflict with concurrent transactions on the same items: retry later")]
+    TransactionConflict {
+        /// The service's message.
+        message: String,
+    },
     /// Requests were throttled and the SDK's retries with backoff ran out.
     #[error("ThrottlingException: {message}; requests were retried with backoff and still throttled: raise the table's capacity (or use on-demand) or slow down")]
     Throttled {
@@ -136,6 +144,7 @@ impl TableError {
             TableError::Validation(_) => "ValidationException",
             TableError::TableNotFound { .. } => "ResourceNotFoundException",
             TableError::Misconfigured { .. } => "table/misconfigured",
+            TableError::TransactionConflict { .. } => "TransactionConflict",
             TableError::Throttled { .. } => "ThrottlingException",
             TableError::HistoryUnavailable { .. } => "history-unavailable",
             TableError::Storage { .. } => "storage-failure",
@@ -241,6 +250,30 @@ pub enum Error {
         /// The failure's message.
         message: String,
     },
+    /// Gap fill read fewer events than the versions it needed (an
+    /// eventually consistent read, a trimmed stream, the wrong table). The
+    /// instance's checkpoint did not move; the record is delivered again.
+    #[error("history-incomplete: stream instance {instance} needs versions {from} to {to} to fill a gap, but the event store returned {missing:?} missing; nothing was written, the record will be retried")]
+    HistoryIncomplete {
+        /// The stream instance.
+        instance: String,
+        /// The first version needed.
+        from: u64,
+        /// The last version needed.
+        to: u64,
+        /// The versions that were not returned.
+        missing: Vec<u64>,
+    },
+    /// A version, revision or sequence number is at `u64::MAX` and cannot
+    /// move further.
+    #[error(
+        "CounterOverflow: {counter} is at its largest value ({}) and cannot be incremented",
+        u64::MAX
+    )]
+    CounterOverflow {
+        /// Which counter (a stream's version, a row's revision).
+        counter: String,
+    },
     /// Too many lost races on one row or stream; try again later.
     #[error(
         "WriteContention: gave up on {target} after {attempts} attempts lost to concurrent writers"
@@ -270,6 +303,8 @@ impl Error {
             Error::RecordDecode(_) => "RecordDecodeError",
             Error::ProjectionSourceConflict { .. } => "ProjectionSourceConflict",
             Error::Evolve { .. } => "EvolveFailed",
+            Error::HistoryIncomplete { .. } => "history-incomplete",
+            Error::CounterOverflow { .. } => "CounterOverflow",
             Error::WriteContention { .. } => "WriteContention",
             Error::InvalidArgument(_) => "InvalidArgument",
         }

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::app_schema::ENTITY_ATTRIBUTE;
+use crate::app_schema::{parse_stream_partition, AppSchema, ENTITY_ATTRIBUTE};
 use crate::error::Error;
 use crate::item::{get_str, get_u64, n, s, AttributeValue, Item};
 
@@ -69,11 +69,29 @@ impl std::fmt::Display for StreamId {
     }
 }
 
+/// The full identity of an event stream: the application and schema version
+/// that own it, and its name. Two applications (or two versions of one)
+/// sharing a table each have their own streams, even under one name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StreamIdentity {
+    /// The application and its schema version.
+    pub app: AppSchema,
+    /// The stream name.
+    pub name: String,
+}
+
+impl std::fmt::Display for StreamIdentity {
+    /// `<app>#v<version>#<name>`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}#v{}#{}", self.app.name, self.app.version, self.name)
+    }
+}
+
 /// An event as stored, with its data not yet decoded into an event type.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventItem {
-    /// The stream name.
-    pub stream_name: String,
+    /// The stream it belongs to.
+    pub stream: StreamIdentity,
     /// The stream instance.
     pub stream_id: StreamId,
     /// The event's version in its stream instance, from 1.
@@ -88,6 +106,17 @@ pub struct EventItem {
     pub metadata: Option<AttributeValue>,
 }
 
+/// The attributes of an event item besides its keys.
+const EVENT_ATTRIBUTES: [&str; 8] = [
+    ENTITY_ATTRIBUTE,
+    STREAM_NAME,
+    STREAM_ID,
+    VERSION,
+    EVENT_TYPE,
+    DATA,
+    TIMESTAMP,
+    METADATA,
+];
 const STREAM_NAME: &str = "streamName";
 const STREAM_ID: &str = "streamId";
 const VERSION: &str = "version";
@@ -103,7 +132,8 @@ pub(crate) fn event_marker(stream_name: &str) -> String {
 
 impl EventItem {
     /// Reads an event from an item; `Ok(None)` when the item is not an
-    /// event at all (a read-model row, an outbox item).
+    /// event at all (a read-model row, an outbox item). The application and
+    /// schema version come from the item's partition key.
     pub fn from_item(item: &Item) -> Result<Option<Self>, Error> {
         let Some(marker) = get_str(item, ENTITY_ATTRIBUTE) else {
             return Ok(None);
@@ -119,6 +149,7 @@ impl EventItem {
         if get_str(item, STREAM_NAME) != Some(stream_name) {
             return Err(bad(STREAM_NAME));
         }
+        let app = stream_app(item, stream_name).ok_or_else(|| bad("partition key"))?;
         let stream_id = item
             .get(STREAM_ID)
             .and_then(StreamId::from_attribute)
@@ -135,7 +166,10 @@ impl EventItem {
             .unwrap_or(AttributeValue::Null(true));
         let timestamp = get_str(item, TIMESTAMP).unwrap_or_default().to_owned();
         Ok(Some(Self {
-            stream_name: stream_name.to_owned(),
+            stream: StreamIdentity {
+                app,
+                name: stream_name.to_owned(),
+            },
             stream_id,
             version,
             event_type,
@@ -150,9 +184,9 @@ impl EventItem {
         let mut item = HashMap::from([
             (
                 ENTITY_ATTRIBUTE.to_owned(),
-                s(event_marker(&self.stream_name)),
+                s(event_marker(&self.stream.name)),
             ),
-            (STREAM_NAME.to_owned(), s(self.stream_name.clone())),
+            (STREAM_NAME.to_owned(), s(self.stream.name.clone())),
             (STREAM_ID.to_owned(), self.stream_id.to_attribute()),
             (VERSION.to_owned(), n(self.version)),
             (EVENT_TYPE.to_owned(), s(self.event_type.clone())),
@@ -164,4 +198,21 @@ impl EventItem {
         }
         item
     }
+}
+
+/// The app schema of an event item of `stream`, from its partition key: the
+/// one key attribute composed as a partition of that stream.
+fn stream_app(item: &Item, stream: &str) -> Option<AppSchema> {
+    let mut found = item
+        .iter()
+        .filter(|(name, _)| !EVENT_ATTRIBUTES.contains(&name.as_str()))
+        .filter_map(|(_, value)| match value {
+            AttributeValue::S(text) => parse_stream_partition(text),
+            _ => None,
+        })
+        .filter(|(_, name)| name == stream)
+        .map(|(app, _)| app);
+    let app = found.next()?;
+    // Two key attributes naming different apps: not an item we wrote.
+    found.all(|other| other == app).then_some(app)
 }

@@ -11,7 +11,7 @@ use crate::app_schema::{compose, to_item, AppSchema};
 use crate::condition::Condition;
 use crate::entity::query_all;
 use crate::error::{Error, TableError};
-use crate::event_item::{EventItem, StreamId};
+use crate::event_item::{EventItem, StreamId, StreamIdentity};
 use crate::item::{s, AttributeValue, Item};
 use crate::query::{Query, SortCondition};
 use crate::request::{ConditionCheck, Put, TransactWriteItem};
@@ -115,6 +115,14 @@ impl<E: Serialize + DeserializeOwned> EventStream<E> {
     /// The stream name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The full identity of this stream: app, schema version and name.
+    pub fn identity(&self) -> StreamIdentity {
+        StreamIdentity {
+            app: self.app.clone(),
+            name: self.name.clone(),
+        }
     }
 
     /// The event types (variant names) of this stream.
@@ -281,6 +289,12 @@ impl<E: Serialize + DeserializeOwned> EventStream<E> {
                 events.len()
             )));
         }
+        let overflow = || Error::CounterOverflow {
+            counter: format!("the version of stream {}({id})", self.name),
+        };
+        let last = expected_version
+            .checked_add(events.len() as u64)
+            .ok_or_else(overflow)?;
         let metadata = metadata.map(to_item).transpose()?.map(AttributeValue::M);
         let timestamp = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         let pk_name = self.table.schema().key.partition.name.clone();
@@ -295,10 +309,10 @@ impl<E: Serialize + DeserializeOwned> EventStream<E> {
             );
         }
         for (offset, event) in events.iter().enumerate() {
-            let version = expected_version + 1 + offset as u64;
+            let version = expected_version + 1 + offset as u64; // at most `last`
             let (event_type, data) = self.encode(event)?;
             let stored = EventItem {
-                stream_name: self.name.clone(),
+                stream: self.identity(),
                 stream_id: id.clone(),
                 version,
                 event_type,
@@ -315,7 +329,7 @@ impl<E: Serialize + DeserializeOwned> EventStream<E> {
             );
         }
         match self.table.transact_write_items(writes).await {
-            Ok(()) => Ok(expected_version + events.len() as u64),
+            Ok(()) => Ok(last),
             Err(e @ TableError::TransactionCanceled { .. }) if e.is_condition_failure() => {
                 Err(Error::VersionConflict {
                     stream: format!("{}({id})", self.name),

@@ -142,6 +142,20 @@ pub fn n(value: impl ToString) -> AttributeValue {
     AttributeValue::N(value.to_string())
 }
 
+/// The value of an attribute, or `None` when it is absent or `NULL`: this
+/// crate reads `NULL` as absent everywhere (guards, checkpoints, revisions,
+/// keys).
+pub fn get_present<'a>(item: &'a Item, name: &str) -> Option<&'a AttributeValue> {
+    item.get(name)
+        .filter(|v| !matches!(v, AttributeValue::Null(_)))
+}
+
+/// Removes the top-level attributes holding `NULL` (serde's `None`), so an
+/// optional field without a value is stored absent.
+pub(crate) fn drop_nulls(item: &mut Item) {
+    item.retain(|_, v| !matches!(v, AttributeValue::Null(_)));
+}
+
 /// Reads a number attribute as `u64`, or `None` when absent or not an
 /// unsigned integer.
 pub fn get_u64(item: &Item, name: &str) -> Option<u64> {

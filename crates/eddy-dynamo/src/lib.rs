@@ -123,10 +123,12 @@ mod variants;
 
 pub use accounting::RequestStats;
 pub use app_schema::{AppSchema, ENTITY_ATTRIBUTE};
-pub use batch::{process_batch, BatchProjection, BatchResult, FailedRecord};
+pub use batch::{
+    process_batch, BatchProjection, BatchResult, FailedRecord, IgnoreReason, IgnoredRecord,
+};
 pub use change_feed::{ChangeFeed, ChangeRecord};
 pub use command::CommandError;
-pub use condition::{Comparator, Condition};
+pub use condition::{AttributeType, Comparator, Condition};
 #[cfg(feature = "aws")]
 pub use dynamo::{
     create_table, verify_table, DynamoOptions, DynamoStreams, DynamoTable, Provisioned,
@@ -135,12 +137,12 @@ pub use dynamo::{
 pub use embedded::EmbeddedTable;
 pub use entity::{Entity, KeyComposite};
 pub use error::{CancellationReason, Error, TableError, ValidationError};
-pub use event_item::{EventItem, StreamId};
+pub use event_item::{EventItem, StreamId, StreamIdentity};
 pub use event_stream::{make_stream, EventStream, StoredEvent, MAX_APPEND};
 pub use follower::Follower;
 pub use item::{
-    compare_values, get_str, get_u64, item_size, items_equal, n, s, value_size, values_equal,
-    AttributeValue, Item, ScalarType, MAX_ITEM_SIZE,
+    compare_values, get_present, get_str, get_u64, item_size, items_equal, n, s, value_size,
+    values_equal, AttributeValue, Item, ScalarType, MAX_ITEM_SIZE,
 };
 pub use key_schema::{IndexDefinition, KeyAttribute, KeyDefinition, TableSchema};
 pub use lambda::{handle_stream_event, StreamEvent, StreamEventResponse};

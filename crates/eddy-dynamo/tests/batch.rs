@@ -71,7 +71,7 @@ pub async fn a_poison_record_is_reported_and_nothing_after_it_in_its_stream_is_d
     // The feed now also holds the read-model rows: they are ignored.
     let all = t.read_changes(None, 100).await.unwrap();
     let again = process_batch(&all, &[&p as &dyn BatchProjection]).await;
-    assert_eq!(again.ignored, all.len() - 6);
+    assert_eq!(again.ignored.len(), all.len() - 6);
     assert_eq!(again.first_failure(), Some(2));
     assert!(
         again.rows.iter().all(|r| r.applied.is_empty()),
@@ -91,7 +91,7 @@ pub async fn an_empty_batch_or_one_without_events_needs_no_retry(t: TestTable) {
     .unwrap();
     let records = t.read_changes(None, 10).await.unwrap();
     let result = process_batch(&records, &[&p as &dyn BatchProjection]).await;
-    assert_eq!((result.ignored, result.failures.len()), (1, 0));
+    assert_eq!((result.ignored.len(), result.failures.len()), (1, 0));
 }
 
 /// Three records as Lambda delivers them: an event, a read-model row
@@ -191,7 +191,7 @@ async fn a_lambda_dynamodb_streams_event_is_decoded_and_answered() {
         .unwrap();
     assert_eq!(
         (
-            decoded.stream_name.as_str(),
+            decoded.stream.name.as_str(),
             decoded.version,
             decoded.event_type.as_str()
         ),
@@ -228,8 +228,60 @@ pub async fn embedded_records_round_trip_through_the_lambda_json_shape(t: TestTa
     assert_eq!(record["dynamodb"]["StreamViewType"], "NEW_AND_OLD_IMAGES");
 }
 
+/// Regression (routing by stream name alone): two applications (or two
+/// schema versions of one) sharing a table both have an `Order` stream with
+/// the same ids. `process_batch` routed by stream name, so one app's
+/// projection folded the other's events into its rows. Records are now
+/// routed by application, schema version and stream name; the others are
+/// ignored, and the result says why.
+pub async fn records_of_another_application_are_ignored_and_reported(t: TestTable) {
+    let ours = orders(&t);
+    let theirs: eddy_dynamo::EventStream<crate::common::OrderEvent> = eddy_dynamo::make_stream(
+        t.table.clone(),
+        eddy_dynamo::AppSchema::new("shop", 2),
+        "Order",
+        &["orderId"],
+    )
+    .unwrap();
+    let id = ours.id([("orderId", "o-1")]).unwrap();
+    ours.append(&id, &[placed("ann"), line(1, 10)], 0)
+        .await
+        .unwrap();
+    theirs
+        .append(&id, &[placed("zed"), line(1, 500), line(1, 700)], 0)
+        .await
+        .unwrap();
+    let records = t.read_changes(None, 100).await.unwrap();
+    assert_eq!(records.len(), 5);
+
+    let p = summary_projection(&t, false);
+    let result = process_batch(&records, &[&p as &dyn BatchProjection]).await;
+    assert!(result.failures.is_empty(), "{:?}", result.failures);
+    let row = summary_of(&t, "o-1").await;
+    assert_eq!((row.customer.as_str(), row.total_cents), ("ann", 10));
+    let unrouted: Vec<(usize, String)> = result
+        .ignored
+        .iter()
+        .filter_map(|i| match &i.reason {
+            eddy_dynamo::IgnoreReason::NoProjection { stream } => {
+                Some((i.index, stream.to_string()))
+            }
+            eddy_dynamo::IgnoreReason::NotAnEvent => None,
+        })
+        .collect();
+    assert_eq!(
+        unrouted,
+        [
+            (2, "shop#v2#Order".to_owned()),
+            (3, "shop#v2#Order".to_owned()),
+            (4, "shop#v2#Order".to_owned())
+        ]
+    );
+}
+
 crate::backend_tests!(
     a_poison_record_is_reported_and_nothing_after_it_in_its_stream_is_done,
     an_empty_batch_or_one_without_events_needs_no_retry,
     embedded_records_round_trip_through_the_lambda_json_shape,
+    records_of_another_application_are_ignored_and_reported,
 );

@@ -18,6 +18,8 @@ pub struct TestTable {
     pub feed: Arc<dyn ChangeFeed>,
     /// Which backend: `memory`, `sqlite` or `dynamodb`.
     pub backend: &'static str,
+    /// The directory of a SQLite table, removed with the last clone.
+    _dir: Option<Arc<tempfile::TempDir>>,
 }
 
 impl TestTable {
@@ -27,6 +29,16 @@ impl TestTable {
             table,
             feed,
             backend,
+            _dir: None,
+        }
+    }
+
+    /// The same backend with another table in front of it (a fault
+    /// wrapper); the change feed stays the backend's.
+    pub fn wrapped(&self, table: Arc<dyn Table>) -> Self {
+        Self {
+            table,
+            ..self.clone()
         }
     }
 }
@@ -38,8 +50,9 @@ impl From<EmbeddedTable> for TestTable {
 }
 
 /// Runs each named `async fn case(t: TestTable)` of the enclosing module
-/// as a test on the memory table and, with the `aws` feature, on DynamoDB
-/// (moto); the module path of each test names its backend.
+/// as a test on the memory table, the SQLite table and, with the `aws`
+/// feature, on DynamoDB (moto); the module path of each test names its
+/// backend.
 #[macro_export]
 macro_rules! backend_tests {
     ($($case:ident),* $(,)?) => {
@@ -48,6 +61,14 @@ macro_rules! backend_tests {
                 #[tokio::test]
                 async fn $case() {
                     super::$case($crate::common::table()).await;
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case($crate::common::sqlite_table()).await;
                 }
             )*
         }
@@ -176,6 +197,16 @@ pub fn schema() -> TableSchema {
 pub fn table() -> TestTable {
     let t = EmbeddedTable::memory(schema());
     TestTable::new(Arc::new(t.clone()), Arc::new(t), "memory")
+}
+
+/// A fresh SQLite table in a temporary directory.
+pub fn sqlite_table() -> TestTable {
+    let dir = tempfile::tempdir().unwrap();
+    let t = EmbeddedTable::open_sqlite(dir.path().join("shop.db"), schema()).unwrap();
+    TestTable {
+        _dir: Some(Arc::new(dir)),
+        ..TestTable::new(Arc::new(t.clone()), Arc::new(t), "sqlite")
+    }
 }
 
 pub fn orders(table: &TestTable) -> EventStream<OrderEvent> {

@@ -235,3 +235,127 @@ async fn an_expired_shard_iterator_is_renewed() {
     );
     assert_eq!(iterators.load(Ordering::SeqCst), 2, "one renewal");
 }
+
+/// The body of a `TransactionCanceledException` with these reason codes.
+fn cancelled(codes: &[&str]) -> String {
+    let reasons: Vec<String> = codes
+        .iter()
+        .map(|code| format!(r#"{{"Code":"{code}","Message":"reason {code}"}}"#))
+        .collect();
+    format!(
+        r#"{{"__type":"com.amazonaws.dynamodb.v20120810#TransactionCanceledException","Message":"Transaction cancelled, please refer cancellation reasons for specific reasons [{}]","CancellationReasons":[{}]}}"#,
+        codes.join(", "),
+        reasons.join(",")
+    )
+}
+
+/// Answers `TransactWriteItems` with `conflicts` transaction conflicts, then
+/// success; returns the URL and the request counter.
+async fn conflicting_server(
+    conflicts: usize,
+    reasons: &'static [&'static str],
+) -> (String, Arc<AtomicUsize>) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    server(Arc::new(move |target, body| {
+        assert_eq!(target, "transactwriteitems", "{body}");
+        if seen.fetch_add(1, Ordering::SeqCst) < conflicts {
+            (400, cancelled(reasons))
+        } else {
+            (200, "{}".to_owned())
+        }
+    }))
+    .await
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+enum Counter {
+    Incremented,
+}
+
+fn counter(t: DynamoTable) -> eddy_dynamo::EventStream<Counter> {
+    eddy_dynamo::make_stream(
+        Arc::new(t),
+        eddy_dynamo::AppSchema::new("app", 1),
+        "Counter",
+        &["id"],
+    )
+    .unwrap()
+}
+
+/// Regression (transaction conflicts): under concurrent writers DynamoDB
+/// cancels a transaction with `TransactionConflict` reasons, which moto never
+/// produces. The append failed with an opaque cancellation; it is now
+/// retried with jittered backoff, and only a failed version condition is a
+/// `VersionConflict`.
+#[tokio::test]
+async fn a_transaction_conflict_is_retried_and_a_failed_condition_is_a_version_conflict() {
+    let (url, count) = conflicting_server(2, &["None", "TransactionConflict"]).await;
+    let stream = counter(table(&url, 4).await);
+    let id = stream.id([("id", "c-1")]).unwrap();
+    assert_eq!(
+        stream
+            .append(&id, &[Counter::Incremented], 1)
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        count.load(Ordering::SeqCst),
+        3,
+        "two conflicts, then success"
+    );
+
+    let (url, count) = conflicting_server(usize::MAX, &["TransactionConflict"]).await;
+    let stream = counter(table(&url, 4).await);
+    let err = stream
+        .append(&id, &[Counter::Incremented], 0)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "TransactionConflict", "{err}");
+    assert_eq!(count.load(Ordering::SeqCst), 4, "max_attempts attempts");
+
+    // A condition that failed is decided: no retry, a version conflict.
+    let (url, count) = conflicting_server(
+        usize::MAX,
+        &["ConditionalCheckFailed", "TransactionConflict"],
+    )
+    .await;
+    let stream = counter(table(&url, 4).await);
+    let err = stream
+        .append(&id, &[Counter::Incremented], 1)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "VersionConflict", "{err}");
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+}
+
+/// Regression (transaction conflicts on single writes): a `PutItem` on an
+/// item that a transaction is writing answers `TransactionConflictException`;
+/// it was a storage failure. It is retried, then a retryable conflict.
+#[tokio::test]
+async fn a_single_write_conflicting_with_a_transaction_is_retried() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let (url, count) = server(Arc::new(move |target, _| {
+        assert_eq!(target, "putitem");
+        if seen.fetch_add(1, Ordering::SeqCst) < 2 {
+            (
+                400,
+                r#"{"__type":"com.amazonaws.dynamodb.v20120810#TransactionConflictException","message":"Transaction is ongoing for the item"}"#.to_owned(),
+            )
+        } else {
+            (200, "{}".to_owned())
+        }
+    }))
+    .await;
+    let t = table(&url, 4).await;
+    t.put_item(Put::new(key())).await.unwrap();
+    assert_eq!(count.load(Ordering::SeqCst), 3);
+
+    let (url, count) = failing_server("TransactionConflictException").await;
+    let t = table(&url, 3).await;
+    let err = t.put_item(Put::new(key())).await.unwrap_err();
+    assert_eq!(err.code(), "TransactionConflict", "{err}");
+    assert_eq!(count.load(Ordering::SeqCst), 3);
+}

@@ -142,3 +142,71 @@ async fn sqlite_table_keeps_items_feed_and_checkpoints_across_reopen() {
         "storage-failure"
     );
 }
+
+/// Regression (condition checked outside the write transaction): the
+/// embedded engine evaluated conditions before `BEGIN IMMEDIATE`, so two
+/// handles on one SQLite file could both pass a version check and overwrite
+/// each other's event. Two handles now serialise their writers: each
+/// version of the stream has exactly one winner, and every append that
+/// reported success is stored as written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_handles_on_one_sqlite_file_never_overwrite_each_other() {
+    use crate::common::{orders, schema, OrderEvent, TestTable};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shop.db");
+    let handles: Vec<TestTable> = (0..2)
+        .map(|_| EmbeddedTable::open_sqlite(&path, schema()).unwrap().into())
+        .collect();
+    let mut tasks = Vec::new();
+    for (h, t) in handles.iter().enumerate() {
+        for w in 0..3 {
+            let stream = orders(t);
+            tasks.push(tokio::spawn(async move {
+                let id = stream.id([("orderId", "o-1")]).unwrap();
+                let mut written = Vec::new();
+                for n in 0..8 {
+                    let tag = format!("{h}-{w}-{n}");
+                    let sku = tag.clone();
+                    let version = stream
+                        .handle(&id, 1000, move |_| {
+                            Ok::<_, String>(vec![OrderEvent::LineAdded {
+                                sku: sku.clone(),
+                                qty: 1,
+                                cents: 1,
+                            }])
+                        })
+                        .await
+                        .unwrap();
+                    written.push((version, tag));
+                }
+                written
+            }));
+        }
+    }
+    let mut written = Vec::new();
+    for task in tasks {
+        written.extend(task.await.unwrap());
+    }
+    let stream = orders(&handles[0]);
+    let id = stream.id([("orderId", "o-1")]).unwrap();
+    let events = stream.read(&id).await.unwrap();
+    assert_eq!(events.len(), 48);
+    assert!(events
+        .iter()
+        .enumerate()
+        .all(|(i, e)| e.version == i as u64 + 1));
+    for (version, tag) in written {
+        match &events[version as usize - 1].event {
+            OrderEvent::LineAdded { sku, .. } => assert_eq!(sku, &tag, "version {version}"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let records = handles[1].read_changes(None, 1000).await.unwrap();
+    let inserts = records.iter().filter(|r| r.event_name == "INSERT").count();
+    assert_eq!(
+        (records.len(), inserts),
+        (48, 48),
+        "one record per event, none overwritten"
+    );
+}

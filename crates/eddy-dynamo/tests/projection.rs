@@ -157,9 +157,9 @@ pub async fn a_row_key_that_does_not_compose_is_refused_before_writing(t: TestTa
 }
 
 /// Two writers racing on one row, each with part of its events, lose none.
-async fn race(revision: bool) {
+async fn race(revision: bool, make: fn() -> TestTable) {
     for round in 0..10 {
-        let t = table();
+        let t = make();
         let p = summary_projection(&t, revision);
         let mut events = vec![placed("ann")];
         events.extend((1..=12).map(|i| line(1, i)));
@@ -189,12 +189,14 @@ async fn race(revision: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_writers_lose_no_event_under_the_checkpoint_guard() {
-    race(false).await;
+    race(false, table).await;
+    race(false, crate::common::sqlite_table).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_writers_lose_no_event_under_the_revision_guard() {
-    race(true).await;
+    race(true, table).await;
+    race(true, crate::common::sqlite_table).await;
 }
 
 pub async fn events_of_another_stream_with_the_same_ids_are_not_mixed_in(t: TestTable) {
@@ -257,6 +259,240 @@ async fn history_of(t: &TestTable, order: &str) -> Vec<StoredEvent<OrderEvent>> 
     stream.read(&id).await.unwrap()
 }
 
+/// A tally whose optional fields serde writes as `NULL` when `None`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Tally {
+    id: String,
+    count: u64,
+    note: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+enum TallyEvent {
+    Counted { by: u64 },
+}
+
+fn tally_projection(t: &TestTable, revision: bool) -> Projection<TallyEvent, Tally, TallyKey> {
+    let tallies = Entity::new(
+        t.table.clone(),
+        app(),
+        "Tally",
+        KeyComposite::new(&["id"], &[]),
+    );
+    let stream = make_stream(t.table.clone(), app(), "Tally", &["id"]).unwrap();
+    let builder = Projection::builder("tallies", tallies, stream)
+        .key(|id, _| id.get("id").map(|id| TallyKey { id: id.to_owned() }))
+        .initial(|key: &TallyKey| Tally {
+            id: key.id.clone(),
+            count: 0,
+            note: None,
+        })
+        .evolve(|mut row, event| {
+            let TallyEvent::Counted { by } = event.event;
+            row.count += by;
+            Ok(row)
+        })
+        .checkpoint("version");
+    let builder = if revision {
+        builder.revision("revision")
+    } else {
+        builder
+    };
+    builder.build().unwrap()
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct TallyKey {
+    id: String,
+}
+
+/// Regression (NULL is absent): serde writes `Option::None` as DynamoDB
+/// `NULL`. A row written before the projection with `NULL` checkpoint,
+/// revision and owner fields was guarded with `attribute_not_exists`, which
+/// never holds for a `NULL` attribute, so the record was retried until it
+/// failed. Such rows now end exactly like fresh rows, and no projection
+/// write stores `NULL`.
+pub async fn legacy_rows_with_null_fields_are_projected_like_fresh_rows(t: TestTable) {
+    for revision in [false, true] {
+        let p = tally_projection(&t, revision);
+        let stream = p.stream().clone();
+        let (fresh, legacy) = (format!("fresh-{revision}"), format!("legacy-{revision}"));
+        let mut batch = Vec::new();
+        for id in [&fresh, &legacy] {
+            let id = stream.id([("id", id.as_str())]).unwrap();
+            let events = [TallyEvent::Counted { by: 2 }, TallyEvent::Counted { by: 3 }];
+            stream.append(&id, &events, 0).await.unwrap();
+            batch.extend(stream.read(&id).await.unwrap());
+        }
+        // The legacy row, as a writer that knew nothing of the projection
+        // stored it: every optional field NULL.
+        let mut row = p
+            .read_model()
+            .to_item(&Tally {
+                id: legacy.clone(),
+                count: 0,
+                note: None,
+            })
+            .unwrap();
+        for field in ["note", "version", "revision", eddy_dynamo::SOURCE_ATTRIBUTE] {
+            row.insert(field.to_owned(), eddy_dynamo::AttributeValue::Null(true));
+        }
+        t.put_item(eddy_dynamo::Put::new(row)).await.unwrap();
+
+        let out = p.apply_batch(batch).await.unwrap();
+        assert_eq!(out.len(), 2);
+        for row in &out {
+            assert!(row.is_applied(), "{:?}", row.failure);
+        }
+        let stored = |id: String| {
+            let p = p.clone();
+            async move {
+                let mut item = p
+                    .read_model()
+                    .get_item(&TallyKey { id })
+                    .await
+                    .unwrap()
+                    .unwrap();
+                for key in ["pk", "sk", "id", eddy_dynamo::SOURCE_ATTRIBUTE] {
+                    item.remove(key);
+                }
+                item
+            }
+        };
+        let (fresh_item, legacy_item) = (stored(fresh).await, stored(legacy).await);
+        assert_eq!(fresh_item, legacy_item, "revision guard: {revision}");
+        assert!(
+            !fresh_item
+                .values()
+                .any(|v| matches!(v, eddy_dynamo::AttributeValue::Null(_))),
+            "a projection write stores no NULL: {fresh_item:?}"
+        );
+        assert_eq!(get_u64(&fresh_item, "count"), Some(5));
+        assert_eq!(get_u64(&fresh_item, "version"), Some(2));
+        if revision {
+            assert_eq!(get_u64(&fresh_item, "revision"), Some(1));
+        }
+    }
+}
+
+/// A table that hides one event version from queries: an eventually
+/// consistent read, a trimmed stream or the wrong table, as gap fill sees it.
+struct HidingTable {
+    table: Arc<dyn Table>,
+    hidden: u64,
+}
+
+#[async_trait::async_trait]
+impl Table for HidingTable {
+    fn schema(&self) -> &eddy_dynamo::TableSchema {
+        self.table.schema()
+    }
+    async fn get_item(
+        &self,
+        key: eddy_dynamo::Item,
+    ) -> Result<Option<eddy_dynamo::Item>, eddy_dynamo::TableError> {
+        self.table.get_item(key).await
+    }
+    async fn transact_get_items(
+        &self,
+        keys: Vec<eddy_dynamo::Item>,
+    ) -> Result<Vec<Option<eddy_dynamo::Item>>, eddy_dynamo::TableError> {
+        self.table.transact_get_items(keys).await
+    }
+    async fn query(
+        &self,
+        query: eddy_dynamo::Query,
+    ) -> Result<eddy_dynamo::QueryPage, eddy_dynamo::TableError> {
+        let mut page = self.table.query(query).await?;
+        page.items
+            .retain(|item| get_u64(item, "version") != Some(self.hidden));
+        Ok(page)
+    }
+    async fn transact_write_items(
+        &self,
+        items: Vec<eddy_dynamo::TransactWriteItem>,
+    ) -> Result<(), eddy_dynamo::TableError> {
+        self.table.transact_write_items(items).await
+    }
+}
+
+/// Regression (gap fill accepted partial history): a gap filled from the
+/// event store folded whatever the read returned, so a missing version was
+/// skipped silently and the checkpoint moved past it. Now the instance fails
+/// with `history-incomplete`, nothing is written, and the record is
+/// reported in the partial batch response.
+pub async fn a_gap_fill_missing_a_version_fails_and_moves_nothing(t: TestTable) {
+    let hiding = t.wrapped(Arc::new(HidingTable {
+        table: t.table.clone(),
+        hidden: 2,
+    }));
+    let p = summary_projection(&hiding, false);
+    let events = history(&t, "o-1", &[placed("ann"), line(1, 10), line(1, 20)]).await;
+    let out = p.apply_batch(vec![events[2].clone()]).await.unwrap();
+    let failure = out[0].failure.as_ref().expect("the instance failed");
+    assert_eq!(failure.code(), "history-incomplete");
+    assert!(!out[0].written);
+    assert_eq!(p.checkpoint(&json!({"orderId": "o-1"})).await.unwrap(), 0);
+
+    let records: Vec<_> = eddy_dynamo::ChangeFeed::read_changes(&t, None, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.event_name == "INSERT")
+        .collect();
+    let last = records.last().unwrap().clone();
+    let result = eddy_dynamo::process_batch(
+        std::slice::from_ref(&last),
+        &[&p as &dyn eddy_dynamo::BatchProjection],
+    )
+    .await;
+    assert_eq!(result.failures[0].code, "history-incomplete");
+    assert_eq!(
+        serde_json::to_value(&result.response).unwrap(),
+        json!({"batchItemFailures": [{"itemIdentifier": last.change.sequence_number}]})
+    );
+    assert_eq!(p.checkpoint(&json!({"orderId": "o-1"})).await.unwrap(), 0);
+
+    // The whole history folds once every version is there.
+    let out = summary_projection(&t, false)
+        .apply_batch(vec![events[2].clone()])
+        .await
+        .unwrap();
+    assert_eq!(out[0].state.as_ref().unwrap().total_cents, 30);
+}
+
+/// Regression (counter overflow): a row whose revision is at `u64::MAX`
+/// panicked with "attempt to add with overflow" on its next write. Now the
+/// row fails with `CounterOverflow` and is left as it is.
+pub async fn a_revision_at_its_maximum_is_a_clear_error(t: TestTable) {
+    let p = tally_projection(&t, true);
+    let stream = p.stream().clone();
+    let id = stream.id([("id", "t-1")]).unwrap();
+    stream
+        .append(&id, &[TallyEvent::Counted { by: 1 }], 0)
+        .await
+        .unwrap();
+    let mut row = p
+        .read_model()
+        .to_item(&Tally {
+            id: "t-1".into(),
+            count: 0,
+            note: Some("legacy".into()),
+        })
+        .unwrap();
+    row.insert("revision".into(), eddy_dynamo::n(u64::MAX));
+    t.put_item(eddy_dynamo::Put::new(row.clone()))
+        .await
+        .unwrap();
+    let out = p
+        .apply_batch(stream.read(&id).await.unwrap())
+        .await
+        .unwrap();
+    let failure = out[0].failure.as_ref().expect("the row failed");
+    assert_eq!(failure.code(), "CounterOverflow");
+    assert!(!out[0].written);
+}
+
 crate::backend_tests!(
     folding_a_batch_costs_one_write_per_touched_row,
     folds_in_version_order_and_recognises_redelivery,
@@ -266,4 +502,7 @@ crate::backend_tests!(
     a_second_instance_feeding_one_row_is_a_source_conflict,
     a_row_key_that_does_not_compose_is_refused_before_writing,
     events_of_another_stream_with_the_same_ids_are_not_mixed_in,
+    legacy_rows_with_null_fields_are_projected_like_fresh_rows,
+    a_gap_fill_missing_a_version_fails_and_moves_nothing,
+    a_revision_at_its_maximum_is_a_clear_error,
 );

@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 use eddy_dynamo::{process_batch, BatchProjection, ChangeFeed};
 use proptest::prelude::*;
 
-use crate::common::{line, orders, placed, summary_of, summary_projection, table, OrderEvent};
+use crate::common::{
+    line, orders, placed, sqlite_table, summary_of, summary_projection, table, OrderEvent,
+    TestTable,
+};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -39,8 +42,12 @@ fn reference(ops: &[Op]) -> BTreeMap<usize, (u32, u64, bool)> {
     rows
 }
 
-async fn scenario(ops: Vec<Op>, batch: usize, suffix: usize) -> Result<(), TestCaseError> {
-    let t = table();
+async fn scenario(
+    t: TestTable,
+    ops: Vec<Op>,
+    batch: usize,
+    suffix: usize,
+) -> Result<(), TestCaseError> {
     let stream = orders(&t);
     let mut versions = BTreeMap::new();
     for op in &ops {
@@ -80,6 +87,14 @@ async fn scenario(ops: Vec<Op>, batch: usize, suffix: usize) -> Result<(), TestC
     Ok(())
 }
 
+fn run(t: TestTable, ops: Vec<Op>, batch: usize, suffix: usize) -> Result<(), TestCaseError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(scenario(t, ops, batch, suffix))
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
@@ -89,7 +104,20 @@ proptest! {
         batch in 1..9usize,
         suffix in 0..200usize,
     ) {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(scenario(ops, batch, suffix))?;
+        run(table(), ops, batch, suffix)?;
+    }
+}
+
+proptest! {
+    // Every write is an fsynced commit: fewer cases than in memory.
+    #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
+
+    #[test]
+    fn read_model_is_independent_of_batching_and_redelivery_on_sqlite(
+        ops in proptest::collection::vec(op(), 1..25),
+        batch in 1..9usize,
+        suffix in 0..200usize,
+    ) {
+        run(sqlite_table(), ops, batch, suffix)?;
     }
 }

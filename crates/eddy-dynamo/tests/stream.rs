@@ -172,10 +172,25 @@ pub async fn bad_input_gets_typed_errors(t: TestTable) {
     );
 }
 
+/// Regression (version overflow): an append at `u64::MAX` panicked with
+/// "attempt to add with overflow". It is now a clear error that writes
+/// nothing.
+pub async fn an_append_past_the_largest_version_is_a_clear_error(t: TestTable) {
+    let stream = orders(&t);
+    let id = stream.id([("orderId", "o-1")]).unwrap();
+    let err = stream
+        .append(&id, &[line(1), line(2)], u64::MAX - 1)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "CounterOverflow");
+    assert!(stream.read(&id).await.unwrap().is_empty());
+}
+
 crate::backend_tests!(
     append_and_read_back_in_version_order,
     a_stale_or_skipping_expected_version_is_a_conflict_and_writes_nothing,
     concurrent_appends_at_one_version_let_exactly_one_win,
     command_handler_retries_on_conflict_and_passes_rejections_through,
     bad_input_gets_typed_errors,
+    an_append_past_the_largest_version_is_a_clear_error,
 );

@@ -2,7 +2,7 @@
 
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 
-use crate::error::{TableError, ValidationError};
+use crate::error::{CancellationReason, TableError, ValidationError};
 
 /// Maps a failure the operation has no specific variant for.
 pub(crate) fn map_sdk<E, R>(table: &str, err: SdkError<E, R>) -> TableError
@@ -29,6 +29,7 @@ pub(crate) fn map_code(table: &str, code: &str, message: String) -> TableError {
             message,
         },
         "ValidationException" => TableError::Validation(ValidationError::Rejected(message)),
+        "TransactionConflictException" => TableError::TransactionConflict { message },
         "ProvisionedThroughputExceededException"
         | "ThrottlingException"
         | "RequestLimitExceeded" => TableError::Throttled { message },
@@ -38,5 +39,24 @@ pub(crate) fn map_code(table: &str, code: &str, message: String) -> TableError {
             ),
         },
         _ => TableError::storage(format!("{code}: {message}")),
+    }
+}
+
+/// The error of a cancelled transaction, from its reasons: a failed
+/// condition decides (the caller must read again); otherwise a validation
+/// failure, a conflict with other transactions or throttling, each of which
+/// changed nothing.
+pub(crate) fn cancelled(reasons: Vec<CancellationReason>, message: String) -> TableError {
+    let any = |code: &str| reasons.iter().any(|r| r.code == code);
+    if reasons.iter().any(CancellationReason::is_condition_failure) {
+        TableError::TransactionCanceled { reasons }
+    } else if any("ValidationError") {
+        ValidationError::Rejected(message).into()
+    } else if any("TransactionConflict") {
+        TableError::TransactionConflict { message }
+    } else if any("ThrottlingError") || any("ProvisionedThroughputExceeded") {
+        TableError::Throttled { message }
+    } else {
+        TableError::TransactionCanceled { reasons }
     }
 }

@@ -59,6 +59,11 @@ impl Placeholders {
             Condition::AttributeNotExists(name) => {
                 format!("attribute_not_exists({})", self.name(name))
             }
+            Condition::AttributeType(name, kind) => {
+                let n = self.name(name);
+                let v = self.value(&AttributeValue::S(kind.code().to_owned()));
+                format!("attribute_type({n}, {v})")
+            }
             Condition::Compare(name, op, value) => {
                 let n = self.name(name);
                 let v = self.value(value);

@@ -15,7 +15,7 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_dynamodb::Client;
 
 use super::convert::{from_sdk_item, from_sdk_opt, to_sdk_item};
-use super::errors::map_sdk;
+use super::errors::{cancelled, map_sdk};
 use super::expr::Placeholders;
 use super::options::DynamoOptions;
 use crate::accounting::{RequestCounter, RequestStats};
@@ -48,6 +48,10 @@ pub struct DynamoTable {
     client: Client,
     schema: Arc<TableSchema>,
     requests: RequestCounter,
+    /// Attempts per write when transactions conflict (the client's).
+    attempts: u32,
+    /// The base of the backoff between them (the client's).
+    backoff: Duration,
 }
 
 impl DynamoTable {
@@ -55,7 +59,10 @@ impl DynamoTable {
     /// expected to exist with that layout (see [`DynamoTable::connect`] to
     /// check it).
     pub fn new(client: Client, schema: TableSchema) -> Self {
+        let retry = client.config().retry_config();
         Self {
+            attempts: retry.map_or(3, |r| r.max_attempts()).max(1),
+            backoff: retry.map_or(Duration::from_millis(25), |r| r.initial_backoff()),
             client,
             schema: Arc::new(schema),
             requests: RequestCounter::default(),
@@ -79,6 +86,151 @@ impl DynamoTable {
 
     fn name(&self) -> &str {
         &self.schema.name
+    }
+
+    /// Sends a write again while it fails with a transaction conflict or
+    /// throttling that the SDK does not retry (a cancelled transaction's
+    /// reasons), with jittered exponential backoff, up to the client's
+    /// attempts. Every attempt is a request: each is counted.
+    async fn retrying<T, F, Fut>(&self, mut send: F) -> Result<T, TableError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, TableError>>,
+    {
+        let mut attempt = 1;
+        loop {
+            match send().await {
+                Err(TableError::TransactionConflict { .. } | TableError::Throttled { .. })
+                    if attempt < self.attempts =>
+                {
+                    tokio::time::sleep(jittered(self.backoff, attempt)).await;
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn send_transaction(
+        &self,
+        requests: &[sdk::TransactWriteItem],
+    ) -> Result<(), TableError> {
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(requests.to_vec()))
+            // One token per call: the SDK's retries of this call are idempotent.
+            .client_request_token(request_token())
+            .send()
+            .await;
+        self.requests.transact_write(requests.len());
+        match result {
+            Ok(_) => Ok(()),
+            Err(err) => match err.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(e)) => {
+                    let reasons = e
+                        .cancellation_reasons()
+                        .iter()
+                        .map(|r| {
+                            Ok(CancellationReason {
+                                code: r.code().unwrap_or("None").to_owned(),
+                                item: from_sdk_opt(r.item().cloned())?,
+                            })
+                        })
+                        .collect::<Result<Vec<_>, TableError>>()?;
+                    Err(cancelled(
+                        reasons,
+                        e.message().unwrap_or_default().to_owned(),
+                    ))
+                }
+                _ => Err(map_sdk(self.name(), err)),
+            },
+        }
+    }
+
+    async fn send_put(&self, put: &Put) -> Result<(), TableError> {
+        let mut p = Placeholders::default();
+        let condition = put.condition.as_ref().map(|c| p.condition(c));
+        let result = self
+            .client
+            .put_item()
+            .table_name(self.name())
+            .set_item(Some(to_sdk_item(&put.item)))
+            .set_condition_expression(condition)
+            .set_expression_attribute_names(p.names())
+            .set_expression_attribute_values(p.values())
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        self.requests.write();
+        match result {
+            Ok(_) => Ok(()),
+            Err(err) => match err.as_service_error() {
+                Some(PutItemError::ConditionalCheckFailedException(e)) => {
+                    condition_failed(e.item().cloned())
+                }
+                _ => Err(map_sdk(self.name(), err)),
+            },
+        }
+    }
+
+    async fn send_update(&self, update: &UpdateItem) -> Result<Item, TableError> {
+        let mut p = Placeholders::default();
+        let expression = p.update(&update.update);
+        let condition = update.condition.as_ref().map(|c| p.condition(c));
+        let result = self
+            .client
+            .update_item()
+            .table_name(self.name())
+            .set_key(Some(to_sdk_item(&update.key)))
+            .set_update_expression(Some(expression.unwrap_or_else(|| noop_update(&mut p))))
+            .set_condition_expression(condition)
+            .set_expression_attribute_names(p.names())
+            .set_expression_attribute_values(p.values())
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        self.requests.write();
+        match result {
+            Ok(out) => match from_sdk_opt(out.attributes)? {
+                Some(item) => Ok(item),
+                // An update that leaves only the key returns nothing.
+                None => Ok(update.key.clone()),
+            },
+            Err(err) => match err.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(e)) => {
+                    condition_failed(e.item().cloned())
+                }
+                _ => Err(map_sdk(self.name(), err)),
+            },
+        }
+    }
+
+    async fn send_delete(&self, delete: &Delete) -> Result<(), TableError> {
+        let mut p = Placeholders::default();
+        let condition = delete.condition.as_ref().map(|c| p.condition(c));
+        let result = self
+            .client
+            .delete_item()
+            .table_name(self.name())
+            .set_key(Some(to_sdk_item(&delete.key)))
+            .set_condition_expression(condition)
+            .set_expression_attribute_names(p.names())
+            .set_expression_attribute_values(p.values())
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        self.requests.write();
+        match result {
+            Ok(_) => Ok(()),
+            Err(err) => match err.as_service_error() {
+                Some(DeleteItemError::ConditionalCheckFailedException(e)) => {
+                    condition_failed(e.item().cloned())
+                }
+                _ => Err(map_sdk(self.name(), err)),
+            },
+        }
     }
 
     fn put_request(put: &Put, table: &str) -> Result<sdk::Put, TableError> {
@@ -284,126 +436,22 @@ impl Table for DynamoTable {
             .iter()
             .map(|i| self.transact_item(i))
             .collect::<Result<Vec<_>, _>>()?;
-        let result = self
-            .client
-            .transact_write_items()
-            .set_transact_items(Some(requests))
-            // One token per call: the SDK's retries of this call are idempotent.
-            .client_request_token(request_token())
-            .send()
-            .await;
-        self.requests.transact_write(items.len());
-        match result {
-            Ok(_) => Ok(()),
-            Err(err) => match err.as_service_error() {
-                Some(TransactWriteItemsError::TransactionCanceledException(e)) => {
-                    let reasons = e
-                        .cancellation_reasons()
-                        .iter()
-                        .map(|r| {
-                            Ok(CancellationReason {
-                                code: r.code().unwrap_or("None").to_owned(),
-                                item: from_sdk_opt(r.item().cloned())?,
-                            })
-                        })
-                        .collect::<Result<Vec<_>, TableError>>()?;
-                    if reasons.iter().any(|r| r.code == "ValidationError") {
-                        let message = e.message().unwrap_or_default().to_owned();
-                        return Err(ValidationError::Rejected(message).into());
-                    }
-                    Err(TableError::TransactionCanceled { reasons })
-                }
-                _ => Err(map_sdk(self.name(), err)),
-            },
-        }
+        self.retrying(|| self.send_transaction(&requests)).await
     }
 
     async fn put_item(&self, put: Put) -> Result<(), TableError> {
         validate_transaction(&self.schema, &[TransactWriteItem::Put(put.clone())])?;
-        let mut p = Placeholders::default();
-        let condition = put.condition.as_ref().map(|c| p.condition(c));
-        let result = self
-            .client
-            .put_item()
-            .table_name(self.name())
-            .set_item(Some(to_sdk_item(&put.item)))
-            .set_condition_expression(condition)
-            .set_expression_attribute_names(p.names())
-            .set_expression_attribute_values(p.values())
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        self.requests.write();
-        match result {
-            Ok(_) => Ok(()),
-            Err(err) => match err.as_service_error() {
-                Some(PutItemError::ConditionalCheckFailedException(e)) => {
-                    condition_failed(e.item().cloned())
-                }
-                _ => Err(map_sdk(self.name(), err)),
-            },
-        }
+        self.retrying(|| self.send_put(&put)).await
     }
 
     async fn update_item(&self, update: UpdateItem) -> Result<Item, TableError> {
         validate_transaction(&self.schema, &[TransactWriteItem::Update(update.clone())])?;
-        let mut p = Placeholders::default();
-        let expression = p.update(&update.update);
-        let condition = update.condition.as_ref().map(|c| p.condition(c));
-        let result = self
-            .client
-            .update_item()
-            .table_name(self.name())
-            .set_key(Some(to_sdk_item(&update.key)))
-            .set_update_expression(Some(expression.unwrap_or_else(|| noop_update(&mut p))))
-            .set_condition_expression(condition)
-            .set_expression_attribute_names(p.names())
-            .set_expression_attribute_values(p.values())
-            .return_values(ReturnValue::AllNew)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        self.requests.write();
-        match result {
-            Ok(out) => match from_sdk_opt(out.attributes)? {
-                Some(item) => Ok(item),
-                // An update that leaves only the key returns nothing.
-                None => Ok(update.key),
-            },
-            Err(err) => match err.as_service_error() {
-                Some(UpdateItemError::ConditionalCheckFailedException(e)) => {
-                    condition_failed(e.item().cloned())
-                }
-                _ => Err(map_sdk(self.name(), err)),
-            },
-        }
+        self.retrying(|| self.send_update(&update)).await
     }
 
     async fn delete_item(&self, delete: Delete) -> Result<(), TableError> {
         validate_transaction(&self.schema, &[TransactWriteItem::Delete(delete.clone())])?;
-        let mut p = Placeholders::default();
-        let condition = delete.condition.as_ref().map(|c| p.condition(c));
-        let result = self
-            .client
-            .delete_item()
-            .table_name(self.name())
-            .set_key(Some(to_sdk_item(&delete.key)))
-            .set_condition_expression(condition)
-            .set_expression_attribute_names(p.names())
-            .set_expression_attribute_values(p.values())
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        self.requests.write();
-        match result {
-            Ok(_) => Ok(()),
-            Err(err) => match err.as_service_error() {
-                Some(DeleteItemError::ConditionalCheckFailedException(e)) => {
-                    condition_failed(e.item().cloned())
-                }
-                _ => Err(map_sdk(self.name(), err)),
-            },
-        }
+        self.retrying(|| self.send_delete(&delete)).await
     }
 
     async fn batch_get_item(&self, keys: Vec<Item>) -> Result<Vec<Item>, TableError> {
@@ -474,6 +522,15 @@ fn condition_failed<T>(
 pub(crate) fn backoff(attempt: u32) -> Duration {
     let cap = (50u64 << attempt.min(7)).min(5_000);
     Duration::from_millis(fastrand::u64(cap / 2..=cap))
+}
+
+/// Exponential backoff from `base` with equal jitter: between half and all
+/// of `base × 2^attempt`, capped at 5 s.
+fn jittered(base: Duration, attempt: u32) -> Duration {
+    let cap = base
+        .saturating_mul(1 << attempt.min(10))
+        .min(Duration::from_secs(5));
+    cap.mul_f64(0.5 + fastrand::f64() / 2.0)
 }
 
 /// A random idempotency token for `TransactWriteItems`.

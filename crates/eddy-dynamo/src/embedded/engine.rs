@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use chrono::{DateTime, Utc};
 
 use super::records::change_record;
-use super::store::{Store, Write};
+use super::store::{in_write, Store, Txn, Write};
 use crate::change_feed::ChangeRecord;
 use crate::error::{CancellationReason, TableError, ValidationError};
 use crate::item::{
@@ -59,8 +59,9 @@ struct Change {
     new: Option<Item>,
 }
 
-/// Validates and evaluates a transaction against the store, then commits it
-/// with its change records. Returns the records written.
+/// Validates a transaction, then evaluates its conditions and commits it
+/// with its change records in one write transaction of the store. Returns
+/// the records written.
 pub(crate) fn transact(
     store: &mut dyn Store,
     schema: &TableSchema,
@@ -68,12 +69,44 @@ pub(crate) fn transact(
     now: DateTime<Utc>,
 ) -> Result<Vec<ChangeRecord>, TableError> {
     let keys = validate_transaction(schema, &items)?;
+    in_write(store, |txn| {
+        decide_and_commit(txn, schema, items, keys, now)
+    })
+}
 
+/// Updates one item and returns it as written, in one write transaction.
+pub(crate) fn update(
+    store: &mut dyn Store,
+    schema: &TableSchema,
+    update: TransactWriteItem,
+    now: DateTime<Utc>,
+) -> Result<(Vec<ChangeRecord>, Item), TableError> {
+    let keys = validate_transaction(schema, std::slice::from_ref(&update))?;
+    let (pk, sk) = keys[0].1.clone();
+    in_write(store, |txn| {
+        let records =
+            crate::table::single(decide_and_commit(txn, schema, vec![update], keys, now))?;
+        let item = txn
+            .get(&pk, &sk)?
+            .ok_or_else(|| TableError::storage("the updated item is missing"))?;
+        Ok((records, item))
+    })
+}
+
+/// Evaluates every condition against the items as they are inside the
+/// transaction, and applies the changes when all hold.
+fn decide_and_commit(
+    txn: &mut dyn Txn,
+    schema: &TableSchema,
+    items: Vec<TransactWriteItem>,
+    keys: Vec<(Item, EncodedKey)>,
+    now: DateTime<Utc>,
+) -> Result<Vec<ChangeRecord>, TableError> {
     let mut reasons = Vec::with_capacity(items.len());
     let mut failed = false;
     let mut changes = Vec::new();
     for (request, (key, (pk, sk))) in items.into_iter().zip(keys) {
-        let old = store.get(&pk, &sk)?;
+        let old = txn.get(&pk, &sk)?;
         let holds = request.condition().is_none_or(|c| c.evaluate(old.as_ref()));
         if !holds {
             failed = true;
@@ -111,7 +144,7 @@ pub(crate) fn transact(
     if failed {
         return Err(TableError::TransactionCanceled { reasons });
     }
-    commit(store, schema, changes, now, None)
+    commit(txn, schema, changes, now, false)
 }
 
 /// An encoded `(pk, sk)`, as [`encode_key`] makes it.
@@ -187,31 +220,33 @@ pub(crate) fn expire(
         return Ok(0);
     };
     let limit = AttributeValue::N(now_secs.to_string());
-    let mut changes = Vec::new();
-    for item in store.all_items()? {
-        let expired = match item.get(ttl) {
-            Some(v @ AttributeValue::N(_)) => matches!(
-                compare_values(v, &limit),
-                Some(Ordering::Less | Ordering::Equal)
-            ),
-            _ => false,
-        };
-        if expired {
-            if let Some((pk, sk)) = encode_key(&schema.key, &item) {
-                changes.push(Change {
-                    pk,
-                    sk,
-                    old: Some(item),
-                    new: None,
-                });
+    in_write(store, |txn| {
+        let mut changes = Vec::new();
+        for item in txn.all_items()? {
+            let expired = match item.get(ttl) {
+                Some(v @ AttributeValue::N(_)) => matches!(
+                    compare_values(v, &limit),
+                    Some(Ordering::Less | Ordering::Equal)
+                ),
+                _ => false,
+            };
+            if expired {
+                if let Some((pk, sk)) = encode_key(&schema.key, &item) {
+                    changes.push(Change {
+                        pk,
+                        sk,
+                        old: Some(item),
+                        new: None,
+                    });
+                }
             }
         }
-    }
-    let count = changes.len();
-    if count > 0 {
-        commit(store, schema, changes, now, Some(()))?;
-    }
-    Ok(count)
+        let count = changes.len();
+        if count > 0 {
+            commit(txn, schema, changes, now, true)?;
+        }
+        Ok(count)
+    })
 }
 
 fn check_size(item: &Item) -> Result<(), ValidationError> {
@@ -223,24 +258,26 @@ fn check_size(item: &Item) -> Result<(), ValidationError> {
 }
 
 fn commit(
-    store: &mut dyn Store,
+    txn: &mut dyn Txn,
     schema: &TableSchema,
     changes: Vec<Change>,
     now: DateTime<Utc>,
-    by_service: Option<()>,
+    by_service: bool,
 ) -> Result<Vec<ChangeRecord>, TableError> {
-    let mut seq = store.last_sequence()?;
+    let mut seq = txn.last_sequence()?;
     let mut writes = Vec::with_capacity(changes.len());
     let mut records = Vec::with_capacity(changes.len());
     for change in changes {
-        seq += 1;
+        seq = seq
+            .checked_add(1)
+            .ok_or_else(|| TableError::storage("the change feed's sequence numbers ran out"))?;
         let record = change_record(
             schema,
             seq,
             change.old.as_ref(),
             change.new.as_ref(),
             now,
-            by_service.is_some(),
+            by_service,
         );
         records.push((seq, record));
         writes.push(match change.new {
@@ -266,7 +303,7 @@ fn commit(
         });
     }
     let out = records.iter().map(|(_, r)| r.clone()).collect();
-    store.commit(writes, records)?;
+    txn.apply(writes, records)?;
     Ok(out)
 }
 

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::store::{Store, Write};
+use super::store::{Store, Txn, Write};
 use crate::change_feed::ChangeRecord;
 use crate::error::TableError;
 use crate::item::Item;
@@ -29,32 +29,20 @@ impl MemoryStore {
     }
 }
 
-impl Store for MemoryStore {
+impl Txn for MemoryStore {
     fn get(&self, pk: &str, sk: &str) -> Result<Option<Item>, TableError> {
         Ok(self.items.get(&(pk.to_owned(), sk.to_owned())).cloned())
     }
 
-    fn partition(&self, index: Option<&str>, pk: &str) -> Result<Vec<Item>, TableError> {
-        Ok(match index {
-            None => self
-                .items
-                .range((pk.to_owned(), String::new())..)
-                .take_while(|((p, _), _)| p == pk)
-                .map(|(_, item)| item.clone())
-                .collect(),
-            Some(index) => self
-                .index
-                .get(&(index.to_owned(), pk.to_owned()))
-                .map(|keys| {
-                    keys.iter()
-                        .filter_map(|k| self.items.get(k).cloned())
-                        .collect()
-                })
-                .unwrap_or_default(),
-        })
+    fn last_sequence(&self) -> Result<u64, TableError> {
+        Ok(self.changes.keys().next_back().copied().unwrap_or(0))
     }
 
-    fn commit(
+    fn all_items(&self) -> Result<Vec<Item>, TableError> {
+        Ok(self.items.values().cloned().collect())
+    }
+
+    fn apply(
         &mut self,
         writes: Vec<Write>,
         records: Vec<(u64, ChangeRecord)>,
@@ -84,9 +72,40 @@ impl Store for MemoryStore {
         self.changes.extend(records);
         Ok(())
     }
+}
 
-    fn last_sequence(&self) -> Result<u64, TableError> {
-        Ok(self.changes.keys().next_back().copied().unwrap_or(0))
+impl Store for MemoryStore {
+    fn get(&self, pk: &str, sk: &str) -> Result<Option<Item>, TableError> {
+        Txn::get(self, pk, sk)
+    }
+
+    fn partition(&self, index: Option<&str>, pk: &str) -> Result<Vec<Item>, TableError> {
+        Ok(match index {
+            None => self
+                .items
+                .range((pk.to_owned(), String::new())..)
+                .take_while(|((p, _), _)| p == pk)
+                .map(|(_, item)| item.clone())
+                .collect(),
+            Some(index) => self
+                .index
+                .get(&(index.to_owned(), pk.to_owned()))
+                .map(|keys| {
+                    keys.iter()
+                        .filter_map(|k| self.items.get(k).cloned())
+                        .collect()
+                })
+                .unwrap_or_default(),
+        })
+    }
+
+    /// The handle's lock is the only writer, and `apply` comes last and
+    /// cannot fail half-way: the work is atomic as it is.
+    fn write(
+        &mut self,
+        work: &mut dyn FnMut(&mut dyn Txn) -> Result<(), TableError>,
+    ) -> Result<(), TableError> {
+        work(self)
     }
 
     fn changes_after(&self, after: u64, limit: usize) -> Result<Vec<ChangeRecord>, TableError> {
@@ -106,9 +125,5 @@ impl Store for MemoryStore {
         self.checkpoints
             .insert(consumer.to_owned(), sequence.to_owned());
         Ok(())
-    }
-
-    fn all_items(&self) -> Result<Vec<Item>, TableError> {
-        Ok(self.items.values().cloned().collect())
     }
 }

@@ -199,23 +199,9 @@ impl Table for EmbeddedTable {
     }
 
     async fn update_item(&self, update: crate::request::UpdateItem) -> Result<Item, TableError> {
-        // Write and read back under one lock, so the answer is what was written.
+        // Write and read back in one transaction, so the answer is what was written.
         let (records, item) = self
-            .run(move |store, schema| {
-                let key = update.key.clone();
-                let records = crate::table::single(engine::transact(
-                    store,
-                    schema,
-                    vec![update.into()],
-                    Utc::now(),
-                ))?;
-                let (pk, sk) = engine::encode_key(&schema.key, &key)
-                    .ok_or_else(|| TableError::storage("validated key did not encode"))?;
-                let item = store
-                    .get(&pk, &sk)?
-                    .ok_or_else(|| TableError::storage("the updated item is missing"))?;
-                Ok((records, item))
-            })
+            .run(move |store, schema| engine::update(store, schema, update.into(), Utc::now()))
             .await
             .inspect_err(|e| self.count_refused(e, RequestCounter::write))?;
         self.requests.write();

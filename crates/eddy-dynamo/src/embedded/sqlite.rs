@@ -3,9 +3,9 @@
 
 use std::path::Path;
 
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 
-use super::store::{Store, Write};
+use super::store::{Store, Txn, Write};
 use crate::change_feed::ChangeRecord;
 use crate::error::TableError;
 use crate::item::Item;
@@ -79,52 +79,53 @@ impl SqliteStore {
     }
 }
 
-impl Store for SqliteStore {
+/// The item under `(pk, sk)`, read on `conn` (inside or outside a transaction).
+fn get_item(conn: &Connection, pk: &str, sk: &str) -> Result<Option<Item>, TableError> {
+    let text: Option<String> = conn
+        .prepare_cached("SELECT item FROM items WHERE pk = ?1 AND sk = ?2")
+        .and_then(|mut s| s.query_row(params![pk, sk], |r| r.get(0)).optional())
+        .map_err(storage)?;
+    text.as_deref().map(decode_item).transpose()
+}
+
+/// The inside of a `BEGIN IMMEDIATE` transaction: SQLite's write lock is
+/// held from its first read, so no other connection to the file commits
+/// between what it reads and what it writes.
+struct SqliteTxn<'a> {
+    tx: Transaction<'a>,
+}
+
+impl Txn for SqliteTxn<'_> {
     fn get(&self, pk: &str, sk: &str) -> Result<Option<Item>, TableError> {
-        let text: Option<String> = self
-            .conn
-            .prepare_cached("SELECT item FROM items WHERE pk = ?1 AND sk = ?2")
-            .and_then(|mut s| s.query_row(params![pk, sk], |r| r.get(0)).optional())
-            .map_err(storage)?;
-        text.as_deref().map(decode_item).transpose()
+        get_item(&self.tx, pk, sk)
     }
 
-    fn partition(&self, index: Option<&str>, pk: &str) -> Result<Vec<Item>, TableError> {
-        let texts: Vec<String> = match index {
-            None => {
-                let mut stmt = self
-                    .conn
-                    .prepare_cached("SELECT item FROM items WHERE pk = ?1")
-                    .map_err(storage)?;
-                let rows = stmt.query_map(params![pk], |r| r.get(0)).map_err(storage)?;
-                rows.collect::<Result<_, _>>().map_err(storage)?
-            }
-            Some(index) => {
-                let mut stmt = self
-                    .conn
-                    .prepare_cached(
-                        "SELECT i.item FROM index_entries e JOIN items i ON i.pk = e.pk AND i.sk = e.sk
-                         WHERE e.idx = ?1 AND e.ipk = ?2",
-                    )
-                    .map_err(storage)?;
-                let rows = stmt
-                    .query_map(params![index, pk], |r| r.get(0))
-                    .map_err(storage)?;
-                rows.collect::<Result<_, _>>().map_err(storage)?
-            }
-        };
+    fn last_sequence(&self) -> Result<u64, TableError> {
+        let seq: Option<i64> = self
+            .tx
+            .query_row("SELECT MAX(seq) FROM changes", [], |r| r.get(0))
+            .map_err(storage)?;
+        Ok(seq.and_then(|s| u64::try_from(s).ok()).unwrap_or(0))
+    }
+
+    fn all_items(&self) -> Result<Vec<Item>, TableError> {
+        let mut stmt = self
+            .tx
+            .prepare_cached("SELECT item FROM items")
+            .map_err(storage)?;
+        let rows = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(storage)?;
+        let texts: Vec<String> = rows.collect::<Result<_, _>>().map_err(storage)?;
         texts.iter().map(|t| decode_item(t)).collect()
     }
 
-    fn commit(
+    fn apply(
         &mut self,
         writes: Vec<Write>,
         records: Vec<(u64, ChangeRecord)>,
     ) -> Result<(), TableError> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(storage)?;
+        let tx = &self.tx;
         for write in &writes {
             match write {
                 Write::Put {
@@ -173,15 +174,56 @@ impl Store for SqliteStore {
             )
             .map_err(storage)?;
         }
-        tx.commit().map_err(storage)
+        Ok(())
+    }
+}
+
+impl Store for SqliteStore {
+    fn get(&self, pk: &str, sk: &str) -> Result<Option<Item>, TableError> {
+        get_item(&self.conn, pk, sk)
     }
 
-    fn last_sequence(&self) -> Result<u64, TableError> {
-        let seq: Option<i64> = self
+    fn partition(&self, index: Option<&str>, pk: &str) -> Result<Vec<Item>, TableError> {
+        let texts: Vec<String> = match index {
+            None => {
+                let mut stmt = self
+                    .conn
+                    .prepare_cached("SELECT item FROM items WHERE pk = ?1")
+                    .map_err(storage)?;
+                let rows = stmt.query_map(params![pk], |r| r.get(0)).map_err(storage)?;
+                rows.collect::<Result<_, _>>().map_err(storage)?
+            }
+            Some(index) => {
+                let mut stmt = self
+                    .conn
+                    .prepare_cached(
+                        "SELECT i.item FROM index_entries e JOIN items i ON i.pk = e.pk AND i.sk = e.sk
+                         WHERE e.idx = ?1 AND e.ipk = ?2",
+                    )
+                    .map_err(storage)?;
+                let rows = stmt
+                    .query_map(params![index, pk], |r| r.get(0))
+                    .map_err(storage)?;
+                rows.collect::<Result<_, _>>().map_err(storage)?
+            }
+        };
+        texts.iter().map(|t| decode_item(t)).collect()
+    }
+
+    /// `BEGIN IMMEDIATE` takes the file's write lock before `work` reads
+    /// anything; a second handle (or process) waits for it (up to the busy
+    /// timeout) instead of deciding on what it read before.
+    fn write(
+        &mut self,
+        work: &mut dyn FnMut(&mut dyn Txn) -> Result<(), TableError>,
+    ) -> Result<(), TableError> {
+        let tx = self
             .conn
-            .query_row("SELECT MAX(seq) FROM changes", [], |r| r.get(0))
+            .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(storage)?;
-        Ok(seq.and_then(|s| u64::try_from(s).ok()).unwrap_or(0))
+        let mut txn = SqliteTxn { tx };
+        work(&mut txn)?; // dropping the transaction rolls it back
+        txn.tx.commit().map_err(storage)
     }
 
     fn changes_after(&self, after: u64, limit: usize) -> Result<Vec<ChangeRecord>, TableError> {
@@ -224,17 +266,5 @@ impl Store for SqliteStore {
             )
             .map(|_| ())
             .map_err(storage)
-    }
-
-    fn all_items(&self) -> Result<Vec<Item>, TableError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT item FROM items")
-            .map_err(storage)?;
-        let rows = stmt
-            .query_map([], |r| r.get::<_, String>(0))
-            .map_err(storage)?;
-        let texts: Vec<String> = rows.collect::<Result<_, _>>().map_err(storage)?;
-        texts.iter().map(|t| decode_item(t)).collect()
     }
 }

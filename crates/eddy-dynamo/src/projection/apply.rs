@@ -13,7 +13,7 @@ use crate::condition::Condition;
 use crate::error::{Error, TableError};
 use crate::event_item::{EventItem, StreamId};
 use crate::event_stream::StoredEvent;
-use crate::item::{get_str, get_u64, n, s, Item};
+use crate::item::{get_present, get_str, n, s, AttributeValue, Item};
 use crate::request::Put;
 
 /// A row and the stream instance feeding it: (encoded row key, instance).
@@ -65,11 +65,7 @@ where
         for (index, item) in items {
             match self.stream.decode(&item) {
                 Ok(event) => events.push((index, event)),
-                Err(e) => failures.push(RecordFailure {
-                    index,
-                    code: e.code().into(),
-                    message: e.to_string(),
-                }),
+                Err(e) => failures.push(RecordFailure::new(index, &e)),
             }
         }
         let (outcomes, mut row_failures) = self.apply_indexed(events).await;
@@ -92,11 +88,7 @@ where
             let key = match self.read_model.key(&row) {
                 Ok(key) => key,
                 Err(e) => {
-                    failures.push(RecordFailure {
-                        index,
-                        code: e.code().into(),
-                        message: e.to_string(),
-                    });
+                    failures.push(RecordFailure::new(index, &e));
                     continue;
                 }
             };
@@ -127,11 +119,7 @@ where
             if let Some(e) = &outcome.failure {
                 for (index, version) in indexes {
                     if !outcome.covers(version) {
-                        failures.push(RecordFailure {
-                            index,
-                            code: e.code().into(),
-                            message: e.to_string(),
-                        });
+                        failures.push(RecordFailure::new(index, e));
                     }
                 }
             }
@@ -192,8 +180,11 @@ where
                 });
             }
         }
-        let checkpoint = get_u64(&item, &self.checkpoint_field);
-        let revision = self.revision_field.as_ref().and_then(|f| get_u64(&item, f));
+        let checkpoint = read_counter(&item, &self.checkpoint_field, key)?;
+        let revision = match &self.revision_field {
+            Some(field) => read_counter(&item, field, key)?,
+            None => None,
+        };
         Ok(Current {
             exists: true,
             checkpoint: checkpoint.unwrap_or(0),
@@ -218,17 +209,31 @@ where
         let Some(last) = pending.last().map(|e| e.version) else {
             return Ok(Vec::new());
         };
+        // Versions above the checkpoint, so `version - checkpoint` is at least 1.
         let contiguous = pending
             .iter()
             .enumerate()
-            .all(|(i, e)| e.version == checkpoint + 1 + i as u64);
+            .all(|(i, e)| e.version - checkpoint == i as u64 + 1);
         if contiguous {
             return Ok(pending.into_iter().map(|e| Ok((*e).clone())).collect());
         }
-        let stored = self
-            .stream
-            .read_items_range(instance, checkpoint + 1, last)
-            .await?;
+        let from = checkpoint + 1;
+        let stored = self.stream.read_items_range(instance, from, last).await?;
+        // Every version from the checkpoint up to the batch's last must be
+        // there: a shorter history is never folded.
+        let returned: std::collections::BTreeSet<u64> = stored.iter().map(|i| i.version).collect();
+        let missing: Vec<u64> = (from..=last)
+            .filter(|v| !returned.contains(v))
+            .take(10)
+            .collect();
+        if !missing.is_empty() || stored.len() as u64 != last - checkpoint {
+            return Err(Error::HistoryIncomplete {
+                instance: instance.to_string(),
+                from,
+                to: last,
+                missing,
+            });
+        }
         Ok(stored
             .iter()
             .map(|item| self.stream.decode(item).map_err(|e| (item.version, e)))
@@ -326,10 +331,18 @@ where
                     failure,
                 };
             }
-            let revision = self
-                .revision_field
-                .as_ref()
-                .map(|_| current.revision.unwrap_or(0) + 1);
+            let revision = match self.revision_field {
+                None => None,
+                Some(_) => match current.revision.unwrap_or(0).checked_add(1) {
+                    Some(next) => Some(next),
+                    None => {
+                        let e = Error::CounterOverflow {
+                            counter: format!("the revision of row {row_id}"),
+                        };
+                        return self.failed(key, instance, current.checkpoint, e);
+                    }
+                },
+            };
             let put = match self.row_put(&key, &state, checkpoint, revision, &instance, &current) {
                 Ok(put) => put,
                 Err(e) => return self.failed(key, instance, current.checkpoint, e),
@@ -395,14 +408,14 @@ where
                 match (current.exists, current.revision) {
                     (false, _) => Condition::not_exists(pk),
                     (true, Some(read)) => Condition::eq(field.clone(), n(read)),
-                    (true, None) => Condition::exists(pk).and(Condition::not_exists(field.clone())),
+                    (true, None) => Condition::exists(pk).and(Condition::absent(field.clone())),
                 }
             }
             _ => match (current.exists, current.checkpoint_stored) {
                 (false, _) => Condition::not_exists(pk),
                 (true, true) => Condition::eq(self.checkpoint_field.clone(), n(current.checkpoint)),
                 (true, false) => {
-                    Condition::exists(pk).and(Condition::not_exists(self.checkpoint_field.clone()))
+                    Condition::exists(pk).and(Condition::absent(self.checkpoint_field.clone()))
                 }
             },
         };
@@ -421,4 +434,24 @@ pub(crate) fn encode(key: &Item) -> String {
         .collect();
     parts.sort();
     parts.join("|")
+}
+
+/// Reads a counter (checkpoint or revision) of a row: `None` when absent or
+/// `NULL`; anything but an unsigned integer is a decode error, never "absent".
+fn read_counter(item: &Item, field: &str, key: &Item) -> Result<Option<u64>, Error> {
+    match get_present(item, field) {
+        None => Ok(None),
+        Some(AttributeValue::N(text)) => match text.trim().parse() {
+            Ok(value) => Ok(Some(value)),
+            Err(_) => Err(bad_counter(field, key, text)),
+        },
+        Some(other) => Err(bad_counter(field, key, &format!("{other:?}"))),
+    }
+}
+
+fn bad_counter(field: &str, key: &Item, value: &str) -> Error {
+    Error::ItemDecode {
+        entity: encode(key),
+        message: format!("{field} holds {value}, not an unsigned integer"),
+    }
 }

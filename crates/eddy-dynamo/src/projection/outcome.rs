@@ -59,3 +59,14 @@ pub struct RecordFailure {
     /// What went wrong.
     pub message: String,
 }
+
+impl RecordFailure {
+    /// The failure of input `index` with this error.
+    pub(crate) fn new(index: usize, error: &Error) -> Self {
+        Self {
+            index,
+            code: error.code().into(),
+            message: error.to_string(),
+        }
+    }
+}
