@@ -40,7 +40,9 @@
 //! - **Request accounting**: every backend counts its requests by kind
 //!   ([`Table::request_stats`], [`RequestStats`]).
 //!
-//! Every error has a stable code: [`TableError::code`] and [`Error::code`].
+//! Every error has a stable code ([`TableError::code`], [`Error::code`]),
+//! kept out of its message; a table error also has a [`TableErrorKind`]
+//! that decides whether to retry, and keeps its cause as its source.
 //!
 //! # Example
 //!
@@ -118,6 +120,7 @@ mod projection;
 mod query;
 mod request;
 mod table;
+mod table_error;
 mod update;
 mod variants;
 
@@ -136,7 +139,7 @@ pub use dynamo::{
 };
 pub use embedded::EmbeddedTable;
 pub use entity::{Entity, KeyComposite};
-pub use error::{CancellationReason, Error, TableError, ValidationError};
+pub use error::{BoxError, CancellationReason, Error, TableError, TableErrorKind, ValidationError};
 pub use event_item::{EventItem, StreamId, StreamIdentity};
 pub use event_stream::{make_stream, EventStream, StoredEvent, MAX_APPEND};
 pub use follower::Follower;

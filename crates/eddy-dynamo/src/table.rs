@@ -42,9 +42,9 @@ pub trait Table: Send + Sync {
     async fn update_item(&self, update: UpdateItem) -> Result<Item, TableError> {
         let key = update.key.clone();
         single(self.transact_write_items(vec![update.into()]).await)?;
-        self.get_item(key)
-            .await?
-            .ok_or_else(|| TableError::storage("the updated item vanished before it was read back"))
+        self.get_item(key).await?.ok_or_else(|| {
+            TableError::internal("the updated item vanished before it was read back")
+        })
     }
 
     /// Deletes one item (`DeleteItem`).

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 
 use eddy_dynamo::{
     n, s, AttributeValue, ChangeFeed, Comparator, Condition, ConditionCheck, Delete, Item, Put,
-    Query, SortCondition, Table, TableError, TableSchema, TransactWriteItem, Update, UpdateItem,
-    ValidationError,
+    Query, SortCondition, Table, TableError, TableErrorKind, TableSchema, TransactWriteItem,
+    Update, UpdateItem, ValidationError,
 };
 
 /// The layout every contract case uses.
@@ -82,6 +82,9 @@ pub async fn conditional_put_fails_and_returns_the_item<T: Table + ChangeFeed>(t
         .await
         .unwrap_err();
     assert_eq!(err.code(), "ConditionalCheckFailed");
+    assert_eq!(err.kind(), TableErrorKind::ConditionFailed);
+    assert!(!err.is_retryable(), "the same write fails the same way");
+    assert!(!err.to_string().contains("ConditionalCheckFailed"), "{err}");
     match err {
         TableError::ConditionalCheckFailed { item } => {
             assert_eq!(item.map(|b| *b), Some(first.clone()))
@@ -199,6 +202,7 @@ pub async fn transaction_is_all_or_nothing_with_reasons<T: Table + ChangeFeed>(t
         other => panic!("unexpected {other:?}"),
     }
     assert_eq!(err.code(), "TransactionCanceled");
+    assert_eq!(err.kind(), TableErrorKind::ConditionFailed);
     assert_eq!(t.get_item(key("p", "a")).await.unwrap(), None);
     assert_eq!(t.get_item(key("p", "b")).await.unwrap(), None);
     assert_eq!(
@@ -228,6 +232,7 @@ pub async fn transaction_holds_at_most_100_items<T: Table + ChangeFeed>(t: &T) {
             .collect()
     };
     let err = t.transact_write_items(puts(101)).await.unwrap_err();
+    assert_eq!(err.kind(), TableErrorKind::Invalid);
     assert!(
         matches!(
             err,
@@ -275,6 +280,7 @@ pub async fn items_over_the_limit_are_refused<T: Table + ChangeFeed>(t: &T, larg
         .put_item(Put::new(big(400 * 1024 - overhead + 1)))
         .await
         .unwrap_err();
+    assert_eq!(err.kind(), TableErrorKind::TooLarge);
     assert!(
         matches!(
             err,

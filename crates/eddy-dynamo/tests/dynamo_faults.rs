@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use eddy_dynamo::{s, DynamoOptions, DynamoTable, Item, Put, Table, TableSchema};
+use eddy_dynamo::{s, DynamoOptions, DynamoTable, Item, Put, Table, TableErrorKind, TableSchema};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -114,7 +114,13 @@ async fn throttling_is_retried_with_backoff_then_a_typed_error() {
         let t = table(&url, 3).await;
         let err = t.get_item(key()).await.unwrap_err();
         assert_eq!(err.code(), "ThrottlingException", "{error}: {err}");
+        assert_eq!(err.kind(), TableErrorKind::Throttled);
+        assert!(err.is_retryable());
         assert!(err.to_string().contains("capacity"), "{err}");
+        assert!(
+            !err.to_string().contains("ThrottlingException:"),
+            "no code prefix: {err}"
+        );
         assert_eq!(count.load(Ordering::SeqCst), 3, "{error}: three attempts");
     }
 }
@@ -146,8 +152,37 @@ async fn an_unreachable_endpoint_is_a_storage_failure_that_names_it() {
     drop(listener);
     let t = table(&url, 1).await;
     let err = t.get_item(key()).await.unwrap_err();
-    assert_eq!(err.code(), "storage-failure");
+    assert_eq!(err.code(), "storage-unavailable");
+    assert!(
+        err.is_retryable(),
+        "an endpoint that does not answer may answer later"
+    );
     assert!(err.to_string().contains("endpoint"), "{err}");
+    assert!(
+        std::error::Error::source(&err).is_some(),
+        "the SDK's failure is kept as the source"
+    );
+}
+
+/// A service failure this crate does not know is not retried blindly;
+/// a transient one is retryable. Both keep the SDK error as their source.
+#[tokio::test]
+async fn unknown_service_errors_are_internal_and_transient_ones_unavailable() {
+    for (error, code, retryable) in [
+        ("SomethingNewException", "storage-failure", false),
+        ("InternalServerError", "storage-unavailable", true),
+    ] {
+        let (url, _) = failing_server(error).await;
+        let err = table(&url, 1).await.get_item(key()).await.unwrap_err();
+        assert_eq!(
+            (err.code(), err.is_retryable()),
+            (code, retryable),
+            "{error}: {err}"
+        );
+        assert!(err.to_string().contains(error), "{err}");
+        let source = std::error::Error::source(&err).expect("a source");
+        assert!(!source.to_string().is_empty());
+    }
 }
 
 #[tokio::test]
@@ -313,6 +348,7 @@ async fn a_transaction_conflict_is_retried_and_a_failed_condition_is_a_version_c
         .await
         .unwrap_err();
     assert_eq!(err.code(), "TransactionConflict", "{err}");
+    assert!(err.is_retryable(), "a conflict is worth retrying later");
     assert_eq!(count.load(Ordering::SeqCst), 4, "max_attempts attempts");
 
     // A condition that failed is decided: no retry, a version conflict.
@@ -327,6 +363,10 @@ async fn a_transaction_conflict_is_retried_and_a_failed_condition_is_a_version_c
         .await
         .unwrap_err();
     assert_eq!(err.code(), "VersionConflict", "{err}");
+    assert!(
+        !err.to_string().contains("VersionConflict"),
+        "no code prefix: {err}"
+    );
     assert_eq!(count.load(Ordering::SeqCst), 1);
 }
 

@@ -139,7 +139,7 @@ async fn sqlite_table_keeps_items_feed_and_checkpoints_across_reopen() {
     let other = eddy_dynamo::TableSchema::single_table("other");
     assert_eq!(
         EmbeddedTable::open_sqlite(&path, other).unwrap_err().code(),
-        "storage-failure"
+        "table/misconfigured"
     );
 }
 

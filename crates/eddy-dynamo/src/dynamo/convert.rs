@@ -43,7 +43,7 @@ pub(crate) fn from_sdk(value: Sdk) -> Result<AttributeValue, TableError> {
         Sdk::Ns(s) => AttributeValue::Ns(s),
         Sdk::Bs(s) => AttributeValue::Bs(s.into_iter().map(Blob::into_inner).collect()),
         other => {
-            return Err(TableError::storage(format!(
+            return Err(TableError::internal(format!(
                 "DynamoDB returned an attribute value of an unknown type: {other:?}; upgrade eddy"
             )))
         }

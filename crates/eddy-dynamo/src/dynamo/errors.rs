@@ -1,28 +1,37 @@
 //! Mapping SDK failures to [`TableError`]s.
 
-use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 
-use crate::error::{CancellationReason, TableError, ValidationError};
+use crate::error::{BoxError, CancellationReason, TableError, ValidationError};
 
-/// Maps a failure the operation has no specific variant for.
+/// Maps a failure the operation has no specific variant for, keeping it
+/// as the source: an endpoint that cannot be reached or a transient service
+/// failure is `Unavailable`; what this crate does not know is `Internal`.
 pub(crate) fn map_sdk<E, R>(table: &str, err: SdkError<E, R>) -> TableError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug,
+    R: std::fmt::Debug + Send + Sync + 'static,
 {
-    if let SdkError::ServiceError(service) = &err {
-        let e = service.err();
-        let message = e.message().unwrap_or_default().to_owned();
-        return map_code(table, e.code().unwrap_or_default(), message);
+    match &err {
+        SdkError::ServiceError(service) => {
+            let e = service.err();
+            let code = e.code().unwrap_or_default().to_owned();
+            let message = e.message().unwrap_or_default().to_owned();
+            map_code(table, &code, message, err.into())
+        }
+        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => TableError::unavailable(
+            "DynamoDB could not be reached (is the endpoint reachable and are credentials set?)",
+            err,
+        ),
+        SdkError::ResponseError(_) => {
+            TableError::unavailable("DynamoDB's answer could not be read", err)
+        }
+        _ => TableError::internal_from("a DynamoDB request could not be sent", err),
     }
-    TableError::storage(format!(
-        "DynamoDB request failed (is the endpoint reachable and are credentials set?): {}",
-        DisplayErrorContext(&err)
-    ))
 }
 
-/// Maps a service error code and message.
-pub(crate) fn map_code(table: &str, code: &str, message: String) -> TableError {
+/// Maps a service error code and message; `source` is the failure itself.
+pub(crate) fn map_code(table: &str, code: &str, message: String, source: BoxError) -> TableError {
     match code {
         "ResourceNotFoundException" => TableError::TableNotFound {
             table: table.to_owned(),
@@ -38,7 +47,16 @@ pub(crate) fn map_code(table: &str, code: &str, message: String) -> TableError {
                 "{message}; the records were trimmed from the stream (kept 24 hours): rebuild the projections from the table"
             ),
         },
-        _ => TableError::storage(format!("{code}: {message}")),
+        "InternalServerError" | "ServiceUnavailable" | "InternalFailure" | "RequestTimeout" => {
+            TableError::Unavailable {
+                message: format!("DynamoDB failed transiently ({code}: {message})"),
+                source: Some(source),
+            }
+        }
+        _ => TableError::Internal {
+            message: format!("DynamoDB answered {code}: {message}"),
+            source: Some(source),
+        },
     }
 }
 

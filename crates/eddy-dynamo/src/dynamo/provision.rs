@@ -155,7 +155,7 @@ enum CreateFailure {
 
 async fn send_create(client: &Client, schema: &TableSchema) -> Result<(), CreateFailure> {
     let build = |e: aws_sdk_dynamodb::error::BuildError| {
-        CreateFailure::Other(TableError::storage(format!("building CreateTable: {e}")))
+        CreateFailure::Other(TableError::internal_from("building CreateTable", e))
     };
     let mut definitions: Vec<AttributeDefinition> = Vec::new();
     let keys = std::iter::once(&schema.key).chain(schema.indexes.iter().map(|i| &i.key));
@@ -224,7 +224,7 @@ async fn wait_active(client: &Client, name: &str) -> Result<(), TableError> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    Err(TableError::storage(format!(
+    Err(TableError::internal(format!(
         "table {name} did not become ACTIVE within 60 s; check it in the console and run the command again"
     )))
 }
@@ -260,7 +260,7 @@ async fn enable_ttl(client: &Client, schema: &TableSchema) -> Result<(), TableEr
         .enabled(true)
         .attribute_name(attribute)
         .build()
-        .map_err(|e| TableError::storage(format!("building UpdateTimeToLive: {e}")))?;
+        .map_err(|e| TableError::internal_from("building UpdateTimeToLive", e))?;
     client
         .update_time_to_live()
         .table_name(&schema.name)

@@ -217,7 +217,7 @@ impl DynamoStreams {
                 {
                     renewals += 1;
                     if renewals > ITERATOR_RENEWALS {
-                        return Err(TableError::storage(format!(
+                        return Err(TableError::internal(format!(
                             "shard iterators of {shard} kept expiring; each must be used within 15 minutes"
                         )));
                     }
@@ -262,7 +262,7 @@ impl DynamoStreams {
             .await
             .map_err(|e| map_sdk(&self.table, e))?;
         out.shard_iterator.ok_or_else(|| {
-            TableError::storage(format!(
+            TableError::internal(format!(
                 "GetShardIterator gave no iterator for shard {shard}"
             ))
         })
@@ -627,7 +627,7 @@ fn from_value(value: Sdk) -> Result<AttributeValue, TableError> {
         Sdk::Ns(s) => AttributeValue::Ns(s),
         Sdk::Bs(s) => AttributeValue::Bs(s.into_iter().map(Blob::into_inner).collect()),
         other => {
-            return Err(TableError::storage(format!(
+            return Err(TableError::internal(format!(
                 "DynamoDB Streams returned an attribute value of an unknown type: {other:?}; upgrade eddy"
             )))
         }

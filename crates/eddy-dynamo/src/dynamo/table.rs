@@ -244,7 +244,7 @@ impl DynamoTable {
             .set_expression_attribute_values(p.values())
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
-            .map_err(|e| TableError::storage(format!("building a put: {e}")))?;
+            .map_err(|e| TableError::internal_from("building a put", e))?;
         Ok(request)
     }
 
@@ -255,7 +255,7 @@ impl DynamoTable {
         let table = self.name();
         let on_fail = ReturnValuesOnConditionCheckFailure::AllOld;
         let build = |e: aws_sdk_dynamodb::error::BuildError| {
-            TableError::storage(format!("building a transaction item: {e}"))
+            TableError::internal_from("building a transaction item", e)
         };
         let mut p = Placeholders::default();
         let out = match item {
@@ -358,7 +358,7 @@ impl Table for DynamoTable {
                     .table_name(self.name())
                     .set_key(Some(to_sdk_item(key)))
                     .build()
-                    .map_err(|e| TableError::storage(format!("building a get: {e}")))?;
+                    .map_err(|e| TableError::internal_from("building a get", e))?;
                 Ok(sdk::TransactGetItem::builder().get(get).build())
             })
             .collect::<Result<Vec<_>, TableError>>()?;
@@ -371,7 +371,7 @@ impl Table for DynamoTable {
             .map_err(|e| map_sdk(self.name(), e))?;
         let responses = out.responses.unwrap_or_default();
         if responses.len() != keys.len() {
-            return Err(TableError::storage(format!(
+            return Err(TableError::internal(format!(
                 "TransactGetItems answered {} items for {} keys",
                 responses.len(),
                 keys.len()
@@ -485,7 +485,7 @@ impl Table for DynamoTable {
                     .set_keys(Some(std::mem::take(&mut pending)))
                     .consistent_read(true)
                     .build()
-                    .map_err(|e| TableError::storage(format!("building a batch get: {e}")))?;
+                    .map_err(|e| TableError::internal_from("building a batch get", e))?;
                 let out = self
                     .client
                     .batch_get_item()

@@ -88,7 +88,7 @@ pub(crate) fn update(
             crate::table::single(decide_and_commit(txn, schema, vec![update], keys, now))?;
         let item = txn
             .get(&pk, &sk)?
-            .ok_or_else(|| TableError::storage("the updated item is missing"))?;
+            .ok_or_else(|| TableError::internal("the updated item is missing"))?;
         Ok((records, item))
     })
 }
@@ -270,7 +270,7 @@ fn commit(
     for change in changes {
         seq = seq
             .checked_add(1)
-            .ok_or_else(|| TableError::storage("the change feed's sequence numbers ran out"))?;
+            .ok_or_else(|| TableError::internal("the change feed's sequence numbers ran out"))?;
         let record = change_record(
             schema,
             seq,

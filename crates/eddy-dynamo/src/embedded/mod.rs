@@ -129,12 +129,12 @@ impl EmbeddedTable {
         let schema = Arc::clone(&self.schema);
         tokio::task::spawn_blocking(move || {
             let mut guard = store.lock().map_err(|_| {
-                TableError::storage("the table is poisoned by an earlier panic; reopen it")
+                TableError::internal("the table is poisoned by an earlier panic; reopen it")
             })?;
             f(guard.as_mut(), &schema)
         })
         .await
-        .map_err(|e| TableError::storage(format!("storage task failed: {e}")))?
+        .map_err(|e| TableError::internal_from("the storage task failed", e))?
     }
 }
 
@@ -153,7 +153,7 @@ impl Table for EmbeddedTable {
             .run(move |store, schema| {
                 schema.validate_key(&key)?;
                 let (pk, sk) = engine::encode_key(&schema.key, &key)
-                    .ok_or_else(|| TableError::storage("validated key did not encode"))?;
+                    .ok_or_else(|| TableError::internal("validated key did not encode"))?;
                 store.get(&pk, &sk)
             })
             .await?;
@@ -171,7 +171,7 @@ impl Table for EmbeddedTable {
                     .map(|key| {
                         schema.validate_key(key)?;
                         let (pk, sk) = engine::encode_key(&schema.key, key)
-                            .ok_or_else(|| TableError::storage("validated key did not encode"))?;
+                            .ok_or_else(|| TableError::internal("validated key did not encode"))?;
                         store.get(&pk, &sk)
                     })
                     .collect()

@@ -3,7 +3,9 @@
 
 use std::path::Path;
 
-use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
+use rusqlite::{
+    params, Connection, ErrorCode, OptionalExtension, Transaction, TransactionBehavior,
+};
 
 use super::store::{Store, Txn, Write};
 use crate::change_feed::ChangeRecord;
@@ -28,16 +30,25 @@ pub(crate) struct SqliteStore {
     conn: Connection,
 }
 
-fn storage(e: impl std::fmt::Display) -> TableError {
-    TableError::storage(format!("sqlite: {e}"))
+/// A SQLite failure: another writer holding the file past the busy timeout
+/// is transient; anything else is not.
+fn storage(e: rusqlite::Error) -> TableError {
+    match e.sqlite_error_code() {
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
+            TableError::unavailable("the SQLite table is locked by another writer", e)
+        }
+        _ => TableError::internal_from("the SQLite table failed", e),
+    }
 }
 
 fn decode_item(text: &str) -> Result<Item, TableError> {
-    serde_json::from_str(text).map_err(|e| storage(format!("stored item does not decode: {e}")))
+    serde_json::from_str(text)
+        .map_err(|e| TableError::internal_from("a stored item does not decode", e))
 }
 
 fn encode<T: serde::Serialize>(value: &T) -> Result<String, TableError> {
-    serde_json::to_string(value).map_err(storage)
+    serde_json::to_string(value)
+        .map_err(|e| TableError::internal_from("an item does not encode", e))
 }
 
 impl SqliteStore {
@@ -69,10 +80,12 @@ impl SqliteStore {
             }
             Some(stored) if stored == wanted => {}
             Some(stored) => {
-                return Err(storage(format!(
-                    "{} holds a table with another schema ({stored}); open it with that schema",
-                    path.display()
-                )))
+                return Err(TableError::Misconfigured {
+                    message: format!(
+                        "{} holds a table with another schema ({stored}); open it with that schema",
+                        path.display()
+                    ),
+                })
             }
         }
         Ok(Self { conn })
@@ -167,7 +180,8 @@ impl Txn for SqliteTxn<'_> {
             }
         }
         for (seq, record) in &records {
-            let seq = i64::try_from(*seq).map_err(storage)?;
+            let seq = i64::try_from(*seq)
+                .map_err(|e| TableError::internal_from("a sequence number is out of range", e))?;
             tx.execute(
                 "INSERT INTO changes (seq, record) VALUES (?1, ?2)",
                 params![seq, encode(record)?],
@@ -240,8 +254,9 @@ impl Store for SqliteStore {
         texts
             .iter()
             .map(|t| {
-                serde_json::from_str(t)
-                    .map_err(|e| storage(format!("stored change record does not decode: {e}")))
+                serde_json::from_str(t).map_err(|e| {
+                    TableError::internal_from("a stored change record does not decode", e)
+                })
             })
             .collect()
     }

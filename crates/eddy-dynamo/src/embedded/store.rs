@@ -72,9 +72,9 @@ pub(crate) fn in_write<T>(
     store.write(&mut |txn| {
         let work = work
             .take()
-            .ok_or_else(|| TableError::storage("a write transaction ran its work twice"))?;
+            .ok_or_else(|| TableError::internal("a write transaction ran its work twice"))?;
         out = Some(work(txn)?);
         Ok(())
     })?;
-    out.ok_or_else(|| TableError::storage("a write transaction committed without running"))
+    out.ok_or_else(|| TableError::internal("a write transaction committed without running"))
 }

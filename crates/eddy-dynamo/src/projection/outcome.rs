@@ -3,6 +3,7 @@
 use crate::error::Error;
 use crate::event_item::StreamId;
 use crate::item::Item;
+use crate::table_error::error_chain;
 
 /// What happened to one row.
 #[derive(Debug)]
@@ -61,12 +62,13 @@ pub struct RecordFailure {
 }
 
 impl RecordFailure {
-    /// The failure of input `index` with this error.
+    /// The failure of input `index` with this error (its message with its
+    /// causes).
     pub(crate) fn new(index: usize, error: &Error) -> Self {
         Self {
             index,
             code: error.code().into(),
-            message: error.to_string(),
+            message: error_chain(error),
         }
     }
 }
