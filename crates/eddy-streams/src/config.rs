@@ -95,7 +95,7 @@ fn expiry_key(expiry: Expiry) -> (u8, i64) {
     match expiry {
         Expiry::Never => (0, 0),
         Expiry::Ttl(secs) => (1, i64::try_from(secs).unwrap_or(i64::MAX)),
-        Expiry::At(at) => (2, crate::rules::unix_ms(at)),
+        Expiry::At(at) => (2, crate::clock::unix_ms(at)),
     }
 }
 

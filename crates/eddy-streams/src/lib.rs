@@ -37,6 +37,7 @@
 #![deny(missing_docs)]
 
 mod append;
+mod clock;
 mod config;
 mod error;
 mod fork;
@@ -53,6 +54,7 @@ mod state;
 mod storage;
 
 pub use append::{Append, Appended, ProducerPosition};
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
     is_json, media_type, same_media_type, Expiry, StreamConfig, StreamInfo, JSON, OCTET_STREAM,
 };

@@ -1,17 +1,17 @@
 //! The in-memory backend: fast, for tests and throwaway servers.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 
 use crate::fork::{check_refork, plan, ForkOrigin};
 use crate::payload::{split, DEFAULT_MAX_APPEND_BYTES};
-use crate::rules::{decide, expired, now_ms, take_within, Decision, Head, ProducerState};
+use crate::rules::{decide, expired, take_within, Decision, Head, ProducerState};
 use crate::{
-    Append, Appended, Committed, Created, Fork, Notifier, Payload, ReadChunk, ReadFrom, Storage,
-    StreamConfig, StreamError, StreamInfo, StreamPath,
+    Append, Appended, Clock, Committed, Created, Fork, Notifier, Payload, ReadChunk, ReadFrom,
+    Storage, StreamConfig, StreamError, StreamInfo, StreamPath, SystemClock,
 };
 
 /// A stream store that keeps everything in memory. Nothing survives the
@@ -37,6 +37,7 @@ pub struct MemoryStorage {
     streams: Mutex<HashMap<String, Slot>>,
     notifier: Notifier,
     max_append_bytes: usize,
+    clock: Arc<dyn Clock>,
 }
 
 #[derive(Debug)]
@@ -60,12 +61,12 @@ struct MemoryStream {
 }
 
 impl MemoryStream {
-    fn new(head: Head, messages: Vec<Bytes>, origin: Option<ForkOrigin>) -> Self {
+    fn new(head: Head, messages: Vec<Bytes>, origin: Option<ForkOrigin>, now: i64) -> Self {
         MemoryStream {
             head,
             producers: HashMap::new(),
             messages,
-            accessed_ms: now_ms(),
+            accessed_ms: now,
             origin,
             forks: 0,
             soft_deleted: false,
@@ -91,7 +92,14 @@ impl MemoryStorage {
             streams: Mutex::new(HashMap::new()),
             notifier: Notifier::default(),
             max_append_bytes,
+            clock: Arc::new(SystemClock),
         }
+    }
+
+    /// This store, reading the time from `clock` (for expiry).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Slot>> {
@@ -106,8 +114,8 @@ impl MemoryStorage {
 fn live<'a>(
     streams: &'a mut HashMap<String, Slot>,
     path: &StreamPath,
+    now: i64,
 ) -> Result<&'a mut MemoryStream, StreamError> {
-    let now = now_ms();
     let expired_now = match streams.get(path.as_str()) {
         Some(Slot::Live(s)) => expired(&s.head.config, s.accessed_ms, now),
         _ => false,
@@ -138,8 +146,9 @@ impl Storage for MemoryStorage {
         initial: Payload,
     ) -> Result<Created, StreamError> {
         let messages = split(initial, config.is_json(), self.max_append_bytes, true)?;
+        let now = self.clock.now_ms();
         let mut streams = self.lock();
-        match live(&mut streams, path) {
+        match live(&mut streams, path, now) {
             Ok(existing) => {
                 existing.head.check_recreate(path.as_str(), &config)?;
                 return Ok(Created {
@@ -155,7 +164,7 @@ impl Storage for MemoryStorage {
         let info = head.info(path.as_str());
         streams.insert(
             path.to_string(),
-            Slot::Live(Box::new(MemoryStream::new(head, messages, None))),
+            Slot::Live(Box::new(MemoryStream::new(head, messages, None, now))),
         );
         drop(streams);
         self.notifier.commit(Committed {
@@ -170,8 +179,9 @@ impl Storage for MemoryStorage {
     }
 
     async fn append(&self, path: &StreamPath, mut append: Append) -> Result<Appended, StreamError> {
+        let now = self.clock.now_ms();
         let mut streams = self.lock();
-        let stream = live(&mut streams, path)?;
+        let stream = live(&mut streams, path, now)?;
         let json = stream.head.config.is_json();
         // The rules read the append's conditions, never its payload.
         let payload = std::mem::replace(&mut append.payload, Payload::empty());
@@ -180,7 +190,7 @@ impl Storage for MemoryStorage {
             .producer
             .as_ref()
             .and_then(|p| stream.producers.get(&p.id).copied());
-        stream.accessed_ms = now_ms();
+        stream.accessed_ms = now;
         let (producer, close) =
             match decide(path.as_str(), &stream.head, stored, &append, messages.len())? {
                 Decision::Acknowledge(outcome) => return Ok(outcome),
@@ -207,22 +217,25 @@ impl Storage for MemoryStorage {
         from: ReadFrom,
         max_bytes: usize,
     ) -> Result<ReadChunk, StreamError> {
+        let now = self.clock.now_ms();
         let mut streams = self.lock();
-        let stream = live(&mut streams, path)?;
-        stream.accessed_ms = now_ms();
+        let stream = live(&mut streams, path, now)?;
+        stream.accessed_ms = now;
         let start = stream.head.start_position(from)?;
         let rest = stream.messages.iter().skip(start as usize).cloned();
         Ok(stream.head.chunk(start, take_within(rest, max_bytes)))
     }
 
     async fn head(&self, path: &StreamPath) -> Result<StreamInfo, StreamError> {
+        let now = self.clock.now_ms();
         let mut streams = self.lock();
-        Ok(live(&mut streams, path)?.head.info(path.as_str()))
+        Ok(live(&mut streams, path, now)?.head.info(path.as_str()))
     }
 
     async fn delete(&self, path: &StreamPath) -> Result<(), StreamError> {
+        let now = self.clock.now_ms();
         let mut streams = self.lock();
-        let stream = live(&mut streams, path)?;
+        let stream = live(&mut streams, path, now)?;
         if stream.forks > 0 {
             stream.soft_deleted = true;
         } else {
@@ -236,7 +249,7 @@ impl Storage for MemoryStorage {
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<StreamInfo>, StreamError> {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let streams = self.lock();
         let mut infos: Vec<StreamInfo> = streams
             .iter()
@@ -255,8 +268,9 @@ impl Storage for MemoryStorage {
     }
 
     async fn fork(&self, path: &StreamPath, fork: Fork) -> Result<Created, StreamError> {
+        let now = self.clock.now_ms();
         let mut streams = self.lock();
-        let source = live(&mut streams, &fork.source)?;
+        let source = live(&mut streams, &fork.source, now)?;
         let planned = plan(&fork, &source.head.config, source.head.tail(), |p| {
             Ok(source.messages.get(p as usize).cloned())
         })?;
@@ -269,7 +283,7 @@ impl Storage for MemoryStorage {
         let mut messages: Vec<Bytes> = source.messages[..planned.inherit as usize].to_vec();
         messages.extend(planned.partial.clone());
         messages.extend(initial);
-        match live(&mut streams, path) {
+        match live(&mut streams, path, now) {
             Ok(existing) => {
                 check_refork(
                     path.as_str(),
@@ -294,6 +308,7 @@ impl Storage for MemoryStorage {
                 head,
                 messages,
                 Some(planned.origin),
+                now,
             ))),
         );
         if let Some(Slot::Live(source)) = streams.get_mut(fork.source.as_str()) {

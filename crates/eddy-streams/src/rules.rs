@@ -298,21 +298,8 @@ pub(crate) fn expired(config: &StreamConfig, accessed_ms: i64, now_ms: i64) -> b
                 >= accessed_ms
                     .saturating_add(i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX))
         }
-        crate::Expiry::At(at) => now_ms >= unix_ms(at),
+        crate::Expiry::At(at) => now_ms >= crate::clock::unix_ms(at),
     }
-}
-
-/// Unix milliseconds of a time (negative before 1970).
-pub(crate) fn unix_ms(at: std::time::SystemTime) -> i64 {
-    match at.duration_since(std::time::UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
-        Err(e) => -i64::try_from(e.duration().as_millis()).unwrap_or(i64::MAX),
-    }
-}
-
-/// The current time in unix milliseconds.
-pub(crate) fn now_ms() -> i64 {
-    unix_ms(std::time::SystemTime::now())
 }
 
 /// Takes messages while they fit in `max_bytes` (always at least one).

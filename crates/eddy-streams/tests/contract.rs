@@ -1,7 +1,8 @@
 //! The `Storage` contract: every backend runs every case here.
 //!
 //! A backend joins the suite with one line in [`backends`]; each case is an
-//! `async fn(Arc<dyn Storage>)` so no case can depend on a backend's type.
+//! `async fn(Arc<dyn Storage>)` (or, for expiry, also given the store's
+//! [`ManualClock`]) so no case can depend on a backend's type.
 //! The case bodies live in `contract/cases.rs` so that other crates' harnesses
 //! (the remote HTTP client) run the very same cases.
 
@@ -9,31 +10,43 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use eddy_streams::{MemoryStorage, SqliteStorage, Storage};
+use eddy_streams::{ManualClock, MemoryStorage, SqliteOptions, SqliteStorage, Storage};
 
 mod cases;
 
-type Case = fn(Arc<dyn Storage>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+type Test = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// Runs `case` on a fresh store of every backend, printing which ran.
-pub fn on_every_backend(name: &str, case: Case) {
+/// Runs `case` on a fresh store of every backend, printing which ran; each
+/// store reads the time from the clock the case gets.
+pub fn on_every_backend(name: &str, case: impl Fn(Arc<dyn Storage>, Arc<ManualClock>) -> Test) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("runtime");
-    for (backend, store, _dir) in backends() {
+    for (backend, make) in backends() {
         eprintln!("contract case `{name}` on {backend}");
-        runtime.block_on(case(store));
+        let clock = Arc::new(ManualClock::starting_now());
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = make(dir.path(), Arc::clone(&clock));
+        runtime.block_on(case(store, clock));
     }
 }
 
-fn backends() -> Vec<(&'static str, Arc<dyn Storage>, Option<tempfile::TempDir>)> {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let sqlite = SqliteStorage::open(dir.path()).expect("open sqlite");
+type MakeStore = fn(&std::path::Path, Arc<ManualClock>) -> Arc<dyn Storage>;
+
+fn backends() -> Vec<(&'static str, MakeStore)> {
     vec![
-        ("memory", Arc::new(MemoryStorage::new()), None),
-        ("sqlite", Arc::new(sqlite), Some(dir)),
+        ("memory", |_, clock| {
+            Arc::new(MemoryStorage::new().with_clock(clock))
+        }),
+        ("sqlite", |dir, clock| {
+            let options = SqliteOptions {
+                clock,
+                ..SqliteOptions::default()
+            };
+            Arc::new(SqliteStorage::open_with(dir, options).expect("open sqlite"))
+        }),
     ]
 }
 
@@ -42,10 +55,22 @@ macro_rules! contract {
         $(
             #[test]
             fn $name() {
-                on_every_backend(stringify!($name), |store| Box::pin(cases::$name(store)));
+                on_every_backend(stringify!($name), |store, _| Box::pin(cases::$name(store)));
+            }
+        )*
+    };
+}
+
+macro_rules! clocked_contract {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                on_every_backend(stringify!($name), |store, clock| Box::pin(cases::$name(store, clock)));
             }
         )*
     };
 }
 
 cases::every_case!(contract);
+cases::every_clocked_case!(clocked_contract);

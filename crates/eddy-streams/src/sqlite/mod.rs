@@ -17,10 +17,10 @@ use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 
 use crate::payload::DEFAULT_MAX_APPEND_BYTES;
-use crate::rules::{expired, now_ms};
+use crate::rules::expired;
 use crate::{
-    Append, Appended, Created, Expiry, Fork, Notifier, Payload, ReadChunk, ReadFrom, Storage,
-    StreamConfig, StreamError, StreamInfo, StreamPath,
+    Append, Appended, Clock, Created, Expiry, Fork, Notifier, Payload, ReadChunk, ReadFrom,
+    Storage, StreamConfig, StreamError, StreamInfo, StreamPath, SystemClock,
 };
 use writer::Job;
 
@@ -47,6 +47,8 @@ pub struct SqliteOptions {
     pub durability: Durability,
     /// The largest append accepted, in bytes.
     pub max_append_bytes: usize,
+    /// Where the store reads the time (for expiry).
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for SqliteOptions {
@@ -54,6 +56,7 @@ impl Default for SqliteOptions {
         SqliteOptions {
             durability: Durability::Sync,
             max_append_bytes: DEFAULT_MAX_APPEND_BYTES,
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -69,6 +72,7 @@ pub struct SqliteStorage {
     readers: Arc<Mutex<Vec<Connection>>>,
     file: PathBuf,
     notifier: Arc<Notifier>,
+    clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for SqliteStorage {
@@ -106,9 +110,18 @@ impl SqliteStorage {
         let notifier = Arc::new(Notifier::default());
         let (tx, rx) = mpsc::channel();
         let writer_notifier = Arc::clone(&notifier);
+        let clock = Arc::clone(&options.clock);
         let writer = std::thread::Builder::new()
             .name("eddy-streams-writer".into())
-            .spawn(move || writer::run(conn, rx, writer_notifier, options.max_append_bytes))
+            .spawn(move || {
+                writer::run(
+                    conn,
+                    rx,
+                    writer_notifier,
+                    options.max_append_bytes,
+                    &*options.clock,
+                )
+            })
             .map_err(|e| StreamError::Storage(format!("cannot start the writer thread: {e}")))?;
         Ok(SqliteStorage {
             jobs: Mutex::new(Some(tx)),
@@ -116,6 +129,7 @@ impl SqliteStorage {
             readers: Arc::new(Mutex::new(Vec::new())),
             file,
             notifier,
+            clock,
         })
     }
 
@@ -198,12 +212,12 @@ fn open_connection(file: &Path, read_only: bool) -> Result<Connection, StreamErr
 }
 
 /// The live row at `path` as a reader sees it.
-fn live_row(conn: &Connection, path: &str) -> Result<schema::StreamRow, StreamError> {
+fn live_row(conn: &Connection, path: &str, now: i64) -> Result<schema::StreamRow, StreamError> {
     match schema::load(conn, path)? {
         Some(row) if row.soft_deleted => Err(StreamError::SoftDeleted {
             path: path.to_owned(),
         }),
-        Some(row) if !expired(&row.head.config, row.accessed_ms, now_ms()) => Ok(row),
+        Some(row) if !expired(&row.head.config, row.accessed_ms, now) => Ok(row),
         Some(_) => Err(StreamError::NotFound {
             path: path.to_owned(),
         }),
@@ -251,10 +265,11 @@ impl Storage for SqliteStorage {
         max_bytes: usize,
     ) -> Result<ReadChunk, StreamError> {
         let key = path.to_string();
+        let now = self.clock.now_ms();
         let (chunk, sliding) = self
             .with_reader(move |conn| {
                 let tx = conn.transaction()?;
-                let row = live_row(&tx, &key)?;
+                let row = live_row(&tx, &key, now)?;
                 let start = row.head.start_position(from)?;
                 let messages = schema::read_messages(&tx, row.id, start, max_bytes)?;
                 let sliding = matches!(row.head.config.expiry, Expiry::Ttl(_));
@@ -269,7 +284,8 @@ impl Storage for SqliteStorage {
 
     async fn head(&self, path: &StreamPath) -> Result<StreamInfo, StreamError> {
         let key = path.to_string();
-        self.with_reader(move |conn| Ok(live_row(conn, &key)?.head.info(&key)))
+        let now = self.clock.now_ms();
+        self.with_reader(move |conn| Ok(live_row(conn, &key, now)?.head.info(&key)))
             .await
     }
 
@@ -280,8 +296,8 @@ impl Storage for SqliteStorage {
 
     async fn list(&self, prefix: &str) -> Result<Vec<StreamInfo>, StreamError> {
         let prefix = prefix.to_owned();
+        let now = self.clock.now_ms();
         self.with_reader(move |conn| {
-            let now = now_ms();
             Ok(schema::list(conn, &prefix)?
                 .into_iter()
                 .filter(|(_, row)| {

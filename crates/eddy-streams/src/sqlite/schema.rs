@@ -4,8 +4,9 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+use crate::clock::unix_ms;
 use crate::fork::ForkOrigin;
-use crate::rules::{unix_ms, Head, ProducerState};
+use crate::rules::{Head, ProducerState};
 use crate::{Expiry, ProducerPosition, StreamConfig, StreamError};
 
 /// The schema version this code writes (`PRAGMA user_version`).

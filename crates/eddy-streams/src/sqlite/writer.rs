@@ -17,10 +17,10 @@ use tokio::sync::oneshot;
 use super::schema;
 use crate::fork::{check_refork, plan, ForkOrigin};
 use crate::payload::split;
-use crate::rules::{decide, expired, now_ms, Decision, Head};
+use crate::rules::{decide, expired, Decision, Head};
 use crate::{
-    Append, Appended, Committed, Created, Fork, Notifier, Payload, StreamConfig, StreamError,
-    StreamPath,
+    Append, Appended, Clock, Committed, Created, Fork, Notifier, Payload, StreamConfig,
+    StreamError, StreamPath,
 };
 
 /// The most jobs one transaction takes.
@@ -75,6 +75,7 @@ pub(super) fn run(
     jobs: Receiver<Job>,
     notifier: Arc<Notifier>,
     max_append_bytes: usize,
+    clock: &dyn Clock,
 ) {
     while let Ok(first) = jobs.recv() {
         let mut group = vec![first];
@@ -84,7 +85,13 @@ pub(super) fn run(
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
         }
-        commit_group(&mut conn, group, &notifier, max_append_bytes);
+        commit_group(
+            &mut conn,
+            group,
+            &notifier,
+            max_append_bytes,
+            clock.now_ms(),
+        );
     }
 }
 
@@ -93,6 +100,7 @@ fn commit_group(
     group: Vec<Job>,
     notifier: &Notifier,
     max_append_bytes: usize,
+    now: i64,
 ) {
     let mut answers = Vec::with_capacity(group.len());
     let mut events = Vec::new();
@@ -100,7 +108,7 @@ fn commit_group(
         let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         for job in group {
             let mut savepoint = tx.savepoint()?;
-            let (answer, event, ok) = apply(&savepoint, job, max_append_bytes);
+            let (answer, event, ok) = apply(&savepoint, job, max_append_bytes, now);
             if ok {
                 savepoint.commit()?;
                 events.extend(event);
@@ -162,7 +170,12 @@ impl Answer {
 
 /// Applies one job; returns its answer, its change event, and whether its
 /// writes are to be kept.
-fn apply(conn: &Connection, job: Job, max_append_bytes: usize) -> (Answer, Option<Event>, bool) {
+fn apply(
+    conn: &Connection,
+    job: Job,
+    max_append_bytes: usize,
+    now: i64,
+) -> (Answer, Option<Event>, bool) {
     match job {
         Job::Create {
             path,
@@ -170,7 +183,7 @@ fn apply(conn: &Connection, job: Job, max_append_bytes: usize) -> (Answer, Optio
             initial,
             reply,
         } => {
-            let result = create(conn, &path, config, initial, max_append_bytes);
+            let result = create(conn, &path, config, initial, max_append_bytes, now);
             let event = result.as_ref().ok().filter(|c| c.created).map(|c| {
                 Event::Committed(Committed {
                     path: path.to_string(),
@@ -186,7 +199,7 @@ fn apply(conn: &Connection, job: Job, max_append_bytes: usize) -> (Answer, Optio
             append,
             reply,
         } => {
-            let result = append_to(conn, &path, append, max_append_bytes);
+            let result = append_to(conn, &path, append, max_append_bytes, now);
             let event = result.as_ref().ok().filter(|a| !a.duplicate).map(|a| {
                 Event::Committed(Committed {
                     path: path.to_string(),
@@ -198,7 +211,7 @@ fn apply(conn: &Connection, job: Job, max_append_bytes: usize) -> (Answer, Optio
             (Answer::Appended(reply, result), event, ok)
         }
         Job::Fork { path, fork, reply } => {
-            let result = fork_to(conn, &path, &fork, max_append_bytes);
+            let result = fork_to(conn, &path, &fork, max_append_bytes, now);
             let event = result.as_ref().ok().filter(|c| c.created).map(|c| {
                 Event::Committed(Committed {
                     path: path.to_string(),
@@ -210,7 +223,7 @@ fn apply(conn: &Connection, job: Job, max_append_bytes: usize) -> (Answer, Optio
             (Answer::Created(reply, result), event, ok)
         }
         Job::Delete { path, reply } => {
-            let result = delete(conn, &path);
+            let result = delete(conn, &path, now);
             let ok = result.is_ok();
             (
                 Answer::Deleted(reply, result),
@@ -219,7 +232,7 @@ fn apply(conn: &Connection, job: Job, max_append_bytes: usize) -> (Answer, Optio
             )
         }
         Job::Touch { path } => {
-            let ok = touch(conn, &path).is_ok();
+            let ok = touch(conn, &path, now).is_ok();
             (Answer::None, None, ok)
         }
     }
@@ -254,9 +267,9 @@ fn create(
     config: StreamConfig,
     initial: Payload,
     max_append_bytes: usize,
+    now: i64,
 ) -> Result<Created, StreamError> {
     let messages = split(initial, config.is_json(), max_append_bytes, true)?;
-    let now = now_ms();
     match live(conn, path, now) {
         Ok(row) => {
             row.head.check_recreate(path.as_str(), &config)?;
@@ -284,8 +297,8 @@ fn append_to(
     path: &StreamPath,
     mut append: Append,
     max_append_bytes: usize,
+    now: i64,
 ) -> Result<Appended, StreamError> {
-    let now = now_ms();
     let row = live(conn, path, now)?;
     let mut head = row.head;
     // The rules read the append's conditions, never its payload.
@@ -312,8 +325,7 @@ fn append_to(
     Ok(head.appended(producer))
 }
 
-fn delete(conn: &Connection, path: &StreamPath) -> Result<(), StreamError> {
-    let now = now_ms();
+fn delete(conn: &Connection, path: &StreamPath, now: i64) -> Result<(), StreamError> {
     let row = live(conn, path, now)?;
     if row.forks > 0 {
         return schema::soft_delete(conn, row.id);
@@ -343,8 +355,8 @@ fn fork_to(
     path: &StreamPath,
     fork: &Fork,
     max_append_bytes: usize,
+    now: i64,
 ) -> Result<Created, StreamError> {
-    let now = now_ms();
     let source = live(conn, &fork.source, now)?;
     let planned = plan(fork, &source.head.config, source.head.tail(), |p| {
         schema::message_at(conn, source.id, p)
@@ -390,8 +402,7 @@ fn fork_to(
     })
 }
 
-fn touch(conn: &Connection, path: &StreamPath) -> Result<(), StreamError> {
-    let now = now_ms();
+fn touch(conn: &Connection, path: &StreamPath, now: i64) -> Result<(), StreamError> {
     let row = live(conn, path, now)?;
     schema::update(conn, row.id, &row.head, now)
 }

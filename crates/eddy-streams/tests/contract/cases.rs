@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use eddy_streams::{
-    Append, Expiry, Fork, Offset, Payload, ProducerPosition, ReadFrom, Storage, StreamConfig,
-    StreamError, StreamPath, Wait,
+    Append, Expiry, Fork, ManualClock, Offset, Payload, ProducerPosition, ReadFrom, Storage,
+    StreamConfig, StreamError, StreamPath, Wait,
 };
 
 /// Calls `$run!(case, case, ...)` with every contract case.
@@ -40,7 +40,6 @@ macro_rules! every_case {
             wait_is_level_triggered,
             wait_wakes_on_append_and_times_out,
             committed_reports_every_commit,
-            ttl_expired_stream_reads_as_absent,
             expires_at_in_the_past_reads_as_absent,
             list_filters_by_prefix,
             concurrent_appenders_lose_nothing,
@@ -52,6 +51,22 @@ macro_rules! every_case {
     };
 }
 pub(crate) use every_case;
+
+/// Calls `$run!(case, case, ...)` with every case that moves the store's
+/// clock: each is an `async fn(Arc<dyn Storage>, Arc<ManualClock>)`.
+macro_rules! every_clocked_case {
+    ($run:ident) => {
+        $run!(
+            ttl_expired_stream_reads_as_absent,
+            an_expired_fork_releases_its_source,
+            a_source_whose_forks_expired_deletes_at_once,
+            an_expired_source_with_live_forks_is_soft_deleted,
+            a_fork_of_a_fork_outlives_its_expired_parent,
+            recreate_waits_for_the_forks_of_an_expired_source,
+        );
+    };
+}
+pub(crate) use every_clocked_case;
 
 pub fn path(s: &str) -> StreamPath {
     StreamPath::new(s).expect("valid path")
@@ -669,24 +684,24 @@ pub async fn committed_reports_every_commit(store: Arc<dyn Storage>) {
     );
 }
 
-pub async fn ttl_expired_stream_reads_as_absent(store: Arc<dyn Storage>) {
+pub async fn ttl_expired_stream_reads_as_absent(store: Arc<dyn Storage>, clock: Arc<ManualClock>) {
     let p = path("short-lived");
     let config = StreamConfig::json().with_ttl(Duration::from_secs(1));
     store
         .create(&p, config.clone(), Payload::Body(Bytes::from("1")))
         .await
         .expect("create");
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    clock.advance(Duration::from_millis(600));
     store
         .read(&p, ReadFrom::Beginning, 10)
         .await
         .expect("a read slides the ttl");
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    clock.advance(Duration::from_millis(600));
     store
         .head(&p)
         .await
         .expect("still alive: the read refreshed it");
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    clock.advance(Duration::from_millis(1100));
     assert_eq!(
         store.head(&p).await.err().map(|e| e.code()),
         Some("stream/not-found")
@@ -1009,4 +1024,211 @@ pub async fn deleting_a_forked_source_soft_deletes_it(store: Arc<dyn Storage>) {
         .expect("a source whose forks are deleted stays alive");
     store.delete(&kept).await.expect("and deletes at once");
     assert_eq!(soft(store.head(&kept).await.err()), Some("stream/gone"));
+}
+
+/// A fork with a TTL of its own, for the expiry cases.
+fn short_lived_fork(source: &StreamPath) -> Fork {
+    Fork::of(source.clone()).with_expiry(Expiry::Ttl(1))
+}
+
+/// Regression: the memory backend dropped an expired fork without
+/// releasing its source, so deleting the source afterwards only
+/// soft-deleted it, for ever.
+pub async fn an_expired_fork_releases_its_source(store: Arc<dyn Storage>, clock: Arc<ManualClock>) {
+    let source = json_stream(&*store, "release/src").await;
+    let fork = path("release/fork");
+    store
+        .fork(&fork, short_lived_fork(&source))
+        .await
+        .expect("fork");
+    clock.advance(Duration::from_secs(2));
+    let err = store.append(&fork, Append::body("1")).await.err();
+    assert_eq!(err.map(|e| e.code()), Some("stream/not-found"));
+    store.delete(&source).await.expect("delete the source");
+    assert_eq!(
+        store.head(&source).await.err().map(|e| e.code()),
+        Some("stream/gone"),
+        "no fork is left, so the delete is final"
+    );
+}
+
+/// Regression: a source whose only fork had expired unnoticed (no call had
+/// touched the fork since) was soft-deleted instead of deleted.
+pub async fn a_source_whose_forks_expired_deletes_at_once(
+    store: Arc<dyn Storage>,
+    clock: Arc<ManualClock>,
+) {
+    let source = json_stream(&*store, "lazy/src").await;
+    store
+        .fork(&path("lazy/fork"), short_lived_fork(&source))
+        .await
+        .expect("fork");
+    clock.advance(Duration::from_secs(2));
+    store.delete(&source).await.expect("delete the source");
+    assert_eq!(
+        store.head(&source).await.err().map(|e| e.code()),
+        Some("stream/gone")
+    );
+    assert!(
+        store
+            .create(&source, StreamConfig::json(), Payload::empty())
+            .await
+            .expect("the path is free")
+            .created
+    );
+}
+
+/// Regression: an expired stream that live forks still read from was
+/// dropped at once (memory) or when next written (SQLite), freeing its path
+/// while the forks still referred to it.
+pub async fn an_expired_source_with_live_forks_is_soft_deleted(
+    store: Arc<dyn Storage>,
+    clock: Arc<ManualClock>,
+) {
+    let source = path("exp/src");
+    store
+        .create(
+            &source,
+            StreamConfig::json().with_ttl(Duration::from_secs(1)),
+            Payload::Body(Bytes::from("[1,2]")),
+        )
+        .await
+        .expect("create");
+    let fork = path("exp/fork");
+    store
+        .fork(&fork, Fork::of(source.clone()).with_expiry(Expiry::Never))
+        .await
+        .expect("fork");
+    clock.advance(Duration::from_secs(2));
+    let code = |e: Option<StreamError>| e.map(|e| e.code());
+    assert_eq!(
+        code(store.head(&source).await.err()),
+        Some("stream/soft-deleted")
+    );
+    assert_eq!(
+        code(store.append(&source, Append::body("3")).await.err()),
+        Some("stream/soft-deleted")
+    );
+    assert!(store
+        .list("exp/")
+        .await
+        .expect("list")
+        .iter()
+        .all(|i| i.path != "exp/src"));
+    assert_eq!(
+        read_all(&*store, &fork).await,
+        ["1", "2"],
+        "the fork still reads"
+    );
+    store.delete(&fork).await.expect("delete the fork");
+    assert_eq!(
+        code(store.head(&source).await.err()),
+        Some("stream/not-found"),
+        "the expired source goes with its last fork, as expired, not deleted"
+    );
+}
+
+/// Regression: in a chain source → middle → leaf, an expired middle
+/// stream lost its place in the chain, so deleting the leaf did not
+/// release the source.
+pub async fn a_fork_of_a_fork_outlives_its_expired_parent(
+    store: Arc<dyn Storage>,
+    clock: Arc<ManualClock>,
+) {
+    let source = json_stream(&*store, "chain/src").await;
+    store
+        .append(&source, Append::body("[1,2]"))
+        .await
+        .expect("append");
+    let middle = path("chain/middle");
+    let leaf = path("chain/leaf");
+    store
+        .fork(&middle, short_lived_fork(&source))
+        .await
+        .expect("fork");
+    store
+        .fork(&leaf, Fork::of(middle.clone()).with_expiry(Expiry::Never))
+        .await
+        .expect("fork of the fork");
+    clock.advance(Duration::from_secs(2));
+    let code = |e: Option<StreamError>| e.map(|e| e.code());
+    assert_eq!(
+        code(store.head(&middle).await.err()),
+        Some("stream/soft-deleted")
+    );
+    let refork = store
+        .fork(&path("chain/other"), Fork::of(middle.clone()))
+        .await;
+    assert_eq!(code(refork.err()), Some("stream/soft-deleted"));
+    store
+        .append(&leaf, Append::body("3"))
+        .await
+        .expect("the leaf lives on");
+    assert_eq!(read_all(&*store, &leaf).await, ["1", "2", "3"]);
+    store.delete(&source).await.expect("soft delete the source");
+    assert_eq!(
+        code(store.head(&source).await.err()),
+        Some("stream/soft-deleted")
+    );
+    store.delete(&leaf).await.expect("delete the leaf");
+    assert_eq!(
+        code(store.head(&middle).await.err()),
+        Some("stream/not-found")
+    );
+    assert_eq!(
+        code(store.head(&source).await.err()),
+        Some("stream/gone"),
+        "the chain is collected up to the deleted source"
+    );
+}
+
+/// Regression: SQLite dropped an expired source that live forks still
+/// referred to, so the path could be created again, and deleting an old
+/// fork later released the new stream's fork count.
+pub async fn recreate_waits_for_the_forks_of_an_expired_source(
+    store: Arc<dyn Storage>,
+    clock: Arc<ManualClock>,
+) {
+    let source = path("again/src");
+    let config = StreamConfig::json().with_ttl(Duration::from_secs(1));
+    store
+        .create(&source, config.clone(), Payload::empty())
+        .await
+        .expect("create");
+    let old_fork = path("again/old");
+    store
+        .fork(
+            &old_fork,
+            Fork::of(source.clone()).with_expiry(Expiry::Never),
+        )
+        .await
+        .expect("fork");
+    clock.advance(Duration::from_secs(2));
+    let code = |e: Option<StreamError>| e.map(|e| e.code());
+    let refused = store
+        .create(&source, StreamConfig::json(), Payload::empty())
+        .await;
+    assert_eq!(
+        code(refused.err()),
+        Some("stream/soft-deleted"),
+        "live forks still use the path"
+    );
+    store.delete(&old_fork).await.expect("delete the old fork");
+    let fresh = store
+        .create(&source, StreamConfig::json(), Payload::empty())
+        .await
+        .expect("the path is free now");
+    assert!(fresh.created && fresh.info.tail == Offset::ZERO);
+    let new_fork = path("again/new");
+    store
+        .fork(&new_fork, Fork::of(source.clone()))
+        .await
+        .expect("fork");
+    store.delete(&source).await.expect("soft delete");
+    assert_eq!(
+        code(store.head(&source).await.err()),
+        Some("stream/soft-deleted")
+    );
+    store.delete(&new_fork).await.expect("delete the new fork");
+    assert_eq!(code(store.head(&source).await.err()), Some("stream/gone"));
 }
