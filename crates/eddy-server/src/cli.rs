@@ -125,6 +125,7 @@ impl ServeArgs {
                         Durability::Sync
                     },
                     max_append_bytes: self.max_body_bytes,
+                    ..SqliteOptions::default()
                 };
                 Arc::new(
                     SqliteStorage::open_with(&self.data, options)

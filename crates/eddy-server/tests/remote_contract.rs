@@ -7,17 +7,17 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use eddy_server::{RemoteStorage, Server, ServerConfig};
-use eddy_streams::{MemoryStorage, SqliteStorage, Storage};
+use eddy_streams::{ManualClock, MemoryStorage, SqliteOptions, SqliteStorage, Storage};
 
 #[path = "../../eddy-streams/tests/contract/cases.rs"]
 #[allow(dead_code)]
 mod cases;
 
-type Case = fn(Arc<dyn Storage>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+type Test = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Runs `case` through a remote client against a fresh server on each
-/// backend.
-fn over_http(name: &str, case: Case) {
+/// backend; the server's store reads the time from the clock the case gets.
+fn over_http(name: &str, case: impl Fn(Arc<dyn Storage>, Arc<ManualClock>) -> Test) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -25,11 +25,19 @@ fn over_http(name: &str, case: Case) {
         .expect("runtime");
     runtime.block_on(async {
         let dir = tempfile::tempdir().expect("tempdir");
+        let clock = Arc::new(ManualClock::starting_now());
+        let sqlite = SqliteOptions {
+            clock: clock.clone(),
+            ..SqliteOptions::default()
+        };
         let backends: Vec<(&str, Arc<dyn Storage>)> = vec![
-            ("memory", Arc::new(MemoryStorage::new())),
+            (
+                "memory",
+                Arc::new(MemoryStorage::new().with_clock(clock.clone())),
+            ),
             (
                 "sqlite",
-                Arc::new(SqliteStorage::open(dir.path()).expect("open sqlite")),
+                Arc::new(SqliteStorage::open_with(dir.path(), sqlite).expect("open sqlite")),
             ),
         ];
         for (backend, store) in backends {
@@ -46,7 +54,7 @@ fn over_http(name: &str, case: Case) {
                 .expect("bind")
                 .spawn();
             let remote = RemoteStorage::new(&server.url()).expect("client");
-            case(Arc::new(remote)).await;
+            case(Arc::new(remote), clock.clone()).await;
             server.stop().await.expect("stop");
         }
     });
@@ -57,10 +65,22 @@ macro_rules! contract {
         $(
             #[test]
             fn $name() {
-                over_http(stringify!($name), |store| Box::pin(cases::$name(store)));
+                over_http(stringify!($name), |store, _| Box::pin(cases::$name(store)));
+            }
+        )*
+    };
+}
+
+macro_rules! clocked_contract {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                over_http(stringify!($name), |store, clock| Box::pin(cases::$name(store, clock)));
             }
         )*
     };
 }
 
 cases::every_case!(contract);
+cases::every_clocked_case!(clocked_contract);

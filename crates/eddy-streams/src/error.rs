@@ -22,10 +22,10 @@ pub enum StreamError {
         /// The path that was asked for.
         path: String,
     },
-    /// The stream was deleted while forks still read its data: the path
-    /// stays reserved (neither readable nor creatable) until the last fork
-    /// is deleted.
-    #[error("stream `{path}` was deleted but forks still use it; delete them to free the path")]
+    /// The stream was deleted, or expired, while forks still read its
+    /// data: the path stays reserved (neither readable nor creatable) until
+    /// the last of those forks is gone.
+    #[error("stream `{path}` was deleted or expired but forks still use it; delete them to free the path")]
     SoftDeleted {
         /// The path that was asked for.
         path: String,

@@ -116,14 +116,25 @@ pub(crate) struct ForkPlan {
     pub origin: ForkOrigin,
 }
 
+/// The source position whose message [`plan`] needs: on a byte stream, a
+/// sub-offset keeps part of the message at the branch offset.
+pub(crate) fn branch_message_position(
+    fork: &Fork,
+    source_config: &StreamConfig,
+    source_tail: Offset,
+) -> Option<u64> {
+    (fork.sub_offset > 0 && !source_config.is_json())
+        .then(|| fork.offset.unwrap_or(source_tail).position())
+}
+
 /// Plans a fork of a source with configuration `source_config` whose tail
-/// is `source_tail`. `message_at(p)` returns the source's message at
-/// position `p`.
+/// is `source_tail`. `branch_message` is the source's message at
+/// [`branch_message_position`], when there is one.
 pub(crate) fn plan(
     fork: &Fork,
     source_config: &StreamConfig,
     source_tail: Offset,
-    message_at: impl FnOnce(u64) -> Result<Option<Bytes>, StreamError>,
+    branch_message: Option<Bytes>,
 ) -> Result<ForkPlan, StreamError> {
     let content_type = match &fork.content_type {
         Some(sent) if !same_media_type(sent, &source_config.content_type) => {
@@ -158,7 +169,7 @@ pub(crate) fn plan(
         }
         (end, None)
     } else {
-        let message = message_at(position)?.ok_or_else(|| beyond("stream's tail"))?;
+        let message = branch_message.ok_or_else(|| beyond("stream's tail"))?;
         let keep = usize::try_from(fork.sub_offset).unwrap_or(usize::MAX);
         if keep > message.len() {
             return Err(beyond("message"));

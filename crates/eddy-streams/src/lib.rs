@@ -39,6 +39,7 @@
 mod append;
 mod clock;
 mod config;
+mod engine;
 mod error;
 mod fork;
 mod json_stream;
@@ -47,6 +48,7 @@ mod notify;
 mod offset;
 mod path;
 mod payload;
+mod record;
 mod route;
 mod rules;
 mod sqlite;

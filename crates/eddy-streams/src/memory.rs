@@ -1,14 +1,16 @@
 //! The in-memory backend: fast, for tests and throwaway servers.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::fork::{check_refork, plan, ForkOrigin};
-use crate::payload::{split, DEFAULT_MAX_APPEND_BYTES};
-use crate::rules::{decide, expired, take_within, Decision, Head, ProducerState};
+use crate::engine::{complete, Engine};
+use crate::payload::DEFAULT_MAX_APPEND_BYTES;
+use crate::record::{RecordReader, Records, Stored, StreamRecord};
+use crate::rules::{take_within, ProducerState};
 use crate::{
     Append, Appended, Clock, Committed, Created, Fork, Notifier, Payload, ReadChunk, ReadFrom,
     Storage, StreamConfig, StreamError, StreamInfo, StreamPath, SystemClock,
@@ -34,44 +36,9 @@ use crate::{
 /// ```
 #[derive(Debug)]
 pub struct MemoryStorage {
-    streams: Mutex<HashMap<String, Slot>>,
+    records: Mutex<MemoryRecords>,
     notifier: Notifier,
-    max_append_bytes: usize,
-    clock: Arc<dyn Clock>,
-}
-
-#[derive(Debug)]
-enum Slot {
-    Live(Box<MemoryStream>),
-    Gone,
-}
-
-#[derive(Debug)]
-struct MemoryStream {
-    head: Head,
-    producers: HashMap<String, ProducerState>,
-    messages: Vec<Bytes>,
-    accessed_ms: i64,
-    /// Where this stream was forked from, if it is a fork.
-    origin: Option<ForkOrigin>,
-    /// How many forks (live or soft-deleted) branch from this stream.
-    forks: u64,
-    /// Deleted while forks still use it.
-    soft_deleted: bool,
-}
-
-impl MemoryStream {
-    fn new(head: Head, messages: Vec<Bytes>, origin: Option<ForkOrigin>, now: i64) -> Self {
-        MemoryStream {
-            head,
-            producers: HashMap::new(),
-            messages,
-            accessed_ms: now,
-            origin,
-            forks: 0,
-            soft_deleted: false,
-        }
-    }
+    engine: Engine,
 }
 
 impl Default for MemoryStorage {
@@ -89,51 +56,34 @@ impl MemoryStorage {
     /// An empty store that refuses appends larger than `max_append_bytes`.
     pub fn with_max_append_bytes(max_append_bytes: usize) -> Self {
         MemoryStorage {
-            streams: Mutex::new(HashMap::new()),
+            records: Mutex::new(MemoryRecords::default()),
             notifier: Notifier::default(),
-            max_append_bytes,
-            clock: Arc::new(SystemClock),
+            engine: Engine {
+                max_append_bytes,
+                clock: Arc::new(SystemClock),
+            },
         }
     }
 
     /// This store, reading the time from `clock` (for expiry).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
+        self.engine.clock = clock;
         self
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Slot>> {
-        // A panic while holding the lock cannot leave a half-applied append:
-        // every change is computed first and applied with infallible steps.
-        self.streams.lock().unwrap_or_else(|e| e.into_inner())
+    /// The records, locked for one engine call. The engine checks
+    /// everything before it writes and record writes cannot fail here, so
+    /// a panic while the lock is held cannot leave a half-done call.
+    fn lock(&self) -> MutexGuard<'_, MemoryRecords> {
+        self.records.lock().unwrap_or_else(|e| e.into_inner())
     }
-}
 
-/// The live stream at `path`, or the error that says why there is none.
-/// An expired stream is dropped on the way and reads as absent.
-fn live<'a>(
-    streams: &'a mut HashMap<String, Slot>,
-    path: &StreamPath,
-    now: i64,
-) -> Result<&'a mut MemoryStream, StreamError> {
-    let expired_now = match streams.get(path.as_str()) {
-        Some(Slot::Live(s)) => expired(&s.head.config, s.accessed_ms, now),
-        _ => false,
-    };
-    if expired_now {
-        streams.remove(path.as_str());
-    }
-    match streams.get_mut(path.as_str()) {
-        Some(Slot::Live(stream)) if stream.soft_deleted => Err(StreamError::SoftDeleted {
+    fn commit(&self, path: &StreamPath, info: &StreamInfo) {
+        self.notifier.commit(Committed {
             path: path.to_string(),
-        }),
-        Some(Slot::Live(stream)) => Ok(stream),
-        Some(Slot::Gone) => Err(StreamError::Gone {
-            path: path.to_string(),
-        }),
-        None => Err(StreamError::NotFound {
-            path: path.to_string(),
-        }),
+            tail: info.tail,
+            closed: info.closed,
+        });
     }
 }
 
@@ -145,70 +95,23 @@ impl Storage for MemoryStorage {
         config: StreamConfig,
         initial: Payload,
     ) -> Result<Created, StreamError> {
-        let messages = split(initial, config.is_json(), self.max_append_bytes, true)?;
-        let now = self.clock.now_ms();
-        let mut streams = self.lock();
-        match live(&mut streams, path, now) {
-            Ok(existing) => {
-                existing.head.check_recreate(path.as_str(), &config)?;
-                return Ok(Created {
-                    created: false,
-                    info: existing.head.info(path.as_str()),
-                });
-            }
-            Err(StreamError::NotFound { .. } | StreamError::Gone { .. }) => {}
-            Err(other) => return Err(other),
+        let created = complete(self.engine.create(&mut *self.lock(), path, config, initial))?;
+        if created.created {
+            self.commit(path, &created.info);
         }
-        let mut head = Head::new(config);
-        head.push(&messages);
-        let info = head.info(path.as_str());
-        streams.insert(
-            path.to_string(),
-            Slot::Live(Box::new(MemoryStream::new(head, messages, None, now))),
-        );
-        drop(streams);
-        self.notifier.commit(Committed {
-            path: path.to_string(),
-            tail: info.tail,
-            closed: info.closed,
-        });
-        Ok(Created {
-            created: true,
-            info,
-        })
+        Ok(created)
     }
 
-    async fn append(&self, path: &StreamPath, mut append: Append) -> Result<Appended, StreamError> {
-        let now = self.clock.now_ms();
-        let mut streams = self.lock();
-        let stream = live(&mut streams, path, now)?;
-        let json = stream.head.config.is_json();
-        // The rules read the append's conditions, never its payload.
-        let payload = std::mem::replace(&mut append.payload, Payload::empty());
-        let messages = split(payload, json, self.max_append_bytes, false)?;
-        let stored = append
-            .producer
-            .as_ref()
-            .and_then(|p| stream.producers.get(&p.id).copied());
-        stream.accessed_ms = now;
-        let (producer, close) =
-            match decide(path.as_str(), &stream.head, stored, &append, messages.len())? {
-                Decision::Acknowledge(outcome) => return Ok(outcome),
-                Decision::Write { producer, close } => (producer, close),
-            };
-        stream.head.apply(&messages, &append, close);
-        stream.messages.extend(messages);
-        if let (Some(position), Some(state)) = (&append.producer, producer) {
-            stream.producers.insert(position.id.clone(), state);
+    async fn append(&self, path: &StreamPath, append: Append) -> Result<Appended, StreamError> {
+        let appended = complete(self.engine.append(&mut *self.lock(), path, append))?;
+        if !appended.duplicate {
+            self.notifier.commit(Committed {
+                path: path.to_string(),
+                tail: appended.next_offset,
+                closed: appended.closed,
+            });
         }
-        let outcome = stream.head.appended(producer);
-        drop(streams);
-        self.notifier.commit(Committed {
-            path: path.to_string(),
-            tail: outcome.next_offset,
-            closed: outcome.closed,
-        });
-        Ok(outcome)
+        Ok(appended)
     }
 
     async fn read(
@@ -217,113 +120,34 @@ impl Storage for MemoryStorage {
         from: ReadFrom,
         max_bytes: usize,
     ) -> Result<ReadChunk, StreamError> {
-        let now = self.clock.now_ms();
-        let mut streams = self.lock();
-        let stream = live(&mut streams, path, now)?;
-        stream.accessed_ms = now;
-        let start = stream.head.start_position(from)?;
-        let rest = stream.messages.iter().skip(start as usize).cloned();
-        Ok(stream.head.chunk(start, take_within(rest, max_bytes)))
+        let mut records = self.lock();
+        let (chunk, touch) = complete(self.engine.read(&mut *records, path, from, max_bytes))?;
+        if let Some(touch) = touch {
+            complete(records.slide(&touch.key, touch.at_ms))?;
+        }
+        Ok(chunk)
     }
 
     async fn head(&self, path: &StreamPath) -> Result<StreamInfo, StreamError> {
-        let now = self.clock.now_ms();
-        let mut streams = self.lock();
-        Ok(live(&mut streams, path, now)?.head.info(path.as_str()))
+        complete(self.engine.head(&mut *self.lock(), path))
     }
 
     async fn delete(&self, path: &StreamPath) -> Result<(), StreamError> {
-        let now = self.clock.now_ms();
-        let mut streams = self.lock();
-        let stream = live(&mut streams, path, now)?;
-        if stream.forks > 0 {
-            stream.soft_deleted = true;
-        } else {
-            let origin = stream.origin.take();
-            streams.insert(path.to_string(), Slot::Gone);
-            release(&mut streams, origin);
-        }
-        drop(streams);
+        complete(self.engine.delete(&mut *self.lock(), path))?;
         self.notifier.touch(path.as_str());
         Ok(())
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<StreamInfo>, StreamError> {
-        let now = self.clock.now_ms();
-        let streams = self.lock();
-        let mut infos: Vec<StreamInfo> = streams
-            .iter()
-            .filter(|(path, _)| path.starts_with(prefix))
-            .filter_map(|(path, slot)| match slot {
-                Slot::Live(s)
-                    if !s.soft_deleted && !expired(&s.head.config, s.accessed_ms, now) =>
-                {
-                    Some(s.head.info(path))
-                }
-                _ => None,
-            })
-            .collect();
-        infos.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(infos)
+        complete(self.engine.list(&mut *self.lock(), prefix))
     }
 
     async fn fork(&self, path: &StreamPath, fork: Fork) -> Result<Created, StreamError> {
-        let now = self.clock.now_ms();
-        let mut streams = self.lock();
-        let source = live(&mut streams, &fork.source, now)?;
-        let planned = plan(&fork, &source.head.config, source.head.tail(), |p| {
-            Ok(source.messages.get(p as usize).cloned())
-        })?;
-        let initial = split(
-            fork.initial.clone(),
-            planned.config.is_json(),
-            self.max_append_bytes,
-            true,
-        )?;
-        let mut messages: Vec<Bytes> = source.messages[..planned.inherit as usize].to_vec();
-        messages.extend(planned.partial.clone());
-        messages.extend(initial);
-        match live(&mut streams, path, now) {
-            Ok(existing) => {
-                check_refork(
-                    path.as_str(),
-                    &existing.head.config,
-                    existing.origin.as_ref(),
-                    &planned,
-                )?;
-                return Ok(Created {
-                    created: false,
-                    info: existing.head.info(path.as_str()),
-                });
-            }
-            Err(StreamError::NotFound { .. } | StreamError::Gone { .. }) => {}
-            Err(other) => return Err(other),
+        let created = complete(self.engine.fork(&mut *self.lock(), path, fork))?;
+        if created.created {
+            self.commit(path, &created.info);
         }
-        let mut head = Head::new(planned.config);
-        head.push(&messages);
-        let info = head.info(path.as_str());
-        streams.insert(
-            path.to_string(),
-            Slot::Live(Box::new(MemoryStream::new(
-                head,
-                messages,
-                Some(planned.origin),
-                now,
-            ))),
-        );
-        if let Some(Slot::Live(source)) = streams.get_mut(fork.source.as_str()) {
-            source.forks += 1;
-        }
-        drop(streams);
-        self.notifier.commit(Committed {
-            path: path.to_string(),
-            tail: info.tail,
-            closed: info.closed,
-        });
-        Ok(Created {
-            created: true,
-            info,
-        })
+        Ok(created)
     }
 
     fn notifier(&self) -> &Notifier {
@@ -331,17 +155,176 @@ impl Storage for MemoryStorage {
     }
 }
 
-/// Drops a deleted fork's reference to its source, removing sources that
-/// were soft-deleted and have no forks left (up the chain).
-fn release(streams: &mut HashMap<String, Slot>, mut origin: Option<ForkOrigin>) {
-    while let Some(ForkOrigin { source, .. }) = origin.take() {
-        let Some(Slot::Live(stream)) = streams.get_mut(&source) else {
-            return;
-        };
-        stream.forks = stream.forks.saturating_sub(1);
-        if stream.soft_deleted && stream.forks == 0 {
-            origin = stream.origin.take();
-            streams.insert(source, Slot::Gone);
+/// The records of the memory backend. A stream's key is its path.
+#[derive(Debug, Default)]
+pub(crate) struct MemoryRecords {
+    streams: HashMap<String, MemoryStream>,
+    tombstones: HashSet<String>,
+    /// The forks of each stream that has any.
+    forks: HashMap<String, BTreeSet<String>>,
+}
+
+#[derive(Debug)]
+struct MemoryStream {
+    record: StreamRecord,
+    producers: HashMap<String, ProducerState>,
+    messages: Vec<Bytes>,
+}
+
+impl MemoryRecords {
+    fn stream(&mut self, key: &str) -> Result<&mut MemoryStream, StreamError> {
+        self.streams
+            .get_mut(key)
+            .ok_or_else(|| StreamError::Storage(format!("no record for stream `{key}`")))
+    }
+}
+
+impl RecordReader for MemoryRecords {
+    type Key = String;
+
+    async fn load(&mut self, path: &str) -> Result<Option<Stored<String>>, StreamError> {
+        Ok(self.streams.get(path).map(|stream| Stored {
+            key: path.to_owned(),
+            record: stream.record.clone(),
+        }))
+    }
+
+    async fn is_tombstoned(&mut self, path: &str) -> Result<bool, StreamError> {
+        Ok(self.tombstones.contains(path))
+    }
+
+    async fn forks_of(&mut self, path: &str) -> Result<Vec<String>, StreamError> {
+        Ok(self
+            .forks
+            .get(path)
+            .map(|forks| forks.iter().cloned().collect())
+            .unwrap_or_default())
+    }
+
+    async fn producer(
+        &mut self,
+        key: &String,
+        producer: &str,
+    ) -> Result<Option<ProducerState>, StreamError> {
+        Ok(self.stream(key)?.producers.get(producer).copied())
+    }
+
+    async fn messages(
+        &mut self,
+        key: &String,
+        range: Range<u64>,
+        max_bytes: usize,
+    ) -> Result<Vec<Bytes>, StreamError> {
+        let messages = &self.stream(key)?.messages;
+        let end = usize::try_from(range.end).map_or(messages.len(), |end| end.min(messages.len()));
+        let start = usize::try_from(range.start).map_or(end, |start| start.min(end));
+        Ok(take_within(messages[start..end].iter().cloned(), max_bytes))
+    }
+
+    async fn list(&mut self, prefix: &str) -> Result<Vec<(String, StreamRecord)>, StreamError> {
+        let mut listed: Vec<(String, StreamRecord)> = self
+            .streams
+            .iter()
+            .filter(|(path, _)| path.starts_with(prefix))
+            .map(|(path, stream)| (path.clone(), stream.record.clone()))
+            .collect();
+        listed.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(listed)
+    }
+}
+
+impl Records for MemoryRecords {
+    async fn insert(&mut self, path: &str, record: &StreamRecord) -> Result<String, StreamError> {
+        self.tombstones.remove(path);
+        if let Some(origin) = &record.origin {
+            let forks = self.forks.entry(origin.source.clone()).or_default();
+            forks.insert(path.to_owned());
         }
+        let stream = MemoryStream {
+            record: record.clone(),
+            producers: HashMap::new(),
+            messages: Vec::new(),
+        };
+        self.streams.insert(path.to_owned(), stream);
+        Ok(path.to_owned())
+    }
+
+    async fn update(&mut self, key: &String, record: &StreamRecord) -> Result<(), StreamError> {
+        self.stream(key)?.record = record.clone();
+        Ok(())
+    }
+
+    async fn insert_messages(
+        &mut self,
+        key: &String,
+        first: u64,
+        messages: &[Bytes],
+    ) -> Result<(), StreamError> {
+        let stream = self.stream(key)?;
+        if first != stream.messages.len() as u64 {
+            return Err(StreamError::Storage(format!(
+                "stream `{key}` has {} messages, not {first}",
+                stream.messages.len()
+            )));
+        }
+        stream.messages.extend_from_slice(messages);
+        Ok(())
+    }
+
+    async fn copy_prefix(
+        &mut self,
+        from: &String,
+        to: &String,
+        count: u64,
+    ) -> Result<u64, StreamError> {
+        let count = usize::try_from(count).unwrap_or(usize::MAX);
+        let prefix: Vec<Bytes> = self
+            .stream(from)?
+            .messages
+            .iter()
+            .take(count)
+            .cloned()
+            .collect();
+        let bytes = prefix.iter().map(|m| m.len() as u64).sum();
+        self.stream(to)?.messages = prefix;
+        Ok(bytes)
+    }
+
+    async fn save_producer(
+        &mut self,
+        key: &String,
+        producer: &str,
+        state: ProducerState,
+    ) -> Result<(), StreamError> {
+        self.stream(key)?
+            .producers
+            .insert(producer.to_owned(), state);
+        Ok(())
+    }
+
+    async fn remove(&mut self, key: &String, path: &str) -> Result<(), StreamError> {
+        let Some(stream) = self.streams.remove(key) else {
+            return Ok(());
+        };
+        if let Some(origin) = stream.record.origin {
+            if let Some(forks) = self.forks.get_mut(&origin.source) {
+                forks.remove(path);
+                if forks.is_empty() {
+                    self.forks.remove(&origin.source);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn slide(&mut self, key: &String, at_ms: i64) -> Result<(), StreamError> {
+        let record = &mut self.stream(key)?.record;
+        record.accessed_ms = record.accessed_ms.max(at_ms);
+        Ok(())
+    }
+
+    async fn tombstone(&mut self, path: &str, _now_ms: i64) -> Result<(), StreamError> {
+        self.tombstones.insert(path.to_owned());
+        Ok(())
     }
 }

@@ -4,3 +4,4 @@ mod contract;
 mod crash;
 mod declare;
 mod properties;
+mod sqlite;

@@ -3,7 +3,9 @@
 //! See `DESIGN-sqlite.md` in the crate for the record layout and the commit
 //! protocol.
 
+mod records;
 mod schema;
+mod touches;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -16,13 +18,15 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 
+use crate::engine::{complete, Engine};
 use crate::payload::DEFAULT_MAX_APPEND_BYTES;
-use crate::rules::expired;
 use crate::{
-    Append, Appended, Clock, Created, Expiry, Fork, Notifier, Payload, ReadChunk, ReadFrom,
+    Append, Appended, Clock, Committed, Created, Fork, Notifier, Payload, ReadChunk, ReadFrom,
     Storage, StreamConfig, StreamError, StreamInfo, StreamPath, SystemClock,
 };
-use writer::Job;
+use records::SqliteRecords;
+use touches::Touches;
+use writer::{Event, Job};
 
 /// The file name of the database inside the data directory.
 pub const DATABASE_FILE: &str = "streams.db";
@@ -72,7 +76,8 @@ pub struct SqliteStorage {
     readers: Arc<Mutex<Vec<Connection>>>,
     file: PathBuf,
     notifier: Arc<Notifier>,
-    clock: Arc<dyn Clock>,
+    engine: Engine,
+    touches: Arc<Touches>,
 }
 
 impl std::fmt::Debug for SqliteStorage {
@@ -109,27 +114,27 @@ impl SqliteStorage {
         schema::migrate(&conn)?;
         let notifier = Arc::new(Notifier::default());
         let (tx, rx) = mpsc::channel();
-        let writer_notifier = Arc::clone(&notifier);
-        let clock = Arc::clone(&options.clock);
-        let writer = std::thread::Builder::new()
-            .name("eddy-streams-writer".into())
-            .spawn(move || {
-                writer::run(
-                    conn,
-                    rx,
-                    writer_notifier,
-                    options.max_append_bytes,
-                    &*options.clock,
-                )
-            })
-            .map_err(|e| StreamError::Storage(format!("cannot start the writer thread: {e}")))?;
+        let engine = Engine {
+            max_append_bytes: options.max_append_bytes,
+            clock: options.clock,
+        };
+        let touches = Arc::new(Touches::default());
+        let writer = {
+            let (notifier, engine, touches) =
+                (Arc::clone(&notifier), engine.clone(), Arc::clone(&touches));
+            std::thread::Builder::new()
+                .name("eddy-streams-writer".into())
+                .spawn(move || writer::run(conn, rx, notifier, engine, touches))
+        }
+        .map_err(|e| StreamError::Storage(format!("cannot start the writer thread: {e}")))?;
         Ok(SqliteStorage {
             jobs: Mutex::new(Some(tx)),
             writer: Mutex::new(Some(writer)),
             readers: Arc::new(Mutex::new(Vec::new())),
             file,
             notifier,
-            clock,
+            engine,
+            touches,
         })
     }
 
@@ -138,13 +143,16 @@ impl SqliteStorage {
         &self.file
     }
 
-    /// Sends a job to the writer and waits for its answer.
-    async fn submit<T>(
+    /// Runs `op` in the writer's next group commit and waits for its
+    /// answer.
+    async fn submit<T: Send + 'static>(
         &self,
-        job: impl FnOnce(oneshot::Sender<Result<T, StreamError>>) -> Job,
+        op: impl FnOnce(&Engine, &mut SqliteRecords<'_>) -> Result<(T, Option<Event>), StreamError>
+            + Send
+            + 'static,
     ) -> Result<T, StreamError> {
         let (reply, answer) = oneshot::channel();
-        self.send(job(reply))?;
+        self.send(Job::new(op, reply))?;
         answer
             .await
             .map_err(|_| StreamError::Storage("the writer thread stopped".into()))?
@@ -158,20 +166,25 @@ impl SqliteStorage {
             .map_err(|_| StreamError::Storage("the writer thread stopped".into()))
     }
 
-    /// Runs `f` on a read connection, off the async runtime.
+    /// Runs `f` on a read connection inside one read transaction, off the
+    /// async runtime.
     async fn with_reader<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut Connection) -> Result<T, StreamError> + Send + 'static,
+        f: impl FnOnce(&Engine, &mut SqliteRecords<'_>) -> Result<T, StreamError> + Send + 'static,
     ) -> Result<T, StreamError> {
         let readers = Arc::clone(&self.readers);
         let file = self.file.clone();
+        let (engine, touches) = (self.engine.clone(), Arc::clone(&self.touches));
         tokio::task::spawn_blocking(move || {
             let pooled = readers.lock().unwrap_or_else(|e| e.into_inner()).pop();
             let mut conn = match pooled {
                 Some(conn) => conn,
                 None => open_connection(&file, true)?,
             };
-            let result = f(&mut conn);
+            let result = conn
+                .transaction()
+                .map_err(StreamError::from)
+                .and_then(|tx| f(&engine, &mut SqliteRecords::new(&tx, &touches)));
             readers.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
             result
         })
@@ -211,23 +224,19 @@ fn open_connection(file: &Path, read_only: bool) -> Result<Connection, StreamErr
     Ok(conn)
 }
 
-/// The live row at `path` as a reader sees it.
-fn live_row(conn: &Connection, path: &str, now: i64) -> Result<schema::StreamRow, StreamError> {
-    match schema::load(conn, path)? {
-        Some(row) if row.soft_deleted => Err(StreamError::SoftDeleted {
-            path: path.to_owned(),
-        }),
-        Some(row) if !expired(&row.head.config, row.accessed_ms, now) => Ok(row),
-        Some(_) => Err(StreamError::NotFound {
-            path: path.to_owned(),
-        }),
-        None if schema::is_tombstoned(conn, path)? => Err(StreamError::Gone {
-            path: path.to_owned(),
-        }),
-        None => Err(StreamError::NotFound {
-            path: path.to_owned(),
-        }),
-    }
+/// The event of a call that created a stream (or found it).
+fn created(path: &StreamPath, created: &Created) -> Option<Event> {
+    created
+        .created
+        .then(|| committed(path, created.info.tail, created.info.closed))
+}
+
+fn committed(path: &StreamPath, tail: crate::Offset, closed: bool) -> Event {
+    Event::Committed(Committed {
+        path: path.to_string(),
+        tail,
+        closed,
+    })
 }
 
 #[async_trait]
@@ -239,21 +248,21 @@ impl Storage for SqliteStorage {
         initial: Payload,
     ) -> Result<Created, StreamError> {
         let path = path.clone();
-        self.submit(|reply| Job::Create {
-            path,
-            config,
-            initial,
-            reply,
+        self.submit(move |engine, records| {
+            let outcome = complete(engine.create(records, &path, config, initial))?;
+            let event = created(&path, &outcome);
+            Ok((outcome, event))
         })
         .await
     }
 
     async fn append(&self, path: &StreamPath, append: Append) -> Result<Appended, StreamError> {
         let path = path.clone();
-        self.submit(|reply| Job::Append {
-            path,
-            append,
-            reply,
+        self.submit(move |engine, records| {
+            let outcome = complete(engine.append(records, &path, append))?;
+            let event =
+                (!outcome.duplicate).then(|| committed(&path, outcome.next_offset, outcome.closed));
+            Ok((outcome, event))
         })
         .await
     }
@@ -264,54 +273,47 @@ impl Storage for SqliteStorage {
         from: ReadFrom,
         max_bytes: usize,
     ) -> Result<ReadChunk, StreamError> {
-        let key = path.to_string();
-        let now = self.clock.now_ms();
-        let (chunk, sliding) = self
-            .with_reader(move |conn| {
-                let tx = conn.transaction()?;
-                let row = live_row(&tx, &key, now)?;
-                let start = row.head.start_position(from)?;
-                let messages = schema::read_messages(&tx, row.id, start, max_bytes)?;
-                let sliding = matches!(row.head.config.expiry, Expiry::Ttl(_));
-                Ok((row.head.chunk(start, messages), sliding))
+        let path = path.clone();
+        let (chunk, touch) = self
+            .with_reader(move |engine, records| {
+                complete(engine.read(records, &path, from, max_bytes))
             })
             .await?;
-        if sliding {
-            self.send(Job::Touch { path: path.clone() })?;
+        if let Some(touch) = touch {
+            self.touches.record(touch.key, touch.at_ms);
         }
         Ok(chunk)
     }
 
     async fn head(&self, path: &StreamPath) -> Result<StreamInfo, StreamError> {
-        let key = path.to_string();
-        let now = self.clock.now_ms();
-        self.with_reader(move |conn| Ok(live_row(conn, &key, now)?.head.info(&key)))
+        let path = path.clone();
+        self.with_reader(move |engine, records| complete(engine.head(records, &path)))
             .await
     }
 
     async fn delete(&self, path: &StreamPath) -> Result<(), StreamError> {
         let path = path.clone();
-        self.submit(|reply| Job::Delete { path, reply }).await
-    }
-
-    async fn list(&self, prefix: &str) -> Result<Vec<StreamInfo>, StreamError> {
-        let prefix = prefix.to_owned();
-        let now = self.clock.now_ms();
-        self.with_reader(move |conn| {
-            Ok(schema::list(conn, &prefix)?
-                .into_iter()
-                .filter(|(_, row)| {
-                    !row.soft_deleted && !expired(&row.head.config, row.accessed_ms, now)
-                })
-                .map(|(path, row)| row.head.info(&path))
-                .collect())
+        self.submit(move |engine, records| {
+            complete(engine.delete(records, &path))?;
+            Ok(((), Some(Event::Deleted(path.to_string()))))
         })
         .await
     }
 
+    async fn list(&self, prefix: &str) -> Result<Vec<StreamInfo>, StreamError> {
+        let prefix = prefix.to_owned();
+        self.with_reader(move |engine, records| complete(engine.list(records, &prefix)))
+            .await
+    }
+
     async fn fork(&self, path: &StreamPath, fork: Fork) -> Result<Created, StreamError> {
         let path = path.clone();
-        self.submit(|reply| Job::Fork { path, fork, reply }).await
+        self.submit(move |engine, records| {
+            let outcome = complete(engine.fork(records, &path, fork))?;
+            let event = created(&path, &outcome);
+            Ok((outcome, event))
+        })
+        .await
     }
 
     fn notifier(&self) -> &Notifier {

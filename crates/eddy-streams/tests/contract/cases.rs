@@ -1031,6 +1031,13 @@ fn short_lived_fork(source: &StreamPath) -> Fork {
     Fork::of(source.clone()).with_expiry(Expiry::Ttl(1))
 }
 
+/// A fork that outlives the expiry cases (a TTL rather than none, so that
+/// the request is the same over HTTP, where a fork without an expiry
+/// header inherits its source's).
+fn long_lived_fork(source: &StreamPath) -> Fork {
+    Fork::of(source.clone()).with_expiry(Expiry::Ttl(3600))
+}
+
 /// Regression: the memory backend dropped an expired fork without
 /// releasing its source, so deleting the source afterwards only
 /// soft-deleted it, for ever.
@@ -1096,7 +1103,7 @@ pub async fn an_expired_source_with_live_forks_is_soft_deleted(
         .expect("create");
     let fork = path("exp/fork");
     store
-        .fork(&fork, Fork::of(source.clone()).with_expiry(Expiry::Never))
+        .fork(&fork, long_lived_fork(&source))
         .await
         .expect("fork");
     clock.advance(Duration::from_secs(2));
@@ -1147,7 +1154,7 @@ pub async fn a_fork_of_a_fork_outlives_its_expired_parent(
         .await
         .expect("fork");
     store
-        .fork(&leaf, Fork::of(middle.clone()).with_expiry(Expiry::Never))
+        .fork(&leaf, long_lived_fork(&middle))
         .await
         .expect("fork of the fork");
     clock.advance(Duration::from_secs(2));
@@ -1197,10 +1204,7 @@ pub async fn recreate_waits_for_the_forks_of_an_expired_source(
         .expect("create");
     let old_fork = path("again/old");
     store
-        .fork(
-            &old_fork,
-            Fork::of(source.clone()).with_expiry(Expiry::Never),
-        )
+        .fork(&old_fork, long_lived_fork(&source))
         .await
         .expect("fork");
     clock.advance(Duration::from_secs(2));

@@ -1,0 +1,281 @@
+//! The stream store's rules, once, over the record-level seam.
+//!
+//! Every operation of [`Storage`](crate::Storage) that decides something
+//! lives here: create with its idempotency check, append (through
+//! [`rules::decide`](crate::rules::decide)), fork with its checks, delete
+//! and soft delete, fork release, expiry, the TTL touch, and the
+//! live/soft-deleted/gone/not-found classification. Backends implement
+//! [`Records`] and run these functions inside one atomic unit of their
+//! own; they never re-decide anything.
+//!
+//! Each write operation first reads and checks everything, and only then
+//! writes. A failed call therefore writes nothing even on a backend whose
+//! unit cannot roll back (memory), and a backend's write errors can only
+//! come from its storage.
+
+mod lifecycle;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::FutureExt;
+
+use crate::fork::{branch_message_position, check_refork, plan};
+use crate::payload::split;
+use crate::record::{RecordReader, Records, StreamRecord};
+use crate::rules::{decide, Decision, Head};
+use crate::{
+    Append, Appended, Clock, Created, Fork, Payload, ReadChunk, ReadFrom, StreamConfig,
+    StreamError, StreamInfo, StreamPath,
+};
+use lifecycle::{collect, existing_or_free, find, has_live_descendant};
+
+/// The rules with their settings: the append limit and the clock.
+#[derive(Clone, Debug)]
+pub(crate) struct Engine {
+    /// The largest append accepted, in bytes.
+    pub max_append_bytes: usize,
+    /// Where "now" comes from.
+    pub clock: Arc<dyn Clock>,
+}
+
+/// A read of a stream with a sliding TTL: its expiry moves to `at_ms` plus
+/// the TTL.
+pub(crate) struct Touch<K> {
+    /// The stream read.
+    pub key: K,
+    /// When it was read.
+    pub at_ms: i64,
+}
+
+/// Runs an engine call on a backend whose record operations are ready at
+/// once (memory, SQLite).
+pub(crate) fn complete<T>(
+    call: impl Future<Output = Result<T, StreamError>>,
+) -> Result<T, StreamError> {
+    call.now_or_never().unwrap_or_else(|| {
+        Err(StreamError::Storage(
+            "a record operation did not complete at once".into(),
+        ))
+    })
+}
+
+impl Engine {
+    /// The current time in unix milliseconds.
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// Creates a stream, or checks an existing one against `config`.
+    pub async fn create<R: Records>(
+        &self,
+        records: &mut R,
+        path: &StreamPath,
+        config: StreamConfig,
+        initial: Payload,
+    ) -> Result<Created, StreamError> {
+        let now = self.now_ms();
+        let messages = split(initial, config.is_json(), self.max_append_bytes, true)?;
+        if let Some(existing) = existing_or_free(records, path, now).await? {
+            existing
+                .record
+                .head
+                .check_recreate(path.as_str(), &config)?;
+            return Ok(Created {
+                created: false,
+                info: existing.record.head.info(path.as_str()),
+            });
+        }
+        let mut record = StreamRecord::new(Head::new(config), None, now);
+        let key = records.insert(path.as_str(), &record).await?;
+        records.insert_messages(&key, 0, &messages).await?;
+        record.head.push(&messages);
+        records.update(&key, &record).await?;
+        Ok(Created {
+            created: true,
+            info: record.head.info(path.as_str()),
+        })
+    }
+
+    /// Appends under the append's conditions.
+    pub async fn append<R: Records>(
+        &self,
+        records: &mut R,
+        path: &StreamPath,
+        mut append: Append,
+    ) -> Result<Appended, StreamError> {
+        let now = self.now_ms();
+        let stored = find(records, path.as_str(), now).await?.live(path)?;
+        let (key, mut record) = (stored.key, stored.record);
+        // The rules read the append's conditions, never its payload.
+        let payload = std::mem::replace(&mut append.payload, Payload::empty());
+        let messages = split(
+            payload,
+            record.head.config.is_json(),
+            self.max_append_bytes,
+            false,
+        )?;
+        let producer_state = match &append.producer {
+            Some(producer) => records.producer(&key, &producer.id).await?,
+            None => None,
+        };
+        let decision = decide(
+            path.as_str(),
+            &record.head,
+            producer_state,
+            &append,
+            messages.len(),
+        )?;
+        record.accessed_ms = now;
+        let (producer, close) = match decision {
+            Decision::Acknowledge(outcome) => {
+                // Even a duplicate slides the TTL.
+                if record.slides() {
+                    records.update(&key, &record).await?;
+                }
+                return Ok(outcome);
+            }
+            Decision::Write { producer, close } => (producer, close),
+        };
+        records
+            .insert_messages(&key, record.head.count, &messages)
+            .await?;
+        record.head.apply(&messages, &append, close);
+        records.update(&key, &record).await?;
+        if let (Some(position), Some(state)) = (&append.producer, producer) {
+            records.save_producer(&key, &position.id, state).await?;
+        }
+        Ok(record.head.appended(producer))
+    }
+
+    /// Creates `path` as a fork, or checks an existing fork against the
+    /// request.
+    pub async fn fork<R: Records>(
+        &self,
+        records: &mut R,
+        path: &StreamPath,
+        fork: Fork,
+    ) -> Result<Created, StreamError> {
+        let now = self.now_ms();
+        let source = find(records, fork.source.as_str(), now)
+            .await?
+            .live(&fork.source)?;
+        let config = &source.record.head.config;
+        let tail = source.record.head.tail();
+        let branch_message = match branch_message_position(&fork, config, tail) {
+            Some(position) => records
+                .messages(&source.key, position..position + 1, usize::MAX)
+                .await?
+                .pop(),
+            None => None,
+        };
+        let planned = plan(&fork, config, tail, branch_message)?;
+        let initial = split(
+            fork.initial,
+            planned.config.is_json(),
+            self.max_append_bytes,
+            true,
+        )?;
+        if let Some(existing) = existing_or_free(records, path, now).await? {
+            let record = &existing.record;
+            check_refork(
+                path.as_str(),
+                &record.head.config,
+                record.origin.as_ref(),
+                &planned,
+            )?;
+            return Ok(Created {
+                created: false,
+                info: record.head.info(path.as_str()),
+            });
+        }
+        let mut record = StreamRecord::new(Head::new(planned.config), Some(planned.origin), now);
+        let key = records.insert(path.as_str(), &record).await?;
+        let inherited_bytes = records
+            .copy_prefix(&source.key, &key, planned.inherit)
+            .await?;
+        let own: Vec<_> = planned.partial.into_iter().chain(initial).collect();
+        records.insert_messages(&key, planned.inherit, &own).await?;
+        record.head.count = planned.inherit;
+        record.head.bytes = inherited_bytes;
+        record.head.push(&own);
+        records.update(&key, &record).await?;
+        Ok(Created {
+            created: true,
+            info: record.head.info(path.as_str()),
+        })
+    }
+
+    /// Deletes a stream; one that forks still read from is only retired
+    /// (soft-deleted) until they are gone.
+    pub async fn delete<R: Records>(
+        &self,
+        records: &mut R,
+        path: &StreamPath,
+    ) -> Result<(), StreamError> {
+        let now = self.now_ms();
+        let stored = find(records, path.as_str(), now).await?.live(path)?;
+        if has_live_descendant(records, path.as_str(), now).await? {
+            let mut record = stored.record;
+            record.soft_deleted = true;
+            records.update(&stored.key, &record).await
+        } else {
+            collect(records, path.as_str(), true, now).await
+        }
+    }
+
+    /// Reads from `from`, at least one message when there is one, more
+    /// while the total stays under `max_bytes`. Also returns the TTL touch
+    /// the read makes, for the caller to [`slide`](Records::slide) (at
+    /// once, or debounced).
+    pub async fn read<R: RecordReader>(
+        &self,
+        records: &mut R,
+        path: &StreamPath,
+        from: ReadFrom,
+        max_bytes: usize,
+    ) -> Result<(ReadChunk, Option<Touch<R::Key>>), StreamError> {
+        let now = self.now_ms();
+        let stored = find(records, path.as_str(), now).await?.live(path)?;
+        let head = &stored.record.head;
+        let start = head.start_position(from)?;
+        let messages = records
+            .messages(&stored.key, start..head.count, max_bytes)
+            .await?;
+        let touch = stored.record.slides().then_some(Touch {
+            key: stored.key,
+            at_ms: now,
+        });
+        Ok((head.chunk(start, messages), touch))
+    }
+
+    /// Describes a live stream.
+    pub async fn head<R: RecordReader>(
+        &self,
+        records: &mut R,
+        path: &StreamPath,
+    ) -> Result<StreamInfo, StreamError> {
+        let now = self.now_ms();
+        let stored = find(records, path.as_str(), now).await?.live(path)?;
+        Ok(stored.record.head.info(path.as_str()))
+    }
+
+    /// The live streams whose path starts with `prefix`, sorted by path.
+    pub async fn list<R: RecordReader>(
+        &self,
+        records: &mut R,
+        prefix: &str,
+    ) -> Result<Vec<StreamInfo>, StreamError> {
+        let now = self.now_ms();
+        Ok(records
+            .list(prefix)
+            .await?
+            .into_iter()
+            .filter(|(_, record)| record.is_live(now))
+            .map(|(path, record)| record.head.info(&path))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod suspending;

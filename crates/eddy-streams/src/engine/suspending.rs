@@ -1,0 +1,154 @@
+//! The engine over records whose operations suspend, as an asynchronous
+//! database driver's do: its calls are `Send` futures that run on any task.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::Engine;
+use crate::memory::MemoryRecords;
+use crate::record::{RecordReader, Records, Stored, StreamRecord};
+use crate::rules::ProducerState;
+use crate::{
+    Append, Fork, ManualClock, Payload, ProducerPosition, ReadFrom, StreamConfig, StreamError,
+    StreamPath,
+};
+
+/// Memory records that yield to the scheduler before every operation.
+#[derive(Default)]
+struct Suspending(MemoryRecords);
+
+async fn pause() {
+    tokio::task::yield_now().await;
+}
+
+impl RecordReader for Suspending {
+    type Key = String;
+
+    async fn load(&mut self, path: &str) -> Result<Option<Stored<String>>, StreamError> {
+        pause().await;
+        self.0.load(path).await
+    }
+
+    async fn is_tombstoned(&mut self, path: &str) -> Result<bool, StreamError> {
+        pause().await;
+        self.0.is_tombstoned(path).await
+    }
+
+    async fn forks_of(&mut self, path: &str) -> Result<Vec<String>, StreamError> {
+        pause().await;
+        self.0.forks_of(path).await
+    }
+
+    async fn producer(
+        &mut self,
+        key: &String,
+        producer: &str,
+    ) -> Result<Option<ProducerState>, StreamError> {
+        pause().await;
+        self.0.producer(key, producer).await
+    }
+
+    async fn messages(
+        &mut self,
+        key: &String,
+        range: Range<u64>,
+        max_bytes: usize,
+    ) -> Result<Vec<Bytes>, StreamError> {
+        pause().await;
+        self.0.messages(key, range, max_bytes).await
+    }
+
+    async fn list(&mut self, prefix: &str) -> Result<Vec<(String, StreamRecord)>, StreamError> {
+        pause().await;
+        self.0.list(prefix).await
+    }
+}
+
+impl Records for Suspending {
+    async fn insert(&mut self, path: &str, record: &StreamRecord) -> Result<String, StreamError> {
+        pause().await;
+        self.0.insert(path, record).await
+    }
+
+    async fn update(&mut self, key: &String, record: &StreamRecord) -> Result<(), StreamError> {
+        pause().await;
+        self.0.update(key, record).await
+    }
+
+    async fn insert_messages(
+        &mut self,
+        key: &String,
+        first: u64,
+        messages: &[Bytes],
+    ) -> Result<(), StreamError> {
+        pause().await;
+        self.0.insert_messages(key, first, messages).await
+    }
+
+    async fn copy_prefix(
+        &mut self,
+        from: &String,
+        to: &String,
+        count: u64,
+    ) -> Result<u64, StreamError> {
+        pause().await;
+        self.0.copy_prefix(from, to, count).await
+    }
+
+    async fn save_producer(
+        &mut self,
+        key: &String,
+        producer: &str,
+        state: ProducerState,
+    ) -> Result<(), StreamError> {
+        pause().await;
+        self.0.save_producer(key, producer, state).await
+    }
+
+    async fn slide(&mut self, key: &String, at_ms: i64) -> Result<(), StreamError> {
+        pause().await;
+        self.0.slide(key, at_ms).await
+    }
+
+    async fn remove(&mut self, key: &String, path: &str) -> Result<(), StreamError> {
+        pause().await;
+        self.0.remove(key, path).await
+    }
+
+    async fn tombstone(&mut self, path: &str, now_ms: i64) -> Result<(), StreamError> {
+        pause().await;
+        self.0.tombstone(path, now_ms).await
+    }
+}
+
+#[tokio::test]
+async fn engine_calls_are_send_futures_over_suspending_records() {
+    let engine = Engine {
+        max_append_bytes: 1 << 20,
+        clock: Arc::new(ManualClock::starting_now()),
+    };
+    let task = tokio::spawn(async move {
+        let mut records = Suspending::default();
+        let (src, fork) = (StreamPath::new("src")?, StreamPath::new("fork")?);
+        engine
+            .create(&mut records, &src, StreamConfig::json(), Payload::empty())
+            .await?;
+        let producer = ProducerPosition::new("w", 0, 0);
+        let append = Append::body("[1,2]").with_producer(producer);
+        engine.append(&mut records, &src, append.clone()).await?;
+        let retry = engine.append(&mut records, &src, append).await?;
+        engine
+            .fork(&mut records, &fork, Fork::of(src.clone()))
+            .await?;
+        engine.delete(&mut records, &src).await?;
+        let (chunk, _) = engine
+            .read(&mut records, &fork, ReadFrom::Beginning, 1024)
+            .await?;
+        Ok::<_, StreamError>((retry.duplicate, chunk.messages))
+    });
+    let (duplicate, messages) = task.await.expect("join").expect("engine calls");
+    assert!(duplicate);
+    assert_eq!(messages, ["1", "2"]);
+}

@@ -1,0 +1,145 @@
+//! The record-level seam: what a backend stores, and the few operations
+//! the [engine](crate::engine) needs from it.
+//!
+//! A backend stores, per stream path, one [`StreamRecord`] (the head and
+//! its lifecycle fields), the messages by position, and the idempotent
+//! producers' states; plus tombstones of deleted paths. It knows nothing
+//! about the rules: the engine decides, the backend reads and writes
+//! records inside one atomic unit (a lock, a savepoint, a transaction).
+//!
+//! The methods return futures so that a backend on an asynchronous driver
+//! (PostgreSQL) implements them directly; backends that answer at once
+//! (memory, SQLite) return ready futures and drive the engine with
+//! [`complete`](crate::engine::complete). Each future is `Send`, so the
+//! engine's futures are `Send` whenever the backend's handle is.
+
+use std::future::Future;
+use std::ops::Range;
+
+use bytes::Bytes;
+
+use crate::fork::ForkOrigin;
+use crate::rules::{expired, Head, ProducerState};
+use crate::{Expiry, StreamError};
+
+/// Everything the engine keeps about a stream besides its messages and
+/// producers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct StreamRecord {
+    /// Configuration, tail, close and `Stream-Seq` state.
+    pub head: Head,
+    /// When the stream was last read or written (for sliding TTLs).
+    pub accessed_ms: i64,
+    /// Where the stream was forked from, if it is a fork.
+    pub origin: Option<ForkOrigin>,
+    /// Deleted while forks still read from it.
+    pub soft_deleted: bool,
+}
+
+impl StreamRecord {
+    /// A new stream's record.
+    pub fn new(head: Head, origin: Option<ForkOrigin>, now_ms: i64) -> Self {
+        StreamRecord {
+            head,
+            accessed_ms: now_ms,
+            origin,
+            soft_deleted: false,
+        }
+    }
+
+    /// Whether the stream has expired at `now_ms`.
+    pub fn expired(&self, now_ms: i64) -> bool {
+        expired(&self.head.config, self.accessed_ms, now_ms)
+    }
+
+    /// Whether the stream is readable and writable at `now_ms`.
+    pub fn is_live(&self, now_ms: i64) -> bool {
+        !self.soft_deleted && !self.expired(now_ms)
+    }
+
+    /// Whether reads and appends move the expiry (a sliding TTL).
+    pub fn slides(&self) -> bool {
+        matches!(self.head.config.expiry, Expiry::Ttl(_))
+    }
+}
+
+/// A record as loaded, with the backend's key for its stream.
+#[derive(Clone, Debug)]
+pub(crate) struct Stored<K> {
+    /// The backend's handle on this stream's rows.
+    pub key: K,
+    /// The record.
+    pub record: StreamRecord,
+}
+
+/// Shorthand for the futures of record operations.
+pub(crate) trait Op<T>: Future<Output = Result<T, StreamError>> + Send {}
+impl<T, F: Future<Output = Result<T, StreamError>> + Send> Op<T> for F {}
+
+/// Reads records.
+pub(crate) trait RecordReader {
+    /// The backend's handle on one stream's rows. A key is never reused for
+    /// another stream, even at the same path.
+    type Key: Clone + Send + Sync;
+
+    /// The record at `path`, if any (live, soft-deleted or expired).
+    fn load(&mut self, path: &str) -> impl Op<Option<Stored<Self::Key>>>;
+
+    /// Whether `path` names a deleted stream (and no stream since).
+    fn is_tombstoned(&mut self, path: &str) -> impl Op<bool>;
+
+    /// The paths of the streams forked from `path`.
+    fn forks_of(&mut self, path: &str) -> impl Op<Vec<String>>;
+
+    /// A producer's state on a stream.
+    fn producer(&mut self, key: &Self::Key, producer: &str) -> impl Op<Option<ProducerState>>;
+
+    /// The messages at positions `range`, stopping before the total
+    /// passes `max_bytes` but always at least one when the range is not
+    /// empty.
+    fn messages(
+        &mut self,
+        key: &Self::Key,
+        range: Range<u64>,
+        max_bytes: usize,
+    ) -> impl Op<Vec<Bytes>>;
+
+    /// Every record whose path starts with `prefix`, sorted by path.
+    fn list(&mut self, prefix: &str) -> impl Op<Vec<(String, StreamRecord)>>;
+}
+
+/// Writes records. Each method is one step of the caller's atomic unit:
+/// the engine only starts writing once every check has passed.
+pub(crate) trait Records: RecordReader {
+    /// Stores a new stream at `path` (dropping its tombstone) and returns
+    /// its key.
+    fn insert(&mut self, path: &str, record: &StreamRecord) -> impl Op<Self::Key>;
+
+    /// Replaces a stream's record.
+    fn update(&mut self, key: &Self::Key, record: &StreamRecord) -> impl Op<()>;
+
+    /// Stores messages at positions `first..`.
+    fn insert_messages(&mut self, key: &Self::Key, first: u64, messages: &[Bytes]) -> impl Op<()>;
+
+    /// Copies the first `count` messages of `from` to `to` (positions
+    /// kept) and returns their size in bytes.
+    fn copy_prefix(&mut self, from: &Self::Key, to: &Self::Key, count: u64) -> impl Op<u64>;
+
+    /// Stores a producer's state on a stream.
+    fn save_producer(
+        &mut self,
+        key: &Self::Key,
+        producer: &str,
+        state: ProducerState,
+    ) -> impl Op<()>;
+
+    /// Removes a stream with its messages and producers.
+    fn remove(&mut self, key: &Self::Key, path: &str) -> impl Op<()>;
+
+    /// Moves a stream's last access forward to `at_ms` (a read's TTL
+    /// touch; never backwards).
+    fn slide(&mut self, key: &Self::Key, at_ms: i64) -> impl Op<()>;
+
+    /// Marks `path` as deleted.
+    fn tombstone(&mut self, path: &str, now_ms: i64) -> impl Op<()>;
+}

@@ -1,0 +1,370 @@
+//! The record operations on SQLite rows (see `DESIGN-sqlite.md` for the
+//! layout). The writer runs them inside its savepoints, the readers inside
+//! read transactions; each answers at once, so its future is ready.
+
+use std::future::ready;
+use std::ops::Range;
+use std::time::{Duration, UNIX_EPOCH};
+
+use bytes::Bytes;
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+use super::touches::Touches;
+use crate::clock::unix_ms;
+use crate::fork::ForkOrigin;
+use crate::record::{Op, RecordReader, Records, Stored, StreamRecord};
+use crate::rules::{Head, ProducerState};
+use crate::{Expiry, ProducerPosition, StreamConfig, StreamError};
+
+/// Record access through one connection. A stream's key is its row id
+/// (`AUTOINCREMENT`, so never reused). Loaded records include the TTL
+/// touches not stored yet.
+pub(super) struct SqliteRecords<'c> {
+    conn: &'c Connection,
+    touches: &'c Touches,
+}
+
+impl<'c> SqliteRecords<'c> {
+    pub fn new(conn: &'c Connection, touches: &'c Touches) -> Self {
+        SqliteRecords { conn, touches }
+    }
+
+    fn load(&self, path: &str) -> Result<Option<Stored<i64>>, StreamError> {
+        let sql = format!("SELECT {STREAM_COLUMNS} FROM streams WHERE path = ?1");
+        let mut stmt = self.conn.prepare_cached(&sql)?;
+        let row = stmt.query_row([path], |r| self.record(r)).optional()?;
+        Ok(row.map(|(_, key, record)| Stored { key, record }))
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<(String, StreamRecord)>, StreamError> {
+        let sql = format!(
+            "SELECT {STREAM_COLUMNS} FROM streams
+             WHERE substr(path, 1, length(?1)) = ?1 ORDER BY path"
+        );
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt.query_map([prefix], |r| {
+            self.record(r).map(|(path, _, record)| (path, record))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The path, key and record in a row selected with [`STREAM_COLUMNS`].
+    fn record(&self, r: &Row<'_>) -> rusqlite::Result<(String, i64, StreamRecord)> {
+        let key = r.get(0)?;
+        let mut record = record(r)?;
+        record.accessed_ms = self.touches.accessed(key, record.accessed_ms);
+        Ok((r.get(1)?, key, record))
+    }
+}
+
+impl RecordReader for SqliteRecords<'_> {
+    type Key = i64;
+
+    fn load(&mut self, path: &str) -> impl Op<Option<Stored<i64>>> {
+        ready(SqliteRecords::load(self, path))
+    }
+
+    fn is_tombstoned(&mut self, path: &str) -> impl Op<bool> {
+        ready(is_tombstoned(self.conn, path))
+    }
+
+    fn forks_of(&mut self, path: &str) -> impl Op<Vec<String>> {
+        ready(forks_of(self.conn, path))
+    }
+
+    fn producer(&mut self, key: &i64, producer: &str) -> impl Op<Option<ProducerState>> {
+        ready(producer_state(self.conn, *key, producer))
+    }
+
+    fn messages(&mut self, key: &i64, range: Range<u64>, max_bytes: usize) -> impl Op<Vec<Bytes>> {
+        ready(messages(self.conn, *key, range, max_bytes))
+    }
+
+    fn list(&mut self, prefix: &str) -> impl Op<Vec<(String, StreamRecord)>> {
+        ready(SqliteRecords::list(self, prefix))
+    }
+}
+
+impl Records for SqliteRecords<'_> {
+    fn insert(&mut self, path: &str, record: &StreamRecord) -> impl Op<i64> {
+        ready(insert(self.conn, path, record))
+    }
+
+    fn update(&mut self, key: &i64, record: &StreamRecord) -> impl Op<()> {
+        ready(update(self.conn, *key, record))
+    }
+
+    fn insert_messages(&mut self, key: &i64, first: u64, messages: &[Bytes]) -> impl Op<()> {
+        ready(insert_messages(self.conn, *key, first, messages))
+    }
+
+    fn copy_prefix(&mut self, from: &i64, to: &i64, count: u64) -> impl Op<u64> {
+        ready(copy_prefix(self.conn, *from, *to, count))
+    }
+
+    fn save_producer(&mut self, key: &i64, producer: &str, state: ProducerState) -> impl Op<()> {
+        ready(save_producer(self.conn, *key, producer, state))
+    }
+
+    fn remove(&mut self, key: &i64, _path: &str) -> impl Op<()> {
+        ready(remove(self.conn, *key))
+    }
+
+    fn slide(&mut self, key: &i64, at_ms: i64) -> impl Op<()> {
+        ready(slide(self.conn, *key, at_ms))
+    }
+
+    fn tombstone(&mut self, path: &str, now_ms: i64) -> impl Op<()> {
+        ready(tombstone(self.conn, path, now_ms))
+    }
+}
+
+const STREAM_COLUMNS: &str = "id, path, content_type, ttl_secs, expires_at_ms, created_closed,
+    closed, count, bytes, last_stream_seq, closed_by_id, closed_by_epoch, closed_by_seq,
+    accessed_ms, fork_source, fork_position, fork_sub, soft_deleted";
+
+/// The stored record in a row selected with [`STREAM_COLUMNS`].
+fn record(r: &Row<'_>) -> rusqlite::Result<StreamRecord> {
+    let expiry = match (r.get::<_, Option<i64>>(3)?, r.get::<_, Option<i64>>(4)?) {
+        (Some(secs), _) => Expiry::Ttl(u64::try_from(secs).unwrap_or(0)),
+        (None, Some(ms)) => Expiry::At(from_unix_ms(ms)),
+        (None, None) => Expiry::Never,
+    };
+    let closed_by = match r.get::<_, Option<String>>(10)? {
+        Some(id) => Some(ProducerPosition::new(
+            id,
+            r.get::<_, i64>(11)? as u64,
+            r.get::<_, i64>(12)? as u64,
+        )),
+        None => None,
+    };
+    let origin = match r.get::<_, Option<String>>(14)? {
+        Some(source) => Some(ForkOrigin {
+            source,
+            position: r.get::<_, i64>(15)? as u64,
+            sub_offset: r.get::<_, i64>(16)? as u64,
+        }),
+        None => None,
+    };
+    Ok(StreamRecord {
+        head: Head {
+            config: StreamConfig {
+                content_type: r.get(2)?,
+                expiry,
+                closed: r.get(5)?,
+            },
+            closed: r.get(6)?,
+            count: r.get::<_, i64>(7)? as u64,
+            bytes: r.get::<_, i64>(8)? as u64,
+            last_stream_seq: r.get(9)?,
+            closed_by,
+        },
+        accessed_ms: r.get(13)?,
+        origin,
+        soft_deleted: r.get(17)?,
+    })
+}
+
+fn is_tombstoned(conn: &Connection, path: &str) -> Result<bool, StreamError> {
+    let mut stmt = conn.prepare_cached("SELECT 1 FROM tombstones WHERE path = ?1")?;
+    Ok(stmt.exists([path])?)
+}
+
+fn forks_of(conn: &Connection, path: &str) -> Result<Vec<String>, StreamError> {
+    let mut stmt = conn.prepare_cached("SELECT path FROM streams WHERE fork_source = ?1")?;
+    let paths = stmt.query_map([path], |r| r.get(0))?;
+    Ok(paths.collect::<Result<_, _>>()?)
+}
+
+fn insert(conn: &Connection, path: &str, record: &StreamRecord) -> Result<i64, StreamError> {
+    let config = &record.head.config;
+    let (ttl, expires_at) = match config.expiry {
+        Expiry::Never => (None, None),
+        Expiry::Ttl(secs) => (Some(i64::try_from(secs).unwrap_or(i64::MAX)), None),
+        Expiry::At(at) => (None, Some(unix_ms(at))),
+    };
+    let origin = record.origin.as_ref();
+    conn.prepare_cached("DELETE FROM tombstones WHERE path = ?1")?
+        .execute([path])?;
+    conn.prepare_cached(
+        "INSERT INTO streams (path, content_type, ttl_secs, expires_at_ms, created_closed, closed,
+            count, bytes, accessed_ms, fork_source, fork_position, fork_sub, soft_deleted)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?5, 0, 0, ?6, ?7, ?8, ?9, 0)",
+    )?
+    .execute(params![
+        path,
+        config.content_type,
+        ttl,
+        expires_at,
+        config.closed,
+        record.accessed_ms,
+        origin.map(|o| o.source.as_str()),
+        origin.map(|o| o.position as i64),
+        origin.map(|o| o.sub_offset as i64),
+    ])?;
+    let id = conn.last_insert_rowid();
+    update(conn, id, record)?;
+    Ok(id)
+}
+
+fn update(conn: &Connection, id: i64, record: &StreamRecord) -> Result<(), StreamError> {
+    let head = &record.head;
+    let closer = head.closed_by.as_ref();
+    conn.prepare_cached(
+        "UPDATE streams SET closed = ?2, count = ?3, bytes = ?4, last_stream_seq = ?5,
+            closed_by_id = ?6, closed_by_epoch = ?7, closed_by_seq = ?8, accessed_ms = ?9,
+            soft_deleted = ?10
+         WHERE id = ?1",
+    )?
+    .execute(params![
+        id,
+        head.closed,
+        head.count as i64,
+        head.bytes as i64,
+        head.last_stream_seq,
+        closer.map(|p| p.id.as_str()),
+        closer.map(|p| p.epoch as i64),
+        closer.map(|p| p.seq as i64),
+        record.accessed_ms,
+        record.soft_deleted,
+    ])?;
+    Ok(())
+}
+
+fn remove(conn: &Connection, id: i64) -> Result<(), StreamError> {
+    for table in ["messages", "producers"] {
+        conn.prepare_cached(&format!("DELETE FROM {table} WHERE stream_id = ?1"))?
+            .execute([id])?;
+    }
+    conn.prepare_cached("DELETE FROM streams WHERE id = ?1")?
+        .execute([id])?;
+    Ok(())
+}
+
+pub(super) fn slide(conn: &Connection, id: i64, at_ms: i64) -> Result<(), StreamError> {
+    conn.prepare_cached("UPDATE streams SET accessed_ms = max(accessed_ms, ?2) WHERE id = ?1")?
+        .execute(params![id, at_ms])?;
+    Ok(())
+}
+
+fn tombstone(conn: &Connection, path: &str, now_ms: i64) -> Result<(), StreamError> {
+    conn.prepare_cached("INSERT OR REPLACE INTO tombstones (path, deleted_ms) VALUES (?1, ?2)")?
+        .execute(params![path, now_ms])?;
+    Ok(())
+}
+
+/// Rows per multi-row insert.
+const ROWS_PER_INSERT: usize = 32;
+
+/// `INSERT … VALUES (?, ?, ?), …` for [`ROWS_PER_INSERT`] rows.
+static INSERT_GROUP: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let rows = vec!["(?, ?, ?)"; ROWS_PER_INSERT].join(", ");
+    format!("INSERT INTO messages (stream_id, seq, data) VALUES {rows}")
+});
+
+fn insert_messages(
+    conn: &Connection,
+    id: i64,
+    first: u64,
+    messages: &[Bytes],
+) -> Result<(), StreamError> {
+    // Whole groups go in one multi-row statement: far fewer statement
+    // executions for batched appends; the rest go one by one.
+    let mut groups = messages.chunks_exact(ROWS_PER_INSERT);
+    let mut seq = first as i64;
+    if groups.len() > 0 {
+        let mut stmt = conn.prepare_cached(&INSERT_GROUP)?;
+        for group in groups.by_ref() {
+            for (i, message) in group.iter().enumerate() {
+                stmt.raw_bind_parameter(3 * i + 1, id)?;
+                stmt.raw_bind_parameter(3 * i + 2, seq + i as i64)?;
+                stmt.raw_bind_parameter(3 * i + 3, message.as_ref())?;
+            }
+            stmt.raw_execute()?;
+            seq += ROWS_PER_INSERT as i64;
+        }
+    }
+    let mut stmt =
+        conn.prepare_cached("INSERT INTO messages (stream_id, seq, data) VALUES (?1, ?2, ?3)")?;
+    for message in groups.remainder() {
+        stmt.execute(params![id, seq, message.as_ref()])?;
+        seq += 1;
+    }
+    Ok(())
+}
+
+fn copy_prefix(conn: &Connection, from: i64, to: i64, count: u64) -> Result<u64, StreamError> {
+    conn.prepare_cached(
+        "INSERT INTO messages (stream_id, seq, data)
+         SELECT ?2, seq, data FROM messages WHERE stream_id = ?1 AND seq < ?3",
+    )?
+    .execute(params![from, to, count as i64])?;
+    let mut stmt = conn.prepare_cached(
+        "SELECT coalesce(sum(length(data)), 0) FROM messages WHERE stream_id = ?1",
+    )?;
+    Ok(stmt.query_row([to], |r| r.get::<_, i64>(0))? as u64)
+}
+
+fn producer_state(
+    conn: &Connection,
+    id: i64,
+    producer: &str,
+) -> Result<Option<ProducerState>, StreamError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT epoch, seq FROM producers WHERE stream_id = ?1 AND producer = ?2",
+    )?;
+    Ok(stmt
+        .query_row(params![id, producer], |r| {
+            Ok(ProducerState {
+                epoch: r.get::<_, i64>(0)? as u64,
+                seq: r.get::<_, i64>(1)? as u64,
+            })
+        })
+        .optional()?)
+}
+
+fn save_producer(
+    conn: &Connection,
+    id: i64,
+    producer: &str,
+    state: ProducerState,
+) -> Result<(), StreamError> {
+    conn.prepare_cached(
+        "INSERT INTO producers (stream_id, producer, epoch, seq) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (stream_id, producer) DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq",
+    )?
+    .execute(params![id, producer, state.epoch as i64, state.seq as i64])?;
+    Ok(())
+}
+
+fn messages(
+    conn: &Connection,
+    id: i64,
+    range: Range<u64>,
+    max_bytes: usize,
+) -> Result<Vec<Bytes>, StreamError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT data FROM messages WHERE stream_id = ?1 AND seq >= ?2 AND seq < ?3 ORDER BY seq",
+    )?;
+    let bound = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let mut rows = stmt.query(params![id, bound(range.start), bound(range.end)])?;
+    let mut total = 0usize;
+    let mut messages = Vec::new();
+    while let Some(row) = rows.next()? {
+        let data: Vec<u8> = row.get(0)?;
+        total += data.len();
+        if !messages.is_empty() && total > max_bytes {
+            break;
+        }
+        messages.push(Bytes::from(data));
+    }
+    Ok(messages)
+}
+
+fn from_unix_ms(ms: i64) -> std::time::SystemTime {
+    if ms >= 0 {
+        UNIX_EPOCH + Duration::from_millis(ms as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_millis(ms.unsigned_abs())
+    }
+}

@@ -1,0 +1,72 @@
+//! SQLite-specific behaviour: files written by older builds.
+
+use eddy_streams::{Append, Fork, ReadFrom, SqliteStorage, Storage, StreamPath};
+use rusqlite::Connection;
+
+/// The layout of schema version 2, as older builds wrote it.
+const VERSION_2: &str = "
+CREATE TABLE streams (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, path TEXT NOT NULL UNIQUE,
+    content_type TEXT NOT NULL, ttl_secs INTEGER, expires_at_ms INTEGER,
+    created_closed INTEGER NOT NULL, closed INTEGER NOT NULL, count INTEGER NOT NULL,
+    bytes INTEGER NOT NULL, last_stream_seq TEXT, closed_by_id TEXT, closed_by_epoch INTEGER,
+    closed_by_seq INTEGER, accessed_ms INTEGER NOT NULL,
+    fork_source TEXT, fork_position INTEGER, fork_sub INTEGER,
+    forks INTEGER NOT NULL DEFAULT 0, soft_deleted INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE messages (stream_id INTEGER NOT NULL, seq INTEGER NOT NULL, data BLOB NOT NULL,
+    PRIMARY KEY (stream_id, seq)) WITHOUT ROWID;
+CREATE TABLE producers (stream_id INTEGER NOT NULL, producer TEXT NOT NULL,
+    epoch INTEGER NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (stream_id, producer)) WITHOUT ROWID;
+CREATE TABLE tombstones (path TEXT PRIMARY KEY, deleted_ms INTEGER NOT NULL) WITHOUT ROWID;
+INSERT INTO streams (id, path, content_type, created_closed, closed, count, bytes, accessed_ms, forks)
+    VALUES (1, 'src', 'application/json', 0, 0, 2, 2, 0, 1);
+INSERT INTO streams (id, path, content_type, created_closed, closed, count, bytes, accessed_ms,
+    fork_source, fork_position, fork_sub) VALUES (2, 'fork', 'application/json', 0, 0, 1, 1, 0, 'src', 1, 0);
+INSERT INTO messages VALUES (1, 0, x'31'), (1, 1, x'32'), (2, 0, x'31');
+PRAGMA user_version = 2;
+";
+
+/// A version 2 file (fork counts) opens as version 3 (forks found by
+/// source) with its streams and fork links intact.
+#[test]
+fn a_version_2_database_is_upgraded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join(eddy_streams::DATABASE_FILE);
+    Connection::open(&file)
+        .and_then(|conn| conn.execute_batch(VERSION_2))
+        .expect("write a version 2 file");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let store = SqliteStorage::open(dir.path()).expect("open and upgrade");
+        let (src, fork) = (
+            StreamPath::new("src").expect("path"),
+            StreamPath::new("fork").expect("path"),
+        );
+        store
+            .append(&fork, Append::body("3"))
+            .await
+            .expect("append to the fork");
+        let read = store
+            .read(&fork, ReadFrom::Beginning, 1024)
+            .await
+            .expect("read");
+        assert_eq!(read.messages, ["1", "3"]);
+        store.delete(&src).await.expect("delete the source");
+        assert_eq!(
+            store.head(&src).await.err().map(|e| e.code()),
+            Some("stream/soft-deleted"),
+            "the fork still holds its source"
+        );
+        store.delete(&fork).await.expect("delete the fork");
+        assert_eq!(
+            store.head(&src).await.err().map(|e| e.code()),
+            Some("stream/gone")
+        );
+        let refork = store.fork(&fork, Fork::of(src.clone())).await.err();
+        assert_eq!(refork.map(|e| e.code()), Some("stream/gone"));
+    });
+    let version: i64 = Connection::open(&file)
+        .and_then(|conn| conn.query_row("PRAGMA user_version", [], |r| r.get(0)))
+        .expect("read the version");
+    assert_eq!(version, 3);
+}
