@@ -52,6 +52,11 @@ pub struct ServeArgs {
     /// Read the bearer token from this file.
     #[arg(long, conflicts_with = "auth_token")]
     pub auth_token_file: Option<PathBuf>,
+    /// The bearer token of administrative requests: only they may change
+    /// streams under `__eddy/` (projection checkpoints). Give it to remote
+    /// projection workers.
+    #[arg(long, env = "EDDY_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
     /// Allow listening on a non-loopback address without a token.
     #[arg(long)]
     pub insecure_no_auth: bool,
@@ -91,8 +96,8 @@ impl ServeArgs {
             ),
             (None, None) => None,
         };
-        if auth_token.as_deref() == Some("") {
-            bail!("the auth token is empty");
+        if auth_token.as_deref() == Some("") || self.admin_token.as_deref() == Some("") {
+            bail!("an auth or admin token is empty");
         }
         if auth_token.is_none() && !self.listen.ip().is_loopback() && !self.insecure_no_auth {
             bail!(
@@ -107,6 +112,7 @@ impl ServeArgs {
             header_timeout: self.header_timeout,
             max_live_readers: self.max_live_readers,
             auth_token,
+            admin_token: self.admin_token.clone(),
             ..ServerConfig::default()
         })
     }

@@ -22,8 +22,13 @@ pub struct ServerConfig {
     /// How often an idle SSE stream sends a keep-alive comment.
     pub sse_keep_alive: Duration,
     /// When set, every request but `/healthz` and CORS preflights must
-    /// carry `Authorization: Bearer <token>`.
+    /// carry `Authorization: Bearer <token>` (or the admin token).
     pub auth_token: Option<String>,
+    /// The bearer token of administrative requests: only they may create,
+    /// append to or delete streams under
+    /// [`RESERVED_STREAM_PREFIX`](crate::protocol::RESERVED_STREAM_PREFIX)
+    /// (projection checkpoints). Without it nobody may.
+    pub admin_token: Option<String>,
     /// How long a shutdown waits for in-flight requests.
     pub shutdown_grace: Duration,
 }
@@ -39,6 +44,7 @@ impl Default for ServerConfig {
             max_live_readers: 10_000,
             sse_keep_alive: Duration::from_secs(15),
             auth_token: None,
+            admin_token: None,
             shutdown_grace: Duration::from_secs(30),
         }
     }

@@ -35,6 +35,10 @@ pub enum ApiError {
     /// A missing or wrong bearer token.
     #[error("missing or invalid bearer token")]
     Unauthorized,
+    /// The request is authenticated but not allowed (a write under the
+    /// reserved stream prefix without the admin token).
+    #[error("{0}")]
+    Forbidden(String),
     /// The cap on concurrent live readers is reached.
     #[error("too many live readers (limit {limit}); retry later")]
     TooManyLiveReaders {
@@ -69,6 +73,7 @@ impl ApiError {
             ApiError::BodyTooLarge { .. } => "request/too-large",
             ApiError::BodyTimeout => "request/timeout",
             ApiError::Unauthorized => "auth/unauthorized",
+            ApiError::Forbidden(_) => "auth/forbidden",
             ApiError::TooManyLiveReaders { .. } => "live/too-many-readers",
             ApiError::MethodNotAllowed(_) => "request/method-not-allowed",
         }
@@ -83,6 +88,7 @@ impl ApiError {
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::TooManyLiveReaders { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
         }

@@ -25,6 +25,11 @@
 //! | `HEAD` / `DELETE` | `head` / `delete` | 200 / 204 |
 //! | `GET /_eddy/streams?prefix=` | `list` | JSON |
 //!
+//! Streams under `/__eddy/` hold Eddy's own state (projection
+//! checkpoints): creates, appends and deletes there need the
+//! [admin token](ServerConfig::admin_token) and are refused with 403
+//! `auth/forbidden` otherwise; reads are open to every client.
+//!
 //! Store errors map to statuses in one place ([`ApiError::status`]): absent
 //! and deleted streams are 404, a stream deleted while forks use it is 410,
 //! conflicts of configuration, content type, sequence and close are 409, a

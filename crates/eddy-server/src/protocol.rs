@@ -45,6 +45,11 @@ pub const STREAM_BYTES: &str = "eddy-stream-bytes";
 /// The path prefix reserved for Eddy's own endpoints (listing).
 pub const RESERVED_PREFIX: &str = "_eddy/";
 
+/// The stream path prefix Eddy keeps for itself (projection checkpoints):
+/// only administrative requests may create, append to or delete streams
+/// under it.
+pub const RESERVED_STREAM_PREFIX: &str = "__eddy/";
+
 /// Every header a browser client may need to read.
 pub const EXPOSED_HEADERS: &str = "stream-next-offset, stream-up-to-date, stream-cursor, \
 stream-closed, stream-ttl, stream-expires-at, producer-epoch, producer-seq, \

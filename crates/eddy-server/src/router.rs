@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::{from_fn_with_state, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -112,8 +112,20 @@ fn authorized(state: &AppState, request: &Request) -> bool {
     if request.uri().path() == "/healthz" {
         return true;
     }
-    let sent = request
-        .headers()
+    bearer_is(request.headers(), token) || administrative(state, request.headers())
+}
+
+/// Whether the request carries the admin token.
+pub(crate) fn administrative(state: &AppState, headers: &HeaderMap) -> bool {
+    state
+        .config
+        .admin_token
+        .as_deref()
+        .is_some_and(|token| bearer_is(headers, token))
+}
+
+fn bearer_is(headers: &HeaderMap, token: &str) -> bool {
+    let sent = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))

@@ -252,6 +252,76 @@ async fn bearer_token_guards_everything_but_healthz_and_preflight() {
         .is_some_and(|h| h.contains("if-none-match")));
 }
 
+/// Issue 11: streams under `__eddy/` (projection checkpoints) are Eddy's
+/// own. Client writes and deletes there are refused with 403 unless the
+/// request carries the admin token; reads stay open to every client.
+#[tokio::test]
+async fn the_reserved_prefix_takes_writes_only_from_administrators() {
+    let app = router(ServerConfig {
+        auth_token: Some("client".into()),
+        admin_token: Some("admin".into()),
+        ..fast()
+    });
+    let as_who = |method: &str, uri: &str, token: &str| {
+        req(method, uri)
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/json")
+    };
+    let checkpoint = "/__eddy/checkpoints/p/1/_/0";
+    for (method, body) in [("PUT", ""), ("POST", "[1]"), ("DELETE", "")] {
+        let (refused, text) = send(
+            &app,
+            as_who(method, checkpoint, "client")
+                .body(Body::from(body))
+                .expect("request"),
+        )
+        .await;
+        assert_eq!(refused.status(), StatusCode::FORBIDDEN, "{method}: {text}");
+        assert_eq!(header(&refused, "eddy-error"), Some("auth/forbidden"));
+    }
+    let (created, _) = send(
+        &app,
+        as_who("PUT", checkpoint, "admin")
+            .body(Body::empty())
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let (appended, _) = send(
+        &app,
+        as_who("POST", checkpoint, "admin")
+            .body(Body::from("[1]"))
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(appended.status(), StatusCode::NO_CONTENT);
+    let (read, body) = send(
+        &app,
+        as_who("GET", &format!("{checkpoint}?offset=-1"), "client")
+            .body(Body::empty())
+            .expect("request"),
+    )
+    .await;
+    assert_eq!((read.status(), body.as_str()), (StatusCode::OK, "[1]"));
+    let (elsewhere, _) = send(
+        &app,
+        as_who("PUT", "/__eddyish/s", "client")
+            .body(Body::empty())
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(
+        elsewhere.status(),
+        StatusCode::CREATED,
+        "only the prefix is reserved"
+    );
+
+    // Without an admin token nobody may write there.
+    let closed = router(fast());
+    let (refused, _) = send_empty(&closed, "PUT", checkpoint).await;
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+}
+
 #[tokio::test]
 async fn metrics_count_appends_and_bytes() {
     let app = router(fast());

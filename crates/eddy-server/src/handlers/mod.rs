@@ -51,6 +51,16 @@ async fn dispatch(state: AppState, request: Request) -> Result<Response, ApiErro
         .await);
     }
     let path = parse::stream_path(parts.uri.path())?;
+    let writes = matches!(parts.method, Method::PUT | Method::POST | Method::DELETE);
+    if writes
+        && path.as_str().starts_with(protocol::RESERVED_STREAM_PREFIX)
+        && !crate::router::administrative(&state, &parts.headers)
+    {
+        return Err(ApiError::Forbidden(format!(
+            "streams under `{}` are Eddy's own (projection checkpoints); only requests with the admin token may change them",
+            protocol::RESERVED_STREAM_PREFIX
+        )));
+    }
     match parts.method {
         Method::PUT => create::create(&state, &path, &parts.uri, &parts.headers, body).await,
         Method::POST => append::append(&state, &path, &parts.headers, body).await,
