@@ -3,18 +3,22 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
 
 use async_trait::async_trait;
-use bytes::Bytes;
-use eddy_streams::{
-    Append, Offset, Payload, ReadFrom, Storage, StreamConfig, StreamError, StreamPath,
-};
+use eddy_streams::{Offset, StreamPath};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::params::{escape, params_key};
 use crate::{ProjectionError, Range, Result};
+
+#[cfg(doc)]
+use crate::StreamCheckpoints;
+
+/// The prefix of the streams Eddy keeps for itself (checkpoints, and
+/// later wake marks). `eddy serve` refuses client writes and deletes under
+/// it unless the request is authorised for administration.
+pub const RESERVED_PREFIX: &str = "__eddy/";
 
 /// The prefix of the streams that hold checkpoints.
 pub const CHECKPOINT_PREFIX: &str = "__eddy/checkpoints";
@@ -28,13 +32,18 @@ pub struct CheckpointKey {
     pub version: u32,
     /// The binding's parameters, as a stable string.
     pub params: String,
-    /// The stream that holds the checkpoint:
-    /// `__eddy/checkpoints/<id>/<version>/<params>`.
+    /// Where the binding's checkpoint lives:
+    /// `__eddy/checkpoints/<id>/<version>/<params>`. [`StreamCheckpoints`]
+    /// keeps it in the streams below this path.
     pub path: StreamPath,
 }
 
 impl CheckpointKey {
-    pub(crate) fn new(projection: &str, version: u32, params: &Value) -> Result<Self> {
+    /// The key of the binding of projection `projection`, declaration
+    /// `version`, with `params` (a JSON object, or `null` for none).
+    /// [`Bound::checkpoint_key`](crate::Bound::checkpoint_key) gives a
+    /// bound projection's.
+    pub fn new(projection: &str, version: u32, params: &Value) -> Result<Self> {
         let params = params_key(params);
         let path = StreamPath::new(format!(
             "{CHECKPOINT_PREFIX}/{}/{version}/{params}",
@@ -94,33 +103,74 @@ pub struct Checkpoint {
     /// Units committed so far.
     #[serde(default)]
     pub units: u64,
-    /// The binding was forgotten (its last record before deletion).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub forgotten: bool,
 }
 
-/// The version of a stored checkpoint that a writer last saw. Saving with a
-/// token that is no longer current fails with `checkpoint/conflict`.
+/// The version of a binding's checkpoint that a writer last saw. Saving
+/// with a token that is no longer current fails with `checkpoint/conflict`.
+///
+/// Its [`version`](Token::version) counts the saves of the binding (forgets
+/// included); a store that keeps one row per binding can use it alone
+/// ([`Token::from_version`]). [`StreamCheckpoints`] adds where the last save
+/// landed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Token(Offset);
+pub struct Token {
+    pub(crate) saves: u64,
+    pub(crate) slot: Option<Slot>,
+}
+
+/// Where [`StreamCheckpoints`] wrote a binding's last record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Slot {
+    /// The slot's epoch: it counts the slot streams the binding has used;
+    /// the slot's path ends in `epoch % 2`.
+    pub epoch: u64,
+    /// Records in the slot (its tail).
+    pub tail: u64,
+    /// Bytes in the slot.
+    pub bytes: u64,
+    /// The slot is closed: the next save starts the next slot.
+    pub sealed: bool,
+    /// The other slot still holds an older epoch, to be deleted.
+    pub leftover: bool,
+}
 
 impl Token {
     /// The token of a binding that has no checkpoint yet.
-    pub const NONE: Token = Token(Offset::ZERO);
+    pub const NONE: Token = Token {
+        saves: 0,
+        slot: None,
+    };
 
-    /// The token's offset (the checkpoint stream's tail).
-    pub fn offset(self) -> Offset {
-        self.0
+    /// A token that is only a version number, for stores that keep one
+    /// row per binding and compare a version column.
+    pub fn from_version(version: u64) -> Self {
+        Token {
+            saves: version,
+            slot: None,
+        }
+    }
+
+    /// How many saves (and forgets) the binding's checkpoint has seen.
+    pub fn version(self) -> u64 {
+        self.saves
     }
 }
 
 impl fmt::Display for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
+        match self.slot {
+            None => write!(f, "version {}", self.saves),
+            Some(slot) => write!(
+                f,
+                "version {} (slot epoch {}, {} records)",
+                self.saves, slot.epoch, slot.tail
+            ),
+        }
     }
 }
 
-/// A checkpoint as loaded: `None` when the binding has none.
+/// A checkpoint as loaded: `None` when the binding has none (never saved,
+/// or forgotten).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Loaded {
     /// The checkpoint.
@@ -129,7 +179,11 @@ pub struct Loaded {
     pub token: Token,
 }
 
-/// Where checkpoints live. Every move is a compare-and-set on the token.
+/// Where checkpoints live. Every move is a compare-and-set on the token:
+/// a writer presents the token it loaded (or got from its last save), and a
+/// store that moved since refuses with `checkpoint/conflict`, writing
+/// nothing. Every backend runs the contract suite in
+/// `tests/contract/checkpoints.rs`.
 #[async_trait]
 pub trait CheckpointStore: Send + Sync + 'static {
     /// Loads the binding's checkpoint and its token.
@@ -145,129 +199,8 @@ pub trait CheckpointStore: Send + Sync + 'static {
         checkpoint: &Checkpoint,
     ) -> Result<Token>;
 
-    /// Forgets the binding if the stored token is still `expected`.
-    async fn forget(&self, key: &CheckpointKey, expected: Token) -> Result<()>;
-}
-
-/// Checkpoints kept on a stream store: each binding's checkpoint is the last
-/// message of a JSON stream under [`CHECKPOINT_PREFIX`], and its token is
-/// that stream's tail. A save is an append that expects the tail.
-#[derive(Clone)]
-pub struct StreamCheckpoints {
-    storage: Arc<dyn Storage>,
-}
-
-impl fmt::Debug for StreamCheckpoints {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StreamCheckpoints").finish_non_exhaustive()
-    }
-}
-
-impl StreamCheckpoints {
-    /// Checkpoints on `storage`.
-    pub fn new(storage: Arc<dyn Storage>) -> Self {
-        StreamCheckpoints { storage }
-    }
-
-    fn conflict(key: &CheckpointKey) -> ProjectionError {
-        ProjectionError::CheckpointConflict {
-            checkpoint: key.path.to_string(),
-        }
-    }
-
-    fn map_write_error(key: &CheckpointKey, err: StreamError) -> ProjectionError {
-        match err {
-            StreamError::OffsetMismatch { .. } | StreamError::Gone { .. } => Self::conflict(key),
-            StreamError::NotFound { .. } => Self::conflict(key),
-            other => other.into(),
-        }
-    }
-}
-
-#[async_trait]
-impl CheckpointStore for StreamCheckpoints {
-    async fn load(&self, key: &CheckpointKey) -> Result<Loaded> {
-        let absent = Loaded {
-            checkpoint: None,
-            token: Token::NONE,
-        };
-        let info = match self.storage.head(&key.path).await {
-            Ok(info) => info,
-            Err(StreamError::NotFound { .. } | StreamError::Gone { .. }) => return Ok(absent),
-            Err(e) => return Err(e.into()),
-        };
-        let tail = info.tail.position();
-        if tail == 0 {
-            return Ok(absent);
-        }
-        let mut from = Offset::at(tail - 1);
-        loop {
-            let chunk = match self
-                .storage
-                .read(&key.path, ReadFrom::Offset(from), 1 << 24)
-                .await
-            {
-                Ok(chunk) => chunk,
-                Err(StreamError::NotFound { .. } | StreamError::Gone { .. }) => return Ok(absent),
-                Err(e) => return Err(e.into()),
-            };
-            if !chunk.up_to_date && chunk.next_offset.position() > from.position() + 1 {
-                from = Offset::at(chunk.next_offset.position() - 1);
-                continue;
-            }
-            let Some(last) = chunk.messages.last() else {
-                return Ok(absent);
-            };
-            let checkpoint: Checkpoint =
-                serde_json::from_slice(last).map_err(|e| ProjectionError::InvalidCheckpoint {
-                    checkpoint: key.path.to_string(),
-                    reason: e.to_string(),
-                })?;
-            let token = Token(chunk.next_offset);
-            return Ok(Loaded {
-                checkpoint: (!checkpoint.forgotten).then_some(checkpoint),
-                token,
-            });
-        }
-    }
-
-    async fn save(
-        &self,
-        key: &CheckpointKey,
-        expected: Token,
-        checkpoint: &Checkpoint,
-    ) -> Result<Token> {
-        let body =
-            serde_json::to_vec(checkpoint).map_err(|e| ProjectionError::InvalidCheckpoint {
-                checkpoint: key.path.to_string(),
-                reason: format!("the checkpoint does not encode: {e}"),
-            })?;
-        if expected == Token::NONE {
-            self.storage
-                .create(&key.path, StreamConfig::json(), Payload::empty())
-                .await?;
-        }
-        let append = Append::messages(vec![Bytes::from(body)]).expecting_tail(expected.0);
-        let appended = self
-            .storage
-            .append(&key.path, append)
-            .await
-            .map_err(|e| Self::map_write_error(key, e))?;
-        Ok(Token(appended.next_offset))
-    }
-
-    async fn forget(&self, key: &CheckpointKey, expected: Token) -> Result<()> {
-        if expected == Token::NONE {
-            return Ok(());
-        }
-        let tombstone = Checkpoint {
-            forgotten: true,
-            ..Checkpoint::default()
-        };
-        self.save(key, expected, &tombstone).await?;
-        match self.storage.delete(&key.path).await {
-            Ok(()) | Err(StreamError::NotFound { .. } | StreamError::Gone { .. }) => Ok(()),
-            Err(e) => Err(e.into()),
-        }
-    }
+    /// Forgets the binding if the stored token is still `expected`: a later
+    /// load finds no checkpoint, and a later save starts a new one. Fails
+    /// with `checkpoint/conflict` otherwise.
+    async fn forget(&self, key: &CheckpointKey, expected: Token) -> Result<Token>;
 }

@@ -63,7 +63,19 @@ pub enum ProjectionError {
     /// (`checkpoint/conflict`). Run one writer per binding.
     #[error("checkpoint `{checkpoint}` was moved by another writer; run one writer per binding")]
     CheckpointConflict {
-        /// The checkpoint's stream path.
+        /// The checkpoint's path.
+        checkpoint: String,
+    },
+    /// The binding's checkpoint was deleted behind the engine's back
+    /// (`checkpoint/vanished`). Starting over would write every output
+    /// again under a new generation, so nothing runs: forget the binding on
+    /// purpose ([`Host::forget`](crate::Host::forget)) or bump the
+    /// declaration's version to rebuild it.
+    #[error(
+        "checkpoint `{checkpoint}` vanished: it was deleted, not forgotten; forget the binding or bump the projection's version to rebuild it"
+    )]
+    CheckpointVanished {
+        /// The checkpoint's path.
         checkpoint: String,
     },
     /// A stored checkpoint cannot be decoded (`checkpoint/invalid`).
@@ -110,6 +122,7 @@ impl ProjectionError {
             ProjectionError::RangeUnreproducible { .. } => "range-unreproducible",
             ProjectionError::Storage(_) => "storage-failure",
             ProjectionError::CheckpointConflict { .. } => "checkpoint/conflict",
+            ProjectionError::CheckpointVanished { .. } => "checkpoint/vanished",
             ProjectionError::InvalidCheckpoint { .. } => "checkpoint/invalid",
             ProjectionError::InvalidItem { .. } => "input/invalid-item",
             ProjectionError::Handler { .. } => "handler/failed",

@@ -104,20 +104,29 @@
 //!
 //! # Checkpoints
 //!
-//! [`StreamCheckpoints`] keeps each binding's checkpoint as the last
-//! message of the JSON stream `__eddy/checkpoints/<id>/<version>/<params>`;
-//! the token is that stream's tail and every save is an append that
-//! expects it, so a second writer fails with `checkpoint/conflict` and
-//! nothing is overwritten. Producer ids are derived from the binding, the
-//! output and a generation fixed when the checkpoint is first written;
-//! sequence numbers count the units that wrote to each output.
+//! A [`CheckpointStore`] moves each binding's checkpoint by compare-and-set
+//! on a [`Token`], so a second writer fails with `checkpoint/conflict` and
+//! nothing is overwritten. [`StreamCheckpoints`], the default, keeps it in
+//! two slot streams under `__eddy/checkpoints/<id>/<version>/<params>/`
+//! that take turns: a binding's checkpoint storage stays at most two slots
+//! of [`SLOT_RECORDS`] records, however many units it commits
+//! (`ARCHITECTURE.md` has the protocol and its crash cases). A checkpoint
+//! deleted behind the engine's back fails with `checkpoint/vanished` rather
+//! than being rebuilt; [`Host::forget`] forgets a binding on purpose.
+//! `eddy serve` takes writes under [`RESERVED_PREFIX`] only with its admin
+//! token: give that token to a remote projection worker.
+//!
+//! Producer ids are derived from the binding, the output and a generation
+//! fixed when the checkpoint is first written; sequence numbers count the
+//! units that wrote to each output.
 //!
 //! # Error codes
 //!
 //! [`ProjectionError::code`] gives `load/invalid-options`,
 //! `pin/invalid-output`, `history-unavailable`, `range-unreproducible`,
-//! `storage-failure`, `checkpoint/conflict`, `checkpoint/invalid`,
-//! `input/invalid-item`, `handler/failed`, or the store's own code.
+//! `storage-failure`, `checkpoint/conflict`, `checkpoint/vanished`,
+//! `checkpoint/invalid`, `input/invalid-item`, `handler/failed`, or the
+//! store's own code.
 #![deny(missing_docs)]
 
 mod attach;
@@ -139,6 +148,7 @@ mod retry;
 mod run;
 mod session;
 mod step;
+mod stream_checkpoints;
 mod streams;
 mod unit_key;
 mod wake;
@@ -147,8 +157,8 @@ pub use attach::{AttachError, AttachOptions, AttachStatus, Attached, BindingStat
 pub use batch::{Batch, Entry, Range, Slice, Unit};
 pub use bind::Bound;
 pub use checkpoint::{
-    Checkpoint, CheckpointKey, CheckpointStore, InputMark, Loaded, Pending, StreamCheckpoints,
-    Token, CHECKPOINT_PREFIX,
+    Checkpoint, CheckpointKey, CheckpointStore, InputMark, Loaded, Pending, Token,
+    CHECKPOINT_PREFIX, RESERVED_PREFIX,
 };
 pub use commit::{Commit, CommitKind, UnitResult};
 pub use declare::{Declare, Item, Kind, Params, Projection, State};
@@ -161,5 +171,6 @@ pub use progress::{
 };
 pub use retry::{Retry, MAX_INTERVAL};
 pub use step::Step;
+pub use stream_checkpoints::{StreamCheckpoints, SLOT_BYTES, SLOT_RECORDS};
 pub use streams::{Input, IntoOutput, Output};
 pub use wake::{wake, wake_stream, WakeRow, WAKE_COLLECTION};

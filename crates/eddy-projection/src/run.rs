@@ -2,7 +2,7 @@
 
 use crate::declare::{Item, Params, State};
 use crate::session::{Session, Tally};
-use crate::{Bound, CommitKind, Host, Kind, Progress, ProjectionError, Result, RunOptions};
+use crate::{Bound, CommitKind, Host, Kind, Progress, ProjectionError, Result, RunOptions, Token};
 
 impl Host {
     /// Runs `bound` until its inputs are caught up, closed, gone, or
@@ -33,6 +33,25 @@ impl Host {
             return Ok(bound.projection().initial().clone());
         }
         Ok(session.state().clone())
+    }
+
+    /// Forgets `bound` on purpose: its checkpoint is dropped, so
+    /// [`read`](Host::read) gives the initial state and the next run starts
+    /// from the beginning with new producer ids (a new generation). Clean
+    /// up its outputs first, and stop its writer: a writer that still holds
+    /// the old token fails with `checkpoint/conflict`.
+    ///
+    /// This is also how to accept a checkpoint that vanished
+    /// (`checkpoint/vanished`): the binding then starts over.
+    pub async fn forget<P: Params, I: Item, S: State>(&self, bound: &Bound<P, I, S>) -> Result<()> {
+        let token = match self.checkpoints.load(&bound.key).await {
+            Ok(loaded) if loaded.checkpoint.is_none() => return Ok(()),
+            Ok(loaded) => loaded.token,
+            Err(ProjectionError::CheckpointVanished { .. }) => Token::NONE,
+            Err(e) => return Err(e),
+        };
+        self.checkpoints.forget(&bound.key, token).await?;
+        Ok(())
     }
 
     /// Folds `bound` in memory from its committed state up to the inputs'

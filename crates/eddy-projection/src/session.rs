@@ -180,10 +180,13 @@ impl<P: Params, I: Item, S: State> Session<P, I, S> {
     }
 
     async fn forget(&mut self) -> Result<()> {
-        self.host
+        self.token = self
+            .host
             .checkpoints
             .forget(&self.bound.key, self.token)
-            .await
+            .await?;
+        self.exists = false;
+        Ok(())
     }
 
     /// The slices of the next unit: the pending one (replayed), or a fresh

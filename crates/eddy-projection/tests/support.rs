@@ -16,17 +16,44 @@ use tokio::sync::broadcast;
 
 pub type Case = fn(Arc<dyn Storage>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// Runs `case` on a fresh store of every backend.
-pub fn on_every_backend(name: &str, case: Case) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+/// A runtime like the tests': two workers, time and I/O enabled.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .expect("runtime");
+        .expect("runtime")
+}
+
+/// Runs `case` on a fresh store of every backend.
+pub fn on_every_backend(name: &str, case: Case) {
+    let runtime = runtime();
     for (backend, store, _dir) in backends() {
         eprintln!("case `{name}` on {backend}");
         runtime.block_on(case(store));
     }
+}
+
+/// The admin token of the in-process `eddy serve` of [`remote`].
+pub const ADMIN_TOKEN: &str = "test-admin";
+
+/// An in-process `eddy serve` over a SQLite store, and a remote client of
+/// it with the admin token (checkpoints live under the reserved prefix).
+pub async fn remote(dir: &std::path::Path) -> (Arc<dyn Storage>, eddy_server::RunningServer) {
+    let store = Arc::new(SqliteStorage::open(dir).expect("open sqlite"));
+    let config = eddy_server::ServerConfig {
+        long_poll_timeout: Duration::from_millis(300),
+        admin_token: Some(ADMIN_TOKEN.into()),
+        ..eddy_server::ServerConfig::default()
+    };
+    let server = eddy_server::Server::bind(([127, 0, 0, 1], 0).into(), store, config)
+        .await
+        .expect("bind")
+        .spawn();
+    let client = eddy_server::RemoteStorage::new(&server.url())
+        .expect("client")
+        .with_token(ADMIN_TOKEN);
+    (Arc::new(client), server)
 }
 
 pub fn backends() -> Vec<(&'static str, Arc<dyn Storage>, Option<tempfile::TempDir>)> {

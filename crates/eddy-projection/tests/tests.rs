@@ -2,7 +2,9 @@
 
 mod support;
 
+mod checkpoints;
 mod declare;
+mod durability;
 mod examples;
 mod follow;
 mod properties;
