@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use eddy_projection::{Commit, Declare, Emits, Host, RunOptions};
+use eddy_projection::{Commit, Declare, Host, RunOptions};
 use eddy_streams::{JsonStream, MemoryStorage, SqliteStorage, Storage};
 use serde::{Deserialize, Serialize};
 
@@ -37,10 +37,13 @@ async fn seed(store: &dyn Storage) {
 
 async fn fold_once(host: &Host) -> Duration {
     let version = VERSION.fetch_add(1, Ordering::Relaxed);
-    let bound = Declare::<(), Order>::new("bench-fold")
-        .version(version)
-        .input("orders", &orders())
-        .fold(0.0, |sum: f64, entry, _| sum + entry.item.amount)
+    let mut declare = Declare::<()>::new("bench-fold");
+    declare.version(version);
+    let input = declare.input("orders", &orders());
+    let bound = declare
+        .fold(0.0)
+        .on(input, |sum: f64, entry, _| sum + entry.item.amount)
+        .build()
         .expect("declare")
         .at(())
         .expect("bind");
@@ -57,13 +60,16 @@ async fn emit_once(host: &Host) -> Duration {
     let version = VERSION.fetch_add(1, Ordering::Relaxed);
     let out =
         JsonStream::<f64>::new("Bench/Amounts", &format!("amounts-{version}")).expect("route");
-    let bound = Declare::<(), Order>::new("bench-emit")
-        .version(version)
-        .input("orders", &orders())
-        .output("amounts", &out)
-        .emit(Commit::producer(), |entry, _| {
-            Emits::new().json("amounts", [entry.item.amount])
+    let mut declare = Declare::<()>::new("bench-emit");
+    declare.version(version);
+    let input = declare.input("orders", &orders());
+    let amounts = declare.output("amounts", &out);
+    let bound = declare
+        .emit(Commit::producer())
+        .on(input, move |entry, _, emits| {
+            emits.push(amounts, entry.item.amount)
         })
+        .build()
         .expect("declare")
         .at(())
         .expect("bind");

@@ -6,7 +6,7 @@
 use std::error::Error;
 use std::sync::Arc;
 
-use eddy_projection::{Commit, Declare, Emits, Host, RunOptions};
+use eddy_projection::{Commit, Declare, Host, RunOptions};
 use eddy_streams::{JsonStream, MemoryStorage};
 use serde::{Deserialize, Serialize};
 
@@ -28,16 +28,23 @@ async fn run() -> Result<(), Box<dyn Error>> {
     let orders = JsonStream::<Order>::new("Shop/Orders", "orders")?;
     let amounts = JsonStream::<f64>::new("Shop/Amounts", "amounts")?;
 
-    let to_amounts = Declare::<(), Order>::new("amounts")
-        .input("input", &orders)
-        .output("output", &amounts)
-        .emit(Commit::producer(), |entry, _| {
-            Emits::new().json("output", [entry.item.amount])
-        })?
+    let mut declare = Declare::<()>::new("amounts");
+    let input = declare.input("input", &orders);
+    let output = declare.output("output", &amounts);
+    let to_amounts = declare
+        .emit(Commit::producer())
+        .on(input, move |entry, _, emits| {
+            emits.push(output, entry.item.amount)
+        })
+        .build()?
         .at(())?;
-    let sum = Declare::<(), f64>::new("amount-sum")
-        .input("amounts", &amounts)
-        .fold(0.0, |sum, entry, _| sum + entry.item)?
+
+    let mut declare = Declare::<()>::new("amount-sum");
+    let input = declare.input("amounts", &amounts);
+    let sum = declare
+        .fold(0.0)
+        .on(input, |sum, entry, _| sum + entry.item)
+        .build()?
         .at(())?;
 
     let storage = Arc::new(MemoryStorage::new());

@@ -8,7 +8,7 @@
 use std::error::Error;
 use std::sync::Arc;
 
-use eddy_projection::{Commit, Declare, Emits, Host, RunOptions};
+use eddy_projection::{Commit, Declare, Host, RunOptions};
 use eddy_streams::{JsonStream, MemoryStorage, ReadFrom};
 use serde::{Deserialize, Serialize};
 
@@ -36,18 +36,21 @@ pub fn main() -> Result<(), Box<dyn Error>> {
 async fn run() -> Result<(), Box<dyn Error>> {
     let orders = JsonStream::<Order>::new("Shop/Orders", "orders")?;
     let order_totals = JsonStream::<OrderTotal>::new("Shop/OrderTotals", "order-totals")?;
-    let projection = Declare::<(), Order>::new("order-totals")
-        .input("input", &orders)
-        .output("totals", &order_totals)
-        .emit(Commit::producer(), |entry, _| {
-            Emits::new().json(
-                "totals",
-                [OrderTotal {
+    let mut declare = Declare::<()>::new("order-totals");
+    let input = declare.input("input", &orders);
+    let totals = declare.output("totals", &order_totals);
+    let projection = declare
+        .emit(Commit::producer())
+        .on(input, move |entry, _, emits| {
+            emits.push(
+                totals,
+                OrderTotal {
                     order_id: entry.item.order_id.clone(),
                     total: entry.item.amount,
-                }],
+                },
             )
-        })?;
+        })
+        .build()?;
     let bound = projection.at(())?;
 
     let storage = Arc::new(MemoryStorage::new());

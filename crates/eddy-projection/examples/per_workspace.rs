@@ -8,7 +8,7 @@
 use std::error::Error;
 use std::sync::Arc;
 
-use eddy_projection::{Commit, Declare, Emits, FollowOptions, Host, Status};
+use eddy_projection::{Commit, Declare, FollowOptions, Host, Status};
 use eddy_streams::{Append, JsonStream, MemoryStorage, Storage};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -44,18 +44,21 @@ pub fn main() -> Result<(), Box<dyn Error>> {
 async fn run() -> Result<(), Box<dyn Error>> {
     let facts = JsonStream::<Order>::new("Shop/Facts", "facts/:workspaceId")?;
     let totals = JsonStream::<Total>::new("Shop/Totals", "totals/:workspaceId")?;
-    let by_workspace = Declare::<Workspace, Order>::new("order-totals")
-        .input("facts", &facts)
-        .output("output", &totals)
-        .emit(Commit::producer(), |entry, _| {
-            Emits::new().json(
-                "output",
-                [Total {
+    let mut declare = Declare::<Workspace>::new("order-totals");
+    let input = declare.input("facts", &facts);
+    let output = declare.output("output", &totals);
+    let by_workspace = declare
+        .emit(Commit::producer())
+        .on(input, move |entry, _, emits| {
+            emits.push(
+                output,
+                Total {
                     order_id: entry.item.order_id.clone(),
                     total: entry.item.amount,
-                }],
+                },
             )
-        })?;
+        })
+        .build()?;
     assert_eq!(by_workspace.parse("facts/ws-42")?.workspace_id, "ws-42");
 
     let storage: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
@@ -71,7 +74,7 @@ async fn run() -> Result<(), Box<dyn Error>> {
         let host = host.clone();
         tokio::spawn(async move {
             let mut elements = Vec::new();
-            let follow = host.follow(bound, FollowOptions::default().repair_interval_ms(1_000));
+            let follow = host.follow(&bound, FollowOptions::default().repair_interval_ms(1_000));
             futures::pin_mut!(follow);
             while let Some(progress) = follow.next().await {
                 let progress = progress?;

@@ -6,7 +6,7 @@
 use std::error::Error;
 use std::sync::Arc;
 
-use eddy_projection::{Commit, Declare, Emits, Host, RunOptions, StateEntry};
+use eddy_projection::{Commit, Declare, Host, RunOptions};
 use eddy_streams::{JsonStream, MemoryStorage, StateStream};
 use serde::{Deserialize, Serialize};
 
@@ -29,29 +29,29 @@ async fn run() -> Result<(), Box<dyn Error>> {
     let board = StateStream::new("Tracker/Board", "board")?.collection::<Card>("card", "issueId");
     let transitions = JsonStream::<f64>::new("Tracker/Transitions", "transitions")?;
 
-    let tracker = Declare::<(), f64>::new("tracker")
-        .input("numbers", &numbers)
-        .output("board", &board)
-        .output("transitions", &transitions)
-        .map_accum_batch(Commit::producer(), 0.0, |state: f64, batch, _| {
-            let next = state + batch.input().items.iter().sum::<f64>();
-            let emits = Emits::new()
-                .state(
-                    "board",
-                    [
-                        StateEntry::upsert(
-                            "card",
-                            &Card {
-                                issue_id: "total".into(),
-                                total: next,
-                            },
-                        ),
-                        StateEntry::remove("card", "old"),
-                    ],
-                )
-                .json("transitions", [next]);
-            (next, emits)
-        })?
+    let mut declare = Declare::<()>::new("tracker");
+    let input = declare.input("numbers", &numbers);
+    let board_output = declare.state_output("board", &board);
+    let cards = declare.collection::<Card>(board_output, "card");
+    let totals = declare.output("transitions", &transitions);
+    let tracker = declare
+        .map_accum_batch(
+            Commit::producer(),
+            0.0,
+            move |state: f64, batch, _, emits| {
+                let next = state + batch.items(input).iter().sum::<f64>();
+                emits.upsert(
+                    cards,
+                    Card {
+                        issue_id: "total".into(),
+                        total: next,
+                    },
+                );
+                emits.remove(cards, "old");
+                emits.push(totals, next);
+                next
+            },
+        )?
         .at(())?;
 
     let storage = Arc::new(MemoryStorage::new());

@@ -9,7 +9,7 @@ use futures::Stream;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
-use crate::declare::{Item, Params, State};
+use crate::declare::{Params, State};
 use crate::dispatch::Dispatcher;
 use crate::{Host, Progress, Projection, ProjectionError, Result, Retry, RunOptions};
 
@@ -175,9 +175,9 @@ impl Host {
     /// input route must supply every projection parameter, and the options
     /// must be valid, else `load/invalid-options`; it also fails outside a
     /// tokio runtime.
-    pub fn attach<P: Params, I: Item, S: State>(
+    pub fn attach<P: Params, S: State>(
         &self,
-        projection: &Projection<P, I, S>,
+        projection: &Projection<P, S>,
         options: AttachOptions,
     ) -> Result<Attached<P, S>> {
         options.run.validate()?;

@@ -1,9 +1,13 @@
 //! What a handler sees: a unit of work, its batch of slices, and entries.
 
+use std::any::Any;
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use eddy_streams::Offset;
 use serde::{Deserialize, Serialize};
+
+use crate::handles::{Input, Place};
 
 /// The range of one input that a unit covers, with its terminal marks.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,15 +51,30 @@ pub struct Unit<P> {
     pub ranges: BTreeMap<String, Range>,
 }
 
-/// The items one input contributes to a unit.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Slice<I> {
-    /// The input name.
-    pub input: String,
-    /// The input stream's path for this binding.
-    pub path: String,
+/// One item of an input, with its offset.
+#[derive(Debug, PartialEq)]
+pub struct Entry<'a, T> {
+    /// The item.
+    pub item: &'a T,
+    /// The item's offset (the position before it).
+    pub offset: Offset,
+}
+
+impl<T> Clone for Entry<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Entry<'_, T> {}
+
+/// The items one input contributes to a unit, as a batch handler sees them.
+#[derive(Debug, PartialEq)]
+pub struct Slice<'a, T> {
     /// The items, in stream order.
-    pub items: Vec<I>,
+    pub items: &'a [T],
+    /// The input stream's path for this binding.
+    pub path: &'a str,
     /// The offset of the first item.
     pub from: Offset,
     /// The offset after the last item.
@@ -66,62 +85,121 @@ pub struct Slice<I> {
     pub gone: bool,
 }
 
-/// One item with where it came from.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Entry<'a, I> {
-    /// The input name.
-    pub input: &'a str,
-    /// The item.
-    pub item: &'a I,
-    /// The item's offset (the position before it).
-    pub offset: Offset,
+impl<'a, T> Slice<'a, T> {
+    /// Every item with its offset.
+    pub fn entries(&self) -> impl Iterator<Item = Entry<'a, T>> + 'a {
+        let start = self.from.position();
+        let items: &'a [T] = self.items;
+        items.iter().enumerate().map(move |(i, item)| Entry {
+            item,
+            offset: Offset::at(start + i as u64),
+        })
+    }
+}
+
+/// One input's slice with its items type-erased (a boxed `Vec<T>`).
+pub(crate) struct AnySlice {
+    pub input: String,
+    pub path: String,
+    pub items: Box<dyn Any + Send + Sync>,
+    pub len: usize,
+    pub from: Offset,
+    pub to: Offset,
+    pub closed: bool,
+    pub gone: bool,
+}
+
+impl AnySlice {
+    /// The typed view, when the items are `T`.
+    pub fn typed<T: 'static>(&self) -> Option<Slice<'_, T>> {
+        let items = self.items.downcast_ref::<Vec<T>>()?;
+        Some(Slice {
+            items,
+            path: &self.path,
+            from: self.from,
+            to: self.to,
+            closed: self.closed,
+            gone: self.gone,
+        })
+    }
+
+    pub fn range(&self) -> Range {
+        Range {
+            from: self.from,
+            to: self.to,
+            closed: self.closed,
+            gone: self.gone,
+        }
+    }
 }
 
 /// The slices of every input for one unit, in input declaration order.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Batch<I> {
-    slices: Vec<Slice<I>>,
+/// Read one input's slice with the typed handle that
+/// [`Declare::input`](crate::Declare::input) returned.
+pub struct Batch {
+    declaration: u64,
+    slices: Vec<AnySlice>,
+    misuse: OnceLock<String>,
 }
 
-impl<I> Batch<I> {
-    pub(crate) fn new(slices: Vec<Slice<I>>) -> Self {
-        Batch { slices }
+impl std::fmt::Debug for Batch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batch")
+            .field("inputs", &self.slices.len())
+            .field("items", &self.len())
+            .finish()
+    }
+}
+
+impl Batch {
+    pub(crate) fn new(declaration: u64, slices: Vec<AnySlice>) -> Self {
+        Batch {
+            declaration,
+            slices,
+            misuse: OnceLock::new(),
+        }
     }
 
-    /// The slice of the first (or only) input.
+    /// The slice of `input`.
     ///
-    /// A bound projection always has at least one input, so every batch
-    /// has a first slice.
-    pub fn input(&self) -> &Slice<I> {
-        // Declarations refuse zero inputs, so index 0 exists.
-        &self.slices[0]
+    /// A handle of another declaration gives an empty slice and fails the
+    /// unit with `load/invalid-options` once the handler returns, before
+    /// anything of the unit is written.
+    pub fn slice<T: 'static>(&self, input: Input<T>) -> Slice<'_, T> {
+        match self.find(input.place) {
+            Some(slice) => slice,
+            None => {
+                let _ = self.misuse.set(format!(
+                    "a batch handler read input #{} of another declaration",
+                    input.place.index
+                ));
+                Slice {
+                    items: &[],
+                    path: "",
+                    from: Offset::ZERO,
+                    to: Offset::ZERO,
+                    closed: false,
+                    gone: false,
+                }
+            }
+        }
     }
 
-    /// The slice of the input named `name`.
-    pub fn slice(&self, name: &str) -> Option<&Slice<I>> {
-        self.slices.iter().find(|s| s.input == name)
+    fn find<T: 'static>(&self, place: Place) -> Option<Slice<'_, T>> {
+        if place.declaration != self.declaration {
+            return None;
+        }
+        self.slices.get(place.index)?.typed()
     }
 
-    /// Every slice, in input declaration order.
-    pub fn slices(&self) -> &[Slice<I>] {
-        &self.slices
-    }
-
-    /// Every entry: the first input's items, then the second's, and so on.
-    pub fn entries(&self) -> impl Iterator<Item = Entry<'_, I>> {
-        self.slices.iter().flat_map(|slice| {
-            let start = slice.from.position();
-            slice.items.iter().enumerate().map(move |(i, item)| Entry {
-                input: &slice.input,
-                item,
-                offset: Offset::at(start + i as u64),
-            })
-        })
+    /// The items of `input`, in stream order (see [`slice`](Batch::slice)).
+    pub fn items<T: 'static>(&self, input: Input<T>) -> &[T] {
+        self.slice(input).items
     }
 
     /// The number of items over all inputs.
     pub fn len(&self) -> usize {
-        self.slices.iter().map(|s| s.items.len()).sum()
+        self.slices.iter().map(|s| s.len).sum()
     }
 
     /// Whether the batch holds no item (a terminal-only unit).
@@ -132,5 +210,14 @@ impl<I> Batch<I> {
     /// Whether some input of this unit is gone (the final unit).
     pub fn gone(&self) -> bool {
         self.slices.iter().any(|s| s.gone)
+    }
+
+    pub(crate) fn slices(&self) -> &[AnySlice] {
+        &self.slices
+    }
+
+    /// What a handler did wrong with this batch, if anything.
+    pub(crate) fn misuse(&self) -> Option<&str> {
+        self.misuse.get().map(String::as_str)
     }
 }

@@ -7,13 +7,13 @@ use eddy_streams::StreamPath;
 use serde_json::{Map, Value};
 
 use crate::checkpoint::CheckpointKey;
-use crate::declare::{Item, Params, State};
+use crate::declare::{Params, State};
 use crate::{Projection, ProjectionError, Result};
 
 /// A projection bound to one set of parameters: the unit a runner executes
 /// and a checkpoint is kept for.
-pub struct Bound<P, I, S> {
-    pub(crate) projection: Projection<P, I, S>,
+pub struct Bound<P, S> {
+    pub(crate) projection: Projection<P, S>,
     pub(crate) params: P,
     pub(crate) params_value: Value,
     pub(crate) inputs: Vec<StreamPath>,
@@ -21,7 +21,7 @@ pub struct Bound<P, I, S> {
     pub(crate) key: CheckpointKey,
 }
 
-impl<P: Clone, I, S> Clone for Bound<P, I, S> {
+impl<P: Clone, S> Clone for Bound<P, S> {
     fn clone(&self) -> Self {
         Bound {
             projection: self.projection.clone(),
@@ -34,7 +34,7 @@ impl<P: Clone, I, S> Clone for Bound<P, I, S> {
     }
 }
 
-impl<P, I, S> fmt::Debug for Bound<P, I, S> {
+impl<P, S> fmt::Debug for Bound<P, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Bound")
             .field("projection", &self.projection)
@@ -45,13 +45,13 @@ impl<P, I, S> fmt::Debug for Bound<P, I, S> {
     }
 }
 
-impl<P: Params, I: Item, S: State> Projection<P, I, S> {
+impl<P: Params, S: State> Projection<P, S> {
     /// Binds the declaration to `params`, rendering every input and output
     /// path. Streams whose routes use fewer parameters are shared by every
     /// binding. Fails with `load/invalid-options` when a route cannot be
     /// rendered or two outputs (or an output and an input) resolve to the
     /// same stream.
-    pub fn at(&self, params: P) -> Result<Bound<P, I, S>> {
+    pub fn at(&self, params: P) -> Result<Bound<P, S>> {
         let invalid = |reason: String| {
             ProjectionError::invalid(format!("projection `{}`: {reason}", self.id()))
         };
@@ -128,9 +128,9 @@ impl<P: Params, I: Item, S: State> Projection<P, I, S> {
     }
 }
 
-impl<P: Params, I: Item, S: State> Bound<P, I, S> {
+impl<P: Params, S: State> Bound<P, S> {
     /// The declaration.
-    pub fn projection(&self) -> &Projection<P, I, S> {
+    pub fn projection(&self) -> &Projection<P, S> {
         &self.projection
     }
 

@@ -1,9 +1,13 @@
-//! Commits: how a unit's state, offsets and outputs become durable.
+//! Commits: how a unit's state, offsets and outputs become durable, and
+//! which constructor takes which commit (checked by the compiler).
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
-use crate::{Emits, ProjectionError, Step, Unit};
+use futures::future::BoxFuture;
+
+use crate::{Emits, HandlerError, ProjectionError, Step, Unit};
 
 /// How a unit is committed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -12,16 +16,64 @@ pub enum CommitKind {
     /// State and offsets move together in one compare-and-set of the
     /// checkpoint. Only for handlers without external effects or outputs.
     Checkpoint,
-    /// Pin the unit's input ranges in the checkpoint, append each output
-    /// with its own idempotent producer position, then settle. A retry
-    /// replays the pinned ranges and sends the same positions, so the store
-    /// drops what it already has: outputs are written exactly once.
+    /// Run the (deterministic) handler, pin the unit's input ranges in the
+    /// checkpoint, append each output with its own idempotent producer
+    /// position, then settle. A retry replays the pinned ranges and sends
+    /// the same positions, so the store drops what it already has: outputs
+    /// are written exactly once.
     Producer,
     /// Pin the unit's input ranges before running the handler, settle
     /// after. A retry replays the same ranges with the same unit key; the
     /// handler's effects may happen more than once.
     AtLeastOnce,
 }
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A commit strategy type: [`CheckpointCommit`], [`ProducerCommit`] or
+/// [`AtLeastOnceCommit`]. Sealed.
+pub trait CommitStrategy: sealed::Sealed + Send + Sync + 'static {
+    /// The strategy as a value.
+    const KIND: CommitKind;
+}
+
+/// The commit strategies `fold` accepts: [`CheckpointCommit`] (its default)
+/// and [`AtLeastOnceCommit`].
+pub trait FoldCommit: CommitStrategy {}
+
+/// The commit strategies `process` accepts: [`AtLeastOnceCommit`].
+pub trait ProcessCommit: CommitStrategy {}
+
+/// [`CommitKind::Checkpoint`] as a type.
+#[derive(Clone, Copy, Debug)]
+pub struct CheckpointCommit;
+/// [`CommitKind::Producer`] as a type: the only commit of `emit`,
+/// `mapAccum` and `mapAccumBatch`.
+#[derive(Clone, Copy, Debug)]
+pub struct ProducerCommit;
+/// [`CommitKind::AtLeastOnce`] as a type.
+#[derive(Clone, Copy, Debug)]
+pub struct AtLeastOnceCommit;
+
+impl sealed::Sealed for CheckpointCommit {}
+impl sealed::Sealed for ProducerCommit {}
+impl sealed::Sealed for AtLeastOnceCommit {}
+
+impl CommitStrategy for CheckpointCommit {
+    const KIND: CommitKind = CommitKind::Checkpoint;
+}
+impl CommitStrategy for ProducerCommit {
+    const KIND: CommitKind = CommitKind::Producer;
+}
+impl CommitStrategy for AtLeastOnceCommit {
+    const KIND: CommitKind = CommitKind::AtLeastOnce;
+}
+
+impl FoldCommit for CheckpointCommit {}
+impl FoldCommit for AtLeastOnceCommit {}
+impl ProcessCommit for AtLeastOnceCommit {}
 
 /// What the handler produced for a unit, handed to a compensation.
 #[derive(Clone, Debug, PartialEq)]
@@ -32,56 +84,111 @@ pub struct UnitResult<S> {
     pub emits: Emits,
 }
 
-type Compensate<P, S> =
-    Arc<dyn Fn(&UnitResult<S>, &ProjectionError, &Unit<P>) -> Step<()> + Send + Sync>;
+pub(crate) type Compensate<P, S> = Arc<
+    dyn for<'a> Fn(
+            &'a UnitResult<S>,
+            &'a ProjectionError,
+            &'a Unit<P>,
+        ) -> BoxFuture<'a, Result<(), HandlerError>>
+        + Send
+        + Sync,
+>;
 
-/// A commit strategy, optionally with a compensation.
+/// A commit strategy `K`, optionally with a compensation.
 ///
-/// Which constructor takes which commit is checked when the declaration is
-/// built; a pair that cannot work fails with `load/invalid-options`.
-pub struct Commit<P, S> {
-    pub(crate) kind: CommitKind,
+/// Which constructor takes which strategy is checked by the compiler:
+/// `fold` takes [`Commit::checkpoint`] (its default) or
+/// [`Commit::at_least_once`]; `process` takes [`Commit::at_least_once`];
+/// `emit`, `map_accum` and `map_accum_batch` take [`Commit::producer`].
+///
+/// ```
+/// # use eddy_projection::{Commit, Declare};
+/// # use eddy_streams::JsonStream;
+/// # let stream = JsonStream::<u32>::new("Test/N", "n").unwrap();
+/// let mut declare = Declare::<()>::new("count");
+/// let input = declare.input("n", &stream);
+/// let count = declare.fold(0u64).commit(Commit::at_least_once()).on(input, |n, _, _| n + 1);
+/// ```
+///
+/// An `emit` cannot commit by checkpoint alone:
+///
+/// ```compile_fail
+/// # use eddy_projection::{Commit, Declare};
+/// # use eddy_streams::JsonStream;
+/// # let stream = JsonStream::<u32>::new("Test/N", "n").unwrap();
+/// let mut declare = Declare::<()>::new("copy");
+/// declare.input("n", &stream);
+/// let copy = declare.emit(Commit::checkpoint());
+/// ```
+///
+/// nor a `fold` by producer, nor a `process` by checkpoint:
+///
+/// ```compile_fail
+/// # use eddy_projection::{Commit, Declare};
+/// # use eddy_streams::JsonStream;
+/// # let stream = JsonStream::<u32>::new("Test/N", "n").unwrap();
+/// let mut declare = Declare::<()>::new("count");
+/// declare.input("n", &stream);
+/// let count = declare.fold(0u64).commit(Commit::producer());
+/// ```
+///
+/// ```compile_fail
+/// # use eddy_projection::{Commit, Declare};
+/// # use eddy_streams::JsonStream;
+/// # let stream = JsonStream::<u32>::new("Test/N", "n").unwrap();
+/// let mut declare = Declare::<()>::new("effects");
+/// declare.input("n", &stream);
+/// let effects = declare.process(Commit::checkpoint(), |_, _| ());
+/// ```
+pub struct Commit<K, P, S> {
     pub(crate) compensation: Option<Compensate<P, S>>,
+    kind: PhantomData<fn() -> K>,
 }
 
-impl<P, S> Clone for Commit<P, S> {
+impl<K, P, S> Clone for Commit<K, P, S> {
     fn clone(&self) -> Self {
         Commit {
-            kind: self.kind,
             compensation: self.compensation.clone(),
+            kind: PhantomData,
         }
     }
 }
 
-impl<P, S> fmt::Debug for Commit<P, S> {
+impl<K: CommitStrategy, P, S> fmt::Debug for Commit<K, P, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Commit")
-            .field("kind", &self.kind)
+            .field("kind", &K::KIND)
             .field("compensation", &self.compensation.is_some())
             .finish()
     }
 }
 
-impl<P, S> Commit<P, S> {
+impl<P: 'static, S: 'static> Commit<CheckpointCommit, P, S> {
     /// [`CommitKind::Checkpoint`]: the default for `fold`.
     pub fn checkpoint() -> Self {
-        Commit::of(CommitKind::Checkpoint)
+        Commit::of()
     }
+}
 
+impl<P: 'static, S: 'static> Commit<ProducerCommit, P, S> {
     /// [`CommitKind::Producer`]: exactly-once outputs.
     pub fn producer() -> Self {
-        Commit::of(CommitKind::Producer)
+        Commit::of()
     }
+}
 
+impl<P: 'static, S: 'static> Commit<AtLeastOnceCommit, P, S> {
     /// [`CommitKind::AtLeastOnce`]: save the range, then run effects.
     pub fn at_least_once() -> Self {
-        Commit::of(CommitKind::AtLeastOnce)
+        Commit::of()
     }
+}
 
-    fn of(kind: CommitKind) -> Self {
+impl<K: CommitStrategy, P: 'static, S: 'static> Commit<K, P, S> {
+    fn of() -> Self {
         Commit {
-            kind,
             compensation: None,
+            kind: PhantomData,
         }
     }
 
@@ -94,13 +201,31 @@ impl<P, S> Commit<P, S> {
         R: Into<Step<()>>,
     {
         self.compensation = Some(Arc::new(move |result, cause, unit| {
-            f(result, cause, unit).into()
+            let outcome = f(result, cause, unit).into().0;
+            Box::pin(std::future::ready(outcome))
         }));
+        self
+    }
+
+    /// [`with_compensation`](Commit::with_compensation) with an
+    /// asynchronous `f`, whose future may borrow its arguments.
+    pub fn with_compensation_async<F>(mut self, f: F) -> Self
+    where
+        F: for<'a> Fn(
+                &'a UnitResult<S>,
+                &'a ProjectionError,
+                &'a Unit<P>,
+            ) -> BoxFuture<'a, Result<(), HandlerError>>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.compensation = Some(Arc::new(f));
         self
     }
 
     /// The strategy.
     pub fn kind(&self) -> CommitKind {
-        self.kind
+        K::KIND
     }
 }

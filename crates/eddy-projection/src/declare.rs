@@ -1,20 +1,23 @@
-//! Declarations: inert values that say what a projection reads, keeps,
-//! writes and how it commits.
+//! Declarations: what a projection reads, keeps and writes, with typed
+//! handles to each input and output.
 
 use std::collections::BTreeSet;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use eddy_streams::{JsonStream, Route};
+use bytes::Bytes;
+use eddy_streams::{JsonStream, Route, StateStream};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::handler::{
-    emit_kernel, fold_kernel, map_accum_batch_kernel, map_accum_kernel, Kernel, ProcessHandler,
+use crate::commit::Compensate;
+use crate::handler::Kernel;
+use crate::handles::{
+    Collection, Decoder, Input, InputSpec, Output, OutputKind, OutputSpec, Place, StateOutput,
 };
 use crate::params::param_names;
-use crate::streams::{Input, IntoOutput, Output};
-use crate::{Batch, Commit, CommitKind, Emits, Entry, ProjectionError, Result, Step, Unit};
+use crate::{CommitKind, ProjectionError, Result};
 
 /// The bounds every parameter type meets: serde both ways, cloneable,
 /// shareable across tasks.
@@ -26,7 +29,7 @@ impl<T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static> Params for
 pub trait State: Serialize + DeserializeOwned + Clone + Send + Sync + 'static {}
 impl<T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static> State for T {}
 
-/// The bounds every item type meets.
+/// The bounds every input item type meets.
 pub trait Item: Send + Sync + 'static {}
 impl<T: Send + Sync + 'static> Item for T {}
 
@@ -36,18 +39,18 @@ impl<T: Send + Sync + 'static> Item for T {}
 pub enum Kind {
     /// One entry updates the state.
     Fold,
-    /// One batch runs effects.
+    /// One batch (or each entry) runs effects.
     Process,
-    /// One entry returns output items.
+    /// One entry writes output items.
     Emit,
-    /// One entry updates the state and returns output items.
+    /// One entry updates the state and writes output items.
     MapAccum,
-    /// One batch updates the state and returns output items.
+    /// One batch updates the state and writes output items.
     MapAccumBatch,
 }
 
 impl Kind {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Kind::Fold => "fold",
             Kind::Process => "process",
@@ -57,39 +60,58 @@ impl Kind {
         }
     }
 
-    fn has_state(self) -> bool {
+    pub(crate) fn has_state(self) -> bool {
         matches!(self, Kind::Fold | Kind::MapAccum | Kind::MapAccumBatch)
     }
 
     fn has_outputs(self) -> bool {
         matches!(self, Kind::Emit | Kind::MapAccum | Kind::MapAccumBatch)
     }
-
-    fn fits(self, commit: CommitKind) -> bool {
-        match self {
-            Kind::Fold => matches!(commit, CommitKind::Checkpoint | CommitKind::AtLeastOnce),
-            Kind::Process => commit == CommitKind::AtLeastOnce,
-            Kind::Emit | Kind::MapAccum | Kind::MapAccumBatch => commit == CommitKind::Producer,
-        }
-    }
 }
 
-/// The start of every declaration: its id, parameters `P`, item type `I`,
-/// inputs and outputs. Finish it with a constructor ([`fold`](Declare::fold),
-/// [`process`](Declare::process), [`emit`](Declare::emit),
-/// [`map_accum`](Declare::map_accum),
-/// [`map_accum_batch`](Declare::map_accum_batch)), which checks the whole
-/// declaration and fails with `load/invalid-options` when a rule is broken.
-pub struct Declare<P, I> {
-    id: String,
-    version: u32,
-    inputs: Vec<Input<I>>,
-    outputs: Vec<Output>,
-    forget_gone: bool,
+/// Every declaration gets its own number, so that its handles cannot be
+/// mistaken for another's.
+static DECLARATIONS: AtomicU64 = AtomicU64::new(1);
+
+/// A declaration being built: its id, parameters `P`, inputs and outputs.
+///
+/// Adding an input or output returns its typed handle; a constructor
+/// ([`fold`](Declare::fold), [`emit`](Declare::emit),
+/// [`map_accum`](Declare::map_accum), [`process_each`](Declare::process_each),
+/// [`process`](Declare::process), [`map_accum_batch`](Declare::map_accum_batch))
+/// takes the handlers and finishes it into a [`Projection`], checking the
+/// whole declaration: a broken rule fails with `load/invalid-options`.
+///
+/// ```
+/// use eddy_projection::{Commit, Declare};
+/// use eddy_streams::JsonStream;
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let orders = JsonStream::<f64>::new("Shop/Orders", "orders")?;
+/// let refunds = JsonStream::<u32>::new("Shop/Refunds", "refunds")?;
+/// let mut declare = Declare::<()>::new("balance");
+/// let orders = declare.input("orders", &orders);
+/// let refunds = declare.input("refunds", &refunds);
+/// let balance = declare
+///     .fold(0.0)
+///     .on(orders, |sum, entry, _unit| sum + entry.item)
+///     .on(refunds, |sum, entry, _unit| sum - f64::from(*entry.item))
+///     .build()?;
+/// assert_eq!(balance.id(), "balance");
+/// # Ok(()) }
+/// ```
+pub struct Declare<P> {
+    pub(crate) id: String,
+    pub(crate) number: u64,
+    pub(crate) version: u32,
+    pub(crate) inputs: Vec<InputSpec>,
+    pub(crate) outputs: Vec<OutputSpec>,
+    pub(crate) forget_gone: bool,
+    /// Mistakes found while declaring, reported when the constructor runs.
+    pub(crate) mistakes: Vec<String>,
     params: std::marker::PhantomData<fn() -> P>,
 }
 
-impl<P, I> fmt::Debug for Declare<P, I> {
+impl<P> fmt::Debug for Declare<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Declare")
             .field("id", &self.id)
@@ -100,207 +122,188 @@ impl<P, I> fmt::Debug for Declare<P, I> {
     }
 }
 
-impl<P: Params, I: Item> Declare<P, I> {
+impl<P: Params> Declare<P> {
     /// A declaration named `id` (the checkpoint key's first part).
     pub fn new(id: impl Into<String>) -> Self {
         Declare {
             id: id.into(),
+            number: DECLARATIONS.fetch_add(1, Ordering::Relaxed),
             version: 1,
             inputs: Vec::new(),
             outputs: Vec::new(),
             forget_gone: true,
+            mistakes: Vec::new(),
             params: std::marker::PhantomData,
         }
     }
 
-    /// The version (generation) of the declaration, part of the checkpoint
-    /// key: bump it to rebuild from the start. Defaults to 1.
-    pub fn version(mut self, version: u32) -> Self {
+    /// Sets the version (generation) of the declaration, part of the
+    /// checkpoint key: bump it to rebuild from the start. Defaults to 1.
+    pub fn version(&mut self, version: u32) -> &mut Self {
         self.version = version;
-        self
-    }
-
-    /// Adds an input from a typed JSON stream whose items convert into `I`.
-    pub fn input<T>(self, name: &str, stream: &JsonStream<T>) -> Self
-    where
-        T: Serialize + DeserializeOwned + Into<I> + 'static,
-    {
-        self.with_input(Input::json(name, stream))
-    }
-
-    /// Adds an input at a bare route whose messages decode into `I`.
-    pub fn input_route(self, name: &str, route: Route) -> Self
-    where
-        I: DeserializeOwned,
-    {
-        self.with_input(Input::route(name, route))
-    }
-
-    /// Adds a prepared input.
-    pub fn with_input(mut self, input: Input<I>) -> Self {
-        self.inputs.push(input);
-        self
-    }
-
-    /// Adds an output on this projection's owner: the producer creates it
-    /// when it is absent.
-    pub fn output(mut self, name: &str, stream: impl IntoOutput) -> Self {
-        self.outputs.push(stream.into_output(name));
-        self
-    }
-
-    /// Adds an output on another owner: it must exist before the first
-    /// append, or the unit fails with `pin/invalid-output`.
-    pub fn foreign_output(mut self, name: &str, stream: impl IntoOutput) -> Self {
-        let mut output = stream.into_output(name);
-        output.foreign = true;
-        self.outputs.push(output);
         self
     }
 
     /// Keeps the binding's checkpoint after the final unit of a gone input
     /// (by default it is forgotten).
-    pub fn keep_gone(mut self) -> Self {
+    pub fn keep_gone(&mut self) -> &mut Self {
         self.forget_gone = false;
         self
     }
 
-    /// `fold`: each entry updates the state; committed with
-    /// [`Commit::checkpoint`].
-    pub fn fold<S, F, R>(self, initial: S, fold: F) -> Result<Projection<P, I, S>>
-    where
-        S: State,
-        F: Fn(S, Entry<'_, I>, &Unit<P>) -> R + Send + Sync + 'static,
-        R: Into<Step<S>>,
-    {
-        self.fold_with(Commit::checkpoint(), initial, fold)
+    fn place(&self, index: usize) -> Place {
+        Place {
+            declaration: self.number,
+            index,
+        }
     }
 
-    /// `fold` with another commit ([`Commit::at_least_once`]).
-    pub fn fold_with<S, F, R>(
-        self,
-        commit: Commit<P, S>,
-        initial: S,
-        fold: F,
-    ) -> Result<Projection<P, I, S>>
-    where
-        S: State,
-        F: Fn(S, Entry<'_, I>, &Unit<P>) -> R + Send + Sync + 'static,
-        R: Into<Step<S>>,
-    {
-        self.finish(Kind::Fold, commit, initial, fold_kernel(fold))
+    fn add_input<T>(&mut self, name: &str, route: Route, decode: Decoder) -> Input<T> {
+        self.inputs.push(InputSpec {
+            name: name.to_owned(),
+            route,
+            decode,
+        });
+        Input::new(self.place(self.inputs.len() - 1))
     }
 
-    /// `process`: each batch runs effects; no state, no outputs. Takes a
-    /// batch closure `f(batch, unit)` or [`each`](crate::each)`(f)`.
-    pub fn process<H, M>(self, commit: Commit<P, ()>, handler: H) -> Result<Projection<P, I, ()>>
+    /// Adds an input from a typed JSON stream: its entries and slices give
+    /// `T` items.
+    pub fn input<T>(&mut self, name: &str, stream: &JsonStream<T>) -> Input<T>
     where
-        H: ProcessHandler<P, I, M>,
+        T: Serialize + DeserializeOwned + Send + Sync + 'static,
     {
-        self.finish(Kind::Process, commit, (), handler.into_kernel())
+        let codec = stream.clone();
+        let decode: Decoder = Arc::new(move |messages| {
+            let items = messages
+                .iter()
+                .enumerate()
+                .map(|(i, m)| codec.decode(m).map_err(|e| (i, e.to_string())))
+                .collect::<std::result::Result<Vec<T>, _>>()?;
+            Ok(Box::new(items))
+        });
+        self.add_input(name, stream.route().clone(), decode)
     }
 
-    /// `process` with the [`each`](crate::each) adapter: `f(entry, unit)`
-    /// runs for each entry, one at a time, in input declaration order.
-    /// (The same as `process(commit, each(f))`, with the closure's
-    /// argument types inferred.)
-    pub fn process_each<F, R>(self, commit: Commit<P, ()>, f: F) -> Result<Projection<P, I, ()>>
+    /// Adds an input at a bare route whose JSON messages decode into `T`.
+    pub fn input_route<T>(&mut self, name: &str, route: Route) -> Input<T>
     where
-        F: Fn(Entry<'_, I>, &Unit<P>) -> R + Send + Sync + 'static,
-        R: Into<Step<()>> + 'static,
+        T: DeserializeOwned + Send + Sync + 'static,
     {
-        self.process(commit, crate::each(f))
+        let decode: Decoder = Arc::new(|messages| {
+            let items = messages
+                .iter()
+                .enumerate()
+                .map(|(i, m)| serde_json::from_slice(m).map_err(|e| (i, e.to_string())))
+                .collect::<std::result::Result<Vec<T>, _>>()?;
+            Ok(Box::new(items))
+        });
+        self.add_input(name, route, decode)
     }
 
-    /// `emit`: each entry returns output items; no state.
-    pub fn emit<F, R>(self, commit: Commit<P, ()>, emit: F) -> Result<Projection<P, I, ()>>
-    where
-        F: Fn(Entry<'_, I>, &Unit<P>) -> R + Send + Sync + 'static,
-        R: Into<Step<Emits>>,
-    {
-        self.finish(Kind::Emit, commit, (), emit_kernel(emit))
+    /// Adds an input at `route` whose messages are not decoded: its items
+    /// are the raw messages, so any stream can be this input.
+    pub fn input_bytes(&mut self, name: &str, route: Route) -> Input<Bytes> {
+        let decode: Decoder = Arc::new(|messages| Ok(Box::new(messages.to_vec())));
+        self.add_input(name, route, decode)
     }
 
-    /// `mapAccum`: each entry updates the state and returns output items,
-    /// as `(state, emits)`.
-    pub fn map_accum<S, F, R>(
-        self,
-        commit: Commit<P, S>,
-        initial: S,
-        map_accum: F,
-    ) -> Result<Projection<P, I, S>>
-    where
-        S: State,
-        F: Fn(S, Entry<'_, I>, &Unit<P>) -> R + Send + Sync + 'static,
-        R: Into<Step<(S, Emits)>>,
-    {
-        self.finish(Kind::MapAccum, commit, initial, map_accum_kernel(map_accum))
+    fn add_output(&mut self, name: &str, route: Route, kind: OutputKind, foreign: bool) -> Place {
+        self.outputs.push(OutputSpec {
+            name: name.to_owned(),
+            route,
+            kind,
+            foreign,
+        });
+        self.place(self.outputs.len() - 1)
     }
 
-    /// `mapAccumBatch`: each batch updates the state and returns output
-    /// items. It must give the same final rows for any unit size.
-    pub fn map_accum_batch<S, F, R>(
-        self,
-        commit: Commit<P, S>,
-        initial: S,
-        map_accum_batch: F,
-    ) -> Result<Projection<P, I, S>>
+    /// Adds a JSON output on this projection's owner (the producer creates
+    /// it when it is absent): handlers write `T` items to it.
+    pub fn output<T>(&mut self, name: &str, stream: &JsonStream<T>) -> Output<T>
     where
-        S: State,
-        F: Fn(S, &Batch<I>, &Unit<P>) -> R + Send + Sync + 'static,
-        R: Into<Step<(S, Emits)>>,
+        T: Serialize + DeserializeOwned,
     {
-        self.finish(
-            Kind::MapAccumBatch,
-            commit,
-            initial,
-            map_accum_batch_kernel(map_accum_batch),
+        Output::new(self.add_output(name, stream.route().clone(), OutputKind::Json, false))
+    }
+
+    /// Adds a JSON output on another owner: it must exist before the first
+    /// append, or the unit fails with `pin/invalid-output`.
+    pub fn foreign_output<T>(&mut self, name: &str, stream: &JsonStream<T>) -> Output<T>
+    where
+        T: Serialize + DeserializeOwned,
+    {
+        Output::new(self.add_output(name, stream.route().clone(), OutputKind::Json, true))
+    }
+
+    fn state_kind(stream: &StateStream) -> OutputKind {
+        OutputKind::State {
+            stream: stream.clone(),
+            collections: stream.collections().map(str::to_owned).collect(),
+        }
+    }
+
+    /// Adds a state output on this projection's owner; take handles to its
+    /// collections with [`collection`](Declare::collection).
+    pub fn state_output(&mut self, name: &str, stream: &StateStream) -> StateOutput {
+        let kind = Self::state_kind(stream);
+        StateOutput {
+            place: self.add_output(name, stream.route().clone(), kind, false),
+        }
+    }
+
+    /// Adds a state output on another owner (see
+    /// [`foreign_output`](Declare::foreign_output)).
+    pub fn foreign_state_output(&mut self, name: &str, stream: &StateStream) -> StateOutput {
+        let kind = Self::state_kind(stream);
+        StateOutput {
+            place: self.add_output(name, stream.route().clone(), kind, true),
+        }
+    }
+
+    /// A handle to the collection `name` of the state output `output`,
+    /// whose rows are `R`. A collection the stream does not declare (or an
+    /// output of another declaration) fails the constructor with
+    /// `load/invalid-options`; that `R` is the row type the stream declared
+    /// is checked when a row is written, before anything of its unit is.
+    pub fn collection<R: Serialize>(&mut self, output: StateOutput, name: &str) -> Collection<R> {
+        let index = match self.outputs.get(output.place.index) {
+            Some(OutputSpec {
+                kind: OutputKind::State { collections, .. },
+                ..
+            }) if output.place.declaration == self.number => {
+                collections.iter().position(|c| c == name)
+            }
+            _ => None,
+        };
+        index.map_or_else(
+            || {
+                self.mistakes.push(format!(
+                    "state output #{} has no collection `{name}`",
+                    output.place.index
+                ));
+                Collection::new(output, usize::MAX)
+            },
+            |index| Collection::new(output, index),
         )
     }
 
-    fn finish<S: State>(
-        self,
-        kind: Kind,
-        commit: Commit<P, S>,
-        initial: S,
-        kernel: Kernel<P, I, S>,
-    ) -> Result<Projection<P, I, S>> {
-        let param_names = param_names::<P>();
-        self.check(kind, commit.kind, param_names.as_deref())?;
-        Ok(Projection {
-            inner: Arc::new(Declared {
-                id: self.id,
-                version: self.version,
-                kind,
-                inputs: self.inputs,
-                outputs: self.outputs,
-                initial,
-                kernel,
-                commit,
-                forget_gone: self.forget_gone,
-                param_names,
-            }),
-        })
-    }
-
-    fn check(&self, kind: Kind, commit: CommitKind, names: Option<&[String]>) -> Result<()> {
+    /// Checks the declaration for the constructor `kind`.
+    pub(crate) fn check(&self, kind: Kind, names: Option<&[String]>) -> Result<()> {
         let invalid = |reason: String| {
             Err(ProjectionError::invalid(format!(
                 "projection `{}`: {reason}",
                 self.id
             )))
         };
+        if let Some(mistake) = self.mistakes.first() {
+            return invalid(mistake.clone());
+        }
         if self.id.is_empty() {
             return invalid("the id is empty".into());
         }
         if self.inputs.is_empty() {
             return invalid("declare at least one input".into());
-        }
-        if !kind.fits(commit) {
-            return invalid(format!(
-                "{} cannot commit with {commit:?}; see the commit fit table in the crate docs",
-                kind.name()
-            ));
         }
         if kind.has_outputs() && self.outputs.is_empty() {
             return invalid(format!("{} needs at least one output", kind.name()));
@@ -351,28 +354,59 @@ impl<P: Params, I: Item> Declare<P, I> {
         }
         Ok(())
     }
+
+    /// Checks and finishes the declaration.
+    pub(crate) fn finish<S: State>(
+        self,
+        kind: Kind,
+        commit: CommitKind,
+        compensation: Option<Compensate<P, S>>,
+        initial: S,
+        kernel: Kernel<P, S>,
+    ) -> Result<Projection<P, S>> {
+        let param_names = param_names::<P>();
+        self.check(kind, param_names.as_deref())?;
+        Ok(Projection {
+            inner: Arc::new(Declared {
+                id: self.id,
+                number: self.number,
+                version: self.version,
+                kind,
+                inputs: self.inputs,
+                outputs: self.outputs,
+                initial,
+                kernel,
+                commit,
+                compensation,
+                forget_gone: self.forget_gone,
+                param_names,
+            }),
+        })
+    }
 }
 
-pub(crate) struct Declared<P, I, S> {
+pub(crate) struct Declared<P, S> {
     pub(crate) id: String,
+    pub(crate) number: u64,
     pub(crate) version: u32,
     pub(crate) kind: Kind,
-    pub(crate) inputs: Vec<Input<I>>,
-    pub(crate) outputs: Vec<Output>,
+    pub(crate) inputs: Vec<InputSpec>,
+    pub(crate) outputs: Vec<OutputSpec>,
     pub(crate) initial: S,
-    pub(crate) kernel: Kernel<P, I, S>,
-    pub(crate) commit: Commit<P, S>,
+    pub(crate) kernel: Kernel<P, S>,
+    pub(crate) commit: CommitKind,
+    pub(crate) compensation: Option<Compensate<P, S>>,
     pub(crate) forget_gone: bool,
     pub(crate) param_names: Option<Vec<String>>,
 }
 
 /// A declared projection: inert until bound with [`at`](Projection::at)
 /// and run by a [`Host`](crate::Host). Cheap to clone.
-pub struct Projection<P, I, S> {
-    pub(crate) inner: Arc<Declared<P, I, S>>,
+pub struct Projection<P, S> {
+    pub(crate) inner: Arc<Declared<P, S>>,
 }
 
-impl<P, I, S> Clone for Projection<P, I, S> {
+impl<P, S> Clone for Projection<P, S> {
     fn clone(&self) -> Self {
         Projection {
             inner: Arc::clone(&self.inner),
@@ -380,18 +414,18 @@ impl<P, I, S> Clone for Projection<P, I, S> {
     }
 }
 
-impl<P, I, S> fmt::Debug for Projection<P, I, S> {
+impl<P, S> fmt::Debug for Projection<P, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Projection")
             .field("id", &self.inner.id)
             .field("version", &self.inner.version)
             .field("kind", &self.inner.kind)
-            .field("commit", &self.inner.commit.kind)
+            .field("commit", &self.inner.commit)
             .finish()
     }
 }
 
-impl<P: Params, I: Item, S: State> Projection<P, I, S> {
+impl<P: Params, S: State> Projection<P, S> {
     /// The id.
     pub fn id(&self) -> &str {
         &self.inner.id
@@ -409,7 +443,7 @@ impl<P: Params, I: Item, S: State> Projection<P, I, S> {
 
     /// The commit strategy.
     pub fn commit_kind(&self) -> CommitKind {
-        self.inner.commit.kind
+        self.inner.commit
     }
 
     /// Whether it keeps state (`fold`, `mapAccum`, `mapAccumBatch`).
@@ -422,18 +456,26 @@ impl<P: Params, I: Item, S: State> Projection<P, I, S> {
         &self.inner.initial
     }
 
-    /// The inputs, in declaration order.
-    pub fn inputs(&self) -> &[Input<I>] {
-        &self.inner.inputs
+    /// The input names, in declaration order.
+    pub fn input_names(&self) -> impl Iterator<Item = &str> {
+        self.inner.inputs.iter().map(|i| i.name.as_str())
     }
 
-    /// The outputs, in declaration order.
-    pub fn outputs(&self) -> &[Output] {
-        &self.inner.outputs
+    /// The output names, in declaration order.
+    pub fn output_names(&self) -> impl Iterator<Item = &str> {
+        self.inner.outputs.iter().map(|o| o.name.as_str())
     }
 
     /// The parameter names, when the parameter type is a struct.
     pub fn param_names(&self) -> Option<&[String]> {
         self.inner.param_names.as_deref()
+    }
+
+    pub(crate) fn inputs(&self) -> &[InputSpec] {
+        &self.inner.inputs
+    }
+
+    pub(crate) fn outputs(&self) -> &[OutputSpec] {
+        &self.inner.outputs
     }
 }

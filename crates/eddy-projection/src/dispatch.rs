@@ -14,7 +14,7 @@ use tokio::sync::{broadcast, watch};
 use tokio::task::{Id, JoinSet};
 
 use crate::attach::{AttachError, AttachStatus, BindingState, BindingStatus};
-use crate::declare::{Item, Params, State};
+use crate::declare::{Params, State};
 use crate::{
     Bound, Host, Progress, Projection, ProjectionError, Result, Retry, RunOptions, Status,
 };
@@ -23,28 +23,28 @@ use crate::{
 type RunDone<S> = (String, Result<Progress<S>>);
 
 /// A binding whose run is in flight.
-struct InFlight<P, I, S> {
-    bound: Bound<P, I, S>,
+struct InFlight<P, S> {
+    bound: Bound<P, S>,
     /// A commit arrived during the run: run again when it ends.
     again: bool,
 }
 
-pub(crate) struct Dispatcher<P, I, S> {
+pub(crate) struct Dispatcher<P, S> {
     host: Host,
-    projection: Projection<P, I, S>,
+    projection: Projection<P, S>,
     run: RunOptions,
     retry: Retry,
     status: watch::Sender<AttachStatus<P, S>>,
     errors: broadcast::Sender<AttachError>,
-    in_flight: HashMap<String, InFlight<P, I, S>>,
+    in_flight: HashMap<String, InFlight<P, S>>,
     tasks: JoinSet<RunDone<S>>,
     task_keys: HashMap<Id, String>,
 }
 
-impl<P: Params, I: Item, S: State> Dispatcher<P, I, S> {
+impl<P: Params, S: State> Dispatcher<P, S> {
     pub(crate) fn new(
         host: Host,
-        projection: Projection<P, I, S>,
+        projection: Projection<P, S>,
         run: RunOptions,
         retry: Retry,
         status: watch::Sender<AttachStatus<P, S>>,
@@ -123,7 +123,7 @@ impl<P: Params, I: Item, S: State> Dispatcher<P, I, S> {
         }
     }
 
-    fn schedule(&mut self, bound: Bound<P, I, S>) {
+    fn schedule(&mut self, bound: Bound<P, S>) {
         let key = bound.key.params.clone();
         if let Some(in_flight) = self.in_flight.get_mut(&key) {
             in_flight.again = true;
@@ -132,7 +132,7 @@ impl<P: Params, I: Item, S: State> Dispatcher<P, I, S> {
         self.start(key, bound);
     }
 
-    fn start(&mut self, key: String, bound: Bound<P, I, S>) {
+    fn start(&mut self, key: String, bound: Bound<P, S>) {
         let (host, options, retry) = (self.host.clone(), self.run.clone(), self.retry);
         let task_bound = bound.clone();
         let task_key = key.clone();
@@ -215,9 +215,9 @@ impl<P: Params, I: Item, S: State> Dispatcher<P, I, S> {
 }
 
 /// Runs `bound` once, retrying `storage-failure` on `retry`'s schedule.
-async fn run_with_retry<P: Params, I: Item, S: State>(
+async fn run_with_retry<P: Params, S: State>(
     host: &Host,
-    bound: &Bound<P, I, S>,
+    bound: &Bound<P, S>,
     options: RunOptions,
     retry: Retry,
 ) -> Result<Progress<S>> {

@@ -1,125 +1,191 @@
-//! What output handlers return: items for each named output.
+//! What output handlers write: items for each output, through its typed
+//! handle.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
 use eddy_streams::Control;
 use serde::Serialize;
 use serde_json::Value;
 
-/// One entry for a state output: a row change naming its collection, or a
-/// control. Controls are written unchanged, in order with the changes.
-#[derive(Clone, Debug, PartialEq)]
-pub struct StateEntry(pub(crate) StateKind);
+use crate::handles::{Collection, Output, Place, StateOutput};
 
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum StateKind {
-    Upsert { collection: String, row: Value },
-    Remove { collection: String, key: String },
-    Control(Control),
-    Invalid(String),
-}
-
-impl StateEntry {
-    /// Inserts or replaces `row` in `collection`; the key is the row's key
-    /// field as the output declares it.
-    pub fn upsert<R: Serialize + ?Sized>(collection: &str, row: &R) -> Self {
-        StateEntry(match serde_json::to_value(row) {
-            Ok(row) => StateKind::Upsert {
-                collection: collection.to_owned(),
-                row,
-            },
-            Err(e) => StateKind::Invalid(format!("a `{collection}` row does not encode: {e}")),
-        })
-    }
-
-    /// Removes the row with `key` from `collection`.
-    pub fn remove(collection: &str, key: impl Into<String>) -> Self {
-        StateEntry(StateKind::Remove {
-            collection: collection.to_owned(),
-            key: key.into(),
-        })
-    }
-
-    /// A `reset` control: readers forget every row.
-    pub fn reset() -> Self {
-        StateEntry(StateKind::Control(Control::Reset))
-    }
-
-    /// A `snapshot-start` control.
-    pub fn snapshot_start() -> Self {
-        StateEntry(StateKind::Control(Control::SnapshotStart))
-    }
-
-    /// A `snapshot-end` control.
-    pub fn snapshot_end() -> Self {
-        StateEntry(StateKind::Control(Control::SnapshotEnd))
-    }
-}
-
-/// One item for an output.
+/// One item for an output, as the handler wrote it.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum OutputItem {
-    Json(Value),
-    State(StateEntry),
-    Invalid(String),
+    /// An encoded JSON item.
+    Json(Bytes),
+    /// A row of the collection at this index of the state output.
+    Upsert { collection: usize, row: Value },
+    /// A delete of the row with this key.
+    Remove { collection: usize, key: String },
+    /// A control, written unchanged.
+    Control(Control),
 }
 
-/// Items for each named output of one entry or batch.
-///
-/// A missing output emits nothing; an output with no items uses no
-/// producer sequence number.
+/// The items a unit's handler wrote, for each output.
 ///
 /// ```
-/// use eddy_projection::{Emits, StateEntry};
-/// let emits = Emits::new()
-///     .json("totals", [serde_json::json!({ "orderId": "a", "total": 3 })])
-///     .state("board", [StateEntry::remove("card", "old"), StateEntry::reset()]);
-/// assert_eq!(emits.len("totals"), 1);
-/// assert_eq!(emits.len("board"), 2);
-/// assert_eq!(emits.len("other"), 0);
+/// # use eddy_projection::{Commit, Declare};
+/// # use eddy_streams::JsonStream;
+/// # let numbers = JsonStream::<u32>::new("Test/N", "n").unwrap();
+/// # let doubled = JsonStream::<u64>::new("Test/D", "d").unwrap();
+/// let mut declare = Declare::<()>::new("double");
+/// let input = declare.input("n", &numbers);
+/// let output = declare.output("d", &doubled);
+/// let double = declare
+///     .emit(Commit::producer())
+///     .on(input, move |entry, _, emits| emits.push(output, u64::from(*entry.item) * 2))
+///     .build();
 /// ```
-#[derive(Clone, Debug, Default, PartialEq)]
+///
+/// An item of another type does not compile:
+///
+/// ```compile_fail
+/// # use eddy_projection::{Commit, Declare};
+/// # use eddy_streams::JsonStream;
+/// # let numbers = JsonStream::<u32>::new("Test/N", "n").unwrap();
+/// # let doubled = JsonStream::<u64>::new("Test/D", "d").unwrap();
+/// let mut declare = Declare::<()>::new("double");
+/// let input = declare.input("n", &numbers);
+/// let output = declare.output("d", &doubled);
+/// let double = declare
+///     .emit(Commit::producer())
+///     .on(input, move |entry, _, emits| emits.push(output, "two"))
+///     .build();
+/// ```
+///
+/// nor does a row of another type in a state output's collection:
+///
+/// ```compile_fail
+/// # use eddy_projection::{Commit, Declare};
+/// # use eddy_streams::{JsonStream, StateStream};
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct Card { id: String }
+/// # let numbers = JsonStream::<u32>::new("Test/N", "n").unwrap();
+/// # let board = StateStream::new("Test/B", "b").unwrap().collection::<Card>("card", "id");
+/// let mut declare = Declare::<()>::new("board");
+/// let input = declare.input("n", &numbers);
+/// let output = declare.state_output("b", &board);
+/// let cards = declare.collection::<Card>(output, "card");
+/// let projection = declare
+///     .emit(Commit::producer())
+///     .on(input, move |entry, _, emits| emits.upsert(cards, *entry.item))
+///     .build();
+/// ```
+///
+/// Handlers write through the handles [`Declare`](crate::Declare) returned,
+/// so an item's type always fits its output. An output with no items uses
+/// no producer sequence number. What the compiler cannot check is checked
+/// before anything of the unit is written, failing the unit with
+/// `pin/invalid-output`: a handle of another declaration, an item that does
+/// not encode, and a row that the state stream's declaration refuses (its
+/// key field, or a row type other than the one the stream declared for the
+/// collection).
+#[derive(Clone, Debug, PartialEq)]
 pub struct Emits {
-    pub(crate) outputs: BTreeMap<String, Vec<OutputItem>>,
+    declaration: u64,
+    pub(crate) outputs: BTreeMap<usize, Vec<OutputItem>>,
+    pub(crate) invalid: Option<String>,
 }
 
 impl Emits {
-    /// No items.
-    pub fn new() -> Self {
-        Emits::default()
+    pub(crate) fn new(declaration: u64) -> Self {
+        Emits {
+            declaration,
+            outputs: BTreeMap::new(),
+            invalid: None,
+        }
     }
 
-    /// Adds items for a JSON output.
-    pub fn json<T: Serialize>(mut self, output: &str, items: impl IntoIterator<Item = T>) -> Self {
-        let list = self.outputs.entry(output.to_owned()).or_default();
+    fn list(&mut self, place: Place) -> Option<&mut Vec<OutputItem>> {
+        if place.declaration != self.declaration {
+            self.invalid
+                .get_or_insert_with(|| format!("output #{} of another declaration", place.index));
+            return None;
+        }
+        Some(self.outputs.entry(place.index).or_default())
+    }
+
+    /// Writes `item` to the JSON output `output`.
+    pub fn push<T: Serialize>(&mut self, output: Output<T>, item: impl Borrow<T>) {
+        match serde_json::to_vec(item.borrow()) {
+            Ok(bytes) => {
+                if let Some(list) = self.list(output.place) {
+                    list.push(OutputItem::Json(Bytes::from(bytes)));
+                }
+            }
+            Err(e) => {
+                self.invalid
+                    .get_or_insert_with(|| format!("an item does not encode: {e}"));
+            }
+        }
+    }
+
+    /// Writes every item of `items` to the JSON output `output`.
+    pub fn extend<T: Serialize, B: Borrow<T>>(
+        &mut self,
+        output: Output<T>,
+        items: impl IntoIterator<Item = B>,
+    ) {
         for item in items {
-            list.push(match serde_json::to_value(&item) {
-                Ok(value) => OutputItem::Json(value),
-                Err(e) => OutputItem::Invalid(format!("an item does not encode: {e}")),
+            self.push(output, item);
+        }
+    }
+
+    /// Inserts or replaces `row` in `collection`; its key is the row's key
+    /// field as the state stream declares it.
+    pub fn upsert<R: Serialize>(&mut self, collection: Collection<R>, row: impl Borrow<R>) {
+        match serde_json::to_value(row.borrow()) {
+            Ok(row) => {
+                if let Some(list) = self.list(collection.output.place) {
+                    list.push(OutputItem::Upsert {
+                        collection: collection.index,
+                        row,
+                    });
+                }
+            }
+            Err(e) => {
+                self.invalid
+                    .get_or_insert_with(|| format!("a row does not encode: {e}"));
+            }
+        }
+    }
+
+    /// Removes the row with `key` from `collection`.
+    pub fn remove<R>(&mut self, collection: Collection<R>, key: impl Into<String>) {
+        if let Some(list) = self.list(collection.output.place) {
+            list.push(OutputItem::Remove {
+                collection: collection.index,
+                key: key.into(),
             });
         }
-        self
     }
 
-    /// Adds row changes and controls for a state output.
-    pub fn state(mut self, output: &str, entries: impl IntoIterator<Item = StateEntry>) -> Self {
-        self.outputs
-            .entry(output.to_owned())
-            .or_default()
-            .extend(entries.into_iter().map(OutputItem::State));
-        self
-    }
-
-    /// Appends every item of `other` after this one's, output by output.
-    pub fn merge(&mut self, other: Emits) {
-        for (output, items) in other.outputs {
-            self.outputs.entry(output).or_default().extend(items);
+    /// Writes a control to the state output `output` (`reset` makes
+    /// readers forget every row; snapshot markers frame a snapshot), in
+    /// order with its row changes.
+    pub fn control(&mut self, output: StateOutput, control: Control) {
+        if let Some(list) = self.list(output.place) {
+            list.push(OutputItem::Control(control));
         }
     }
 
-    /// The number of items for `output`.
-    pub fn len(&self, output: &str) -> usize {
-        self.outputs.get(output).map_or(0, Vec::len)
+    /// The number of items written to `output` so far.
+    pub fn len<T>(&self, output: Output<T>) -> usize {
+        self.count(output.place)
+    }
+
+    /// The number of row changes and controls written to `output` so far.
+    pub fn state_len(&self, output: StateOutput) -> usize {
+        self.count(output.place)
+    }
+
+    fn count(&self, place: Place) -> usize {
+        if place.declaration != self.declaration {
+            return 0;
+        }
+        self.outputs.get(&place.index).map_or(0, Vec::len)
     }
 
     /// Whether no output has an item.

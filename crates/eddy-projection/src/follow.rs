@@ -4,12 +4,14 @@
 use futures::future::{select_all, FutureExt};
 use futures::Stream;
 
-use crate::declare::{Item, Params, State};
+use crate::declare::{Params, State};
 use crate::session::{Session, Tally};
 use crate::{Bound, FollowOptions, Host, Progress, Result, Retry, Status};
 
 impl Host {
-    /// Follows `bound`: a stream whose elements report each cycle.
+    /// Follows `bound`: a stream whose elements report each cycle. The
+    /// stream holds its own copy of the binding, so it can outlive the
+    /// borrow (and be spawned).
     ///
     /// The stream is pull based: a cycle runs only when the consumer asks
     /// for the next element, so a slow consumer gets one element for all
@@ -24,15 +26,15 @@ impl Host {
     /// with the options' schedule, else the host's; any other error is the
     /// stream's last element. Bad options fail at the first pull with
     /// `load/invalid-options`. Drop the stream to stop following.
-    pub fn follow<P: Params, I: Item, S: State>(
+    pub fn follow<P: Params, S: State>(
         &self,
-        bound: Bound<P, I, S>,
+        bound: &Bound<P, S>,
         options: FollowOptions,
     ) -> impl Stream<Item = Result<Progress<S>>> + Send + 'static {
         let follower = Follower {
             retry: options.retry.unwrap_or(self.retry),
             host: self.clone(),
-            bound,
+            bound: bound.clone(),
             options,
             session: None,
             last: None,
@@ -45,18 +47,18 @@ impl Host {
     }
 }
 
-struct Follower<P, I, S> {
+struct Follower<P, S> {
     host: Host,
-    bound: Bound<P, I, S>,
+    bound: Bound<P, S>,
     options: FollowOptions,
     retry: Retry,
-    session: Option<Session<P, I, S>>,
+    session: Option<Session<P, S>>,
     /// The status of the last cycle; `None` before the first.
     last: Option<Status>,
     done: bool,
 }
 
-impl<P: Params, I: Item, S: State> Follower<P, I, S> {
+impl<P: Params, S: State> Follower<P, S> {
     async fn next(&mut self) -> Option<Result<Progress<S>>> {
         if self.done {
             return None;

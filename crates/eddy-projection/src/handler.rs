@@ -1,182 +1,129 @@
 //! Handlers: the per-entry and per-batch closures each constructor takes,
 //! turned into one kernel the runner calls once per unit.
+//!
+//! Every shape reduces to the most general one, `mapAccum`'s
+//! `(state, entry, unit, emits) -> state`, so there is one adapter for
+//! synchronous entry handlers and one for asynchronous ones.
 
-use std::marker::PhantomData;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use futures::FutureExt;
 
+use crate::batch::AnySlice;
 use crate::{Batch, Emits, Entry, HandlerError, Step, Unit};
 
 /// What the runner calls for each unit: the state before, the batch, the
-/// unit; it answers with the state after and the outputs' items.
-pub(crate) type Kernel<P, I, S> = Arc<
-    dyn for<'a> Fn(S, &'a Batch<I>, &'a Unit<P>) -> BoxFuture<'a, Result<(S, Emits), HandlerError>>
+/// unit and the unit's outputs; it answers with the state after.
+pub(crate) type Kernel<P, S> = Arc<
+    dyn for<'a> Fn(
+            S,
+            &'a Batch,
+            &'a Unit<P>,
+            &'a mut Emits,
+        ) -> BoxFuture<'a, Result<S, HandlerError>>
         + Send
         + Sync,
 >;
 
-async fn step<T>(step: Step<T>) -> Result<T, HandlerError> {
-    match step {
-        Step::Ready(result) => result,
-        Step::Later(future) => future.await,
-    }
+/// One input's entry handler, applied to each item of that input's slice.
+pub(crate) type EntryStep<P, S> = Arc<
+    dyn for<'a> Fn(
+            S,
+            &'a AnySlice,
+            &'a Unit<P>,
+            &'a mut Emits,
+        ) -> BoxFuture<'a, Result<S, HandlerError>>
+        + Send
+        + Sync,
+>;
+
+fn wrong_items(slice: &AnySlice) -> HandlerError {
+    format!("input `{}` holds items of another type", slice.input).into()
 }
 
-pub(crate) fn fold_kernel<P, I, S, F, R>(f: F) -> Kernel<P, I, S>
+/// A synchronous entry handler as a step.
+pub(crate) fn sync_entries<P, S, T, F, R>(f: F) -> EntryStep<P, S>
 where
-    P: Send + Sync + 'static,
-    I: Send + Sync + 'static,
+    P: Sync + 'static,
     S: Send + 'static,
-    F: Fn(S, Entry<'_, I>, &Unit<P>) -> R + Send + Sync + 'static,
+    T: Send + Sync + 'static,
+    F: Fn(S, Entry<'_, T>, &Unit<P>, &mut Emits) -> R + Send + Sync + 'static,
     R: Into<Step<S>>,
 {
     let f = Arc::new(f);
-    Arc::new(move |state, batch, unit| {
+    Arc::new(move |state, slice, unit, emits| {
         let f = Arc::clone(&f);
-        async move {
+        Box::pin(async move {
+            let typed = slice.typed::<T>().ok_or_else(|| wrong_items(slice))?;
             let mut state = state;
-            for entry in batch.entries() {
-                state = step(f(state, entry, unit).into()).await?;
+            for entry in typed.entries() {
+                state = f(state, entry, unit, emits).into().0?;
             }
-            Ok((state, Emits::new()))
-        }
-        .boxed()
+            Ok(state)
+        })
     })
 }
 
-pub(crate) fn emit_kernel<P, I, F, R>(f: F) -> Kernel<P, I, ()>
+/// An asynchronous entry handler as a step: its futures may borrow the
+/// entry, the unit and the outputs, and run one at a time.
+pub(crate) fn async_entries<P, S, T, F>(f: F) -> EntryStep<P, S>
 where
-    P: Send + Sync + 'static,
-    I: Send + Sync + 'static,
-    F: Fn(Entry<'_, I>, &Unit<P>) -> R + Send + Sync + 'static,
-    R: Into<Step<Emits>>,
-{
-    let f = Arc::new(f);
-    Arc::new(move |(), batch, unit| {
-        let f = Arc::clone(&f);
-        async move {
-            let mut emits = Emits::new();
-            for entry in batch.entries() {
-                emits.merge(step(f(entry, unit).into()).await?);
-            }
-            Ok(((), emits))
-        }
-        .boxed()
-    })
-}
-
-pub(crate) fn map_accum_kernel<P, I, S, F, R>(f: F) -> Kernel<P, I, S>
-where
-    P: Send + Sync + 'static,
-    I: Send + Sync + 'static,
+    P: Sync + 'static,
     S: Send + 'static,
-    F: Fn(S, Entry<'_, I>, &Unit<P>) -> R + Send + Sync + 'static,
-    R: Into<Step<(S, Emits)>>,
+    T: Send + Sync + 'static,
+    F: for<'a> Fn(
+            S,
+            Entry<'a, T>,
+            &'a Unit<P>,
+            &'a mut Emits,
+        ) -> BoxFuture<'a, Result<S, HandlerError>>
+        + Send
+        + Sync
+        + 'static,
 {
     let f = Arc::new(f);
-    Arc::new(move |state, batch, unit| {
+    Arc::new(move |state, slice, unit, emits| {
         let f = Arc::clone(&f);
-        async move {
+        Box::pin(async move {
+            let typed = slice.typed::<T>().ok_or_else(|| wrong_items(slice))?;
             let mut state = state;
-            let mut emits = Emits::new();
-            for entry in batch.entries() {
-                let (next, more) = step(f(state, entry, unit).into()).await?;
-                state = next;
-                emits.merge(more);
+            for entry in typed.entries() {
+                state = f(state, entry, unit, &mut *emits).await?;
             }
-            Ok((state, emits))
-        }
-        .boxed()
+            Ok(state)
+        })
     })
 }
 
-pub(crate) fn map_accum_batch_kernel<P, I, S, F, R>(f: F) -> Kernel<P, I, S>
+/// The kernel of a per-entry constructor: each input's step over its
+/// slice, in input declaration order.
+pub(crate) fn entries_kernel<P, S>(steps: Vec<EntryStep<P, S>>) -> Kernel<P, S>
 where
-    P: Send + Sync + 'static,
-    I: Send + Sync + 'static,
+    P: Sync + 'static,
     S: Send + 'static,
-    F: Fn(S, &Batch<I>, &Unit<P>) -> R + Send + Sync + 'static,
-    R: Into<Step<(S, Emits)>>,
 {
-    let f = Arc::new(f);
-    Arc::new(move |state, batch, unit| {
-        let f = Arc::clone(&f);
-        async move { step(f(state, batch, unit).into()).await }.boxed()
+    let steps: Arc<[EntryStep<P, S>]> = steps.into();
+    Arc::new(move |state, batch, unit, emits| {
+        let steps = Arc::clone(&steps);
+        Box::pin(async move {
+            let mut state = state;
+            for (step, slice) in steps.iter().zip(batch.slices()) {
+                state = step(state, slice, unit, &mut *emits).await?;
+            }
+            Ok(state)
+        })
     })
 }
 
-/// A `process` handler: a batch closure, or an [`Each`] adapter.
-///
-/// `M` only tells the two kinds apart; callers never name it.
-pub trait ProcessHandler<P, I, M>: Send + Sync + 'static {
-    #[doc(hidden)]
-    fn into_kernel(self) -> Kernel<P, I, ()>;
-}
-
-#[doc(hidden)]
-#[derive(Debug)]
-pub struct BatchMarker<R>(PhantomData<fn() -> R>);
-
-#[doc(hidden)]
-#[derive(Debug)]
-pub struct EachMarker<R>(PhantomData<fn() -> R>);
-
-impl<P, I, F, R> ProcessHandler<P, I, BatchMarker<R>> for F
+/// The kernel of a synchronous batch handler.
+pub(crate) fn sync_batch<P, S, F, R>(f: F) -> Kernel<P, S>
 where
-    P: Send + Sync + 'static,
-    I: Send + Sync + 'static,
-    F: Fn(&Batch<I>, &Unit<P>) -> R + Send + Sync + 'static,
-    R: Into<Step<()>> + 'static,
+    P: Sync + 'static,
+    S: Send + 'static,
+    F: Fn(S, &Batch, &Unit<P>, &mut Emits) -> R + Send + Sync + 'static,
+    R: Into<Step<S>>,
 {
-    fn into_kernel(self) -> Kernel<P, I, ()> {
-        let f = Arc::new(self);
-        Arc::new(move |(), batch, unit| {
-            let f = Arc::clone(&f);
-            async move {
-                step(f(batch, unit).into()).await?;
-                Ok(((), Emits::new()))
-            }
-            .boxed()
-        })
-    }
-}
-
-/// Adapts a per-entry handler into a `process` handler that visits the
-/// entries one by one, in input declaration order (see [`each`]).
-#[derive(Debug, Clone)]
-pub struct Each<F>(F);
-
-/// Adapts a per-entry handler `f(entry, unit)` for
-/// [`Declare::process`](crate::Declare::process): entries run one at a
-/// time, the first input's items first.
-pub fn each<P, I, F, R>(f: F) -> Each<F>
-where
-    F: Fn(Entry<'_, I>, &Unit<P>) -> R,
-    R: Into<Step<()>>,
-{
-    Each(f)
-}
-
-impl<P, I, F, R> ProcessHandler<P, I, EachMarker<R>> for Each<F>
-where
-    P: Send + Sync + 'static,
-    I: Send + Sync + 'static,
-    F: Fn(Entry<'_, I>, &Unit<P>) -> R + Send + Sync + 'static,
-    R: Into<Step<()>> + 'static,
-{
-    fn into_kernel(self) -> Kernel<P, I, ()> {
-        let f = Arc::new(self.0);
-        Arc::new(move |(), batch, unit| {
-            let f = Arc::clone(&f);
-            async move {
-                for entry in batch.entries() {
-                    step(f(entry, unit).into()).await?;
-                }
-                Ok(((), Emits::new()))
-            }
-            .boxed()
-        })
-    }
+    Arc::new(move |state, batch, unit, emits| {
+        Box::pin(std::future::ready(f(state, batch, unit, emits).into().0))
+    })
 }

@@ -8,12 +8,15 @@
 //!
 //! # The pieces
 //!
-//! - [`Declare`] starts a declaration (id, parameters `P`, item type `I`,
-//!   inputs, outputs); a constructor finishes it into a [`Projection`]:
-//!   [`fold`](Declare::fold), [`process`](Declare::process) (with the
-//!   [`each`] adapter), [`emit`](Declare::emit),
+//! - [`Declare`] starts a declaration (id, parameters `P`). Each
+//!   [`input`](Declare::input) and [`output`](Declare::output) returns a
+//!   typed handle ([`Input<T>`], [`Output<T>`], [`StateOutput`] and its
+//!   [`Collection<R>`]s). A constructor finishes it into a [`Projection`]:
+//!   [`fold`](Declare::fold), [`emit`](Declare::emit),
 //!   [`map_accum`](Declare::map_accum) and
-//!   [`map_accum_batch`](Declare::map_accum_batch).
+//!   [`process_each`](Declare::process_each) take one entry handler per
+//!   input through [`Entries::on`]; [`process`](Declare::process) and
+//!   [`map_accum_batch`](Declare::map_accum_batch) take one batch handler.
 //! - [`Projection::at`] binds it to parameters ([`Bound`]);
 //!   [`Projection::parse`] finds the parameters in an input path.
 //! - [`Commit`] says how a unit becomes durable: [`Commit::checkpoint`],
@@ -22,15 +25,16 @@
 //! - A [`Host`] (storage plus a [`CheckpointStore`]) runs bindings:
 //!   [`Host::run`] returns a [`Progress`]; [`Host::follow`] is a pull-based
 //!   stream of them; [`Host::read`], [`Host::current`] and
-//!   [`Host::decide`] look at state without moving anything.
+//!   [`Host::decide`] look at state without moving anything;
+//!   [`Host::forget`] drops a binding's checkpoint on purpose.
 //! - [`wake`] declares a wake projection; [`Host::attach`] runs bindings
-//!   when their inputs commit.
+//!   when their inputs commit and reports each one's status.
 //!
 //! # Example: order totals
 //!
 //! ```
 //! use std::sync::Arc;
-//! use eddy_projection::{Commit, Declare, Emits, Host, RunOptions, Status};
+//! use eddy_projection::{Commit, Declare, Host, RunOptions, Status};
 //! use eddy_streams::{JsonStream, MemoryStorage, ReadFrom};
 //!
 //! #[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq)]
@@ -42,16 +46,19 @@
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let orders = JsonStream::<Order>::new("Shop/Orders", "orders")?;
-//! let totals = JsonStream::<Total>::new("Shop/OrderTotals", "order-totals")?;
+//! let order_totals = JsonStream::<Total>::new("Shop/OrderTotals", "order-totals")?;
 //!
-//! let order_totals = Declare::<(), Order>::new("order-totals")
-//!     .input("input", &orders)
-//!     .output("totals", &totals)
-//!     .emit(Commit::producer(), |entry, _unit| {
+//! let mut declare = Declare::<()>::new("order-totals");
+//! let input = declare.input("input", &orders);
+//! let totals = declare.output("totals", &order_totals);
+//! let projection = declare
+//!     .emit(Commit::producer())
+//!     .on(input, move |entry, _unit, emits| {
 //!         let order = entry.item;
-//!         Emits::new().json("totals", [Total { order_id: order.order_id.clone(), total: order.amount }])
-//!     })?;
-//! let bound = order_totals.at(())?;
+//!         emits.push(totals, Total { order_id: order.order_id.clone(), total: order.amount });
+//!     })
+//!     .build()?;
+//! let bound = projection.at(())?;
 //!
 //! let storage = Arc::new(MemoryStorage::new());
 //! orders.create(storage.as_ref(), &()).await?;
@@ -64,7 +71,7 @@
 //! let progress = host.run(&bound, RunOptions::limit(10)).await?;
 //! assert_eq!((progress.units, progress.items, progress.status), (1, 2, Status::CaughtUp));
 //!
-//! let written = totals.read(storage.as_ref(), &(), ReadFrom::Beginning).await?;
+//! let written = order_totals.read(storage.as_ref(), &(), ReadFrom::Beginning).await?;
 //! assert_eq!(written.items[1], Total { order_id: "b".into(), total: 4.5 });
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # }).unwrap();
@@ -81,22 +88,38 @@
 //!   field list, so the params-subset rule is checked when the declaration
 //!   is built; route parameters take their values (and so their types)
 //!   from `P` when bound. Map-like `P` are checked when bound.
-//! - **Several inputs share one item type `I`.** Each input decodes its
-//!   own type `T` and converts it with `Into<I>`; use an enum for inputs
-//!   of different types. Entries carry their input's name.
-//! - **Handlers return a value or a future** through [`Step`]: return the
-//!   value itself, [`Step::result`] for fallible work, or [`Step::future`]
-//!   for async work (which owns what it uses).
-//! - **The commit fit is checked when the constructor runs**: a pair that
-//!   cannot work fails with `load/invalid-options` before anything runs.
-//!   `fold` takes `checkpoint` (its default) or `atLeastOnce`; `process`
-//!   takes `atLeastOnce`; `emit`, `mapAccum` and `mapAccumBatch` take
-//!   `producer`. The SQL `transaction` commit is not in this crate yet.
-//! - **Outputs** are [`JsonStream`](eddy_streams::JsonStream)s (items via
-//!   [`Emits::json`]) or [`StateStream`](eddy_streams::StateStream)s (row
-//!   changes and controls via [`Emits::state`] and [`StateEntry`]). An
-//!   output's owner is this projection's storage unless it is declared
-//!   with [`Declare::foreign_output`].
+//! - **Inputs and outputs are typed handles.** Inputs of different item
+//!   types need no common type: a per-entry constructor takes one handler
+//!   per input ([`Entries::on`]), typed by that input's handle, and a
+//!   batch handler reads each input's slice by its handle
+//!   ([`Batch::items`]). Handlers write outputs through [`Emits`] with
+//!   their handles, so a wrong output or item type does not compile, and
+//!   a state output's collections take only their row type.
+//! - **The commit fit is a type.** [`Commit`] carries its strategy as a
+//!   type: `fold` takes [`CheckpointCommit`] (its default) or
+//!   [`AtLeastOnceCommit`]; `process` takes [`AtLeastOnceCommit`]; `emit`,
+//!   `mapAccum` and `mapAccumBatch` take [`ProducerCommit`]. Any other pair
+//!   does not compile. The SQL `transaction` commit is not in this crate
+//!   yet.
+//! - **What stays a run-time check** (`load/invalid-options` when the
+//!   constructor runs, unless noted): the id, at least one input, outputs
+//!   only where the constructor writes them, unique names, distinct
+//!   streams, the params-subset rule, a handler for every input, a
+//!   collection the state stream declares, and a handle of another
+//!   declaration (in a batch handler: the unit fails, nothing written).
+//!   A row whose type or key the state stream refuses fails its unit with
+//!   `pin/invalid-output` before anything of the unit is written.
+//! - **Handlers return a value, or a future that borrows.** A synchronous
+//!   handler returns the value itself, or a [`Step`] for fallible work.
+//!   The `_async` variants ([`Entries::on_async`],
+//!   [`Declare::process_async`], [`Declare::map_accum_batch_async`],
+//!   [`Commit::with_compensation_async`]) take closures that return
+//!   `Box::pin(async move { … })`; the future may borrow the entry, the
+//!   unit, the batch and the outputs for the duration of the call.
+//! - **Outputs** are [`JsonStream`](eddy_streams::JsonStream)s or
+//!   [`StateStream`](eddy_streams::StateStream)s. An output's owner is
+//!   this projection's storage unless it is declared with
+//!   [`Declare::foreign_output`].
 //! - **`follow` is a `futures::Stream`** that runs a cycle per pull;
 //!   dropping it stops the follower.
 //! - **`limit` counts units**; `unit_size` (default 1000) bounds the items
@@ -132,6 +155,7 @@
 mod attach;
 mod batch;
 mod bind;
+mod build;
 mod checkpoint;
 mod commit;
 mod declare;
@@ -140,6 +164,7 @@ mod emits;
 mod error;
 mod follow;
 mod handler;
+mod handles;
 mod host;
 mod inputs;
 mod params;
@@ -149,22 +174,25 @@ mod run;
 mod session;
 mod step;
 mod stream_checkpoints;
-mod streams;
 mod unit_key;
 mod wake;
 
 pub use attach::{AttachError, AttachOptions, AttachStatus, Attached, BindingState, BindingStatus};
 pub use batch::{Batch, Entry, Range, Slice, Unit};
 pub use bind::Bound;
+pub use build::{EachEntries, EmitEntries, Entries, FoldEntries, MapAccumEntries};
 pub use checkpoint::{
     Checkpoint, CheckpointKey, CheckpointStore, InputMark, Loaded, Pending, Token,
     CHECKPOINT_PREFIX, RESERVED_PREFIX,
 };
-pub use commit::{Commit, CommitKind, UnitResult};
+pub use commit::{
+    AtLeastOnceCommit, CheckpointCommit, Commit, CommitKind, CommitStrategy, FoldCommit,
+    ProcessCommit, ProducerCommit, UnitResult,
+};
 pub use declare::{Declare, Item, Kind, Params, Projection, State};
-pub use emits::{Emits, StateEntry};
+pub use emits::Emits;
 pub use error::{HandlerError, ProjectionError, Result};
-pub use handler::{each, BatchMarker, Each, EachMarker, ProcessHandler};
+pub use handles::{Collection, Input, Output, StateOutput};
 pub use host::Host;
 pub use progress::{
     FollowOptions, Pass, Progress, RunOptions, Status, DEFAULT_REPAIR_INTERVAL, DEFAULT_UNIT_SIZE,
@@ -172,5 +200,4 @@ pub use progress::{
 pub use retry::{Retry, MAX_INTERVAL};
 pub use step::Step;
 pub use stream_checkpoints::{StreamCheckpoints, SLOT_BYTES, SLOT_RECORDS};
-pub use streams::{Input, IntoOutput, Output};
 pub use wake::{wake, wake_stream, WakeRow, WAKE_COLLECTION};

@@ -1,6 +1,6 @@
 //! Bounded runners: `run`, `read`, `current` and `decide`.
 
-use crate::declare::{Item, Params, State};
+use crate::declare::{Params, State};
 use crate::session::{Session, Tally};
 use crate::{Bound, CommitKind, Host, Kind, Progress, ProjectionError, Result, RunOptions, Token};
 
@@ -10,9 +10,9 @@ impl Host {
     ///
     /// Run one writer per binding: a second writer that moves the same
     /// checkpoint fails with `checkpoint/conflict`.
-    pub async fn run<P: Params, I: Item, S: State>(
+    pub async fn run<P: Params, S: State>(
         &self,
-        bound: &Bound<P, I, S>,
+        bound: &Bound<P, S>,
         options: RunOptions,
     ) -> Result<Progress<S>> {
         options.validate()?;
@@ -27,7 +27,7 @@ impl Host {
     /// The committed state of `bound` (the initial state when it has no
     /// checkpoint, or once its final gone unit committed and it is
     /// forgotten).
-    pub async fn read<P: Params, I: Item, S: State>(&self, bound: &Bound<P, I, S>) -> Result<S> {
+    pub async fn read<P: Params, S: State>(&self, bound: &Bound<P, S>) -> Result<S> {
         let session = Session::load(self.clone(), bound.clone()).await?;
         if session.forget_due() {
             return Ok(bound.projection().initial().clone());
@@ -43,7 +43,7 @@ impl Host {
     ///
     /// This is also how to accept a checkpoint that vanished
     /// (`checkpoint/vanished`): the binding then starts over.
-    pub async fn forget<P: Params, I: Item, S: State>(&self, bound: &Bound<P, I, S>) -> Result<()> {
+    pub async fn forget<P: Params, S: State>(&self, bound: &Bound<P, S>) -> Result<()> {
         let token = match self.checkpoints.load(&bound.key).await {
             Ok(loaded) if loaded.checkpoint.is_none() => return Ok(()),
             Ok(loaded) => loaded.token,
@@ -58,7 +58,7 @@ impl Host {
     /// tails and returns the state. Writes nothing: no checkpoint, no
     /// output. Only for `fold`, `mapAccum` and `mapAccumBatch` with a
     /// commit that runs no effects of its own.
-    pub async fn current<P: Params, I: Item, S: State>(&self, bound: &Bound<P, I, S>) -> Result<S> {
+    pub async fn current<P: Params, S: State>(&self, bound: &Bound<P, S>) -> Result<S> {
         let projection = bound.projection();
         if !projection.has_state() || projection.kind() == Kind::Process {
             return Err(ProjectionError::invalid(format!(
@@ -75,10 +75,9 @@ impl Host {
 
     /// Folds `bound` in memory like [`current`](Host::current), then
     /// answers with `decide(&state)`. Writes nothing.
-    pub async fn decide<P, I, S, T, F>(&self, bound: &Bound<P, I, S>, decide: F) -> Result<T>
+    pub async fn decide<P, S, T, F>(&self, bound: &Bound<P, S>, decide: F) -> Result<T>
     where
         P: Params,
-        I: Item,
         S: State,
         F: FnOnce(&S) -> T,
     {

@@ -1,13 +1,10 @@
 //! Wake streams: one keyed row per source stream saying how far it is.
 
-use std::sync::Arc;
-
 use eddy_streams::{Offset, Route, StateStream, StreamError};
 use serde::{Deserialize, Serialize};
 
 use crate::declare::Params;
-use crate::streams::Input;
-use crate::{Commit, Declare, Emits, Projection, Result, StateEntry};
+use crate::{Commit, Declare, Projection, Result};
 
 /// The one collection of a wake stream: rows keyed by `stream`.
 pub const WAKE_COLLECTION: &str = "source";
@@ -37,35 +34,22 @@ pub fn wake_stream(id: &str, route: &str) -> Result<StateStream, StreamError> {
 /// so a missing wake stream is created on this owner; declare `output`
 /// with [`wake_stream`]. The source's items are not decoded, so any stream
 /// can be a source.
-pub fn wake<P: Params>(
-    id: &str,
-    input: Route,
-    output: &StateStream,
-) -> Result<Projection<P, (), ()>> {
-    let source = Input {
-        name: "input".to_owned(),
-        route: input,
-        decode: Arc::new(|_| Ok(())),
-    };
-    Declare::<P, ()>::new(id)
-        .with_input(source)
-        .output("output", output)
-        .map_accum_batch(Commit::producer(), (), |(), batch, _unit| {
-            let slice = batch.input();
-            let entry = if slice.gone {
-                Some(StateEntry::remove(WAKE_COLLECTION, slice.path.clone()))
-            } else if !slice.items.is_empty() || slice.closed {
-                Some(StateEntry::upsert(
-                    WAKE_COLLECTION,
-                    &WakeRow {
-                        stream: slice.path.clone(),
-                        offset: slice.to,
-                        closed: slice.closed.then_some(true),
-                    },
-                ))
-            } else {
-                None
+pub fn wake<P: Params>(id: &str, input: Route, output: &StateStream) -> Result<Projection<P, ()>> {
+    let mut declare = Declare::<P>::new(id);
+    let source = declare.input_bytes("input", input);
+    let wakes = declare.state_output("output", output);
+    let rows = declare.collection::<WakeRow>(wakes, WAKE_COLLECTION);
+    declare.map_accum_batch(Commit::producer(), (), move |(), batch, _unit, emits| {
+        let slice = batch.slice(source);
+        if slice.gone {
+            emits.remove(rows, slice.path);
+        } else if !slice.items.is_empty() || slice.closed {
+            let row = WakeRow {
+                stream: slice.path.to_owned(),
+                offset: slice.to,
+                closed: slice.closed.then_some(true),
             };
-            ((), Emits::new().state("output", entry))
-        })
+            emits.upsert(rows, row);
+        }
+    })
 }

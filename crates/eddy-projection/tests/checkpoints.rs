@@ -6,13 +6,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use eddy_projection::{
-    CheckpointStore, Declare, Host, RunOptions, Status, StreamCheckpoints, Token,
-};
+use eddy_projection::{CheckpointStore, Host, RunOptions, Status, StreamCheckpoints, Token};
 use eddy_streams::{MemoryStorage, SqliteStorage, Storage};
 
 use crate::run::seed;
-use crate::support::{orders, Faulty, Order, When};
+use crate::support::{Faulty, When};
 
 #[path = "contract/checkpoints.rs"]
 mod contract;
@@ -97,12 +95,8 @@ mod cases {
     /// is forgotten on purpose.
     pub async fn a_deleted_checkpoint_vanishes_loudly(storage: Arc<dyn Storage>) {
         seed(storage.as_ref(), 0..3).await;
-        let projection = Declare::<(), Order>::new("vanishing")
-            .input("orders", &orders())
-            .fold(0.0, |sum: f64, entry, _| sum + entry.item.amount)
-            .expect("declare");
         let host = Host::new(storage.clone());
-        let bound = projection.at(()).expect("bind");
+        let bound = crate::run::total_fold().at(()).expect("bind");
         host.run(&bound, RunOptions::default().with_unit_size(1))
             .await
             .expect("run");

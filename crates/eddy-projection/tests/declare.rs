@@ -1,15 +1,23 @@
-//! Declarations and bindings: the rules checked before anything runs.
+//! Declarations and bindings: the rules checked before anything runs. (The
+//! rules the compiler checks — commit fit, output and item types — are
+//! `compile_fail` doctests in the crate.)
 
-use eddy_projection::{each, Commit, Declare, Emits, Projection, Step};
-use eddy_streams::JsonStream;
+use eddy_projection::{Commit, Declare, Projection, Step};
+use eddy_streams::{JsonStream, StateStream};
 use serde::{Deserialize, Serialize};
 
-use crate::support::{numbers, order, orders, totals, Order, Total};
+use crate::support::{orders, total_of, totals, Order, Total};
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 struct Workspace {
     workspace_id: String,
+}
+
+fn ws(id: &str) -> Workspace {
+    Workspace {
+        workspace_id: id.into(),
+    }
 }
 
 fn facts() -> JsonStream<Order> {
@@ -20,20 +28,39 @@ fn ws_totals() -> JsonStream<Total> {
     JsonStream::new("Shop/Totals", "totals/:workspaceId").expect("route")
 }
 
-fn by_workspace() -> Projection<Workspace, Order, ()> {
-    Declare::<Workspace, Order>::new("order-totals")
-        .input("facts", &facts())
-        .output("output", &ws_totals())
-        .emit(Commit::producer(), |entry, _| {
-            Emits::new().json(
-                "output",
-                [Total {
-                    order_id: entry.item.order_id.clone(),
-                    total: entry.item.amount,
-                }],
-            )
+/// An `emit` of `P` from `input` to `output`, one total per order.
+fn emit_totals<P: eddy_projection::Params>(
+    id: &str,
+    input: &JsonStream<Order>,
+    output: &JsonStream<Total>,
+) -> eddy_projection::Result<Projection<P, ()>> {
+    let mut declare = Declare::<P>::new(id);
+    let input = declare.input("input", input);
+    let output = declare.output("output", output);
+    declare
+        .emit(Commit::producer())
+        .on(input, move |entry, _, emits| {
+            emits.push(output, total_of(entry.item))
         })
-        .expect("declare")
+        .build()
+}
+
+/// A `fold` of `P` summing the amounts of `inputs`.
+fn sum_of<P: eddy_projection::Params>(
+    id: &str,
+    inputs: &[&JsonStream<Order>],
+) -> eddy_projection::Result<Projection<P, f64>> {
+    let mut declare = Declare::<P>::new(id);
+    let handles: Vec<_> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, stream)| declare.input(&format!("input-{i}"), stream))
+        .collect();
+    let mut fold = declare.fold(0.0);
+    for handle in handles {
+        fold = fold.on(handle, |sum, e, _| sum + e.item.amount);
+    }
+    fold.build()
 }
 
 fn code<T: std::fmt::Debug>(result: eddy_projection::Result<T>) -> &'static str {
@@ -42,12 +69,8 @@ fn code<T: std::fmt::Debug>(result: eddy_projection::Result<T>) -> &'static str 
 
 #[test]
 fn at_renders_every_route_and_parse_reads_the_params() {
-    let projection = by_workspace();
-    let bound = projection
-        .at(Workspace {
-            workspace_id: "ws-42".into(),
-        })
-        .expect("bind");
+    let projection = emit_totals::<Workspace>("order-totals", &facts(), &ws_totals()).expect("ok");
+    let bound = projection.at(ws("ws-42")).expect("bind");
     assert_eq!(bound.input_paths()[0].as_str(), "facts/ws-42");
     assert_eq!(bound.output_paths()[0].as_str(), "totals/ws-42");
     assert_eq!(
@@ -64,96 +87,135 @@ fn at_renders_every_route_and_parse_reads_the_params() {
 
 #[test]
 fn streams_with_fewer_params_are_shared_by_every_binding() {
-    let projection = Declare::<Workspace, Order>::new("shared")
-        .input("orders", &orders())
-        .fold(0.0, |sum, e, _| sum + e.item.amount)
-        .expect("declare");
-    let a = projection
-        .at(Workspace {
-            workspace_id: "a".into(),
-        })
-        .expect("a");
-    let b = projection
-        .at(Workspace {
-            workspace_id: "b".into(),
-        })
-        .expect("b");
+    let projection = sum_of::<Workspace>("shared", &[&orders()]).expect("declare");
+    let a = projection.at(ws("a")).expect("a");
+    let b = projection.at(ws("b")).expect("b");
     assert_eq!(a.input_paths(), b.input_paths());
     assert_ne!(a.checkpoint_path(), b.checkpoint_path());
 }
 
 #[test]
 fn a_route_param_the_projection_lacks_is_refused() {
-    let result = Declare::<(), Order>::new("bad")
-        .input("facts", &facts())
-        .fold(0.0, |sum, e, _| sum + e.item.amount);
-    assert_eq!(code(result), "load/invalid-options");
+    assert_eq!(
+        code(sum_of::<()>("bad", &[&facts()])),
+        "load/invalid-options"
+    );
+    assert_eq!(
+        code(emit_totals::<()>("bad", &orders(), &ws_totals())),
+        "load/invalid-options",
+        "an output's route too"
+    );
 }
 
 #[test]
-fn wrong_constructor_and_commit_pairs_are_refused_when_built() {
-    let emit_with_checkpoint = Declare::<(), Order>::new("x")
-        .input("orders", &orders())
-        .output("totals", &totals())
-        .emit(Commit::checkpoint(), |_, _| Emits::new());
-    assert_eq!(code(emit_with_checkpoint), "load/invalid-options");
+fn every_input_needs_exactly_one_handler_of_this_declaration() {
+    let mut declare = Declare::<()>::new("x");
+    let a = declare.input("a", &orders());
+    declare.input("b", &orders());
+    let missing = declare.fold(0.0).on(a, |s, _, _| s).build();
+    assert_eq!(code(missing), "load/invalid-options");
 
-    let process_with_producer = Declare::<(), Order>::new("x")
-        .input("orders", &orders())
-        .process(Commit::producer(), each(|_, _| ()));
-    assert_eq!(code(process_with_producer), "load/invalid-options");
+    let mut declare = Declare::<()>::new("x");
+    let a = declare.input("a", &orders());
+    let twice = declare
+        .fold(0.0)
+        .on(a, |s, _, _| s)
+        .on(a, |s, _, _| s)
+        .build();
+    assert_eq!(code(twice), "load/invalid-options");
 
-    let fold_with_producer = Declare::<(), Order>::new("x")
-        .input("orders", &orders())
-        .fold_with(Commit::producer(), 0.0, |s, _, _| s);
-    assert_eq!(code(fold_with_producer), "load/invalid-options");
+    let mut other = Declare::<()>::new("other");
+    let foreign = other.input("a", &orders());
+    let mut declare = Declare::<()>::new("x");
+    declare.input("a", &orders());
+    let mixed = declare.fold(0.0).on(foreign, |s, _, _| s).build();
+    assert_eq!(code(mixed), "load/invalid-options");
+}
 
-    let emit_without_outputs = Declare::<(), Order>::new("x")
-        .input("orders", &orders())
-        .emit(Commit::producer(), |_, _| Emits::new());
-    assert_eq!(code(emit_without_outputs), "load/invalid-options");
-
-    let no_inputs = Declare::<(), Order>::new("x").fold(0.0, |s, _, _| s);
+#[test]
+fn constructors_check_inputs_and_outputs() {
+    let no_inputs = Declare::<()>::new("x").fold(0.0).build();
     assert_eq!(code(no_inputs), "load/invalid-options");
 
-    let process_ok = Declare::<(), Order>::new("x")
-        .input("orders", &orders())
-        .process(
-            Commit::at_least_once(),
-            |batch: &eddy_projection::Batch<Order>, _: &eddy_projection::Unit<()>| {
-                Step::result(if batch.is_empty() {
-                    Err("empty")
-                } else {
-                    Ok(())
-                })
-            },
-        );
+    let mut declare = Declare::<()>::new("x");
+    let input = declare.input("orders", &orders());
+    let emit_without_outputs = declare
+        .emit(Commit::producer())
+        .on(input, |_, _, _| ())
+        .build();
+    assert_eq!(code(emit_without_outputs), "load/invalid-options");
+
+    let mut declare = Declare::<()>::new("x");
+    let input = declare.input("orders", &orders());
+    declare.output("totals", &totals());
+    let fold_with_outputs = declare.fold(0.0).on(input, |s, _, _| s).build();
+    assert_eq!(code(fold_with_outputs), "load/invalid-options");
+
+    let mut declare = Declare::<()>::new("x");
+    declare.input("orders", &orders());
+    let process_ok = declare.process(Commit::at_least_once(), |batch, _| {
+        Step::result(if batch.is_empty() {
+            Err("empty")
+        } else {
+            Ok(())
+        })
+    });
     assert!(process_ok.is_ok());
 }
 
 #[test]
-fn two_outputs_or_an_output_and_an_input_cannot_name_one_stream() {
-    let same_outputs = Declare::<(), Order>::new("x")
-        .input("orders", &orders())
-        .output("a", &totals())
-        .output("b", &totals())
-        .emit(Commit::producer(), |_, _| Emits::new());
+fn names_are_unique_and_streams_distinct() {
+    let mut declare = Declare::<()>::new("x");
+    let input = declare.input("same", &orders());
+    declare.output("same", &totals());
+    let same_names = declare
+        .emit(Commit::producer())
+        .on(input, |_, _, _| ())
+        .build();
+    assert_eq!(code(same_names), "load/invalid-options");
+
+    let mut declare = Declare::<()>::new("x");
+    let input = declare.input("orders", &orders());
+    declare.output("a", &totals());
+    declare.output("b", &totals());
+    let same_outputs = declare
+        .emit(Commit::producer())
+        .on(input, |_, _, _| ())
+        .build();
     assert_eq!(code(same_outputs), "load/invalid-options");
 
-    let as_input = JsonStream::<Order>::new("Shop/Again", "orders").expect("route");
-    let output_is_input = Declare::<(), Order>::new("x")
-        .input("orders", &orders())
-        .output("again", &as_input)
-        .emit(Commit::producer(), |_, _| Emits::new());
-    assert_eq!(code(output_is_input), "load/invalid-options");
+    let as_input = JsonStream::<Total>::new("Shop/Again", "orders").expect("route");
+    assert_eq!(
+        code(emit_totals::<()>("x", &orders(), &as_input)),
+        "load/invalid-options"
+    );
+}
+
+#[test]
+fn a_collection_the_state_stream_lacks_is_refused() {
+    #[derive(Serialize, Deserialize)]
+    struct Row {
+        id: String,
+    }
+    let board = StateStream::new("Test/Board", "board")
+        .expect("route")
+        .collection::<Row>("row", "id");
+    let mut declare = Declare::<()>::new("x");
+    let input = declare.input("orders", &orders());
+    let output = declare.state_output("board", &board);
+    let unknown = declare.collection::<Row>(output, "nope");
+    let projection = declare
+        .emit(Commit::producer())
+        .on(input, move |entry, _, emits| {
+            emits.remove(unknown, entry.item.order_id.clone())
+        })
+        .build();
+    assert_eq!(code(projection), "load/invalid-options");
 }
 
 #[test]
 fn map_params_are_checked_when_bound() {
-    let projection = Declare::<serde_json::Value, Order>::new("dynamic")
-        .input("facts", &facts())
-        .fold(0.0, |sum, e, _| sum + e.item.amount)
-        .expect("declare");
+    let projection = sum_of::<serde_json::Value>("dynamic", &[&facts()]).expect("declare");
     assert_eq!(
         code(projection.at(serde_json::json!({}))),
         "load/invalid-options"
@@ -161,7 +223,6 @@ fn map_params_are_checked_when_bound() {
     assert!(projection
         .at(serde_json::json!({ "workspaceId": "w" }))
         .is_ok());
-    let _ = (order(1, 1.0), numbers());
 }
 
 #[test]
@@ -170,84 +231,38 @@ fn parse_tries_the_inputs_in_declaration_order() {
     let logs = JsonStream::<Order>::new("Shop/Logs", "logs/:workspaceId").expect("route");
     let facts_first =
         JsonStream::<Order>::new("Shop/ByWorkspace", ":workspaceId/facts").expect("route");
-    let declare = |first: &JsonStream<Order>, second: &JsonStream<Order>| {
-        Declare::<Workspace, Order>::new("ordered")
-            .input("first", first)
-            .input("second", second)
-            .fold(0.0, |sum, e, _| sum + e.item.amount)
-            .expect("declare")
+    let logs_then_facts = sum_of::<Workspace>("ordered", &[&logs, &facts_first]).expect("ok");
+    let parsed = |projection: &Projection<Workspace, f64>, path| {
+        projection.parse(path).expect("parse").workspace_id
     };
-    let logs_then_facts = declare(&logs, &facts_first);
-    assert_eq!(
-        logs_then_facts
-            .parse("logs/facts")
-            .expect("parse")
-            .workspace_id,
-        "facts"
-    );
+    assert_eq!(parsed(&logs_then_facts, "logs/facts"), "facts");
     assert_eq!(
         logs_then_facts.parse_subset("logs/facts").expect("subset")["workspaceId"],
         "facts"
     );
-    let facts_then_logs = declare(&facts_first, &logs);
-    assert_eq!(
-        facts_then_logs
-            .parse("logs/facts")
-            .expect("parse")
-            .workspace_id,
-        "logs"
-    );
-    assert_eq!(
-        facts_then_logs
-            .parse("logs/w1")
-            .expect("second route")
-            .workspace_id,
-        "w1"
-    );
-}
-
-#[test]
-fn an_output_route_param_the_projection_lacks_is_refused() {
-    let result = Declare::<(), Order>::new("bad")
-        .input("orders", &orders())
-        .output("totals", &ws_totals())
-        .emit(Commit::producer(), |_, _| Emits::new());
-    assert_eq!(code(result), "load/invalid-options");
+    let facts_then_logs = sum_of::<Workspace>("ordered", &[&facts_first, &logs]).expect("ok");
+    assert_eq!(parsed(&facts_then_logs, "logs/facts"), "logs");
+    assert_eq!(parsed(&facts_then_logs, "logs/w1"), "w1");
 }
 
 #[test]
 fn an_output_that_resolves_to_an_input_stream_is_refused_when_bound() {
     // Different templates, the same stream for one binding.
     let fixed = JsonStream::<Total>::new("Shop/Fixed", "facts/ws-42").expect("route");
-    let projection = Declare::<Workspace, Order>::new("collide")
-        .input("facts", &facts())
-        .output("fixed", &fixed)
-        .emit(Commit::producer(), |_, _| Emits::new())
-        .expect("declare");
-    assert_eq!(
-        code(projection.at(Workspace {
-            workspace_id: "ws-42".into()
-        })),
-        "load/invalid-options"
-    );
-    assert!(projection
-        .at(Workspace {
-            workspace_id: "ws-1".into()
-        })
-        .is_ok());
+    let projection = emit_totals::<Workspace>("collide", &facts(), &fixed).expect("declare");
+    assert_eq!(code(projection.at(ws("ws-42"))), "load/invalid-options");
+    assert!(projection.at(ws("ws-1")).is_ok());
 
     let other = JsonStream::<Total>::new("Shop/Other", "totals/:workspaceId").expect("route");
     let fixed_output = JsonStream::<Total>::new("Shop/Fixed", "totals/ws-42").expect("route");
-    let two_outputs = Declare::<Workspace, Order>::new("collide-outputs")
-        .input("facts", &facts())
-        .output("a", &other)
-        .output("b", &fixed_output)
-        .emit(Commit::producer(), |_, _| Emits::new())
+    let mut declare = Declare::<Workspace>::new("collide-outputs");
+    let input = declare.input("facts", &facts());
+    declare.output("a", &other);
+    declare.output("b", &fixed_output);
+    let two_outputs = declare
+        .emit(Commit::producer())
+        .on(input, |_, _, _| ())
+        .build()
         .expect("declare");
-    assert_eq!(
-        code(two_outputs.at(Workspace {
-            workspace_id: "ws-42".into()
-        })),
-        "load/invalid-options"
-    );
+    assert_eq!(code(two_outputs.at(ws("ws-42"))), "load/invalid-options");
 }

@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
-use eddy_projection::{Commit, Declare, Emits, Host, Projection, RunOptions, Status};
+use eddy_projection::{Commit, Declare, Host, Projection, RunOptions, Status};
 use eddy_streams::{Durability, JsonStream, MemoryStorage, SqliteOptions, SqliteStorage, Storage};
 
 use crate::support::read_all;
@@ -40,9 +40,12 @@ async fn footprint(store: &dyn Storage, base: &str) -> (usize, u64, u64) {
 /// this fold's size (under 200 bytes: a `u64` sum and one offset).
 async fn units_stay_bounded(store: Arc<dyn Storage>, units: u64) {
     seed(store.as_ref(), 0..units).await;
-    let fold = Declare::<(), u64>::new("sum")
-        .input("numbers", &numbers())
-        .fold(0u64, |sum, entry, _| sum + entry.item)
+    let mut declare = Declare::<()>::new("sum");
+    let input = declare.input("numbers", &numbers());
+    let fold = declare
+        .fold(0u64)
+        .on(input, |sum, entry, _| sum + entry.item)
+        .build()
         .expect("declare")
         .at(())
         .expect("bind");
@@ -99,14 +102,18 @@ fn twenty_thousand_units_keep_checkpoint_storage_bounded_on_sqlite() {
 /// The projection the crash worker runs: a running sum of `numbers`,
 /// written to `sums` (one item per number) with the producer commit, in
 /// checkpoint slots of four records so that kills land in slot changes too.
-fn running_sum() -> Projection<(), u64, u64> {
-    Declare::<(), u64>::new("running-sum")
-        .input("numbers", &numbers())
-        .output("sums", &sums())
-        .map_accum(Commit::producer(), 0u64, |sum, entry, _| {
+fn running_sum() -> Projection<(), u64> {
+    let mut declare = Declare::<()>::new("running-sum");
+    let input = declare.input("numbers", &numbers());
+    let output = declare.output("sums", &sums());
+    declare
+        .map_accum(Commit::producer(), 0u64)
+        .on(input, move |sum, entry, _, emits| {
             let next = sum + entry.item;
-            (next, Emits::new().json("sums", [next]))
+            emits.push(output, next);
+            next
         })
+        .build()
         .expect("declare")
 }
 

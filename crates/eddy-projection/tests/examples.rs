@@ -2,6 +2,8 @@
 
 #[path = "../examples/amounts.rs"]
 mod amounts;
+#[path = "../examples/enrich.rs"]
+mod enrich;
 #[path = "../examples/order_totals.rs"]
 mod order_totals;
 #[path = "../examples/per_workspace.rs"]
@@ -27,4 +29,9 @@ fn tracker_runs() {
 #[test]
 fn per_workspace_runs() {
     per_workspace::main().expect("per workspace");
+}
+
+#[test]
+fn enrich_runs() {
+    enrich::main().expect("enrich");
 }

@@ -7,8 +7,8 @@ use eddy_projection::{Declare, FollowOptions, Host, Retry, RunOptions, Status, S
 use eddy_streams::{Append, Storage};
 use futures::StreamExt;
 
-use crate::run::{order_totals, seed};
-use crate::support::{order, orders, Faulty, Op, Order, When};
+use crate::run::{order_totals, seed, total_fold};
+use crate::support::{order, orders, Faulty, Op, When};
 
 const QUIET: Duration = Duration::from_millis(300);
 
@@ -27,7 +27,7 @@ mod cases {
     pub async fn follow_emits_by_the_rules_and_ends_when_closed(store: Arc<dyn Storage>) {
         seed(store.as_ref(), 0..0).await;
         let host = Host::new(store.clone());
-        let follow = host.follow(order_totals().at(()).expect("bind"), fast());
+        let follow = host.follow(&order_totals().at(()).expect("bind"), fast());
         futures::pin_mut!(follow);
         let first = follow.next().await.expect("element").expect("ok");
         assert_eq!(
@@ -66,7 +66,7 @@ mod cases {
         seed(store.as_ref(), 0..3).await;
         let host = Host::new(store.clone());
         let follow = host.follow(
-            order_totals().at(()).expect("bind"),
+            &order_totals().at(()).expect("bind"),
             fast().with_limit(1).with_unit_size(1),
         );
         futures::pin_mut!(follow);
@@ -81,7 +81,7 @@ mod cases {
     pub async fn bad_follow_options_fail_at_the_first_pull(store: Arc<dyn Storage>) {
         let host = Host::new(store.clone());
         let follow = host.follow(
-            order_totals().at(()).expect("bind"),
+            &order_totals().at(()).expect("bind"),
             FollowOptions::default().repair_interval_ms(0),
         );
         futures::pin_mut!(follow);
@@ -96,7 +96,7 @@ mod cases {
         faulty.fail_nth(Some(Op::Read), 0, When::Before);
         faulty.fail_nth(Some(Op::Read), 2, When::Before);
         let host = Host::new(faulty.clone());
-        let follow = host.follow(order_totals().at(()).expect("bind"), fast());
+        let follow = host.follow(&order_totals().at(()).expect("bind"), fast());
         futures::pin_mut!(follow);
         let first = follow.next().await.expect("element").expect("retried");
         assert_eq!(first.offsets["input"].position(), 2);
@@ -104,12 +104,15 @@ mod cases {
 
     pub async fn other_faults_fail_the_stream(store: Arc<dyn Storage>) {
         seed(store.as_ref(), 0..1).await;
-        let failing = Declare::<(), Order>::new("failing")
-            .input("orders", &orders())
-            .fold(0.0, |_, _, _| Step::fail("boom"))
+        let mut declare = Declare::<()>::new("failing");
+        let input = declare.input("orders", &orders());
+        let failing = declare
+            .fold(0.0)
+            .on(input, |_, _, _| Step::<f64>::fail("boom"))
+            .build()
             .expect("declare");
         let host = Host::new(store.clone());
-        let follow = host.follow(failing.at(()).expect("bind"), fast());
+        let follow = host.follow(&failing.at(()).expect("bind"), fast());
         futures::pin_mut!(follow);
         let err = follow.next().await.expect("element").expect_err("fails");
         assert_eq!(err.code(), "handler/failed");
@@ -122,7 +125,7 @@ mod cases {
         seed(store.as_ref(), 0..1).await;
         let host = Host::new(store.clone());
         let bound = order_totals().at(()).expect("bind");
-        let follow = host.follow(bound.clone(), fast());
+        let follow = host.follow(&bound, fast());
         futures::pin_mut!(follow);
         follow.next().await.expect("element").expect("ok");
         seed(store.as_ref(), 1..2).await;
@@ -136,7 +139,7 @@ mod cases {
     pub async fn a_bad_follow_limit_fails_at_the_first_pull(store: Arc<dyn Storage>) {
         seed(store.as_ref(), 0..1).await;
         let host = Host::new(store.clone());
-        let follow = host.follow(order_totals().at(()).expect("bind"), fast().with_limit(0));
+        let follow = host.follow(&order_totals().at(()).expect("bind"), fast().with_limit(0));
         futures::pin_mut!(follow);
         let err = follow.next().await.expect("element").expect_err("invalid");
         assert_eq!(err.code(), "load/invalid-options");
@@ -162,14 +165,14 @@ mod cases {
         let host = Host::new(faulty.clone()).with_retry(never);
         let options = FollowOptions::default().repair_interval_ms(50);
         faulty.fail_nth(Some(Op::Read), 0, When::Before);
-        let follow = host.follow(order_totals().at(()).expect("bind"), options.clone());
+        let follow = host.follow(&order_totals().at(()).expect("bind"), options.clone());
         futures::pin_mut!(follow);
         let err = follow.next().await.expect("element").expect_err("no retry");
         assert_eq!(err.code(), "storage-failure");
 
         faulty.fail_nth(Some(Op::Read), 0, When::Before);
         let follow = host.follow(
-            order_totals().at(()).expect("bind"),
+            &order_totals().at(()).expect("bind"),
             options.with_retry(Retry::exponential(
                 Duration::from_millis(1),
                 Duration::from_millis(5),
@@ -184,13 +187,9 @@ mod cases {
     /// holds the state and offsets the final unit committed.
     pub async fn follow_ends_after_the_final_gone_unit(store: Arc<dyn Storage>) {
         seed(store.as_ref(), 0..2).await;
-        let running = Declare::<(), Order>::new("running-total")
-            .input("orders", &orders())
-            .fold(0.0, |sum, entry, _| sum + entry.item.amount)
-            .expect("declare");
         let host = Host::new(store.clone());
-        let bound = running.at(()).expect("bind");
-        let follow = host.follow(bound.clone(), fast());
+        let bound = total_fold().at(()).expect("bind");
+        let follow = host.follow(&bound, fast());
         futures::pin_mut!(follow);
         let first = follow.next().await.expect("element").expect("ok");
         assert_eq!(first.state, Some(1.0));
@@ -212,7 +211,7 @@ mod cases {
     pub async fn an_output_deleted_under_a_follower_is_invalid(store: Arc<dyn Storage>) {
         seed(store.as_ref(), 0..1).await;
         let host = Host::new(store.clone());
-        let follow = host.follow(order_totals().at(()).expect("bind"), fast());
+        let follow = host.follow(&order_totals().at(()).expect("bind"), fast());
         futures::pin_mut!(follow);
         follow.next().await.expect("element").expect("ok");
         let output = crate::support::totals().path(&()).expect("path");
@@ -233,7 +232,7 @@ mod cases {
         let faulty = Arc::new(Faulty::new(store.clone()));
         let host = Host::new(faulty.clone());
         let follow = host.follow(
-            order_totals().at(()).expect("bind"),
+            &order_totals().at(()).expect("bind"),
             fast().with_unit_size(1),
         );
         futures::pin_mut!(follow);
@@ -268,7 +267,7 @@ mod cases {
             fast().with_retry(Retry::exponential(Duration::MAX, Duration::MAX).jittered()),
         ];
         for options in huge {
-            let follow = host.follow(order_totals().at(()).expect("bind"), options);
+            let follow = host.follow(&order_totals().at(()).expect("bind"), options);
             futures::pin_mut!(follow);
             let err = follow.next().await.expect("element").expect_err("refused");
             assert_eq!(err.code(), "load/invalid-options", "{err}");

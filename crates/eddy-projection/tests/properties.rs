@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use eddy_projection::{Commit, Declare, Emits, Host, Projection, RunOptions, StateEntry};
+use eddy_projection::{Commit, Declare, Host, Projection, RunOptions};
 use eddy_streams::{JsonStream, MemoryStorage, StateStream, Storage};
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -37,41 +37,42 @@ fn board() -> StateStream {
         .collection::<Row>("row", "key")
 }
 
-fn folded() -> Projection<(), Delta, Totals> {
-    Declare::<(), Delta>::new("folded")
-        .input("deltas", &deltas())
-        .fold(Totals::new(), |mut totals, entry, _| {
+fn folded() -> Projection<(), Totals> {
+    let mut declare = Declare::<()>::new("folded");
+    let input = declare.input("deltas", &deltas());
+    declare
+        .fold(Totals::new())
+        .on(input, |mut totals, entry, _| {
             *totals.entry(entry.item.key.clone()).or_insert(0) += entry.item.by;
             totals
         })
+        .build()
         .expect("declare")
 }
 
 /// Coalesces each batch into one upsert per touched key.
-fn batched() -> Projection<(), Delta, Totals> {
-    Declare::<(), Delta>::new("batched")
-        .input("deltas", &deltas())
-        .output("board", &board())
-        .map_accum_batch(Commit::producer(), Totals::new(), |mut totals, batch, _| {
-            let mut touched = std::collections::BTreeSet::new();
-            for entry in batch.entries() {
-                *totals.entry(entry.item.key.clone()).or_insert(0) += entry.item.by;
-                touched.insert(entry.item.key.clone());
-            }
-            let rows: Vec<_> = touched
-                .into_iter()
-                .map(|key| {
-                    StateEntry::upsert(
-                        "row",
-                        &Row {
-                            value: totals[&key],
-                            key,
-                        },
-                    )
-                })
-                .collect();
-            (totals, Emits::new().state("board", rows))
-        })
+fn batched() -> Projection<(), Totals> {
+    let mut declare = Declare::<()>::new("batched");
+    let input = declare.input("deltas", &deltas());
+    let board_output = declare.state_output("board", &board());
+    let rows = declare.collection::<Row>(board_output, "row");
+    declare
+        .map_accum_batch(
+            Commit::producer(),
+            Totals::new(),
+            move |mut totals, batch, _, emits| {
+                let mut touched = std::collections::BTreeSet::new();
+                for delta in batch.items(input) {
+                    *totals.entry(delta.key.clone()).or_insert(0) += delta.by;
+                    touched.insert(delta.key.clone());
+                }
+                for key in touched {
+                    let value = totals[&key];
+                    emits.upsert(rows, Row { key, value });
+                }
+                totals
+            },
+        )
         .expect("declare")
 }
 

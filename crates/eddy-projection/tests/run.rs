@@ -3,33 +3,55 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use eddy_projection::{
-    Commit, Declare, Emits, Host, Projection, RunOptions, StateEntry, Status, Step,
-};
-use eddy_streams::{StateStream, Storage};
+use eddy_projection::{Commit, Declare, Host, Projection, RunOptions, Status, Step};
+use eddy_streams::{Control, StateStream, Storage};
 
-use crate::support::{order, orders, read_all, totals, Faulty, Op, Order, Total, When};
+use crate::support::{order, orders, read_all, total_of, totals, Faulty, Op, Order, Total, When};
 
-fn total_fold() -> Projection<(), Order, f64> {
-    Declare::<(), Order>::new("total")
-        .input("orders", &orders())
-        .fold(0.0, |sum, entry, _| sum + entry.item.amount)
+/// `total`: the sum of the orders' amounts.
+pub fn total_fold() -> Projection<(), f64> {
+    let mut declare = Declare::<()>::new("total");
+    let orders = declare.input("orders", &orders());
+    declare
+        .fold(0.0)
+        .on(orders, |sum, entry, _| sum + entry.item.amount)
+        .build()
         .expect("declare")
 }
 
-pub fn order_totals() -> Projection<(), Order, ()> {
-    Declare::<(), Order>::new("order-totals")
-        .input("input", &orders())
-        .output("totals", &totals())
-        .emit(Commit::producer(), |entry, _| {
-            Emits::new().json(
-                "totals",
-                [Total {
-                    order_id: entry.item.order_id.clone(),
-                    total: entry.item.amount,
-                }],
-            )
+/// `order-totals`: one total per order, with the producer commit.
+pub fn order_totals() -> Projection<(), ()> {
+    let mut declare = Declare::<()>::new("order-totals");
+    let input = declare.input("input", &orders());
+    let totals = declare.output("totals", &totals());
+    declare
+        .emit(Commit::producer())
+        .on(input, move |entry, _, emits| {
+            emits.push(totals, total_of(entry.item))
         })
+        .build()
+        .expect("declare")
+}
+
+/// A running total of the orders' amounts, written to `totals`.
+pub fn running_totals(id: &str) -> Projection<(), f64> {
+    let mut declare = Declare::<()>::new(id);
+    let input = declare.input("orders", &orders());
+    let totals = declare.output("totals", &totals());
+    declare
+        .map_accum(Commit::producer(), 0.0)
+        .on(input, move |sum, entry, _, emits| {
+            let next = sum + entry.item.amount;
+            emits.push(
+                totals,
+                Total {
+                    order_id: entry.item.order_id.clone(),
+                    total: next,
+                },
+            );
+            next
+        })
+        .build()
         .expect("declare")
 }
 
@@ -162,9 +184,11 @@ mod cases {
         let seen = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
         let fail_once = Arc::new(Mutex::new(true));
         let (seen2, fail2) = (seen.clone(), fail_once.clone());
-        let projection = Declare::<(), Order>::new("effects")
-            .input("orders", &orders())
-            .process_each(Commit::at_least_once(), move |entry, unit| {
+        let mut declare = Declare::<()>::new("effects");
+        let input = declare.input("orders", &orders());
+        let projection = declare
+            .process_each(Commit::at_least_once())
+            .on(input, move |entry, unit| {
                 seen2
                     .lock()
                     .expect("seen")
@@ -176,6 +200,7 @@ mod cases {
                 }
                 Step::from(())
             })
+            .build()
             .expect("declare");
         let host = Host::new(store.clone());
         let bound = projection.at(()).expect("bind");
@@ -205,25 +230,22 @@ mod cases {
         seed(store.as_ref(), 0..2).await;
         let calls = Arc::new(Mutex::new(Vec::new()));
         let calls2 = calls.clone();
+        let mut declare = Declare::<()>::new("compensated");
+        let input = declare.input("input", &orders());
+        let totals = declare.output("totals", &totals());
         let commit = Commit::producer().with_compensation(move |result, cause, unit| {
             calls2.lock().expect("calls").push((
-                result.emits.len("totals"),
+                result.emits.len(totals),
                 cause.code(),
                 unit.ranges["input"].len(),
             ));
         });
-        let projection = Declare::<(), Order>::new("compensated")
-            .input("input", &orders())
-            .output("totals", &totals())
-            .emit(commit, |entry, _| {
-                Emits::new().json(
-                    "totals",
-                    [Total {
-                        order_id: entry.item.order_id.clone(),
-                        total: 0.0,
-                    }],
-                )
+        let projection = declare
+            .emit(commit)
+            .on(input, move |entry, _, emits| {
+                emits.push(totals, total_of(entry.item))
             })
+            .build()
             .expect("declare");
         let faulty = Arc::new(Faulty::new(store.clone()));
         let host = Host::new(faulty.clone());
@@ -285,28 +307,22 @@ mod cases {
         let transitions =
             eddy_streams::JsonStream::<i64>::new("Tracker/Transitions", "transitions")
                 .expect("route");
-        let tracker = Declare::<(), i64>::new("tracker")
-            .input("numbers", &numbers)
-            .output("board", &board)
-            .output("transitions", &transitions)
-            .map_accum_batch(Commit::producer(), 0i64, |state, batch, _| {
-                let next = state + batch.input().items.iter().sum::<i64>();
-                let emits = Emits::new()
-                    .state(
-                        "board",
-                        [
-                            StateEntry::upsert(
-                                "card",
-                                &Card {
-                                    issue_id: "total".into(),
-                                    total: next,
-                                },
-                            ),
-                            StateEntry::remove("card", "old"),
-                        ],
-                    )
-                    .json("transitions", [next]);
-                (next, emits)
+        let mut declare = Declare::<()>::new("tracker");
+        let input = declare.input("numbers", &numbers);
+        let board_output = declare.state_output("board", &board);
+        let cards = declare.collection::<Card>(board_output, "card");
+        let steps = declare.output("transitions", &transitions);
+        let tracker = declare
+            .map_accum_batch(Commit::producer(), 0i64, move |state, batch, _, emits| {
+                let next = state + batch.items(input).iter().sum::<i64>();
+                let card = Card {
+                    issue_id: "total".into(),
+                    total: next,
+                };
+                emits.upsert(cards, card);
+                emits.remove(cards, "old");
+                emits.push(steps, next);
+                next
             })
             .expect("declare");
         numbers.create(store.as_ref(), &()).await.expect("create");
@@ -344,10 +360,13 @@ mod cases {
         store: Arc<dyn Storage>,
     ) {
         seed(store.as_ref(), 0..1).await;
-        let foreign = Declare::<(), Order>::new("foreign")
-            .input("input", &orders())
-            .foreign_output("totals", &totals())
-            .emit(Commit::producer(), |_, _| Emits::new())
+        let mut declare = Declare::<()>::new("foreign");
+        let input = declare.input("input", &orders());
+        declare.foreign_output("totals", &totals());
+        let foreign = declare
+            .emit(Commit::producer())
+            .on(input, |_, _, _| ())
+            .build()
             .expect("declare");
         let host = Host::new(store.clone());
         let err = host
@@ -402,24 +421,23 @@ mod cases {
         let board = StateStream::new("Tracker/Board", "board")
             .expect("route")
             .collection::<Card>("card", "issueId");
-        let projection = Declare::<(), Order>::new("controls")
-            .input("input", &orders())
-            .output("board", &board)
-            .emit(Commit::producer(), |entry, _| {
+        let mut declare = Declare::<()>::new("controls");
+        let input = declare.input("input", &orders());
+        let board_output = declare.state_output("board", &board);
+        let cards = declare.collection::<Card>(board_output, "card");
+        let projection = declare
+            .emit(Commit::producer())
+            .on(input, move |entry, _, emits| {
                 let card = Card {
                     issue_id: entry.item.order_id.clone(),
                 };
-                Emits::new().state(
-                    "board",
-                    [
-                        StateEntry::snapshot_start(),
-                        StateEntry::upsert("card", &card),
-                        StateEntry::reset(),
-                        StateEntry::remove("card", "old"),
-                        StateEntry::snapshot_end(),
-                    ],
-                )
+                emits.control(board_output, Control::SnapshotStart);
+                emits.upsert(cards, card);
+                emits.control(board_output, Control::Reset);
+                emits.remove(cards, "old");
+                emits.control(board_output, Control::SnapshotEnd);
             })
+            .build()
             .expect("declare");
         let host = Host::new(store.clone());
         host.run(&projection.at(()).expect("bind"), RunOptions::default())
@@ -457,27 +475,24 @@ mod cases {
     pub async fn an_empty_output_uses_no_producer_sequence(store: Arc<dyn Storage>) {
         seed(store.as_ref(), 0..3).await;
         let evens = eddy_streams::JsonStream::<String>::new("Shop/Evens", "evens").expect("route");
-        let projection = Declare::<(), Order>::new("two-outputs")
-            .input("input", &orders())
-            .output("totals", &totals())
-            .output("evens", &evens)
-            .emit(Commit::producer(), |entry, _| {
-                let id = entry.item.order_id.clone();
-                let total = Total {
-                    order_id: id.clone(),
-                    total: entry.item.amount,
-                };
-                match id.as_str() {
+        let mut declare = Declare::<()>::new("two-outputs");
+        let input = declare.input("input", &orders());
+        let totals_output = declare.output("totals", &totals());
+        let evens_output = declare.output("evens", &evens);
+        let projection = declare
+            .emit(Commit::producer())
+            .on(input, move |entry, _, emits| {
+                emits.push(totals_output, total_of(entry.item));
+                match entry.item.order_id.as_str() {
                     // Both outputs.
-                    "o0" => Emits::new().json("totals", [total]).json("evens", [id]),
-                    // The key is missing.
-                    "o1" => Emits::new().json("totals", [total]),
-                    // The key is there with no items.
-                    _ => Emits::new()
-                        .json("totals", [total])
-                        .json("evens", Vec::<String>::new()),
+                    "o0" => emits.push(evens_output, &entry.item.order_id),
+                    // Nothing for `evens`.
+                    "o1" => {}
+                    // No items for `evens`.
+                    _ => emits.extend(evens_output, Vec::<String>::new()),
                 }
             })
+            .build()
             .expect("declare");
         let host = Host::new(store.clone());
         let bound = projection.at(()).expect("bind");
@@ -531,14 +546,18 @@ mod cases {
         });
         let fail_handler = Arc::new(Mutex::new(false));
         let fail2 = fail_handler.clone();
-        let projection = Declare::<(), Order>::new("compensated-fold")
-            .input("orders", &orders())
-            .fold_with(commit, 0.0, move |sum: f64, entry, _| {
+        let mut declare = Declare::<()>::new("compensated-fold");
+        let input = declare.input("orders", &orders());
+        let projection = declare
+            .fold(0.0)
+            .commit(commit)
+            .on(input, move |sum: f64, entry, _| {
                 if *fail2.lock().expect("fail") {
                     return Step::fail("handler failed");
                 }
                 Step::from(sum + entry.item.amount)
             })
+            .build()
             .expect("declare");
         let faulty = Arc::new(Faulty::new(store.clone()));
         let host = Host::new(faulty.clone());
@@ -567,18 +586,7 @@ mod cases {
     /// created or appended, no checkpoint is written.
     pub async fn current_on_an_output_projection_writes_nothing(store: Arc<dyn Storage>) {
         seed(store.as_ref(), 0..3).await;
-        let running = Declare::<(), Order>::new("running")
-            .input("orders", &orders())
-            .output("totals", &totals())
-            .map_accum(Commit::producer(), 0.0, |sum: f64, entry, _| {
-                let next = sum + entry.item.amount;
-                let total = Total {
-                    order_id: entry.item.order_id.clone(),
-                    total: next,
-                };
-                (next, Emits::new().json("totals", [total]))
-            })
-            .expect("declare");
+        let running = running_totals("running");
         let host = Host::new(store.clone());
         let bound = running.at(()).expect("bind");
         assert_eq!(host.current(&bound).await.expect("current"), 3.0);
@@ -609,15 +617,21 @@ mod cases {
         }
         let seen = Arc::new(Mutex::new(Vec::<String>::new()));
         let seen2 = seen.clone();
-        let projection = Declare::<(), Order>::new("ordered")
-            .input("zeta", &zeta)
-            .input("alpha", &alpha)
-            .process_each(Commit::at_least_once(), move |entry, _| {
-                seen2
-                    .lock()
-                    .expect("seen")
-                    .push(format!("{}:{}", entry.input, entry.item.order_id));
-            })
+        let mut declare = Declare::<()>::new("ordered");
+        let zeta = declare.input("zeta", &zeta);
+        let alpha = declare.input("alpha", &alpha);
+        let record = move |input: &str, order: &Order| {
+            seen2
+                .lock()
+                .expect("seen")
+                .push(format!("{input}:{}", order.order_id));
+        };
+        let record2 = record.clone();
+        let projection = declare
+            .process_each(Commit::at_least_once())
+            .on(alpha, move |entry, _| record("alpha", entry.item))
+            .on(zeta, move |entry, _| record2("zeta", entry.item))
+            .build()
             .expect("declare");
         let host = Host::new(store.clone());
         host.run(&projection.at(()).expect("bind"), RunOptions::default())
@@ -632,18 +646,7 @@ mod cases {
     /// replays on the next run (the pin carries the initial state).
     pub async fn a_first_unit_pinned_but_not_settled_replays(store: Arc<dyn Storage>) {
         seed(store.as_ref(), 0..3).await;
-        let running = Declare::<(), Order>::new("running")
-            .input("orders", &orders())
-            .output("totals", &totals())
-            .map_accum(Commit::producer(), 0.0, |sum: f64, entry, _| {
-                let next = sum + entry.item.amount;
-                let total = Total {
-                    order_id: entry.item.order_id.clone(),
-                    total: next,
-                };
-                (next, Emits::new().json("totals", [total]))
-            })
-            .expect("declare");
+        let running = running_totals("running");
         let faulty = Arc::new(Faulty::new(store.clone()));
         let host = Host::new(faulty.clone());
         let bound = running.at(()).expect("bind");
@@ -667,11 +670,146 @@ mod cases {
         assert_eq!(written, [0.0, 1.0, 3.0]);
     }
 
-    /// Regression (issue 11, 1.3): an output mistake (a name the
-    /// projection does not declare, an item that does not fit its output,
-    /// an unknown state collection) was found only after the pin, and the
-    /// replay failed the same way forever. Now nothing is written and a
-    /// fixed handler resumes.
+    /// Asynchronous handlers borrow the entry, the unit, the batch and the
+    /// outputs across their awaits (no `'static` clones), in every shape.
+    pub async fn async_handlers_borrow_what_they_are_given(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..4).await;
+        let host = Host::new(store.clone());
+        let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+
+        let mut declare = Declare::<()>::new("async-fold");
+        let input = declare.input("orders", &orders());
+        let fold = declare
+            .fold(0.0)
+            .on_async(input, |sum: f64, entry, unit| {
+                Box::pin(async move {
+                    tokio::task::yield_now().await;
+                    assert_eq!(unit.key.len(), 16, "the unit is still there");
+                    Ok(sum + entry.item.amount)
+                })
+            })
+            .build()
+            .expect("declare");
+        let progress = host
+            .run(
+                &fold.at(()).expect("bind"),
+                RunOptions::default().with_unit_size(3),
+            )
+            .await
+            .expect("fold");
+        assert_eq!(progress.state, Some(6.0));
+
+        let mut declare = Declare::<()>::new("async-emit");
+        let input = declare.input("input", &orders());
+        let output = declare.output("totals", &totals());
+        let emit = declare
+            .emit(Commit::producer())
+            .on_async(input, move |entry, _unit, emits| {
+                Box::pin(async move {
+                    tokio::task::yield_now().await;
+                    emits.push(output, total_of(entry.item));
+                    Ok(())
+                })
+            })
+            .build()
+            .expect("declare");
+        host.run(&emit.at(()).expect("bind"), RunOptions::default())
+            .await
+            .expect("emit");
+        assert_eq!(read_all(store.as_ref(), &totals(), &()).await.len(), 4);
+
+        let record = seen.clone();
+        let mut declare = Declare::<()>::new("async-process");
+        let input = declare.input("orders", &orders());
+        let process = declare
+            .process_async(Commit::at_least_once(), move |batch, unit| {
+                let record = record.clone();
+                Box::pin(async move {
+                    tokio::task::yield_now().await;
+                    for order in batch.items(input) {
+                        record.lock().expect("seen").push(format!(
+                            "{}:{}",
+                            &unit.key[..4],
+                            order.order_id
+                        ));
+                    }
+                    Ok(())
+                })
+            })
+            .expect("declare");
+        host.run(&process.at(()).expect("bind"), RunOptions::default())
+            .await
+            .expect("process");
+        let seen = seen.lock().expect("seen").clone();
+        assert_eq!(seen.len(), 4);
+        assert!(seen[3].ends_with(":o3"));
+
+        let mut declare = Declare::<()>::new("async-failure");
+        let input = declare.input("orders", &orders());
+        let failing = declare
+            .process_each(Commit::at_least_once())
+            .on_async(input, |entry, _unit| {
+                Box::pin(async move {
+                    tokio::task::yield_now().await;
+                    Err(format!("cannot send {}", entry.item.order_id).into())
+                })
+            })
+            .build()
+            .expect("declare");
+        let err = host
+            .run(&failing.at(()).expect("bind"), RunOptions::default())
+            .await
+            .expect_err("fails");
+        assert_eq!(err.code(), "handler/failed");
+        assert!(err.to_string().contains("cannot send o0"), "{err}");
+    }
+
+    /// An asynchronous compensation sees the result, the cause and the
+    /// unit for the duration of its call.
+    pub async fn an_async_compensation_runs_when_the_commit_fails(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..2).await;
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let record = calls.clone();
+        let commit = Commit::checkpoint().with_compensation_async(move |result, cause, unit| {
+            let record = record.clone();
+            Box::pin(async move {
+                tokio::task::yield_now().await;
+                record.lock().expect("calls").push((
+                    result.state,
+                    cause.code(),
+                    unit.ranges["orders"].len(),
+                ));
+                Ok(())
+            })
+        });
+        let mut declare = Declare::<()>::new("compensated-async");
+        let input = declare.input("orders", &orders());
+        let projection = declare
+            .fold(0.0)
+            .commit(commit)
+            .on(input, |sum: f64, entry, _| sum + entry.item.amount)
+            .build()
+            .expect("declare");
+        let faulty = Arc::new(Faulty::new(store.clone()));
+        let host = Host::new(faulty.clone());
+        faulty.fail_nth(Some(Op::Append), 0, When::Before);
+        let err = host
+            .run(&projection.at(()).expect("bind"), RunOptions::default())
+            .await
+            .expect_err("fails");
+        assert_eq!(err.code(), "storage-failure");
+        assert_eq!(
+            calls.lock().expect("calls").clone(),
+            vec![(Some(1.0), "storage-failure", 2)]
+        );
+    }
+
+    /// Regression (issue 11, 1.3): an output mistake was found only after
+    /// the pin, and the replay failed the same way forever. With typed
+    /// handles the compiler rules out wrong names and item types; what it
+    /// cannot see (a handle of another declaration, a row the state stream
+    /// refuses, an item that does not encode) fails the unit before
+    /// anything is written, and a fixed handler resumes.
     pub async fn an_output_mistake_writes_nothing_and_a_fixed_handler_resumes(
         store: Arc<dyn Storage>,
     ) {
@@ -679,36 +817,49 @@ mod cases {
         struct Row {
             id: String,
         }
+        #[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq)]
+        struct NotARow {
+            name: String,
+        }
         seed(store.as_ref(), 0..2).await;
         let board = StateStream::new("Test/Board", "board")
             .expect("route")
             .collection::<Row>("row", "id");
-        for mistake in ["unknown output", "item does not fit", "unknown collection"] {
+        let odd = eddy_streams::JsonStream::<Odd>::new("Test/Odd", "odd").expect("route");
+        let mut other = Declare::<()>::new("other");
+        let foreign_handle = other.output("totals", &totals());
+        for mistake in [
+            "another declaration's handle",
+            "refused row",
+            "does not encode",
+        ] {
             let buggy = Arc::new(AtomicBool::new(true));
             let flag = buggy.clone();
-            let projection = Declare::<(), Order>::new(format!("mistake-{}", mistake.len()))
-                .input("input", &orders())
-                .output("totals", &totals())
-                .output("board", &board)
-                .emit(Commit::producer(), move |entry, _| {
+            let mut declare = Declare::<()>::new(format!("mistake-{}", mistake.len()));
+            let input = declare.input("input", &orders());
+            let totals_output = declare.output("totals", &totals());
+            let board_output = declare.state_output("board", &board);
+            let rows = declare.collection::<Row>(board_output, "row");
+            let not_rows = declare.collection::<NotARow>(board_output, "row");
+            let odd_output = declare.output("odd", &odd);
+            let projection = declare
+                .emit(Commit::producer())
+                .on(input, move |entry, _, emits| {
                     let id = entry.item.order_id.clone();
-                    let total = Total {
-                        order_id: id.clone(),
-                        total: entry.item.amount,
-                    };
-                    let good = Emits::new().json("totals", [total]).state(
-                        "board",
-                        [StateEntry::upsert("row", &Row { id: id.clone() })],
-                    );
+                    emits.push(totals_output, total_of(entry.item));
+                    emits.upsert(rows, Row { id: id.clone() });
                     if !flag.load(Ordering::SeqCst) {
-                        return good;
+                        return;
                     }
                     match mistake {
-                        "unknown output" => good.json("nope", [1]),
-                        "item does not fit" => good.json("totals", ["not a total"]),
-                        _ => good.state("board", [StateEntry::upsert("nope", &Row { id })]),
+                        "another declaration's handle" => {
+                            emits.push(foreign_handle, total_of(entry.item))
+                        }
+                        "refused row" => emits.upsert(not_rows, NotARow { name: id }),
+                        _ => emits.push(odd_output, Odd::unencodable()),
                     }
                 })
+                .build()
                 .expect("declare");
             let host = Host::new(store.clone());
             let bound = projection.at(()).expect("bind");
@@ -750,18 +901,18 @@ mod cases {
     /// output A was appended before output B was refused.
     pub async fn a_refused_second_output_leaves_the_first_untouched(store: Arc<dyn Storage>) {
         seed(store.as_ref(), 0..1).await;
-        let evens = eddy_streams::JsonStream::<u32>::new("Shop/Evens", "evens").expect("route");
-        let projection = Declare::<(), Order>::new("two")
-            .input("input", &orders())
-            .output("totals", &totals())
-            .output("evens", &evens)
-            .emit(Commit::producer(), |entry, _| {
-                let total = Total {
-                    order_id: entry.item.order_id.clone(),
-                    total: entry.item.amount,
-                };
-                Emits::new().json("totals", [total]).json("evens", [-1])
+        let odd = eddy_streams::JsonStream::<Odd>::new("Test/Odd", "odd").expect("route");
+        let mut declare = Declare::<()>::new("two");
+        let input = declare.input("input", &orders());
+        let totals_output = declare.output("totals", &totals());
+        let odd_output = declare.output("odd", &odd);
+        let projection = declare
+            .emit(Commit::producer())
+            .on(input, move |entry, _, emits| {
+                emits.push(totals_output, total_of(entry.item));
+                emits.push(odd_output, Odd::unencodable());
             })
+            .build()
             .expect("declare");
         let host = Host::new(store.clone());
         let bound = projection.at(()).expect("bind");
@@ -771,6 +922,49 @@ mod cases {
             .expect_err("refused");
         assert_eq!(err.code(), "pin/invalid-output");
         assert!(read_all(store.as_ref(), &totals(), &()).await.is_empty());
+    }
+
+    /// A batch handler that reads an input of another declaration fails
+    /// its unit with `load/invalid-options` before anything is written.
+    pub async fn a_batch_handler_with_another_declarations_input_fails(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..1).await;
+        let mut other = Declare::<()>::new("other");
+        let foreign_input = other.input("orders", &orders());
+        let mut declare = Declare::<()>::new("confused");
+        declare.input("orders", &orders());
+        let totals_output = declare.output("totals", &totals());
+        let projection = declare
+            .map_accum_batch(Commit::producer(), 0usize, move |seen, batch, _, emits| {
+                for order in batch.items(foreign_input) {
+                    emits.push(totals_output, total_of(order));
+                }
+                seen + batch.len()
+            })
+            .expect("declare");
+        let host = Host::new(store.clone());
+        let bound = projection.at(()).expect("bind");
+        let err = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect_err("refused");
+        assert_eq!(err.code(), "load/invalid-options", "{err}");
+        assert!(host
+            .checkpoints()
+            .load(bound.checkpoint_key())
+            .await
+            .expect("load")
+            .checkpoint
+            .is_none());
+    }
+}
+
+/// An output item whose encoding fails: JSON object keys must be strings.
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq)]
+struct Odd(std::collections::BTreeMap<Vec<u8>, u8>);
+
+impl Odd {
+    fn unencodable() -> Self {
+        Odd([(vec![1], 1)].into_iter().collect())
     }
 }
 
@@ -795,12 +989,8 @@ async fn refused_before_pin(store: Arc<dyn Storage>) {
     );
 }
 
-pub fn bound_key<
-    P: eddy_projection::Params,
-    I: eddy_projection::Item,
-    S: eddy_projection::State,
->(
-    bound: &eddy_projection::Bound<P, I, S>,
+pub fn bound_key<P: eddy_projection::Params, S: eddy_projection::State>(
+    bound: &eddy_projection::Bound<P, S>,
 ) -> eddy_projection::CheckpointKey {
     bound.checkpoint_key().clone()
 }
@@ -826,4 +1016,7 @@ crate::on_backends!(
     a_first_unit_pinned_but_not_settled_replays,
     an_output_mistake_writes_nothing_and_a_fixed_handler_resumes,
     a_refused_second_output_leaves_the_first_untouched,
+    a_batch_handler_with_another_declarations_input_fails,
+    async_handlers_borrow_what_they_are_given,
+    an_async_compensation_runs_when_the_commit_fails,
 );

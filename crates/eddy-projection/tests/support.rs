@@ -92,6 +92,14 @@ pub struct Total {
     pub total: f64,
 }
 
+/// The total an order contributes on its own.
+pub fn total_of(order: &Order) -> Total {
+    Total {
+        order_id: order.order_id.clone(),
+        total: order.amount,
+    }
+}
+
 pub fn order(id: usize, amount: f64) -> Order {
     Order {
         order_id: format!("o{id}"),

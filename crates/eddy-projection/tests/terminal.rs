@@ -2,18 +2,18 @@
 
 use std::sync::{Arc, Mutex};
 
-use eddy_projection::{Commit, Declare, Emits, Host, Projection, RunOptions, Status};
+use eddy_projection::{Commit, Declare, Host, Projection, RunOptions, Status};
 use eddy_streams::{Append, Storage};
 
 use crate::run::{bound_key, order_totals, seed};
-use crate::support::{orders, Faulty, Op, Order, When};
+use crate::support::{orders, Faulty, Op, When};
 
 type Seen = Arc<Mutex<Vec<(usize, bool, bool)>>>;
 
 /// Closes the binding's first input stream.
 async fn close_first_input<S: eddy_projection::State>(
     store: &dyn Storage,
-    bound: &eddy_projection::Bound<(), Order, S>,
+    bound: &eddy_projection::Bound<(), S>,
 ) {
     store
         .append(
@@ -25,34 +25,25 @@ async fn close_first_input<S: eddy_projection::State>(
 }
 
 /// A batch fold that records what each unit's slice looked like.
-fn recorder() -> (Projection<(), Order, f64>, Seen) {
+fn recorder() -> (Projection<(), f64>, Seen) {
     let seen: Seen = Arc::default();
-    let seen2 = seen.clone();
-    let projection = Declare::<(), Order>::new("recorder")
-        .input("orders", &orders())
-        .map_accum_batch_stateful(seen2);
+    let record = seen.clone();
+    // mapAccumBatch needs an output; give it a throwaway one.
+    let sink = eddy_streams::JsonStream::<f64>::new("Test/Sink", "sink").expect("route");
+    let mut declare = Declare::<()>::new("recorder");
+    let input = declare.input("orders", &orders());
+    declare.output("sink", &sink);
+    let projection = declare
+        .map_accum_batch(Commit::producer(), 0.0, move |sum, batch, _, _| {
+            let slice = batch.slice(input);
+            record
+                .lock()
+                .expect("seen")
+                .push((slice.items.len(), slice.closed, slice.gone));
+            sum + slice.items.iter().map(|o| o.amount).sum::<f64>()
+        })
+        .expect("declare");
     (projection, seen)
-}
-
-trait Recorder {
-    fn map_accum_batch_stateful(self, seen: Seen) -> Projection<(), Order, f64>;
-}
-
-impl Recorder for eddy_projection::Declare<(), Order> {
-    fn map_accum_batch_stateful(self, seen: Seen) -> Projection<(), Order, f64> {
-        // mapAccumBatch needs an output; give it a throwaway one.
-        let sink = eddy_streams::JsonStream::<f64>::new("Test/Sink", "sink").expect("route");
-        self.output("sink", &sink)
-            .map_accum_batch(Commit::producer(), 0.0, move |sum, batch, _| {
-                let slice = batch.input();
-                seen.lock()
-                    .expect("seen")
-                    .push((slice.items.len(), slice.closed, slice.gone));
-                let next = sum + slice.items.iter().map(|o| o.amount).sum::<f64>();
-                (next, Emits::new())
-            })
-            .expect("declare")
-    }
 }
 
 mod cases {
@@ -203,12 +194,15 @@ mod cases {
         seed(store.as_ref(), 0..2).await;
         let calls = Arc::new(Mutex::new(0usize));
         let calls2 = calls.clone();
-        let projection = Declare::<(), Order>::new("per-item")
-            .input("orders", &orders())
-            .fold(0.0, move |sum: f64, entry, _| {
+        let mut declare = Declare::<()>::new("per-item");
+        let input = declare.input("orders", &orders());
+        let projection = declare
+            .fold(0.0)
+            .on(input, move |sum: f64, entry, _| {
                 *calls2.lock().expect("calls") += 1;
                 sum + entry.item.amount
             })
+            .build()
             .expect("declare");
         let host = Host::new(store.clone());
         let bound = projection.at(()).expect("bind");
@@ -230,13 +224,9 @@ mod cases {
     /// `read` gave the final state instead of the initial one.
     pub async fn a_failed_forget_is_retried_until_it_lands(store: Arc<dyn Storage>) {
         seed(store.as_ref(), 0..3).await;
-        let projection = Declare::<(), Order>::new("forgetful")
-            .input("orders", &orders())
-            .fold(0.0, |sum: f64, entry, _| sum + entry.item.amount)
-            .expect("declare");
         let faulty = Arc::new(Faulty::new(store.clone()));
         let host = Host::new(faulty.clone());
-        let bound = projection.at(()).expect("bind");
+        let bound = crate::run::total_fold().at(()).expect("bind");
         host.run(&bound, RunOptions::default()).await.expect("run");
         store
             .delete(bound.input_paths().first().expect("input"))

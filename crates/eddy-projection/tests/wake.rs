@@ -4,13 +4,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use eddy_projection::{
-    wake, wake_stream, AttachError, AttachOptions, BindingState, Host, RunOptions, Status, Step,
-    WakeRow, WAKE_COLLECTION,
+    wake, wake_stream, AttachError, AttachOptions, BindingState, Declare, Host, RunOptions, Status,
+    Step, WakeRow, WAKE_COLLECTION,
 };
 use eddy_streams::{Append, JsonStream, Route, Storage};
 use serde::{Deserialize, Serialize};
 
-use crate::support::{read_all, wait_for_tail, Faulty, Op, Order, Total, When};
+use crate::support::{read_all, total_of, wait_for_tail, Faulty, Op, Order, Total, When};
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -33,25 +33,22 @@ fn workspace(id: &str) -> Workspace {
 type ByWorkspace = (
     JsonStream<Order>,
     JsonStream<Total>,
-    eddy_projection::Projection<Workspace, Order, ()>,
+    eddy_projection::Projection<Workspace, ()>,
 );
 
 /// `facts/:workspaceId` → `totals/:workspaceId`, one total per order.
 fn by_workspace() -> ByWorkspace {
     let facts = JsonStream::<Order>::new("Shop/Facts", "facts/:workspaceId").expect("route");
     let totals = JsonStream::<Total>::new("Shop/Totals", "totals/:workspaceId").expect("route");
-    let projection = eddy_projection::Declare::<Workspace, Order>::new("by-workspace")
-        .input("facts", &facts)
-        .output("output", &totals)
-        .emit(eddy_projection::Commit::producer(), |entry, _| {
-            eddy_projection::Emits::new().json(
-                "output",
-                [Total {
-                    order_id: entry.item.order_id.clone(),
-                    total: entry.item.amount,
-                }],
-            )
+    let mut declare = Declare::<Workspace>::new("by-workspace");
+    let input = declare.input("facts", &facts);
+    let output = declare.output("output", &totals);
+    let projection = declare
+        .emit(eddy_projection::Commit::producer())
+        .on(input, move |entry, _, emits| {
+            emits.push(output, total_of(entry.item))
         })
+        .build()
         .expect("declare");
     (facts, totals, projection)
 }
@@ -164,9 +161,12 @@ mod cases {
 
     pub async fn attach_needs_inputs_that_supply_every_param(store: Arc<dyn Storage>) {
         let orders = crate::support::orders();
-        let projection = eddy_projection::Declare::<Workspace, Order>::new("shared-input")
-            .input("orders", &orders)
-            .fold(0.0, |s, e, _| s + e.item.amount)
+        let mut declare = Declare::<Workspace>::new("shared-input");
+        let input = declare.input("orders", &orders);
+        let projection = declare
+            .fold(0.0)
+            .on(input, |s, e, _| s + e.item.amount)
+            .build()
             .expect("declare");
         let host = Host::new(store);
         let err = host
@@ -241,14 +241,17 @@ mod cases {
             shard: u32,
         }
         let facts = JsonStream::<Order>::new("Shop/Shards", "shards/:shard").expect("route");
-        let projection = eddy_projection::Declare::<Shard, Order>::new("by-shard")
-            .input("facts", &facts)
-            .fold(0.0, |sum: f64, entry, _| {
+        let mut declare = Declare::<Shard>::new("by-shard");
+        let input = declare.input("facts", &facts);
+        let projection = declare
+            .fold(0.0)
+            .on(input, |sum: f64, entry, _| {
                 if entry.item.amount < 0.0 {
                     return Step::fail("negative amount");
                 }
                 Step::from(sum + entry.item.amount)
             })
+            .build()
             .expect("declare");
         let host = Host::new(store.clone());
         let attached = host

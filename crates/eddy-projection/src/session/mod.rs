@@ -1,0 +1,401 @@
+//! One writer's session on a binding: its checkpoint in memory, and the
+//! unit loop every runner shares.
+
+mod outputs;
+mod read;
+
+use std::collections::BTreeMap;
+
+use eddy_streams::Offset;
+
+use crate::checkpoint::{Checkpoint, Pending, Token};
+use crate::declare::{Params, State};
+use crate::inputs::ReadAhead;
+use crate::{
+    Batch, Bound, CommitKind, Emits, Host, Pass, Progress, ProjectionError, Range, Result, Status,
+    Unit, UnitResult,
+};
+
+/// What one unit did.
+pub(crate) struct UnitDone {
+    pub items: u64,
+}
+
+/// The units and items a cycle committed so far, over all its passes.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Tally {
+    pub units: u64,
+    pub items: u64,
+}
+
+/// A binding's checkpoint as one writer holds it between units.
+pub(crate) struct Session<P, S> {
+    pub(crate) host: Host,
+    pub(crate) bound: Bound<P, S>,
+    checkpoint: Checkpoint,
+    token: Token,
+    state: S,
+    exists: bool,
+    outputs_checked: bool,
+    ahead: std::sync::Mutex<Vec<ReadAhead>>,
+}
+
+impl<P: Params, S: State> Session<P, S> {
+    /// Loads the binding's checkpoint.
+    pub(crate) async fn load(host: Host, bound: Bound<P, S>) -> Result<Self> {
+        let loaded = host.checkpoints.load(&bound.key).await?;
+        let mut session = Session {
+            state: bound.projection.initial().clone(),
+            checkpoint: fresh_checkpoint(),
+            token: loaded.token,
+            exists: false,
+            outputs_checked: false,
+            ahead: std::sync::Mutex::new(Vec::new()),
+            host,
+            bound,
+        };
+        if let Some(checkpoint) = loaded.checkpoint {
+            session.state = decode_state(&session.bound, &checkpoint)?;
+            session.checkpoint = checkpoint;
+            session.exists = true;
+        } else {
+            // A pin before the first settle saves this checkpoint: it must
+            // carry the initial state, not `null`, so that a reload decodes.
+            session.checkpoint.state = encode_state(&session.bound, &session.state)?;
+        }
+        Ok(session)
+    }
+
+    /// The committed state.
+    pub(crate) fn state(&self) -> &S {
+        &self.state
+    }
+
+    /// The committed offset of each input.
+    pub(crate) fn offsets(&self) -> BTreeMap<String, Offset> {
+        self.bound
+            .projection
+            .inputs()
+            .iter()
+            .map(|input| {
+                let offset = self
+                    .checkpoint
+                    .inputs
+                    .get(&input.name)
+                    .map_or(Offset::ZERO, |m| m.offset);
+                (input.name.clone(), offset)
+            })
+            .collect()
+    }
+
+    /// Whether every input's close (or deletion) is committed.
+    pub(crate) fn all_closed(&self) -> bool {
+        self.bound.projection.inputs().iter().all(|input| {
+            self.checkpoint
+                .inputs
+                .get(&input.name)
+                .is_some_and(|m| m.closed || m.gone)
+        })
+    }
+
+    /// Inputs whose close is not committed yet, with their offsets.
+    pub(crate) fn open_inputs(&self) -> Vec<(eddy_streams::StreamPath, Offset)> {
+        self.bound
+            .projection
+            .inputs()
+            .iter()
+            .zip(&self.bound.inputs)
+            .filter_map(|(input, path)| {
+                let mark = self.checkpoint.inputs.get(&input.name);
+                match mark {
+                    Some(m) if m.closed || m.gone => None,
+                    _ => Some((path.clone(), mark.map_or(Offset::ZERO, |m| m.offset))),
+                }
+            })
+            .collect()
+    }
+
+    /// The report of a cycle that committed `tally` and whose last pass
+    /// was `last`.
+    pub(crate) fn progress(&self, tally: Tally, last: Pass) -> Progress<S> {
+        Progress {
+            state: self
+                .bound
+                .projection
+                .has_state()
+                .then(|| self.state.clone()),
+            offsets: last.offsets.clone(),
+            status: last.status,
+            units: tally.units,
+            items: tally.items,
+            pass: last,
+        }
+    }
+
+    /// Runs units until caught up, closed, forgotten or `limit`, counting
+    /// each committed unit into `tally` as soon as it commits, so a caller
+    /// that retries after a failure still knows what was committed.
+    pub(crate) async fn pass(
+        &mut self,
+        limit: Option<usize>,
+        unit_size: usize,
+        tally: &mut Tally,
+    ) -> Result<Pass> {
+        let mut units = 0u64;
+        let mut items = 0u64;
+        let status = loop {
+            if self.forget_due() {
+                self.forget().await?;
+                break Status::Forgotten;
+            }
+            if limit.is_some_and(|l| tally.units >= l as u64) {
+                break Status::Limited;
+            }
+            if self.all_closed() && self.checkpoint.pending.is_none() {
+                break Status::Closed;
+            }
+            let Some(done) = self.unit(unit_size).await? else {
+                break Status::CaughtUp;
+            };
+            units += 1;
+            items += done.items;
+            tally.units += 1;
+            tally.items += done.items;
+        };
+        Ok(Pass {
+            status,
+            units,
+            items,
+            offsets: self.offsets(),
+        })
+    }
+
+    /// Whether the final unit of a gone input committed and the binding
+    /// still has to be forgotten: the forget is part of that unit's
+    /// outcome, retried until it lands.
+    pub(crate) fn forget_due(&self) -> bool {
+        self.exists
+            && self.bound.projection.inner.forget_gone
+            && self.checkpoint.pending.is_none()
+            && self.checkpoint.inputs.values().any(|mark| mark.gone)
+    }
+
+    async fn forget(&mut self) -> Result<()> {
+        self.token = self
+            .host
+            .checkpoints
+            .forget(&self.bound.key, self.token)
+            .await?;
+        self.exists = false;
+        Ok(())
+    }
+
+    /// Folds up to the tails in memory, writing nothing.
+    pub(crate) async fn fold_in_memory(&mut self) -> Result<S> {
+        while let Some((slices, _)) = self.next_slices(crate::DEFAULT_UNIT_SIZE).await? {
+            let unit = self.make_unit(&slices);
+            let batch = self.batch(slices);
+            let (state, _) = self.run_kernel(&batch, &unit).await?;
+            self.checkpoint = self.settled(&unit.ranges, &state, &[])?;
+            self.state = state;
+            if batch.gone() {
+                break;
+            }
+        }
+        Ok(self.state.clone())
+    }
+
+    /// Runs one unit: the pending one, or a fresh one. `None` when there is
+    /// nothing to do.
+    pub(crate) async fn unit(&mut self, unit_size: usize) -> Result<Option<UnitDone>> {
+        let Some((slices, replay)) = self.next_slices(unit_size).await? else {
+            return Ok(None);
+        };
+        let unit = self.make_unit(&slices);
+        let batch = self.batch(slices);
+        let items = batch.len() as u64;
+        match self.bound.projection.commit_kind() {
+            CommitKind::Checkpoint => self.commit_checkpoint(&batch, &unit).await?,
+            CommitKind::Producer | CommitKind::AtLeastOnce => {
+                self.commit_pinned(&batch, &unit, replay).await?
+            }
+        }
+        Ok(Some(UnitDone { items }))
+    }
+
+    fn batch(&self, slices: Vec<crate::batch::AnySlice>) -> Batch {
+        Batch::new(self.bound.projection.inner.number, slices)
+    }
+
+    /// Runs the handler on the unit: the new state and what it wrote. A
+    /// handler that used a handle of another declaration fails the unit.
+    async fn run_kernel(&self, batch: &Batch, unit: &Unit<P>) -> Result<(S, Emits)> {
+        let projection = &self.bound.projection;
+        let mut emits = Emits::new(projection.inner.number);
+        let state = (projection.inner.kernel)(self.state.clone(), batch, unit, &mut emits)
+            .await
+            .map_err(|source| ProjectionError::Handler {
+                projection: projection.id().to_owned(),
+                source,
+            })?;
+        if let Some(misuse) = batch.misuse() {
+            return Err(ProjectionError::invalid(format!(
+                "projection `{}`: {misuse}",
+                projection.id()
+            )));
+        }
+        Ok((state, emits))
+    }
+
+    async fn commit_checkpoint(&mut self, batch: &Batch, unit: &Unit<P>) -> Result<()> {
+        let (state, emits) = self.run_kernel(batch, unit).await?;
+        let saved = async {
+            let next = self.settled(&unit.ranges, &state, &[])?;
+            self.save(next).await
+        }
+        .await;
+        self.conclude(state, emits, saved, unit).await
+    }
+
+    /// Pins the unit's ranges, runs it and settles it. A producer unit runs
+    /// its (deterministic) handler and encodes every output before the
+    /// pin, so a handler's output mistake fails the unit with nothing
+    /// written; an at-least-once unit pins before its handler runs.
+    async fn commit_pinned(&mut self, batch: &Batch, unit: &Unit<P>, replay: bool) -> Result<()> {
+        if self.bound.projection.commit_kind() == CommitKind::Producer {
+            self.check_outputs().await?;
+            let (state, emits) = self.run_kernel(batch, unit).await?;
+            let encoded = self.encode_outputs(&emits)?;
+            if !replay {
+                self.pin(unit).await?;
+            }
+            let settled = async {
+                let emitted = self.append_outputs(encoded).await?;
+                let next = self.settled(&unit.ranges, &state, &emitted)?;
+                self.save(next).await
+            }
+            .await;
+            return self.conclude(state, emits, settled, unit).await;
+        }
+        if !replay {
+            self.pin(unit).await?;
+        }
+        let (state, emits) = self.run_kernel(batch, unit).await?;
+        let settled = async {
+            let next = self.settled(&unit.ranges, &state, &[])?;
+            self.save(next).await
+        }
+        .await;
+        self.conclude(state, emits, settled, unit).await
+    }
+
+    async fn pin(&mut self, unit: &Unit<P>) -> Result<()> {
+        let mut pinned = self.checkpoint.clone();
+        pinned.pending = Some(Pending {
+            key: unit.key.clone(),
+            ranges: unit.ranges.clone(),
+        });
+        self.save(pinned).await
+    }
+
+    /// Adopts the unit's state once its commit succeeded; otherwise the
+    /// compensation (if any) sees what the handler produced.
+    async fn conclude(
+        &mut self,
+        state: S,
+        emits: Emits,
+        committed: Result<()>,
+        unit: &Unit<P>,
+    ) -> Result<()> {
+        match committed {
+            Ok(()) => {
+                self.state = state;
+                Ok(())
+            }
+            Err(cause) => Err(self.compensate(state, emits, cause, unit).await),
+        }
+    }
+
+    async fn compensate(
+        &self,
+        state: S,
+        emits: Emits,
+        cause: ProjectionError,
+        unit: &Unit<P>,
+    ) -> ProjectionError {
+        if let Some(compensation) = &self.bound.projection.inner.compensation {
+            let result = UnitResult {
+                state: self.bound.projection.has_state().then_some(state),
+                emits,
+            };
+            if let Err(e) = compensation(&result, &cause, unit).await {
+                tracing::warn!(
+                    projection = self.bound.projection.id(),
+                    unit = unit.key,
+                    "compensation failed: {e}"
+                );
+            }
+        }
+        cause
+    }
+
+    async fn save(&mut self, next: Checkpoint) -> Result<()> {
+        self.token = self
+            .host
+            .checkpoints
+            .save(&self.bound.key, self.token, &next)
+            .await?;
+        self.checkpoint = next;
+        self.exists = true;
+        Ok(())
+    }
+
+    /// The checkpoint after the unit over `ranges` settles with `state`.
+    fn settled(
+        &self,
+        ranges: &BTreeMap<String, Range>,
+        state: &S,
+        emitted: &[String],
+    ) -> Result<Checkpoint> {
+        let mut next = self.checkpoint.clone();
+        next.state = encode_state(&self.bound, state)?;
+        for (name, range) in ranges {
+            let mark = next.inputs.entry(name.clone()).or_default();
+            mark.offset = range.to;
+            mark.closed |= range.closed;
+            mark.gone |= range.gone;
+        }
+        for output in emitted {
+            *next.next_seq.entry(output.clone()).or_insert(0) += 1;
+        }
+        next.pending = None;
+        next.units += 1;
+        Ok(next)
+    }
+}
+
+fn fresh_checkpoint() -> Checkpoint {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    Checkpoint {
+        generation: format!("{nanos:x}-{:016x}", fastrand::u64(..)),
+        ..Checkpoint::default()
+    }
+}
+
+fn encode_state<P, S: State>(bound: &Bound<P, S>, state: &S) -> Result<serde_json::Value> {
+    serde_json::to_value(state).map_err(|e| ProjectionError::InvalidCheckpoint {
+        checkpoint: bound.key.path.to_string(),
+        reason: format!("the state does not encode: {e}"),
+    })
+}
+
+fn decode_state<P, S: State>(bound: &Bound<P, S>, checkpoint: &Checkpoint) -> Result<S> {
+    serde_json::from_value(checkpoint.state.clone()).map_err(|e| {
+        ProjectionError::InvalidCheckpoint {
+            checkpoint: bound.key.path.to_string(),
+            reason: format!("the state does not decode: {e}"),
+        }
+    })
+}

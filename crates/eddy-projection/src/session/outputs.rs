@@ -1,0 +1,175 @@
+//! Writing a unit's outputs: checking them before the first append,
+//! encoding every item before anything is written, and appending each
+//! output with its producer position.
+
+use bytes::Bytes;
+use eddy_streams::{Append, Payload, ProducerPosition, StateMessage, StreamConfig, StreamError};
+
+use super::Session;
+use crate::declare::{Params, State};
+use crate::emits::OutputItem;
+use crate::handles::OutputKind;
+use crate::{Emits, ProjectionError, Result};
+
+impl<P: Params, S: State> Session<P, S> {
+    /// Creates absent outputs on this owner; refuses closed, gone and
+    /// absent foreign outputs.
+    pub(super) async fn check_outputs(&mut self) -> Result<()> {
+        if self.outputs_checked {
+            return Ok(());
+        }
+        for (output, path) in self
+            .bound
+            .projection
+            .outputs()
+            .iter()
+            .zip(&self.bound.outputs)
+        {
+            let invalid = |reason: String| ProjectionError::InvalidOutput {
+                output: output.name.clone(),
+                path: path.to_string(),
+                reason,
+            };
+            match self.host.storage.head(path).await {
+                Ok(info) if info.closed => return Err(invalid("the stream is closed".into())),
+                Ok(_) => {}
+                Err(StreamError::NotFound { .. }) if !output.foreign => {
+                    self.host
+                        .storage
+                        .create(path, StreamConfig::json(), Payload::empty())
+                        .await?;
+                }
+                Err(StreamError::NotFound { .. }) => {
+                    return Err(invalid(
+                        "a foreign output must exist before the first append".into(),
+                    ))
+                }
+                Err(StreamError::Gone { .. }) => {
+                    return Err(invalid("the stream was deleted".into()))
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.outputs_checked = true;
+        Ok(())
+    }
+
+    /// Encodes the items of every output, checking each against its
+    /// output's declaration: the messages to append, by output index. A
+    /// mistake fails with `pin/invalid-output` before anything is written.
+    pub(super) fn encode_outputs(&self, emits: &Emits) -> Result<Vec<(usize, Vec<Bytes>)>> {
+        let declared = self.bound.projection.outputs();
+        let invalid = |index: usize, reason: String| ProjectionError::InvalidOutput {
+            output: declared
+                .get(index)
+                .map_or_else(String::new, |o| o.name.clone()),
+            path: self
+                .bound
+                .outputs
+                .get(index)
+                .map_or_else(String::new, ToString::to_string),
+            reason,
+        };
+        if let Some(reason) = &emits.invalid {
+            return Err(ProjectionError::InvalidOutput {
+                output: String::new(),
+                path: String::new(),
+                reason: reason.clone(),
+            });
+        }
+        let mut encoded = Vec::new();
+        for (&index, items) in emits.outputs.iter().filter(|(_, items)| !items.is_empty()) {
+            let output = declared
+                .get(index)
+                .ok_or_else(|| invalid(index, "the projection declares no such output".into()))?;
+            let messages = items
+                .iter()
+                .map(|item| encode_item(&output.kind, item))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|reason| invalid(index, reason))?;
+            encoded.push((index, messages));
+        }
+        Ok(encoded)
+    }
+
+    /// Appends each output's encoded items with its producer position;
+    /// returns the outputs that used a sequence number.
+    pub(super) async fn append_outputs(
+        &self,
+        encoded: Vec<(usize, Vec<Bytes>)>,
+    ) -> Result<Vec<String>> {
+        let declared = self.bound.projection.outputs();
+        let mut emitted = Vec::new();
+        for (index, messages) in encoded {
+            let (output, path) = (&declared[index], &self.bound.outputs[index]);
+            let seq = self
+                .checkpoint
+                .next_seq
+                .get(&output.name)
+                .copied()
+                .unwrap_or(0);
+            let position = ProducerPosition::new(self.producer_id(&output.name), 0, seq);
+            let append = Append::messages(messages).with_producer(position);
+            match self.host.storage.append(path, append).await {
+                Ok(_) => {}
+                Err(
+                    e @ (StreamError::Closed { .. }
+                    | StreamError::Gone { .. }
+                    | StreamError::NotFound { .. }),
+                ) => {
+                    return Err(ProjectionError::InvalidOutput {
+                        output: output.name.clone(),
+                        path: path.to_string(),
+                        reason: e.to_string(),
+                    })
+                }
+                Err(e) => return Err(e.into()),
+            }
+            emitted.push(output.name.clone());
+        }
+        Ok(emitted)
+    }
+
+    /// The producer id of one output of this binding: stable across
+    /// retries, new when the binding is rebuilt.
+    fn producer_id(&self, output: &str) -> String {
+        format!(
+            "eddy-projection/{}/{}/{}/{output}/{}",
+            self.bound.key.projection,
+            self.bound.key.version,
+            self.bound.key.params,
+            self.checkpoint.generation
+        )
+    }
+}
+
+/// Encodes one item for an output of `kind`; the reason when it cannot be
+/// written there.
+fn encode_item(kind: &OutputKind, item: &OutputItem) -> std::result::Result<Bytes, String> {
+    let (stream, collections) = match (kind, item) {
+        (OutputKind::Json, OutputItem::Json(bytes)) => return Ok(bytes.clone()),
+        (
+            OutputKind::State {
+                stream,
+                collections,
+            },
+            _,
+        ) => (stream, collections),
+        (OutputKind::Json, _) => return Err("a JSON output takes items, not state entries".into()),
+    };
+    let name = |index: usize| {
+        collections
+            .get(index)
+            .ok_or_else(|| format!("the state output has no collection #{index}"))
+    };
+    let message = match item {
+        OutputItem::Json(_) => {
+            return Err("a state output takes row changes and controls, not items".into())
+        }
+        OutputItem::Upsert { collection, row } => stream.upsert(name(*collection)?, row),
+        OutputItem::Remove { collection, key } => stream.remove(name(*collection)?, key.clone()),
+        OutputItem::Control(control) => Ok(StateMessage::Control(*control)),
+    }
+    .map_err(|e| e.to_string())?;
+    message.encode().map_err(|e| e.to_string())
+}
