@@ -63,4 +63,11 @@ impl Host {
     pub fn checkpoints(&self) -> &Arc<dyn CheckpointStore> {
         &self.checkpoints
     }
+
+    /// The default retry schedule of followers and attached projections
+    /// ([`Retry::default`] unless [`with_retry`](Host::with_retry) changed
+    /// it).
+    pub fn retry(&self) -> Retry {
+        self.retry
+    }
 }

@@ -5,25 +5,17 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
-use eddy_projection::{Commit, Declare, Host, Projection, RunOptions, Status};
-use eddy_streams::{Durability, JsonStream, MemoryStorage, SqliteOptions, SqliteStorage, Storage};
+use eddy_projection::{Declare, Host, RunOptions, Status};
+use eddy_streams::{Durability, MemoryStorage, SqliteOptions, SqliteStorage, Storage};
 
-use crate::support::read_all;
+use crate::support::{counts, prefix_sums, read_all, running_sum, sums};
 
-fn numbers() -> JsonStream<u64> {
-    JsonStream::new("Durability/Numbers", "numbers").expect("route")
-}
-
-fn sums() -> JsonStream<u64> {
-    JsonStream::new("Durability/Sums", "sums").expect("route")
-}
-
-/// Appends `range` to `numbers`, creating it first.
+/// Appends `range` to `counts`, creating it first.
 async fn seed(store: &dyn Storage, range: std::ops::Range<u64>) {
-    numbers().create(store, &()).await.expect("create");
+    counts().create(store, &()).await.expect("create");
     let all: Vec<u64> = range.collect();
     for chunk in all.chunks(10_000) {
-        numbers().append(store, &(), chunk).await.expect("append");
+        counts().append(store, &(), chunk).await.expect("append");
     }
 }
 
@@ -41,7 +33,7 @@ async fn footprint(store: &dyn Storage, base: &str) -> (usize, u64, u64) {
 async fn units_stay_bounded(store: Arc<dyn Storage>, units: u64) {
     seed(store.as_ref(), 0..units).await;
     let mut declare = Declare::<()>::new("sum");
-    let input = declare.input("numbers", &numbers());
+    let input = declare.input("counts", &counts());
     let fold = declare
         .fold(0u64)
         .on(input, |sum, entry, _| sum + entry.item)
@@ -99,24 +91,8 @@ fn twenty_thousand_units_keep_checkpoint_storage_bounded_on_sqlite() {
     crate::support::runtime().block_on(units_stay_bounded(Arc::new(store), 20_000));
 }
 
-/// The projection the crash worker runs: a running sum of `numbers`,
-/// written to `sums` (one item per number) with the producer commit, in
-/// checkpoint slots of four records so that kills land in slot changes too.
-fn running_sum() -> Projection<(), u64> {
-    let mut declare = Declare::<()>::new("running-sum");
-    let input = declare.input("numbers", &numbers());
-    let output = declare.output("sums", &sums());
-    declare
-        .map_accum(Commit::producer(), 0u64)
-        .on(input, move |sum, entry, _, emits| {
-            let next = sum + entry.item;
-            emits.push(output, next);
-            next
-        })
-        .build()
-        .expect("declare")
-}
-
+/// The host of the crash worker: checkpoint slots of four records, so that
+/// kills land in slot changes too.
 fn crash_host(store: Arc<dyn Storage>) -> Host {
     let checkpoints =
         eddy_projection::StreamCheckpoints::new(store.clone()).with_slot_limits(4, 1 << 20);
@@ -146,7 +122,7 @@ fn crash_worker() {
                 .run(&bound, RunOptions::limit(1).with_unit_size(unit))
                 .await
                 .expect("run");
-            println!("unit {}", progress.offsets["numbers"]);
+            println!("unit {}", progress.offsets["counts"]);
             if progress.status == Status::CaughtUp {
                 return;
             }
@@ -155,9 +131,10 @@ fn crash_worker() {
     });
 }
 
-/// Issue 11: the worker above is killed with SIGKILL after a random number
-/// of units, twenty times, and restarted on the same SQLite directory. In
-/// the end each number's running sum is written exactly once and in order,
+/// Issue 11: the worker above (`running_sum`, see `support`) is killed with
+/// SIGKILL after a random number of units, twenty times, and restarted on
+/// the same SQLite directory. In the end each number's running sum is
+/// written exactly once and in order,
 /// the state is the sum of all numbers, and the checkpoint took at most two
 /// slots.
 #[test]
@@ -210,12 +187,7 @@ fn recovery_after_sigkill_at_random_moments_is_exact() {
             .run(&bound, RunOptions::default())
             .await
             .expect("finish");
-        let expected: Vec<u64> = (0..CRASH_ITEMS)
-            .scan(0, |sum, n| {
-                *sum += n;
-                Some(*sum)
-            })
-            .collect();
+        let expected = prefix_sums(&(0..CRASH_ITEMS).collect::<Vec<_>>());
         assert_eq!(last.state, expected.last().copied());
         assert_eq!(read_all(store.as_ref(), &sums(), &()).await, expected);
         let (streams, _, _) = footprint(store.as_ref(), bound.checkpoint_path().as_str()).await;

@@ -1,17 +1,20 @@
-//! Property tests: final rows do not depend on unit size, and a producer
+//! Property tests: final rows do not depend on unit size; a producer
 //! projection that fails at any step and is retried writes each output
-//! item exactly once.
+//! item exactly once; and random storage faults at every call with random
+//! process restarts still give one sequential fold, in bounded storage.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use eddy_projection::{Commit, Declare, Host, Projection, RunOptions};
-use eddy_streams::{JsonStream, MemoryStorage, StateStream, Storage};
+use eddy_projection::{Commit, Declare, Host, Projection, RunOptions, Status, StreamCheckpoints};
+use eddy_streams::{JsonStream, MemoryStorage, SqliteStorage, StateStream, Storage};
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::run::order_totals;
-use crate::support::{order, orders, read_all, totals, Faulty, When};
+use crate::support::{
+    counts, order, orders, prefix_sums, read_all, running_sum, sums, totals, Faulty, Op, When,
+};
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 struct Delta {
@@ -97,8 +100,98 @@ async fn seed_deltas(store: &dyn Storage, items: &[(u8, i64)], chunk: usize) {
     }
 }
 
+/// One process life: a host on a store that fails the calls of `plan`.
+fn life(store: &Arc<dyn Storage>, plan: &[(usize, usize, bool)]) -> Host {
+    const OPS: [Option<Op>; 6] = [
+        None,
+        Some(Op::Create),
+        Some(Op::Append),
+        Some(Op::Read),
+        Some(Op::Head),
+        Some(Op::Delete),
+    ];
+    let faulty = Arc::new(Faulty::new(store.clone()));
+    for &(op, nth, after) in plan {
+        let when = if after { When::After } else { When::Before };
+        faulty.fail_nth(OPS[op % OPS.len()], nth, when);
+    }
+    let checkpoints = StreamCheckpoints::new(faulty.clone()).with_slot_limits(3, 1 << 20);
+    Host::with_checkpoints(faulty, Arc::new(checkpoints))
+}
+
+/// Runs `running_sum` over `count` numbers (in checkpoint slots of three
+/// records, so that restarts land in slot changes too) through lives that each fail
+/// the calls of their plan and stop at the first failure (a restart: a new
+/// host, nothing kept in memory), with random unit sizes and limits, until
+/// it catches up; then checks the outcome against one sequential fold.
+async fn faults_and_restarts(
+    store: Arc<dyn Storage>,
+    count: u64,
+    plans: &[Vec<(usize, usize, bool)>],
+    sizes: &[(usize, usize)],
+) {
+    counts().create(store.as_ref(), &()).await.expect("create");
+    let all: Vec<u64> = (1..=count).collect();
+    counts()
+        .append(store.as_ref(), &(), &all)
+        .await
+        .expect("append");
+    let bound = running_sum().at(()).expect("bind");
+    let mut caught_up = false;
+    for round in 0..plans.len() + 200 {
+        let host = life(&store, plans.get(round).map_or(&[][..], Vec::as_slice));
+        let (unit, limit) = sizes[round % sizes.len()];
+        match host
+            .run(&bound, RunOptions::limit(limit).with_unit_size(unit))
+            .await
+        {
+            Ok(progress) if progress.status == Status::CaughtUp => {
+                caught_up = true;
+                break;
+            }
+            Ok(_) => {}
+            Err(e) => assert_eq!(e.code(), "storage-failure", "{e}"),
+        }
+    }
+    assert!(caught_up, "no progress");
+    let host = life(&store, &[]);
+    assert_eq!(
+        host.read(&bound).await.expect("read"),
+        count * (count + 1) / 2
+    );
+    assert_eq!(
+        read_all(store.as_ref(), &sums(), &()).await,
+        prefix_sums(&all)
+    );
+    let slots = store
+        .list(&format!("{}/", bound.checkpoint_path()))
+        .await
+        .expect("list");
+    assert!(slots.len() <= 2, "{} slot streams", slots.len());
+    assert!(slots.iter().all(|s| s.tail.position() <= 3));
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn faults_at_any_call_and_restarts_give_one_sequential_fold(
+        count in 1u64..40,
+        plans in prop::collection::vec(
+            prop::collection::vec((0usize..6, 0usize..12, any::<bool>()), 0..4),
+            0..12,
+        ),
+        sizes in prop::collection::vec((1usize..6, 1usize..4), 1..6),
+        sqlite in prop::bool::weighted(0.2),
+    ) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store: Arc<dyn Storage> = if sqlite {
+            Arc::new(SqliteStorage::open(dir.path()).expect("open"))
+        } else {
+            Arc::new(MemoryStorage::new())
+        };
+        runtime().block_on(faults_and_restarts(store, count, &plans, &sizes));
+    }
 
     #[test]
     fn final_rows_do_not_depend_on_unit_size(

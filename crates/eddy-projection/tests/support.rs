@@ -119,6 +119,44 @@ pub fn numbers() -> JsonStream<i64> {
     JsonStream::new("Test/Numbers", "numbers").expect("route")
 }
 
+/// Unsigned numbers, for folds whose sums are checked exactly.
+pub fn counts() -> JsonStream<u64> {
+    JsonStream::new("Test/Counts", "counts").expect("route")
+}
+
+/// The running sums of `counts`.
+pub fn sums() -> JsonStream<u64> {
+    JsonStream::new("Test/Sums", "sums").expect("route")
+}
+
+/// `running-sum`: the running sum of `counts`, one item per number on
+/// `sums`, with the producer commit.
+pub fn running_sum() -> eddy_projection::Projection<(), u64> {
+    let mut declare = eddy_projection::Declare::<()>::new("running-sum");
+    let input = declare.input("counts", &counts());
+    let output = declare.output("sums", &sums());
+    declare
+        .map_accum(eddy_projection::Commit::producer(), 0u64)
+        .on(input, move |sum, entry, _, emits| {
+            let next = sum + entry.item;
+            emits.push(output, next);
+            next
+        })
+        .build()
+        .expect("declare")
+}
+
+/// The running sums of `numbers`, as one sequential fold gives them.
+pub fn prefix_sums(numbers: &[u64]) -> Vec<u64> {
+    numbers
+        .iter()
+        .scan(0, |sum, n| {
+            *sum += n;
+            Some(*sum)
+        })
+        .collect()
+}
+
 pub async fn read_all<T: Serialize + serde::de::DeserializeOwned>(
     store: &dyn Storage,
     stream: &JsonStream<T>,
@@ -160,6 +198,7 @@ pub struct Faulty {
     inner: Arc<dyn Storage>,
     plan: Mutex<Vec<(Option<Op>, usize, When)>>,
     held: Option<HeldFeed>,
+    deaf: bool,
 }
 
 /// A `committed` feed of two slots whose events wait for
@@ -176,6 +215,16 @@ impl Faulty {
             inner,
             plan: Mutex::new(Vec::new()),
             held: None,
+            deaf: false,
+        }
+    }
+
+    /// A store whose live waits never hear a commit: each one runs to its
+    /// timeout (a lost wake-up, as for a commit made by another process).
+    pub fn deaf(inner: Arc<dyn Storage>) -> Self {
+        Faulty {
+            deaf: true,
+            ..Faulty::new(inner)
         }
     }
 
@@ -306,6 +355,10 @@ impl Storage for Faulty {
         after: Offset,
         timeout: Duration,
     ) -> Result<Wait, StreamError> {
+        if self.deaf {
+            tokio::time::sleep(timeout).await;
+            return Ok(Wait::TimedOut(self.inner.head(path).await?));
+        }
         self.inner.wait(path, after, timeout).await
     }
 

@@ -9,5 +9,6 @@ mod examples;
 mod follow;
 mod properties;
 mod run;
+mod spec;
 mod terminal;
 mod wake;
