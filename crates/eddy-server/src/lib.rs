@@ -38,6 +38,13 @@
 //! `{"code", "message"}`; [`RemoteStorage`] turns them back into the same
 //! [`StreamError`](eddy_streams::StreamError)s.
 //!
+//! # Features
+//!
+//! | feature | default | what it adds |
+//! | --- | --- | --- |
+//! | `webhooks` | on | `webhook` subscriptions: Ed25519-signed notifications, the JWKS endpoint, and the HTTP client that calls them (without it, only `pull-wake` subscriptions exist) |
+//! | `remote` | on | [`RemoteStorage`], the `Storage` trait over HTTP |
+//!
 //! # Example
 //!
 //! ```
@@ -64,22 +71,22 @@
 //! ```
 #![deny(missing_docs)]
 
-pub mod cli;
+#[cfg(feature = "remote")]
 mod client;
 mod config;
-pub mod cursor;
+mod cursor;
 mod error;
 mod handlers;
 mod metrics;
-pub mod parse;
-pub mod protocol;
+mod parse;
+mod protocol;
 mod router;
 mod server;
 mod state;
 mod subscriptions;
 mod wire;
 
-pub use cli::{serve, ServeArgs};
+#[cfg(feature = "remote")]
 pub use client::RemoteStorage;
 pub use config::ServerConfig;
 pub use error::ApiError;

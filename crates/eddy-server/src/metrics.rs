@@ -18,6 +18,9 @@ pub struct Metrics {
     pub live_readers: AtomicI64,
     /// Requests refused with a 4xx or failed with a 5xx.
     pub errors: AtomicU64,
+    /// Requests whose handler has started and not yet answered (the
+    /// `/metrics` request that reads this counts itself).
+    pub requests_in_flight: AtomicI64,
 }
 
 impl Metrics {
@@ -76,6 +79,12 @@ impl Metrics {
             "Live readers (long-poll and SSE) now.",
             "gauge",
             i128::from(self.live_readers.load(Ordering::Relaxed)),
+        );
+        counter(
+            "eddy_requests_in_flight",
+            "Requests being handled now, this one included.",
+            "gauge",
+            i128::from(self.requests_in_flight.load(Ordering::Relaxed)),
         );
         out
     }

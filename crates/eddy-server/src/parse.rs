@@ -16,7 +16,7 @@ use crate::error::ApiError;
 use crate::protocol;
 
 /// A header's value as text, if present.
-pub fn header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
+pub(crate) fn header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
     match headers.get(name) {
         None => Ok(None),
         Some(value) => value
@@ -28,7 +28,7 @@ pub fn header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>,
 
 /// A plain decimal number: digits only, without a sign, point or exponent.
 /// `strict` also refuses leading zeros.
-pub fn decimal(name: &str, value: &str, strict: bool) -> Result<u64, ApiError> {
+pub(crate) fn decimal(name: &str, value: &str, strict: bool) -> Result<u64, ApiError> {
     let bad = || {
         ApiError::bad_request(format!(
             "`{name}` must be a non-negative decimal integer, got `{}`",
@@ -45,12 +45,12 @@ pub fn decimal(name: &str, value: &str, strict: bool) -> Result<u64, ApiError> {
 }
 
 /// `Stream-Closed`: `true` in any case closes; anything else is ignored.
-pub fn closed(headers: &HeaderMap) -> Result<bool, ApiError> {
+pub(crate) fn closed(headers: &HeaderMap) -> Result<bool, ApiError> {
     Ok(header(headers, protocol::CLOSED)?.is_some_and(|v| v.trim().eq_ignore_ascii_case("true")))
 }
 
 /// `Stream-TTL` or `Stream-Expires-At` (not both).
-pub fn expiry(headers: &HeaderMap) -> Result<Option<Expiry>, ApiError> {
+pub(crate) fn expiry(headers: &HeaderMap) -> Result<Option<Expiry>, ApiError> {
     let ttl = header(headers, protocol::TTL)?;
     let at = header(headers, protocol::EXPIRES_AT)?;
     match (ttl, at) {
@@ -64,7 +64,7 @@ pub fn expiry(headers: &HeaderMap) -> Result<Option<Expiry>, ApiError> {
 }
 
 /// An RFC 3339 timestamp.
-pub fn rfc3339(value: &str) -> Result<SystemTime, ApiError> {
+pub(crate) fn rfc3339(value: &str) -> Result<SystemTime, ApiError> {
     let parsed = OffsetDateTime::parse(value, &Rfc3339).map_err(|e| {
         ApiError::bad_request(format!(
             "`Stream-Expires-At` must be RFC 3339 ({e}), got `{}`",
@@ -85,7 +85,7 @@ pub fn rfc3339(value: &str) -> Result<SystemTime, ApiError> {
 }
 
 /// Formats a time as RFC 3339 (UTC, `Z`).
-pub fn format_rfc3339(at: SystemTime) -> String {
+pub(crate) fn format_rfc3339(at: SystemTime) -> String {
     let nanos = match at.duration_since(UNIX_EPOCH) {
         Ok(d) => i128::try_from(d.as_nanos()).unwrap_or(i128::MAX),
         Err(e) => -i128::try_from(e.duration().as_nanos()).unwrap_or(i128::MAX),
@@ -97,7 +97,7 @@ pub fn format_rfc3339(at: SystemTime) -> String {
 }
 
 /// The idempotent producer headers: all three or none.
-pub fn producer(headers: &HeaderMap) -> Result<Option<ProducerPosition>, ApiError> {
+pub(crate) fn producer(headers: &HeaderMap) -> Result<Option<ProducerPosition>, ApiError> {
     let id = header(headers, protocol::PRODUCER_ID)?;
     let epoch = header(headers, protocol::PRODUCER_EPOCH)?;
     let seq = header(headers, protocol::PRODUCER_SEQ)?;
@@ -121,7 +121,7 @@ pub fn producer(headers: &HeaderMap) -> Result<Option<ProducerPosition>, ApiErro
 
 /// An offset header (`Stream-Fork-Offset`, `Stream-Expected-Offset`): the
 /// canonical form only.
-pub fn offset(name: &str, value: &str) -> Result<Offset, ApiError> {
+pub(crate) fn offset(name: &str, value: &str) -> Result<Offset, ApiError> {
     value.parse().map_err(|_| {
         ApiError::bad_request(format!(
             "`{name}` must be an offset `<16 digits>_<16 digits>`, got `{}`",
@@ -132,7 +132,7 @@ pub fn offset(name: &str, value: &str) -> Result<Offset, ApiError> {
 
 /// How a GET wants its data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Live {
+pub(crate) enum Live {
     /// Catch-up: answer at once.
     No,
     /// Wait for data, up to the long-poll timeout.
@@ -143,17 +143,17 @@ pub enum Live {
 
 /// The query of a GET.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ReadQuery {
+pub(crate) struct ReadQuery {
     /// Where to read from; `None` when no `offset` was sent.
-    pub offset: Option<ReadFrom>,
+    pub(crate) offset: Option<ReadFrom>,
     /// The live mode.
-    pub live: Live,
+    pub(crate) live: Live,
     /// The client's cursor, echoed back.
-    pub cursor: Option<String>,
+    pub(crate) cursor: Option<String>,
 }
 
 /// Parses a GET query string (unknown parameters are ignored).
-pub fn read_query(query: Option<&str>) -> Result<ReadQuery, ApiError> {
+pub(crate) fn read_query(query: Option<&str>) -> Result<ReadQuery, ApiError> {
     let mut offset = None;
     let mut live = Live::No;
     let mut cursor = None;
@@ -206,7 +206,7 @@ pub fn read_query(query: Option<&str>) -> Result<ReadQuery, ApiError> {
 
 /// The stream path of a request path (`/v1/stream/a` → `v1/stream/a`),
 /// percent-decoded and checked.
-pub fn stream_path(uri_path: &str) -> Result<StreamPath, ApiError> {
+pub(crate) fn stream_path(uri_path: &str) -> Result<StreamPath, ApiError> {
     let trimmed = uri_path.strip_prefix('/').unwrap_or(uri_path);
     let decoded = percent_decode_str(trimmed)
         .decode_utf8()
@@ -216,7 +216,7 @@ pub fn stream_path(uri_path: &str) -> Result<StreamPath, ApiError> {
 
 /// The stream path named by `Stream-Forked-From`: a path, or a URL whose
 /// path is used.
-pub fn fork_source(value: &str) -> Result<StreamPath, ApiError> {
+pub(crate) fn fork_source(value: &str) -> Result<StreamPath, ApiError> {
     let path = match value.split_once("://") {
         Some((_, rest)) => rest.find('/').map_or("/", |i| &rest[i..]),
         None => value,
@@ -231,6 +231,8 @@ fn shorten(value: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     #[test]
@@ -287,5 +289,92 @@ mod tests {
         );
         assert!(rfc3339("2030-01-02T03:04:05+01:00").is_ok());
         assert!(rfc3339("tomorrow").is_err());
+    }
+
+    #[test]
+    fn the_zero_offset_is_the_empty_tail() {
+        assert_eq!(
+            offset("x", "0000000000000000_0000000000000000").ok(),
+            Some(Offset::ZERO)
+        );
+        assert!(offset("x", "-1").is_err(), "sentinels are for reads only");
+    }
+
+    /// Text from arbitrary bytes, as a header or query value may carry.
+    fn text(bytes: &[u8]) -> String {
+        String::from_utf8_lossy(bytes).into_owned()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn query_parser_is_total(query in any::<Vec<u8>>()) {
+            let _ = read_query(Some(&text(&query)));
+        }
+
+        #[test]
+        fn offsets_round_trip_and_junk_is_refused(lineage in 0u64..=9_999_999_999_999_999, position in 0u64..=9_999_999_999_999_999, junk in "[a-zA-Z,./ :-]{1,4}") {
+            let canonical = format!("{lineage:016}_{position:016}");
+            let parsed = offset("x", &canonical).expect("canonical offsets parse");
+            prop_assert_eq!(parsed.to_string(), canonical.clone());
+            let query = format!("offset={canonical}");
+            prop_assert_eq!(read_query(Some(&query)).expect("query").offset, Some(ReadFrom::Offset(parsed)));
+            let bad = format!("{canonical}{junk}");
+            prop_assert!(offset("x", &bad).is_err());
+            let bad_query = format!("offset={bad}");
+            prop_assert!(read_query(Some(&bad_query)).is_err());
+        }
+
+        #[test]
+        fn offset_parser_is_total(bytes in any::<Vec<u8>>()) {
+            if let Ok(parsed) = offset("x", &text(&bytes)) {
+                prop_assert_eq!(parsed.to_string(), text(&bytes));
+            }
+        }
+
+        #[test]
+        fn decimals_accept_exactly_plain_numbers(n in any::<u64>(), bytes in any::<Vec<u8>>()) {
+            prop_assert_eq!(decimal("x", &n.to_string(), true).ok(), Some(n));
+            let s = text(&bytes);
+            if let Ok(v) = decimal("x", &s, false) {
+                prop_assert!(s.bytes().all(|b| b.is_ascii_digit()));
+                prop_assert_eq!(s.parse::<u64>().ok(), Some(v));
+            }
+        }
+
+        #[test]
+        fn path_and_time_parsers_are_total(bytes in any::<Vec<u8>>()) {
+            let s = text(&bytes);
+            let _ = stream_path(&s);
+            let _ = fork_source(&s);
+            let _ = rfc3339(&s);
+        }
+
+        #[test]
+        fn header_parsers_are_total(values in proptest::collection::vec(any::<Vec<u8>>(), 8)) {
+            let names = [
+                protocol::CLOSED,
+                protocol::TTL,
+                protocol::EXPIRES_AT,
+                protocol::PRODUCER_ID,
+                protocol::PRODUCER_EPOCH,
+                protocol::PRODUCER_SEQ,
+                protocol::STREAM_SEQ,
+                protocol::EXPECTED_OFFSET,
+            ];
+            let mut headers = HeaderMap::new();
+            for (name, value) in names.iter().zip(&values) {
+                if let Ok(value) = axum::http::HeaderValue::from_bytes(value) {
+                    headers.insert(*name, value);
+                }
+            }
+            let _ = closed(&headers);
+            let _ = expiry(&headers);
+            let _ = producer(&headers);
+            for name in names {
+                let _ = header(&headers, name);
+            }
+        }
     }
 }

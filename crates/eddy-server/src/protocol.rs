@@ -4,46 +4,46 @@
 //! them lower-cased.
 
 /// The offset after the data a response covers (or the tail).
-pub const NEXT_OFFSET: &str = "stream-next-offset";
+pub(crate) const NEXT_OFFSET: &str = "stream-next-offset";
 /// `true` when a read reached the tail.
-pub const UP_TO_DATE: &str = "stream-up-to-date";
+pub(crate) const UP_TO_DATE: &str = "stream-up-to-date";
 /// The long-poll / SSE cursor (an interval number).
-pub const CURSOR: &str = "stream-cursor";
+pub(crate) const CURSOR: &str = "stream-cursor";
 /// `true` when a stream is closed (request: close it).
-pub const CLOSED: &str = "stream-closed";
+pub(crate) const CLOSED: &str = "stream-closed";
 /// A sliding time to live, in decimal seconds.
-pub const TTL: &str = "stream-ttl";
+pub(crate) const TTL: &str = "stream-ttl";
 /// A fixed expiry time, RFC 3339.
-pub const EXPIRES_AT: &str = "stream-expires-at";
+pub(crate) const EXPIRES_AT: &str = "stream-expires-at";
 /// An opaque, strictly increasing writer sequence value.
-pub const STREAM_SEQ: &str = "stream-seq";
+pub(crate) const STREAM_SEQ: &str = "stream-seq";
 /// An optimistic append: the tail the writer expects.
-pub const EXPECTED_OFFSET: &str = "stream-expected-offset";
+pub(crate) const EXPECTED_OFFSET: &str = "stream-expected-offset";
 /// The idempotent producer's id.
-pub const PRODUCER_ID: &str = "producer-id";
+pub(crate) const PRODUCER_ID: &str = "producer-id";
 /// The idempotent producer's epoch.
-pub const PRODUCER_EPOCH: &str = "producer-epoch";
+pub(crate) const PRODUCER_EPOCH: &str = "producer-epoch";
 /// The idempotent producer's sequence number.
-pub const PRODUCER_SEQ: &str = "producer-seq";
+pub(crate) const PRODUCER_SEQ: &str = "producer-seq";
 /// On a sequence gap: the sequence number the server expects.
-pub const PRODUCER_EXPECTED_SEQ: &str = "producer-expected-seq";
+pub(crate) const PRODUCER_EXPECTED_SEQ: &str = "producer-expected-seq";
 /// On a sequence gap: the sequence number the server received.
-pub const PRODUCER_RECEIVED_SEQ: &str = "producer-received-seq";
+pub(crate) const PRODUCER_RECEIVED_SEQ: &str = "producer-received-seq";
 /// Create a fork of this stream path.
-pub const FORKED_FROM: &str = "stream-forked-from";
+pub(crate) const FORKED_FROM: &str = "stream-forked-from";
 /// Fork at this offset.
-pub const FORK_OFFSET: &str = "stream-fork-offset";
+pub(crate) const FORK_OFFSET: &str = "stream-fork-offset";
 /// Fork this far into the message at the fork offset.
-pub const FORK_SUB_OFFSET: &str = "stream-fork-sub-offset";
+pub(crate) const FORK_SUB_OFFSET: &str = "stream-fork-sub-offset";
 /// How SSE data events of binary streams are encoded (`base64`).
-pub const SSE_DATA_ENCODING: &str = "stream-sse-data-encoding";
+pub(crate) const SSE_DATA_ENCODING: &str = "stream-sse-data-encoding";
 /// Eddy's extension: the stable error code of a failed request.
-pub const ERROR_CODE: &str = "eddy-error";
+pub(crate) const ERROR_CODE: &str = "eddy-error";
 /// Eddy's extension: the bytes a stream holds (on HEAD).
-pub const STREAM_BYTES: &str = "eddy-stream-bytes";
+pub(crate) const STREAM_BYTES: &str = "eddy-stream-bytes";
 
 /// The path prefix reserved for Eddy's own endpoints (listing).
-pub const RESERVED_PREFIX: &str = "_eddy/";
+pub(crate) const RESERVED_PREFIX: &str = "_eddy/";
 
 /// The stream path prefix Eddy keeps for itself (projection checkpoints):
 /// only administrative requests may create, append to or delete streams
@@ -51,27 +51,27 @@ pub const RESERVED_PREFIX: &str = "_eddy/";
 pub const RESERVED_STREAM_PREFIX: &str = "__eddy/";
 
 /// Every header a browser client may need to read.
-pub const EXPOSED_HEADERS: &str = "stream-next-offset, stream-up-to-date, stream-cursor, \
+pub(crate) const EXPOSED_HEADERS: &str = "stream-next-offset, stream-up-to-date, stream-cursor, \
 stream-closed, stream-ttl, stream-expires-at, producer-epoch, producer-seq, \
 producer-expected-seq, producer-received-seq, stream-sse-data-encoding, etag, location, \
 content-type, eddy-error, eddy-stream-bytes";
 
 /// Every request header a browser client may send.
-pub const ALLOWED_HEADERS: &str = "authorization, content-type, if-none-match, stream-seq, \
+pub(crate) const ALLOWED_HEADERS: &str = "authorization, content-type, if-none-match, stream-seq, \
 stream-ttl, stream-expires-at, stream-closed, stream-expected-offset, producer-id, \
 producer-epoch, producer-seq, stream-forked-from, stream-fork-offset, stream-fork-sub-offset";
 
 /// Eddy's extension (request): `messages` asks for a framed read body in
 /// which every message is a 4-byte big-endian length and its bytes, so a
 /// client keeps message boundaries on byte streams too.
-pub const FRAMING: &str = "eddy-framing";
+pub(crate) const FRAMING: &str = "eddy-framing";
 /// The value of [`FRAMING`] that asks for length-prefixed messages.
-pub const FRAMING_MESSAGES: &str = "messages";
+pub(crate) const FRAMING_MESSAGES: &str = "messages";
 /// Eddy's extension (request): the most bytes of messages a read returns.
-pub const MAX_BYTES: &str = "eddy-max-bytes";
+pub(crate) const MAX_BYTES: &str = "eddy-max-bytes";
 /// Eddy's extension (response): the offset of the first message of a read.
-pub const READ_START: &str = "eddy-read-start";
+pub(crate) const READ_START: &str = "eddy-read-start";
 /// Eddy's extension (response): `true` when an append was a duplicate.
-pub const DUPLICATE: &str = "eddy-duplicate";
+pub(crate) const DUPLICATE: &str = "eddy-duplicate";
 /// Eddy's extension (error response): the limit that was exceeded.
-pub const LIMIT: &str = "eddy-limit";
+pub(crate) const LIMIT: &str = "eddy-limit";

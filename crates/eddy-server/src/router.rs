@@ -53,6 +53,7 @@ async fn guard(State(state): State<AppState>, request: Request, next: Next) -> R
     } else if !authorized(&state, &request) {
         ApiError::Unauthorized.into_response()
     } else {
+        let _in_flight = InFlight::start(&state);
         next.run(request).await
     };
     if response.status().is_client_error() || response.status().is_server_error() {
@@ -85,6 +86,29 @@ async fn guard(State(state): State<AppState>, request: Request, next: Next) -> R
         HeaderValue::from_static(protocol::EXPOSED_HEADERS),
     );
     response
+}
+
+/// Counts a request in `eddy_requests_in_flight` while it is handled
+/// (also when the client goes away and the handler is dropped).
+struct InFlight<'a>(&'a AppState);
+
+impl<'a> InFlight<'a> {
+    fn start(state: &'a AppState) -> Self {
+        state
+            .metrics
+            .requests_in_flight
+            .fetch_add(1, Ordering::Relaxed);
+        InFlight(state)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0
+            .metrics
+            .requests_in_flight
+            .fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 fn preflight() -> Response {

@@ -348,6 +348,7 @@ async fn metrics_count_appends_and_bytes() {
     assert!(body.contains("eddy_appends_total 3"), "{body}");
     assert!(body.contains("eddy_append_bytes_total 15"), "{body}");
     assert!(body.contains("eddy_live_readers 0"), "{body}");
+    assert!(body.contains("eddy_requests_in_flight 1"), "{body}");
 }
 
 #[tokio::test]

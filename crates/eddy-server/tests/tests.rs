@@ -1,7 +1,7 @@
 //! Integration tests of `eddy-server`: one binary, one module per area.
 
-mod crash;
 mod operations;
 mod parsers;
+#[cfg(feature = "remote")]
 mod remote_contract;
 mod router;

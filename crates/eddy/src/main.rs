@@ -1,6 +1,11 @@
-//! The `eddy` command line.
+//! The `eddy` command line: the composition root. It parses arguments
+//! (clap), sets up tracing and signal handling, opens stores, and calls the
+//! library crates.
 use clap::{Parser, Subcommand};
 
+#[cfg(feature = "aws")]
+mod dynamo;
+mod serve;
 mod streams;
 
 #[derive(Parser)]
@@ -17,21 +22,21 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the Durable Streams HTTP protocol over the stream store.
-    Serve(eddy_server::ServeArgs),
+    Serve(serve::ServeArgs),
     /// Stream tools on the embedded store: create, append, read, tail, close, delete, ls.
     Streams(streams::StreamsArgs),
     /// Amazon DynamoDB tools: create-table (feature `aws`).
     #[cfg(feature = "aws")]
-    Dynamo(eddy_dynamo::cli::DynamoArgs),
+    Dynamo(dynamo::DynamoArgs),
 }
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let outcome = match Cli::parse().command {
-        Command::Serve(args) => eddy_server::serve(args).await,
+        Command::Serve(args) => serve::run(args).await,
         Command::Streams(args) => streams::run(args).await,
         #[cfg(feature = "aws")]
-        Command::Dynamo(args) => eddy_dynamo::cli::run(args).await.map_err(Into::into),
+        Command::Dynamo(args) => dynamo::run(args).await,
     };
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,6 +1,5 @@
 //! The HTTP endpoints under `<base>/__ds/`.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,8 +11,7 @@ use percent_encoding::percent_decode_str;
 
 use super::wake::{self, Ack};
 use super::{
-    registry, signing, ActiveWake, Delivery, Link, Registry, Subscription, SubscriptionError,
-    Watched,
+    registry, token, ActiveWake, Delivery, Link, Registry, Subscription, SubscriptionError, Watched,
 };
 use crate::state::AppState;
 
@@ -41,10 +39,11 @@ async fn route(
     body: Bytes,
 ) -> Result<Response, SubscriptionError> {
     let registry = registry(state).await?;
+    #[cfg(feature = "webhooks")]
     if rest == "jwks.json" {
         return Ok((
             [(header::CONTENT_TYPE, "application/jwk-set+json")],
-            registry.key.jwks().to_string(),
+            registry.webhooks.jwks().to_string(),
         )
             .into_response());
     }
@@ -73,7 +72,7 @@ async fn route(
             let sub = subscriptions
                 .get(id)
                 .ok_or_else(|| SubscriptionError::not_found(id))?;
-            Ok(axum::Json(sub.describe(&registry.key)).into_response())
+            Ok(axum::Json(registry.describe(sub)).into_response())
         }
         (Method::DELETE, "") => {
             registry
@@ -151,12 +150,14 @@ struct CreateRequest {
     pattern: Option<String>,
     #[serde(default)]
     streams: Vec<String>,
+    #[cfg(feature = "webhooks")]
     webhook: Option<WebhookRequest>,
     wake_stream: Option<String>,
     lease_ttl_ms: Option<u64>,
     description: Option<String>,
 }
 
+#[cfg(feature = "webhooks")]
 #[derive(serde::Deserialize)]
 struct WebhookRequest {
     url: String,
@@ -183,6 +184,8 @@ fn json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, SubscriptionEr
         .map_err(|e| SubscriptionError::bad_request(format!("bad JSON body: {e}")))
 }
 
+// Without webhooks, the headers (for the callback URLs' origin) go unused.
+#[cfg_attr(not(feature = "webhooks"), allow(unused_variables))]
 async fn create(
     state: &AppState,
     registry: &Arc<Registry>,
@@ -194,6 +197,7 @@ async fn create(
     let raw: serde_json::Value = json(body)?;
     let request: CreateRequest = json(body)?;
     let delivery = match request.kind.as_str() {
+        #[cfg(feature = "webhooks")]
         "webhook" => {
             let url = request
                 .webhook
@@ -202,8 +206,21 @@ async fn create(
                 .ok_or_else(|| {
                     SubscriptionError::bad_request("a webhook subscription needs `webhook.url`")
                 })?;
-            check_webhook_url(&url)?;
-            Delivery::Webhook { url }
+            super::webhook::check_url(&url)?;
+            let host = headers
+                .get(header::HOST)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("localhost");
+            Delivery::Webhook(super::webhook::Target {
+                url,
+                origin: format!("http://{host}"),
+            })
+        }
+        #[cfg(not(feature = "webhooks"))]
+        "webhook" => {
+            return Err(SubscriptionError::bad_request(
+                "this server is built without webhook subscriptions (feature `webhooks`)",
+            ))
         }
         "pull-wake" => Delivery::PullWake {
             wake_stream: request.wake_stream.clone().ok_or_else(|| {
@@ -221,10 +238,6 @@ async fn create(
             "give a `pattern`, `streams`, or both",
         ));
     }
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("localhost");
     let tails = tails(state, base_path, &request.streams).await;
     let baseline = match &request.pattern {
         Some(pattern) => baseline(state, base_path, pattern).await?,
@@ -233,9 +246,7 @@ async fn create(
     let mut subscriptions = registry.lock();
     if let Some(existing) = subscriptions.get(id) {
         if existing.request == raw && existing.base_path == base_path {
-            return Ok(
-                (StatusCode::OK, axum::Json(existing.describe(&registry.key))).into_response(),
-            );
+            return Ok((StatusCode::OK, axum::Json(registry.describe(existing))).into_response());
         }
         return Err(SubscriptionError::new(
             StatusCode::CONFLICT,
@@ -246,7 +257,6 @@ async fn create(
     let mut sub = Subscription {
         id: id.to_owned(),
         base_path: base_path.to_owned(),
-        origin: format!("http://{host}"),
         delivery,
         pattern: request.pattern,
         lease_ttl_ms: request.lease_ttl_ms.unwrap_or(30_000).max(1),
@@ -265,7 +275,7 @@ async fn create(
             acked: tail,
         });
     }
-    let described = sub.describe(&registry.key);
+    let described = registry.describe(&sub);
     subscriptions.insert(id.to_owned(), sub);
     drop(subscriptions);
     wake::listen(registry, state);
@@ -365,9 +375,9 @@ fn claim(registry: &Arc<Registry>, id: &str, body: &[u8]) -> Result<Response, Su
     }
     sub.generation += 1;
     let wake = ActiveWake {
-        wake_id: signing::token(),
+        wake_id: token::token(),
         generation: sub.generation,
-        token: signing::token(),
+        token: token::token(),
         holder: Some(request.worker),
         expires: Instant::now() + Duration::from_millis(sub.lease_ttl_ms),
     };
@@ -386,46 +396,4 @@ fn claim(registry: &Arc<Registry>, id: &str, body: &[u8]) -> Result<Response, Su
     sub.wake = Some(wake);
     sub.wake_posted = false;
     Ok(axum::Json(body).into_response())
-}
-
-/// Refuses webhook URLs that point into private networks (loopback stays
-/// allowed, for receivers on the same machine).
-fn check_webhook_url(url: &str) -> Result<(), SubscriptionError> {
-    let reject = |why: &str| {
-        SubscriptionError::new(
-            StatusCode::BAD_REQUEST,
-            "WEBHOOK_URL_REJECTED",
-            format!("webhook URL `{url}` {why}"),
-        )
-    };
-    let parsed = reqwest::Url::parse(url).map_err(|_| reject("is not a URL"))?;
-    if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(reject("must be http or https"));
-    }
-    let ip = match parsed.host() {
-        Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip),
-        Some(url::Host::Ipv6(ip)) => IpAddr::V6(ip),
-        Some(url::Host::Domain(_)) => return Ok(()),
-        None => return Err(reject("has no host")),
-    };
-    let private = match ip {
-        IpAddr::V4(v4) => {
-            v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.is_multicast()
-        }
-        IpAddr::V6(v6) => {
-            v6.is_unspecified()
-                || v6.is_multicast()
-                || (v6.segments()[0] & 0xfe00) == 0xfc00
-                || (v6.segments()[0] & 0xffc0) == 0xfe80
-        }
-    };
-    if private {
-        Err(reject("points into a private network"))
-    } else {
-        Ok(())
-    }
 }

@@ -18,8 +18,10 @@
 
 mod api;
 mod pattern;
-mod signing;
+mod token;
 mod wake;
+#[cfg(feature = "webhooks")]
+mod webhook;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -30,15 +32,17 @@ use axum::response::{IntoResponse, Response};
 use eddy_streams::Offset;
 
 pub(crate) use api::handle;
-use signing::WebhookKey;
 
 use crate::state::AppState;
 
 /// How a subscription delivers wakes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Delivery {
-    Webhook { url: String },
-    PullWake { wake_stream: String },
+    #[cfg(feature = "webhooks")]
+    Webhook(webhook::Target),
+    PullWake {
+        wake_stream: String,
+    },
 }
 
 /// Why a stream belongs to a subscription.
@@ -81,8 +85,6 @@ struct Subscription {
     id: String,
     /// The stream path prefix its paths are relative to (`v1/stream`).
     base_path: String,
-    /// The public base URL (`http://host`), for callback and JWKS URLs.
-    origin: String,
     delivery: Delivery,
     pattern: Option<String>,
     lease_ttl_ms: u64,
@@ -140,18 +142,24 @@ impl Subscription {
             .as_ref()
             .is_some_and(|w| w.expires > Instant::now())
     }
+}
 
-    fn url(&self, rest: &str) -> String {
-        let base = if self.base_path.is_empty() {
-            String::new()
-        } else {
-            format!("/{}", self.base_path)
-        };
-        format!("{}{base}/__ds/{rest}", self.origin)
+/// Every subscription of one server, and what it needs to call webhooks.
+pub(crate) struct Registry {
+    subscriptions: Mutex<HashMap<String, Subscription>>,
+    #[cfg(feature = "webhooks")]
+    webhooks: webhook::Webhooks,
+    listening: OnceLock<()>,
+}
+
+impl Registry {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Subscription>> {
+        self.subscriptions.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn describe(&self, key: &WebhookKey) -> serde_json::Value {
-        let streams: Vec<serde_json::Value> = self
+    /// A subscription as the API shows it.
+    fn describe(&self, sub: &Subscription) -> serde_json::Value {
+        let streams: Vec<serde_json::Value> = sub
             .streams
             .iter()
             .map(|(path, w)| {
@@ -165,27 +173,21 @@ impl Subscription {
             })
             .collect();
         let mut out = serde_json::json!({
-            "id": self.id,
-            "lease_ttl_ms": self.lease_ttl_ms,
+            "id": sub.id,
+            "lease_ttl_ms": sub.lease_ttl_ms,
             "streams": streams,
         });
-        if let Some(pattern) = &self.pattern {
+        if let Some(pattern) = &sub.pattern {
             out["pattern"] = pattern.clone().into();
         }
-        if let Some(description) = &self.description {
+        if let Some(description) = &sub.description {
             out["description"] = description.clone().into();
         }
-        match &self.delivery {
-            Delivery::Webhook { url } => {
+        match &sub.delivery {
+            #[cfg(feature = "webhooks")]
+            Delivery::Webhook(target) => {
                 out["type"] = "webhook".into();
-                out["webhook"] = serde_json::json!({
-                    "url": url,
-                    "signing": {
-                        "alg": "ed25519",
-                        "kid": key.kid(),
-                        "jwks_url": self.url("jwks.json"),
-                    },
-                });
+                out["webhook"] = self.webhooks.describe(target, &sub.base_path);
             }
             Delivery::PullWake { wake_stream } => {
                 out["type"] = "pull-wake".into();
@@ -196,38 +198,13 @@ impl Subscription {
     }
 }
 
-/// Every subscription of one server, its signing key, and the HTTP client
-/// for webhooks.
-pub(crate) struct Registry {
-    subscriptions: Mutex<HashMap<String, Subscription>>,
-    key: WebhookKey,
-    http: reqwest::Client,
-    listening: OnceLock<()>,
-}
-
 impl Registry {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Subscription>> {
-        self.subscriptions.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-impl Registry {
-    /// A registry with a fresh signing key.
+    /// An empty registry (with a fresh webhook signing key).
     fn create() -> Result<Arc<Registry>, SubscriptionError> {
-        let key = WebhookKey::generate().map_err(|e| {
-            SubscriptionError::internal(format!("no randomness for the signing key: {e}"))
-        })?;
-        let http = reqwest::Client::builder()
-            .timeout(std::time::Duration::from_secs(10))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| {
-                SubscriptionError::internal(format!("cannot build the webhook client: {e}"))
-            })?;
         Ok(Arc::new(Registry {
             subscriptions: Mutex::new(HashMap::new()),
-            key,
-            http,
+            #[cfg(feature = "webhooks")]
+            webhooks: webhook::Webhooks::new()?,
             listening: OnceLock::new(),
         }))
     }

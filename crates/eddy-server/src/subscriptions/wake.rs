@@ -2,12 +2,11 @@
 //! webhooks and pull-wake events, and applying acknowledgements.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use eddy_streams::{Append, Offset, Storage, StreamPath};
 use tokio::sync::broadcast::error::RecvError;
 
-use super::{signing, ActiveWake, Delivery, Registry, SubscriptionError, Watched};
+use super::{Delivery, Registry, SubscriptionError, Watched};
 use crate::state::AppState;
 
 /// Starts following the store's commits (once per server), until the
@@ -112,42 +111,11 @@ pub(super) fn wake(registry: &Arc<Registry>, store: &Arc<dyn Storage>, id: &str)
         return;
     }
     match sub.delivery.clone() {
-        Delivery::Webhook { url } => {
-            sub.generation += 1;
-            let wake = ActiveWake {
-                wake_id: signing::token(),
-                generation: sub.generation,
-                token: signing::token(),
-                holder: None,
-                expires: Instant::now() + Duration::from_millis(sub.lease_ttl_ms),
-            };
-            let streams: Vec<serde_json::Value> = pending
-                .iter()
-                .map(|(path, tail, acked)| {
-                    serde_json::json!({
-                        "path": path,
-                        "tail_offset": tail.to_string(),
-                        "acked_offset": acked.to_string(),
-                        "has_pending": true,
-                    })
-                })
-                .collect();
-            let body = serde_json::json!({
-                "subscription_id": sub.id,
-                "wake_id": wake.wake_id,
-                "generation": wake.generation,
-                "callback_url": sub.url(&format!("subscriptions/{}/callback", sub.id)),
-                "callback_token": wake.token,
-                "streams": streams,
-            });
-            let shown: Vec<(String, Offset)> =
-                pending.into_iter().map(|(p, t, _)| (p, t)).collect();
-            let generation = wake.generation;
-            sub.wake = Some(wake);
+        #[cfg(feature = "webhooks")]
+        Delivery::Webhook(target) => {
+            let notification = super::webhook::Notification::start(sub, &target, pending);
             drop(subscriptions);
-            let registry = Arc::clone(registry);
-            let id = id.to_owned();
-            tokio::spawn(async move { deliver(registry, id, url, body, generation, shown).await });
+            tokio::spawn(notification.deliver(Arc::clone(registry)));
         }
         Delivery::PullWake { wake_stream } => {
             if sub.wake_posted {
@@ -176,67 +144,6 @@ pub(super) fn wake(registry: &Arc<Registry>, store: &Arc<dyn Storage>, id: &str)
                     tracing::warn!(error = %err, "cannot post a pull-wake event");
                 }
             });
-        }
-    }
-}
-
-/// POSTs a signed webhook notification; a `{"done": true}` answer
-/// acknowledges everything it showed.
-async fn deliver(
-    registry: Arc<Registry>,
-    id: String,
-    url: String,
-    body: serde_json::Value,
-    generation: u64,
-    shown: Vec<(String, Offset)>,
-) {
-    let raw = body.to_string();
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let sent = registry
-        .http
-        .post(&url)
-        .header("content-type", "application/json")
-        .header(
-            "webhook-signature",
-            registry.key.signature(now, raw.as_bytes()),
-        )
-        .body(raw)
-        .send()
-        .await;
-    let answer: Option<serde_json::Value> = match sent {
-        Ok(response) if response.status().is_success() => response.json().await.ok(),
-        Ok(response) => {
-            tracing::warn!(%url, status = %response.status(), "webhook refused the notification");
-            None
-        }
-        Err(err) => {
-            tracing::warn!(%url, error = %err, "webhook delivery failed");
-            None
-        }
-    };
-    if answer
-        .as_ref()
-        .and_then(|a| a.get("done"))
-        .and_then(serde_json::Value::as_bool)
-        == Some(true)
-    {
-        let mut subscriptions = registry.lock();
-        if let Some(sub) = subscriptions.get_mut(&id) {
-            if sub
-                .wake
-                .as_ref()
-                .is_some_and(|w| w.generation == generation)
-            {
-                for (path, tail) in shown {
-                    if let Some(watched) = sub.streams.get_mut(&path) {
-                        watched.acked = watched.acked.max(tail);
-                    }
-                }
-                sub.wake = None;
-            }
         }
     }
 }

@@ -5,7 +5,7 @@ use base64::Engine;
 use ed25519_dalek::{Signer, SigningKey};
 
 /// The process's webhook signing key and its key id.
-pub(super) struct WebhookKey {
+pub(in crate::subscriptions) struct WebhookKey {
     key: SigningKey,
     kid: String,
 }
@@ -54,19 +54,4 @@ impl WebhookKey {
             URL_SAFE_NO_PAD.encode(signature.to_bytes())
         )
     }
-}
-
-/// A random token (wake ids, callback and claim tokens).
-pub(super) fn token() -> String {
-    let mut bytes = [0u8; 18];
-    // Without OS randomness, fall back to the clock: tokens then only fence
-    // stale wakes, which the generation number does too.
-    if getrandom::getrandom(&mut bytes).is_err() {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        bytes[..16].copy_from_slice(&nanos.to_le_bytes());
-    }
-    URL_SAFE_NO_PAD.encode(bytes)
 }

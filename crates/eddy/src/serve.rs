@@ -1,4 +1,5 @@
-//! `eddy serve`: command-line options and the process around the server.
+//! `eddy serve`: the command-line options, the process around the server
+//! (tracing, signals) and the store it opens.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -6,9 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use eddy_server::{Server, ServerConfig};
 use eddy_streams::{Durability, MemoryStorage, SqliteOptions, SqliteStorage, Storage};
-
-use crate::{Server, ServerConfig};
 
 /// Which stream store to serve.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -145,7 +145,7 @@ impl ServeArgs {
 /// Runs `eddy serve` until SIGINT or SIGTERM, then shuts down gracefully:
 /// stops accepting, ends live reads, lets in-flight requests finish, and
 /// closes the store.
-pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     init_tracing();
     let config = args.config()?;
     let stop = shutdown_signal()?;
@@ -197,4 +197,48 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
         }
         tracing::info!("shutting down: finishing in-flight requests");
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn config(args: &[&str]) -> anyhow::Result<ServerConfig> {
+        let cli = Cli::try_parse_from(std::iter::once("eddy").chain(args.iter().copied()))?;
+        cli.serve.config()
+    }
+
+    #[test]
+    fn no_token_means_loopback_only() {
+        assert!(config(&["--listen", "127.0.0.1:0"]).is_ok());
+        let refused = config(&["--listen", "0.0.0.0:0"])
+            .err()
+            .map(|e| e.to_string());
+        assert!(refused.is_some_and(|m| m.contains("--insecure-no-auth")));
+        assert!(config(&["--listen", "0.0.0.0:0", "--insecure-no-auth"]).is_ok());
+        let with_token = config(&["--listen", "0.0.0.0:0", "--auth-token", "t"]).expect("config");
+        assert_eq!(with_token.auth_token.as_deref(), Some("t"));
+    }
+
+    #[test]
+    fn token_files_and_durations_parse() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("token");
+        std::fs::write(&file, "from-file\n").expect("write");
+        let path = file.to_string_lossy().into_owned();
+        let from_file =
+            config(&["--auth-token-file", &path, "--long-poll-timeout", "500ms"]).expect("config");
+        assert_eq!(from_file.auth_token.as_deref(), Some("from-file"));
+        assert_eq!(from_file.long_poll_timeout, Duration::from_millis(500));
+        assert!(config(&["--long-poll-timeout", "5 parsecs"]).is_err());
+        assert!(config(&["--auth-token", ""]).is_err(), "an empty token");
+    }
 }

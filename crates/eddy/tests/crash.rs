@@ -6,30 +6,16 @@
 //! the restart were deduplicated.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const WRITERS: usize = 4;
 const KILLS: usize = 20;
 
-/// The `eddy` binary next to this test's target directory, built if needed.
-fn eddy_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test path");
-    // target/<profile>/deps/integration-<hash> → target/<profile>/eddy
-    let profile_dir = exe.parent().and_then(Path::parent).expect("target dir");
-    let binary = profile_dir.join(format!("eddy{}", std::env::consts::EXE_SUFFIX));
-    if !binary.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut build = Command::new(cargo);
-        build.args(["build", "-p", "eddy"]);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            build.arg("--release");
-        }
-        let status = build.status().expect("run cargo build");
-        assert!(status.success(), "building the eddy binary failed");
-    }
-    binary
+/// The `eddy` binary Cargo built for these tests.
+fn eddy_binary() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_eddy"))
 }
 
 /// Starts `eddy serve` on a free port; returns the child and its base URL.
@@ -136,7 +122,7 @@ fn sigkill_under_load_loses_and_duplicates_nothing() {
         .expect("client");
     let mut writers = [Writer::default(); WRITERS];
     for round in 0..=KILLS {
-        let (mut child, base) = start(&binary, dir.path());
+        let (mut child, base) = start(binary, dir.path());
         let url = format!("{base}/crash/log");
         runtime.block_on(async {
             let created = http
@@ -233,7 +219,7 @@ async fn check(http: &reqwest::Client, url: &str, writers: &[Writer]) {
 fn sigterm_shuts_down_cleanly() {
     let binary = eddy_binary();
     let dir = tempfile::tempdir().expect("tempdir");
-    let (mut child, _url) = start(&binary, dir.path());
+    let (mut child, _url) = start(binary, dir.path());
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

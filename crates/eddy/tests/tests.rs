@@ -1,0 +1,6 @@
+//! Integration tests of the `eddy` binary, run as a user runs it: one test
+//! binary, one module per command.
+
+mod crash;
+mod dynamo_cli;
+mod streams_cli;
