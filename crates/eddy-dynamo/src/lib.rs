@@ -35,8 +35,8 @@
 //!   retries with backoff for throttling); `create_table` provisions the
 //!   single table idempotently; `DynamoStreams` reads the table's DynamoDB
 //!   Streams in the Lambda record shape and `StreamsFollower` feeds
-//!   [`process_batch`] with a durable checkpoint per shard; the `cli` module
-//!   holds `eddy dynamo create-table`.
+//!   [`process_batch`] with a durable checkpoint per shard. (`eddy dynamo
+//!   create-table`, its command line, lives in the `eddy` binary.)
 //! - **Request accounting**: every backend counts its requests by kind
 //!   ([`Table::request_stats`], [`RequestStats`]).
 //!
@@ -73,7 +73,7 @@
 //!
 //! | feature | what it adds |
 //! | --- | --- |
-//! | `aws` | `DynamoTable`, `DynamoOptions`, `create_table` / `verify_table`, `DynamoStreams`, `StreamsFollower`, and the `cli` module (`eddy dynamo`), on `aws-sdk-dynamodb` and `aws-sdk-dynamodbstreams` |
+//! | `aws` | `DynamoTable`, `DynamoOptions`, `create_table` / `verify_table`, `DynamoStreams`, `StreamsFollower`, on `aws-sdk-dynamodb` and `aws-sdk-dynamodbstreams` |
 //! | `lambda` | the `lambda` example binary on `lambda_runtime` |
 //!
 //! Without features the crate builds no AWS SDK (the SDK takes minutes to
@@ -101,8 +101,6 @@ mod accounting;
 mod app_schema;
 mod batch;
 mod change_feed;
-#[cfg(feature = "aws")]
-pub mod cli;
 mod command;
 mod condition;
 #[cfg(feature = "aws")]
