@@ -51,11 +51,25 @@ echo "moto: $EDDY_DYNAMODB_ENDPOINT"
 # same suites run on the embedded table and on moto.
 features="eddy/aws,eddy-dynamo/aws"
 
+# Each optional feature of the server and the binary builds (and lints) on
+# its own, and with none.
+each_feature() {
+  local line crate optional feature
+  for line in "eddy-server webhooks remote" "eddy webhooks aws"; do
+    read -r crate optional <<<"$line"
+    for feature in "" $optional; do
+      echo "  $crate --no-default-features ${feature:+--features $feature}"
+      cargo clippy -q -p "$crate" --all-targets --no-default-features ${feature:+--features "$feature"} -- -D warnings || return 1
+    done
+  done
+}
+
 step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy -D warnings" cargo clippy --workspace --all-targets -- -D warnings
 step "cargo doc -D warnings" env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 step "cargo clippy -D warnings (aws, lambda)" \
   cargo clippy --workspace --all-targets --features "$features,eddy-dynamo/lambda" -- -D warnings
+step "each feature alone" each_feature
 
 # Every crate's tests: memory, SQLite and moto backends, contract suites,
 # crash tests, examples and doctests.
