@@ -29,8 +29,14 @@ pub struct ServerConfig {
     /// [`RESERVED_STREAM_PREFIX`](crate::protocol::RESERVED_STREAM_PREFIX)
     /// (projection checkpoints). Without it nobody may.
     pub admin_token: Option<String>,
-    /// How long a shutdown waits for in-flight requests.
+    /// How long a shutdown waits for in-flight requests; past it, the
+    /// remaining connections are dropped.
     pub shutdown_grace: Duration,
+    /// The longest subscription pattern, in bytes (longer → 400).
+    pub max_pattern_bytes: usize,
+    /// The most wildcards (`*`, `**`, `?`, `[…]`, `{…}`) in one
+    /// subscription pattern (more → 400).
+    pub max_pattern_wildcards: usize,
 }
 
 impl Default for ServerConfig {
@@ -46,6 +52,8 @@ impl Default for ServerConfig {
             auth_token: None,
             admin_token: None,
             shutdown_grace: Duration::from_secs(30),
+            max_pattern_bytes: 256,
+            max_pattern_wildcards: 16,
         }
     }
 }

@@ -12,7 +12,7 @@ use http_body_util::BodyExt;
 use tower::ServiceExt;
 
 /// A router over a fresh memory store.
-fn router(config: ServerConfig) -> axum::Router {
+pub(crate) fn router(config: ServerConfig) -> axum::Router {
     let (_stop, stopping) = tokio::sync::watch::channel(false);
     // Keep the sender alive for the router's lifetime.
     std::mem::forget(_stop);
@@ -23,14 +23,14 @@ fn router(config: ServerConfig) -> axum::Router {
     ))
 }
 
-fn fast() -> ServerConfig {
+pub(crate) fn fast() -> ServerConfig {
     ServerConfig {
         long_poll_timeout: Duration::from_millis(100),
         ..ServerConfig::default()
     }
 }
 
-async fn send(app: &axum::Router, request: Request<Body>) -> (Response<Body>, String) {
+pub(crate) async fn send(app: &axum::Router, request: Request<Body>) -> (Response<Body>, String) {
     let response = app.clone().oneshot(request).await.expect("infallible");
     let (parts, body) = response.into_parts();
     let bytes = body.collect().await.expect("body").to_bytes();
@@ -41,15 +41,19 @@ async fn send(app: &axum::Router, request: Request<Body>) -> (Response<Body>, St
 }
 
 /// Sends a request without headers or body.
-async fn send_empty(app: &axum::Router, method: &str, uri: &str) -> (Response<Body>, String) {
+pub(crate) async fn send_empty(
+    app: &axum::Router,
+    method: &str,
+    uri: &str,
+) -> (Response<Body>, String) {
     send(app, req(method, uri).body(Body::empty()).expect("request")).await
 }
 
-fn req(method: &str, uri: &str) -> axum::http::request::Builder {
+pub(crate) fn req(method: &str, uri: &str) -> axum::http::request::Builder {
     Request::builder().method(method).uri(uri)
 }
 
-fn header<'a>(response: &'a Response<Body>, name: &str) -> Option<&'a str> {
+pub(crate) fn header<'a>(response: &'a Response<Body>, name: &str) -> Option<&'a str> {
     response.headers().get(name).and_then(|v| v.to_str().ok())
 }
 
@@ -392,7 +396,7 @@ async fn long_poll_times_out_with_204_and_a_cursor() {
     );
 }
 
-fn json_body(body: &str) -> serde_json::Value {
+pub(crate) fn json_body(body: &str) -> serde_json::Value {
     serde_json::from_str(body).expect("a JSON body")
 }
 

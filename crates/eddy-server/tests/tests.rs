@@ -2,6 +2,7 @@
 
 mod operations;
 mod parsers;
+mod patterns;
 #[cfg(feature = "remote")]
 mod remote_contract;
 mod router;

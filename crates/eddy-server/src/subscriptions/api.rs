@@ -9,6 +9,7 @@ use bytes::Bytes;
 use eddy_streams::{Offset, StreamPath};
 use percent_encoding::percent_decode_str;
 
+use super::pattern::Pattern;
 use super::wake::{self, Ack};
 use super::{
     registry, token, ActiveWake, Delivery, Link, Registry, Subscription, SubscriptionError, Watched,
@@ -239,7 +240,15 @@ async fn create(
         ));
     }
     let tails = tails(state, base_path, &request.streams).await;
-    let baseline = match &request.pattern {
+    let pattern = request
+        .pattern
+        .as_deref()
+        .map(|text| Pattern::compile(text, &state.config))
+        .transpose()
+        .map_err(|reason| {
+            SubscriptionError::new(StatusCode::BAD_REQUEST, "INVALID_PATTERN", reason)
+        })?;
+    let baseline = match &pattern {
         Some(pattern) => baseline(state, base_path, pattern).await?,
         None => Vec::new(),
     };
@@ -258,7 +267,7 @@ async fn create(
         id: id.to_owned(),
         base_path: base_path.to_owned(),
         delivery,
-        pattern: request.pattern,
+        pattern,
         lease_ttl_ms: request.lease_ttl_ms.unwrap_or(30_000).max(1),
         description: request.description,
         request: raw,
@@ -311,7 +320,7 @@ async fn tails(state: &AppState, base_path: &str, streams: &[String]) -> Vec<(St
 async fn baseline(
     state: &AppState,
     base_path: &str,
-    pattern: &str,
+    pattern: &Pattern,
 ) -> Result<Vec<(String, Offset)>, SubscriptionError> {
     let prefix = if base_path.is_empty() {
         String::new()
@@ -327,7 +336,7 @@ async fn baseline(
         .into_iter()
         .filter_map(|info| {
             let relative = info.path.strip_prefix(prefix.as_str())?.to_owned();
-            super::pattern::matches(pattern, &relative).then_some((relative, info.tail))
+            pattern.matches(&relative).then_some((relative, info.tail))
         })
         .collect())
 }

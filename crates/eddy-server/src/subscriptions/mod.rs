@@ -86,7 +86,7 @@ struct Subscription {
     /// The stream path prefix its paths are relative to (`v1/stream`).
     base_path: String,
     delivery: Delivery,
-    pattern: Option<String>,
+    pattern: Option<pattern::Pattern>,
     lease_ttl_ms: u64,
     description: Option<String>,
     /// The create request, to recognise an idempotent re-create.
@@ -123,8 +123,8 @@ impl Subscription {
             Some(watched) => Some(watched.link),
             None => self
                 .pattern
-                .as_deref()
-                .filter(|p| pattern::matches(p, relative))
+                .as_ref()
+                .filter(|p| p.matches(relative))
                 .map(|_| Link::Pattern),
         }
     }
@@ -178,7 +178,7 @@ impl Registry {
             "streams": streams,
         });
         if let Some(pattern) = &sub.pattern {
-            out["pattern"] = pattern.clone().into();
+            out["pattern"] = pattern.as_str().into();
         }
         if let Some(description) = &sub.description {
             out["description"] = description.clone().into();

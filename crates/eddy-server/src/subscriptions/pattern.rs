@@ -1,51 +1,131 @@
 //! Stream path patterns of subscriptions: `*` matches within one path
-//! segment, `**` matches any number of segments.
+//! segment, `**` any number of whole segments, `?` one character, `[…]` a
+//! character class, `{a,b}` alternatives.
+//!
+//! A pattern is compiled once, when the subscription is made, into a
+//! finite automaton (`globset`, over a regex), so matching a path takes
+//! time linear in the path whatever the pattern. Patterns are capped in
+//! length and in wildcards so that compiling stays small too.
 
-/// Whether `path` matches `pattern`.
-///
-/// ```text
-/// events/*      matches events/a, not events/a/b
-/// events/**     matches events/a and events/a/b
-/// orders/eu-*   matches orders/eu-1
-/// ```
-pub(super) fn matches(pattern: &str, path: &str) -> bool {
-    let pattern: Vec<&str> = pattern.split('/').collect();
-    let path: Vec<&str> = path.split('/').collect();
-    segments(&pattern, &path)
+use globset::{GlobBuilder, GlobMatcher};
+
+use crate::ServerConfig;
+
+/// A compiled subscription pattern.
+#[derive(Clone, Debug)]
+pub(super) struct Pattern {
+    text: String,
+    matcher: GlobMatcher,
 }
 
-fn segments(pattern: &[&str], path: &[&str]) -> bool {
-    match (pattern.first(), path.first()) {
-        (None, None) => true,
-        (Some(&"**"), _) => {
-            segments(&pattern[1..], path) || (!path.is_empty() && segments(pattern, &path[1..]))
+impl Pattern {
+    /// Compiles `text` within the server's limits; the error says why a
+    /// pattern is refused.
+    ///
+    /// ```text
+    /// events/*      matches events/a, not events/a/b
+    /// events/**     matches events/a and events/a/b
+    /// orders/eu-*   matches orders/eu-1
+    /// ```
+    pub(super) fn compile(text: &str, config: &ServerConfig) -> Result<Pattern, String> {
+        if text.len() > config.max_pattern_bytes {
+            return Err(format!(
+                "the pattern is {} bytes; the limit is {} bytes",
+                text.len(),
+                config.max_pattern_bytes
+            ));
         }
-        (Some(p), Some(s)) => {
-            segment(p.as_bytes(), s.as_bytes()) && segments(&pattern[1..], &path[1..])
+        let wildcards = wildcards(text);
+        if wildcards > config.max_pattern_wildcards {
+            return Err(format!(
+                "the pattern has {wildcards} wildcards; the limit is {} wildcards",
+                config.max_pattern_wildcards
+            ));
         }
-        _ => false,
+        let glob = GlobBuilder::new(text)
+            .literal_separator(true)
+            .build()
+            .map_err(|e| format!("invalid pattern `{text}`: {}", e.kind()))?;
+        Ok(Pattern {
+            text: text.to_owned(),
+            matcher: glob.compile_matcher(),
+        })
+    }
+
+    /// Whether `path` (relative to the subscription's base) matches.
+    pub(super) fn matches(&self, path: &str) -> bool {
+        self.matcher.is_match(path)
+    }
+
+    /// The pattern as the client wrote it.
+    pub(super) fn as_str(&self) -> &str {
+        &self.text
     }
 }
 
-fn segment(pattern: &[u8], text: &[u8]) -> bool {
-    match pattern.first() {
-        None => text.is_empty(),
-        Some(b'*') => (0..=text.len()).any(|i| segment(&pattern[1..], &text[i..])),
-        Some(c) => text.first() == Some(c) && segment(&pattern[1..], &text[1..]),
+/// The wildcards of a pattern: each run of `*` and each `?`, `[` and `{`.
+fn wildcards(text: &str) -> usize {
+    let mut count = 0;
+    let mut previous = '\0';
+    for c in text.chars() {
+        if matches!(c, '?' | '[' | '{') || (c == '*' && previous != '*') {
+            count += 1;
+        }
+        previous = c;
     }
+    count
 }
 
 #[cfg(test)]
 mod tests {
-    use super::matches;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn pattern(text: &str) -> Pattern {
+        Pattern::compile(text, &ServerConfig::default()).expect("a valid pattern")
+    }
 
     #[test]
     fn globs() {
-        assert!(matches("events/*", "events/a"));
-        assert!(!matches("events/*", "events/a/b"));
-        assert!(matches("events/**", "events/a/b"));
-        assert!(matches("orders/eu-*", "orders/eu-1"));
-        assert!(!matches("orders/eu-*", "orders/us-1"));
-        assert!(matches("exact", "exact"));
+        assert!(pattern("events/*").matches("events/a"));
+        assert!(!pattern("events/*").matches("events/a/b"));
+        assert!(pattern("events/**").matches("events/a/b"));
+        assert!(pattern("orders/eu-*").matches("orders/eu-1"));
+        assert!(!pattern("orders/eu-*").matches("orders/us-1"));
+        assert!(pattern("exact").matches("exact"));
+        assert!(pattern("{a,b}/?").matches("b/x"));
+    }
+
+    #[test]
+    fn wildcards_are_counted_per_run() {
+        assert_eq!(wildcards("a/**/b*"), 2);
+        assert_eq!(wildcards("x?[ab]{c,d}"), 3);
+        assert_eq!(wildcards("plain/path"), 0);
+    }
+
+    proptest! {
+        /// Any bytes as a pattern and as a path: compiling either refuses
+        /// with a reason or gives a matcher that answers.
+        #[test]
+        fn compiling_and_matching_are_total(text in any::<Vec<u8>>(), path in any::<Vec<u8>>()) {
+            let text = String::from_utf8_lossy(&text);
+            match Pattern::compile(&text, &ServerConfig::default()) {
+                Ok(compiled) => {
+                    let _ = compiled.matches(&String::from_utf8_lossy(&path));
+                }
+                Err(reason) => prop_assert!(!reason.is_empty()),
+            }
+        }
+
+        /// Patterns made of wildcards and literals within the limits match
+        /// long paths (the matcher is linear, so this finishes).
+        #[test]
+        fn wild_patterns_match_long_paths(parts in proptest::collection::vec("[*?ab/]{1,2}", 1..16), path in "[ab/]{0,300}") {
+            let text: String = parts.concat();
+            if let Ok(compiled) = Pattern::compile(&text, &ServerConfig::default()) {
+                let _ = compiled.matches(&path);
+            }
+        }
     }
 }
