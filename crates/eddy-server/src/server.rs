@@ -12,6 +12,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 
 use crate::{app, AppState, ServerConfig};
 
@@ -54,7 +55,9 @@ impl Server {
 
     /// Serves until `signal` resolves, then stops accepting, ends live
     /// reads, and waits (up to the configured grace period) for in-flight
-    /// requests to finish.
+    /// requests to finish. Connections still open when the grace period
+    /// is over are dropped, so this returns within the grace period even
+    /// when a request is stuck.
     pub async fn run_until(self, signal: impl Future<Output = ()>) -> std::io::Result<()> {
         let Server {
             listener,
@@ -64,9 +67,12 @@ impl Server {
         } = self;
         let service = TowerToHyperService::new(app(state));
         let graceful = GracefulShutdown::new();
+        let mut connections = JoinSet::new();
         tokio::pin!(signal);
         loop {
             tokio::select! {
+                // Reap finished connections as they end.
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
                 accepted = listener.accept() => {
                     let stream = match accepted {
                         Ok((stream, _)) => stream,
@@ -83,7 +89,7 @@ impl Server {
                         .header_read_timeout(config.header_timeout)
                         .serve_connection(TokioIo::new(stream), service.clone());
                     let connection = graceful.watch(connection);
-                    tokio::spawn(async move {
+                    connections.spawn(async move {
                         if let Err(err) = connection.await {
                             tracing::debug!(error = %err, "connection ended with an error");
                         }
@@ -98,8 +104,13 @@ impl Server {
             .await
             .is_err()
         {
-            tracing::warn!("shutdown grace period over; dropping the remaining connections");
+            tracing::warn!(
+                remaining = connections.len(),
+                "shutdown grace period over; dropping the remaining connections"
+            );
         }
+        connections.abort_all();
+        while connections.join_next().await.is_some() {}
         Ok(())
     }
 

@@ -4,8 +4,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use eddy_server::{Server, ServerConfig};
-use eddy_streams::MemoryStorage;
+use eddy_streams::{
+    Append, Appended, Created, Fork, MemoryStorage, Notifier, Payload, ReadChunk, ReadFrom,
+    Storage, StreamConfig, StreamError, StreamInfo, StreamPath,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -224,4 +228,109 @@ async fn the_remote_client_sends_its_token() {
         .expect("create with the token");
     assert!(created.created);
     server.stop().await.expect("stop");
+}
+
+/// A memory store whose appends to the stream `stuck` never finish, like a
+/// store call that hangs.
+struct StuckAppends(MemoryStorage);
+
+#[async_trait]
+impl Storage for StuckAppends {
+    async fn create(
+        &self,
+        path: &StreamPath,
+        config: StreamConfig,
+        initial: Payload,
+    ) -> Result<Created, StreamError> {
+        self.0.create(path, config, initial).await
+    }
+
+    async fn append(&self, path: &StreamPath, append: Append) -> Result<Appended, StreamError> {
+        if path.as_str() == "stuck" {
+            std::future::pending::<()>().await;
+        }
+        self.0.append(path, append).await
+    }
+
+    async fn read(
+        &self,
+        path: &StreamPath,
+        from: ReadFrom,
+        max_bytes: usize,
+    ) -> Result<ReadChunk, StreamError> {
+        self.0.read(path, from, max_bytes).await
+    }
+
+    async fn fork(&self, path: &StreamPath, fork: Fork) -> Result<Created, StreamError> {
+        self.0.fork(path, fork).await
+    }
+
+    async fn head(&self, path: &StreamPath) -> Result<StreamInfo, StreamError> {
+        self.0.head(path).await
+    }
+
+    async fn delete(&self, path: &StreamPath) -> Result<(), StreamError> {
+        self.0.delete(path).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<StreamInfo>, StreamError> {
+        self.0.list(prefix).await
+    }
+
+    fn notifier(&self) -> &Notifier {
+        self.0.notifier()
+    }
+}
+
+/// Regression: when a request was stuck, `stop` returned after the grace
+/// period but the stuck connection lived on: its client kept waiting and
+/// the connection task kept the store open.
+#[tokio::test]
+async fn shutdown_ends_within_its_grace_even_when_a_request_is_stuck() {
+    let store = Arc::new(StuckAppends(MemoryStorage::new()));
+    let server = Server::bind(
+        ([127, 0, 0, 1], 0).into(),
+        store.clone(),
+        ServerConfig {
+            shutdown_grace: Duration::from_millis(300),
+            ..ServerConfig::default()
+        },
+    )
+    .await
+    .expect("bind")
+    .spawn();
+    let base = server.url();
+    let http = reqwest::Client::new();
+    let created = http
+        .put(format!("{base}/stuck"))
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(created.status(), 201);
+    let append = tokio::spawn({
+        let http = http.clone();
+        let url = format!("{base}/stuck");
+        async move {
+            http.post(url)
+                .header("content-type", "application/octet-stream")
+                .body("x")
+                .send()
+                .await
+        }
+    });
+    metric_reaches(&base, "eddy_requests_in_flight 2").await;
+    tokio::time::timeout(Duration::from_secs(10), server.stop())
+        .await
+        .expect("stop returns once the grace period is over")
+        .expect("stop");
+    let answered = tokio::time::timeout(Duration::from_secs(10), append)
+        .await
+        .expect("the stuck request's connection is closed")
+        .expect("join");
+    assert!(answered.is_err(), "the client sees the connection end");
+    assert_eq!(
+        Arc::strong_count(&store),
+        1,
+        "nothing of the server holds the store any more"
+    );
 }

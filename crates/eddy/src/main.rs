@@ -1,6 +1,8 @@
 //! The `eddy` command line: the composition root. It parses arguments
 //! (clap), sets up tracing and signal handling, opens stores, and calls the
 //! library crates.
+use std::time::Duration;
+
 use clap::{Parser, Subcommand};
 
 #[cfg(feature = "aws")]
@@ -30,14 +32,19 @@ enum Command {
     Dynamo(dynamo::DynamoArgs),
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    let outcome = match Cli::parse().command {
-        Command::Serve(args) => serve::run(args).await,
-        Command::Streams(args) => streams::run(args).await,
-        #[cfg(feature = "aws")]
-        Command::Dynamo(args) => dynamo::run(args).await,
-    };
+/// How long the process waits, once a command is done, for tasks that
+/// are still running (a request stuck in a blocking call) before it exits.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
+
+fn main() -> std::process::ExitCode {
+    let command = Cli::parse().command;
+    let outcome = tokio::runtime::Runtime::new()
+        .map_err(anyhow::Error::from)
+        .and_then(|runtime| {
+            let outcome = runtime.block_on(run(command));
+            runtime.shutdown_timeout(EXIT_GRACE);
+            outcome
+        });
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
@@ -45,5 +52,14 @@ async fn main() -> std::process::ExitCode {
             eprintln!("eddy: {err:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Serve(args) => serve::run(args).await,
+        Command::Streams(args) => streams::run(args).await,
+        #[cfg(feature = "aws")]
+        Command::Dynamo(args) => dynamo::run(args).await,
     }
 }
