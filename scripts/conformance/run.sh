@@ -29,8 +29,11 @@ for backend in "${backends[@]}"; do
   port="$(free_port)"
   data="$(mktemp -d)"
   log="$(mktemp)"
+  # The suite's webhook receivers listen on 127.0.0.1, an internal address
+  # that webhooks may not reach unless allowed.
   "$eddy" serve --listen "127.0.0.1:$port" --storage "$backend" --data "$data" \
-    --long-poll-timeout "${long_poll_ms}ms" >"$log" 2>&1 &
+    --long-poll-timeout "${long_poll_ms}ms" \
+    --webhook-allow-network 127.0.0.1 >"$log" 2>&1 &
   server=$!
   for _ in $(seq 1 100); do
     curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break

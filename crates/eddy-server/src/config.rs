@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use ipnet::IpNet;
+
 /// Limits and behaviour of one server.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -37,6 +39,17 @@ pub struct ServerConfig {
     /// The most wildcards (`*`, `**`, `?`, `[…]`, `{…}`) in one
     /// subscription pattern (more → 400).
     pub max_pattern_wildcards: usize,
+    /// Networks webhooks may reach although they are internal (loopback,
+    /// private, link-local, …); every other internal address is refused
+    /// when a subscription is made, when a notification is sent, and on
+    /// each redirect.
+    pub webhook_allowed_networks: Vec<IpNet>,
+    /// How long after a failed webhook notification it is sent again; the
+    /// delay doubles with each failure in a row, up to
+    /// [`webhook_retry_max`](Self::webhook_retry_max).
+    pub webhook_retry_initial: Duration,
+    /// The longest delay between re-deliveries of a failing webhook.
+    pub webhook_retry_max: Duration,
 }
 
 impl Default for ServerConfig {
@@ -54,6 +67,9 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(30),
             max_pattern_bytes: 256,
             max_pattern_wildcards: 16,
+            webhook_allowed_networks: Vec::new(),
+            webhook_retry_initial: Duration::from_secs(1),
+            webhook_retry_max: Duration::from_secs(300),
         }
     }
 }

@@ -18,6 +18,11 @@ pub struct Metrics {
     pub live_readers: AtomicI64,
     /// Requests refused with a 4xx or failed with a 5xx.
     pub errors: AtomicU64,
+    /// Webhook notifications a receiver accepted (2xx).
+    pub webhook_deliveries: AtomicU64,
+    /// Webhook notifications that failed (refused address, connection
+    /// error, timeout, non-2xx answer); each is sent again after a backoff.
+    pub webhook_failures: AtomicU64,
     /// Requests whose handler has started and not yet answered (the
     /// `/metrics` request that reads this counts itself).
     pub requests_in_flight: AtomicI64,
@@ -73,6 +78,18 @@ impl Metrics {
             "Requests answered with an error status.",
             "counter",
             get(&self.errors),
+        );
+        counter(
+            "eddy_webhook_deliveries_total",
+            "Webhook notifications accepted by their receiver.",
+            "counter",
+            get(&self.webhook_deliveries),
+        );
+        counter(
+            "eddy_webhook_failures_total",
+            "Webhook notifications that failed and are sent again later.",
+            "counter",
+            get(&self.webhook_failures),
         );
         counter(
             "eddy_live_readers",

@@ -58,6 +58,11 @@ impl AppState {
         })
     }
 
+    /// A receiver that turns `true` when the server begins to shut down.
+    pub(crate) fn stopping(&self) -> watch::Receiver<bool> {
+        self.shutdown.clone()
+    }
+
     /// Resolves when the server begins to shut down.
     pub(crate) async fn shutting_down(&self) {
         let mut shutdown = self.shutdown.clone();

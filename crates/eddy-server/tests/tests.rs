@@ -6,3 +6,5 @@ mod patterns;
 #[cfg(feature = "remote")]
 mod remote_contract;
 mod router;
+#[cfg(feature = "webhooks")]
+mod webhooks;

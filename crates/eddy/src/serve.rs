@@ -1,7 +1,7 @@
 //! `eddy serve`: the command-line options, the process around the server
 //! (tracing, signals) and the store it opens.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use eddy_server::{Server, ServerConfig};
 use eddy_streams::{Durability, MemoryStorage, SqliteOptions, SqliteStorage, Storage};
+use ipnet::IpNet;
 
 /// Which stream store to serve.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -63,6 +64,19 @@ pub struct ServeArgs {
     /// Fsync only at checkpoints (survives a process crash, not a power loss).
     #[arg(long)]
     pub no_fsync: bool,
+    /// A network webhooks may reach although it is internal (loopback,
+    /// private, link-local…), as `10.0.0.0/8` or one address; repeatable.
+    /// Every other internal address is refused.
+    #[arg(long = "webhook-allow-network", value_name = "CIDR", value_parser = parse_network)]
+    pub webhook_allowed_networks: Vec<IpNet>,
+}
+
+/// Parses a network (`10.0.0.0/8`) or a single address (`127.0.0.1`).
+pub fn parse_network(value: &str) -> Result<IpNet, String> {
+    value
+        .parse::<IpNet>()
+        .or_else(|_| value.parse::<IpAddr>().map(IpNet::from))
+        .map_err(|_| format!("`{value}` is not a network like 10.0.0.0/8 or an address"))
 }
 
 /// Parses `500ms`, `2s`, `1m` or a number of milliseconds.
@@ -113,6 +127,7 @@ impl ServeArgs {
             max_live_readers: self.max_live_readers,
             auth_token,
             admin_token: self.admin_token.clone(),
+            webhook_allowed_networks: self.webhook_allowed_networks.clone(),
             ..ServerConfig::default()
         })
     }
@@ -240,5 +255,22 @@ mod tests {
         assert_eq!(from_file.long_poll_timeout, Duration::from_millis(500));
         assert!(config(&["--long-poll-timeout", "5 parsecs"]).is_err());
         assert!(config(&["--auth-token", ""]).is_err(), "an empty token");
+    }
+
+    #[test]
+    fn webhook_networks_are_networks_or_addresses() {
+        let allowed = config(&[
+            "--webhook-allow-network",
+            "10.0.0.0/8",
+            "--webhook-allow-network",
+            "::1",
+        ])
+        .expect("config");
+        let expected: Vec<IpNet> = vec![
+            "10.0.0.0/8".parse().expect("net"),
+            "::1/128".parse().expect("net"),
+        ];
+        assert_eq!(allowed.webhook_allowed_networks, expected);
+        assert!(config(&["--webhook-allow-network", "10.0.0.0/33"]).is_err());
     }
 }

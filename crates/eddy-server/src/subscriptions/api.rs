@@ -65,7 +65,6 @@ async fn route(
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    let store = &state.store;
     match (method.clone(), action) {
         (Method::PUT, "") => create(state, &registry, base_path, id, headers, &body).await,
         (Method::GET, "") => {
@@ -105,14 +104,14 @@ async fn route(
         }
         (Method::POST, "callback" | "ack") => {
             let ack: Ack = json(&body)?;
-            let next_wake = wake::acknowledge(&registry, store, id, token, ack)?;
+            let next_wake = wake::acknowledge(&registry, id, token, ack)?;
             Ok(
                 axum::Json(serde_json::json!({ "ok": true, "next_wake": next_wake }))
                     .into_response(),
             )
         }
         (Method::POST, "claim") => {
-            wake::refresh(&registry, store, id).await;
+            wake::refresh(&registry, id).await;
             claim(&registry, id, &body)
         }
         (Method::POST, "release") => {
@@ -133,7 +132,7 @@ async fn route(
                 sub.wake = None;
                 sub.wake_posted = false;
             }
-            wake::wake(&registry, store, id);
+            wake::wake(&registry, id);
             Ok(StatusCode::NO_CONTENT.into_response())
         }
         _ => Err(SubscriptionError::new(
@@ -207,7 +206,7 @@ async fn create(
                 .ok_or_else(|| {
                     SubscriptionError::bad_request("a webhook subscription needs `webhook.url`")
                 })?;
-            super::webhook::check_url(&url)?;
+            registry.webhooks.check_url(&url).await?;
             let host = headers
                 .get(header::HOST)
                 .and_then(|v| v.to_str().ok())
@@ -275,6 +274,7 @@ async fn create(
         generation: 0,
         wake: None,
         wake_posted: false,
+        failures: 0,
     };
     add_explicit(&mut sub, tails);
     for (path, tail) in baseline {

@@ -29,7 +29,8 @@ use std::time::Instant;
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use eddy_streams::Offset;
+use eddy_streams::{Offset, Storage};
+use tokio::sync::watch;
 
 pub(crate) use api::handle;
 
@@ -96,6 +97,8 @@ struct Subscription {
     wake: Option<ActiveWake>,
     /// A pull-wake event was appended and not yet claimed.
     wake_posted: bool,
+    /// Webhook notifications that failed in a row (sets the retry delay).
+    failures: u32,
 }
 
 impl Subscription {
@@ -147,6 +150,10 @@ impl Subscription {
 /// Every subscription of one server, and what it needs to call webhooks.
 pub(crate) struct Registry {
     subscriptions: Mutex<HashMap<String, Subscription>>,
+    /// The store the subscriptions watch (and pull-wake events go to).
+    store: Arc<dyn Storage>,
+    /// Turns `true` when the server stops; ends re-delivery timers.
+    stopping: watch::Receiver<bool>,
     #[cfg(feature = "webhooks")]
     webhooks: webhook::Webhooks,
     listening: OnceLock<()>,
@@ -200,11 +207,13 @@ impl Registry {
 
 impl Registry {
     /// An empty registry (with a fresh webhook signing key).
-    fn create() -> Result<Arc<Registry>, SubscriptionError> {
+    fn create(state: &AppState) -> Result<Arc<Registry>, SubscriptionError> {
         Ok(Arc::new(Registry {
             subscriptions: Mutex::new(HashMap::new()),
+            store: Arc::clone(&state.store),
+            stopping: state.stopping(),
             #[cfg(feature = "webhooks")]
-            webhooks: webhook::Webhooks::new()?,
+            webhooks: webhook::Webhooks::new(&state.config, Arc::clone(&state.metrics))?,
             listening: OnceLock::new(),
         }))
     }
@@ -214,7 +223,7 @@ impl Registry {
 async fn registry(state: &AppState) -> Result<Arc<Registry>, SubscriptionError> {
     state
         .subscriptions
-        .get_or_try_init(|| async { Registry::create() })
+        .get_or_try_init(|| async { Registry::create(state) })
         .await
         .cloned()
 }

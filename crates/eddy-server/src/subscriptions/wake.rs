@@ -2,8 +2,9 @@
 //! webhooks and pull-wake events, and applying acknowledgements.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use eddy_streams::{Append, Offset, Storage, StreamPath};
+use eddy_streams::{Append, Offset, StreamPath};
 use tokio::sync::broadcast::error::RecvError;
 
 use super::{Delivery, Registry, SubscriptionError, Watched};
@@ -19,14 +20,13 @@ pub(super) fn listen(registry: &Arc<Registry>, state: &AppState) {
     let registry = Arc::clone(registry);
     let state = state.clone();
     tokio::spawn(async move {
-        let store = Arc::clone(&state.store);
         loop {
             let received = tokio::select! {
                 received = commits.recv() => received,
                 () = state.shutting_down() => return,
             };
             match received {
-                Ok(commit) => observe(&registry, &store, &commit.path, commit.tail),
+                Ok(commit) => observe(&registry, &commit.path, commit.tail),
                 Err(RecvError::Lagged(missed)) => {
                     tracing::warn!(missed, "subscriptions fell behind the commit feed")
                 }
@@ -38,12 +38,7 @@ pub(super) fn listen(registry: &Arc<Registry>, state: &AppState) {
 
 /// Records a commit on every subscription that watches the path, and wakes
 /// those with pending data.
-pub(super) fn observe(
-    registry: &Arc<Registry>,
-    store: &Arc<dyn Storage>,
-    full_path: &str,
-    tail: Offset,
-) {
+pub(super) fn observe(registry: &Arc<Registry>, full_path: &str, tail: Offset) {
     let ids: Vec<String> = {
         let mut subscriptions = registry.lock();
         subscriptions
@@ -62,19 +57,19 @@ pub(super) fn observe(
             .collect()
     };
     for id in ids {
-        wake(registry, store, &id);
+        wake(registry, &id);
     }
 }
 
 /// Brings a subscription's view of its streams' tails up to date from the
 /// store (the commit feed may lag a request that just returned).
-pub(super) async fn refresh(registry: &Arc<Registry>, store: &Arc<dyn Storage>, id: &str) {
+pub(super) async fn refresh(registry: &Arc<Registry>, id: &str) {
     let base = match registry.lock().get(id) {
         Some(sub) if sub.base_path.is_empty() => String::new(),
         Some(sub) => format!("{}/", sub.base_path),
         None => return,
     };
-    let infos = match store.list(&base).await {
+    let infos = match registry.store.list(&base).await {
         Ok(infos) => infos,
         Err(err) => {
             tracing::warn!(error = %err, "cannot list streams for a subscription");
@@ -100,8 +95,21 @@ pub(super) async fn refresh(registry: &Arc<Registry>, store: &Arc<dyn Storage>, 
     }
 }
 
+/// Wakes a subscription after `delay` (unless the server stops first):
+/// webhook re-deliveries and lease ends.
+pub(super) fn wake_later(registry: &Arc<Registry>, id: String, delay: Duration) {
+    let registry = Arc::clone(registry);
+    let mut stopping = registry.stopping.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            () = tokio::time::sleep(delay) => wake(&registry, &id),
+            _ = stopping.wait_for(|stopping| *stopping) => {}
+        }
+    });
+}
+
 /// Wakes a subscription if it has pending data and no live wake.
-pub(super) fn wake(registry: &Arc<Registry>, store: &Arc<dyn Storage>, id: &str) {
+pub(super) fn wake(registry: &Arc<Registry>, id: &str) {
     let mut subscriptions = registry.lock();
     let Some(sub) = subscriptions.get_mut(id) else {
         return;
@@ -131,7 +139,7 @@ pub(super) fn wake(registry: &Arc<Registry>, store: &Arc<dyn Storage>, id: &str)
             });
             let target = sub.full_path(&wake_stream);
             drop(subscriptions);
-            let store = Arc::clone(store);
+            let store = Arc::clone(&registry.store);
             tokio::spawn(async move {
                 let appended = match StreamPath::new(target) {
                     Ok(path) => store
@@ -169,7 +177,6 @@ struct StreamAck {
 /// data is still pending (a next wake follows).
 pub(super) fn acknowledge(
     registry: &Arc<Registry>,
-    store: &Arc<dyn Storage>,
     id: &str,
     token: Option<&str>,
     ack: Ack,
@@ -202,7 +209,7 @@ pub(super) fn acknowledge(
         !sub.pending().is_empty()
     };
     if ack.done && next_wake {
-        wake(registry, store, id);
+        wake(registry, id);
     }
     Ok(next_wake)
 }

@@ -1,90 +1,107 @@
 //! Webhook delivery (feature `webhooks`): the signing key, the HTTP client,
-//! and the rules for the URLs it may call.
+//! the addresses it may reach ([`address`]), and re-delivery of failed
+//! notifications with exponential backoff.
 
+mod address;
 mod signing;
 
-use std::net::IpAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::http::StatusCode;
 use eddy_streams::Offset;
 
-use super::{token, ActiveWake, Registry, Subscription, SubscriptionError};
+use super::{token, wake, ActiveWake, Registry, Subscription, SubscriptionError};
+use crate::{Metrics, ServerConfig};
+use address::{AddressPolicy, GuardedResolver};
 use signing::WebhookKey;
+
+/// How long one notification may take.
+const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most redirects a notification follows.
+const MAX_REDIRECTS: usize = 5;
 
 /// What a server needs to call webhooks.
 pub(super) struct Webhooks {
     key: WebhookKey,
     http: reqwest::Client,
+    policy: Arc<AddressPolicy>,
+    metrics: Arc<Metrics>,
+    retry_initial: Duration,
+    retry_max: Duration,
 }
 
 impl Webhooks {
-    /// A fresh signing key and a client.
-    pub(super) fn new() -> Result<Self, SubscriptionError> {
+    /// A fresh signing key and a client that reaches permitted addresses
+    /// only.
+    pub(super) fn new(
+        config: &ServerConfig,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, SubscriptionError> {
         let key = WebhookKey::generate().map_err(|e| {
             SubscriptionError::internal(format!("no randomness for the signing key: {e}"))
         })?;
+        let policy = Arc::new(AddressPolicy::new(config.webhook_allowed_networks.clone()));
+        let redirects = Arc::clone(&policy);
         let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(10))
-            .redirect(reqwest::redirect::Policy::none())
+            .timeout(SEND_TIMEOUT)
+            // A proxy would connect wherever the URL says, past the checks.
+            .no_proxy()
+            .dns_resolver(Arc::new(GuardedResolver(Arc::clone(&policy))))
+            .redirect(reqwest::redirect::Policy::custom(move |attempt| {
+                if attempt.previous().len() >= MAX_REDIRECTS {
+                    return attempt.error("too many redirects");
+                }
+                match redirects.check_literal(attempt.url()) {
+                    Ok(()) => attempt.follow(),
+                    Err(why) => {
+                        let why = format!("redirect to `{}` refused: it {why}", attempt.url());
+                        attempt.error(why)
+                    }
+                }
+            }))
             .build()
             .map_err(|e| {
                 SubscriptionError::internal(format!("cannot build the webhook client: {e}"))
             })?;
-        Ok(Webhooks { key, http })
-    }
-
-    /// The key id receivers look up in the JWKS.
-    pub(super) fn kid(&self) -> &str {
-        self.key.kid()
+        Ok(Webhooks {
+            key,
+            http,
+            policy,
+            metrics,
+            retry_initial: config.webhook_retry_initial,
+            retry_max: config.webhook_retry_max,
+        })
     }
 
     /// The public key as a JSON Web Key Set.
     pub(super) fn jwks(&self) -> serde_json::Value {
         self.key.jwks()
     }
-}
 
-/// Refuses webhook URLs that point into private networks (loopback stays
-/// allowed, for receivers on the same machine).
-pub(super) fn check_url(url: &str) -> Result<(), SubscriptionError> {
-    let reject = |why: &str| {
-        SubscriptionError::new(
-            StatusCode::BAD_REQUEST,
-            "WEBHOOK_URL_REJECTED",
-            format!("webhook URL `{url}` {why}"),
-        )
-    };
-    let parsed = reqwest::Url::parse(url).map_err(|_| reject("is not a URL"))?;
-    if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(reject("must be http or https"));
+    /// Checks a webhook URL a client sent: http(s), and a host whose
+    /// addresses are all permitted.
+    pub(super) async fn check_url(&self, url: &str) -> Result<(), SubscriptionError> {
+        self.policy.check(url).await.map(drop).map_err(|why| {
+            SubscriptionError::new(
+                StatusCode::BAD_REQUEST,
+                "WEBHOOK_URL_REJECTED",
+                format!("webhook URL `{url}` {why}"),
+            )
+        })
     }
-    let ip = match parsed.host() {
-        Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip),
-        Some(url::Host::Ipv6(ip)) => IpAddr::V6(ip),
-        Some(url::Host::Domain(_)) => return Ok(()),
-        None => return Err(reject("has no host")),
-    };
-    let private = match ip {
-        IpAddr::V4(v4) => {
-            v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.is_multicast()
-        }
-        IpAddr::V6(v6) => {
-            v6.is_unspecified()
-                || v6.is_multicast()
-                || (v6.segments()[0] & 0xfe00) == 0xfc00
-                || (v6.segments()[0] & 0xffc0) == 0xfe80
-        }
-    };
-    if private {
-        Err(reject("points into a private network"))
-    } else {
-        Ok(())
+
+    /// The delay before re-delivering after `failures` failures in a row:
+    /// doubling from the initial delay up to the cap, with ±20 % jitter so
+    /// that many subscriptions of one receiver spread out.
+    fn backoff(&self, failures: u32) -> Duration {
+        let doubled = self
+            .retry_initial
+            .saturating_mul(1 << failures.saturating_sub(1).min(20));
+        doubled
+            .min(self.retry_max)
+            .mul_f64(0.8 + 0.4 * fastrand::f64())
     }
 }
 
@@ -116,7 +133,7 @@ impl Webhooks {
             "url": target.url,
             "signing": {
                 "alg": "ed25519",
-                "kid": self.kid(),
+                "kid": self.key.kid(),
                 "jwks_url": target.public_url(base_path, "jwks.json"),
             },
         })
@@ -179,25 +196,71 @@ impl Notification {
         notification
     }
 
-    /// POSTs the signed notification; a `{"done": true}` answer
-    /// acknowledges everything it showed.
+    /// POSTs the signed notification and records the outcome: a
+    /// `{"done": true}` answer acknowledges everything it showed; another
+    /// success leaves the wake to its lease (checked again when the lease
+    /// ends); a failure ends the wake and re-delivers after a backoff.
     pub(super) async fn deliver(self, registry: Arc<Registry>) {
-        let Notification {
-            id,
-            url,
-            body,
-            generation,
-            shown,
-        } = self;
-        let raw = body.to_string();
+        let webhooks = &registry.webhooks;
+        let outcome = self.send(webhooks).await;
+        let next_check = {
+            let mut subscriptions = registry.lock();
+            let Some(sub) = subscriptions.get_mut(&self.id) else {
+                return;
+            };
+            let current = sub
+                .wake
+                .as_ref()
+                .is_some_and(|w| w.generation == self.generation);
+            match outcome {
+                Ok(done) => {
+                    webhooks
+                        .metrics
+                        .webhook_deliveries
+                        .fetch_add(1, Ordering::Relaxed);
+                    sub.failures = 0;
+                    if done && current {
+                        for (path, tail) in &self.shown {
+                            if let Some(watched) = sub.streams.get_mut(path) {
+                                watched.acked = watched.acked.max(*tail);
+                            }
+                        }
+                        sub.wake = None;
+                        // Data that arrived meanwhile wakes it again now.
+                        Duration::ZERO
+                    } else {
+                        Duration::from_millis(sub.lease_ttl_ms)
+                    }
+                }
+                Err(why) => {
+                    tracing::warn!(subscription = %self.id, url = %self.url, error = %why, "webhook delivery failed");
+                    webhooks
+                        .metrics
+                        .webhook_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    sub.failures = sub.failures.saturating_add(1);
+                    if current {
+                        // Acks for this wake are fenced from now on.
+                        sub.wake = None;
+                    }
+                    webhooks.backoff(sub.failures)
+                }
+            }
+        };
+        wake::wake_later(&registry, self.id, next_check);
+    }
+
+    /// Sends the notification; `Ok(true)` when the receiver answered
+    /// `{"done": true}`.
+    async fn send(&self, webhooks: &Webhooks) -> Result<bool, String> {
+        let raw = self.body.to_string();
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
-        let webhooks = &registry.webhooks;
-        let sent = webhooks
+        let response = webhooks
             .http
-            .post(&url)
+            .post(&self.url)
             .header("content-type", "application/json")
             .header(
                 "webhook-signature",
@@ -205,39 +268,28 @@ impl Notification {
             )
             .body(raw)
             .send()
-            .await;
-        let answer: Option<serde_json::Value> = match sent {
-            Ok(response) if response.status().is_success() => response.json().await.ok(),
-            Ok(response) => {
-                tracing::warn!(%url, status = %response.status(), "webhook refused the notification");
-                None
-            }
-            Err(err) => {
-                tracing::warn!(%url, error = %err, "webhook delivery failed");
-                None
-            }
-        };
-        if answer
+            .await
+            .map_err(|e| with_sources(&e))?;
+        if !response.status().is_success() {
+            return Err(format!("the receiver answered {}", response.status()));
+        }
+        let answer: Option<serde_json::Value> = response.json().await.ok();
+        Ok(answer
             .as_ref()
             .and_then(|a| a.get("done"))
             .and_then(serde_json::Value::as_bool)
-            == Some(true)
-        {
-            let mut subscriptions = registry.lock();
-            if let Some(sub) = subscriptions.get_mut(&id) {
-                if sub
-                    .wake
-                    .as_ref()
-                    .is_some_and(|w| w.generation == generation)
-                {
-                    for (path, tail) in shown {
-                        if let Some(watched) = sub.streams.get_mut(&path) {
-                            watched.acked = watched.acked.max(tail);
-                        }
-                    }
-                    sub.wake = None;
-                }
-            }
-        }
+            == Some(true))
     }
+}
+
+/// An error and its causes on one line (reqwest's own message omits them).
+fn with_sources(err: &dyn std::error::Error) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    out
 }
