@@ -10,6 +10,7 @@ use axum::middleware::{from_fn_with_state, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
 use crate::handlers;
@@ -154,10 +155,6 @@ fn bearer_is(headers: &HeaderMap, token: &str) -> bool {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    constant_time_eq(sent.as_bytes(), token.as_bytes())
-}
-
-/// Compares without an early exit on the first differing byte.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    // No early exit on the first differing byte.
+    bool::from(sent.as_bytes().ct_eq(token.as_bytes()))
 }

@@ -1,7 +1,7 @@
 //! The HTTP endpoints under `<base>/__ds/`.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -12,7 +12,7 @@ use percent_encoding::percent_decode_str;
 use super::pattern::Pattern;
 use super::wake::{self, Ack};
 use super::{
-    registry, token, ActiveWake, Delivery, Link, Registry, Subscription, SubscriptionError, Watched,
+    registry, ActiveWake, Delivery, Link, Registry, Subscription, SubscriptionError, Watched,
 };
 use crate::state::AppState;
 
@@ -121,11 +121,10 @@ async fn route(
                 let sub = subscriptions
                     .get_mut(id)
                     .ok_or_else(|| SubscriptionError::not_found(id))?;
-                let live = sub.wake.as_ref().is_some_and(|w| {
-                    w.wake_id == release.wake_id
-                        && w.generation == release.generation
-                        && Some(w.token.as_str()) == token
-                });
+                let live = sub
+                    .wake
+                    .as_ref()
+                    .is_some_and(|w| w.is(&release.wake_id, release.generation, token));
                 if !live {
                     return Err(SubscriptionError::fenced());
                 }
@@ -382,14 +381,13 @@ fn claim(registry: &Arc<Registry>, id: &str, body: &[u8]) -> Result<Response, Su
     if pending.is_empty() {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
-    sub.generation += 1;
-    let wake = ActiveWake {
-        wake_id: token::token(),
-        generation: sub.generation,
-        token: token::token(),
-        holder: Some(request.worker),
-        expires: Instant::now() + Duration::from_millis(sub.lease_ttl_ms),
-    };
+    let wake = ActiveWake::begin(sub, Some(request.worker)).map_err(|e| {
+        SubscriptionError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "UNAVAILABLE",
+            format!("the OS random number generator failed: {e}"),
+        )
+    })?;
     let body = serde_json::json!({
         "subscription_id": sub.id,
         "wake_id": wake.wake_id,

@@ -25,11 +25,12 @@ mod webhook;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use eddy_streams::{Offset, Storage};
+use subtle::ConstantTimeEq;
 use tokio::sync::watch;
 
 pub(crate) use api::handle;
@@ -78,6 +79,32 @@ struct ActiveWake {
     token: String,
     holder: Option<String>,
     expires: Instant,
+}
+
+impl ActiveWake {
+    /// A new wake generation of `sub`, with fresh random ids; fails when
+    /// the OS random number generator does (no guessable fallback).
+    fn begin(sub: &mut Subscription, holder: Option<String>) -> Result<Self, getrandom::Error> {
+        let wake_id = token::token()?;
+        let token = token::token()?;
+        sub.generation += 1;
+        Ok(ActiveWake {
+            wake_id,
+            generation: sub.generation,
+            token,
+            holder,
+            expires: Instant::now() + Duration::from_millis(sub.lease_ttl_ms),
+        })
+    }
+
+    /// Whether a request names this wake and carries its token (compared
+    /// in constant time).
+    fn is(&self, wake_id: &str, generation: u64, token: Option<&str>) -> bool {
+        let token = token.unwrap_or("").as_bytes();
+        self.wake_id == wake_id
+            && self.generation == generation
+            && bool::from(self.token.as_bytes().ct_eq(token))
+    }
 }
 
 /// One subscription.

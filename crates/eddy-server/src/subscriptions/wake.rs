@@ -121,9 +121,18 @@ pub(super) fn wake(registry: &Arc<Registry>, id: &str) {
     match sub.delivery.clone() {
         #[cfg(feature = "webhooks")]
         Delivery::Webhook(target) => {
-            let notification = super::webhook::Notification::start(sub, &target, pending);
-            drop(subscriptions);
-            tokio::spawn(notification.deliver(Arc::clone(registry)));
+            match super::webhook::Notification::start(sub, &target, pending) {
+                Ok(notification) => {
+                    drop(subscriptions);
+                    tokio::spawn(notification.deliver(Arc::clone(registry)));
+                }
+                Err(err) => {
+                    tracing::error!(subscription = %id, error = %err, "no randomness for a wake id");
+                    let retry = registry.webhooks.failed(sub);
+                    drop(subscriptions);
+                    wake_later(registry, id.to_owned(), retry);
+                }
+            }
         }
         Delivery::PullWake { wake_stream } => {
             if sub.wake_posted {
@@ -186,11 +195,10 @@ pub(super) fn acknowledge(
         let sub = subscriptions
             .get_mut(id)
             .ok_or_else(|| SubscriptionError::not_found(id))?;
-        let live = sub.wake.as_ref().is_some_and(|w| {
-            w.wake_id == ack.wake_id
-                && w.generation == ack.generation
-                && Some(w.token.as_str()) == token
-        });
+        let live = sub
+            .wake
+            .as_ref()
+            .is_some_and(|w| w.is(&ack.wake_id, ack.generation, token));
         if !live {
             return Err(SubscriptionError::fenced());
         }

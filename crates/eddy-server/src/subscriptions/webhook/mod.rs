@@ -7,12 +7,12 @@ mod signing;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::http::StatusCode;
 use eddy_streams::Offset;
 
-use super::{token, wake, ActiveWake, Registry, Subscription, SubscriptionError};
+use super::{wake, ActiveWake, Registry, Subscription, SubscriptionError};
 use crate::{Metrics, ServerConfig};
 use address::{AddressPolicy, GuardedResolver};
 use signing::WebhookKey;
@@ -92,6 +92,15 @@ impl Webhooks {
         })
     }
 
+    /// Counts a failed attempt on `sub` and returns when to try again.
+    pub(super) fn failed(&self, sub: &mut Subscription) -> Duration {
+        self.metrics
+            .webhook_failures
+            .fetch_add(1, Ordering::Relaxed);
+        sub.failures = sub.failures.saturating_add(1);
+        self.backoff(sub.failures)
+    }
+
     /// The delay before re-delivering after `failures` failures in a row:
     /// doubling from the initial delay up to the cap, with ±20 % jitter so
     /// that many subscriptions of one receiver spread out.
@@ -156,15 +165,8 @@ impl Notification {
         sub: &mut Subscription,
         target: &Target,
         pending: Vec<(String, Offset, Offset)>,
-    ) -> Notification {
-        sub.generation += 1;
-        let wake = ActiveWake {
-            wake_id: token::token(),
-            generation: sub.generation,
-            token: token::token(),
-            holder: None,
-            expires: Instant::now() + Duration::from_millis(sub.lease_ttl_ms),
-        };
+    ) -> Result<Notification, getrandom::Error> {
+        let wake = ActiveWake::begin(sub, None)?;
         let streams: Vec<serde_json::Value> = pending
             .iter()
             .map(|(path, tail, acked)| {
@@ -193,7 +195,7 @@ impl Notification {
             shown: pending.into_iter().map(|(p, t, _)| (p, t)).collect(),
         };
         sub.wake = Some(wake);
-        notification
+        Ok(notification)
     }
 
     /// POSTs the signed notification and records the outcome: a
