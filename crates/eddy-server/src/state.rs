@@ -65,7 +65,7 @@ impl AppState {
 
     /// Resolves when the server begins to shut down.
     pub(crate) async fn shutting_down(&self) {
-        let mut shutdown = self.shutdown.clone();
+        let mut shutdown = self.stopping();
         // An error means the sender is gone: the server is stopping too.
         let _ = shutdown.wait_for(|stopping| *stopping).await;
     }

@@ -273,6 +273,7 @@ async fn create(
         generation: 0,
         wake: None,
         wake_posted: false,
+        #[cfg(feature = "webhooks")]
         failures: 0,
     };
     add_explicit(&mut sub, tails);

@@ -31,7 +31,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use eddy_streams::{Offset, Storage};
 use subtle::ConstantTimeEq;
-use tokio::sync::watch;
 
 pub(crate) use api::handle;
 
@@ -125,6 +124,7 @@ struct Subscription {
     /// A pull-wake event was appended and not yet claimed.
     wake_posted: bool,
     /// Webhook notifications that failed in a row (sets the retry delay).
+    #[cfg(feature = "webhooks")]
     failures: u32,
 }
 
@@ -180,7 +180,8 @@ pub(crate) struct Registry {
     /// The store the subscriptions watch (and pull-wake events go to).
     store: Arc<dyn Storage>,
     /// Turns `true` when the server stops; ends re-delivery timers.
-    stopping: watch::Receiver<bool>,
+    #[cfg(feature = "webhooks")]
+    stopping: tokio::sync::watch::Receiver<bool>,
     #[cfg(feature = "webhooks")]
     webhooks: webhook::Webhooks,
     listening: OnceLock<()>,
@@ -238,6 +239,7 @@ impl Registry {
         Ok(Arc::new(Registry {
             subscriptions: Mutex::new(HashMap::new()),
             store: Arc::clone(&state.store),
+            #[cfg(feature = "webhooks")]
             stopping: state.stopping(),
             #[cfg(feature = "webhooks")]
             webhooks: webhook::Webhooks::new(&state.config, Arc::clone(&state.metrics))?,

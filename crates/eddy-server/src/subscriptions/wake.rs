@@ -2,7 +2,6 @@
 //! webhooks and pull-wake events, and applying acknowledgements.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use eddy_streams::{Append, Offset, StreamPath};
 use tokio::sync::broadcast::error::RecvError;
@@ -97,7 +96,8 @@ pub(super) async fn refresh(registry: &Arc<Registry>, id: &str) {
 
 /// Wakes a subscription after `delay` (unless the server stops first):
 /// webhook re-deliveries and lease ends.
-pub(super) fn wake_later(registry: &Arc<Registry>, id: String, delay: Duration) {
+#[cfg(feature = "webhooks")]
+pub(super) fn wake_later(registry: &Arc<Registry>, id: String, delay: std::time::Duration) {
     let registry = Arc::clone(registry);
     let mut stopping = registry.stopping.clone();
     tokio::spawn(async move {
