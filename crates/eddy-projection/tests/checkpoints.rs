@@ -191,7 +191,7 @@ on_storages!(
 fn checkpoints_live_under_the_prefix_eddy_serve_reserves() {
     assert_eq!(
         eddy_projection::RESERVED_PREFIX,
-        eddy_server::protocol::RESERVED_STREAM_PREFIX
+        eddy_server::RESERVED_STREAM_PREFIX
     );
     assert!(eddy_projection::CHECKPOINT_PREFIX.starts_with(eddy_projection::RESERVED_PREFIX));
 }

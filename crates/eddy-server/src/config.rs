@@ -28,7 +28,7 @@ pub struct ServerConfig {
     pub auth_token: Option<String>,
     /// The bearer token of administrative requests: only they may create,
     /// append to or delete streams under
-    /// [`RESERVED_STREAM_PREFIX`](crate::protocol::RESERVED_STREAM_PREFIX)
+    /// [`RESERVED_STREAM_PREFIX`](crate::RESERVED_STREAM_PREFIX)
     /// (projection checkpoints). Without it nobody may.
     pub admin_token: Option<String>,
     /// How long a shutdown waits for in-flight requests; past it, the

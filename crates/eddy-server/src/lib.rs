@@ -91,6 +91,7 @@ pub use client::RemoteStorage;
 pub use config::ServerConfig;
 pub use error::ApiError;
 pub use metrics::Metrics;
+pub use protocol::RESERVED_STREAM_PREFIX;
 pub use router::app;
 pub use server::{RunningServer, Server};
 pub use state::AppState;
