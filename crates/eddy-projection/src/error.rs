@@ -143,7 +143,7 @@ impl ProjectionError {
 impl From<StreamError> for ProjectionError {
     fn from(err: StreamError) -> Self {
         match err {
-            StreamError::Storage(message) => ProjectionError::Storage(message),
+            StreamError::Unavailable { message, .. } => ProjectionError::Storage(message),
             other => ProjectionError::Stream(other),
         }
     }

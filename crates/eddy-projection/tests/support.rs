@@ -289,10 +289,10 @@ impl Faulty {
     ) -> Result<T, StreamError> {
         match self.check(op) {
             None => call.await,
-            Some(When::Before) => Err(StreamError::Storage(format!("injected {op:?} failure"))),
+            Some(When::Before) => Err(StreamError::unavailable(format!("injected {op:?} failure"))),
             Some(When::After) => {
                 call.await?;
-                Err(StreamError::Storage(format!(
+                Err(StreamError::unavailable(format!(
                     "injected {op:?} failure after the call"
                 )))
             }

@@ -2,7 +2,7 @@
 
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use eddy_streams::StreamError;
+use eddy_streams::{ErrorKind, StreamError};
 
 use crate::protocol;
 
@@ -128,6 +128,9 @@ impl ApiError {
             }
             ApiError::Unauthorized => put(header::WWW_AUTHENTICATE.as_str(), "Bearer".into()),
             ApiError::TooManyLiveReaders { .. } => put(header::RETRY_AFTER.as_str(), "1".into()),
+            ApiError::Stream(err) if err.is_retryable() => {
+                put(header::RETRY_AFTER.as_str(), "1".into())
+            }
             ApiError::MethodNotAllowed(_) => put(
                 header::ALLOW.as_str(),
                 "GET, HEAD, PUT, POST, DELETE, OPTIONS".into(),
@@ -139,55 +142,62 @@ impl ApiError {
     }
 }
 
-/// The status of each store error.
+/// The status of each kind of store error.
 fn stream_status(err: &StreamError) -> StatusCode {
-    match err {
+    match err.kind() {
         // A deleted stream is simply absent on the wire; `eddy-error`
         // still tells the two apart.
-        StreamError::NotFound { .. } | StreamError::Gone { .. } => StatusCode::NOT_FOUND,
-        StreamError::SoftDeleted { .. } => StatusCode::GONE,
-        StreamError::ConfigConflict { .. }
-        | StreamError::Closed { .. }
-        | StreamError::OffsetMismatch { .. }
-        | StreamError::StreamSeqConflict { .. }
-        | StreamError::ContentTypeMismatch { .. }
-        | StreamError::ProducerSeqGap { .. } => StatusCode::CONFLICT,
-        StreamError::ProducerFenced { .. } => StatusCode::FORBIDDEN,
-        StreamError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-        StreamError::InvalidOffset(_)
-        | StreamError::OffsetBeyondTail { .. }
-        | StreamError::InvalidPath { .. }
-        | StreamError::InvalidJson(_)
-        | StreamError::EmptyJsonArray
-        | StreamError::EmptyAppend
-        | StreamError::ProducerEpochStart { .. }
-        | StreamError::InvalidArgument(_)
-        | StreamError::Route { .. }
-        | StreamError::InvalidItem { .. }
-        | StreamError::InvalidState(_) => StatusCode::BAD_REQUEST,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::Gone => StatusCode::GONE,
+        ErrorKind::Conflict => StatusCode::CONFLICT,
+        ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+        ErrorKind::Invalid => StatusCode::BAD_REQUEST,
+        ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
+        ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 
-/// The JSON body of an error response.
+/// The JSON body of an error response: the stable code, a message for
+/// people, and for store errors their fields (the `details` of
+/// [`StreamError`]'s serde form), from which the remote client rebuilds
+/// the same error.
 #[derive(serde::Serialize, serde::Deserialize)]
 pub(crate) struct ErrorBody {
     pub code: String,
     pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<serde_json::Value>,
+}
+
+impl ErrorBody {
+    fn of(err: &ApiError) -> Self {
+        let details = match err {
+            ApiError::Stream(err) => serde_json::to_value(err)
+                .ok()
+                .and_then(|mut form| form.get_mut("details").map(serde_json::Value::take)),
+            _ => None,
+        };
+        ErrorBody {
+            code: err.code().to_owned(),
+            message: err.to_string(),
+            details,
+        }
+    }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         if status.is_server_error() {
-            tracing::error!(code = self.code(), error = %self, "request failed");
+            // As a `dyn Error`, so that the log shows the chain of causes.
+            let error: &(dyn std::error::Error + 'static) = &self;
+            tracing::error!(code = self.code(), error, "request failed");
         } else {
             tracing::debug!(code = self.code(), error = %self, "request refused");
         }
-        let body = ErrorBody {
-            code: self.code().to_owned(),
-            message: self.to_string(),
-        };
+        let body = ErrorBody::of(&self);
         let json = serde_json::to_vec(&body).unwrap_or_default();
         let mut response = (status, self.headers(), json).into_response();
         response.headers_mut().insert(

@@ -5,6 +5,7 @@ mod parsers;
 mod patterns;
 #[cfg(feature = "remote")]
 mod remote_contract;
+mod remote_errors;
 mod router;
 #[cfg(feature = "webhooks")]
 mod webhooks;

@@ -1,23 +1,36 @@
-//! The one error type of the stream store, with stable codes.
+//! The one error type of the stream store, with stable codes and kinds.
+
+use std::fmt;
+use std::sync::Arc;
 
 use crate::Offset;
 
 /// Everything that can go wrong in a stream store call.
 ///
-/// Each variant has a stable [`code`](StreamError::code) that callers (the HTTP
-/// server, the CLI, the projection engine) can match on without parsing
-/// messages. A call that fails with any of these has written nothing.
-#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+/// Each variant has a stable [`code`](StreamError::code) that callers (the
+/// HTTP server, the CLI, the projection engine) can match on without parsing
+/// messages, and a [`kind`](StreamError::kind) that decides the HTTP status
+/// and whether a retry may succeed. A call that fails with any of these has
+/// written nothing. Backend failures keep their cause as the error's
+/// [`source`](std::error::Error::source); messages never repeat it.
+///
+/// The serde form, `{"code": …, "details": {…}}`, is what Eddy's server
+/// puts in error bodies so that its remote client rebuilds the same error;
+/// the field names are part of that wire format. Causes do not travel.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "code", content = "details")]
 #[non_exhaustive]
 pub enum StreamError {
     /// No stream exists at the path (it never existed, or its TTL expired).
     #[error("stream `{path}` does not exist")]
+    #[serde(rename = "stream/not-found")]
     NotFound {
         /// The path that was asked for.
         path: String,
     },
     /// The stream existed and was deleted.
     #[error("stream `{path}` was deleted")]
+    #[serde(rename = "stream/gone")]
     Gone {
         /// The path that was asked for.
         path: String,
@@ -26,12 +39,14 @@ pub enum StreamError {
     /// data: the path stays reserved (neither readable nor creatable) until
     /// the last of those forks is gone.
     #[error("stream `{path}` was deleted or expired but forks still use it; delete them to free the path")]
+    #[serde(rename = "stream/soft-deleted")]
     SoftDeleted {
         /// The path that was asked for.
         path: String,
     },
     /// A create named an existing stream with another configuration.
     #[error("stream `{path}` already exists with another configuration ({detail})")]
+    #[serde(rename = "stream/config-conflict")]
     ConfigConflict {
         /// The stream path.
         path: String,
@@ -40,6 +55,7 @@ pub enum StreamError {
     },
     /// The stream is closed: nothing more can be appended.
     #[error("stream `{path}` is closed at offset {final_offset}")]
+    #[serde(rename = "stream/closed")]
     Closed {
         /// The stream path.
         path: String,
@@ -48,6 +64,7 @@ pub enum StreamError {
     },
     /// An optimistic append expected another tail.
     #[error("expected the tail at {expected} but it is at {actual}")]
+    #[serde(rename = "append/offset-mismatch")]
     OffsetMismatch {
         /// The tail the caller expected.
         expected: Offset,
@@ -56,6 +73,7 @@ pub enum StreamError {
     },
     /// A `Stream-Seq` value was not greater than the last one.
     #[error("stream sequence `{received}` is not greater than the last one `{last}`")]
+    #[serde(rename = "append/stream-seq-conflict")]
     StreamSeqConflict {
         /// The last accepted value.
         last: String,
@@ -64,6 +82,7 @@ pub enum StreamError {
     },
     /// The appended content type is not the stream's.
     #[error("content type `{received}` does not match the stream's `{expected}`")]
+    #[serde(rename = "append/content-type-mismatch")]
     ContentTypeMismatch {
         /// The stream's content type.
         expected: String,
@@ -72,9 +91,11 @@ pub enum StreamError {
     },
     /// An offset string that is neither canonical nor a sentinel.
     #[error("malformed offset `{0}`: expected `-1`, `now` or `<16 digits>_<16 digits>`")]
+    #[serde(rename = "offset/invalid")]
     InvalidOffset(String),
     /// A read offset past the stream's tail.
     #[error("offset {offset} is beyond the tail {tail}")]
+    #[serde(rename = "offset/beyond-tail")]
     OffsetBeyondTail {
         /// The offset asked for.
         offset: Offset,
@@ -83,23 +104,28 @@ pub enum StreamError {
     },
     /// A stream path that breaks the path rules.
     #[error("invalid stream path `{path}`: {reason}")]
+    #[serde(rename = "path/invalid")]
     InvalidPath {
         /// The rejected path (truncated when very long).
         path: String,
         /// Which rule it breaks.
-        reason: &'static str,
+        reason: String,
     },
     /// A JSON stream received bytes that are not JSON.
     #[error("invalid JSON: {0}")]
+    #[serde(rename = "json/invalid")]
     InvalidJson(String),
     /// A JSON stream received an empty array, which would append nothing.
     #[error("an empty JSON array appends nothing; send at least one value")]
+    #[serde(rename = "json/empty-array")]
     EmptyJsonArray,
     /// An append without data that does not close the stream.
     #[error("empty append: send data or close the stream")]
+    #[serde(rename = "append/empty")]
     EmptyAppend,
     /// An append larger than the store's limit.
     #[error("append of {size} bytes exceeds the limit of {limit} bytes")]
+    #[serde(rename = "append/too-large")]
     TooLarge {
         /// Bytes sent.
         size: usize,
@@ -108,6 +134,7 @@ pub enum StreamError {
     },
     /// An idempotent producer skipped sequence numbers.
     #[error("producer `{producer}` sent seq {received}, expected {expected}")]
+    #[serde(rename = "producer/seq-gap")]
     ProducerSeqGap {
         /// The producer id.
         producer: String,
@@ -118,6 +145,7 @@ pub enum StreamError {
     },
     /// An idempotent producer used an epoch older than the current one.
     #[error("producer `{producer}` epoch {received} is fenced by epoch {current}")]
+    #[serde(rename = "producer/fenced")]
     ProducerFenced {
         /// The producer id.
         producer: String,
@@ -128,6 +156,7 @@ pub enum StreamError {
     },
     /// A new producer epoch must start at sequence 0.
     #[error("producer `{producer}` started epoch {epoch} at seq {seq}; a new epoch starts at 0")]
+    #[serde(rename = "producer/epoch-start")]
     ProducerEpochStart {
         /// The producer id.
         producer: String,
@@ -138,9 +167,11 @@ pub enum StreamError {
     },
     /// Bad options or arguments given to a call.
     #[error("invalid argument: {0}")]
+    #[serde(rename = "invalid-argument")]
     InvalidArgument(String),
     /// A stream route or typed declaration failed to render, parse or decode.
     #[error("route `{route}`: {reason}")]
+    #[serde(rename = "route/invalid")]
     Route {
         /// The route template.
         route: String,
@@ -149,6 +180,7 @@ pub enum StreamError {
     },
     /// An item of a typed stream failed to encode or decode.
     #[error("stream `{stream}`: {reason}")]
+    #[serde(rename = "item/invalid")]
     InvalidItem {
         /// The stream declaration id.
         stream: String,
@@ -157,11 +189,120 @@ pub enum StreamError {
     },
     /// A state stream message was rejected before append.
     #[error("invalid state message: {0}")]
+    #[serde(rename = "state/invalid")]
     InvalidState(String),
-    /// The backend failed (I/O, database). Retrying may succeed.
-    #[error("storage failure: {0}")]
-    Storage(String),
+    /// The caller's credentials were refused (a remote store's token).
+    #[serde(rename = "auth/unauthorized")]
+    #[error("{0}")]
+    Unauthorized(String),
+    /// The backend cannot serve now (busy, unreachable, shutting down).
+    /// Retrying may succeed.
+    #[serde(rename = "storage-failure")]
+    #[error("{message}")]
+    Unavailable {
+        /// What failed.
+        message: String,
+        /// The cause.
+        #[source]
+        #[serde(skip)]
+        source: Option<Cause>,
+    },
+    /// The backend failed in a way retrying does not fix (corrupt data, a
+    /// failed commit that poisoned the store, an answer not understood).
+    #[serde(rename = "storage/internal")]
+    #[error("{message}")]
+    Internal {
+        /// What failed.
+        message: String,
+        /// The cause.
+        #[source]
+        #[serde(skip)]
+        source: Option<Cause>,
+    },
 }
+
+/// What kind of failure a [`StreamError`] is. The HTTP status and whether
+/// to retry are decided from it, and only from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// Nothing is at the path: never created, deleted, or expired.
+    NotFound,
+    /// The path is held by a deleted or expired stream that forks still
+    /// read from; it cannot be read or reused yet.
+    Gone,
+    /// The request contradicts the stream's state (its configuration, its
+    /// close, its tail, its `Stream-Seq`, its content type, a producer's
+    /// sequence). Read the state again and decide again.
+    Conflict,
+    /// The caller may no longer write this way (a fenced producer epoch).
+    Forbidden,
+    /// The request is malformed: fix it.
+    Invalid,
+    /// The request is larger than the store accepts: make it smaller.
+    TooLarge,
+    /// The caller's credentials were refused.
+    Unauthorized,
+    /// The backend cannot serve now: the same call may succeed later.
+    Unavailable,
+    /// The backend failed in a way retrying does not fix.
+    Internal,
+}
+
+impl ErrorKind {
+    /// Whether the same call may succeed later.
+    pub fn is_retryable(self) -> bool {
+        match self {
+            ErrorKind::Unavailable => true,
+            ErrorKind::NotFound
+            | ErrorKind::Gone
+            | ErrorKind::Conflict
+            | ErrorKind::Forbidden
+            | ErrorKind::Invalid
+            | ErrorKind::TooLarge
+            | ErrorKind::Unauthorized
+            | ErrorKind::Internal => false,
+        }
+    }
+}
+
+/// The cause of a backend failure, kept as the error's source. It is shared
+/// so that errors stay `Clone`; two causes are equal when they print the
+/// same.
+#[derive(Clone)]
+pub struct Cause(Arc<dyn std::error::Error + Send + Sync + 'static>);
+
+impl Cause {
+    /// Wraps an error.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Cause(Arc::new(error))
+    }
+}
+
+impl fmt::Debug for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for Cause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl PartialEq for Cause {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for Cause {}
 
 impl StreamError {
     /// The stable, machine-readable code of this error.
@@ -189,19 +330,83 @@ impl StreamError {
             StreamError::Route { .. } => "route/invalid",
             StreamError::InvalidItem { .. } => "item/invalid",
             StreamError::InvalidState(_) => "state/invalid",
-            StreamError::Storage(_) => "storage-failure",
+            StreamError::Unauthorized(_) => "auth/unauthorized",
+            StreamError::Unavailable { .. } => "storage-failure",
+            StreamError::Internal { .. } => "storage/internal",
         }
     }
 
-    /// Whether retrying the same call may succeed (only backend failures).
-    pub fn is_retryable(&self) -> bool {
-        matches!(self, StreamError::Storage(_))
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            StreamError::NotFound { .. } | StreamError::Gone { .. } => ErrorKind::NotFound,
+            StreamError::SoftDeleted { .. } => ErrorKind::Gone,
+            StreamError::ConfigConflict { .. }
+            | StreamError::Closed { .. }
+            | StreamError::OffsetMismatch { .. }
+            | StreamError::StreamSeqConflict { .. }
+            | StreamError::ContentTypeMismatch { .. }
+            | StreamError::ProducerSeqGap { .. } => ErrorKind::Conflict,
+            StreamError::ProducerFenced { .. } => ErrorKind::Forbidden,
+            StreamError::TooLarge { .. } => ErrorKind::TooLarge,
+            StreamError::InvalidOffset(_)
+            | StreamError::OffsetBeyondTail { .. }
+            | StreamError::InvalidPath { .. }
+            | StreamError::InvalidJson(_)
+            | StreamError::EmptyJsonArray
+            | StreamError::EmptyAppend
+            | StreamError::ProducerEpochStart { .. }
+            | StreamError::InvalidArgument(_)
+            | StreamError::Route { .. }
+            | StreamError::InvalidItem { .. }
+            | StreamError::InvalidState(_) => ErrorKind::Invalid,
+            StreamError::Unauthorized(_) => ErrorKind::Unauthorized,
+            StreamError::Unavailable { .. } => ErrorKind::Unavailable,
+            StreamError::Internal { .. } => ErrorKind::Internal,
+        }
     }
-}
 
-impl From<rusqlite::Error> for StreamError {
-    fn from(err: rusqlite::Error) -> Self {
-        StreamError::Storage(err.to_string())
+    /// Whether retrying the same call may succeed (decided by the kind).
+    pub fn is_retryable(&self) -> bool {
+        self.kind().is_retryable()
+    }
+
+    /// A transient backend failure without a further cause.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        StreamError::Unavailable {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A transient backend failure caused by `source`.
+    pub fn unavailable_from(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        StreamError::Unavailable {
+            message: message.into(),
+            source: Some(Cause::new(source)),
+        }
+    }
+
+    /// A backend failure retrying does not fix, without a further cause.
+    pub fn internal(message: impl Into<String>) -> Self {
+        StreamError::Internal {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A backend failure retrying does not fix, caused by `source`.
+    pub fn internal_from(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        StreamError::Internal {
+            message: message.into(),
+            source: Some(Cause::new(source)),
+        }
     }
 }
 

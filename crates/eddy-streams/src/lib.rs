@@ -60,7 +60,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
     is_json, media_type, same_media_type, Expiry, StreamConfig, StreamInfo, JSON, OCTET_STREAM,
 };
-pub use error::{Result, StreamError};
+pub use error::{Cause, ErrorKind, Result, StreamError};
 pub use fork::Fork;
 pub use json_stream::{JsonStream, TypedChunk};
 pub use memory::MemoryStorage;

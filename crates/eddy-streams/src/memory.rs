@@ -175,7 +175,7 @@ impl MemoryRecords {
     fn stream(&mut self, key: &str) -> Result<&mut MemoryStream, StreamError> {
         self.streams
             .get_mut(key)
-            .ok_or_else(|| StreamError::Storage(format!("no record for stream `{key}`")))
+            .ok_or_else(|| StreamError::internal(format!("no record for stream `{key}`")))
     }
 }
 
@@ -262,7 +262,7 @@ impl Records for MemoryRecords {
     ) -> Result<(), StreamError> {
         let stream = self.stream(key)?;
         if first != stream.messages.len() as u64 {
-            return Err(StreamError::Storage(format!(
+            return Err(StreamError::internal(format!(
                 "stream `{key}` has {} messages, not {first}",
                 stream.messages.len()
             )));

@@ -19,9 +19,9 @@ impl StreamPath {
     /// Validates `path`.
     pub fn new(path: impl Into<String>) -> Result<Self, StreamError> {
         let path = path.into();
-        let invalid = |reason| StreamError::InvalidPath {
+        let invalid = |reason: &str| StreamError::InvalidPath {
             path: path.chars().take(128).collect(),
-            reason,
+            reason: reason.to_owned(),
         };
         if path.is_empty() {
             return Err(invalid("it is empty"));

@@ -3,5 +3,6 @@
 mod contract;
 mod crash;
 mod declare;
+mod errors;
 mod properties;
 mod sqlite;

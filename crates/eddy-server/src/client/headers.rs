@@ -6,7 +6,7 @@ use reqwest::header::HeaderMap;
 use crate::protocol;
 
 fn bad(name: &str) -> StreamError {
-    StreamError::Storage(format!(
+    StreamError::internal(format!(
         "the server sent a missing or malformed `{name}` header"
     ))
 }

@@ -20,7 +20,7 @@ use reqwest::{Method, RequestBuilder, Response, StatusCode};
 
 use crate::protocol;
 use crate::wire::ListedStream;
-use errors::{Context, ErrorParts};
+use errors::ErrorParts;
 
 /// Characters escaped in one path segment.
 const SEGMENT: &AsciiSet = &CONTROLS
@@ -64,7 +64,7 @@ impl RemoteStorage {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .build()
-            .map_err(|e| StreamError::Storage(format!("cannot build the HTTP client: {e}")))?;
+            .map_err(|e| StreamError::internal_from("cannot build the HTTP client", e))?;
         Ok(RemoteStorage {
             base: base_url.trim_end_matches('/').to_owned(),
             http,
@@ -98,10 +98,13 @@ impl RemoteStorage {
     }
 
     async fn send(&self, builder: RequestBuilder) -> Result<Response, StreamError> {
-        builder
-            .send()
-            .await
-            .map_err(|e| StreamError::Storage(format!("request failed: {e}")))
+        builder.send().await.map_err(|e| {
+            if e.is_builder() {
+                StreamError::internal_from("cannot build the request", e)
+            } else {
+                StreamError::unavailable_from("the request to the stream server failed", e)
+            }
+        })
     }
 
     fn remember(&self, path: &StreamPath, content_type: &str) {
@@ -158,11 +161,13 @@ impl RemoteStorage {
         &self,
         path: &StreamPath,
         response: Response,
-        ctx: &Context,
+        sent_bytes: usize,
     ) -> Result<Created, StreamError> {
         let status = response.status();
         if !status.is_success() {
-            return Err(ErrorParts::read(response).await.into_error(path, ctx));
+            return Err(ErrorParts::read(response)
+                .await
+                .into_error(path, sent_bytes));
         }
         let info = headers::info(path, response.headers())?;
         self.remember(path, &info.config.content_type);
@@ -201,8 +206,9 @@ impl Storage for RemoteStorage {
         if config.closed {
             builder = builder.header(protocol::CLOSED, "true");
         }
+        let sent_bytes = body.len();
         let response = self.send(builder.body(body)).await?;
-        self.created(path, response, &Context::default()).await
+        self.created(path, response, sent_bytes).await
     }
 
     async fn fork(&self, path: &StreamPath, fork: Fork) -> Result<Created, StreamError> {
@@ -214,6 +220,7 @@ impl Storage for RemoteStorage {
                 &self.content_type(&fork.source).await?,
             )?,
         };
+        let sent_bytes = body.len();
         let mut builder = self
             .request(Method::PUT, self.url(path))
             .header(protocol::FORKED_FROM, format!("/{}", fork.source))
@@ -231,12 +238,8 @@ impl Storage for RemoteStorage {
         if fork.closed {
             builder = builder.header(protocol::CLOSED, "true");
         }
-        let ctx = Context {
-            offset: fork.offset,
-            ..Context::default()
-        };
         let response = self.send(builder).await?;
-        self.created(path, response, &ctx).await
+        self.created(path, response, sent_bytes).await
     }
 
     async fn append(&self, path: &StreamPath, append: Append) -> Result<Appended, StreamError> {
@@ -245,8 +248,8 @@ impl Storage for RemoteStorage {
             None if append.payload.is_empty() => String::new(),
             None => self.content_type(path).await?,
         };
-        let ctx = Context::of_append(&append);
         let body = Self::body(append.payload, &content_type)?;
+        let sent_bytes = body.len();
         let mut builder = self.request(Method::POST, self.url(path));
         if !content_type.is_empty() {
             builder = builder.header(reqwest::header::CONTENT_TYPE, content_type);
@@ -268,7 +271,9 @@ impl Storage for RemoteStorage {
         }
         let response = self.send(builder.body(body)).await?;
         if !response.status().is_success() {
-            return Err(ErrorParts::read(response).await.into_error(path, &ctx));
+            return Err(ErrorParts::read(response)
+                .await
+                .into_error(path, sent_bytes));
         }
         let appended = headers::appended(response.headers())?;
         if !appended.duplicate {
@@ -292,16 +297,9 @@ impl Storage for RemoteStorage {
             .request(Method::GET, format!("{}?offset={offset}", self.url(path)))
             .header(protocol::FRAMING, protocol::FRAMING_MESSAGES)
             .header(protocol::MAX_BYTES, max_bytes.max(1).to_string());
-        let ctx = Context {
-            offset: match from {
-                ReadFrom::Offset(offset) => Some(offset),
-                _ => None,
-            },
-            ..Context::default()
-        };
         let response = self.send(builder).await?;
         if !response.status().is_success() {
-            return Err(ErrorParts::read(response).await.into_error(path, &ctx));
+            return Err(ErrorParts::read(response).await.into_error(path, 0));
         }
         let headers = response.headers().clone();
         let framed = headers
@@ -310,7 +308,7 @@ impl Storage for RemoteStorage {
         let body = response
             .bytes()
             .await
-            .map_err(|e| StreamError::Storage(format!("reading the response failed: {e}")))?;
+            .map_err(|e| StreamError::unavailable_from("reading the response failed", e))?;
         let content_type = headers::text(&headers, reqwest::header::CONTENT_TYPE.as_str())?;
         self.remember(path, &content_type);
         let messages = if framed {
@@ -337,9 +335,7 @@ impl Storage for RemoteStorage {
             .send(self.request(Method::HEAD, self.url(path)))
             .await?;
         if !response.status().is_success() {
-            return Err(ErrorParts::read(response)
-                .await
-                .into_error(path, &Context::default()));
+            return Err(ErrorParts::read(response).await.into_error(path, 0));
         }
         let info = headers::info(path, response.headers())?;
         self.remember(path, &info.config.content_type);
@@ -351,9 +347,7 @@ impl Storage for RemoteStorage {
             .send(self.request(Method::DELETE, self.url(path)))
             .await?;
         if !response.status().is_success() {
-            return Err(ErrorParts::read(response)
-                .await
-                .into_error(path, &Context::default()));
+            return Err(ErrorParts::read(response).await.into_error(path, 0));
         }
         self.content_types
             .lock()
@@ -373,14 +367,12 @@ impl Storage for RemoteStorage {
         let response = self.send(self.request(Method::GET, url)).await?;
         if !response.status().is_success() {
             let path = StreamPath::new("_eddy/streams")?;
-            return Err(ErrorParts::read(response)
-                .await
-                .into_error(&path, &Context::default()));
+            return Err(ErrorParts::read(response).await.into_error(&path, 0));
         }
         let listed: Vec<ListedStream> = response
             .json()
             .await
-            .map_err(|e| StreamError::Storage(format!("bad listing from the server: {e}")))?;
+            .map_err(|e| StreamError::internal_from("the server's listing does not decode", e))?;
         Ok(listed.into_iter().map(StreamInfo::from).collect())
     }
 
@@ -404,11 +396,7 @@ impl Storage for RemoteStorage {
             };
             let status = response.status();
             if !status.is_success() {
-                let ctx = Context {
-                    offset: Some(after),
-                    ..Context::default()
-                };
-                return Err(ErrorParts::read(response).await.into_error(path, &ctx));
+                return Err(ErrorParts::read(response).await.into_error(path, 0));
             }
             let closed = headers::flag(response.headers(), protocol::CLOSED);
             if status == StatusCode::OK || closed {
@@ -426,11 +414,15 @@ fn unframe(mut body: Bytes) -> Result<Vec<Bytes>, StreamError> {
     let mut messages = Vec::new();
     while body.has_remaining() {
         if body.remaining() < 4 {
-            return Err(StreamError::Storage("a truncated framed read body".into()));
+            return Err(StreamError::internal(
+                "the server sent a truncated framed read body",
+            ));
         }
         let len = body.get_u32() as usize;
         if body.remaining() < len {
-            return Err(StreamError::Storage("a truncated framed read body".into()));
+            return Err(StreamError::internal(
+                "the server sent a truncated framed read body",
+            ));
         }
         messages.push(body.split_to(len));
     }

@@ -54,8 +54,8 @@ pub(crate) fn complete<T>(
     call: impl Future<Output = Result<T, StreamError>>,
 ) -> Result<T, StreamError> {
     call.now_or_never().unwrap_or_else(|| {
-        Err(StreamError::Storage(
-            "a record operation did not complete at once".into(),
+        Err(StreamError::internal(
+            "a record operation of a synchronous backend did not complete at once",
         ))
     })
 }

@@ -8,6 +8,9 @@ mod schema;
 mod touches;
 mod writer;
 
+#[cfg(test)]
+mod tests;
+
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
@@ -53,6 +56,9 @@ pub struct SqliteOptions {
     pub max_append_bytes: usize,
     /// Where the store reads the time (for expiry).
     pub clock: Arc<dyn Clock>,
+    /// While set, every `COMMIT` fails (through SQLite's commit hook).
+    #[cfg(test)]
+    pub(crate) fail_commits: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Default for SqliteOptions {
@@ -61,6 +67,8 @@ impl Default for SqliteOptions {
             durability: Durability::Sync,
             max_append_bytes: DEFAULT_MAX_APPEND_BYTES,
             clock: Arc::new(SystemClock),
+            #[cfg(test)]
+            fail_commits: Arc::default(),
         }
     }
 }
@@ -98,10 +106,10 @@ impl SqliteStorage {
     pub fn open_with(dir: impl AsRef<Path>, options: SqliteOptions) -> Result<Self, StreamError> {
         let dir = dir.as_ref();
         std::fs::create_dir_all(dir).map_err(|e| {
-            StreamError::Storage(format!(
-                "cannot create data directory {}: {e}",
-                dir.display()
-            ))
+            StreamError::internal_from(
+                format!("cannot create the data directory {}", dir.display()),
+                e,
+            )
         })?;
         let file = dir.join(DATABASE_FILE);
         let conn = open_connection(&file, false)?;
@@ -112,6 +120,11 @@ impl SqliteStorage {
         };
         conn.pragma_update(None, "synchronous", synchronous)?;
         schema::migrate(&conn)?;
+        #[cfg(test)]
+        {
+            let fail = Arc::clone(&options.fail_commits);
+            conn.commit_hook(Some(move || fail.load(std::sync::atomic::Ordering::SeqCst)));
+        }
         let notifier = Arc::new(Notifier::default());
         let (tx, rx) = mpsc::channel();
         let engine = Engine {
@@ -126,7 +139,7 @@ impl SqliteStorage {
                 .name("eddy-streams-writer".into())
                 .spawn(move || writer::run(conn, rx, notifier, engine, touches))
         }
-        .map_err(|e| StreamError::Storage(format!("cannot start the writer thread: {e}")))?;
+        .map_err(|e| StreamError::internal_from("cannot start the writer thread", e))?;
         Ok(SqliteStorage {
             jobs: Mutex::new(Some(tx)),
             writer: Mutex::new(Some(writer)),
@@ -155,15 +168,15 @@ impl SqliteStorage {
         self.send(Job::new(op, reply))?;
         answer
             .await
-            .map_err(|_| StreamError::Storage("the writer thread stopped".into()))?
+            .map_err(|_| StreamError::internal("the stream store's writer thread stopped"))?
     }
 
     fn send(&self, job: Job) -> Result<(), StreamError> {
         let jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
         jobs.as_ref()
-            .ok_or_else(|| StreamError::Storage("the store is closed".into()))?
+            .ok_or_else(|| StreamError::internal("the stream store is closed"))?
             .send(job)
-            .map_err(|_| StreamError::Storage("the writer thread stopped".into()))
+            .map_err(|_| StreamError::internal("the stream store's writer thread stopped"))
     }
 
     /// Runs `f` on a read connection inside one read transaction, off the
@@ -189,7 +202,7 @@ impl SqliteStorage {
             result
         })
         .await
-        .map_err(|e| StreamError::Storage(format!("read task failed: {e}")))?
+        .map_err(|e| StreamError::internal_from("a read task failed", e))?
     }
 
     /// Stops the writer after it has committed every queued job.
@@ -219,9 +232,30 @@ fn open_connection(file: &Path, read_only: bool) -> Result<Connection, StreamErr
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
     };
     let conn = Connection::open_with_flags(file, flags)
-        .map_err(|e| StreamError::Storage(format!("cannot open {}: {e}", file.display())))?;
+        .map_err(|e| StreamError::unavailable_from(format!("cannot open {}", file.display()), e))?;
     conn.busy_timeout(Duration::from_secs(10))?;
     Ok(conn)
+}
+
+impl From<rusqlite::Error> for StreamError {
+    /// A busy, locked, full or unreadable database is unavailable (retry
+    /// later); anything else is internal.
+    fn from(err: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode;
+        match err.sqlite_error_code() {
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
+                StreamError::unavailable_from("the SQLite database is busy", err)
+            }
+            Some(
+                ErrorCode::DiskFull
+                | ErrorCode::OutOfMemory
+                | ErrorCode::CannotOpen
+                | ErrorCode::SystemIoFailure
+                | ErrorCode::OperationInterrupted,
+            ) => StreamError::unavailable_from("the SQLite database cannot serve the call", err),
+            _ => StreamError::internal_from("the SQLite database failed", err),
+        }
+    }
 }
 
 /// The event of a call that created a stream (or found it).

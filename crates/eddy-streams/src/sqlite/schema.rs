@@ -74,7 +74,7 @@ pub(super) fn migrate(conn: &Connection) -> Result<(), StreamError> {
         })
     };
     if version > VERSION {
-        return Err(StreamError::Storage(format!(
+        return Err(StreamError::internal(format!(
             "the database has schema version {version}; this build reads version {VERSION}"
         )));
     }

@@ -30,21 +30,61 @@ pub(super) enum Event {
     Deleted(String),
 }
 
-type Work = Box<dyn FnOnce(&Engine, &mut SqliteRecords<'_>) -> Applied + Send>;
+/// One change for the writer thread.
+pub(super) struct Job(Box<dyn Task>);
+
+trait Task: Send {
+    /// Runs the change inside the group's transaction.
+    fn run(self: Box<Self>, engine: &Engine, records: &mut SqliteRecords<'_>) -> Applied;
+    /// Answers without running.
+    fn refuse(self: Box<Self>, err: &StreamError);
+}
 
 /// Sends a job's answer given the commit's failure, if any.
 type Answer = Box<dyn FnOnce(Option<&StreamError>) + Send>;
-
-/// One change for the writer thread.
-pub(super) struct Job(Work);
 
 /// A job after it ran, before the commit.
 struct Applied {
     /// Whether its writes stay (otherwise its savepoint rolls back).
     keep: bool,
     event: Option<Event>,
-    /// Sends the answer: the job's own outcome, or the commit's failure.
     answer: Answer,
+}
+
+/// An engine call and where its answer goes.
+struct Call<T, F> {
+    op: F,
+    reply: oneshot::Sender<Result<T, StreamError>>,
+}
+
+impl<T, F> Task for Call<T, F>
+where
+    T: Send + 'static,
+    F: FnOnce(&Engine, &mut SqliteRecords<'_>) -> Result<(T, Option<Event>), StreamError> + Send,
+{
+    fn run(self: Box<Self>, engine: &Engine, records: &mut SqliteRecords<'_>) -> Applied {
+        let (result, event) = match (self.op)(engine, records) {
+            Ok((value, event)) => (Ok(value), event),
+            Err(err) => (Err(err), None),
+        };
+        let reply = self.reply;
+        Applied {
+            keep: result.is_ok(),
+            event,
+            answer: Box::new(move |failed| {
+                let answer = match failed {
+                    Some(err) => Err(err.clone()),
+                    None => result,
+                };
+                // A caller that stopped waiting is not an error.
+                let _ = reply.send(answer);
+            }),
+        }
+    }
+
+    fn refuse(self: Box<Self>, err: &StreamError) {
+        let _ = self.reply.send(Err(err.clone()));
+    }
 }
 
 impl Job {
@@ -57,29 +97,23 @@ impl Job {
             + 'static,
         reply: oneshot::Sender<Result<T, StreamError>>,
     ) -> Job {
-        Job(Box::new(move |engine, records| {
-            let (result, event) = match op(engine, records) {
-                Ok((value, event)) => (Ok(value), event),
-                Err(err) => (Err(err), None),
-            };
-            Applied {
-                keep: result.is_ok(),
-                event,
-                answer: Box::new(move |failed| {
-                    let answer = match failed {
-                        Some(err) => Err(err.clone()),
-                        None => result,
-                    };
-                    // A caller that stopped waiting is not an error.
-                    let _ = reply.send(answer);
-                }),
-            }
-        }))
+        Job(Box::new(Call { op, reply }))
     }
 }
 
+/// How a group failed.
+enum Failure {
+    /// Before anything was written (the database is busy): the next group
+    /// may succeed.
+    Transient(StreamError),
+    /// `COMMIT` failed: what is on disk is unknown (a failed fsync may have
+    /// lost pages the OS still shows), so the store takes no more writes.
+    Commit(StreamError),
+}
+
 /// Runs the writer until every sender is dropped, then stores the pending
-/// touches.
+/// touches. After a failed `COMMIT` it refuses every job with the same
+/// internal error until the store is reopened.
 pub(super) fn run(
     mut conn: Connection,
     jobs: Receiver<Job>,
@@ -87,6 +121,7 @@ pub(super) fn run(
     engine: Engine,
     touches: Arc<Touches>,
 ) {
+    let mut poisoned: Option<StreamError> = None;
     let mut open = true;
     while open {
         let mut group = Vec::new();
@@ -101,19 +136,26 @@ pub(super) fn run(
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
         }
+        if let Some(err) = &poisoned {
+            for job in group {
+                job.0.refuse(err);
+            }
+            continue;
+        }
         let due = touches.due(!group.is_empty(), !open);
         if group.is_empty() && due.is_empty() {
             continue;
         }
-        let committed = commit_group(&mut conn, group, &due, &notifier, &engine, &touches);
-        if committed {
-            touches.stored(&due);
+        match commit_group(&mut conn, group, &due, &notifier, &engine, &touches) {
+            Ok(()) => touches.stored(&due),
+            Err(Failure::Transient(_)) => {}
+            Err(Failure::Commit(err)) => poisoned = Some(err),
         }
     }
 }
 
-/// Runs `group` and stores `due` touches in one transaction; returns
-/// whether it committed.
+/// Runs `group` and stores `due` touches in one transaction, then signals
+/// and answers.
 fn commit_group(
     conn: &mut Connection,
     group: Vec<Job>,
@@ -121,31 +163,65 @@ fn commit_group(
     notifier: &Notifier,
     engine: &Engine,
     touches: &Touches,
-) -> bool {
+) -> Result<(), Failure> {
+    let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+        Ok(tx) => tx,
+        Err(err) => {
+            let err = StreamError::from(err);
+            group.into_iter().for_each(|job| job.0.refuse(&err));
+            return Err(Failure::Transient(err));
+        }
+    };
     let mut applied = Vec::with_capacity(group.len());
-    let outcome = (|| -> Result<(), StreamError> {
-        let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        for job in group {
-            let mut savepoint = tx.savepoint()?;
-            let done = (job.0)(engine, &mut SqliteRecords::new(&savepoint, touches));
-            if done.keep {
-                savepoint.commit()?;
-            } else {
-                savepoint.rollback()?;
-                savepoint.commit()?;
+    let mut written = Ok(());
+    for job in group {
+        if let Err(err) = &written {
+            job.0.refuse(err);
+            continue;
+        }
+        let mut savepoint = match tx.savepoint() {
+            Ok(savepoint) => savepoint,
+            Err(err) => {
+                let err = StreamError::from(err);
+                job.0.refuse(&err);
+                written = Err(err);
+                continue;
             }
-            applied.push(done);
+        };
+        let done = job
+            .0
+            .run(engine, &mut SqliteRecords::new(&savepoint, touches));
+        let ended = if done.keep {
+            savepoint.commit()
+        } else {
+            savepoint.rollback().and_then(|()| savepoint.commit())
+        };
+        applied.push(done);
+        written = ended.map_err(StreamError::from);
+    }
+    let written = written.and_then(|()| {
+        due.iter()
+            .try_for_each(|&(key, at_ms)| records::slide(&tx, key, at_ms))
+    });
+    let failure = match written {
+        Err(err) => Some(Failure::Transient(err)),
+        Ok(()) => tx.commit().err().map(|err| {
+            Failure::Commit(StreamError::internal_from(
+                "a commit failed, so the stream store refuses writes until it is reopened",
+                err,
+            ))
+        }),
+    };
+    let refusal = match &failure {
+        None => None,
+        Some(Failure::Transient(err) | Failure::Commit(err)) => {
+            // As a `dyn Error`, so that the log shows the chain of causes.
+            let error: &(dyn std::error::Error + 'static) = err;
+            tracing::error!(error, "stream store commit failed");
+            Some(err)
         }
-        for &(key, at_ms) in due {
-            records::slide(&tx, key, at_ms)?;
-        }
-        tx.commit()?;
-        Ok(())
-    })();
-    let failure = outcome.err();
-    if let Some(err) = &failure {
-        tracing::error!(error = %err, "stream store commit failed");
-    } else {
+    };
+    if refusal.is_none() {
         // Signal first, so the `committed` feed never lags a caller that
         // has already heard its answer.
         for event in applied.iter_mut().filter_map(|a| a.event.take()) {
@@ -156,7 +232,7 @@ fn commit_group(
         }
     }
     for done in applied {
-        (done.answer)(failure.as_ref());
+        (done.answer)(refusal);
     }
-    failure.is_none()
+    failure.map_or(Ok(()), Err)
 }
