@@ -30,13 +30,15 @@
 //! [admin token](ServerConfig::admin_token) and are refused with 403
 //! `auth/forbidden` otherwise; reads are open to every client.
 //!
-//! Store errors map to statuses in one place ([`ApiError::status`]): absent
-//! and deleted streams are 404, a stream deleted while forks use it is 410,
-//! conflicts of configuration, content type, sequence and close are 409, a
-//! fenced producer is 403, bad input is 400, an oversized body 413. Every
-//! error carries its stable code in the `eddy-error` header and a JSON body
-//! `{"code", "message"}`; [`RemoteStorage`] turns them back into the same
-//! [`StreamError`](eddy_streams::StreamError)s.
+//! Store errors map to statuses in one place ([`ApiError::status`]), from
+//! their [kind](eddy_streams::ErrorKind): absent and deleted streams are
+//! 404, a stream deleted while forks use it is 410, conflicts of
+//! configuration, content type, sequence and close are 409, a fenced
+//! producer is 403, bad input is 400, an oversized body 413, an unavailable
+//! store 503 (with `Retry-After`), an internal failure 500. Every error
+//! carries its stable code in the `eddy-error` header and a JSON body
+//! `{"code", "message", "details"}`; [`RemoteStorage`] turns them back into
+//! the same [`StreamError`](eddy_streams::StreamError)s.
 //!
 //! # Features
 //!
