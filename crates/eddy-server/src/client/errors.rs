@@ -70,7 +70,7 @@ impl ErrorParts {
             "stream/not-found" => StreamError::NotFound { path },
             "stream/gone" => StreamError::Gone { path },
             "stream/soft-deleted" | "stream/path-reserved" => StreamError::SoftDeleted { path },
-            "auth/unauthorized" => StreamError::Unauthorized(answered()),
+            "auth/unauthorized" | "auth/forbidden" => StreamError::Unauthorized(answered()),
             "request/invalid" | "request/method-not-allowed" => {
                 StreamError::InvalidArgument(answered())
             }
@@ -86,7 +86,9 @@ impl ErrorParts {
             }
             // Without a code the status is all there is (a proxy's answer).
             "" => match self.status {
-                StatusCode::UNAUTHORIZED => StreamError::Unauthorized(answered()),
+                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                    StreamError::Unauthorized(answered())
+                }
                 StatusCode::BAD_GATEWAY
                 | StatusCode::SERVICE_UNAVAILABLE
                 | StatusCode::GATEWAY_TIMEOUT => StreamError::unavailable(answered()),
