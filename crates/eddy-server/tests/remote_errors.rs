@@ -133,12 +133,16 @@ fn a_follower_with_a_refused_token_fails_at_once() {
         );
 
         let events = JsonStream::<serde_json::Value>::new("events", "events").expect("route");
-        let count = Declare::<(), serde_json::Value>::new("count")
-            .input("events", &events)
-            .fold(0u64, |n, _, _| n + 1)
+        let mut declare = Declare::<()>::new("count");
+        let input = declare.input("events", &events);
+        let count = declare
+            .fold(0u64)
+            .on(input, |n, _, _| n + 1)
+            .build()
             .expect("declare");
         let host = Host::new(Arc::new(remote));
-        let follow = host.follow(count.at(()).expect("bind"), FollowOptions::default());
+        let bound = count.at(()).expect("bind");
+        let follow = host.follow(&bound, FollowOptions::default());
         futures::pin_mut!(follow);
         let first = tokio::time::timeout(Duration::from_secs(10), follow.next()).await;
         let failed = first
