@@ -5,6 +5,7 @@ mod parsers;
 mod patterns;
 #[cfg(feature = "remote")]
 mod remote_contract;
+#[cfg(feature = "remote")]
 mod remote_errors;
 mod router;
 #[cfg(feature = "webhooks")]
