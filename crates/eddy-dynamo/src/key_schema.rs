@@ -180,6 +180,14 @@ impl TableSchema {
                         attr.name
                     )))
                 }
+                Some(value @ AttributeValue::N(n))
+                    if crate::embedded::encode_value(value).is_none() =>
+                {
+                    return Err(ValidationError::InvalidKey(format!(
+                        "key attribute {} holds {n}, not a number DynamoDB stores",
+                        attr.name
+                    )))
+                }
                 Some(AttributeValue::B(b)) if b.is_empty() => {
                     return Err(ValidationError::InvalidKey(format!(
                         "key attribute {} is empty binary",

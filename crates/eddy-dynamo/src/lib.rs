@@ -135,7 +135,7 @@ pub use dynamo::{
     create_table, verify_table, DynamoOptions, DynamoStreams, DynamoTable, Provisioned,
     ShardCheckpoint, ShardInfo, ShardRead, StreamsFollower,
 };
-pub use embedded::EmbeddedTable;
+pub use embedded::{EmbeddedTable, DEFAULT_FEED_RETENTION};
 pub use entity::{Entity, KeyComposite};
 pub use error::{BoxError, CancellationReason, Error, TableError, TableErrorKind, ValidationError};
 pub use event_item::{EventItem, StreamId, StreamIdentity};

@@ -5,16 +5,26 @@
 use std::collections::HashMap;
 
 use eddy_dynamo::{
-    n, s, AttributeValue, ChangeFeed, Comparator, Condition, ConditionCheck, Delete, Item, Put,
-    Query, SortCondition, Table, TableError, TableErrorKind, TableSchema, TransactWriteItem,
-    Update, UpdateItem, ValidationError,
+    n, s, AttributeType, AttributeValue, ChangeFeed, Comparator, Condition, ConditionCheck, Delete,
+    IndexDefinition, Item, KeyAttribute, KeyDefinition, Put, Query, SortCondition, Table,
+    TableError, TableErrorKind, TableSchema, TransactWriteItem, Update, UpdateItem,
+    ValidationError,
 };
 
-/// The layout every contract case uses.
+/// The layout every contract case uses: string keys, a string index and
+/// an index with a number sort key.
 pub fn schema() -> TableSchema {
-    TableSchema::single_table("contract")
+    let mut schema = TableSchema::single_table("contract")
         .with_index("gsi1", "gsi1pk", Some("gsi1sk"))
-        .with_ttl("expires")
+        .with_ttl("expires");
+    schema.indexes.push(IndexDefinition {
+        name: "gsi2".into(),
+        key: KeyDefinition {
+            partition: KeyAttribute::s("gsi2pk"),
+            sort: Some(KeyAttribute::n("gsi2sk")),
+        },
+    });
+    schema
 }
 
 /// Runs each named case as its own test against tables from `$make`.
@@ -521,4 +531,292 @@ pub async fn change_feed_records_real_changes_in_order<T: Table + ChangeFeed>(t:
         .await
         .unwrap();
     assert_eq!(rest, records[2..].to_vec());
+}
+
+/// `NULL` is a value to DynamoDB (`attribute_exists` holds), and absent to
+/// this crate's guards (`Condition::absent`, `get_present`).
+pub async fn null_attributes_exist_but_read_as_absent<T: Table + ChangeFeed>(t: &T) {
+    t.put_item(Put::new(item(
+        "p",
+        "s",
+        &[("gone", AttributeValue::Null(true)), ("there", n(1))],
+    )))
+    .await
+    .unwrap();
+    let write = |condition: Condition| {
+        t.update_item(
+            UpdateItem::new(key("p", "s"), Update::new().set("touched", n(1))).when(condition),
+        )
+    };
+    write(Condition::exists("gone")).await.unwrap();
+    for holds in [Condition::absent("gone"), Condition::absent("missing")] {
+        write(holds.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{holds:?}: {e}"));
+    }
+    for fails in [
+        Condition::not_exists("gone"),
+        Condition::absent("there"),
+        Condition::exists("missing"),
+    ] {
+        let err = write(fails.clone()).await.unwrap_err();
+        assert_eq!(err.code(), "ConditionalCheckFailed", "{fails:?}");
+    }
+    let stored = t.get_item(key("p", "s")).await.unwrap().unwrap();
+    assert_eq!(eddy_dynamo::get_present(&stored, "gone"), None);
+    assert_eq!(eddy_dynamo::get_present(&stored, "there"), Some(&n(1)));
+}
+
+/// `attribute_type` holds for the stored type only, never for an absent
+/// attribute.
+pub async fn attribute_type_tests_the_stored_type<T: Table + ChangeFeed>(t: &T) {
+    let attributes = [
+        ("str", s("x"), AttributeType::S),
+        ("num", n(2), AttributeType::N),
+        ("bin", AttributeValue::B(vec![1]), AttributeType::B),
+        ("flag", AttributeValue::Bool(false), AttributeType::Bool),
+        ("nothing", AttributeValue::Null(true), AttributeType::Null),
+        (
+            "map",
+            AttributeValue::M(HashMap::from([("a".to_owned(), n(1))])),
+            AttributeType::M,
+        ),
+        ("list", AttributeValue::L(vec![n(1)]), AttributeType::L),
+        (
+            "ss",
+            AttributeValue::Ss(vec!["a".into()]),
+            AttributeType::Ss,
+        ),
+    ];
+    let values: Vec<(&str, AttributeValue)> =
+        attributes.iter().map(|(a, v, _)| (*a, v.clone())).collect();
+    t.put_item(Put::new(item("p", "s", &values))).await.unwrap();
+    for (attribute, _, kind) in &attributes {
+        for candidate in [
+            AttributeType::S,
+            AttributeType::N,
+            AttributeType::Null,
+            *kind,
+        ] {
+            let result = t
+                .update_item(
+                    UpdateItem::new(key("p", "s"), Update::new().set("seen", n(1)))
+                        .when(Condition::has_type(*attribute, candidate)),
+                )
+                .await;
+            assert_eq!(
+                result.is_ok(),
+                candidate == *kind,
+                "{attribute} as {candidate:?}"
+            );
+        }
+    }
+    let err = t
+        .update_item(
+            UpdateItem::new(key("p", "s"), Update::new().set("seen", n(2)))
+                .when(Condition::has_type("missing", AttributeType::Null)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "ConditionalCheckFailed");
+}
+
+fn sks(page: &eddy_dynamo::QueryPage, attribute: &str) -> Vec<AttributeValue> {
+    page.items.iter().map(|i| i[attribute].clone()).collect()
+}
+
+/// `begins_with` and `BETWEEN` on string sort keys, and every comparison on
+/// a number sort key, in DynamoDB's order (numbers by value, negative and
+/// fractional ones included).
+pub async fn sort_key_ranges_on_strings_and_numbers<T: Table + ChangeFeed>(t: &T) {
+    for sk in ["a", "ab", "abc", "abd", "b", "ba", "é"] {
+        t.put_item(Put::new(item("p", sk, &[]))).await.unwrap();
+    }
+    let q = |sort: SortCondition| t.query(Query::partition(s("p")).sort(sort));
+    let page = q(SortCondition::BeginsWith(s("ab"))).await.unwrap();
+    assert_eq!(sks(&page, "sk"), [s("ab"), s("abc"), s("abd")]);
+    let page = q(SortCondition::Between(s("abc"), s("b"))).await.unwrap();
+    assert_eq!(sks(&page, "sk"), [s("abc"), s("abd"), s("b")]);
+    let page = q(SortCondition::Gt(s("ba"))).await.unwrap();
+    assert_eq!(sks(&page, "sk"), [s("é")]);
+
+    let numbers = [
+        "-10", "-1.5", "-1", "0", "0.25", "1", "2", "10", "12.5", "100", "1000",
+    ];
+    for (i, number) in numbers.iter().rev().enumerate() {
+        let attrs = [("gsi2pk", s("n")), ("gsi2sk", n(number))];
+        t.put_item(Put::new(item("num", &format!("{i:02}"), &attrs)))
+            .await
+            .unwrap();
+    }
+    let q = |sort: Option<SortCondition>, forward: bool, limit: Option<usize>| {
+        let mut query = Query::partition(s("n")).on_index("gsi2");
+        query.sort = sort;
+        query.forward = forward;
+        query.limit = limit;
+        t.query(query)
+    };
+    let all = q(None, true, None).await.unwrap();
+    let expected: Vec<AttributeValue> = numbers.iter().map(n).collect();
+    assert_eq!(sks(&all, "gsi2sk"), expected);
+    let page = q(Some(SortCondition::Between(n("-1.5"), n("10"))), true, None)
+        .await
+        .unwrap();
+    assert_eq!(sks(&page, "gsi2sk"), expected[1..8].to_vec());
+    let page = q(Some(SortCondition::Lt(n(0))), false, Some(2))
+        .await
+        .unwrap();
+    assert_eq!(sks(&page, "gsi2sk"), [n(-1), n("-1.5")]);
+    let page = q(Some(SortCondition::Ge(n("12.50"))), true, None)
+        .await
+        .unwrap();
+    assert_eq!(sks(&page, "gsi2sk"), [n("12.5"), n(100), n(1000)]);
+    let page = q(Some(SortCondition::Eq(n("1.0"))), true, None)
+        .await
+        .unwrap();
+    assert_eq!(sks(&page, "gsi2sk"), [n(1)]);
+
+    // Operands of another type, reversed bounds, begins_with on a number.
+    for bad in [
+        SortCondition::Gt(s("1")),
+        SortCondition::Between(n(5), n(1)),
+        SortCondition::BeginsWith(n(1)),
+    ] {
+        let err = q(Some(bad.clone()), true, None).await.unwrap_err();
+        assert_eq!(err.code(), "ValidationException", "{bad:?}");
+    }
+}
+
+/// A descending query with a limit returns the last items first and pages
+/// backward from where it stopped.
+pub async fn descending_queries_with_limits_page_backward<T: Table + ChangeFeed>(t: &T) {
+    for i in 0..20 {
+        t.put_item(Put::new(item("p", &format!("k{i:02}"), &[])))
+            .await
+            .unwrap();
+    }
+    let names = |page: &eddy_dynamo::QueryPage| -> Vec<String> {
+        page.items
+            .iter()
+            .map(|i| eddy_dynamo::get_str(i, "sk").unwrap_or_default().to_owned())
+            .collect()
+    };
+    let first = t
+        .query(Query::partition(s("p")).backward().limit(5))
+        .await
+        .unwrap();
+    assert_eq!(names(&first), ["k19", "k18", "k17", "k16", "k15"]);
+    let start = first.last_evaluated_key.clone().expect("more pages");
+    let second = t
+        .query(
+            Query::partition(s("p"))
+                .backward()
+                .limit(5)
+                .start_after(Some(start)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(names(&second), ["k14", "k13", "k12", "k11", "k10"]);
+    let bounded = t
+        .query(
+            Query::partition(s("p"))
+                .sort(SortCondition::Le(s("k07")))
+                .backward()
+                .limit(3),
+        )
+        .await
+        .unwrap();
+    assert_eq!(names(&bounded), ["k07", "k06", "k05"]);
+    let latest = t
+        .query(Query::partition(s("p")).backward().limit(1))
+        .await
+        .unwrap();
+    assert_eq!(names(&latest), ["k19"]);
+}
+
+/// Paging through an index partition with ties in its sort key returns
+/// every item exactly once, in sort key order, both ways.
+pub async fn paging_through_an_index_partition_returns_each_item_once<T: Table + ChangeFeed>(
+    t: &T,
+) {
+    let mut expected = Vec::new();
+    for i in 0..40 {
+        let (pk, sk) = (format!("p{}", i % 10), format!("s{i:02}"));
+        let attrs = [("gsi1pk", s("g")), ("gsi1sk", s(format!("t{:02}", i % 7)))];
+        t.put_item(Put::new(item(&pk, &sk, &attrs))).await.unwrap();
+        expected.push((pk, sk));
+    }
+    t.put_item(Put::new(item(
+        "other",
+        "x",
+        &[("gsi1pk", s("h")), ("gsi1sk", s("t00"))],
+    )))
+    .await
+    .unwrap();
+    expected.sort();
+    for forward in [true, false] {
+        let mut seen = Vec::new();
+        let mut order = Vec::new();
+        let mut start = None;
+        loop {
+            let mut query = Query::partition(s("g"))
+                .on_index("gsi1")
+                .limit(6)
+                .start_after(start);
+            query.forward = forward;
+            let page = t.query(query).await.unwrap();
+            assert!(page.items.len() <= 6);
+            for i in &page.items {
+                let text = |a: &str| eddy_dynamo::get_str(i, a).unwrap_or_default().to_owned();
+                seen.push((text("pk"), text("sk")));
+                order.push(text("gsi1sk"));
+            }
+            start = page.last_evaluated_key;
+            if start.is_none() {
+                break;
+            }
+        }
+        let mut sorted = order.clone();
+        sorted.sort();
+        if !forward {
+            sorted.reverse();
+        }
+        assert_eq!(order, sorted, "index sort key order, forward: {forward}");
+        seen.sort();
+        assert_eq!(seen, expected, "each item once, forward: {forward}");
+    }
+}
+
+/// Items written before the `byOwner` index (`ownerpk` / `ownersk`) was
+/// added to the table: two carry its keys, one does not.
+pub fn index_backfill_items() -> Vec<Item> {
+    vec![
+        item("a", "1", &[("ownerpk", s("ann")), ("ownersk", s("2"))]),
+        item("b", "1", &[("ownerpk", s("ann")), ("ownersk", s("1"))]),
+        item("c", "1", &[("ownerpk", s("bob"))]),
+    ]
+}
+
+/// The index added after [`index_backfill_items`] were written holds them
+/// (sparsely), and keeps up with new writes.
+pub async fn the_added_index_covers_the_items<T: Table>(t: &T) {
+    let owned = |owner: &str| t.query(Query::partition(s(owner)).on_index("byOwner"));
+    let page = owned("ann").await.unwrap();
+    assert_eq!(
+        sks(&page, "pk"),
+        [s("b"), s("a")],
+        "backfilled in index order"
+    );
+    assert!(
+        owned("bob").await.unwrap().items.is_empty(),
+        "sparse: no sort key"
+    );
+    t.put_item(Put::new(item(
+        "d",
+        "1",
+        &[("ownerpk", s("bob")), ("ownersk", s("0"))],
+    )))
+    .await
+    .unwrap();
+    assert_eq!(sks(&owned("bob").await.unwrap(), "pk"), [s("d")]);
 }

@@ -23,6 +23,11 @@ macro_rules! cases {
             query_sort_conditions_direction_and_paging,
             batch_and_transactional_get,
             change_feed_records_real_changes_in_order,
+            null_attributes_exist_but_read_as_absent,
+            attribute_type_tests_the_stored_type,
+            sort_key_ranges_on_strings_and_numbers,
+            descending_queries_with_limits_page_backward,
+            paging_through_an_index_partition_returns_each_item_once,
         );
     };
 }
@@ -106,6 +111,7 @@ async fn sqlite_table_keeps_items_feed_and_checkpoints_across_reopen() {
             )))
             .await
             .unwrap();
+        table.put_item(Put::new(item("c", &[]))).await.unwrap();
         table
             .save_checkpoint("follower", "000000000000000000001")
             .await
@@ -120,7 +126,12 @@ async fn sqlite_table_keeps_items_feed_and_checkpoints_across_reopen() {
         page.items,
         vec![item("a", &[("gsi1pk", s("g")), ("gsi1sk", s("1"))])]
     );
-    assert_eq!(table.read_changes(None, 10).await.unwrap().len(), 1);
+    let kept = table.read_changes(None, 10).await.unwrap();
+    assert_eq!(
+        kept.len(),
+        1,
+        "the record the only follower passed is trimmed, the other kept"
+    );
     assert_eq!(
         table.load_checkpoint("follower").await.unwrap().as_deref(),
         Some("000000000000000000001")
@@ -135,6 +146,7 @@ async fn sqlite_table_keeps_items_feed_and_checkpoints_across_reopen() {
         .collect();
     assert_eq!(seqs.len(), 2);
     assert!(seqs[0] < seqs[1]);
+    assert_eq!(seqs[0].as_deref(), Some("000000000000000000002"));
     drop(table);
     let other = eddy_dynamo::TableSchema::single_table("other");
     assert_eq!(
@@ -209,4 +221,191 @@ async fn two_handles_on_one_sqlite_file_never_overwrite_each_other() {
         (48, 48),
         "one record per event, none overwritten"
     );
+}
+
+/// Reopening a SQLite table whose schema gained an index creates the index
+/// and backfills it from the stored items; dropping it from the schema
+/// removes it.
+#[tokio::test]
+async fn reopening_a_sqlite_table_with_an_added_index_backfills_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.db");
+    let narrow = eddy_dynamo::TableSchema::single_table("backfill");
+    {
+        let table = EmbeddedTable::open_sqlite(&path, narrow.clone()).unwrap();
+        for item in crate::contract::index_backfill_items() {
+            table.put_item(Put::new(item)).await.unwrap();
+        }
+    }
+    let wide = narrow
+        .clone()
+        .with_index("byOwner", "ownerpk", Some("ownersk"));
+    let table = EmbeddedTable::open_sqlite(&path, wide.clone()).unwrap();
+    crate::contract::the_added_index_covers_the_items(&table).await;
+    drop(table);
+
+    let table = EmbeddedTable::open_sqlite(&path, narrow).unwrap();
+    let query = eddy_dynamo::Query::partition(s("ann")).on_index("byOwner");
+    assert_eq!(
+        table.query(query.clone()).await.unwrap_err().code(),
+        "ValidationException"
+    );
+    drop(table);
+    let table = EmbeddedTable::open_sqlite(&path, wide).unwrap();
+    assert_eq!(table.query(query).await.unwrap().items.len(), 2);
+}
+
+/// A file written by the first layout (no version, numbers in keys stored
+/// in an order-less encoding, no index sort keys) is upgraded on open: its
+/// items, records and checkpoints are kept and its number keys sort.
+#[tokio::test]
+async fn a_layout_1_file_is_upgraded_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    let record = {
+        let scratch = EmbeddedTable::memory(schema());
+        scratch.put_item(Put::new(item("r", &[]))).await.unwrap();
+        scratch.read_changes(None, 1).await.unwrap().remove(0)
+    };
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+             CREATE TABLE items (pk TEXT NOT NULL, sk TEXT NOT NULL, item TEXT NOT NULL, PRIMARY KEY (pk, sk)) WITHOUT ROWID;
+             CREATE TABLE index_entries (idx TEXT NOT NULL, ipk TEXT NOT NULL, pk TEXT NOT NULL, sk TEXT NOT NULL, PRIMARY KEY (idx, ipk, pk, sk)) WITHOUT ROWID;
+             CREATE INDEX index_entries_by_item ON index_entries (pk, sk);
+             CREATE TABLE changes (seq INTEGER PRIMARY KEY, record TEXT NOT NULL);
+             CREATE TABLE checkpoints (consumer TEXT PRIMARY KEY, seq TEXT NOT NULL) WITHOUT ROWID;",
+        )
+        .unwrap();
+        let put = |sql: &str, args: &[&dyn rusqlite::ToSql]| {
+            conn.execute(sql, args).unwrap();
+        };
+        put(
+            "INSERT INTO meta VALUES ('schema', ?1)",
+            &[&serde_json::to_string(&schema()).unwrap()],
+        );
+        for (pk, number) in [("a", "10"), ("b", "9"), ("c", "-1.5")] {
+            let value = item(pk, &[("gsi2pk", s("n")), ("gsi2sk", n(number))]);
+            let text = serde_json::to_string(&value).unwrap();
+            put(
+                "INSERT INTO items VALUES (?1, 'S-', ?2)",
+                &[&format!("S{pk}"), &text],
+            );
+            put(
+                "INSERT INTO index_entries VALUES ('gsi2', 'Sn', ?1, 'S-')",
+                &[&format!("S{pk}")],
+            );
+        }
+        put(
+            "INSERT INTO changes VALUES (1, ?1)",
+            &[&serde_json::to_string(&record).unwrap()],
+        );
+        put(
+            "INSERT INTO changes VALUES (2, ?1)",
+            &[&serde_json::to_string(&record).unwrap()],
+        );
+        put(
+            "INSERT INTO checkpoints VALUES ('f', '000000000000000000001')",
+            &[],
+        );
+    }
+    let table = EmbeddedTable::open_sqlite(&path, schema()).unwrap();
+    let page = table
+        .query(eddy_dynamo::Query::partition(s("n")).on_index("gsi2"))
+        .await
+        .unwrap();
+    let numbers: Vec<_> = page.items.iter().map(|i| i["gsi2sk"].clone()).collect();
+    assert_eq!(numbers, [n("-1.5"), n(9), n(10)]);
+    assert_eq!(
+        table.load_checkpoint("f").await.unwrap().as_deref(),
+        Some("000000000000000000001")
+    );
+    let after = table
+        .read_changes(Some("000000000000000000001".into()), 10)
+        .await
+        .unwrap();
+    assert_eq!(after.len(), 1);
+    table.put_item(Put::new(item("d", &[]))).await.unwrap();
+    let last = table.read_changes(None, 10).await.unwrap();
+    assert_eq!(
+        last.last().unwrap().change.sequence_number.as_deref(),
+        Some("000000000000000000003"),
+        "sequence numbers continue"
+    );
+}
+
+/// The change log is bounded: records every follower has passed are
+/// trimmed as it saves its checkpoint, so following a busy table keeps the
+/// log at the records not yet processed.
+#[tokio::test]
+async fn the_change_log_stays_bounded_while_followers_keep_up() {
+    use crate::common::{orders, placed, summary_projection, TestTable};
+    for t in [crate::common::table(), crate::common::sqlite_table()] {
+        let stream = orders(&t);
+        let p = summary_projection(&t, false);
+        let follower = eddy_dynamo::Follower::new(t.clone(), "summaries");
+        let projections = [&p as &dyn eddy_dynamo::BatchProjection];
+        for round in 0..30 {
+            let id = stream.id([("orderId", format!("o-{round}"))]).unwrap();
+            stream.append(&id, &[placed("ann")], 0).await.unwrap();
+            follower.catch_up(&projections).await.unwrap();
+            let kept = t.read_changes(None, 10_000).await.unwrap();
+            // At most the row write of the last batch, read on the next poll.
+            assert!(
+                kept.len() <= 1,
+                "{}: round {round} keeps {}",
+                t.backend,
+                kept.len()
+            );
+        }
+        let last: TestTable = t.clone();
+        let checkpoint = follower.checkpoint().await.unwrap().unwrap();
+        assert!(
+            checkpoint.as_str() >= "000000000000000000059",
+            "{}: {checkpoint}",
+            last.backend
+        );
+    }
+}
+
+/// Records older than the retention window are trimmed even when a
+/// follower still needs them; that follower then gets `history-unavailable`
+/// (as a DynamoDB Streams reader gets `TrimmedDataAccessException`), while
+/// a new follower starts at what is left.
+#[tokio::test]
+async fn records_past_the_retention_window_are_trimmed() {
+    for backend in ["memory", "sqlite"] {
+        let dir = tempfile::tempdir().unwrap();
+        let table = match backend {
+            "memory" => EmbeddedTable::memory(schema()),
+            _ => EmbeddedTable::open_sqlite(dir.path().join("t.db"), schema()).unwrap(),
+        }
+        .with_feed_retention(std::time::Duration::from_secs(3600));
+        for pk in ["a", "b", "c"] {
+            table.put_item(Put::new(item(pk, &[]))).await.unwrap();
+        }
+        table
+            .save_checkpoint("slow", "000000000000000000001")
+            .await
+            .unwrap();
+        assert_eq!(table.read_changes(None, 10).await.unwrap().len(), 2);
+        table
+            .trim_changes(chrono::Utc::now() + chrono::Duration::hours(2))
+            .await
+            .unwrap();
+        let err = table
+            .read_changes(Some("000000000000000000001".into()), 10)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "history-unavailable", "{backend}");
+        assert!(table.read_changes(None, 10).await.unwrap().is_empty());
+        table.put_item(Put::new(item("d", &[]))).await.unwrap();
+        let fresh = table.read_changes(None, 10).await.unwrap();
+        assert_eq!(
+            fresh[0].change.sequence_number.as_deref(),
+            Some("000000000000000000004"),
+            "{backend}"
+        );
+    }
 }

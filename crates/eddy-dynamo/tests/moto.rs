@@ -167,6 +167,11 @@ mod contract {
         query_sort_conditions_direction_and_paging,
         batch_and_transactional_get,
         change_feed_records_real_changes_in_order,
+        null_attributes_exist_but_read_as_absent,
+        attribute_type_tests_the_stored_type,
+        sort_key_ranges_on_strings_and_numbers,
+        descending_queries_with_limits_page_backward,
+        paging_through_an_index_partition_returns_each_item_once,
     );
 
     /// moto refuses items over 405 000 bytes (DynamoDB: 409 600), so the
@@ -237,11 +242,39 @@ mod dynamodb_only {
             Some("expires")
         );
 
-        // The same name with another index: a typed error saying what to add.
-        let more = schema.clone().with_index("gsi2", "gsi2pk", None);
-        let err = create_table(&client, &more).await.unwrap_err();
+        // An index with the same name and another key: a typed error.
+        let mut other = schema.clone();
+        other.indexes[0].key.sort = None;
+        let err = create_table(&client, &other).await.unwrap_err();
         assert_eq!(err.code(), "table/misconfigured");
-        assert!(err.to_string().contains("gsi2"), "{err}");
+        assert!(err.to_string().contains("gsi1"), "{err}");
+    }
+
+    /// The schema of an existing table gains an index: `create_table` adds
+    /// it, and it covers the items written before (DynamoDB backfills a new
+    /// index), as reopening a SQLite table with it does.
+    #[tokio::test]
+    async fn an_index_added_to_an_existing_table_covers_its_items() {
+        let Some(endpoint) = endpoint() else { return };
+        let client = client(&endpoint).await;
+        let schema = TableSchema::single_table(unique("backfill"));
+        create_table(&client, &schema).await.unwrap();
+        let table = DynamoTable::connect(&options(&endpoint), schema.clone())
+            .await
+            .unwrap();
+        let before = crate::contract::index_backfill_items();
+        for item in &before {
+            table.put_item(Put::new(item.clone())).await.unwrap();
+        }
+        let wider = schema.with_index("byOwner", "ownerpk", Some("ownersk"));
+        assert_eq!(
+            create_table(&client, &wider).await.unwrap(),
+            Provisioned::AlreadyExists
+        );
+        let table = DynamoTable::connect(&options(&endpoint), wider)
+            .await
+            .unwrap();
+        crate::contract::the_added_index_covers_the_items(&table).await;
     }
 
     #[tokio::test]

@@ -5,9 +5,10 @@ use std::time::Duration;
 use aws_sdk_dynamodb::operation::create_table::CreateTableError;
 use aws_sdk_dynamodb::operation::describe_table::DescribeTableError;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
-    ProjectionType, ScalarAttributeType, StreamSpecification, StreamViewType, TableDescription,
-    TableStatus, TimeToLiveSpecification,
+    AttributeDefinition, BillingMode, CreateGlobalSecondaryIndexAction, GlobalSecondaryIndex,
+    GlobalSecondaryIndexUpdate, IndexStatus, KeySchemaElement, KeyType, Projection, ProjectionType,
+    ScalarAttributeType, StreamSpecification, StreamViewType, TableDescription, TableStatus,
+    TimeToLiveSpecification,
 };
 use aws_sdk_dynamodb::Client;
 
@@ -21,8 +22,9 @@ use crate::key_schema::{KeyDefinition, TableSchema};
 pub enum Provisioned {
     /// The table was created.
     Created,
-    /// The table already existed with the right layout; nothing changed
-    /// (except enabling TTL when it was off).
+    /// The table already existed with the right layout. Nothing changed,
+    /// except indexes the schema adds (created, and backfilled by
+    /// DynamoDB) and TTL when it was off.
     AlreadyExists,
 }
 
@@ -31,15 +33,20 @@ pub enum Provisioned {
 /// `NEW_AND_OLD_IMAGES`, and TTL on the schema's TTL attribute. Waits until
 /// the table is active.
 ///
-/// An existing table with the same layout is left as it is; one with
-/// another key, missing indexes or no stream is
+/// An existing table with the same layout is left as it is, except that
+/// indexes the schema adds are created (DynamoDB backfills them from the
+/// existing items; this waits until they are active). One with another
+/// key, an index with another key, or no stream is
 /// [`TableError::Misconfigured`], with what to change.
 pub async fn create_table(
     client: &Client,
     schema: &TableSchema,
 ) -> Result<Provisioned, TableError> {
     let outcome = match describe(client, &schema.name).await? {
-        Some(_) => Provisioned::AlreadyExists,
+        Some(table) => {
+            add_missing_indexes(client, schema, &table).await?;
+            Provisioned::AlreadyExists
+        }
         None => match send_create(client, schema).await {
             Ok(()) => Provisioned::Created,
             Err(CreateFailure::InUse) => Provisioned::AlreadyExists,
@@ -157,22 +164,8 @@ async fn send_create(client: &Client, schema: &TableSchema) -> Result<(), Create
     let build = |e: aws_sdk_dynamodb::error::BuildError| {
         CreateFailure::Other(TableError::internal_from("building CreateTable", e))
     };
-    let mut definitions: Vec<AttributeDefinition> = Vec::new();
     let keys = std::iter::once(&schema.key).chain(schema.indexes.iter().map(|i| &i.key));
-    for key in keys {
-        for attr in std::iter::once(&key.partition).chain(key.sort.iter()) {
-            if definitions.iter().any(|d| d.attribute_name() == attr.name) {
-                continue;
-            }
-            definitions.push(
-                AttributeDefinition::builder()
-                    .attribute_name(&attr.name)
-                    .attribute_type(scalar(attr.kind))
-                    .build()
-                    .map_err(build)?,
-            );
-        }
-    }
+    let definitions = attribute_definitions(keys).map_err(build)?;
     let mut request = client
         .create_table()
         .table_name(&schema.name)
@@ -191,11 +184,7 @@ async fn send_create(client: &Client, schema: &TableSchema) -> Result<(), Create
             GlobalSecondaryIndex::builder()
                 .index_name(&index.name)
                 .set_key_schema(Some(key_schema(&index.key).map_err(build)?))
-                .projection(
-                    Projection::builder()
-                        .projection_type(ProjectionType::All)
-                        .build(),
-                )
+                .projection(all())
                 .build()
                 .map_err(build)?,
         );
@@ -214,19 +203,97 @@ async fn send_create(client: &Client, schema: &TableSchema) -> Result<(), Create
     }
 }
 
+/// Creates the schema's indexes the table lacks, one `UpdateTable` each
+/// (DynamoDB creates one index per call), waiting for each to be active.
+async fn add_missing_indexes(
+    client: &Client,
+    schema: &TableSchema,
+    table: &TableDescription,
+) -> Result<(), TableError> {
+    let build = |e| TableError::internal_from("building UpdateTable", e);
+    // Every key attribute of the table and its indexes: DynamoDB needs the
+    // new index's, and a server that replaces the list keeps the others.
+    let keys = std::iter::once(&schema.key).chain(schema.indexes.iter().map(|i| &i.key));
+    let definitions = attribute_definitions(keys).map_err(build)?;
+    for index in &schema.indexes {
+        let present = table
+            .global_secondary_indexes()
+            .iter()
+            .any(|g| g.index_name() == Some(index.name.as_str()));
+        if present {
+            continue; // its key is checked by `verify_table`
+        }
+        client
+            .update_table()
+            .table_name(&schema.name)
+            .set_attribute_definitions(Some(definitions.clone()))
+            .global_secondary_index_updates(
+                GlobalSecondaryIndexUpdate::builder()
+                    .create(
+                        CreateGlobalSecondaryIndexAction::builder()
+                            .index_name(&index.name)
+                            .set_key_schema(Some(key_schema(&index.key).map_err(build)?))
+                            .projection(all())
+                            .build()
+                            .map_err(build)?,
+                    )
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(|e| map_sdk(&schema.name, e))?;
+        wait_active(client, &schema.name).await?;
+    }
+    Ok(())
+}
+
+/// Waits until the table and every index of it are active (indexes are
+/// created, and backfilled, after their table).
 async fn wait_active(client: &Client, name: &str) -> Result<(), TableError> {
-    for _ in 0..300 {
-        let status = describe(client, name)
-            .await?
-            .and_then(|t| t.table_status().cloned());
-        if status == Some(TableStatus::Active) {
+    for _ in 0..1500 {
+        let table = describe(client, name).await?;
+        let active = table.as_ref().is_some_and(|t| {
+            t.table_status() == Some(&TableStatus::Active)
+                && t.global_secondary_indexes()
+                    .iter()
+                    .all(|g| g.index_status().is_none_or(|s| *s == IndexStatus::Active))
+        });
+        if active {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     Err(TableError::internal(format!(
-        "table {name} did not become ACTIVE within 60 s; check it in the console and run the command again"
+        "table {name} or one of its indexes did not become ACTIVE within 5 minutes; check it in the console and run the command again"
     )))
+}
+
+/// The attribute definitions of these keys, each attribute once.
+fn attribute_definitions<'a>(
+    keys: impl IntoIterator<Item = &'a KeyDefinition>,
+) -> Result<Vec<AttributeDefinition>, aws_sdk_dynamodb::error::BuildError> {
+    let mut definitions: Vec<AttributeDefinition> = Vec::new();
+    for key in keys {
+        for attr in std::iter::once(&key.partition).chain(key.sort.iter()) {
+            if definitions.iter().any(|d| d.attribute_name() == attr.name) {
+                continue;
+            }
+            definitions.push(
+                AttributeDefinition::builder()
+                    .attribute_name(&attr.name)
+                    .attribute_type(scalar(attr.kind))
+                    .build()?,
+            );
+        }
+    }
+    Ok(definitions)
+}
+
+/// Every attribute projected into an index.
+fn all() -> Projection {
+    Projection::builder()
+        .projection_type(ProjectionType::All)
+        .build()
 }
 
 async fn enable_ttl(client: &Client, schema: &TableSchema) -> Result<(), TableError> {

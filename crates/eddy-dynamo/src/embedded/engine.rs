@@ -1,55 +1,27 @@
 //! Table semantics over a [`Store`]: validation, conditions, transactions,
-//! change records and queries. Shared by every embedded backend.
+//! index entries, change records and TTL. Shared by every embedded backend.
 
 use std::cmp::Ordering;
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
+use super::feed::trim_by_age;
+use super::keys::encode_key;
 use super::records::change_record;
-use super::store::{in_write, Store, Txn, Write};
+use super::store::{in_write, IndexEntry, LoggedChange, Store, Txn, Write};
 use crate::change_feed::ChangeRecord;
 use crate::error::{CancellationReason, TableError, ValidationError};
-use crate::item::{
-    compare_values, item_size, items_equal, parse_number, AttributeValue, Item, MAX_ITEM_SIZE,
-};
-use crate::key_schema::{KeyDefinition, TableSchema};
-use crate::query::{Query, QueryPage};
+use crate::item::{compare_values, item_size, items_equal, AttributeValue, Item, MAX_ITEM_SIZE};
+use crate::key_schema::{IndexDefinition, TableSchema};
 use crate::request::TransactWriteItem;
 
 /// The most items a transaction holds.
 pub(crate) const MAX_TRANSACTION_ITEMS: usize = 100;
-/// The most bytes of items one query page returns.
-const MAX_PAGE_BYTES: usize = 1024 * 1024;
 
-/// Encodes a key value so equal values (`1` and `1.0` included) encode equally.
-pub(crate) fn encode_value(value: &AttributeValue) -> String {
-    match value {
-        AttributeValue::S(s) => format!("S{s}"),
-        AttributeValue::N(n) => match parse_number(n) {
-            Some(d) => format!("N{}", d.normalized()),
-            None => format!("N{n}"),
-        },
-        AttributeValue::B(b) => {
-            let mut out = String::from("B");
-            for byte in b {
-                out.push_str(&format!("{byte:02x}"));
-            }
-            out
-        }
-        other => format!("?{other:?}"),
-    }
-}
-
-/// The encoded `(pk, sk)` of an item or key under a key definition.
-pub(crate) fn encode_key(def: &KeyDefinition, item: &Item) -> Option<(String, String)> {
-    let pk = encode_value(item.get(&def.partition.name)?);
-    let sk = match &def.sort {
-        Some(sort) => encode_value(item.get(&sort.name)?),
-        None => String::new(),
-    };
-    Some((pk, sk))
-}
+/// An encoded `(pk, sk)`, as [`encode_key`] makes it.
+pub(crate) type EncodedKey = (String, String);
 
 /// One planned change to one item.
 struct Change {
@@ -59,38 +31,49 @@ struct Change {
     new: Option<Item>,
 }
 
+/// When a write happens, and how long the change log keeps records.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WriteClock {
+    pub now: DateTime<Utc>,
+    pub retention: std::time::Duration,
+}
+
 /// Validates a transaction, then evaluates its conditions and commits it
 /// with its change records in one write transaction of the store. Returns
 /// the records written.
-pub(crate) fn transact(
-    store: &mut dyn Store,
-    schema: &TableSchema,
+pub(crate) async fn transact(
+    store: &dyn Store,
+    schema: &Arc<TableSchema>,
     items: Vec<TransactWriteItem>,
-    now: DateTime<Utc>,
+    clock: WriteClock,
 ) -> Result<Vec<ChangeRecord>, TableError> {
     let keys = validate_transaction(schema, &items)?;
-    in_write(store, |txn| {
-        decide_and_commit(txn, schema, items, keys, now)
+    let schema = Arc::clone(schema);
+    in_write(store, move |txn| {
+        decide_and_commit(txn, &schema, items, keys, clock)
     })
+    .await
 }
 
 /// Updates one item and returns it as written, in one write transaction.
-pub(crate) fn update(
-    store: &mut dyn Store,
-    schema: &TableSchema,
+pub(crate) async fn update(
+    store: &dyn Store,
+    schema: &Arc<TableSchema>,
     update: TransactWriteItem,
-    now: DateTime<Utc>,
+    clock: WriteClock,
 ) -> Result<(Vec<ChangeRecord>, Item), TableError> {
     let keys = validate_transaction(schema, std::slice::from_ref(&update))?;
     let (pk, sk) = keys[0].1.clone();
-    in_write(store, |txn| {
-        let records =
-            crate::table::single(decide_and_commit(txn, schema, vec![update], keys, now))?;
+    let schema = Arc::clone(schema);
+    in_write(store, move |txn| {
+        let written = decide_and_commit(txn, &schema, vec![update], keys, clock);
+        let records = crate::table::single(written)?;
         let item = txn
             .get(&pk, &sk)?
             .ok_or_else(|| TableError::internal("the updated item is missing"))?;
         Ok((records, item))
     })
+    .await
 }
 
 /// Evaluates every condition against the items as they are inside the
@@ -100,7 +83,7 @@ fn decide_and_commit(
     schema: &TableSchema,
     items: Vec<TransactWriteItem>,
     keys: Vec<(Item, EncodedKey)>,
-    now: DateTime<Utc>,
+    clock: WriteClock,
 ) -> Result<Vec<ChangeRecord>, TableError> {
     let mut reasons = Vec::with_capacity(items.len());
     let mut failed = false;
@@ -144,11 +127,8 @@ fn decide_and_commit(
     if failed {
         return Err(TableError::TransactionCanceled { reasons });
     }
-    commit(txn, schema, changes, now, false)
+    commit(txn, schema, changes, clock, false)
 }
-
-/// An encoded `(pk, sk)`, as [`encode_key`] makes it.
-pub(crate) type EncodedKey = (String, String);
 
 /// Validates every request of a transaction before any item is read: the
 /// count, keys and index key types, item sizes, key updates and duplicate
@@ -210,43 +190,43 @@ pub(crate) fn validate_transaction(
 
 /// Deletes the items whose TTL attribute is at or before `now_secs`,
 /// recording REMOVE records attributed to the DynamoDB service.
-pub(crate) fn expire(
-    store: &mut dyn Store,
-    schema: &TableSchema,
+pub(crate) async fn expire(
+    store: &dyn Store,
+    schema: &Arc<TableSchema>,
     now_secs: u64,
-    now: DateTime<Utc>,
+    clock: WriteClock,
 ) -> Result<usize, TableError> {
-    let Some(ttl) = &schema.ttl_attribute else {
+    let Some(ttl) = schema.ttl_attribute.clone() else {
         return Ok(0);
     };
+    let schema = Arc::clone(schema);
     let limit = AttributeValue::N(now_secs.to_string());
-    in_write(store, |txn| {
+    in_write(store, move |txn| {
         let mut changes = Vec::new();
         for item in txn.all_items()? {
-            let expired = match item.get(ttl) {
+            let expired = match item.get(&ttl) {
                 Some(v @ AttributeValue::N(_)) => matches!(
                     compare_values(v, &limit),
                     Some(Ordering::Less | Ordering::Equal)
                 ),
                 _ => false,
             };
-            if expired {
-                if let Some((pk, sk)) = encode_key(&schema.key, &item) {
-                    changes.push(Change {
-                        pk,
-                        sk,
-                        old: Some(item),
-                        new: None,
-                    });
-                }
+            if let Some((pk, sk)) = encode_key(&schema.key, &item).filter(|_| expired) {
+                changes.push(Change {
+                    pk,
+                    sk,
+                    old: Some(item),
+                    new: None,
+                });
             }
         }
         let count = changes.len();
         if count > 0 {
-            commit(txn, schema, changes, now, true)?;
+            commit(txn, &schema, changes, clock, true)?;
         }
         Ok(count)
     })
+    .await
 }
 
 fn check_size(item: &Item) -> Result<(), ValidationError> {
@@ -257,14 +237,34 @@ fn check_size(item: &Item) -> Result<(), ValidationError> {
     Ok(())
 }
 
+/// The index entries of an item: one per index whose key attributes it
+/// carries (sparse membership).
+pub(crate) fn index_entries(schema: &TableSchema, item: &Item) -> Vec<IndexEntry> {
+    schema
+        .indexes
+        .iter()
+        .filter_map(|index| index_entry(index, item))
+        .collect()
+}
+
+/// The item's entry in one index, when it carries the index's key.
+pub(crate) fn index_entry(index: &IndexDefinition, item: &Item) -> Option<IndexEntry> {
+    encode_key(&index.key, item).map(|(ipk, isk)| (index.name.clone(), ipk, isk))
+}
+
+/// How often (in sequence numbers) a commit also trims the log by age, so
+/// the log stays bounded without anyone asking.
+const TRIM_EVERY: u64 = 1024;
+
 fn commit(
     txn: &mut dyn Txn,
     schema: &TableSchema,
     changes: Vec<Change>,
-    now: DateTime<Utc>,
+    clock: WriteClock,
     by_service: bool,
 ) -> Result<Vec<ChangeRecord>, TableError> {
-    let mut seq = txn.last_sequence()?;
+    let first = txn.last_sequence()?;
+    let mut seq = first;
     let mut writes = Vec::with_capacity(changes.len());
     let mut records = Vec::with_capacity(changes.len());
     for change in changes {
@@ -276,131 +276,31 @@ fn commit(
             seq,
             change.old.as_ref(),
             change.new.as_ref(),
-            now,
+            clock.now,
             by_service,
         );
-        records.push((seq, record));
+        records.push(LoggedChange {
+            seq,
+            created: clock.now.timestamp(),
+            record,
+        });
         writes.push(match change.new {
-            Some(item) => {
-                let indexes = schema
-                    .indexes
-                    .iter()
-                    .filter_map(|index| {
-                        encode_key(&index.key, &item).map(|(ipk, _)| (index.name.clone(), ipk))
-                    })
-                    .collect();
-                Write::Put {
-                    pk: change.pk,
-                    sk: change.sk,
-                    item,
-                    indexes,
-                }
-            }
+            Some(item) => Write::Put {
+                indexes: index_entries(schema, &item),
+                pk: change.pk,
+                sk: change.sk,
+                item,
+            },
             None => Write::Delete {
                 pk: change.pk,
                 sk: change.sk,
             },
         });
     }
-    let out = records.iter().map(|(_, r)| r.clone()).collect();
+    let out = records.iter().map(|r| r.record.clone()).collect();
     txn.apply(writes, records)?;
+    if first / TRIM_EVERY != seq / TRIM_EVERY {
+        trim_by_age(txn, clock)?;
+    }
     Ok(out)
-}
-
-/// Validates a query before it runs, and returns the key it queries.
-pub(crate) fn validate_query<'a>(
-    schema: &'a TableSchema,
-    query: &Query,
-) -> Result<&'a KeyDefinition, TableError> {
-    let def = match &query.index {
-        None => &schema.key,
-        Some(name) => &schema.index(name)?.key,
-    };
-    if !def.partition.kind.matches(&query.partition) {
-        return Err(ValidationError::InvalidQuery(format!(
-            "the partition value must be of type {:?}",
-            def.partition.kind
-        ))
-        .into());
-    }
-    if query.limit == Some(0) {
-        return Err(ValidationError::InvalidQuery("limit must be at least 1".into()).into());
-    }
-    if query.sort.is_some() && def.sort.is_none() {
-        return Err(ValidationError::InvalidQuery(
-            "the key has no sort attribute to condition".into(),
-        )
-        .into());
-    }
-    Ok(def)
-}
-
-/// Runs a query against the store.
-pub(crate) fn query(
-    store: &dyn Store,
-    schema: &TableSchema,
-    query: &Query,
-) -> Result<QueryPage, TableError> {
-    let def = validate_query(schema, query)?;
-    let mut items = store.partition(query.index.as_deref(), &encode_value(&query.partition))?;
-    if let (Some(cond), Some(sort)) = (&query.sort, &def.sort) {
-        items.retain(|item| item.get(&sort.name).is_some_and(|v| cond.matches(v)));
-    }
-    let order = |a: &Item, b: &Item| order_items(schema, def, a, b);
-    items.sort_by(order);
-    if !query.forward {
-        items.reverse();
-    }
-    if let Some(start) = &query.exclusive_start_key {
-        for name in def.names().chain(schema.key.names()) {
-            if !start.contains_key(name) {
-                return Err(
-                    ValidationError::InvalidQuery(format!("the paging key lacks {name}")).into(),
-                );
-            }
-        }
-        items.retain(|item| {
-            let ord = order(item, start);
-            if query.forward {
-                ord == Ordering::Greater
-            } else {
-                ord == Ordering::Less
-            }
-        });
-    }
-    let limit = query.limit.unwrap_or(usize::MAX);
-    let mut page = QueryPage::default();
-    let mut bytes = 0;
-    let total = items.len();
-    for item in items {
-        if page.items.len() >= limit || bytes >= MAX_PAGE_BYTES {
-            break;
-        }
-        bytes += item_size(&item);
-        page.items.push(item);
-    }
-    if page.items.len() < total {
-        if let Some(last) = page.items.last() {
-            let mut key = Item::new();
-            for name in def.names().chain(schema.key.names()) {
-                if let Some(v) = last.get(name) {
-                    key.insert(name.to_owned(), v.clone());
-                }
-            }
-            page.last_evaluated_key = Some(key);
-        }
-    }
-    Ok(page)
-}
-
-/// Orders items by the sort key of `def`, then by the table key so the order
-/// is total.
-fn order_items(schema: &TableSchema, def: &KeyDefinition, a: &Item, b: &Item) -> Ordering {
-    let by_sort = def
-        .sort
-        .as_ref()
-        .and_then(|s| Some((a.get(&s.name)?, b.get(&s.name)?)))
-        .and_then(|(x, y)| compare_values(x, y))
-        .unwrap_or(Ordering::Equal);
-    by_sort.then_with(|| encode_key(&schema.key, a).cmp(&encode_key(&schema.key, b)))
 }

@@ -2,55 +2,74 @@
 //! ordered change feed.
 
 mod engine;
+mod feed;
+mod keys;
 mod memory;
+mod query;
 mod records;
 mod sqlite;
 mod store;
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 
-use self::store::Store;
+use self::engine::WriteClock;
+use self::store::{in_write, Store};
 use crate::accounting::{RequestCounter, RequestStats};
 use crate::change_feed::{ChangeFeed, ChangeRecord};
-use crate::error::TableError;
+use crate::error::{TableError, ValidationError};
 use crate::item::Item;
 use crate::key_schema::TableSchema;
 use crate::query::{Query, QueryPage};
 use crate::request::TransactWriteItem;
 use crate::table::Table;
 
+pub(crate) use keys::encode_value;
+pub(crate) use records::{format_sequence, parse_sequence};
 #[cfg_attr(not(feature = "aws"), allow(unused_imports))]
-pub(crate) use engine::{validate_query, validate_transaction};
-pub(crate) use records::parse_sequence;
+pub(crate) use {engine::validate_transaction, query::validate_query};
 
 /// The encoded primary key of an item or key, for telling keys apart.
 #[cfg_attr(not(feature = "aws"), allow(dead_code))]
 pub(crate) fn encode_key_of(schema: &TableSchema, key: &Item) -> Option<(String, String)> {
-    engine::encode_key(&schema.key, key)
+    keys::encode_key(&schema.key, key)
 }
+
+/// How long the change log keeps a record that a registered follower still
+/// needs, by default: DynamoDB Streams' 24 hours.
+pub const DEFAULT_FEED_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// A table with DynamoDB's semantics, stored in memory or in a SQLite file,
 /// that records every change in an ordered feed.
 ///
-/// Cheap to clone: clones share the same table. Blocking storage calls run on
-/// tokio's blocking pool, one at a time.
+/// Cheap to clone: clones share the same table. On SQLite, writes go to
+/// one writer thread that commits everything queued in one transaction
+/// (group commit); reads run on tokio's blocking pool.
+///
+/// The change log is bounded: a record is trimmed once every follower that
+/// saved a checkpoint has passed it, and at the latest after the retention
+/// window ([`DEFAULT_FEED_RETENTION`], see
+/// [`with_feed_retention`](Self::with_feed_retention)). Reading after a
+/// trimmed position is `history-unavailable`.
 #[derive(Clone)]
 pub struct EmbeddedTable {
     schema: Arc<TableSchema>,
-    store: Arc<Mutex<Box<dyn Store>>>,
+    store: Arc<dyn Store>,
     changed: Arc<Notify>,
     requests: RequestCounter,
+    retention: Duration,
 }
 
 impl std::fmt::Debug for EmbeddedTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EmbeddedTable")
             .field("schema", &self.schema)
+            .field("retention", &self.retention)
             .finish_non_exhaustive()
     }
 }
@@ -58,22 +77,40 @@ impl std::fmt::Debug for EmbeddedTable {
 impl EmbeddedTable {
     /// A table in memory, empty, lost when the last clone is dropped.
     pub fn memory(schema: TableSchema) -> Self {
-        Self::with_store(schema, Box::new(memory::MemoryStore::default()))
+        Self::with_store(schema, Arc::new(memory::MemoryStore::default()))
     }
 
     /// Opens the table stored in the SQLite file at `path`, creating it when
-    /// absent. A file created with another schema is refused.
+    /// absent. A file written by an older build is upgraded to this build's
+    /// layout; indexes the schema adds are created and backfilled from the
+    /// stored items, and indexes it drops are removed. A file holding a
+    /// table with another name or key is refused (`table/misconfigured`).
     pub fn open_sqlite(path: impl AsRef<Path>, schema: TableSchema) -> Result<Self, TableError> {
         let store = sqlite::SqliteStore::open(path.as_ref(), &schema)?;
-        Ok(Self::with_store(schema, Box::new(store)))
+        Ok(Self::with_store(schema, Arc::new(store)))
     }
 
-    fn with_store(schema: TableSchema, store: Box<dyn Store>) -> Self {
+    fn with_store(schema: TableSchema, store: Arc<dyn Store>) -> Self {
         Self {
             schema: Arc::new(schema),
-            store: Arc::new(Mutex::new(store)),
+            store,
             changed: Arc::new(Notify::new()),
             requests: RequestCounter::default(),
+            retention: DEFAULT_FEED_RETENTION,
+        }
+    }
+
+    /// Keeps change records at most this long (the records no follower
+    /// needs any more go sooner).
+    pub fn with_feed_retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    fn clock(&self, now: DateTime<Utc>) -> WriteClock {
+        WriteClock {
+            now,
+            retention: self.retention,
         }
     }
 
@@ -82,16 +119,28 @@ impl EmbeddedTable {
     /// REMOVE records name the DynamoDB service as the user identity. Until
     /// this runs, expired items are still read, as on DynamoDB.
     pub async fn expire_items(&self, now_secs: u64) -> Result<usize, TableError> {
-        let count = self
-            .run(move |store, schema| engine::expire(store, schema, now_secs, Utc::now()))
-            .await?;
+        let clock = self.clock(Utc::now());
+        let count = engine::expire(self.store.as_ref(), &self.schema, now_secs, clock).await?;
         if count > 0 {
             self.changed.notify_waiters();
         }
         Ok(count)
     }
 
-    /// Resolves at the next commit that records a change.
+    /// Trims the change log as of `now`: the records every follower with a
+    /// checkpoint has passed, and those older than the retention window.
+    /// Commits and checkpoint saves also trim; this is for a table that is
+    /// neither written nor followed for a while.
+    pub async fn trim_changes(&self, now: DateTime<Utc>) -> Result<(), TableError> {
+        let clock = self.clock(now);
+        in_write(self.store.as_ref(), move |txn| {
+            feed::trim_by_consumers(txn)?;
+            feed::trim_by_age(txn, clock)
+        })
+        .await
+    }
+
+    /// Resolves at the next commit of this handle that records a change.
     pub async fn changed(&self) {
         self.changed.notified().await;
     }
@@ -105,37 +154,45 @@ impl EmbeddedTable {
         }
     }
 
-    /// A single write (`PutItem` / `DeleteItem`), counted as one.
-    async fn write_one(&self, item: TransactWriteItem) -> Result<(), TableError> {
-        let records = self
-            .run(move |store, schema| {
-                crate::table::single(engine::transact(store, schema, vec![item], Utc::now()))
-            })
-            .await
-            .inspect_err(|e| self.count_refused(e, RequestCounter::write))?;
-        self.requests.write();
+    fn notify(&self, records: &[ChangeRecord]) {
         if !records.is_empty() {
             self.changed.notify_waiters();
         }
+    }
+
+    /// A single write (`PutItem` / `DeleteItem`), counted as one.
+    async fn write_one(&self, item: TransactWriteItem) -> Result<(), TableError> {
+        let clock = self.clock(Utc::now());
+        let written = engine::transact(self.store.as_ref(), &self.schema, vec![item], clock).await;
+        let records = crate::table::single(written)
+            .inspect_err(|e| self.count_refused(e, RequestCounter::write))?;
+        self.requests.write();
+        self.notify(&records);
         Ok(())
     }
 
-    async fn run<T, F>(&self, f: F) -> Result<T, TableError>
+    /// Runs a read on the store: on the blocking pool when it does I/O.
+    async fn read<T, F>(&self, read: F) -> Result<T, TableError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut dyn Store, &TableSchema) -> Result<T, TableError> + Send + 'static,
+        F: FnOnce(&dyn Store, &TableSchema) -> Result<T, TableError> + Send + 'static,
     {
+        if !self.store.blocking() {
+            return read(self.store.as_ref(), &self.schema);
+        }
         let store = Arc::clone(&self.store);
         let schema = Arc::clone(&self.schema);
-        tokio::task::spawn_blocking(move || {
-            let mut guard = store.lock().map_err(|_| {
-                TableError::internal("the table is poisoned by an earlier panic; reopen it")
-            })?;
-            f(guard.as_mut(), &schema)
-        })
-        .await
-        .map_err(|e| TableError::internal_from("the storage task failed", e))?
+        tokio::task::spawn_blocking(move || read(store.as_ref(), &schema))
+            .await
+            .map_err(|e| TableError::internal_from("the storage task failed", e))?
     }
+}
+
+/// The encoded key of a (validated) key.
+fn encoded(schema: &TableSchema, key: &Item) -> Result<(String, String), TableError> {
+    schema.validate_key(key)?;
+    keys::encode_key(&schema.key, key)
+        .ok_or_else(|| TableError::internal("a validated key did not encode"))
 }
 
 #[async_trait]
@@ -149,34 +206,21 @@ impl Table for EmbeddedTable {
     }
 
     async fn get_item(&self, key: Item) -> Result<Option<Item>, TableError> {
-        let item = self
-            .run(move |store, schema| {
-                schema.validate_key(&key)?;
-                let (pk, sk) = engine::encode_key(&schema.key, &key)
-                    .ok_or_else(|| TableError::internal("validated key did not encode"))?;
-                store.get(&pk, &sk)
-            })
-            .await?;
+        let (pk, sk) = encoded(&self.schema, &key)?;
+        let item = self.read(move |store, _| store.get(&pk, &sk)).await?;
         self.requests.read(usize::from(item.is_some()));
         Ok(item)
     }
 
     async fn transact_get_items(&self, keys: Vec<Item>) -> Result<Vec<Option<Item>>, TableError> {
         if keys.len() > engine::MAX_TRANSACTION_ITEMS {
-            return Err(crate::error::ValidationError::TooManyItems { count: keys.len() }.into());
+            return Err(ValidationError::TooManyItems { count: keys.len() }.into());
         }
-        let items: Vec<Option<Item>> = self
-            .run(move |store, schema| {
-                keys.iter()
-                    .map(|key| {
-                        schema.validate_key(key)?;
-                        let (pk, sk) = engine::encode_key(&schema.key, key)
-                            .ok_or_else(|| TableError::internal("validated key did not encode"))?;
-                        store.get(&pk, &sk)
-                    })
-                    .collect()
-            })
-            .await?;
+        let keys = keys
+            .iter()
+            .map(|key| encoded(&self.schema, key))
+            .collect::<Result<Vec<_>, _>>()?;
+        let items = self.read(move |store, _| store.get_many(&keys)).await?;
         self.requests
             .transact_read(items.iter().filter(|i| i.is_some()).count());
         Ok(items)
@@ -184,7 +228,7 @@ impl Table for EmbeddedTable {
 
     async fn query(&self, query: Query) -> Result<QueryPage, TableError> {
         let page = self
-            .run(move |store, schema| engine::query(store, schema, &query))
+            .read(move |store, schema| query::run(store, schema, &query))
             .await?;
         self.requests.read(page.items.len());
         Ok(page)
@@ -199,30 +243,34 @@ impl Table for EmbeddedTable {
     }
 
     async fn update_item(&self, update: crate::request::UpdateItem) -> Result<Item, TableError> {
-        // Write and read back in one transaction, so the answer is what was written.
-        let (records, item) = self
-            .run(move |store, schema| engine::update(store, schema, update.into(), Utc::now()))
-            .await
-            .inspect_err(|e| self.count_refused(e, RequestCounter::write))?;
+        // Written and read back in one transaction: the answer is what was written.
+        let clock = self.clock(Utc::now());
+        let (records, item) =
+            engine::update(self.store.as_ref(), &self.schema, update.into(), clock)
+                .await
+                .inspect_err(|e| self.count_refused(e, RequestCounter::write))?;
         self.requests.write();
-        if !records.is_empty() {
-            self.changed.notify_waiters();
-        }
+        self.notify(&records);
         Ok(item)
     }
 
     async fn transact_write_items(&self, items: Vec<TransactWriteItem>) -> Result<(), TableError> {
         let count = items.len();
-        let records = self
-            .run(move |store, schema| engine::transact(store, schema, items, Utc::now()))
+        let clock = self.clock(Utc::now());
+        let records = engine::transact(self.store.as_ref(), &self.schema, items, clock)
             .await
             .inspect_err(|e| self.count_refused(e, |r| r.transact_write(count)))?;
         self.requests.transact_write(count);
-        if !records.is_empty() {
-            self.changed.notify_waiters();
-        }
+        self.notify(&records);
         Ok(())
     }
+}
+
+fn sequence(text: &str) -> Result<u64, TableError> {
+    parse_sequence(text).ok_or_else(|| {
+        ValidationError::InvalidQuery(format!("{text} is not a sequence number of this feed"))
+            .into()
+    })
 }
 
 #[async_trait]
@@ -232,27 +280,32 @@ impl ChangeFeed for EmbeddedTable {
         after: Option<String>,
         limit: usize,
     ) -> Result<Vec<ChangeRecord>, TableError> {
-        let after = match after {
-            None => 0,
-            Some(text) => parse_sequence(&text).ok_or_else(|| {
-                TableError::Validation(crate::error::ValidationError::InvalidQuery(format!(
-                    "{text} is not a sequence number of this feed"
-                )))
-            })?,
-        };
-        self.run(move |store, _| store.changes_after(after, limit))
+        let after = after.as_deref().map(sequence).transpose()?;
+        self.read(move |store, _| store.changes_after(after, limit))
             .await
     }
 
     async fn load_checkpoint(&self, consumer: &str) -> Result<Option<String>, TableError> {
         let consumer = consumer.to_owned();
-        self.run(move |store, _| store.load_checkpoint(&consumer))
-            .await
+        let seq = self
+            .read(move |store, _| store.load_checkpoint(&consumer))
+            .await?;
+        Ok(seq.map(format_sequence))
     }
 
-    async fn save_checkpoint(&self, consumer: &str, sequence: &str) -> Result<(), TableError> {
-        let (consumer, sequence) = (consumer.to_owned(), sequence.to_owned());
-        self.run(move |store, _| store.save_checkpoint(&consumer, &sequence))
-            .await
+    /// Saves the checkpoint and trims what every follower has now passed.
+    async fn save_checkpoint(
+        &self,
+        consumer: &str,
+        sequence_number: &str,
+    ) -> Result<(), TableError> {
+        let seq = sequence(sequence_number)?;
+        let (consumer, clock) = (consumer.to_owned(), self.clock(Utc::now()));
+        in_write(self.store.as_ref(), move |txn| {
+            txn.save_checkpoint(&consumer, seq)?;
+            feed::trim_by_consumers(txn)?;
+            feed::trim_by_age(txn, clock)
+        })
+        .await
     }
 }

@@ -1,26 +1,60 @@
-//! What an embedded storage backend provides: keyed items, partitions of the
-//! table and its indexes, write transactions that apply writes and change
-//! records atomically, and consumer checkpoints. All table semantics live in
-//! the engine above it.
+//! What an embedded storage backend provides: keyed items, ordered ranges of
+//! a table or index partition, write transactions that apply writes and
+//! change records atomically, the change log and consumer checkpoints. All
+//! table semantics live in the engine above it.
+
+use std::ops::Bound;
 
 use crate::change_feed::ChangeRecord;
 use crate::error::TableError;
 use crate::item::Item;
 
+/// One index entry of an item: `(index name, encoded partition, encoded
+/// sort key)`; the sort key is empty for an index without one.
+pub(crate) type IndexEntry = (String, String, String);
+
 /// One write of a committed transaction, with keys already encoded.
 #[derive(Debug, Clone)]
 pub(crate) enum Write {
-    /// Store the item under `(pk, sk)`, member of the listed index partitions.
+    /// Store the item under `(pk, sk)` with these index entries.
     Put {
         pk: String,
         sk: String,
         item: Item,
-        /// `(index name, encoded index partition value)` for each index the item is in.
-        indexes: Vec<(String, String)>,
+        indexes: Vec<IndexEntry>,
     },
     /// Remove the item under `(pk, sk)` and its index entries.
     Delete { pk: String, sk: String },
 }
+
+/// A change record with what the log keeps beside it.
+#[derive(Debug, Clone)]
+pub(crate) struct LoggedChange {
+    pub seq: u64,
+    /// When it was committed, in epoch seconds (for the retention window).
+    pub created: i64,
+    pub record: ChangeRecord,
+}
+
+/// A range of one table or index partition, in sort key order. Entries are
+/// ordered by `(sort key, pk, sk)`: for the table the sort key is `sk`.
+#[derive(Debug, Clone)]
+pub(crate) struct KeyRange {
+    /// The index, or `None` for the table.
+    pub index: Option<String>,
+    /// The encoded partition value.
+    pub partition: String,
+    /// Bounds on the encoded sort key.
+    pub lower: Bound<String>,
+    pub upper: Bound<String>,
+    /// Start after this entry `(sort key, pk, sk)` (before it, backward).
+    pub after: Option<IndexEntryKey>,
+    /// Ascending when true.
+    pub forward: bool,
+}
+
+/// The position of an entry in a partition: `(sort key, pk, sk)`.
+pub(crate) type IndexEntryKey = (String, String, String);
 
 /// The inside of a write transaction: what it reads is what it writes
 /// over. No other writer of the same storage (another handle on the same
@@ -28,53 +62,113 @@ pub(crate) enum Write {
 pub(crate) trait Txn {
     /// The item stored under the encoded key.
     fn get(&self, pk: &str, sk: &str) -> Result<Option<Item>, TableError>;
-    /// The sequence number of the last record, 0 when there is none.
+    /// The sequence number of the last record ever logged, 0 when none.
     fn last_sequence(&self) -> Result<u64, TableError>;
     /// Every item (for TTL sweeps).
     fn all_items(&self) -> Result<Vec<Item>, TableError>;
-    /// Applies the writes and appends the records. Called at most once, as
-    /// the last step: everything before it only reads.
-    fn apply(
-        &mut self,
-        writes: Vec<Write>,
-        records: Vec<(u64, ChangeRecord)>,
-    ) -> Result<(), TableError>;
+    /// Applies the writes and appends the records.
+    fn apply(&mut self, writes: Vec<Write>, records: Vec<LoggedChange>) -> Result<(), TableError>;
+    /// Stores a consumer's checkpoint (a sequence number).
+    fn save_checkpoint(&mut self, consumer: &str, sequence: u64) -> Result<(), TableError>;
+    /// Every consumer's checkpoint.
+    fn checkpoints(&self) -> Result<Vec<u64>, TableError>;
+    /// The last sequence number trimmed from the log, 0 when none.
+    fn trimmed_through(&self) -> Result<u64, TableError>;
+    /// The oldest records of the log, in order, at most `limit`.
+    fn oldest(&self, limit: usize) -> Result<Vec<(u64, i64)>, TableError>;
+    /// Deletes the records up to `seq` and remembers that it did.
+    fn trim_through(&mut self, seq: u64) -> Result<(), TableError>;
 }
 
-/// A storage backend of the embedded table. Calls are made under the
-/// handle's lock, one at a time.
-pub(crate) trait Store: Send {
+/// What a write does once it knows whether its transaction committed:
+/// answer its caller. Success is only reported after the commit.
+pub(crate) type Completion = Box<dyn FnOnce(Result<(), TableError>) + Send>;
+
+/// A unit of write work. It returns its completion, or `Err(())` when it
+/// failed: it then answered its caller itself, and whatever it wrote is
+/// rolled back.
+pub(crate) type Work = Box<dyn FnOnce(&mut dyn Txn) -> Result<Completion, ()> + Send>;
+
+/// A storage backend of the embedded table.
+pub(crate) trait Store: Send + Sync {
     /// The item stored under the encoded key (a committed read).
     fn get(&self, pk: &str, sk: &str) -> Result<Option<Item>, TableError>;
-    /// Every item of a table partition (`index: None`) or index partition.
-    fn partition(&self, index: Option<&str>, pk: &str) -> Result<Vec<Item>, TableError>;
-    /// Runs `work` in one write transaction, committed when it returns `Ok`
-    /// and rolled back when it fails.
-    fn write(
-        &mut self,
-        work: &mut dyn FnMut(&mut dyn Txn) -> Result<(), TableError>,
-    ) -> Result<(), TableError>;
-    /// Up to `limit` records with sequence numbers above `after`, in order.
-    fn changes_after(&self, after: u64, limit: usize) -> Result<Vec<ChangeRecord>, TableError>;
+    /// The items under several keys, read from one snapshot.
+    fn get_many(&self, keys: &[(String, String)]) -> Result<Vec<Option<Item>>, TableError>;
+    /// Visits the items of a range in order until `visit` returns false;
+    /// returns whether entries remain after the last one visited. Items are
+    /// decoded only to be visited.
+    fn query(
+        &self,
+        range: &KeyRange,
+        visit: &mut dyn FnMut(Item) -> bool,
+    ) -> Result<bool, TableError>;
+    /// Up to `limit` logged records with sequence numbers above `after`
+    /// (from the oldest kept when `None`), read from one snapshot: records
+    /// after `after` that were trimmed are `HistoryUnavailable`, never
+    /// skipped.
+    fn changes_after(
+        &self,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<ChangeRecord>, TableError>;
     /// A consumer's checkpoint.
-    fn load_checkpoint(&self, consumer: &str) -> Result<Option<String>, TableError>;
-    /// Stores a consumer's checkpoint.
-    fn save_checkpoint(&mut self, consumer: &str, sequence: &str) -> Result<(), TableError>;
+    fn load_checkpoint(&self, consumer: &str) -> Result<Option<u64>, TableError>;
+    /// Runs `work` in a write transaction. The backend may run several
+    /// works in one transaction (group commit); each work's writes are
+    /// atomic on their own, and a work that fails leaves nothing.
+    fn write(&self, work: Work);
+    /// Whether reads and writes block on I/O (run them off the async
+    /// threads).
+    fn blocking(&self) -> bool;
 }
 
-/// Runs `work` in one write transaction of `store` and returns its result.
-pub(crate) fn in_write<T>(
-    store: &mut dyn Store,
-    work: impl FnOnce(&mut dyn Txn) -> Result<T, TableError>,
-) -> Result<T, TableError> {
-    let mut work = Some(work);
-    let mut out = None;
-    store.write(&mut |txn| {
-        let work = work
-            .take()
-            .ok_or_else(|| TableError::internal("a write transaction ran its work twice"))?;
-        out = Some(work(txn)?);
-        Ok(())
-    })?;
-    out.ok_or_else(|| TableError::internal("a write transaction committed without running"))
+/// Runs `work` in a write transaction of `store`, and answers its result
+/// once that transaction has committed.
+pub(crate) async fn in_write<T, F>(store: &dyn Store, work: F) -> Result<T, TableError>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut dyn Txn) -> Result<T, TableError> + Send + 'static,
+{
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    store.write(Box::new(move |txn| match work(txn) {
+        Ok(value) => Ok(Box::new(move |committed: Result<(), TableError>| {
+            let _ = answer.send(committed.map(|()| value));
+        }) as Completion),
+        Err(e) => {
+            let _ = answer.send(Err(e));
+            Err(())
+        }
+    }));
+    answered
+        .await
+        .map_err(|_| TableError::internal("the table's writer stopped before answering"))?
+}
+
+/// The tighter of two lower bounds.
+pub(crate) fn max_lower<T: Ord>(a: Bound<T>, b: Bound<T>) -> Bound<T> {
+    tighter(a, b, std::cmp::Ordering::Greater)
+}
+
+/// The tighter of two upper bounds.
+pub(crate) fn min_upper<T: Ord>(a: Bound<T>, b: Bound<T>) -> Bound<T> {
+    tighter(a, b, std::cmp::Ordering::Less)
+}
+
+/// The tighter of two bounds on one side: the one whose value is further
+/// in the `inward` direction, or the exclusive one when both values are
+/// equal.
+fn tighter<T: Ord>(a: Bound<T>, b: Bound<T>, inward: std::cmp::Ordering) -> Bound<T> {
+    match (&a, &b) {
+        (Bound::Unbounded, _) => b,
+        (_, Bound::Unbounded) => a,
+        (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y)) => {
+            match x.cmp(y) {
+                std::cmp::Ordering::Equal if matches!(a, Bound::Excluded(_)) => a,
+                std::cmp::Ordering::Equal => b,
+                order if order == inward => a,
+                _ => b,
+            }
+        }
+    }
 }
