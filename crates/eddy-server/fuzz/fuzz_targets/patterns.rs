@@ -1,0 +1,5 @@
+//! `cargo fuzz run patterns` (from `crates/eddy-server`): see the harness in
+//! `eddy_server_fuzz::patterns`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| eddy_server_fuzz::patterns(data));
