@@ -34,6 +34,10 @@ pub struct ServerConfig {
     /// How long a shutdown waits for in-flight requests; past it, the
     /// remaining connections are dropped.
     pub shutdown_grace: Duration,
+    /// The most subscriptions the server holds (more → 503).
+    pub max_subscriptions: usize,
+    /// The most streams one subscription lists explicitly (more → 429).
+    pub max_subscription_streams: usize,
     /// The longest subscription pattern, in bytes (longer → 400).
     pub max_pattern_bytes: usize,
     /// The most wildcards (`*`, `**`, `?`, `[…]`, `{…}`) in one
@@ -65,6 +69,8 @@ impl Default for ServerConfig {
             auth_token: None,
             admin_token: None,
             shutdown_grace: Duration::from_secs(30),
+            max_subscriptions: 10_000,
+            max_subscription_streams: 1_000,
             max_pattern_bytes: 256,
             max_pattern_wildcards: 16,
             webhook_allowed_networks: Vec::new(),

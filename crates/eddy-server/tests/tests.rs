@@ -1,5 +1,6 @@
 //! Integration tests of `eddy-server`: one binary, one module per area.
 
+mod limits;
 mod operations;
 mod parsers;
 mod patterns;

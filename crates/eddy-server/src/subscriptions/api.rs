@@ -83,11 +83,19 @@ async fn route(
         }
         (Method::POST, "streams") => {
             let request: StreamsRequest = json(&body)?;
+            let limit = state.config.max_subscription_streams;
+            check_explicit(request.streams.len(), limit)?;
             let tails = tails(state, base_path, &request.streams).await;
             let mut subscriptions = registry.lock();
             let sub = subscriptions
                 .get_mut(id)
                 .ok_or_else(|| SubscriptionError::not_found(id))?;
+            let explicit = sub.streams.values().filter(|w| w.link == Link::Explicit);
+            let new = request
+                .streams
+                .iter()
+                .filter(|path| !sub.streams.contains_key(path.as_str()));
+            check_explicit(explicit.count() + new.count(), limit)?;
             add_explicit(sub, tails);
             Ok(StatusCode::NO_CONTENT.into_response())
         }
@@ -237,6 +245,7 @@ async fn create(
             "give a `pattern`, `streams`, or both",
         ));
     }
+    check_explicit(request.streams.len(), state.config.max_subscription_streams)?;
     let tails = tails(state, base_path, &request.streams).await;
     let pattern = request
         .pattern
@@ -259,6 +268,14 @@ async fn create(
             StatusCode::CONFLICT,
             "CONFLICT",
             format!("subscription `{id}` exists with another configuration"),
+        ));
+    }
+    let limit = state.config.max_subscriptions;
+    if subscriptions.len() >= limit {
+        return Err(SubscriptionError::limit(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "max_subscriptions",
+            format!("the server holds {limit} subscriptions, its limit; delete one first"),
         ));
     }
     let mut sub = Subscription {
@@ -339,6 +356,18 @@ async fn baseline(
             pattern.matches(&relative).then_some((relative, info.tail))
         })
         .collect())
+}
+
+/// Refuses an explicit stream list longer than the limit.
+fn check_explicit(count: usize, limit: usize) -> Result<(), SubscriptionError> {
+    if count > limit {
+        return Err(SubscriptionError::limit(
+            StatusCode::TOO_MANY_REQUESTS,
+            "max_subscription_streams",
+            format!("a subscription lists at most {limit} streams explicitly; this one would list {count}"),
+        ));
+    }
+    Ok(())
 }
 
 /// Adds explicitly listed streams, acknowledged up to their current tails:

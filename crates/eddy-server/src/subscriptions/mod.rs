@@ -277,6 +277,13 @@ impl SubscriptionError {
         SubscriptionError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", message)
     }
 
+    /// A limit of the server is reached; `limit` names its setting.
+    fn limit(status: StatusCode, limit: &str, message: impl Into<String>) -> Self {
+        let mut err = SubscriptionError::new(status, "LIMIT_REACHED", message);
+        err.body["error"]["limit"] = limit.into();
+        err
+    }
+
     fn not_found(id: &str) -> Self {
         SubscriptionError::new(
             StatusCode::NOT_FOUND,

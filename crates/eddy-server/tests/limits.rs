@@ -1,0 +1,82 @@
+//! Limits on what clients can create: each over-limit answer names the
+//! limit, so an operator knows which flag to raise.
+
+use axum::body::Body;
+use axum::http::StatusCode;
+use eddy_server::ServerConfig;
+
+use crate::router::{fast, json_body, req, router, send, send_empty};
+
+fn subscribe(id: &str, streams: &[&str]) -> axum::http::Request<Body> {
+    let body = serde_json::json!({
+        "type": "pull-wake",
+        "streams": streams,
+        "wake_stream": "wake",
+    });
+    req("PUT", &format!("/v1/__ds/subscriptions/{id}"))
+        .body(Body::from(body.to_string()))
+        .expect("request")
+}
+
+/// Regression: subscriptions were unlimited; a client could make them
+/// until the server ran out of memory.
+#[tokio::test]
+async fn subscriptions_over_the_server_limit_are_503_naming_it() {
+    let app = router(ServerConfig {
+        max_subscriptions: 1,
+        ..fast()
+    });
+    let (first, _) = send(&app, subscribe("a", &["x"])).await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let (again, _) = send(&app, subscribe("a", &["x"])).await;
+    assert_eq!(
+        again.status(),
+        StatusCode::OK,
+        "re-creating is not a new one"
+    );
+    let (refused, body) = send(&app, subscribe("b", &["x"])).await;
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    let error = &json_body(&body)["error"];
+    assert_eq!(error["code"], "LIMIT_REACHED");
+    assert_eq!(error["limit"], "max_subscriptions");
+    assert!(
+        error["message"].as_str().is_some_and(|m| m.contains('1')),
+        "{body}"
+    );
+    send_empty(&app, "DELETE", "/v1/__ds/subscriptions/a").await;
+    let (after_delete, _) = send(&app, subscribe("b", &["x"])).await;
+    assert_eq!(after_delete.status(), StatusCode::CREATED);
+}
+
+/// Regression: a subscription's explicit stream list was unlimited.
+#[tokio::test]
+async fn explicit_streams_over_the_subscription_limit_are_429_naming_it() {
+    let app = router(ServerConfig {
+        max_subscription_streams: 2,
+        ..fast()
+    });
+    let (refused, body) = send(&app, subscribe("a", &["x", "y", "z"])).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert_eq!(
+        json_body(&body)["error"]["limit"],
+        "max_subscription_streams"
+    );
+    let (created, _) = send(&app, subscribe("a", &["x", "y"])).await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let (added, body) = send(
+        &app,
+        req("POST", "/v1/__ds/subscriptions/a/streams")
+            .body(Body::from(r#"{"streams":["z"]}"#))
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(added.status(), StatusCode::TOO_MANY_REQUESTS, "{body}");
+    let (same, _) = send(
+        &app,
+        req("POST", "/v1/__ds/subscriptions/a/streams")
+            .body(Body::from(r#"{"streams":["x"]}"#))
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(same.status(), StatusCode::NO_CONTENT, "already listed");
+}
