@@ -47,9 +47,19 @@ eval "$(scripts/moto.sh start)"
 trap 'scripts/moto.sh stop >/dev/null 2>&1 || true' EXIT
 echo "moto: $EDDY_DYNAMODB_ENDPOINT"
 
-# The AWS SDK backend is behind features; the test run enables them so the
-# same suites run on the embedded table and on moto.
-features="eddy/aws,eddy-dynamo/aws"
+# A throwaway PostgreSQL cluster for the PostgreSQL backend, unless
+# DATABASE_URL names a database to use.
+if [ -z "${DATABASE_URL:-}" ]; then
+  eval "$(scripts/postgres.sh start)"
+  trap 'scripts/moto.sh stop >/dev/null 2>&1 || true; scripts/postgres.sh stop >/dev/null 2>&1 || true' EXIT
+fi
+echo "postgres: $DATABASE_URL"
+export EDDY_REQUIRE_POSTGRES=1
+
+# The AWS SDK and PostgreSQL backends are behind features; the test run
+# enables them so the same suites run on the embedded stores, moto and
+# PostgreSQL.
+features="eddy/aws,eddy-dynamo/aws,eddy-streams/postgres"
 
 # Each optional feature of the server and the binary builds (and lints) on
 # its own, and with none.
@@ -66,7 +76,7 @@ each_feature() {
 
 step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy -D warnings" cargo clippy --workspace --all-targets -- -D warnings
-step "cargo doc -D warnings" env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+step "cargo doc -D warnings" env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet --features eddy-streams/postgres
 step "cargo clippy -D warnings (aws, lambda)" \
   cargo clippy --workspace --all-targets --features "$features,eddy-dynamo/lambda" -- -D warnings
 step "each feature alone" each_feature
@@ -85,7 +95,12 @@ if [ "$moto_ran" -eq 0 ]; then
   echo "no DynamoDB (moto) test ran" >&2
   exit 1
 fi
-summary+=("      cargo test: $passed passed, $failed failed ($moto_ran of them on moto)")
+pg_ran=$(grep -c '^test .*postgres::.* ok$' "$log_dir/cargo-test.log" || true)
+if [ "$pg_ran" -eq 0 ]; then
+  echo "no PostgreSQL test ran" >&2
+  exit 1
+fi
+summary+=("      cargo test: $passed passed, $failed failed ($moto_ran of them on moto, $pg_ran on PostgreSQL)")
 
 # The public Durable Streams conformance suite, on both storage backends.
 step "conformance suite" bash -c "scripts/conformance/run.sh memory sqlite | tee '$log_dir/conformance.log'"

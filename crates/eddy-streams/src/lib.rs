@@ -3,8 +3,8 @@
 //! `eddy-streams` is the stream store both Eddy systems stand on. A stream is
 //! addressed by a [`StreamPath`] (`facts/ws-42`), holds messages of one
 //! content type, and hands out [`Offset`]s that sort in append order. The
-//! [`Storage`] trait is the seam; [`MemoryStorage`] and [`SqliteStorage`]
-//! implement it with the same rules:
+//! [`Storage`] trait is the seam; [`MemoryStorage`], [`SqliteStorage`] and
+//! (feature `postgres`) `PgStorage` implement it with the same rules:
 //!
 //! - JSON streams store one JSON value per message; appending an array
 //!   appends its elements ([`Payload`]).
@@ -17,6 +17,21 @@
 //!
 //! Typed declarations ([`JsonStream`], [`StateStream`]) bind a route
 //! template such as `facts/:workspaceId` to serde types.
+//!
+//! # Features
+//!
+//! | feature | adds |
+//! | --- | --- |
+//! | `postgres` | `PgStorage`: the store in a PostgreSQL database that many processes share, with live wake-ups across them (`LISTEN`/`NOTIFY`), and `PgTransaction`, stream calls and the application's own SQL (through the re-exported `sqlx`) committed together. See `DESIGN-postgres.md`. |
+//!
+//! # Host transactions
+//!
+//! A projection host that commits a unit's rows, outputs and checkpoint
+//! atomically opens a transaction on the store: `PgStorage::begin` gives a
+//! `PgTransaction` whose stream calls keep every rule of the store and
+//! whose `sql()` is sqlx's own `Transaction` for the application's
+//! statements; both commit or roll back together, and readers in every
+//! process wake at the commit.
 //!
 //! ```
 //! use eddy_streams::{Append, MemoryStorage, Payload, ReadFrom, Storage, StreamConfig, StreamPath};
@@ -48,6 +63,8 @@ mod notify;
 mod offset;
 mod path;
 mod payload;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod record;
 mod route;
 mod rules;
@@ -68,7 +85,14 @@ pub use notify::{Committed, Notifier};
 pub use offset::{Offset, ReadFrom};
 pub use path::{StreamPath, MAX_PATH_LEN};
 pub use payload::{Payload, DEFAULT_MAX_APPEND_BYTES};
+#[cfg(feature = "postgres")]
+pub use postgres::{PgOptions, PgStorage, PgTransaction, DEFAULT_SCHEMA};
 pub use route::Route;
 pub use sqlite::{Durability, SqliteOptions, SqliteStorage, DATABASE_FILE};
 pub use state::{Change, Collection, Control, Materialized, Operation, StateMessage, StateStream};
 pub use storage::{Created, ReadChunk, Storage, Wait};
+
+/// The sqlx crate this build uses: the type of [`PgTransaction::sql`], and
+/// what application SQL on the same connections should use.
+#[cfg(feature = "postgres")]
+pub use sqlx;

@@ -18,6 +18,7 @@ use std::ops::Range;
 
 use bytes::Bytes;
 
+use crate::clock::unix_ms;
 use crate::fork::ForkOrigin;
 use crate::rules::{expired, Head, ProducerState};
 use crate::{Expiry, StreamError};
@@ -60,6 +61,34 @@ impl StreamRecord {
     /// Whether reads and appends move the expiry (a sliding TTL).
     pub fn slides(&self) -> bool {
         matches!(self.head.config.expiry, Expiry::Ttl(_))
+    }
+}
+
+/// An expiry as SQL backends store it: `(ttl_secs, expires_at_ms)`, at
+/// most one of them set.
+pub(crate) fn expiry_columns(expiry: Expiry) -> (Option<i64>, Option<i64>) {
+    match expiry {
+        Expiry::Never => (None, None),
+        Expiry::Ttl(secs) => (Some(i64::try_from(secs).unwrap_or(i64::MAX)), None),
+        Expiry::At(at) => (None, Some(unix_ms(at))),
+    }
+}
+
+/// The expiry stored as [`expiry_columns`].
+pub(crate) fn expiry_from_columns(ttl_secs: Option<i64>, expires_at_ms: Option<i64>) -> Expiry {
+    match (ttl_secs, expires_at_ms) {
+        (Some(secs), _) => Expiry::Ttl(u64::try_from(secs).unwrap_or(0)),
+        (None, Some(ms)) => Expiry::At(from_unix_ms(ms)),
+        (None, None) => Expiry::Never,
+    }
+}
+
+fn from_unix_ms(ms: i64) -> std::time::SystemTime {
+    use std::time::{Duration, UNIX_EPOCH};
+    if ms >= 0 {
+        UNIX_EPOCH + Duration::from_millis(ms as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_millis(ms.unsigned_abs())
     }
 }
 

@@ -110,24 +110,44 @@ pub trait Storage: Send + Sync + 'static {
         after: Offset,
         timeout: Duration,
     ) -> Result<Wait, StreamError> {
-        let mut changes = self.notifier().watch(path.as_str());
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let info = self.head(path).await?;
-            if info.tail > after || info.closed {
-                return Ok(Wait::Changed(info));
-            }
-            match tokio::time::timeout_at(deadline, changes.changed()).await {
-                Ok(Ok(())) => continue,
-                // The sender went away (the store is shutting down) or time ran out.
-                Ok(Err(_)) | Err(_) => return Ok(Wait::TimedOut(info)),
-            }
-        }
+        wait_rechecking(self, path, after, timeout, None).await
     }
 
     /// Every later commit of this store in this process, as
     /// (path, new tail, closed).
     fn committed(&self) -> broadcast::Receiver<Committed> {
         self.notifier().committed()
+    }
+}
+
+/// [`Storage::wait`], re-reading the stream at least every `recheck` when
+/// given: for a backend whose change signals can be lost (they come from
+/// another process), so that a lost one delays the waiter, never hangs it.
+pub(crate) async fn wait_rechecking<S: Storage + ?Sized>(
+    store: &S,
+    path: &StreamPath,
+    after: Offset,
+    timeout: Duration,
+    recheck: Option<Duration>,
+) -> Result<Wait, StreamError> {
+    let mut changes = store.notifier().watch(path.as_str());
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let info = store.head(path).await?;
+        if info.tail > after || info.closed {
+            return Ok(Wait::Changed(info));
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return Ok(Wait::TimedOut(info));
+        }
+        let until = recheck.map_or(deadline, |recheck| (now + recheck).min(deadline));
+        match tokio::time::timeout_at(until, changes.changed()).await {
+            // Changed, or time to look again (the loop times out at the
+            // deadline).
+            Ok(Ok(())) | Err(_) => continue,
+            // The sender went away: the store is shutting down.
+            Ok(Err(_)) => return Ok(Wait::TimedOut(info)),
+        }
     }
 }

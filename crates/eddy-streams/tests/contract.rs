@@ -74,3 +74,51 @@ macro_rules! clocked_contract {
 
 cases::every_case!(contract);
 cases::every_clocked_case!(clocked_contract);
+
+/// Every case again on PostgreSQL, each on a schema of its own.
+#[cfg(feature = "postgres")]
+mod postgres {
+    use std::sync::Arc;
+
+    use eddy_streams::{ManualClock, Storage};
+
+    use super::{cases, Test};
+    use crate::postgres::{run, Schema};
+
+    fn on_postgres(name: &str, case: impl FnOnce(Arc<dyn Storage>, Arc<ManualClock>) -> Test) {
+        let Some(schema) = Schema::fresh(name) else {
+            return;
+        };
+        run(async move {
+            let clock = Arc::new(ManualClock::starting_now());
+            let store = schema.open(clock.clone()).await;
+            case(Arc::new(store), clock).await;
+            schema.drop().await;
+        });
+    }
+
+    macro_rules! pg_contract {
+        ($($name:ident),* $(,)?) => {
+            $(
+                #[test]
+                fn $name() {
+                    on_postgres(stringify!($name), |store, _| Box::pin(cases::$name(store)));
+                }
+            )*
+        };
+    }
+
+    macro_rules! pg_clocked_contract {
+        ($($name:ident),* $(,)?) => {
+            $(
+                #[test]
+                fn $name() {
+                    on_postgres(stringify!($name), |store, clock| Box::pin(cases::$name(store, clock)));
+                }
+            )*
+        };
+    }
+
+    cases::every_case!(pg_contract);
+    cases::every_clocked_case!(pg_clocked_contract);
+}

@@ -4,5 +4,7 @@ mod contract;
 mod crash;
 mod declare;
 mod errors;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod properties;
 mod sqlite;

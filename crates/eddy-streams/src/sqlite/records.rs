@@ -4,17 +4,17 @@
 
 use std::future::ready;
 use std::ops::Range;
-use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::touches::Touches;
-use crate::clock::unix_ms;
 use crate::fork::ForkOrigin;
-use crate::record::{Op, RecordReader, Records, Stored, StreamRecord};
+use crate::record::{
+    expiry_columns, expiry_from_columns, Op, RecordReader, Records, Stored, StreamRecord,
+};
 use crate::rules::{Head, ProducerState};
-use crate::{Expiry, ProducerPosition, StreamConfig, StreamError};
+use crate::{ProducerPosition, StreamConfig, StreamError};
 
 /// Record access through one connection. A stream's key is its row id
 /// (`AUTOINCREMENT`, so never reused). Loaded records include the TTL
@@ -125,11 +125,7 @@ const STREAM_COLUMNS: &str = "id, path, content_type, ttl_secs, expires_at_ms, c
 
 /// The stored record in a row selected with [`STREAM_COLUMNS`].
 fn record(r: &Row<'_>) -> rusqlite::Result<StreamRecord> {
-    let expiry = match (r.get::<_, Option<i64>>(3)?, r.get::<_, Option<i64>>(4)?) {
-        (Some(secs), _) => Expiry::Ttl(u64::try_from(secs).unwrap_or(0)),
-        (None, Some(ms)) => Expiry::At(from_unix_ms(ms)),
-        (None, None) => Expiry::Never,
-    };
+    let expiry = expiry_from_columns(r.get(3)?, r.get(4)?);
     let closed_by = match r.get::<_, Option<String>>(10)? {
         Some(id) => Some(ProducerPosition::new(
             id,
@@ -178,11 +174,7 @@ fn forks_of(conn: &Connection, path: &str) -> Result<Vec<String>, StreamError> {
 
 fn insert(conn: &Connection, path: &str, record: &StreamRecord) -> Result<i64, StreamError> {
     let config = &record.head.config;
-    let (ttl, expires_at) = match config.expiry {
-        Expiry::Never => (None, None),
-        Expiry::Ttl(secs) => (Some(i64::try_from(secs).unwrap_or(i64::MAX)), None),
-        Expiry::At(at) => (None, Some(unix_ms(at))),
-    };
+    let (ttl, expires_at) = expiry_columns(config.expiry);
     let origin = record.origin.as_ref();
     conn.prepare_cached("DELETE FROM tombstones WHERE path = ?1")?
         .execute([path])?;
@@ -359,12 +351,4 @@ fn messages(
         messages.push(Bytes::from(data));
     }
     Ok(messages)
-}
-
-fn from_unix_ms(ms: i64) -> std::time::SystemTime {
-    if ms >= 0 {
-        UNIX_EPOCH + Duration::from_millis(ms as u64)
-    } else {
-        UNIX_EPOCH - Duration::from_millis(ms.unsigned_abs())
-    }
 }

@@ -1,0 +1,380 @@
+//! The PostgreSQL backend: one database shared by many processes.
+//!
+//! See `DESIGN-postgres.md` in the crate for the record layout, the commit
+//! protocol and its crash cases.
+
+mod error;
+mod listen;
+mod records;
+mod schema;
+mod sql;
+mod transaction;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, PgPool};
+use tokio::task::JoinHandle;
+
+use crate::engine::Engine;
+use crate::payload::DEFAULT_MAX_APPEND_BYTES;
+use crate::{
+    Append, Appended, Clock, Created, Durability, Fork, Notifier, Payload, ReadChunk, ReadFrom,
+    Storage, StreamConfig, StreamError, StreamInfo, StreamPath, SystemClock, Wait,
+};
+use error::pg_error;
+use sql::Sql;
+pub use transaction::PgTransaction;
+use transaction::Wiring;
+
+/// The schema a store's tables live in unless told otherwise.
+pub const DEFAULT_SCHEMA: &str = "eddy";
+
+/// Options for [`PgStorage::open`].
+#[derive(Clone, Debug)]
+pub struct PgOptions {
+    /// The database, as a `postgres://user:password@host:port/database`
+    /// URL (libpq's parameters, such as `sslmode`, are understood).
+    pub url: String,
+    /// The schema that holds the store's tables (created when missing).
+    /// Stores on different schemas of one database are independent.
+    pub schema: String,
+    /// The most connections the store opens (one more is its listener).
+    pub max_connections: u32,
+    /// When a commit counts as done: [`Durability::Sync`] waits for
+    /// PostgreSQL's WAL flush (`synchronous_commit = on`);
+    /// [`Durability::Process`] does not (`synchronous_commit = off`: a
+    /// crash of the database server may lose the last moments of
+    /// acknowledged commits, never consistency).
+    pub durability: Durability,
+    /// The largest append accepted, in bytes.
+    pub max_append_bytes: usize,
+    /// Where the store reads the time (for expiry). Processes that share a
+    /// database should have their clocks in sync.
+    pub clock: Arc<dyn Clock>,
+    /// How often a live wait re-reads its stream when no notification
+    /// came: the longest a lost notification can delay a reader.
+    pub recheck: Duration,
+}
+
+impl PgOptions {
+    /// The default options for the database at `url`.
+    pub fn new(url: impl Into<String>) -> Self {
+        PgOptions {
+            url: url.into(),
+            schema: DEFAULT_SCHEMA.to_owned(),
+            max_connections: 16,
+            durability: Durability::Sync,
+            max_append_bytes: DEFAULT_MAX_APPEND_BYTES,
+            clock: Arc::new(SystemClock),
+            recheck: Duration::from_secs(1),
+        }
+    }
+
+    /// These options with the tables in `schema`.
+    pub fn with_schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    fn check(&self) -> Result<(), StreamError> {
+        let plain = self.schema.len() <= 48
+            && self
+                .schema
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+            && self
+                .schema
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !plain {
+            return Err(StreamError::InvalidArgument(format!(
+                "schema `{}`: use at most 48 lower-case letters, digits and `_`, \
+                 not starting with a digit",
+                self.schema
+            )));
+        }
+        if self.max_connections == 0 || self.recheck.is_zero() {
+            return Err(StreamError::InvalidArgument(
+                "max_connections and recheck must be positive".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A stream store in a PostgreSQL database, shared by any number of
+/// processes.
+///
+/// Each call is one transaction on a connection of the store's pool, with
+/// the same engine and rules as every other backend. Writers of one stream
+/// take turns on its row lock; writers of different streams never wait
+/// for each other. Live waits wake up across processes through
+/// `LISTEN`/`NOTIFY` on a dedicated connection, and re-read their stream
+/// every [`PgOptions::recheck`] in case a notification was lost.
+///
+/// [`PgStorage::begin`] opens a [`PgTransaction`]: stream calls and SQL
+/// of the caller's own, committed together.
+pub struct PgStorage {
+    wiring: Arc<Wiring>,
+    schema: String,
+    recheck: Duration,
+    listener: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for PgStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStorage")
+            .field("schema", &self.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How often a call that lost a race runs again before it fails.
+const MAX_ATTEMPTS: u32 = 10;
+
+impl PgStorage {
+    /// Connects, creates or upgrades the schema (refusing one written by a
+    /// newer build), and starts listening for other processes' changes.
+    pub async fn open(options: PgOptions) -> Result<Self, StreamError> {
+        options.check()?;
+        let connect: PgConnectOptions = options
+            .url
+            .parse()
+            .map_err(|e| StreamError::InvalidArgument(format!("invalid PostgreSQL URL: {e}")))?;
+        let synchronous = match options.durability {
+            Durability::Sync => "on",
+            Durability::Process => "off",
+        };
+        let connect = connect
+            .options([("synchronous_commit", synchronous)])
+            .application_name("eddy");
+        let mut conn = connect
+            .connect()
+            .await
+            .map_err(|e| pg_error("cannot connect to PostgreSQL", e))?;
+        let migrated = schema::migrate(&mut conn, &options.schema).await;
+        schema::close(conn).await;
+        migrated?;
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections)
+            .connect_lazy_with(connect.clone());
+        let notifier = Arc::new(Notifier::default());
+        let channel = format!("{}.changes", options.schema);
+        let instance = instance_id();
+        let listen_pool = PgPoolOptions::new()
+            .max_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connect_lazy_with(connect);
+        let listener = listen::listen(&listen_pool, &channel)
+            .await
+            .map_err(|e| pg_error("cannot LISTEN for other processes' changes", e))?;
+        let listener = tokio::spawn(listen::run(
+            listener,
+            listen_pool,
+            channel.clone(),
+            Arc::clone(&notifier),
+            instance,
+        ));
+        let wiring = Wiring {
+            pool,
+            sql: Arc::new(Sql::new(&options.schema)),
+            engine: Engine {
+                max_append_bytes: options.max_append_bytes,
+                clock: options.clock,
+            },
+            notifier,
+            channel,
+            instance,
+        };
+        Ok(PgStorage {
+            wiring: Arc::new(wiring),
+            schema: options.schema,
+            recheck: options.recheck,
+            listener,
+        })
+    }
+
+    /// Begins a transaction in which stream calls and SQL of the caller's
+    /// own commit or roll back together (see [`PgTransaction`]).
+    pub async fn begin(&self) -> Result<PgTransaction, StreamError> {
+        PgTransaction::begin(Arc::clone(&self.wiring), false).await
+    }
+
+    /// The store's connection pool (for the application's own schema
+    /// migrations, say).
+    pub fn pool(&self) -> &PgPool {
+        &self.wiring.pool
+    }
+
+    /// The schema that holds the store's tables.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// Closes every connection, waiting for calls in flight.
+    pub async fn close(&self) {
+        self.listener.abort();
+        self.wiring.pool.close().await;
+    }
+
+    /// Runs `call` in a write transaction and commits it; runs it again,
+    /// after a jittered pause, when it lost a race with a concurrent
+    /// transaction.
+    async fn write<T, F, Fut>(&self, mut call: F) -> Result<T, StreamError>
+    where
+        F: FnMut(PgTransaction) -> Fut,
+        Fut: Future<Output = (PgTransaction, Result<T, StreamError>)>,
+    {
+        let mut pause = Duration::from_millis(1);
+        let mut attempt = 1;
+        loop {
+            let (tx, outcome) = call(self.begin().await?).await;
+            let error = match outcome {
+                Ok(value) => match tx.finish().await {
+                    Ok(()) => return Ok(value),
+                    Err(failed) if failed.conflict => failed.error,
+                    Err(failed) => return Err(failed.error),
+                },
+                Err(error) => {
+                    let lost = tx.lost_race();
+                    if let Err(e) = tx.rollback().await {
+                        tracing::debug!(error = %e, "rolling back a failed call");
+                    }
+                    if !lost {
+                        return Err(error);
+                    }
+                    error
+                }
+            };
+            if attempt == MAX_ATTEMPTS {
+                return Err(error);
+            }
+            attempt += 1;
+            tokio::time::sleep(pause.mul_f64(0.5 + fastrand::f64())).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
+        }
+    }
+
+    /// Runs `call` in a read-only snapshot.
+    async fn read_only<T, F, Fut>(&self, call: F) -> Result<T, StreamError>
+    where
+        F: FnOnce(PgTransaction) -> Fut,
+        Fut: Future<Output = (PgTransaction, Result<T, StreamError>)>,
+    {
+        let tx = PgTransaction::begin(Arc::clone(&self.wiring), true).await?;
+        let (tx, outcome) = call(tx).await;
+        let value = outcome?;
+        tx.commit().await?;
+        Ok(value)
+    }
+}
+
+impl Drop for PgStorage {
+    fn drop(&mut self) {
+        self.listener.abort();
+    }
+}
+
+/// An id for this store's notifications, so that it skips its own.
+fn instance_id() -> u64 {
+    use std::hash::BuildHasher;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    std::collections::hash_map::RandomState::new().hash_one((std::process::id(), now))
+}
+
+#[async_trait]
+impl Storage for PgStorage {
+    async fn create(
+        &self,
+        path: &StreamPath,
+        config: StreamConfig,
+        initial: Payload,
+    ) -> Result<Created, StreamError> {
+        let (config, initial) = (&config, &initial);
+        self.write(|mut tx| async move {
+            let created = tx.create(path, config.clone(), initial.clone()).await;
+            (tx, created)
+        })
+        .await
+    }
+
+    async fn append(&self, path: &StreamPath, append: Append) -> Result<Appended, StreamError> {
+        let append = &append;
+        self.write(|mut tx| async move {
+            let appended = tx.append(path, append.clone()).await;
+            (tx, appended)
+        })
+        .await
+    }
+
+    async fn read(
+        &self,
+        path: &StreamPath,
+        from: ReadFrom,
+        max_bytes: usize,
+    ) -> Result<ReadChunk, StreamError> {
+        self.read_only(|mut tx| async move {
+            let chunk = tx.read(path, from, max_bytes).await;
+            (tx, chunk)
+        })
+        .await
+    }
+
+    async fn fork(&self, path: &StreamPath, fork: Fork) -> Result<Created, StreamError> {
+        let fork = &fork;
+        self.write(|mut tx| async move {
+            let created = tx.fork(path, fork.clone()).await;
+            (tx, created)
+        })
+        .await
+    }
+
+    async fn head(&self, path: &StreamPath) -> Result<StreamInfo, StreamError> {
+        self.read_only(|mut tx| async move {
+            let info = tx.head(path).await;
+            (tx, info)
+        })
+        .await
+    }
+
+    async fn delete(&self, path: &StreamPath) -> Result<(), StreamError> {
+        self.write(|mut tx| async move {
+            let deleted = tx.delete(path).await;
+            (tx, deleted)
+        })
+        .await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<StreamInfo>, StreamError> {
+        self.read_only(|mut tx| async move {
+            let listed = tx.list(prefix).await;
+            (tx, listed)
+        })
+        .await
+    }
+
+    fn notifier(&self) -> &Notifier {
+        &self.wiring.notifier
+    }
+
+    /// Waits as every store does, but also re-reads the stream every
+    /// [`PgOptions::recheck`]: a notification lost while the listener
+    /// reconnected delays a reader by at most that long.
+    async fn wait(
+        &self,
+        path: &StreamPath,
+        after: crate::Offset,
+        timeout: Duration,
+    ) -> Result<Wait, StreamError> {
+        crate::storage::wait_rechecking(self, path, after, timeout, Some(self.recheck)).await
+    }
+}

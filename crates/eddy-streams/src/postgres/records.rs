@@ -1,0 +1,364 @@
+//! The record operations on PostgreSQL rows (see `DESIGN-postgres.md` for
+//! the layout), inside one transaction of the caller's.
+//!
+//! In a write transaction every stream record is loaded `FOR UPDATE`: the
+//! rows the engine decides on stay locked until the commit, so two writers
+//! of one stream (in any process) take turns, and writers of different
+//! streams never wait for each other.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use sqlx::postgres::PgRow;
+use sqlx::{AssertSqlSafe, PgConnection, Postgres, Row, Transaction};
+
+use super::error::{is_conflict, statement_error};
+use super::sql::Sql;
+use crate::fork::ForkOrigin;
+use crate::record::StreamRecord;
+use crate::record::{expiry_columns, expiry_from_columns, RecordReader, Records, Stored};
+use crate::rules::{Head, ProducerState};
+use crate::{ProducerPosition, StreamConfig, StreamError};
+
+/// Record access inside one transaction. A stream's key is its row id (an
+/// identity, so never reused).
+pub(crate) struct PgRecords {
+    tx: Transaction<'static, Postgres>,
+    sql: Arc<Sql>,
+    /// Whether loads lock the stream rows (write transactions).
+    lock: bool,
+    /// Whether a statement failed because a concurrent transaction won a
+    /// race: the whole call may run again.
+    conflicted: bool,
+}
+
+impl PgRecords {
+    /// Records in `tx`; `lock` for a transaction that writes.
+    pub fn new(tx: Transaction<'static, Postgres>, sql: Arc<Sql>, lock: bool) -> Self {
+        PgRecords {
+            tx,
+            sql,
+            lock,
+            conflicted: false,
+        }
+    }
+
+    /// Whether the next loads lock the stream rows (for a write).
+    pub fn set_locking(&mut self, lock: bool) {
+        self.lock = lock;
+    }
+
+    /// Whether a statement lost a race with a concurrent transaction.
+    pub fn conflicted(&self) -> bool {
+        self.conflicted
+    }
+
+    /// The transaction, for statements of the caller's own.
+    pub fn transaction(&mut self) -> &mut Transaction<'static, Postgres> {
+        &mut self.tx
+    }
+
+    /// The transaction, to commit or roll back.
+    pub fn into_transaction(self) -> Transaction<'static, Postgres> {
+        self.tx
+    }
+
+    fn conn(&mut self) -> &mut PgConnection {
+        &mut self.tx
+    }
+
+    /// Maps a statement's failure, noting a lost race.
+    fn fail(&mut self, err: sqlx::Error) -> StreamError {
+        self.conflicted |= is_conflict(&err);
+        statement_error(err)
+    }
+
+    async fn execute(
+        &mut self,
+        query: sqlx::query::Query<'_, Postgres, sqlx::postgres::PgArguments>,
+    ) -> Result<u64, StreamError> {
+        match query.execute(self.conn()).await {
+            Ok(done) => Ok(done.rows_affected()),
+            Err(err) => Err(self.fail(err)),
+        }
+    }
+
+    async fn fetch_all(
+        &mut self,
+        query: sqlx::query::Query<'_, Postgres, sqlx::postgres::PgArguments>,
+    ) -> Result<Vec<PgRow>, StreamError> {
+        match query.fetch_all(self.conn()).await {
+            Ok(rows) => Ok(rows),
+            Err(err) => Err(self.fail(err)),
+        }
+    }
+
+    async fn fetch_optional(
+        &mut self,
+        query: sqlx::query::Query<'_, Postgres, sqlx::postgres::PgArguments>,
+    ) -> Result<Option<PgRow>, StreamError> {
+        match query.fetch_optional(self.conn()).await {
+            Ok(row) => Ok(row),
+            Err(err) => Err(self.fail(err)),
+        }
+    }
+}
+
+/// A statement of this store.
+fn query(sql: &Arc<str>) -> sqlx::query::Query<'static, Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(AssertSqlSafe(Arc::clone(sql)))
+}
+
+/// The first batch of a message read; each next one is four times larger,
+/// up to [`MAX_PAGE`], so a read transfers at most a few times its budget
+/// however long the stream.
+const FIRST_PAGE: i64 = 64;
+const MAX_PAGE: i64 = 16_384;
+
+impl RecordReader for PgRecords {
+    type Key = i64;
+
+    async fn load(&mut self, path: &str) -> Result<Option<Stored<i64>>, StreamError> {
+        let sql = if self.lock {
+            &self.sql.load_for_update
+        } else {
+            &self.sql.load
+        };
+        let row = self.fetch_optional(query(sql).bind(path)).await?;
+        let Some(row) = row else { return Ok(None) };
+        let (key, _, record) = decode(&row).map_err(|e| self.fail(e))?;
+        Ok(Some(Stored { key, record }))
+    }
+
+    async fn is_tombstoned(&mut self, path: &str) -> Result<bool, StreamError> {
+        let sql = Arc::clone(&self.sql.is_tombstoned);
+        Ok(self.fetch_optional(query(&sql).bind(path)).await?.is_some())
+    }
+
+    async fn forks_of(&mut self, path: &str) -> Result<Vec<String>, StreamError> {
+        let sql = Arc::clone(&self.sql.forks_of);
+        let rows = self.fetch_all(query(&sql).bind(path)).await?;
+        rows.iter()
+            .map(|row| row.try_get(0))
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.fail(e))
+    }
+
+    async fn producer(
+        &mut self,
+        key: &i64,
+        producer: &str,
+    ) -> Result<Option<ProducerState>, StreamError> {
+        let sql = Arc::clone(&self.sql.producer);
+        let row = self
+            .fetch_optional(query(&sql).bind(key).bind(producer))
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let state = (|| {
+            Ok::<_, sqlx::Error>(ProducerState {
+                epoch: row.try_get::<i64, _>(0)? as u64,
+                seq: row.try_get::<i64, _>(1)? as u64,
+            })
+        })();
+        state.map(Some).map_err(|e| self.fail(e))
+    }
+
+    async fn messages(
+        &mut self,
+        key: &i64,
+        range: Range<u64>,
+        max_bytes: usize,
+    ) -> Result<Vec<Bytes>, StreamError> {
+        let sql = Arc::clone(&self.sql.messages);
+        let bound = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let (mut next, end) = (bound(range.start), bound(range.end));
+        let (mut total, mut page) = (0usize, FIRST_PAGE);
+        let mut messages = Vec::new();
+        while next < end {
+            let rows = self
+                .fetch_all(query(&sql).bind(key).bind(next).bind(end).bind(page))
+                .await?;
+            let fetched = rows.len() as i64;
+            for row in rows {
+                let data: Vec<u8> = row.try_get(0).map_err(|e| self.fail(e))?;
+                total += data.len();
+                if !messages.is_empty() && total > max_bytes {
+                    return Ok(messages);
+                }
+                messages.push(Bytes::from(data));
+            }
+            if fetched < page {
+                break;
+            }
+            next += fetched;
+            page = (page * 4).min(MAX_PAGE);
+        }
+        Ok(messages)
+    }
+
+    async fn list(&mut self, prefix: &str) -> Result<Vec<(String, StreamRecord)>, StreamError> {
+        let sql = Arc::clone(&self.sql.list);
+        let rows = self.fetch_all(query(&sql).bind(prefix)).await?;
+        rows.iter()
+            .map(|row| decode(row).map(|(_, path, record)| (path, record)))
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.fail(e))
+    }
+}
+
+impl Records for PgRecords {
+    async fn insert(&mut self, path: &str, record: &StreamRecord) -> Result<i64, StreamError> {
+        let sql = Arc::clone(&self.sql.drop_tombstone);
+        self.execute(query(&sql).bind(path)).await?;
+        let sql = Arc::clone(&self.sql.insert);
+        let config = &record.head.config;
+        let (ttl, expires_at) = expiry_columns(config.expiry);
+        let origin = record.origin.as_ref();
+        let row = self
+            .fetch_optional(
+                query(&sql)
+                    .bind(path)
+                    .bind(&config.content_type)
+                    .bind(ttl)
+                    .bind(expires_at)
+                    .bind(config.closed)
+                    .bind(record.accessed_ms)
+                    .bind(origin.map(|o| o.source.as_str()))
+                    .bind(origin.map(|o| o.position as i64))
+                    .bind(origin.map(|o| o.sub_offset as i64)),
+            )
+            .await?;
+        let id = row
+            .ok_or_else(|| StreamError::internal("INSERT … RETURNING returned no row"))?
+            .try_get(0)
+            .map_err(|e| self.fail(e))?;
+        self.update(&id, record).await?;
+        Ok(id)
+    }
+
+    async fn update(&mut self, key: &i64, record: &StreamRecord) -> Result<(), StreamError> {
+        let sql = Arc::clone(&self.sql.update);
+        let head = &record.head;
+        let closer = head.closed_by.as_ref();
+        self.execute(
+            query(&sql)
+                .bind(key)
+                .bind(head.closed)
+                .bind(head.count as i64)
+                .bind(head.bytes as i64)
+                .bind(head.last_stream_seq.as_deref())
+                .bind(closer.map(|p| p.id.as_str()))
+                .bind(closer.map(|p| p.epoch as i64))
+                .bind(closer.map(|p| p.seq as i64))
+                .bind(record.accessed_ms)
+                .bind(record.soft_deleted),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn insert_messages(
+        &mut self,
+        key: &i64,
+        first: u64,
+        messages: &[Bytes],
+    ) -> Result<(), StreamError> {
+        if messages.is_empty() {
+            return Ok(());
+        }
+        let sql = Arc::clone(&self.sql.insert_messages);
+        let data: Vec<&[u8]> = messages.iter().map(|m| m.as_ref()).collect();
+        self.execute(query(&sql).bind(key).bind(first as i64).bind(data))
+            .await?;
+        Ok(())
+    }
+
+    async fn copy_prefix(&mut self, from: &i64, to: &i64, count: u64) -> Result<u64, StreamError> {
+        let sql = Arc::clone(&self.sql.copy_prefix);
+        let count = i64::try_from(count).unwrap_or(i64::MAX);
+        let row = self
+            .fetch_optional(query(&sql).bind(from).bind(to).bind(count))
+            .await?;
+        let bytes: i64 = match row {
+            Some(row) => row.try_get(0).map_err(|e| self.fail(e))?,
+            None => 0,
+        };
+        Ok(bytes as u64)
+    }
+
+    async fn save_producer(
+        &mut self,
+        key: &i64,
+        producer: &str,
+        state: ProducerState,
+    ) -> Result<(), StreamError> {
+        let sql = Arc::clone(&self.sql.save_producer);
+        self.execute(
+            query(&sql)
+                .bind(key)
+                .bind(producer)
+                .bind(state.epoch as i64)
+                .bind(state.seq as i64),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn remove(&mut self, key: &i64, _path: &str) -> Result<(), StreamError> {
+        let sql = Arc::clone(&self.sql.remove);
+        self.execute(query(&sql).bind(key)).await?;
+        Ok(())
+    }
+
+    async fn slide(&mut self, key: &i64, at_ms: i64) -> Result<(), StreamError> {
+        let sql = Arc::clone(&self.sql.slide);
+        self.execute(query(&sql).bind(key).bind(at_ms)).await?;
+        Ok(())
+    }
+
+    async fn tombstone(&mut self, path: &str, now_ms: i64) -> Result<(), StreamError> {
+        let sql = Arc::clone(&self.sql.tombstone);
+        self.execute(query(&sql).bind(path).bind(now_ms)).await?;
+        Ok(())
+    }
+}
+
+/// The key, path and record in a row selected with
+/// [`STREAM_COLUMNS`](super::sql::STREAM_COLUMNS).
+fn decode(r: &PgRow) -> Result<(i64, String, StreamRecord), sqlx::Error> {
+    let closed_by = match r.try_get::<Option<String>, _>(10)? {
+        Some(id) => Some(ProducerPosition::new(
+            id,
+            r.try_get::<i64, _>(11)? as u64,
+            r.try_get::<i64, _>(12)? as u64,
+        )),
+        None => None,
+    };
+    let origin = match r.try_get::<Option<String>, _>(14)? {
+        Some(source) => Some(ForkOrigin {
+            source,
+            position: r.try_get::<i64, _>(15)? as u64,
+            sub_offset: r.try_get::<i64, _>(16)? as u64,
+        }),
+        None => None,
+    };
+    let record = StreamRecord {
+        head: Head {
+            config: StreamConfig {
+                content_type: r.try_get(2)?,
+                expiry: expiry_from_columns(r.try_get(3)?, r.try_get(4)?),
+                closed: r.try_get(5)?,
+            },
+            closed: r.try_get(6)?,
+            count: r.try_get::<i64, _>(7)? as u64,
+            bytes: r.try_get::<i64, _>(8)? as u64,
+            last_stream_seq: r.try_get(9)?,
+            closed_by,
+        },
+        accessed_ms: r.try_get(13)?,
+        origin,
+        soft_deleted: r.try_get(17)?,
+    };
+    Ok((r.try_get(0)?, r.try_get(1)?, record))
+}

@@ -1,0 +1,111 @@
+//! The PostgreSQL record layout and its versioned migrations. See
+//! `DESIGN-postgres.md`.
+//!
+//! Migrations are sqlx's: each is applied once, in its own transaction,
+//! under sqlx's advisory lock (so two processes starting at once do not
+//! race), and recorded with a checksum in `_sqlx_migrations` inside the
+//! store's schema. A database that has a migration this build does not
+//! know was written by a newer build and is refused.
+
+use sqlx::migrate::{MigrateError, Migration, MigrationType, Migrator};
+use sqlx::{Connection, Executor, PgConnection, SqlSafeStr};
+
+use super::error::pg_error;
+use crate::StreamError;
+
+/// The layout this build writes: the last migration's version.
+pub(super) const VERSION: i64 = 1;
+
+/// Version 1: streams, messages, producers and tombstones, as the SQLite
+/// layout of version 3 (forks found by source). Table names are unqualified:
+/// they are created in the store's schema (the migration connection's
+/// `search_path`), so the checksums do not depend on the schema's name.
+const STREAMS: &str = r#"
+CREATE TABLE streams (
+    id              BIGINT  GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    path            TEXT    COLLATE "C" NOT NULL UNIQUE,
+    content_type    TEXT    NOT NULL,
+    ttl_secs        BIGINT,
+    expires_at_ms   BIGINT,
+    created_closed  BOOLEAN NOT NULL,
+    closed          BOOLEAN NOT NULL,
+    count           BIGINT  NOT NULL,
+    bytes           BIGINT  NOT NULL,
+    last_stream_seq TEXT,
+    closed_by_id    TEXT,
+    closed_by_epoch BIGINT,
+    closed_by_seq   BIGINT,
+    accessed_ms     BIGINT  NOT NULL,
+    fork_source     TEXT    COLLATE "C",
+    fork_position   BIGINT,
+    fork_sub        BIGINT,
+    soft_deleted    BOOLEAN NOT NULL
+);
+CREATE INDEX streams_by_fork_source ON streams (fork_source) WHERE fork_source IS NOT NULL;
+CREATE TABLE messages (
+    stream_id BIGINT NOT NULL,
+    seq       BIGINT NOT NULL,
+    data      BYTEA  NOT NULL,
+    PRIMARY KEY (stream_id, seq)
+);
+CREATE TABLE producers (
+    stream_id BIGINT NOT NULL,
+    producer  TEXT   NOT NULL,
+    epoch     BIGINT NOT NULL,
+    seq       BIGINT NOT NULL,
+    PRIMARY KEY (stream_id, producer)
+);
+CREATE TABLE tombstones (
+    path       TEXT   COLLATE "C" PRIMARY KEY,
+    deleted_ms BIGINT NOT NULL
+);
+"#;
+
+/// Every migration, in order.
+fn migrations() -> Vec<Migration> {
+    vec![Migration::new(
+        1,
+        "streams, messages, producers, tombstones".into(),
+        MigrationType::Simple,
+        STREAMS.into_sql_str(),
+        false,
+    )]
+}
+
+/// Creates the schema and its tables, or upgrades an older layout, on a
+/// connection of its own; refuses a database written by a newer build.
+pub(super) async fn migrate(conn: &mut PgConnection, schema: &str) -> Result<(), StreamError> {
+    let quoted = quote(schema);
+    let mut migrator = Migrator::with_migrations(migrations());
+    migrator.create_schema(quoted.clone());
+    migrator.dangerous_set_table_name(format!("{quoted}._sqlx_migrations"));
+    conn.execute(sqlx::AssertSqlSafe(format!("SET search_path TO {quoted}")))
+        .await
+        .map_err(|e| pg_error("cannot select the store's schema", e))?;
+    match migrator.run_direct(None, conn, false).await {
+        Ok(()) => Ok(()),
+        Err(MigrateError::VersionMissing(version)) => Err(StreamError::internal(format!(
+            "schema `{schema}` has eddy layout version {version}, newer than this build's \
+             version {VERSION}: run a newer eddy"
+        ))),
+        Err(MigrateError::Execute(e)) => Err(pg_error("cannot migrate the store's schema", e)),
+        Err(e) => Err(StreamError::internal_from(
+            format!("cannot migrate schema `{schema}`"),
+            e,
+        )),
+    }
+}
+
+/// Closes the migration connection politely.
+pub(super) async fn close(conn: PgConnection) {
+    if let Err(e) = conn.close().await {
+        tracing::debug!(error = %e, "closing the migration connection");
+    }
+}
+
+/// `schema` as a quoted identifier. Schema names are checked by
+/// [`PgOptions`](super::PgOptions) to be plain identifiers; quoting keeps
+/// their case.
+pub(super) fn quote(schema: &str) -> String {
+    format!("\"{}\"", schema.replace('"', "\"\""))
+}

@@ -1,0 +1,281 @@
+//! One PostgreSQL transaction over the store: the engine's calls, the
+//! caller's own SQL, and the wake-ups it sends when it commits.
+
+use std::sync::Arc;
+
+use sqlx::{PgPool, Postgres, Transaction};
+
+use super::error::{is_conflict, pg_error};
+use super::listen::Change;
+use super::records::PgRecords;
+use super::sql::Sql;
+use crate::engine::Engine;
+use crate::{
+    Append, Appended, Committed, Created, Fork, Notifier, Offset, Payload, ReadChunk, ReadFrom,
+    StreamConfig, StreamError, StreamInfo, StreamPath,
+};
+
+/// What a transaction needs from its store to commit and wake readers.
+#[derive(Clone, Debug)]
+pub(super) struct Wiring {
+    pub pool: PgPool,
+    pub sql: Arc<Sql>,
+    pub engine: Engine,
+    pub notifier: Arc<Notifier>,
+    /// The notification channel of the store's schema.
+    pub channel: String,
+    /// This store's id in notification payloads.
+    pub instance: u64,
+}
+
+/// A transaction on a [`PgStorage`](super::PgStorage)'s database that
+/// appends to streams, reads them, and runs SQL of the caller's own, all
+/// committed or rolled back together.
+///
+/// Projection hosts use it to commit a unit's rows, outputs and checkpoint
+/// atomically: [`sql`](PgTransaction::sql) gives sqlx's own
+/// [`Transaction`] for the application's statements, and the stream calls
+/// keep every rule of the store. Writes lock the stream rows they touch
+/// until the commit (other writers of those streams wait; readers do not);
+/// reads lock nothing. Readers in every process are woken when
+/// [`commit`](PgTransaction::commit) returns, never before.
+///
+/// A call that fails because a concurrent transaction won a race (a
+/// deadlock, a serialization failure, two creates of one path) returns a
+/// retryable error ([`StreamError::is_retryable`]), and PostgreSQL has
+/// aborted the transaction: roll back and run the whole unit again.
+/// Dropping the transaction without committing rolls it back.
+///
+/// ```no_run
+/// # async fn example(store: &eddy_streams::PgStorage) -> Result<(), Box<dyn std::error::Error>> {
+/// use eddy_streams::{sqlx, Append, StreamPath};
+///
+/// let mut tx = store.begin().await?;
+/// sqlx::query("INSERT INTO order_totals (id, total) VALUES ($1, $2)")
+///     .bind("o-1")
+///     .bind(42_i64)
+///     .execute(&mut **tx.sql())
+///     .await?;
+/// tx.append(&StreamPath::new("totals")?, Append::body(r#"{"id":"o-1","total":42}"#))
+///     .await?;
+/// tx.commit().await?;
+/// # Ok(())
+/// # }
+/// ```
+pub struct PgTransaction {
+    records: PgRecords,
+    wiring: Arc<Wiring>,
+    /// Changes to announce once committed.
+    changes: Vec<Change>,
+    /// TTL touches of reads, stored after the commit so that a read never
+    /// holds a stream's row lock.
+    touches: Vec<(i64, i64)>,
+}
+
+impl std::fmt::Debug for PgTransaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgTransaction")
+            .field("changes", &self.changes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A commit that failed, and whether it lost a race (and may run again).
+pub(super) struct CommitFailed {
+    pub error: StreamError,
+    pub conflict: bool,
+}
+
+impl PgTransaction {
+    /// Begins a transaction on `wiring`'s pool: read committed, or a
+    /// read-only snapshot (`read_only`) for the store's own reads.
+    pub(super) async fn begin(wiring: Arc<Wiring>, read_only: bool) -> Result<Self, StreamError> {
+        let tx = if read_only {
+            wiring
+                .pool
+                .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                .await
+        } else {
+            wiring.pool.begin().await
+        }
+        .map_err(|e| pg_error("cannot begin a transaction", e))?;
+        Ok(PgTransaction {
+            records: PgRecords::new(tx, Arc::clone(&wiring.sql), false),
+            wiring,
+            changes: Vec::new(),
+            touches: Vec::new(),
+        })
+    }
+
+    /// The driver's transaction, for SQL of the caller's own: use
+    /// `&mut **tx.sql()` as a sqlx executor.
+    pub fn sql(&mut self) -> &mut Transaction<'static, Postgres> {
+        self.records.transaction()
+    }
+
+    /// Whether a call of this transaction failed because a concurrent
+    /// transaction won a race: the unit should run again.
+    pub fn lost_race(&self) -> bool {
+        self.records.conflicted()
+    }
+
+    /// Creates a stream (see [`Storage::create`](crate::Storage::create)).
+    pub async fn create(
+        &mut self,
+        path: &StreamPath,
+        config: StreamConfig,
+        initial: Payload,
+    ) -> Result<Created, StreamError> {
+        self.records.set_locking(true);
+        let created = self
+            .wiring
+            .engine
+            .create(&mut self.records, path, config, initial)
+            .await?;
+        if created.created {
+            self.committed(path, created.info.tail, created.info.closed);
+        }
+        Ok(created)
+    }
+
+    /// Appends (see [`Storage::append`](crate::Storage::append)).
+    pub async fn append(
+        &mut self,
+        path: &StreamPath,
+        append: Append,
+    ) -> Result<Appended, StreamError> {
+        self.records.set_locking(true);
+        let appended = self
+            .wiring
+            .engine
+            .append(&mut self.records, path, append)
+            .await?;
+        if !appended.duplicate {
+            self.committed(path, appended.next_offset, appended.closed);
+        }
+        Ok(appended)
+    }
+
+    /// Forks a stream (see [`Storage::fork`](crate::Storage::fork)).
+    pub async fn fork(&mut self, path: &StreamPath, fork: Fork) -> Result<Created, StreamError> {
+        self.records.set_locking(true);
+        let created = self
+            .wiring
+            .engine
+            .fork(&mut self.records, path, fork)
+            .await?;
+        if created.created {
+            self.committed(path, created.info.tail, created.info.closed);
+        }
+        Ok(created)
+    }
+
+    /// Deletes a stream (see [`Storage::delete`](crate::Storage::delete)).
+    pub async fn delete(&mut self, path: &StreamPath) -> Result<(), StreamError> {
+        self.records.set_locking(true);
+        self.wiring.engine.delete(&mut self.records, path).await?;
+        self.changes.push(Change::Deleted(path.to_string()));
+        Ok(())
+    }
+
+    /// Reads, seeing this transaction's own writes (see
+    /// [`Storage::read`](crate::Storage::read)).
+    pub async fn read(
+        &mut self,
+        path: &StreamPath,
+        from: ReadFrom,
+        max_bytes: usize,
+    ) -> Result<ReadChunk, StreamError> {
+        self.records.set_locking(false);
+        let (chunk, touch) = self
+            .wiring
+            .engine
+            .read(&mut self.records, path, from, max_bytes)
+            .await?;
+        if let Some(touch) = touch {
+            self.touches.push((touch.key, touch.at_ms));
+        }
+        Ok(chunk)
+    }
+
+    /// Describes a live stream (see [`Storage::head`](crate::Storage::head)).
+    pub async fn head(&mut self, path: &StreamPath) -> Result<StreamInfo, StreamError> {
+        self.records.set_locking(false);
+        self.wiring.engine.head(&mut self.records, path).await
+    }
+
+    /// Lists live streams (see [`Storage::list`](crate::Storage::list)).
+    pub async fn list(&mut self, prefix: &str) -> Result<Vec<StreamInfo>, StreamError> {
+        self.records.set_locking(false);
+        self.wiring.engine.list(&mut self.records, prefix).await
+    }
+
+    /// Commits; then wakes the readers of every stream it changed, in
+    /// every process.
+    pub async fn commit(self) -> Result<(), StreamError> {
+        self.finish().await.map_err(|failed| failed.error)
+    }
+
+    /// Rolls back everything the transaction did.
+    pub async fn rollback(self) -> Result<(), StreamError> {
+        self.records
+            .into_transaction()
+            .rollback()
+            .await
+            .map_err(|e| pg_error("cannot roll back", e))
+    }
+
+    /// Commits, telling whether a failure lost a race.
+    pub(super) async fn finish(mut self) -> Result<(), CommitFailed> {
+        let failed = |error: sqlx::Error, context: &str| CommitFailed {
+            conflict: is_conflict(&error),
+            error: pg_error(context, error),
+        };
+        if !self.changes.is_empty() {
+            let payloads: Vec<String> = self
+                .changes
+                .iter()
+                .map(|change| change.payload(self.wiring.instance))
+                .collect();
+            sqlx::query("SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload")
+                .bind(&self.wiring.channel)
+                .bind(payloads)
+                .execute(&mut **self.records.transaction())
+                .await
+                .map_err(|e| failed(e, "cannot send the wake-ups"))?;
+        }
+        self.records
+            .into_transaction()
+            .commit()
+            .await
+            .map_err(|e| failed(e, "cannot commit"))?;
+        for change in self.changes {
+            change.raise(&self.wiring.notifier);
+        }
+        for (key, at_ms) in self.touches {
+            slide(&self.wiring, key, at_ms).await;
+        }
+        Ok(())
+    }
+
+    fn committed(&mut self, path: &StreamPath, tail: Offset, closed: bool) {
+        self.changes.push(Change::Committed(Committed {
+            path: path.to_string(),
+            tail,
+            closed,
+        }));
+    }
+}
+
+/// Moves a stream's last access forward, outside any transaction. A lost
+/// touch only lets the stream expire earlier than its reads said.
+pub(super) async fn slide(wiring: &Wiring, key: i64, at_ms: i64) {
+    let stored = sqlx::query(sqlx::AssertSqlSafe(Arc::clone(&wiring.sql.slide)))
+        .bind(key)
+        .bind(at_ms)
+        .execute(&wiring.pool)
+        .await;
+    if let Err(err) = stored {
+        tracing::warn!(error = %err, "cannot store a stream's TTL touch");
+    }
+}

@@ -1,0 +1,361 @@
+//! Several stores on one database, the listener, migrations and host
+//! transactions.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use eddy_streams::sqlx::{self, Row};
+use eddy_streams::{
+    Append, Offset, Payload, PgOptions, PgStorage, ReadFrom, Storage, StreamConfig, StreamPath,
+    SystemClock, Wait,
+};
+
+use super::{run, Schema};
+
+fn path(s: &str) -> StreamPath {
+    StreamPath::new(s).expect("valid path")
+}
+
+/// A store on `schema` whose waits re-read only every `recheck`.
+async fn open_with_recheck(schema: &Schema, recheck: Duration) -> PgStorage {
+    let options = PgOptions {
+        recheck,
+        ..schema.options()
+    };
+    PgStorage::open(options).await.expect("open")
+}
+
+/// A wake-up that only a notification can explain: the reader re-reads on
+/// its own once a minute, and the test gives it thirty seconds.
+const NO_RECHECK: Duration = Duration::from_secs(60);
+const PATIENCE: Duration = Duration::from_secs(30);
+
+#[test]
+fn stores_on_one_database_serve_one_set_of_streams_and_wake_each_other() {
+    let Some(schema) = Schema::fresh("stores_share_streams") else {
+        return;
+    };
+    run(async move {
+        let writer = open_with_recheck(&schema, NO_RECHECK).await;
+        let reader = Arc::new(open_with_recheck(&schema, NO_RECHECK).await);
+        let p = path("shared/live");
+        writer
+            .create(&p, StreamConfig::json(), Payload::empty())
+            .await
+            .expect("create");
+        let mut feed = reader.committed();
+        let waiting = {
+            let reader = Arc::clone(&reader);
+            let p = p.clone();
+            tokio::spawn(async move { reader.wait(&p, Offset::ZERO, PATIENCE).await })
+        };
+        writer
+            .append(&p, Append::body("[1,2]"))
+            .await
+            .expect("append");
+        let waited = waiting.await.expect("join").expect("wait");
+        assert!(
+            matches!(&waited, Wait::Changed(info) if info.tail == Offset::at(2)),
+            "{waited:?}"
+        );
+        // The create's notification may come first.
+        let heard = tokio::time::timeout(PATIENCE, async {
+            loop {
+                let commit = feed.recv().await.expect("the other store's commits");
+                if commit.tail == Offset::at(2) {
+                    return commit.path;
+                }
+            }
+        })
+        .await
+        .expect("the append is heard in time");
+        assert_eq!(heard, "shared/live");
+        let chunk = reader
+            .read(&p, ReadFrom::Beginning, 1024)
+            .await
+            .expect("read");
+        assert_eq!(chunk.messages, ["1", "2"]);
+        drop((writer, reader));
+        schema.drop().await;
+    });
+}
+
+/// A change that sent no notification (as one sent while the listener
+/// reconnects) still reaches a waiting reader, by its bounded re-check.
+#[test]
+fn a_lost_notification_is_repaired_by_the_recheck() {
+    let Some(schema) = Schema::fresh("lost_notification") else {
+        return;
+    };
+    run(async move {
+        let store = Arc::new(open_with_recheck(&schema, Duration::from_millis(100)).await);
+        let p = path("quiet");
+        store
+            .create(&p, StreamConfig::json(), Payload::empty())
+            .await
+            .expect("create");
+        let waiting = {
+            let store = Arc::clone(&store);
+            let p = p.clone();
+            tokio::spawn(async move { store.wait(&p, Offset::ZERO, PATIENCE).await })
+        };
+        // An append written behind the store's back: no NOTIFY.
+        schema
+            .execute(&format!(
+                "INSERT INTO \"{0}\".messages (stream_id, seq, data)
+                     SELECT id, 0, '1'::bytea FROM \"{0}\".streams WHERE path = 'quiet';
+                 UPDATE \"{0}\".streams SET count = 1, bytes = 1 WHERE path = 'quiet';",
+                schema.name
+            ))
+            .await;
+        let waited = waiting.await.expect("join").expect("wait");
+        assert!(
+            matches!(&waited, Wait::Changed(info) if info.tail == Offset::at(1)),
+            "{waited:?}"
+        );
+        drop(store);
+        schema.drop().await;
+    });
+}
+
+/// The listener's connection is killed; it reconnects, listens again, and
+/// wakes readers of later commits.
+#[test]
+fn the_listener_reconnects_after_its_connection_dies() {
+    let Some(schema) = Schema::fresh("listener_reconnects") else {
+        return;
+    };
+    run(async move {
+        let writer = open_with_recheck(&schema, NO_RECHECK).await;
+        let reader = Arc::new(open_with_recheck(&schema, NO_RECHECK).await);
+        let p = path("after-reconnect");
+        writer
+            .create(&p, StreamConfig::json(), Payload::empty())
+            .await
+            .expect("create");
+        let pool = sqlx::PgPool::connect(&schema.url).await.expect("connect");
+        let listening = format!("LISTEN \"{}.changes\"%", schema.name);
+        let listeners = || {
+            sqlx::query("SELECT pid FROM pg_stat_activity WHERE query LIKE $1")
+                .bind(listening.clone())
+                .fetch_all(&pool)
+        };
+        let before: Vec<i32> = listeners()
+            .await
+            .expect("listeners")
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        assert_eq!(before.len(), 2, "one listener per store");
+        for pid in &before {
+            sqlx::query("SELECT pg_terminate_backend($1)")
+                .bind(pid)
+                .execute(&pool)
+                .await
+                .expect("terminate");
+        }
+        // Wait for both listeners to be back (an explicit signal: the
+        // server's own list of listening sessions).
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let now: Vec<i32> = listeners()
+                .await
+                .expect("listeners")
+                .iter()
+                .map(|row| row.get(0))
+                .collect();
+            if now.len() == 2 && now.iter().all(|pid| !before.contains(pid)) {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the listeners did not come back"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let waiting = {
+            let reader = Arc::clone(&reader);
+            let p = p.clone();
+            tokio::spawn(async move { reader.wait(&p, Offset::ZERO, PATIENCE).await })
+        };
+        writer.append(&p, Append::body("1")).await.expect("append");
+        let waited = waiting.await.expect("join").expect("wait");
+        assert!(matches!(waited, Wait::Changed(_)), "{waited:?}");
+        pool.close().await;
+        drop((writer, reader));
+        schema.drop().await;
+    });
+}
+
+#[test]
+fn a_schema_written_by_a_newer_build_is_refused() {
+    let Some(schema) = Schema::fresh("newer_schema") else {
+        return;
+    };
+    run(async move {
+        drop(schema.open(Arc::new(SystemClock)).await);
+        schema
+            .execute(&format!(
+                "INSERT INTO \"{}\"._sqlx_migrations
+                     (version, description, success, checksum, execution_time)
+                 VALUES (999, 'from the future', true, '\\x00', 0)",
+                schema.name
+            ))
+            .await;
+        let refused = PgStorage::open(schema.options()).await.err();
+        let message = refused.map(|e| e.to_string()).unwrap_or_default();
+        assert!(message.contains("newer"), "{message}");
+        schema.drop().await;
+    });
+}
+
+#[test]
+fn opening_twice_at_once_migrates_once() {
+    let Some(schema) = Schema::fresh("concurrent_open") else {
+        return;
+    };
+    run(async move {
+        let opens = (0..4).map(|_| PgStorage::open(schema.options()));
+        let stores = futures::future::join_all(opens).await;
+        assert!(stores.iter().all(Result::is_ok), "{stores:?}");
+        drop(stores);
+        schema.drop().await;
+    });
+}
+
+/// Racing creates of one path: the losers' transactions fail on the unique
+/// path, run again, and find the winner's stream.
+#[test]
+fn racing_creates_of_one_path_agree() {
+    let Some(schema) = Schema::fresh("racing_creates") else {
+        return;
+    };
+    run(async move {
+        let stores = [
+            Arc::new(schema.open(Arc::new(SystemClock)).await),
+            Arc::new(schema.open(Arc::new(SystemClock)).await),
+        ];
+        for round in 0..20 {
+            let p = path(&format!("race/{round}"));
+            let creates = (0..6).map(|i| {
+                let store = Arc::clone(&stores[i % 2]);
+                let p = p.clone();
+                tokio::spawn(async move {
+                    store
+                        .create(&p, StreamConfig::json(), Payload::empty())
+                        .await
+                })
+            });
+            let outcomes = futures::future::join_all(creates).await;
+            let created = outcomes
+                .into_iter()
+                .map(|joined| joined.expect("join").expect("create").created)
+                .filter(|created| *created)
+                .count();
+            assert_eq!(created, 1, "round {round}");
+        }
+        drop(stores);
+        schema.drop().await;
+    });
+}
+
+/// An open write transaction on one stream holds no lock that an append
+/// to another stream needs.
+#[test]
+fn writers_of_different_streams_do_not_wait_for_each_other() {
+    let Some(schema) = Schema::fresh("no_global_lock") else {
+        return;
+    };
+    run(async move {
+        let store = schema.open(Arc::new(SystemClock)).await;
+        let (a, b) = (path("lock/a"), path("lock/b"));
+        for p in [&a, &b] {
+            store
+                .create(p, StreamConfig::json(), Payload::empty())
+                .await
+                .expect("create");
+        }
+        let mut holding = store.begin().await.expect("begin");
+        holding
+            .append(&a, Append::body("1"))
+            .await
+            .expect("append a");
+        let other = tokio::time::timeout(PATIENCE, store.append(&b, Append::body("2")))
+            .await
+            .expect("an append to b does not wait for a's transaction");
+        other.expect("append b");
+        holding.commit().await.expect("commit");
+        assert_eq!(store.head(&a).await.expect("head").tail, Offset::at(1));
+        drop(store);
+        schema.drop().await;
+    });
+}
+
+/// A host's transaction: the application's rows and the appends commit
+/// together, or neither is there.
+#[test]
+fn application_sql_and_appends_commit_or_roll_back_together() {
+    let Some(schema) = Schema::fresh("host_transaction") else {
+        return;
+    };
+    run(async move {
+        let store = schema.open(Arc::new(SystemClock)).await;
+        let totals = format!("\"{}\".order_totals", schema.name);
+        schema
+            .execute(&format!(
+                "CREATE TABLE {totals} (id TEXT PRIMARY KEY, total BIGINT NOT NULL)"
+            ))
+            .await;
+        let out = path("totals");
+        store
+            .create(&out, StreamConfig::json(), Payload::empty())
+            .await
+            .expect("create");
+        let insert = format!("INSERT INTO {totals} (id, total) VALUES ($1, $2)");
+        let rows = || async {
+            sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!(
+                "SELECT count(*) FROM {totals}"
+            )))
+            .fetch_one(store.pool())
+            .await
+            .expect("count")
+        };
+        // A unit: one row and one output.
+        let unit = || async {
+            let mut tx = store.begin().await.expect("begin");
+            sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
+                .bind("o-1")
+                .bind(42_i64)
+                .execute(&mut **tx.sql())
+                .await
+                .expect("insert");
+            tx.append(&out, Append::body(r#"{"id":"o-1"}"#))
+                .await
+                .expect("append");
+            assert_eq!(
+                tx.head(&out).await.expect("head").tail,
+                Offset::at(1),
+                "the transaction reads its own append"
+            );
+            tx
+        };
+
+        unit().await.rollback().await.expect("rollback");
+        assert_eq!(rows().await, 0);
+        assert_eq!(store.head(&out).await.expect("head").tail, Offset::ZERO);
+
+        let mut feed = store.committed();
+        let tx = unit().await;
+        assert!(
+            feed.try_recv().is_err(),
+            "nobody hears of it before the commit"
+        );
+        tx.commit().await.expect("commit");
+        assert_eq!(rows().await, 1);
+        assert_eq!(store.head(&out).await.expect("head").tail, Offset::at(1));
+        let heard = feed.try_recv().expect("heard at the commit");
+        assert_eq!(heard.tail, Offset::at(1));
+        drop(store);
+        schema.drop().await;
+    });
+}
