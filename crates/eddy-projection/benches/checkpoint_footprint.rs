@@ -1,0 +1,207 @@
+//! Checkpoint bytes written and kept: a fold and a producer `mapAccum`
+//! with units of one item, on memory and SQLite. Every store call goes
+//! through a wrapper that counts the bytes appended under `__eddy/`; what
+//! is kept is listed at the end. Prints one line per case.
+//!
+//! `cargo bench -p eddy-projection --bench checkpoint_footprint`
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use eddy_projection::{Commit, Declare, Host, Projection, RunOptions, RESERVED_PREFIX};
+use eddy_streams::{
+    Append, Appended, Created, Durability, JsonStream, MemoryStorage, Notifier, Offset, Payload,
+    ReadChunk, ReadFrom, SqliteOptions, SqliteStorage, Storage, StreamConfig, StreamError,
+    StreamInfo, StreamPath, Wait,
+};
+
+/// Counts the records and bytes appended to Eddy's own streams.
+struct Counting {
+    inner: Arc<dyn Storage>,
+    records: AtomicU64,
+    bytes: AtomicU64,
+    calls: AtomicU64,
+}
+
+impl Counting {
+    fn count(&self, path: &StreamPath, payload: &Payload) {
+        if path.as_str().starts_with(RESERVED_PREFIX) {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            if !payload.is_empty() {
+                self.records.fetch_add(1, Ordering::Relaxed);
+                self.bytes
+                    .fetch_add(payload.len() as u64, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn checkpoint_call(&self, path: &StreamPath) {
+        if path.as_str().starts_with(RESERVED_PREFIX) {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[async_trait]
+impl Storage for Counting {
+    async fn create(
+        &self,
+        path: &StreamPath,
+        config: StreamConfig,
+        initial: Payload,
+    ) -> Result<Created, StreamError> {
+        self.count(path, &initial);
+        self.inner.create(path, config, initial).await
+    }
+
+    async fn append(&self, path: &StreamPath, append: Append) -> Result<Appended, StreamError> {
+        self.count(path, &append.payload);
+        self.inner.append(path, append).await
+    }
+
+    async fn read(
+        &self,
+        path: &StreamPath,
+        from: ReadFrom,
+        max_bytes: usize,
+    ) -> Result<ReadChunk, StreamError> {
+        self.checkpoint_call(path);
+        self.inner.read(path, from, max_bytes).await
+    }
+
+    async fn head(&self, path: &StreamPath) -> Result<StreamInfo, StreamError> {
+        self.checkpoint_call(path);
+        self.inner.head(path).await
+    }
+
+    async fn delete(&self, path: &StreamPath) -> Result<(), StreamError> {
+        self.checkpoint_call(path);
+        self.inner.delete(path).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<StreamInfo>, StreamError> {
+        self.inner.list(prefix).await
+    }
+
+    fn notifier(&self) -> &Notifier {
+        self.inner.notifier()
+    }
+
+    async fn wait(
+        &self,
+        path: &StreamPath,
+        after: Offset,
+        timeout: Duration,
+    ) -> Result<Wait, StreamError> {
+        self.inner.wait(path, after, timeout).await
+    }
+}
+
+fn numbers() -> JsonStream<u64> {
+    JsonStream::new("Bench/Numbers", "numbers").expect("route")
+}
+
+fn fold(id: &str) -> Projection<(), u64> {
+    let mut declare = Declare::<()>::new(id);
+    let input = declare.input("numbers", &numbers());
+    declare
+        .fold(0u64)
+        .on(input, |sum, entry, _| sum + entry.item)
+        .build()
+        .expect("declare")
+}
+
+fn running_sum() -> Projection<(), u64> {
+    let sums = JsonStream::<u64>::new("Bench/Sums", "sums").expect("route");
+    let mut declare = Declare::<()>::new("footprint-map-accum");
+    let input = declare.input("numbers", &numbers());
+    let output = declare.output("sums", &sums);
+    declare
+        .map_accum(Commit::producer(), 0u64)
+        .on(input, move |sum, entry, _, emits| {
+            emits.push(output, sum + entry.item);
+            sum + entry.item
+        })
+        .build()
+        .expect("declare")
+}
+
+/// Runs `units` units of one item of `projection` and prints what its
+/// checkpoint wrote and kept.
+async fn measure(
+    backend: &str,
+    store: Arc<dyn Storage>,
+    name: &str,
+    projection: Projection<(), u64>,
+    units: usize,
+) {
+    let counting = Arc::new(Counting {
+        inner: store.clone(),
+        records: AtomicU64::new(0),
+        bytes: AtomicU64::new(0),
+        calls: AtomicU64::new(0),
+    });
+    let host = Host::new(counting.clone());
+    let bound = projection.at(()).expect("bind");
+    let started = Instant::now();
+    let progress = host
+        .run(&bound, RunOptions::limit(units).with_unit_size(1))
+        .await
+        .expect("run");
+    let elapsed = started.elapsed();
+    assert_eq!(progress.units, units as u64);
+    let kept = store
+        .list(&format!("{}/", bound.checkpoint_path()))
+        .await
+        .expect("list");
+    let kept_bytes: u64 = kept.iter().map(|s| s.bytes).sum();
+    let kept_records: u64 = kept.iter().map(|s| s.tail.position()).sum();
+    let per_thousand = |n: u64| n * 1000 / units as u64;
+    println!(
+        "{backend:6} {name:10} {units:>7} units: written {:>9} B/1000 units in {:>5} records/1000 ({:>5} checkpoint calls/1000); kept {kept_bytes:>7} B in {kept_records:>3} records, {} streams; {:.1} units/ms",
+        per_thousand(counting.bytes.load(Ordering::Relaxed)),
+        per_thousand(counting.records.load(Ordering::Relaxed)),
+        per_thousand(counting.calls.load(Ordering::Relaxed)),
+        kept.len(),
+        units as f64 / elapsed.as_secs_f64() / 1000.0,
+    );
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let items: Vec<u64> = (0..100_000).collect();
+        for backend in ["memory", "sqlite"] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let store: Arc<dyn Storage> = match backend {
+                "memory" => Arc::new(MemoryStorage::new()),
+                _ => Arc::new(
+                    SqliteStorage::open_with(
+                        dir.path(),
+                        SqliteOptions {
+                            durability: Durability::Process,
+                            ..SqliteOptions::default()
+                        },
+                    )
+                    .expect("sqlite"),
+                ),
+            };
+            numbers().create(store.as_ref(), &()).await.expect("create");
+            for chunk in items.chunks(10_000) {
+                numbers()
+                    .append(store.as_ref(), &(), chunk)
+                    .await
+                    .expect("append");
+            }
+            measure(backend, store.clone(), "fold", fold("fold-1k"), 1_000).await;
+            measure(backend, store.clone(), "map_accum", running_sum(), 1_000).await;
+            measure(backend, store, "fold", fold("fold-100k"), 100_000).await;
+        }
+    });
+}
