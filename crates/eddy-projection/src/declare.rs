@@ -29,10 +29,6 @@ impl<T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static> Params for
 pub trait State: Serialize + DeserializeOwned + Clone + Send + Sync + 'static {}
 impl<T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static> State for T {}
 
-/// The bounds every input item type meets.
-pub trait Item: Send + Sync + 'static {}
-impl<T: Send + Sync + 'static> Item for T {}
-
 /// Which constructor built a declaration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]

@@ -189,7 +189,7 @@ pub use commit::{
     AtLeastOnceCommit, CheckpointCommit, Commit, CommitKind, CommitStrategy, FoldCommit,
     ProcessCommit, ProducerCommit, UnitResult,
 };
-pub use declare::{Declare, Item, Kind, Params, Projection, State};
+pub use declare::{Declare, Kind, Params, Projection, State};
 pub use emits::Emits;
 pub use error::{HandlerError, ProjectionError, Result};
 pub use handles::{Collection, Input, Output, StateOutput};
