@@ -34,6 +34,8 @@ pub struct ServerConfig {
     /// How long a shutdown waits for in-flight requests; past it, the
     /// remaining connections are dropped.
     pub shutdown_grace: Duration,
+    /// The most streams the server holds (creates and forks beyond → 503).
+    pub max_streams: usize,
     /// The most subscriptions the server holds (more → 503).
     pub max_subscriptions: usize,
     /// The most streams one subscription lists explicitly (more → 429).
@@ -69,6 +71,7 @@ impl Default for ServerConfig {
             auth_token: None,
             admin_token: None,
             shutdown_grace: Duration::from_secs(30),
+            max_streams: 1_000_000,
             max_subscriptions: 10_000,
             max_subscription_streams: 1_000,
             max_pattern_bytes: 256,

@@ -45,6 +45,12 @@ pub enum ApiError {
         /// The cap.
         limit: usize,
     },
+    /// The cap on streams per server is reached.
+    #[error("the server holds {limit} streams, its limit (max_streams); delete some first")]
+    TooManyStreams {
+        /// The cap.
+        limit: usize,
+    },
     /// A method streams do not support.
     #[error("method {0} is not supported on a stream")]
     MethodNotAllowed(Method),
@@ -75,6 +81,7 @@ impl ApiError {
             ApiError::Unauthorized => "auth/unauthorized",
             ApiError::Forbidden(_) => "auth/forbidden",
             ApiError::TooManyLiveReaders { .. } => "live/too-many-readers",
+            ApiError::TooManyStreams { .. } => "limit/streams",
             ApiError::MethodNotAllowed(_) => "request/method-not-allowed",
         }
     }
@@ -90,6 +97,7 @@ impl ApiError {
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::TooManyLiveReaders { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::TooManyStreams { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
         }
     }
@@ -123,7 +131,8 @@ impl ApiError {
                 put(protocol::PRODUCER_EPOCH, current.to_string());
             }
             ApiError::Stream(StreamError::TooLarge { limit, .. })
-            | ApiError::BodyTooLarge { limit } => {
+            | ApiError::BodyTooLarge { limit }
+            | ApiError::TooManyStreams { limit } => {
                 put(protocol::LIMIT, limit.to_string());
             }
             ApiError::Unauthorized => put(header::WWW_AUTHENTICATE.as_str(), "Bearer".into()),

@@ -85,6 +85,7 @@ mod protocol;
 mod router;
 mod server;
 mod state;
+mod stream_budget;
 mod subscriptions;
 mod wire;
 

@@ -7,6 +7,7 @@ use eddy_streams::Storage;
 use tokio::sync::{watch, OnceCell, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ApiError;
+use crate::stream_budget::StreamBudget;
 use crate::subscriptions::Registry;
 use crate::{Metrics, ServerConfig};
 
@@ -19,6 +20,7 @@ pub struct AppState {
     live_readers: Arc<Semaphore>,
     shutdown: watch::Receiver<bool>,
     pub(crate) subscriptions: Arc<OnceCell<Arc<Registry>>>,
+    pub(crate) streams: Arc<StreamBudget>,
 }
 
 impl AppState {
@@ -31,6 +33,7 @@ impl AppState {
     ) -> Self {
         AppState {
             live_readers: Arc::new(Semaphore::new(config.max_live_readers)),
+            streams: Arc::new(StreamBudget::new(config.max_streams)),
             store,
             config: Arc::new(config),
             metrics: Arc::new(Metrics::default()),

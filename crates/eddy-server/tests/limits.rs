@@ -5,7 +5,7 @@ use axum::body::Body;
 use axum::http::StatusCode;
 use eddy_server::ServerConfig;
 
-use crate::router::{fast, json_body, req, router, send, send_empty};
+use crate::router::{fast, header, json_body, req, router, send, send_empty};
 
 fn subscribe(id: &str, streams: &[&str]) -> axum::http::Request<Body> {
     let body = serde_json::json!({
@@ -79,4 +79,50 @@ async fn explicit_streams_over_the_subscription_limit_are_429_naming_it() {
     )
     .await;
     assert_eq!(same.status(), StatusCode::NO_CONTENT, "already listed");
+}
+
+/// Regression: streams were unlimited; a client could create them until
+/// the store filled the disk or the memory.
+#[tokio::test]
+async fn streams_over_the_server_limit_are_503_naming_it() {
+    let app = router(ServerConfig {
+        max_streams: 2,
+        ..fast()
+    });
+    for path in ["/a", "/b"] {
+        let (created, _) = send_empty(&app, "PUT", path).await;
+        assert_eq!(created.status(), StatusCode::CREATED);
+    }
+    let (refused, body) = send_empty(&app, "PUT", "/c").await;
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(header(&refused, "eddy-error"), Some("limit/streams"));
+    assert_eq!(header(&refused, "eddy-limit"), Some("2"));
+    assert!(body.contains("max_streams"), "{body}");
+    let (fork, _) = send(
+        &app,
+        req("PUT", "/d")
+            .header("stream-forked-from", "/a")
+            .body(Body::empty())
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(
+        fork.status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "a fork is a stream"
+    );
+    let (again, _) = send_empty(&app, "PUT", "/a").await;
+    assert_eq!(
+        again.status(),
+        StatusCode::OK,
+        "an existing stream is not a new one"
+    );
+    let (deleted, _) = send_empty(&app, "DELETE", "/a").await;
+    assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
+    let (created, _) = send_empty(&app, "PUT", "/c").await;
+    assert_eq!(
+        created.status(),
+        StatusCode::CREATED,
+        "room again after a delete"
+    );
 }

@@ -47,6 +47,12 @@ pub struct ServeArgs {
     /// The most concurrent live readers (long-poll and SSE); more get 503.
     #[arg(long, default_value_t = 10_000)]
     pub max_live_readers: usize,
+    /// The most streams the server holds; creates and forks beyond get 503.
+    #[arg(long, default_value_t = ServerConfig::default().max_streams)]
+    pub max_streams: usize,
+    /// The most subscriptions the server holds; more get 503.
+    #[arg(long, default_value_t = ServerConfig::default().max_subscriptions)]
+    pub max_subscriptions: usize,
     /// Require `Authorization: Bearer TOKEN` on every request.
     #[arg(long, env = "EDDY_AUTH_TOKEN", hide_env_values = true)]
     pub auth_token: Option<String>,
@@ -125,6 +131,8 @@ impl ServeArgs {
             body_timeout: self.body_timeout,
             header_timeout: self.header_timeout,
             max_live_readers: self.max_live_readers,
+            max_streams: self.max_streams,
+            max_subscriptions: self.max_subscriptions,
             auth_token,
             admin_token: self.admin_token.clone(),
             webhook_allowed_networks: self.webhook_allowed_networks.clone(),

@@ -24,6 +24,13 @@ pub(super) async fn create(
     let content_type = parse::header(headers, header::CONTENT_TYPE.as_str())?;
     let fork = fork_request(headers)?;
     let body = read_body(state, body).await?;
+    let slot = match state.streams.reserve(state.store.as_ref()).await {
+        Ok(slot) => Some(slot),
+        // At the cap, a PUT of a stream that exists still gets its answer
+        // (200 for the same configuration, 409 otherwise).
+        Err(_) if state.store.head(path).await.is_ok() => None,
+        Err(err) => return Err(err),
+    };
     let created = match fork {
         Some(mut fork) => {
             fork.initial = Payload::Body(body);
@@ -42,6 +49,9 @@ pub(super) async fn create(
         }
     }
     .map_err(ApiError::on_create)?;
+    if let (true, Some(slot)) = (created.created, slot) {
+        slot.kept();
+    }
     let mut out = HeaderMap::new();
     describe(&mut out, &created.info);
     let host = parse::header(headers, header::HOST.as_str())?.unwrap_or("localhost");

@@ -68,6 +68,7 @@ async fn dispatch(state: AppState, request: Request) -> Result<Response, ApiErro
         Method::HEAD => head(&state, &path).await,
         Method::DELETE => {
             state.store.delete(&path).await?;
+            state.streams.released();
             Ok(StatusCode::NO_CONTENT.into_response())
         }
         other => Err(ApiError::MethodNotAllowed(other)),
