@@ -11,7 +11,22 @@
 #
 #   scripts/bench/server.sh            # 10 s per wrk run
 #   DURATION=3s CONNECTIONS=16 scripts/bench/server.sh
+#
+# `pinned` mode measures eddy against itself, the server pinned to one
+# core and the load generator to the other (taskset), and prints the
+# ratios issue 12 sets targets for:
+#   - SQLite catch-up reads of 200 x 1 KB messages / memory ones (>= 0.5)
+#   - durable (SQLite, fsync) single appends / memory ones, 128 connections (>= 0.5)
+#   - memory single appends / the server's own /healthz rate (>= 0.85)
+#   - 10 000 long-poll readers of one stream: p50/p99 from the append to each
+#     reader's answer (live_fanout, a Rust client; target: all within 100 ms)
+# With BASELINE=/path/to/an/older/eddy it measures that binary too, in the
+# same run, and prints both.
+#
+#   scripts/bench/server.sh pinned
+#   BASELINE=/tmp/eddy-before DURATION=5s scripts/bench/server.sh pinned
 set -euo pipefail
+mode="${1:-side-by-side}"
 
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -20,11 +35,12 @@ connections="${CONNECTIONS:-32}"
 threads="${THREADS:-2}"
 
 command -v wrk >/dev/null || { apt-get install -y wrk >/dev/null 2>&1 || { echo "install wrk first" >&2; exit 1; }; }
-(cd "$here" && [ -d node_modules/@durable-streams/server ] || npm install --no-audit --no-fund --loglevel=error >/dev/null)
+[ "$mode" = pinned ] || (cd "$here" && [ -d node_modules/@durable-streams/server ] || npm install --no-audit --no-fund --loglevel=error >/dev/null)
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
-(cd "$root" && cargo build --quiet --release -p eddy && cargo build --quiet --release -p eddy-server --example live_latency)
+(cd "$root" && cargo build --quiet --release -p eddy && cargo build --quiet --release -p eddy-server --example live_latency --example live_fanout)
 eddy="$CARGO_TARGET_DIR/release/eddy"
 latency="$CARGO_TARGET_DIR/release/examples/live_latency"
+fanout="$CARGO_TARGET_DIR/release/examples/live_fanout"
 
 work="$(mktemp -d)"
 pids=()
@@ -34,15 +50,16 @@ trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 wait_up() { for _ in $(seq 1 100); do curl -fsS -o /dev/null -X PUT "$1/bench/probe" 2>/dev/null && return; sleep 0.1; done; echo "server at $1 did not start" >&2; exit 1; }
 
+# Each start sets `base`; not run in a subshell, so `pids` keeps the server for cleanup.
 start_eddy() { # storage
   local port; port="$(free_port)"
   "$eddy" serve --listen "127.0.0.1:$port" --storage "$1" --data "$work/eddy-$1" --long-poll-timeout 5s >/dev/null 2>&1 &
-  pids+=($!); wait_up "http://127.0.0.1:$port"; echo "http://127.0.0.1:$port"
+  pids+=($!); base="http://127.0.0.1:$port"; wait_up "$base"
 }
 start_ref() { # [data dir]
   local port; port="$(free_port)"
   (cd "$here" && exec node ref-server.mjs "$port" "$@") >/dev/null 2>&1 &
-  pids+=($!); wait_up "http://127.0.0.1:$port"; echo "http://127.0.0.1:$port"
+  pids+=($!); base="http://127.0.0.1:$port"; wait_up "$base"
 }
 
 rps() { # url [wrk args...]: requests per second, and non-2xx count on stderr
@@ -89,12 +106,17 @@ report() { # title eddy-figures ref-figures
   printf '%-44s %14s %14s %8s\n' "append -> live reader p99 (ms)" "$el99" "$rl99" "$(ratio "$rl99" "$el99")"
 }
 
-eddy_mem="$(start_eddy memory)"
-ref_mem="$(start_ref)"
+if [ "$mode" = pinned ]; then
+  . "$here/pinned.sh"
+  exit 0
+fi
+
+start_eddy memory; eddy_mem="$base"
+start_ref; ref_mem="$base"
 report "memory storage" "$(measure "$eddy_mem")" "$(measure "$ref_mem")"
 
-eddy_sql="$(start_eddy sqlite)"
-ref_file="$(start_ref "$work/ref-data")"
+start_eddy sqlite; eddy_sql="$base"
+start_ref "$work/ref-data"; ref_file="$base"
 report "durable storage: eddy SQLite (fsync per group commit) vs reference file store" "$(measure "$eddy_sql")" "$(measure "$ref_file")"
 echo
 echo "(ratios: throughput eddy/reference; latency reference/eddy; higher is better for eddy)"

@@ -1,0 +1,187 @@
+//! Fan-out of one append to many long-poll readers, against any Durable
+//! Streams server that reports `eddy_live_readers` at `/metrics`.
+//!
+//! Each round parks `readers` long-polls at the tail of one stream (each on
+//! its own connection, written by hand so that the client costs little),
+//! waits until the server counts them all as live, appends one message,
+//! and takes for each reader the time from just before the append is sent
+//! until the first byte of its answer. Prints
+//! `p50_ms p99_ms max_ms served_within_100ms_percent samples`.
+//!
+//! ```sh
+//! cargo run --release -p eddy-server --example live_fanout -- http://127.0.0.1:4437 10000 3
+//! ```
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+
+/// How many connections are being opened at once (the server's accept
+/// backlog is finite).
+const CONNECTING: usize = 256;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let base = args
+        .next()
+        .unwrap_or_else(|| "http://127.0.0.1:4437".into());
+    let readers: usize = args
+        .next()
+        .map(|r| r.parse())
+        .transpose()?
+        .unwrap_or(10_000);
+    let rounds: usize = args.next().map(|r| r.parse()).transpose()?.unwrap_or(3);
+    let address = base
+        .strip_prefix("http://")
+        .context("the base URL must be http://host:port")?
+        .trim_end_matches('/')
+        .to_owned();
+    let http = reqwest::Client::builder().tcp_nodelay(true).build()?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_nanos();
+    let path = format!("/bench/fanout-{nanos}");
+    let url = format!("{base}{path}");
+    http.put(&url)
+        .header("content-type", "text/plain")
+        .send()
+        .await?
+        .error_for_status()?;
+    let mut samples = Vec::with_capacity(readers * rounds);
+    for round in 0..rounds {
+        let tail = http
+            .head(&url)
+            .send()
+            .await?
+            .headers()
+            .get("stream-next-offset")
+            .and_then(|v| v.to_str().ok())
+            .context("HEAD has no Stream-Next-Offset")?
+            .to_owned();
+        let request = Arc::new(format!(
+            "GET {path}?offset={tail}&live=long-poll HTTP/1.1\r\nHost: {address}\r\n\r\n"
+        ));
+        let started = Arc::new(tokio::sync::OnceCell::<Instant>::new());
+        let connecting = Arc::new(Semaphore::new(CONNECTING));
+        let mut tasks = Vec::with_capacity(readers);
+        for _ in 0..readers {
+            let (address, request, started) =
+                (address.clone(), Arc::clone(&request), Arc::clone(&started));
+            let connecting = Arc::clone(&connecting);
+            tasks.push(tokio::spawn(async move {
+                let mut stream = {
+                    let _permit = connecting.acquire().await?;
+                    let stream = TcpStream::connect(&address).await?;
+                    stream.set_nodelay(true)?;
+                    stream
+                };
+                stream.write_all(request.as_bytes()).await?;
+                first_answer(&mut stream, &started).await
+            }));
+        }
+        wait_for_live_readers(&http, &base, readers).await?;
+        let sent = Instant::now();
+        let _ = started.set(sent);
+        http.post(&url)
+            .header("content-type", "text/plain")
+            .body(format!("round {round}"))
+            .send()
+            .await?
+            .error_for_status()?;
+        let mut refused = 0;
+        for task in tasks {
+            match task.await? {
+                Ok(latency) => samples.push(latency),
+                Err(err) => {
+                    refused += 1;
+                    if refused == 1 {
+                        eprintln!("a reader failed: {err:#}");
+                    }
+                }
+            }
+        }
+        if refused > 0 {
+            bail!("{refused} of {readers} readers were not answered with data in round {round}");
+        }
+    }
+    samples.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let pick = |q: f64| {
+        let i = ((q * samples.len() as f64) as usize).min(samples.len().saturating_sub(1));
+        samples.get(i).map_or(f64::NAN, |d| ms(*d))
+    };
+    let within = samples
+        .iter()
+        .filter(|d| **d <= Duration::from_millis(100))
+        .count();
+    println!(
+        "{:.1} {:.1} {:.1} {:.1} {}",
+        pick(0.5),
+        pick(0.99),
+        samples.last().map_or(f64::NAN, |d| ms(*d)),
+        100.0 * within as f64 / samples.len().max(1) as f64,
+        samples.len()
+    );
+    Ok(())
+}
+
+/// Waits for the first bytes of the answer and returns how long after the
+/// append they came; the answer must be `200` (data), not `204`.
+async fn first_answer(
+    stream: &mut TcpStream,
+    started: &tokio::sync::OnceCell<Instant>,
+) -> anyhow::Result<Duration> {
+    let mut head = [0u8; 12];
+    let mut filled = 0;
+    let mut arrived = None;
+    while filled < head.len() {
+        let n = stream.read(&mut head[filled..]).await?;
+        if n == 0 {
+            bail!("the server closed the connection");
+        }
+        arrived.get_or_insert_with(Instant::now);
+        filled += n;
+    }
+    let status = String::from_utf8_lossy(&head[9..12]).into_owned();
+    if status != "200" {
+        bail!("answered {status}, not 200");
+    }
+    let (Some(arrived), Some(sent)) = (arrived, started.get()) else {
+        bail!("answered before the append");
+    };
+    Ok(arrived.saturating_duration_since(*sent))
+}
+
+/// Polls `/metrics` until the server counts `readers` live readers.
+async fn wait_for_live_readers(
+    http: &reqwest::Client,
+    base: &str,
+    readers: usize,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let metrics = http
+            .get(format!("{base}/metrics"))
+            .send()
+            .await?
+            .text()
+            .await?;
+        let live = metrics
+            .lines()
+            .find_map(|line| line.strip_prefix("eddy_live_readers "))
+            .and_then(|n| n.trim().parse::<usize>().ok())
+            .unwrap_or(0);
+        if live >= readers {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("only {live} of {readers} readers became live within 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,81 @@
+# The `pinned` mode of server.sh (sourced by it): eddy against itself, the
+# server on core 0 and the load on core 1, and the ratios issue 12 sets
+# targets for. Uses server.sh's helpers and variables.
+
+server_core="${SERVER_CORE:-0}"
+load_core="${LOAD_CORE:-1}"
+pinned_connections="${PINNED_CONNECTIONS:-128}"
+fanout_readers="${FANOUT_READERS:-10000}"
+fanout_rounds="${FANOUT_ROUNDS:-3}"
+
+start_pinned() { # binary storage: starts a server and sets `base` (not in a subshell, so `pids` keeps it)
+  local port; port="$(free_port)"
+  taskset -c "$server_core" "$1" serve --listen "127.0.0.1:$port" --storage "$2" --data "$work/pinned-$2-$port" \
+    --long-poll-timeout 60s --max-live-readers $((fanout_readers * 2)) >/dev/null 2>&1 &
+  pids+=($!); base="http://127.0.0.1:$port"; wait_up "$base"
+}
+
+stop_pinned() { # the last server started
+  local pid="${pids[-1]}"
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+pinned_rps() { # url [wrk args...]
+  local url="$1"; shift
+  local out; out="$(taskset -c "$load_core" wrk -t1 -c"$pinned_connections" -d"$duration" "$@" "$url" 2>&1)"
+  local bad; bad="$(grep -o 'Non-2xx or 3xx responses: [0-9]*' <<<"$out" | grep -o '[0-9]*$' || true)"
+  [ -n "$bad" ] && echo "  warning: $bad non-2xx responses from $url" >&2
+  grep 'Requests/sec' <<<"$out" | awk '{print $2}'
+}
+
+prepare_kb_stream() { # base: a text stream of 200 messages of 1 KB, one append each
+  curl -fsS -o /dev/null -X PUT -H 'content-type: text/plain' "$1/bench/kb"
+  local msg; msg="$(head -c 1024 /dev/zero | tr '\0' 'x')"
+  for _ in $(seq 1 200); do curl -fsS -o /dev/null -X POST -H 'content-type: text/plain' --data "$msg" "$1/bench/kb"; done
+}
+
+measure_pinned() { # binary -> sets `figures` to "healthz mem_append sqlite_append mem_read sqlite_read fanout_p50 fanout_p99 fanout_max"
+  local bin="$1" h ma sa mr sr fan p50 p99 max
+  start_pinned "$bin" memory
+  curl -fsS -o /dev/null -X PUT -H 'content-type: text/plain' "$base/bench/append"
+  prepare_kb_stream "$base"
+  h="$(pinned_rps "$base/healthz")"
+  ma="$(pinned_rps "$base/bench/append" -s "$here/append.lua")"
+  mr="$(pinned_rps "$base/bench/kb?offset=-1")"
+  fan="$(taskset -c "$load_core" "$fanout" "$base" "$fanout_readers" "$fanout_rounds")"
+  stop_pinned
+  start_pinned "$bin" sqlite
+  curl -fsS -o /dev/null -X PUT -H 'content-type: text/plain' "$base/bench/append"
+  prepare_kb_stream "$base"
+  sa="$(pinned_rps "$base/bench/append" -s "$here/append.lua")"
+  sr="$(pinned_rps "$base/bench/kb?offset=-1")"
+  stop_pinned
+  read -r p50 p99 max _ <<<"$fan"
+  figures="$h $ma $sa $mr $sr $p50 $p99 $max"
+}
+
+pinned_report() { # label figures
+  local h ma sa mr sr p50 p99 max
+  read -r h ma sa mr sr p50 p99 max <<<"$2"
+  echo
+  echo "== $1 (server on core $server_core, wrk -t1 -c$pinned_connections -d$duration on core $load_core) =="
+  printf '%-52s %12s\n' "/healthz (req/s)" "$h"
+  printf '%-52s %12s\n' "memory single appends (req/s)" "$ma"
+  printf '%-52s %12s\n' "SQLite single appends, fsync (req/s)" "$sa"
+  printf '%-52s %12s\n' "memory catch-up reads, 200 x 1 KB (req/s)" "$mr"
+  printf '%-52s %12s\n' "SQLite catch-up reads, 200 x 1 KB (req/s)" "$sr"
+  printf '%-52s %12s  (target >= 0.50)\n' "ratio SQLite / memory catch-up reads" "$(ratio2 "$sr" "$mr")"
+  printf '%-52s %12s  (target >= 0.50)\n' "ratio SQLite / memory single appends" "$(ratio2 "$sa" "$ma")"
+  printf '%-52s %12s  (target >= 0.85)\n' "ratio memory appends / healthz" "$(ratio2 "$ma" "$h")"
+  printf '%-52s %12s  (target: all <= 100 ms)\n' "$fanout_readers long-poll readers, p50 / p99 / max (ms)" "$p50 / $p99 / $max"
+}
+
+ratio2() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+
+if [ -n "${BASELINE:-}" ]; then
+  measure_pinned "$BASELINE"
+  pinned_report "baseline: $BASELINE" "$figures"
+fi
+measure_pinned "$eddy"
+pinned_report "this build: $eddy" "$figures"
