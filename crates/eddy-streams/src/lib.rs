@@ -81,14 +81,14 @@ pub use error::{Cause, ErrorKind, Result, StreamError};
 pub use fork::Fork;
 pub use json_stream::{JsonStream, TypedChunk};
 pub use memory::MemoryStorage;
-pub use notify::{Committed, Notifier};
+pub use notify::{Committed, Notifier, Watcher};
 pub use offset::{Offset, ReadFrom};
 pub use path::{StreamPath, MAX_PATH_LEN};
 pub use payload::{Payload, DEFAULT_MAX_APPEND_BYTES};
 #[cfg(feature = "postgres")]
 pub use postgres::{PgOptions, PgStorage, PgTransaction, DEFAULT_SCHEMA};
 pub use route::Route;
-pub use sqlite::{Durability, SqliteOptions, SqliteStorage, DATABASE_FILE};
+pub use sqlite::{Durability, SqliteOptions, SqliteStorage, DATABASE_FILE, DEFAULT_CACHE_BYTES};
 pub use state::{Change, Collection, Control, Materialized, Operation, StateMessage, StateStream};
 pub use storage::{Created, ReadChunk, Storage, Wait};
 

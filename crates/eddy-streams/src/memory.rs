@@ -12,8 +12,8 @@ use crate::payload::DEFAULT_MAX_APPEND_BYTES;
 use crate::record::{RecordReader, Records, Stored, StreamRecord};
 use crate::rules::{take_within, ProducerState};
 use crate::{
-    Append, Appended, Clock, Committed, Created, Fork, Notifier, Payload, ReadChunk, ReadFrom,
-    Storage, StreamConfig, StreamError, StreamInfo, StreamPath, SystemClock,
+    Append, Appended, Clock, Created, Fork, Notifier, Payload, ReadChunk, ReadFrom, Storage,
+    StreamConfig, StreamError, StreamInfo, StreamPath, SystemClock,
 };
 
 /// A stream store that keeps everything in memory. Nothing survives the
@@ -77,39 +77,32 @@ impl MemoryStorage {
     fn lock(&self) -> MutexGuard<'_, MemoryRecords> {
         self.records.lock().unwrap_or_else(|e| e.into_inner())
     }
-
-    fn commit(&self, path: &StreamPath, info: &StreamInfo) {
-        self.notifier.commit(Committed {
-            path: path.to_string(),
-            tail: info.tail,
-            closed: info.closed,
-        });
-    }
 }
 
 #[async_trait]
 impl Storage for MemoryStorage {
+    // Commits are published while the records are still locked, so that
+    // waiters see them in commit order.
+
     async fn create(
         &self,
         path: &StreamPath,
         config: StreamConfig,
         initial: Payload,
     ) -> Result<Created, StreamError> {
-        let created = complete(self.engine.create(&mut *self.lock(), path, config, initial))?;
+        let mut records = self.lock();
+        let created = complete(self.engine.create(&mut *records, path, config, initial))?;
         if created.created {
-            self.commit(path, &created.info);
+            self.notifier.publish(&created.info);
         }
         Ok(created)
     }
 
     async fn append(&self, path: &StreamPath, append: Append) -> Result<Appended, StreamError> {
-        let appended = complete(self.engine.append(&mut *self.lock(), path, append))?;
-        if !appended.duplicate {
-            self.notifier.commit(Committed {
-                path: path.to_string(),
-                tail: appended.next_offset,
-                closed: appended.closed,
-            });
+        let mut records = self.lock();
+        let (appended, written) = complete(self.engine.append(&mut *records, path, append, None))?;
+        if let Some(info) = written {
+            self.notifier.publish(&info);
         }
         Ok(appended)
     }
@@ -133,7 +126,8 @@ impl Storage for MemoryStorage {
     }
 
     async fn delete(&self, path: &StreamPath) -> Result<(), StreamError> {
-        complete(self.engine.delete(&mut *self.lock(), path))?;
+        let mut records = self.lock();
+        complete(self.engine.delete(&mut *records, path))?;
         self.notifier.touch(path.as_str());
         Ok(())
     }
@@ -143,9 +137,10 @@ impl Storage for MemoryStorage {
     }
 
     async fn fork(&self, path: &StreamPath, fork: Fork) -> Result<Created, StreamError> {
-        let created = complete(self.engine.fork(&mut *self.lock(), path, fork))?;
+        let mut records = self.lock();
+        let created = complete(self.engine.fork(&mut *records, path, fork))?;
         if created.created {
-            self.commit(path, &created.info);
+            self.notifier.publish(&created.info);
         }
         Ok(created)
     }

@@ -1,12 +1,13 @@
-//! Live wake-ups: per-stream change signals and the process-wide
+//! Live wake-ups: each commit publishes the stream's new state to the
+//! waiters on its path, and reports itself on the process-wide
 //! `committed` feed.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{broadcast, watch};
 
-use crate::Offset;
+use crate::{Offset, StreamInfo};
 
 /// One commit, as reported on [`Notifier::committed`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,58 +24,159 @@ pub struct Committed {
 /// sees [`broadcast::error::RecvError::Lagged`].
 const COMMITTED_CAPACITY: usize = 4096;
 
+/// What the waiters on one path hold: the stream as the latest commit left
+/// it, or `None` when they must look again (nothing published yet, a
+/// delete, a commit reported without its state).
+type Latest = Option<StreamInfo>;
+
 /// Signals that a backend raises after each commit.
 ///
-/// Waiters subscribe to a path *before* they look at the stream, so a commit
-/// that lands between the look and the wait still wakes them: the wait is
-/// level-triggered and loses no wake-up.
+/// Waiters subscribe to a path ([`Notifier::watch`]) *before* they look at
+/// the stream, so a commit that lands between the look and the wait still
+/// wakes them: the wait is level-triggered and loses no wake-up. A backend
+/// publishes in commit order, so the latest value a waiter holds is the
+/// stream's latest committed state and a woken waiter decides from it
+/// without asking the store again. A path's entry lives only while it has
+/// waiters.
 #[derive(Debug)]
 pub struct Notifier {
-    streams: Mutex<HashMap<String, watch::Sender<()>>>,
+    streams: Arc<Mutex<HashMap<String, watch::Sender<Latest>>>>,
     committed: broadcast::Sender<Committed>,
 }
 
 impl Default for Notifier {
     fn default() -> Self {
         Notifier {
-            streams: Mutex::new(HashMap::new()),
+            streams: Arc::default(),
             committed: broadcast::channel(COMMITTED_CAPACITY).0,
         }
     }
 }
 
 impl Notifier {
-    /// A receiver that is marked changed by every later commit (or delete)
-    /// on `path`.
-    pub fn watch(&self, path: &str) -> watch::Receiver<()> {
-        let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
-        streams
-            .entry(path.to_owned())
-            .or_insert_with(|| watch::channel(()).0)
-            .subscribe()
+    fn streams(&self) -> MutexGuard<'_, HashMap<String, watch::Sender<Latest>>> {
+        self.streams.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Reports a commit to the waiters on its path and to `committed`.
+    /// Subscribes to every later commit (or delete) on `path`.
+    pub fn watch(&self, path: &str) -> Watcher {
+        let receiver = self
+            .streams()
+            .entry(path.to_owned())
+            .or_insert_with(|| watch::channel(None).0)
+            .subscribe();
+        Watcher {
+            receiver: Some(receiver),
+            path: path.to_owned(),
+            streams: Arc::clone(&self.streams),
+        }
+    }
+
+    /// Publishes a commit: its waiters get the stream's new state, the
+    /// `committed` feed the new tail. Backends call this in commit order.
+    pub fn publish(&self, info: &StreamInfo) {
+        if let Some(sender) = self.streams().get(&info.path) {
+            sender.send_replace(Some(info.clone()));
+        }
+        // No subscriber is not an error: nobody is listening yet.
+        let _ = self.committed.send(Committed {
+            path: info.path.clone(),
+            tail: info.tail,
+            closed: info.closed,
+        });
+    }
+
+    /// Reports a commit whose full state the caller does not know: its
+    /// waiters look again, the `committed` feed gets it.
     pub fn commit(&self, event: Committed) {
         self.touch(&event.path);
-        // No subscriber is not an error: nobody is listening yet.
         let _ = self.committed.send(event);
     }
 
-    /// Wakes the waiters on `path` (after a commit or a delete).
+    /// Wakes the waiters on `path` to look again (after a delete).
     pub fn touch(&self, path: &str) {
-        let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(sender) = streams.get(path) {
-            if sender.receiver_count() == 0 {
-                streams.remove(path);
-            } else {
-                sender.send_replace(());
-            }
+        if let Some(sender) = self.streams().get(path) {
+            sender.send_replace(None);
         }
     }
 
     /// A subscription to every later commit of this store in this process.
     pub fn committed(&self) -> broadcast::Receiver<Committed> {
         self.committed.subscribe()
+    }
+}
+
+/// A subscription to one path's commits ([`Notifier::watch`]). Dropping
+/// the last one of a path removes the path's entry.
+#[derive(Debug)]
+pub struct Watcher {
+    receiver: Option<watch::Receiver<Latest>>,
+    path: String,
+    streams: Arc<Mutex<HashMap<String, watch::Sender<Latest>>>>,
+}
+
+impl Watcher {
+    /// The state the latest commit published, if it published one since
+    /// the path had waiters; marks it seen.
+    pub fn latest(&mut self) -> Option<StreamInfo> {
+        self.receiver
+            .as_mut()
+            .and_then(|receiver| receiver.borrow_and_update().clone())
+    }
+
+    /// Waits for the next commit or delete on the path and returns what it
+    /// published (`None`: look again).
+    pub async fn changed(&mut self) -> Option<StreamInfo> {
+        let receiver = self.receiver.as_mut()?;
+        match receiver.changed().await {
+            Ok(()) => receiver.borrow_and_update().clone(),
+            // The sender stays in the map while this receiver lives.
+            Err(_) => None,
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        drop(self.receiver.take());
+        let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        if streams
+            .get(&self.path)
+            .is_some_and(|sender| sender.receiver_count() == 0)
+        {
+            streams.remove(&self.path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::StreamConfig;
+
+    fn info(tail: u64) -> StreamInfo {
+        StreamInfo {
+            path: "p".into(),
+            config: StreamConfig::json(),
+            closed: false,
+            tail: Offset::at(tail),
+            bytes: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn waiters_get_the_published_state_and_leave_no_entry() {
+        let notifier = Notifier::default();
+        let mut first = notifier.watch("p");
+        let second = notifier.watch("p");
+        assert_eq!(first.latest(), None, "nothing published yet");
+        notifier.publish(&info(1));
+        assert_eq!(first.changed().await, Some(info(1)));
+        notifier.touch("p");
+        assert_eq!(first.changed().await, None, "a delete says: look again");
+        drop(first);
+        assert_eq!(notifier.streams().len(), 1, "the second waiter keeps it");
+        drop(second);
+        assert!(notifier.streams().is_empty());
     }
 }

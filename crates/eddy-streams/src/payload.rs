@@ -57,6 +57,26 @@ impl From<Vec<Bytes>> for Payload {
     }
 }
 
+/// A payload split and validated ahead, off the thread that commits, for
+/// a stream assumed to be JSON or not.
+#[derive(Debug)]
+pub(crate) struct Split {
+    /// Whether it was split as JSON.
+    pub json: bool,
+    /// The messages.
+    pub messages: Vec<Bytes>,
+}
+
+impl Split {
+    /// Splits `payload` for an append to a stream that is JSON or not;
+    /// `None` when it is refused (the commit then splits it again and
+    /// reports why, in case the assumption was wrong).
+    pub fn ahead(payload: &Payload, json: bool, max_bytes: usize) -> Option<Split> {
+        let messages = split(payload.clone(), json, max_bytes, false).ok()?;
+        Some(Split { json, messages })
+    }
+}
+
 /// Splits and validates a payload for a stream. An empty result means the
 /// payload carried no data; `[]` on a JSON stream is an error unless
 /// `allow_empty_array` (a create may start a JSON stream empty with `[]`).

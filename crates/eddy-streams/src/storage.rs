@@ -104,6 +104,10 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Waits until the stream has messages after `after` or is closed, at
     /// most `timeout`. Returns at once when that is already so.
+    ///
+    /// The default looks at the stream once (unless a commit already
+    /// published its state) and then decides from what each commit
+    /// publishes, without asking the store again.
     async fn wait(
         &self,
         path: &StreamPath,
@@ -123,6 +127,11 @@ pub trait Storage: Send + Sync + 'static {
 /// [`Storage::wait`], re-reading the stream at least every `recheck` when
 /// given: for a backend whose change signals can be lost (they come from
 /// another process), so that a lost one delays the waiter, never hangs it.
+///
+/// The waiter looks at the stream once (unless a commit already published
+/// its state) and then decides from what each commit publishes, without
+/// asking the store again; a delete, a commit reported without its state,
+/// or a re-check makes it look again.
 pub(crate) async fn wait_rechecking<S: Storage + ?Sized>(
     store: &S,
     path: &StreamPath,
@@ -130,10 +139,13 @@ pub(crate) async fn wait_rechecking<S: Storage + ?Sized>(
     timeout: Duration,
     recheck: Option<Duration>,
 ) -> Result<Wait, StreamError> {
-    let mut changes = store.notifier().watch(path.as_str());
+    let mut watcher = store.notifier().watch(path.as_str());
     let deadline = tokio::time::Instant::now() + timeout;
+    let mut info = match watcher.latest() {
+        Some(info) => info,
+        None => store.head(path).await?,
+    };
     loop {
-        let info = store.head(path).await?;
         if info.tail > after || info.closed {
             return Ok(Wait::Changed(info));
         }
@@ -142,12 +154,12 @@ pub(crate) async fn wait_rechecking<S: Storage + ?Sized>(
             return Ok(Wait::TimedOut(info));
         }
         let until = recheck.map_or(deadline, |recheck| (now + recheck).min(deadline));
-        match tokio::time::timeout_at(until, changes.changed()).await {
-            // Changed, or time to look again (the loop times out at the
-            // deadline).
-            Ok(Ok(())) | Err(_) => continue,
-            // The sender went away: the store is shutting down.
-            Ok(Err(_)) => return Ok(Wait::TimedOut(info)),
-        }
+        info = match tokio::time::timeout_at(until, watcher.changed()).await {
+            Ok(Some(published)) => published,
+            Err(_) if tokio::time::Instant::now() >= deadline => {
+                return Ok(Wait::TimedOut(info));
+            }
+            Ok(None) | Err(_) => store.head(path).await?,
+        };
     }
 }

@@ -1,9 +1,11 @@
 //! Integration tests of `eddy-streams`: one binary, one module per area.
 
+mod cache;
 mod contract;
 mod crash;
 mod declare;
 mod errors;
+mod live;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod properties;

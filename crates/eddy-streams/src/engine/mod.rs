@@ -21,7 +21,7 @@ use std::sync::Arc;
 use futures::FutureExt;
 
 use crate::fork::{branch_message_position, check_refork, plan};
-use crate::payload::split;
+use crate::payload::{split, Split};
 use crate::record::{RecordReader, Records, StreamRecord};
 use crate::rules::{decide, Decision, Head};
 use crate::{
@@ -97,24 +97,27 @@ impl Engine {
         })
     }
 
-    /// Appends under the append's conditions.
+    /// Appends under the append's conditions. Returns the outcome and,
+    /// when the append wrote, the stream as it left it. `split` is the
+    /// payload split ahead by the caller, used when it was split for the
+    /// stream's kind (JSON or not).
     pub async fn append<R: Records>(
         &self,
         records: &mut R,
         path: &StreamPath,
         mut append: Append,
-    ) -> Result<Appended, StreamError> {
+        split_ahead: Option<Split>,
+    ) -> Result<(Appended, Option<StreamInfo>), StreamError> {
         let now = self.now_ms();
         let stored = find(records, path.as_str(), now).await?.live(path)?;
         let (key, mut record) = (stored.key, stored.record);
         // The rules read the append's conditions, never its payload.
         let payload = std::mem::replace(&mut append.payload, Payload::empty());
-        let messages = split(
-            payload,
-            record.head.config.is_json(),
-            self.max_append_bytes,
-            false,
-        )?;
+        let json = record.head.config.is_json();
+        let messages = match split_ahead {
+            Some(ahead) if ahead.json == json => ahead.messages,
+            _ => split(payload, json, self.max_append_bytes, false)?,
+        };
         let producer_state = match &append.producer {
             Some(producer) => records.producer(&key, &producer.id).await?,
             None => None,
@@ -133,7 +136,7 @@ impl Engine {
                 if record.slides() {
                     records.update(&key, &record).await?;
                 }
-                return Ok(outcome);
+                return Ok((outcome, None));
             }
             Decision::Write { producer, close } => (producer, close),
         };
@@ -145,7 +148,10 @@ impl Engine {
         if let (Some(position), Some(state)) = (&append.producer, producer) {
             records.save_producer(&key, &position.id, state).await?;
         }
-        Ok(record.head.appended(producer))
+        Ok((
+            record.head.appended(producer),
+            Some(record.head.info(path.as_str())),
+        ))
     }
 
     /// Creates `path` as a fork, or checks an existing fork against the

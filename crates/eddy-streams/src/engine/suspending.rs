@@ -137,8 +137,10 @@ async fn engine_calls_are_send_futures_over_suspending_records() {
             .await?;
         let producer = ProducerPosition::new("w", 0, 0);
         let append = Append::body("[1,2]").with_producer(producer);
-        engine.append(&mut records, &src, append.clone()).await?;
-        let retry = engine.append(&mut records, &src, append).await?;
+        engine
+            .append(&mut records, &src, append.clone(), None)
+            .await?;
+        let (retry, _) = engine.append(&mut records, &src, append, None).await?;
         engine
             .fork(&mut records, &fork, Fork::of(src.clone()))
             .await?;
@@ -151,4 +153,33 @@ async fn engine_calls_are_send_futures_over_suspending_records() {
     let (duplicate, messages) = task.await.expect("join").expect("engine calls");
     assert!(duplicate);
     assert_eq!(messages, ["1", "2"]);
+}
+
+/// A payload split ahead for the other kind of stream (the stream was
+/// recreated meanwhile) is split again for the stream's own kind.
+#[tokio::test]
+async fn a_split_for_the_other_kind_of_stream_is_ignored() {
+    let engine = Engine {
+        max_append_bytes: 1 << 20,
+        clock: Arc::new(ManualClock::starting_now()),
+    };
+    let mut records = Suspending::default();
+    let path = StreamPath::new("bytes").expect("path");
+    let config = StreamConfig::bytes("text/plain");
+    engine
+        .create(&mut records, &path, config, Payload::empty())
+        .await
+        .expect("create");
+    let append = Append::body("[1,2]");
+    let as_json = crate::payload::Split::ahead(&append.payload, true, 1 << 20);
+    assert_eq!(as_json.as_ref().map(|s| s.messages.len()), Some(2));
+    engine
+        .append(&mut records, &path, append, as_json)
+        .await
+        .expect("append");
+    let (chunk, _) = engine
+        .read(&mut records, &path, ReadFrom::Beginning, 1024)
+        .await
+        .expect("read");
+    assert_eq!(chunk.messages, ["[1,2]"]);
 }

@@ -3,10 +3,14 @@
 //! See `DESIGN-sqlite.md` in the crate for the record layout and the commit
 //! protocol.
 
+mod cache;
+mod options;
 mod records;
 mod schema;
 mod touches;
 mod writer;
+
+pub use options::{Durability, SqliteOptions, DEFAULT_CACHE_BYTES};
 
 #[cfg(test)]
 mod tests;
@@ -19,59 +23,28 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Semaphore};
 
 use crate::engine::{complete, Engine};
-use crate::payload::DEFAULT_MAX_APPEND_BYTES;
+use crate::payload::Split;
 use crate::{
-    Append, Appended, Clock, Committed, Created, Fork, Notifier, Payload, ReadChunk, ReadFrom,
-    Storage, StreamConfig, StreamError, StreamInfo, StreamPath, SystemClock,
+    Append, Appended, Created, Fork, Notifier, Payload, ReadChunk, ReadFrom, Storage, StreamConfig,
+    StreamError, StreamInfo, StreamPath,
 };
+use cache::{Cache, View};
 use records::SqliteRecords;
 use touches::Touches;
 use writer::{Event, Job};
 
+/// The writer's queue holds at most this many KiB of requests (each job
+/// counts its payload, at least 1 KiB); a caller waits while it is full.
+const QUEUE_KIB: u32 = 64 * 1024;
+
+/// Read connections, and so reads running on SQLite at once.
+const READERS: usize = 4;
+
 /// The file name of the database inside the data directory.
 pub const DATABASE_FILE: &str = "streams.db";
-
-/// When a commit counts as done.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Durability {
-    /// Each group commit is fsynced before any caller is answered: an
-    /// acknowledged append survives a power loss.
-    #[default]
-    Sync,
-    /// Commits reach the operating system but are fsynced only at WAL
-    /// checkpoints: an acknowledged append survives a crash of the process,
-    /// not of the machine.
-    Process,
-}
-
-/// Options for [`SqliteStorage::open_with`].
-#[derive(Clone, Debug)]
-pub struct SqliteOptions {
-    /// When a commit counts as done.
-    pub durability: Durability,
-    /// The largest append accepted, in bytes.
-    pub max_append_bytes: usize,
-    /// Where the store reads the time (for expiry).
-    pub clock: Arc<dyn Clock>,
-    /// While set, every `COMMIT` fails (through SQLite's commit hook).
-    #[cfg(test)]
-    pub(crate) fail_commits: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Default for SqliteOptions {
-    fn default() -> Self {
-        SqliteOptions {
-            durability: Durability::Sync,
-            max_append_bytes: DEFAULT_MAX_APPEND_BYTES,
-            clock: Arc::new(SystemClock),
-            #[cfg(test)]
-            fail_commits: Arc::default(),
-        }
-    }
-}
 
 /// A stream store in one SQLite database file (WAL mode).
 ///
@@ -80,12 +53,17 @@ impl Default for SqliteOptions {
 /// never block writes.
 pub struct SqliteStorage {
     jobs: Mutex<Option<Sender<Job>>>,
+    /// Room in the writer's queue, in KiB.
+    queue: Arc<Semaphore>,
     writer: Mutex<Option<JoinHandle<()>>>,
     readers: Arc<Mutex<Vec<Connection>>>,
+    /// One permit per read connection.
+    reading: Arc<Semaphore>,
     file: PathBuf,
     notifier: Arc<Notifier>,
     engine: Engine,
     touches: Arc<Touches>,
+    cache: Arc<Cache>,
 }
 
 impl std::fmt::Debug for SqliteStorage {
@@ -132,22 +110,26 @@ impl SqliteStorage {
             clock: options.clock,
         };
         let touches = Arc::new(Touches::default());
+        let cache = Arc::new(Cache::new(options.cache_bytes));
         let writer = {
-            let (notifier, engine, touches) =
-                (Arc::clone(&notifier), engine.clone(), Arc::clone(&touches));
+            let (notifier, engine) = (Arc::clone(&notifier), engine.clone());
+            let (touches, cache) = (Arc::clone(&touches), Arc::clone(&cache));
             std::thread::Builder::new()
                 .name("eddy-streams-writer".into())
-                .spawn(move || writer::run(conn, rx, notifier, engine, touches))
+                .spawn(move || writer::run(conn, rx, notifier, engine, touches, cache))
         }
         .map_err(|e| StreamError::internal_from("cannot start the writer thread", e))?;
         Ok(SqliteStorage {
             jobs: Mutex::new(Some(tx)),
+            queue: Arc::new(Semaphore::new(QUEUE_KIB as usize)),
             writer: Mutex::new(Some(writer)),
             readers: Arc::new(Mutex::new(Vec::new())),
+            reading: Arc::new(Semaphore::new(READERS)),
             file,
             notifier,
             engine,
             touches,
+            cache,
         })
     }
 
@@ -157,15 +139,21 @@ impl SqliteStorage {
     }
 
     /// Runs `op` in the writer's next group commit and waits for its
-    /// answer.
+    /// answer. `bytes` is what the job holds, for the queue's bound.
     async fn submit<T: Send + 'static>(
         &self,
+        bytes: usize,
         op: impl FnOnce(&Engine, &mut SqliteRecords<'_>) -> Result<(T, Option<Event>), StreamError>
             + Send
             + 'static,
     ) -> Result<T, StreamError> {
+        let kib = u32::try_from(bytes / 1024 + 1).map_or(QUEUE_KIB, |kib| kib.min(QUEUE_KIB));
+        let room = Arc::clone(&self.queue)
+            .acquire_many_owned(kib)
+            .await
+            .map_err(|_| StreamError::internal("the stream store is closed"))?;
         let (reply, answer) = oneshot::channel();
-        self.send(Job::new(op, reply))?;
+        self.send(Job::new(op, reply, room))?;
         answer
             .await
             .map_err(|_| StreamError::internal("the stream store's writer thread stopped"))?
@@ -185,10 +173,15 @@ impl SqliteStorage {
         &self,
         f: impl FnOnce(&Engine, &mut SqliteRecords<'_>) -> Result<T, StreamError> + Send + 'static,
     ) -> Result<T, StreamError> {
+        let turn = Arc::clone(&self.reading)
+            .acquire_owned()
+            .await
+            .map_err(|_| StreamError::internal("the stream store is closed"))?;
         let readers = Arc::clone(&self.readers);
         let file = self.file.clone();
         let (engine, touches) = (self.engine.clone(), Arc::clone(&self.touches));
         tokio::task::spawn_blocking(move || {
+            let _turn = turn;
             let pooled = readers.lock().unwrap_or_else(|e| e.into_inner()).pop();
             let mut conn = match pooled {
                 Some(conn) => conn,
@@ -203,6 +196,17 @@ impl SqliteStorage {
         })
         .await
         .map_err(|e| StreamError::internal_from("a read task failed", e))?
+    }
+
+    /// Runs `f` on the cache; `None` when it needs what the cache does not
+    /// hold.
+    fn cached<T>(
+        &self,
+        f: impl FnOnce(&Engine, &mut View<'_>) -> Result<T, StreamError>,
+    ) -> Option<Result<T, StreamError>> {
+        let mut view = self.cache.view(&self.touches);
+        let result = f(&self.engine, &mut view);
+        (!view.missed()).then_some(result)
     }
 
     /// Stops the writer after it has committed every queued job.
@@ -237,40 +241,11 @@ fn open_connection(file: &Path, read_only: bool) -> Result<Connection, StreamErr
     Ok(conn)
 }
 
-impl From<rusqlite::Error> for StreamError {
-    /// A busy, locked, full or unreadable database is unavailable (retry
-    /// later); anything else is internal.
-    fn from(err: rusqlite::Error) -> Self {
-        use rusqlite::ErrorCode;
-        match err.sqlite_error_code() {
-            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
-                StreamError::unavailable_from("the SQLite database is busy", err)
-            }
-            Some(
-                ErrorCode::DiskFull
-                | ErrorCode::OutOfMemory
-                | ErrorCode::CannotOpen
-                | ErrorCode::SystemIoFailure
-                | ErrorCode::OperationInterrupted,
-            ) => StreamError::unavailable_from("the SQLite database cannot serve the call", err),
-            _ => StreamError::internal_from("the SQLite database failed", err),
-        }
-    }
-}
-
 /// The event of a call that created a stream (or found it).
-fn created(path: &StreamPath, created: &Created) -> Option<Event> {
+fn created(created: &Created) -> Option<Event> {
     created
         .created
-        .then(|| committed(path, created.info.tail, created.info.closed))
-}
-
-fn committed(path: &StreamPath, tail: crate::Offset, closed: bool) -> Event {
-    Event::Committed(Committed {
-        path: path.to_string(),
-        tail,
-        closed,
-    })
+        .then(|| Event::Committed(created.info.clone()))
 }
 
 #[async_trait]
@@ -282,21 +257,25 @@ impl Storage for SqliteStorage {
         initial: Payload,
     ) -> Result<Created, StreamError> {
         let path = path.clone();
-        self.submit(move |engine, records| {
+        self.submit(initial.len(), move |engine, records| {
             let outcome = complete(engine.create(records, &path, config, initial))?;
-            let event = created(&path, &outcome);
+            let event = created(&outcome);
             Ok((outcome, event))
         })
         .await
     }
 
     async fn append(&self, path: &StreamPath, append: Append) -> Result<Appended, StreamError> {
+        // Split and validate here, not on the writer thread, when the
+        // cache says what the stream holds.
+        let split = self
+            .cache
+            .is_json(path.as_str())
+            .and_then(|json| Split::ahead(&append.payload, json, self.engine.max_append_bytes));
         let path = path.clone();
-        self.submit(move |engine, records| {
-            let outcome = complete(engine.append(records, &path, append))?;
-            let event =
-                (!outcome.duplicate).then(|| committed(&path, outcome.next_offset, outcome.closed));
-            Ok((outcome, event))
+        self.submit(append.payload.len(), move |engine, records| {
+            let (outcome, written) = complete(engine.append(records, &path, append, split))?;
+            Ok((outcome, written.map(Event::Committed)))
         })
         .await
     }
@@ -307,12 +286,17 @@ impl Storage for SqliteStorage {
         from: ReadFrom,
         max_bytes: usize,
     ) -> Result<ReadChunk, StreamError> {
-        let path = path.clone();
-        let (chunk, touch) = self
-            .with_reader(move |engine, records| {
-                complete(engine.read(records, &path, from, max_bytes))
-            })
-            .await?;
+        let cached = self.cached(|engine, view| complete(engine.read(view, path, from, max_bytes)));
+        let (chunk, touch) = match cached {
+            Some(read) => read?,
+            None => {
+                let path = path.clone();
+                self.with_reader(move |engine, records| {
+                    complete(engine.read(records, &path, from, max_bytes))
+                })
+                .await?
+            }
+        };
         if let Some(touch) = touch {
             self.touches.record(touch.key, touch.at_ms);
         }
@@ -320,6 +304,9 @@ impl Storage for SqliteStorage {
     }
 
     async fn head(&self, path: &StreamPath) -> Result<StreamInfo, StreamError> {
+        if let Some(head) = self.cached(|engine, view| complete(engine.head(view, path))) {
+            return head;
+        }
         let path = path.clone();
         self.with_reader(move |engine, records| complete(engine.head(records, &path)))
             .await
@@ -327,7 +314,7 @@ impl Storage for SqliteStorage {
 
     async fn delete(&self, path: &StreamPath) -> Result<(), StreamError> {
         let path = path.clone();
-        self.submit(move |engine, records| {
+        self.submit(0, move |engine, records| {
             complete(engine.delete(records, &path))?;
             Ok(((), Some(Event::Deleted(path.to_string()))))
         })
@@ -342,9 +329,9 @@ impl Storage for SqliteStorage {
 
     async fn fork(&self, path: &StreamPath, fork: Fork) -> Result<Created, StreamError> {
         let path = path.clone();
-        self.submit(move |engine, records| {
+        self.submit(fork.initial.len(), move |engine, records| {
             let outcome = complete(engine.fork(records, &path, fork))?;
-            let event = created(&path, &outcome);
+            let event = created(&outcome);
             Ok((outcome, event))
         })
         .await

@@ -2,12 +2,14 @@
 //! layout). The writer runs them inside its savepoints, the readers inside
 //! read transactions; each answers at once, so its future is ready.
 
+use std::collections::HashMap;
 use std::future::ready;
 use std::ops::Range;
 
 use bytes::Bytes;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
+use super::cache::Change;
 use super::touches::Touches;
 use crate::fork::ForkOrigin;
 use crate::record::{
@@ -18,21 +20,63 @@ use crate::{ProducerPosition, StreamConfig, StreamError};
 
 /// Record access through one connection. A stream's key is its row id
 /// (`AUTOINCREMENT`, so never reused). Loaded records include the TTL
-/// touches not stored yet.
+/// touches not stored yet. In the writer it also logs its record writes
+/// for the [cache](super::cache), which learns them after the commit.
 pub(super) struct SqliteRecords<'c> {
     conn: &'c Connection,
     touches: &'c Touches,
+    /// The writes so far, when logging.
+    log: Option<Vec<Change>>,
+    /// The path of each stream loaded or inserted, for the log.
+    paths: HashMap<i64, String>,
 }
 
 impl<'c> SqliteRecords<'c> {
+    /// Records for reading.
     pub fn new(conn: &'c Connection, touches: &'c Touches) -> Self {
-        SqliteRecords { conn, touches }
+        SqliteRecords {
+            conn,
+            touches,
+            log: None,
+            paths: HashMap::new(),
+        }
     }
 
-    fn load(&self, path: &str) -> Result<Option<Stored<i64>>, StreamError> {
+    /// Records for writing, logging each write.
+    pub fn logging(conn: &'c Connection, touches: &'c Touches) -> Self {
+        SqliteRecords {
+            log: Some(Vec::new()),
+            ..SqliteRecords::new(conn, touches)
+        }
+    }
+
+    /// The writes logged so far.
+    pub fn take_log(&mut self) -> Vec<Change> {
+        self.log.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    fn log(&mut self, change: impl FnOnce(&HashMap<i64, String>) -> Change) {
+        if let Some(log) = &mut self.log {
+            log.push(change(&self.paths));
+        }
+    }
+
+    /// Logs a write to stream `key`: as `change` when its path is known,
+    /// else as its removal (the cache then forgets it).
+    fn log_write(&mut self, key: i64, change: impl FnOnce(String) -> Change) {
+        self.log(|paths| match paths.get(&key) {
+            Some(path) => change(path.clone()),
+            None => Change::Removed { key },
+        });
+    }
+
+    fn load(&mut self, path: &str) -> Result<Option<Stored<i64>>, StreamError> {
         let sql = format!("SELECT {STREAM_COLUMNS} FROM streams WHERE path = ?1");
         let mut stmt = self.conn.prepare_cached(&sql)?;
         let row = stmt.query_row([path], |r| self.record(r)).optional()?;
+        if let Some((_, key, _)) = &row {
+            self.paths.insert(*key, path.to_owned());
+        }
         Ok(row.map(|(_, key, record)| Stored { key, record }))
     }
 
@@ -87,15 +131,37 @@ impl RecordReader for SqliteRecords<'_> {
 
 impl Records for SqliteRecords<'_> {
     fn insert(&mut self, path: &str, record: &StreamRecord) -> impl Op<i64> {
-        ready(insert(self.conn, path, record))
+        let inserted = insert(self.conn, path, record);
+        if let Ok(key) = inserted {
+            self.paths.insert(key, path.to_owned());
+            self.log_write(key, |path| Change::Record {
+                key,
+                path,
+                record: record.clone(),
+            });
+        }
+        ready(inserted)
     }
 
     fn update(&mut self, key: &i64, record: &StreamRecord) -> impl Op<()> {
-        ready(update(self.conn, *key, record))
+        let key = *key;
+        self.log_write(key, |path| Change::Record {
+            key,
+            path,
+            record: record.clone(),
+        });
+        ready(update(self.conn, key, record))
     }
 
     fn insert_messages(&mut self, key: &i64, first: u64, messages: &[Bytes]) -> impl Op<()> {
-        ready(insert_messages(self.conn, *key, first, messages))
+        let key = *key;
+        self.log_write(key, |path| Change::Messages {
+            key,
+            path,
+            first,
+            messages: messages.to_vec(),
+        });
+        ready(insert_messages(self.conn, key, first, messages))
     }
 
     fn copy_prefix(&mut self, from: &i64, to: &i64, count: u64) -> impl Op<u64> {
@@ -107,11 +173,15 @@ impl Records for SqliteRecords<'_> {
     }
 
     fn remove(&mut self, key: &i64, _path: &str) -> impl Op<()> {
-        ready(remove(self.conn, *key))
+        let key = *key;
+        self.log(|_| Change::Removed { key });
+        ready(remove(self.conn, key))
     }
 
     fn slide(&mut self, key: &i64, at_ms: i64) -> impl Op<()> {
-        ready(slide(self.conn, *key, at_ms))
+        let key = *key;
+        self.log(|_| Change::Slide { key, at_ms });
+        ready(slide(self.conn, key, at_ms))
     }
 
     fn tombstone(&mut self, path: &str, now_ms: i64) -> impl Op<()> {
@@ -351,4 +421,25 @@ fn messages(
         messages.push(Bytes::from(data));
     }
     Ok(messages)
+}
+
+impl From<rusqlite::Error> for StreamError {
+    /// A busy, locked, full or unreadable database is unavailable (retry
+    /// later); anything else is internal.
+    fn from(err: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode;
+        match err.sqlite_error_code() {
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
+                StreamError::unavailable_from("the SQLite database is busy", err)
+            }
+            Some(
+                ErrorCode::DiskFull
+                | ErrorCode::OutOfMemory
+                | ErrorCode::CannotOpen
+                | ErrorCode::SystemIoFailure
+                | ErrorCode::OperationInterrupted,
+            ) => StreamError::unavailable_from("the SQLite database cannot serve the call", err),
+            _ => StreamError::internal_from("the SQLite database failed", err),
+        }
+    }
 }

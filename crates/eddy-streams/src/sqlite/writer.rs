@@ -12,12 +12,13 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
 
 use rusqlite::{Connection, TransactionBehavior};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
+use super::cache::{Cache, Change};
 use super::records::{self, SqliteRecords};
 use super::touches::{Touches, FLUSH_INTERVAL};
 use crate::engine::Engine;
-use crate::{Committed, Notifier, StreamError};
+use crate::{Notifier, StreamError, StreamInfo};
 
 /// The most jobs one transaction takes.
 const MAX_GROUP: usize = 256;
@@ -25,7 +26,7 @@ const MAX_GROUP: usize = 256;
 /// What a committed job signals.
 pub(super) enum Event {
     /// New data or a new stream: waiters and the `committed` feed hear it.
-    Committed(Committed),
+    Committed(StreamInfo),
     /// A deleted stream: its waiters wake up.
     Deleted(String),
 }
@@ -55,6 +56,8 @@ struct Applied {
 struct Call<T, F> {
     op: F,
     reply: oneshot::Sender<Result<T, StreamError>>,
+    /// Its room in the queue, given back once it ran.
+    _room: OwnedSemaphorePermit,
 }
 
 impl<T, F> Task for Call<T, F>
@@ -96,8 +99,13 @@ impl Job {
             + Send
             + 'static,
         reply: oneshot::Sender<Result<T, StreamError>>,
+        room: OwnedSemaphorePermit,
     ) -> Job {
-        Job(Box::new(Call { op, reply }))
+        Job(Box::new(Call {
+            op,
+            reply,
+            _room: room,
+        }))
     }
 }
 
@@ -120,6 +128,7 @@ pub(super) fn run(
     notifier: Arc<Notifier>,
     engine: Engine,
     touches: Arc<Touches>,
+    cache: Arc<Cache>,
 ) {
     let mut poisoned: Option<StreamError> = None;
     let mut open = true;
@@ -146,7 +155,13 @@ pub(super) fn run(
         if group.is_empty() && due.is_empty() {
             continue;
         }
-        match commit_group(&mut conn, group, &due, &notifier, &engine, &touches) {
+        let shared = Shared {
+            notifier: &notifier,
+            engine: &engine,
+            touches: &touches,
+            cache: &cache,
+        };
+        match commit_group(&mut conn, group, &due, shared) {
             Ok(()) => touches.stored(&due),
             Err(Failure::Transient(_)) => {}
             Err(Failure::Commit(err)) => poisoned = Some(err),
@@ -154,16 +169,29 @@ pub(super) fn run(
     }
 }
 
-/// Runs `group` and stores `due` touches in one transaction, then signals
-/// and answers.
+/// What the writer shares with the rest of the store.
+#[derive(Clone, Copy)]
+struct Shared<'a> {
+    notifier: &'a Notifier,
+    engine: &'a Engine,
+    touches: &'a Touches,
+    cache: &'a Cache,
+}
+
+/// Runs `group` and stores `due` touches in one transaction; after the
+/// commit, updates the cache, signals and answers.
 fn commit_group(
     conn: &mut Connection,
     group: Vec<Job>,
     due: &[(i64, i64)],
-    notifier: &Notifier,
-    engine: &Engine,
-    touches: &Touches,
+    shared: Shared<'_>,
 ) -> Result<(), Failure> {
+    let Shared {
+        notifier,
+        engine,
+        touches,
+        cache,
+    } = shared;
     let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(err) => {
@@ -173,6 +201,7 @@ fn commit_group(
         }
     };
     let mut applied = Vec::with_capacity(group.len());
+    let mut changes = Vec::new();
     let mut written = Ok(());
     for job in group {
         if let Err(err) = &written {
@@ -188,9 +217,12 @@ fn commit_group(
                 continue;
             }
         };
-        let done = job
-            .0
-            .run(engine, &mut SqliteRecords::new(&savepoint, touches));
+        let mut records = SqliteRecords::logging(&savepoint, touches);
+        let done = job.0.run(engine, &mut records);
+        if done.keep {
+            changes.extend(records.take_log());
+        }
+        drop(records);
         let ended = if done.keep {
             savepoint.commit()
         } else {
@@ -222,11 +254,13 @@ fn commit_group(
         }
     };
     if refusal.is_none() {
+        changes.extend(due.iter().map(|&(key, at_ms)| Change::Slide { key, at_ms }));
+        cache.apply(changes);
         // Signal first, so the `committed` feed never lags a caller that
         // has already heard its answer.
         for event in applied.iter_mut().filter_map(|a| a.event.take()) {
             match event {
-                Event::Committed(committed) => notifier.commit(committed),
+                Event::Committed(info) => notifier.publish(&info),
                 Event::Deleted(path) => notifier.touch(&path),
             }
         }

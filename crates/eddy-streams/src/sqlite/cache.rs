@@ -1,0 +1,317 @@
+//! Recently written streams, in memory: each one's record and its latest
+//! messages, so that reads of recent data (catch-up reads, live readers
+//! woken by an append, heads) need no SQL and no row-by-row copying.
+//!
+//! Only the writer fills the cache, from the record writes of a group
+//! after its `COMMIT`, so the cache never holds what is not committed; a
+//! read takes a consistent view under one lock. Whatever the cache cannot
+//! answer (a path it does not hold, messages older than it keeps, forks,
+//! tombstones) is a miss, and the caller reads from SQLite instead. The
+//! cache holds at most its byte budget of messages: a stream keeps at most
+//! an eighth of it, the least recently used streams go first.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::ready;
+use std::ops::Range;
+use std::sync::{Mutex, MutexGuard};
+
+use bytes::Bytes;
+
+use super::touches::Touches;
+use crate::record::{Op, RecordReader, Stored, StreamRecord};
+use crate::rules::{take_within, ProducerState};
+use crate::StreamError;
+
+/// The most streams the cache describes (each costs its record).
+const MAX_STREAMS: usize = 65_536;
+
+/// A record write of a committed group, as the cache learns it.
+#[derive(Debug)]
+pub(super) enum Change {
+    /// A stream's record after an insert or update.
+    Record {
+        key: i64,
+        path: String,
+        record: StreamRecord,
+    },
+    /// Messages stored at positions `first..`.
+    Messages {
+        key: i64,
+        path: String,
+        first: u64,
+        messages: Vec<Bytes>,
+    },
+    /// A TTL touch stored.
+    Slide { key: i64, at_ms: i64 },
+    /// A stream removed.
+    Removed { key: i64 },
+}
+
+/// The cache of one store.
+#[derive(Debug)]
+pub(super) struct Cache {
+    inner: Mutex<Inner>,
+    budget: usize,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    streams: HashMap<i64, Entry>,
+    by_path: HashMap<String, i64>,
+    bytes: usize,
+    /// Counts reads, to find the least recently used stream.
+    reads: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    path: String,
+    record: Option<StreamRecord>,
+    /// The position of the first cached message.
+    first: u64,
+    messages: VecDeque<Bytes>,
+    bytes: usize,
+    used: u64,
+}
+
+impl Entry {
+    fn end(&self) -> u64 {
+        self.first + self.messages.len() as u64
+    }
+
+    /// Forgets the messages; the cache now starts at `first`.
+    fn restart(&mut self, first: u64) -> usize {
+        let freed = self.bytes;
+        self.first = first;
+        self.messages.clear();
+        self.bytes = 0;
+        freed
+    }
+}
+
+impl Cache {
+    /// A cache holding at most `budget` bytes of messages.
+    pub fn new(budget: usize) -> Self {
+        Cache {
+            inner: Mutex::default(),
+            budget,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Learns the record writes of a committed group, in order.
+    pub fn apply(&self, changes: Vec<Change>) {
+        if changes.is_empty() {
+            return;
+        }
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        let mut touched = Vec::new();
+        for change in changes {
+            match change {
+                Change::Record { key, path, record } => {
+                    let entry = inner.entry(key, path);
+                    let mut freed = 0;
+                    if record.head.count != entry.end() {
+                        freed = entry.restart(record.head.count);
+                    }
+                    entry.record = Some(record);
+                    inner.bytes -= freed;
+                    touched.push(key);
+                }
+                Change::Messages {
+                    key,
+                    path,
+                    first,
+                    messages,
+                } => {
+                    let entry = inner.entry(key, path);
+                    let mut freed = 0;
+                    if first != entry.end() {
+                        freed = entry.restart(first);
+                    }
+                    let added: usize = messages.iter().map(Bytes::len).sum();
+                    entry.messages.extend(messages);
+                    entry.bytes += added;
+                    inner.bytes = inner.bytes - freed + added;
+                    touched.push(key);
+                }
+                Change::Slide { key, at_ms } => {
+                    let record = inner.streams.get_mut(&key).and_then(|e| e.record.as_mut());
+                    if let Some(record) = record {
+                        record.accessed_ms = record.accessed_ms.max(at_ms);
+                    }
+                }
+                Change::Removed { key } => inner.remove(key),
+            }
+        }
+        for key in touched {
+            if inner.streams.get(&key).is_some_and(|e| e.record.is_none()) {
+                inner.remove(key);
+            }
+        }
+        inner.trim(self.budget);
+    }
+
+    /// Whether the cached stream at `path` holds JSON, if the cache knows.
+    pub fn is_json(&self, path: &str) -> Option<bool> {
+        let inner = self.lock();
+        let entry = inner.streams.get(inner.by_path.get(path)?)?;
+        Some(entry.record.as_ref()?.head.config.is_json())
+    }
+
+    /// A locked view for one engine read; see [`View::missed`].
+    pub fn view<'a>(&'a self, touches: &'a Touches) -> View<'a> {
+        View {
+            inner: self.lock(),
+            touches,
+            missed: false,
+        }
+    }
+}
+
+impl Inner {
+    fn entry(&mut self, key: i64, path: String) -> &mut Entry {
+        let used = self.reads;
+        self.streams.entry(key).or_insert_with(|| {
+            self.by_path.insert(path.clone(), key);
+            Entry {
+                path,
+                record: None,
+                first: 0,
+                messages: VecDeque::new(),
+                bytes: 0,
+                used,
+            }
+        })
+    }
+
+    fn remove(&mut self, key: i64) {
+        if let Some(entry) = self.streams.remove(&key) {
+            self.bytes -= entry.bytes;
+            if self.by_path.get(&entry.path) == Some(&key) {
+                self.by_path.remove(&entry.path);
+            }
+        }
+    }
+
+    /// Keeps each stream under an eighth of the budget and the whole under
+    /// the budget and [`MAX_STREAMS`], dropping the least recently used.
+    fn trim(&mut self, budget: usize) {
+        let per_stream = budget / 8;
+        for entry in self.streams.values_mut() {
+            while entry.bytes > per_stream {
+                let Some(message) = entry.messages.pop_front() else {
+                    break;
+                };
+                entry.first += 1;
+                entry.bytes -= message.len();
+                self.bytes -= message.len();
+            }
+        }
+        while self.bytes > budget || self.streams.len() > MAX_STREAMS {
+            let oldest = self
+                .streams
+                .iter()
+                .min_by_key(|(_, e)| e.used)
+                .map(|(k, _)| *k);
+            match oldest {
+                Some(key) => self.remove(key),
+                None => break,
+            }
+        }
+    }
+}
+
+/// The cache, locked for one engine read. Whatever it does not hold makes
+/// the read fail with [`View::missed`] set; the caller then reads from
+/// SQLite.
+pub(super) struct View<'a> {
+    inner: MutexGuard<'a, Inner>,
+    touches: &'a Touches,
+    missed: bool,
+}
+
+impl View<'_> {
+    /// Whether the read asked for something the cache does not hold.
+    pub fn missed(&self) -> bool {
+        self.missed
+    }
+
+    fn miss<T>(&mut self) -> Result<T, StreamError> {
+        self.missed = true;
+        Err(StreamError::internal("not in the stream cache"))
+    }
+}
+
+impl View<'_> {
+    fn load(&mut self, path: &str) -> Result<Option<Stored<i64>>, StreamError> {
+        let inner = &mut *self.inner;
+        inner.reads += 1;
+        let reads = inner.reads;
+        let cached = inner.by_path.get(path).and_then(|key| {
+            let entry = inner.streams.get_mut(key)?;
+            entry.used = reads;
+            Some((*key, entry.record.clone()?))
+        });
+        match cached {
+            Some((key, mut record)) => {
+                record.accessed_ms = self.touches.accessed(key, record.accessed_ms);
+                Ok(Some(Stored { key, record }))
+            }
+            None => self.miss(),
+        }
+    }
+
+    fn messages(
+        &mut self,
+        key: i64,
+        range: Range<u64>,
+        max_bytes: usize,
+    ) -> Result<Vec<Bytes>, StreamError> {
+        let held = self
+            .inner
+            .streams
+            .get(&key)
+            .filter(|e| range.start >= e.first && range.end <= e.end());
+        let Some(entry) = held else {
+            return self.miss();
+        };
+        let skip = usize::try_from(range.start - entry.first).unwrap_or(usize::MAX);
+        let take = usize::try_from(range.end - range.start).unwrap_or(usize::MAX);
+        let wanted = entry.messages.iter().skip(skip).take(take).cloned();
+        Ok(take_within(wanted, max_bytes))
+    }
+}
+
+// The view holds a lock, so its futures are ready ones (see `record.rs`).
+impl RecordReader for View<'_> {
+    type Key = i64;
+
+    fn load(&mut self, path: &str) -> impl Op<Option<Stored<i64>>> {
+        ready(View::load(self, path))
+    }
+
+    fn is_tombstoned(&mut self, _: &str) -> impl Op<bool> {
+        ready(self.miss())
+    }
+
+    fn forks_of(&mut self, _: &str) -> impl Op<Vec<String>> {
+        ready(self.miss())
+    }
+
+    fn producer(&mut self, _: &i64, _: &str) -> impl Op<Option<ProducerState>> {
+        ready(self.miss())
+    }
+
+    fn messages(&mut self, key: &i64, range: Range<u64>, max_bytes: usize) -> impl Op<Vec<Bytes>> {
+        ready(View::messages(self, *key, range, max_bytes))
+    }
+
+    fn list(&mut self, _: &str) -> impl Op<Vec<(String, StreamRecord)>> {
+        ready(self.miss())
+    }
+}

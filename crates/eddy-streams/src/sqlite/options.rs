@@ -1,0 +1,52 @@
+//! How a SQLite store is opened.
+
+use std::sync::Arc;
+
+use crate::payload::DEFAULT_MAX_APPEND_BYTES;
+use crate::{Clock, SystemClock};
+
+/// When a commit counts as done.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// Each group commit is fsynced before any caller is answered: an
+    /// acknowledged append survives a power loss.
+    #[default]
+    Sync,
+    /// Commits reach the operating system but are fsynced only at WAL
+    /// checkpoints: an acknowledged append survives a crash of the process,
+    /// not of the machine.
+    Process,
+}
+
+/// The default [`SqliteOptions::cache_bytes`]: 64 MiB.
+pub const DEFAULT_CACHE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Options for [`SqliteStorage::open_with`](super::SqliteStorage::open_with).
+#[derive(Clone, Debug)]
+pub struct SqliteOptions {
+    /// When a commit counts as done.
+    pub durability: Durability,
+    /// The largest append accepted, in bytes.
+    pub max_append_bytes: usize,
+    /// Where the store reads the time (for expiry).
+    pub clock: Arc<dyn Clock>,
+    /// How many bytes of recently written messages the store keeps in
+    /// memory to serve reads without SQL (see `DESIGN-sqlite.md`).
+    pub cache_bytes: usize,
+    /// While set, every `COMMIT` fails (through SQLite's commit hook).
+    #[cfg(test)]
+    pub(crate) fail_commits: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            durability: Durability::Sync,
+            max_append_bytes: DEFAULT_MAX_APPEND_BYTES,
+            clock: Arc::new(SystemClock),
+            cache_bytes: DEFAULT_CACHE_BYTES,
+            #[cfg(test)]
+            fail_commits: Arc::default(),
+        }
+    }
+}
