@@ -81,7 +81,10 @@ async fn main() -> anyhow::Result<()> {
                     stream
                 };
                 stream.write_all(request.as_bytes()).await?;
-                first_answer(&mut stream, &started).await
+                // The connection stays open until the round is over, so
+                // that closing it costs the server nothing while it answers.
+                let latency = first_answer(&mut stream, &started).await?;
+                Ok::<_, anyhow::Error>((latency, stream))
             }));
         }
         wait_for_live_readers(&http, &base, readers).await?;
@@ -94,9 +97,13 @@ async fn main() -> anyhow::Result<()> {
             .await?
             .error_for_status()?;
         let mut refused = 0;
+        let mut open = Vec::with_capacity(readers);
         for task in tasks {
             match task.await? {
-                Ok(latency) => samples.push(latency),
+                Ok((latency, stream)) => {
+                    samples.push(latency);
+                    open.push(stream);
+                }
                 Err(err) => {
                     refused += 1;
                     if refused == 1 {
@@ -108,6 +115,7 @@ async fn main() -> anyhow::Result<()> {
         if refused > 0 {
             bail!("{refused} of {readers} readers were not answered with data in round {round}");
         }
+        drop(open);
     }
     samples.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
