@@ -101,22 +101,23 @@ fn expiry_key(expiry: Expiry) -> (u8, i64) {
 
 /// The media type without parameters, lower-cased: `Application/JSON; charset=utf-8` → `application/json`.
 pub fn media_type(content_type: &str) -> String {
-    content_type
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase()
+    essence(content_type).to_ascii_lowercase()
+}
+
+/// The media type part of a content type, as written.
+fn essence(content_type: &str) -> &str {
+    content_type.split(';').next().unwrap_or_default().trim()
 }
 
 /// Whether a content type names JSON.
 pub fn is_json(content_type: &str) -> bool {
-    media_type(content_type) == JSON
+    essence(content_type).eq_ignore_ascii_case(JSON)
 }
 
 /// Whether two content types name the same media type.
 pub fn same_media_type(a: &str, b: &str) -> bool {
-    media_type(a) == media_type(b)
+    // Compared without allocating: this runs on every append.
+    essence(a).eq_ignore_ascii_case(essence(b))
 }
 
 /// What the store knows about one live stream.

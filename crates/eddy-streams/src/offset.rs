@@ -49,7 +49,19 @@ impl Offset {
 
 impl fmt::Display for Offset {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:016}_{:016}", self.lineage, self.position)
+        if self.lineage > PART_MAX || self.position > PART_MAX {
+            return write!(f, "{:016}_{:016}", self.lineage, self.position);
+        }
+        // Written digit by digit: offsets go into several headers of every
+        // response, and the general integer formatting costs more.
+        let mut text = [b'_'; 33];
+        for (part, mut value) in [(0..16, self.lineage), (17..33, self.position)] {
+            for digit in text[part].iter_mut().rev() {
+                *digit = b'0' + (value % 10) as u8;
+                value /= 10;
+            }
+        }
+        f.write_str(std::str::from_utf8(&text).map_err(|_| fmt::Error)?)
     }
 }
 
@@ -125,6 +137,16 @@ mod tests {
         assert_eq!(
             Offset::ZERO.to_string(),
             "0000000000000000_0000000000000000"
+        );
+    }
+
+    #[test]
+    fn prints_fixed_width_digits() {
+        let offset: Offset = "0000000000000012_0000000000034567".parse().expect("offset");
+        assert_eq!(offset.to_string(), "0000000000000012_0000000000034567");
+        assert_eq!(
+            Offset::at(9_999_999_999_999_999).to_string(),
+            "0000000000000000_9999999999999999"
         );
     }
 
