@@ -145,12 +145,12 @@ impl PgTransaction {
         append: Append,
     ) -> Result<Appended, StreamError> {
         self.records.set_locking(true);
-        let appended = self
+        let (appended, written) = self
             .wiring
             .engine
-            .append(&mut self.records, path, append)
+            .append(&mut self.records, path, append, None)
             .await?;
-        if !appended.duplicate {
+        if written.is_some() {
             self.committed(path, appended.next_offset, appended.closed);
         }
         Ok(appended)
