@@ -62,3 +62,47 @@ async fn a_failed_commit_poisons_the_store_until_reopened() {
         .expect("append after reopening");
     assert_eq!(messages(&store, &path).await, ["1", "4"]);
 }
+
+/// Reads of a stream with a sliding TTL move its expiry at once, and the
+/// debounced touch they leave is stored when the store closes: after a
+/// reopen the stream still lives past the expiry its creation set.
+#[tokio::test]
+async fn pending_ttl_touches_are_stored_when_the_store_closes() {
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = std::sync::Arc::new(crate::ManualClock::starting_now());
+    let options = || SqliteOptions {
+        clock: clock.clone(),
+        ..SqliteOptions::default()
+    };
+    let path = StreamPath::new("sliding").expect("path");
+    let store = SqliteStorage::open_with(dir.path(), options()).expect("open");
+    let config = StreamConfig::json().with_ttl(Duration::from_secs(10));
+    store
+        .create(&path, config, Payload::empty())
+        .await
+        .expect("create");
+    for _ in 0..3 {
+        clock.advance(Duration::from_secs(6));
+        store
+            .read(&path, ReadFrom::Beginning, 1024)
+            .await
+            .expect("a read slides the ttl");
+    }
+    drop(store);
+
+    clock.advance(Duration::from_secs(6));
+    let store = SqliteStorage::open_with(dir.path(), options()).expect("reopen");
+    store
+        .head(&path)
+        .await
+        .expect("alive 24 s after its creation: the last read was 6 s ago");
+    clock.advance(Duration::from_secs(5));
+    let gone = store.head(&path).await.err().map(|e| e.code());
+    assert_eq!(
+        gone,
+        Some("stream/not-found"),
+        "10 s after the last read it expired"
+    );
+}

@@ -57,14 +57,14 @@ impl Touches {
 
     /// The touches to store now: all of them when `force`, when a group
     /// commit is under way anyway (`committing`), or when the oldest may
-    /// have waited a full interval; otherwise none.
-    pub fn due(&self, committing: bool, force: bool) -> Vec<(i64, i64)> {
+    /// have waited a full interval by `now`; otherwise none.
+    pub fn due(&self, committing: bool, force: bool, now: Instant) -> Vec<(i64, i64)> {
         let mut pending = self.lock();
-        let waited = pending.last_flush.elapsed() >= FLUSH_INTERVAL;
+        let waited = now.saturating_duration_since(pending.last_flush) >= FLUSH_INTERVAL;
         if pending.reads.is_empty() || !(committing || force || waited) {
             return Vec::new();
         }
-        pending.last_flush = Instant::now();
+        pending.last_flush = now;
         pending.reads.iter().map(|(&key, &at)| (key, at)).collect()
     }
 
@@ -77,5 +77,71 @@ impl Touches {
                 pending.reads.remove(key);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// However many reads a stream gets, one touch (the latest read time)
+    /// waits to be stored, and the writer stores it only with a group
+    /// commit, once it waited a full interval, or when the store closes:
+    /// not one write per read.
+    #[test]
+    fn reads_are_debounced_into_one_touch_per_stream() {
+        let touches = Touches::default();
+        let start = touches.lock().last_flush;
+        for at in 0..1000 {
+            touches.record(7, 1_000 + at);
+            touches.record(8, 5_000 - at);
+        }
+        assert_eq!(touches.accessed(7, 0), 1_999);
+        assert_eq!(
+            touches.accessed(7, 3_000),
+            3_000,
+            "a later stored access wins"
+        );
+        assert_eq!(touches.accessed(9, 42), 42);
+
+        let soon = start + FLUSH_INTERVAL / 2;
+        assert!(
+            touches.due(false, false, soon).is_empty(),
+            "no write of its own yet"
+        );
+        let mut due = touches.due(true, false, soon);
+        due.sort_unstable();
+        assert_eq!(due, [(7, 1_999), (8, 5_000)], "stored with a group commit");
+        touches.stored(&due);
+
+        touches.record(7, 2_500);
+        let later = soon + FLUSH_INTERVAL / 2;
+        assert!(
+            touches.due(false, false, later).is_empty(),
+            "the interval restarts"
+        );
+        assert_eq!(
+            touches.due(false, false, soon + FLUSH_INTERVAL),
+            [(7, 2_500)]
+        );
+        assert_eq!(
+            touches.due(false, true, soon),
+            [(7, 2_500)],
+            "closing stores all"
+        );
+    }
+
+    /// A touch is forgotten once stored, unless a later read replaced it
+    /// while its commit ran.
+    #[test]
+    fn a_stored_touch_is_forgotten_unless_read_again_meanwhile() {
+        let touches = Touches::default();
+        touches.record(1, 10);
+        touches.record(2, 20);
+        let due = touches.due(false, true, Instant::now());
+        touches.record(2, 30);
+        touches.stored(&due);
+        assert_eq!(touches.due(false, true, Instant::now()), [(2, 30)]);
+        assert_eq!(touches.accessed(1, 0), 0);
     }
 }

@@ -10,6 +10,7 @@
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
+use std::time::Instant;
 
 use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
@@ -151,7 +152,7 @@ pub(super) fn run(
             }
             continue;
         }
-        let due = touches.due(!group.is_empty(), !open);
+        let due = touches.due(!group.is_empty(), !open, Instant::now());
         if group.is_empty() && due.is_empty() {
             continue;
         }
