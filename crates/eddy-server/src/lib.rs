@@ -9,7 +9,7 @@
 //! # The HTTP mapping
 //!
 //! Every request path names a stream (`/v1/stream/orders` is the stream
-//! `v1/stream/orders`), except `/healthz`, `/metrics`, the reserved
+//! `v1/stream/orders`), except `/healthz`, `/readyz`, `/metrics`, the reserved
 //! `/_eddy/` prefix (Eddy's listing) and any path with a `__ds` segment
 //! (the protocol's subscription API: signed webhooks and pull-wake leases,
 //! kept in the server process).
@@ -80,7 +80,9 @@ mod cursor;
 mod error;
 mod handlers;
 mod metrics;
+mod observe;
 mod parse;
+mod probes;
 mod protocol;
 mod router;
 mod server;

@@ -16,19 +16,18 @@ use crate::error::ApiError;
 use crate::handlers;
 use crate::protocol;
 use crate::state::AppState;
+use crate::{observe, probes};
 
 /// The whole HTTP application over `state`.
 pub fn app(state: AppState) -> Router {
     Router::new()
-        .route("/healthz", get(healthz))
+        .route("/healthz", get(probes::healthz))
+        .route("/readyz", get(probes::readyz))
         .route("/metrics", get(metrics))
         .fallback(handlers::stream)
         .layer(from_fn_with_state(state.clone(), guard))
+        .layer(observe::layers())
         .with_state(state)
-}
-
-async fn healthz() -> &'static str {
-    "ok\n"
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
@@ -134,7 +133,7 @@ fn authorized(state: &AppState, request: &Request) -> bool {
     let Some(token) = &state.config.auth_token else {
         return true;
     };
-    if request.uri().path() == "/healthz" {
+    if matches!(request.uri().path(), "/healthz" | "/readyz") {
         return true;
     }
     bearer_is(request.headers(), token) || administrative(state, request.headers())

@@ -4,6 +4,7 @@ mod limits;
 mod operations;
 mod parsers;
 mod patterns;
+mod probes;
 #[cfg(feature = "remote")]
 mod remote_contract;
 #[cfg(feature = "remote")]

@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
+mod config;
 #[cfg(feature = "aws")]
 mod dynamo;
+mod logging;
 mod serve;
 mod streams;
 
@@ -37,14 +39,13 @@ enum Command {
 const EXIT_GRACE: Duration = Duration::from_secs(2);
 
 fn main() -> std::process::ExitCode {
-    let command = Cli::parse().command;
-    let outcome = tokio::runtime::Runtime::new()
-        .map_err(anyhow::Error::from)
-        .and_then(|runtime| {
-            let outcome = runtime.block_on(run(command));
-            runtime.shutdown_timeout(EXIT_GRACE);
-            outcome
-        });
+    let outcome = config::parse::<Cli>().and_then(|cli| {
+        let command = cli.command;
+        let runtime = tokio::runtime::Runtime::new()?;
+        let outcome = runtime.block_on(run(command));
+        runtime.shutdown_timeout(EXIT_GRACE);
+        outcome
+    });
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {

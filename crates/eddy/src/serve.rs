@@ -11,6 +11,8 @@ use eddy_server::{Server, ServerConfig};
 use eddy_streams::{Durability, MemoryStorage, SqliteOptions, SqliteStorage, Storage};
 use ipnet::IpNet;
 
+use crate::logging::{self, LogArgs};
+
 /// Which stream store to serve.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum StorageKind {
@@ -23,6 +25,10 @@ pub enum StorageKind {
 /// Options of `eddy serve`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct ServeArgs {
+    /// A TOML file of these options: each key is a long flag
+    /// (`max-streams = 100`); flags and `EDDY_*` variables win over it.
+    #[arg(long, env = "EDDY_CONFIG")]
+    pub config: Option<PathBuf>,
     /// The address to listen on.
     #[arg(long, default_value = "127.0.0.1:4437", env = "EDDY_LISTEN")]
     pub listen: SocketAddr,
@@ -30,34 +36,34 @@ pub struct ServeArgs {
     #[arg(long, default_value = "./eddy-data", env = "EDDY_DATA")]
     pub data: PathBuf,
     /// The stream store.
-    #[arg(long, value_enum, default_value = "sqlite")]
+    #[arg(long, value_enum, default_value = "sqlite", env = "EDDY_STORAGE")]
     pub storage: StorageKind,
     /// How long a long-poll waits for data: `500ms`, `20s`, or milliseconds.
-    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    #[arg(long, default_value = "20s", value_parser = parse_duration, env = "EDDY_LONG_POLL_TIMEOUT")]
     pub long_poll_timeout: Duration,
     /// The largest request body, in bytes.
-    #[arg(long, default_value_t = eddy_streams::DEFAULT_MAX_APPEND_BYTES)]
+    #[arg(long, default_value_t = eddy_streams::DEFAULT_MAX_APPEND_BYTES, env = "EDDY_MAX_BODY_BYTES")]
     pub max_body_bytes: usize,
     /// How long a client may take to send a request body.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = parse_duration, env = "EDDY_BODY_TIMEOUT")]
     pub body_timeout: Duration,
     /// How long a client may take to send the request headers.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = parse_duration, env = "EDDY_HEADER_TIMEOUT")]
     pub header_timeout: Duration,
     /// The most concurrent live readers (long-poll and SSE); more get 503.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, env = "EDDY_MAX_LIVE_READERS")]
     pub max_live_readers: usize,
     /// The most streams the server holds; creates and forks beyond get 503.
-    #[arg(long, default_value_t = ServerConfig::default().max_streams)]
+    #[arg(long, default_value_t = ServerConfig::default().max_streams, env = "EDDY_MAX_STREAMS")]
     pub max_streams: usize,
     /// The most subscriptions the server holds; more get 503.
-    #[arg(long, default_value_t = ServerConfig::default().max_subscriptions)]
+    #[arg(long, default_value_t = ServerConfig::default().max_subscriptions, env = "EDDY_MAX_SUBSCRIPTIONS")]
     pub max_subscriptions: usize,
     /// Require `Authorization: Bearer TOKEN` on every request.
     #[arg(long, env = "EDDY_AUTH_TOKEN", hide_env_values = true)]
     pub auth_token: Option<String>,
     /// Read the bearer token from this file.
-    #[arg(long, conflicts_with = "auth_token")]
+    #[arg(long, conflicts_with = "auth_token", env = "EDDY_AUTH_TOKEN_FILE")]
     pub auth_token_file: Option<PathBuf>,
     /// The bearer token of administrative requests: only they may change
     /// streams under `__eddy/` (projection checkpoints). Give it to remote
@@ -65,16 +71,18 @@ pub struct ServeArgs {
     #[arg(long, env = "EDDY_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
     /// Allow listening on a non-loopback address without a token.
-    #[arg(long)]
+    #[arg(long, env = "EDDY_INSECURE_NO_AUTH")]
     pub insecure_no_auth: bool,
     /// Fsync only at checkpoints (survives a process crash, not a power loss).
-    #[arg(long)]
+    #[arg(long, env = "EDDY_NO_FSYNC")]
     pub no_fsync: bool,
     /// A network webhooks may reach although it is internal (loopback,
     /// private, link-local…), as `10.0.0.0/8` or one address; repeatable.
     /// Every other internal address is refused.
-    #[arg(long = "webhook-allow-network", value_name = "CIDR", value_parser = parse_network)]
+    #[arg(long = "webhook-allow-network", value_name = "CIDR", value_parser = parse_network, env = "EDDY_WEBHOOK_ALLOW_NETWORK", value_delimiter = ',')]
     pub webhook_allowed_networks: Vec<IpNet>,
+    #[command(flatten)]
+    pub log: LogArgs,
 }
 
 /// Parses a network (`10.0.0.0/8`) or a single address (`127.0.0.1`).
@@ -169,7 +177,7 @@ impl ServeArgs {
 /// stops accepting, ends live reads, lets in-flight requests finish, and
 /// closes the store.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    init_tracing();
+    logging::init(args.log.log_format);
     let config = args.config()?;
     let stop = shutdown_signal()?;
     let store = args.open_store()?;
@@ -180,16 +188,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     drop(store);
     tracing::info!("eddy serve stopped");
     Ok(())
-}
-
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // A second init (tests, embedding) keeps the first subscriber.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
 }
 
 /// Installs the SIGINT and SIGTERM handlers now (before the server says it

@@ -3,4 +3,5 @@
 
 mod crash;
 mod dynamo_cli;
+mod serve_cli;
 mod streams_cli;

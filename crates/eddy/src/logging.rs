@@ -1,0 +1,34 @@
+//! Logging set-up: human text or JSON lines on standard error, filtered by
+//! `RUST_LOG` (`info` by default). Log lines of an HTTP request carry the
+//! `request` span (request id, method, stream path).
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line, with the fields of the enclosing spans.
+    Json,
+}
+
+/// The logging options every long-running command takes.
+#[derive(Clone, Debug, clap::Args)]
+pub struct LogArgs {
+    /// How log lines are written on standard error: `text` or `json`.
+    #[arg(long, value_enum, default_value = "text", env = "EDDY_LOG_FORMAT")]
+    pub log_format: LogFormat,
+}
+
+/// Installs the process's log subscriber (a second call keeps the first).
+pub fn init(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().with_span_list(true).try_init(),
+    };
+}
