@@ -46,12 +46,10 @@ async fn main() -> Result<(), Error> {
     );
     let projection = Arc::new(
         Projection::builder("order-summaries", summaries, orders)
-            .key(|id, _| {
-                id.get("orderId")
-                    .map(|o| serde_json::json!({ "orderId": o }))
-            })
-            .initial(|key: &serde_json::Value| OrderSummary {
-                order_id: key["orderId"].as_str().unwrap_or_default().to_owned(),
+            // The row key: the value of its one composite, `orderId`.
+            .key(|id, _| id.get("orderId").map(str::to_owned))
+            .initial(|order_id: &String| OrderSummary {
+                order_id: order_id.clone(),
                 customer: String::new(),
                 total_cents: 0,
             })

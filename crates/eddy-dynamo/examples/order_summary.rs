@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use eddy_dynamo::{
     make_stream, process_batch, AppSchema, BatchProjection, BatchResult, ChangeFeed, EmbeddedTable,
-    Entity, EvolveError, KeyComposite, Projection, TableSchema,
+    Entity, KeyComposite, Projection, TableSchema,
 };
 use serde::{Deserialize, Serialize};
 
@@ -30,6 +30,28 @@ struct OrderSummary {
     customer: String,
     lines: u32,
     total_cents: u64,
+}
+
+/// The key of a summary row: its key composite, typed.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SummaryKey {
+    order_id: String,
+}
+
+impl SummaryKey {
+    fn of(order_id: &str) -> Self {
+        Self {
+            order_id: order_id.to_owned(),
+        }
+    }
+}
+
+/// Why an event does not fold.
+#[derive(Debug, thiserror::Error)]
+enum OrderError {
+    #[error("a line arrived before the order was placed")]
+    NotPlaced,
 }
 
 /// What the example prints.
@@ -122,12 +144,9 @@ async fn run(target: &Target) -> anyhow::Result<Report> {
     orders.append(&o1, &[line("honey", 1, 700)], 2).await?;
 
     let projection = Projection::builder("order-summaries", summaries.clone(), orders)
-        .key(|id, _| {
-            id.get("orderId")
-                .map(|o| serde_json::json!({ "orderId": o }))
-        })
-        .initial(|key: &serde_json::Value| OrderSummary {
-            order_id: key["orderId"].as_str().unwrap_or_default().to_owned(),
+        .key(|id, _| id.get("orderId").map(SummaryKey::of))
+        .initial(|key: &SummaryKey| OrderSummary {
+            order_id: key.order_id.clone(),
             customer: String::new(),
             lines: 0,
             total_cents: 0,
@@ -137,9 +156,9 @@ async fn run(target: &Target) -> anyhow::Result<Report> {
                 row.customer = customer.clone();
                 Ok(row)
             }
-            OrderEvent::LineAdded { .. } if row.customer.is_empty() => Err(EvolveError::new(
-                "a line arrived before the order was placed",
-            )),
+            OrderEvent::LineAdded { .. } if row.customer.is_empty() => {
+                Err(OrderError::NotPlaced.into())
+            }
             OrderEvent::LineAdded { qty, cents, .. } => {
                 row.lines += 1;
                 row.total_cents += u64::from(*qty) * cents;
@@ -156,11 +175,7 @@ async fn run(target: &Target) -> anyhow::Result<Report> {
     let batch = process_batch(&records, &[&projection as &dyn BatchProjection]).await;
     let mut rows = Vec::new();
     for order in ["o-1", "o-2", "o-3"] {
-        rows.extend(
-            summaries
-                .get(&serde_json::json!({ "orderId": order }))
-                .await?,
-        );
+        rows.extend(summaries.get(&SummaryKey::of(order)).await?);
     }
     Ok(Report {
         rows,

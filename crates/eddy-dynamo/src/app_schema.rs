@@ -60,7 +60,24 @@ pub(crate) fn parse_stream_partition(text: &str) -> Option<(AppSchema, String)> 
 /// Escapes the separator: `%` becomes `%25` and `#` becomes `%23`, so
 /// composed keys split unambiguously.
 pub(crate) fn escape(text: &str) -> String {
-    text.replace('%', "%25").replace('#', "%23")
+    let mut out = String::with_capacity(text.len());
+    escape_into(text, &mut out);
+    out
+}
+
+/// Appends `text`, escaped, to `out`.
+fn escape_into(text: &str, out: &mut String) {
+    let mut rest = text;
+    while let Some(at) = rest.find(['%', '#']) {
+        out.push_str(&rest[..at]);
+        out.push_str(if rest.as_bytes()[at] == b'%' {
+            "%25"
+        } else {
+            "%23"
+        });
+        rest = &rest[at + 1..];
+    }
+    out.push_str(rest);
 }
 
 /// Reverses [`escape`]; `None` for text it cannot have produced.
@@ -97,12 +114,14 @@ pub(crate) fn compose(
     values: &Item,
     owner: &str,
 ) -> Result<String, Error> {
-    let mut key = prefix.to_owned();
+    let mut key = String::with_capacity(prefix.len() + 16 * composite.len());
+    key.push_str(prefix);
     for attribute in composite {
         let text = match values.get(attribute) {
-            Some(AttributeValue::S(s)) => s.clone(),
-            Some(AttributeValue::N(n)) => n.clone(),
-            Some(AttributeValue::Bool(b)) => b.to_string(),
+            Some(AttributeValue::S(s)) => s.as_str(),
+            Some(AttributeValue::N(n)) => n.as_str(),
+            Some(AttributeValue::Bool(true)) => "true",
+            Some(AttributeValue::Bool(false)) => "false",
             Some(AttributeValue::Null(_)) | None => {
                 return Err(Error::KeyCompose {
                     entity: owner.to_owned(),
@@ -119,9 +138,9 @@ pub(crate) fn compose(
             }
         };
         key.push('#');
-        key.push_str(&escape(attribute));
+        escape_into(attribute, &mut key);
         key.push('=');
-        key.push_str(&escape(&text));
+        escape_into(text, &mut key);
     }
     Ok(key)
 }

@@ -29,12 +29,12 @@ pub trait BatchProjection: Send + Sync {
 #[async_trait]
 impl<E, M, K> BatchProjection for Projection<E, M, K>
 where
-    E: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    E: Serialize + DeserializeOwned + Send + Sync + 'static,
     M: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
     K: Serialize + Send + Sync + 'static,
 {
     fn reads(&self, stream: &StreamIdentity) -> bool {
-        self.stream().identity() == *stream
+        Projection::reads(self, stream)
     }
 
     async fn apply_events(
@@ -46,20 +46,8 @@ where
     }
 }
 
-fn to_report<M: Serialize>(o: RowOutcome<M>) -> RowReport {
-    RowOutcome {
-        state: o.state.and_then(|s| serde_json::to_value(s).ok()),
-        projection: o.projection,
-        key: o.key,
-        instance: o.instance,
-        applied: o.applied,
-        already_applied: o.already_applied,
-        rejected: o.rejected,
-        checkpoint: o.checkpoint,
-        revision: o.revision,
-        written: o.written,
-        failure: o.failure,
-    }
+fn to_report<M: Serialize>(outcome: RowOutcome<M>) -> RowReport {
+    outcome.map_state(|state| serde_json::to_value(state).ok())
 }
 
 /// A record of the batch that was not applied.
@@ -139,7 +127,7 @@ pub async fn process_batch(
     let mut routed: Vec<Vec<(usize, EventItem)>> = vec![Vec::new(); projections.len()];
     for (index, record) in records.iter().enumerate() {
         let event = match record.event_name.as_str() {
-            "INSERT" => EventItem::from_item(&record.change.new_image),
+            "INSERT" => EventItem::from_image(&record.change.new_image, &record.change.keys),
             _ => Ok(None),
         };
         let event = match event {
@@ -168,9 +156,11 @@ pub async fn process_batch(
             });
             continue;
         }
-        for p in readers {
-            routed[p].push((index, event.clone()));
+        let (last, others) = readers.split_last().unwrap_or((&0, &[]));
+        for p in others {
+            routed[*p].push((index, event.clone()));
         }
+        routed[*last].push((index, event));
     }
     let mut rows = Vec::new();
     for (projection, mine) in projections.iter().zip(routed) {

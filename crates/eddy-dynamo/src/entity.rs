@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::app_schema::{compose, escape, to_item, AppSchema, ENTITY_ATTRIBUTE};
 use crate::condition::Condition;
 use crate::error::{Error, TableError};
-use crate::item::{drop_nulls, get_str, s, Item};
+use crate::item::{drop_nulls, get_str, s, AttributeValue, Item};
 use crate::query::{Query, SortCondition};
 use crate::request::{Delete, Put, UpdateItem};
 use crate::table::Table;
@@ -51,10 +51,12 @@ struct EntityIndex {
 /// with the entity type.
 pub struct Entity<M> {
     table: Arc<dyn Table>,
-    app: AppSchema,
     entity_type: String,
     primary: KeyComposite,
     indexes: Vec<EntityIndex>,
+    /// `<app>#v<version>#<entity>` and `<entity>`, escaped: every key's start.
+    partition_prefix: String,
+    sort_prefix: String,
     model: PhantomData<fn() -> M>,
 }
 
@@ -62,10 +64,11 @@ impl<M> Clone for Entity<M> {
     fn clone(&self) -> Self {
         Self {
             table: Arc::clone(&self.table),
-            app: self.app.clone(),
             entity_type: self.entity_type.clone(),
             primary: self.primary.clone(),
             indexes: self.indexes.clone(),
+            partition_prefix: self.partition_prefix.clone(),
+            sort_prefix: self.sort_prefix.clone(),
             model: PhantomData,
         }
     }
@@ -89,10 +92,12 @@ impl<M: Serialize + DeserializeOwned> Entity<M> {
         entity_type: impl Into<String>,
         primary: KeyComposite,
     ) -> Self {
+        let entity_type = entity_type.into();
         Self {
             table,
-            app,
-            entity_type: entity_type.into(),
+            partition_prefix: app.prefix(&entity_type),
+            sort_prefix: escape(&entity_type),
+            entity_type,
             primary,
             indexes: Vec::new(),
             model: PhantomData,
@@ -121,7 +126,7 @@ impl<M: Serialize + DeserializeOwned> Entity<M> {
 
     fn partition_value(&self, composite: &KeyComposite, values: &Item) -> Result<String, Error> {
         compose(
-            &self.app.prefix(&self.entity_type),
+            &self.partition_prefix,
             &composite.partition,
             values,
             &self.entity_type,
@@ -130,7 +135,7 @@ impl<M: Serialize + DeserializeOwned> Entity<M> {
 
     fn sort_value(&self, composite: &KeyComposite, values: &Item) -> Result<String, Error> {
         compose(
-            &escape(&self.entity_type),
+            &self.sort_prefix,
             &composite.sort,
             values,
             &self.entity_type,
@@ -147,10 +152,50 @@ impl<M: Serialize + DeserializeOwned> Entity<M> {
         )
     }
 
-    /// The table key of the item these attributes name (any serializable
-    /// value holding the composite attributes: the model, or a key struct).
+    /// The table key of the item a typed key names: a struct (or map, or
+    /// the model itself) holding the primary key's composite attributes, a
+    /// tuple of their values in composite order (partition, then sort), or a
+    /// single value when the key has one composite attribute.
     pub fn key<K: Serialize + ?Sized>(&self, input: &K) -> Result<Item, Error> {
-        self.key_of_item(&to_item(input)?)
+        self.key_of_item(&self.composite_values(input)?)
+    }
+
+    /// The composite attribute values a typed key holds.
+    fn composite_values<K: Serialize + ?Sized>(&self, input: &K) -> Result<Item, Error> {
+        let names: Vec<&String> = self
+            .primary
+            .partition
+            .iter()
+            .chain(&self.primary.sort)
+            .collect();
+        let mismatch = |reason: String| Error::KeyCompose {
+            entity: self.entity_type.clone(),
+            attribute: names
+                .iter()
+                .map(|n| n.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            reason,
+        };
+        let value =
+            serde_dynamo::to_attribute_value(input).map_err(|e| Error::Encode(e.to_string()))?;
+        match value {
+            AttributeValue::M(map) => Ok(map),
+            AttributeValue::L(values) if values.len() == names.len() => Ok(names
+                .into_iter()
+                .cloned()
+                .zip(values)
+                .collect()),
+            AttributeValue::L(values) => Err(mismatch(format!(
+                "a tuple key holds {} values for {} composite attributes",
+                values.len(),
+                names.len()
+            ))),
+            scalar if names.len() == 1 => Ok(Item::from([(names[0].clone(), scalar)])),
+            _ => Err(mismatch(
+                "a key is a struct of the composite attributes, a tuple of their values, or one value for a single attribute".into(),
+            )),
+        }
     }
 
     fn key_of_item(&self, values: &Item) -> Result<Item, Error> {

@@ -72,15 +72,17 @@ pub enum Error {
         /// The instance whose event arrived.
         instance: String,
     },
-    /// `evolve` failed and `terminal` did not accept the failure.
-    #[error("evolve failed on event {version} of {instance}: {message}")]
+    /// `evolve` failed and `terminal` did not accept the failure; the
+    /// failure is the source, as `evolve` returned it.
+    #[error("evolve failed on event {version} of stream instance {instance}")]
     Evolve {
         /// The stream instance.
         instance: String,
         /// The event's version.
         version: u64,
-        /// The failure's message.
-        message: String,
+        /// The failure.
+        #[source]
+        source: BoxError,
     },
     /// Gap fill read fewer events than the versions it needed (an
     /// eventually consistent read, a trimmed stream, the wrong table). The

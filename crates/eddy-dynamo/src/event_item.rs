@@ -55,17 +55,73 @@ impl StreamId {
     }
 }
 
-impl std::fmt::Display for StreamId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut first = true;
-        for (k, v) in &self.0 {
-            if !first {
-                f.write_str(",")?;
-            }
-            first = false;
-            write!(f, "{k}={v}")?;
+/// Characters with a meaning in the text form of a stream id, and their escapes.
+const ESCAPES: [(char, &str); 4] = [('%', "%25"), (',', "%2C"), ('=', "%3D"), ('#', "%23")];
+
+fn escape_part(text: &str, out: &mut String) {
+    for c in text.chars() {
+        match ESCAPES.iter().find(|(special, _)| *special == c) {
+            Some((_, escaped)) => out.push_str(escaped),
+            None => out.push(c),
         }
-        Ok(())
+    }
+}
+
+fn unescape_part(text: &str) -> Option<String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('%') {
+        out.push_str(&rest[..at]);
+        let code = rest.get(at..at + 3)?;
+        let (c, _) = ESCAPES.iter().find(|(_, escaped)| *escaped == code)?;
+        out.push(*c);
+        rest = &rest[at + 3..];
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
+impl std::fmt::Display for StreamId {
+    /// The reversible text form: `attr=value` pairs in attribute order,
+    /// separated by `,`, with `%`, `,`, `=` and `#` escaped (`%25`, `%2C`,
+    /// `%3D`, `%23`), so it never contains `#` and parses back exactly
+    /// ([`StreamId::from_str`](std::str::FromStr)).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut out = String::new();
+        for (i, (k, v)) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            escape_part(k, &mut out);
+            out.push('=');
+            escape_part(v, &mut out);
+        }
+        f.write_str(&out)
+    }
+}
+
+impl std::str::FromStr for StreamId {
+    type Err = Error;
+
+    /// Parses the text form [`Display`](std::fmt::Display) writes.
+    fn from_str(text: &str) -> Result<Self, Error> {
+        let bad =
+            || Error::InvalidArgument(format!("{text:?} is not the text form of a stream id"));
+        if text.is_empty() {
+            return Ok(Self::default());
+        }
+        let mut id = BTreeMap::new();
+        for pair in text.split(',') {
+            let (k, v) = pair.split_once('=').ok_or_else(bad)?;
+            let (k, v) = (
+                unescape_part(k).ok_or_else(bad)?,
+                unescape_part(v).ok_or_else(bad)?,
+            );
+            if id.insert(k, v).is_some() {
+                return Err(bad());
+            }
+        }
+        Ok(Self(id))
     }
 }
 
@@ -135,6 +191,12 @@ impl EventItem {
     /// event at all (a read-model row, an outbox item). The application and
     /// schema version come from the item's partition key.
     pub fn from_item(item: &Item) -> Result<Option<Self>, Error> {
+        Self::from_image(item, item)
+    }
+
+    /// Reads an event from a change record's new image, finding its
+    /// application in the record's keys.
+    pub(crate) fn from_image(item: &Item, keys: &Item) -> Result<Option<Self>, Error> {
         let Some(marker) = get_str(item, ENTITY_ATTRIBUTE) else {
             return Ok(None);
         };
@@ -149,7 +211,7 @@ impl EventItem {
         if get_str(item, STREAM_NAME) != Some(stream_name) {
             return Err(bad(STREAM_NAME));
         }
-        let app = stream_app(item, stream_name).ok_or_else(|| bad("partition key"))?;
+        let app = stream_app(keys, stream_name).ok_or_else(|| bad("partition key"))?;
         let stream_id = item
             .get(STREAM_ID)
             .and_then(StreamId::from_attribute)
@@ -215,4 +277,31 @@ fn stream_app(item: &Item, stream: &str) -> Option<AppSchema> {
     let app = found.next()?;
     // Two key attributes naming different apps: not an item we wrote.
     found.all(|other| other == app).then_some(app)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn stream_ids_round_trip_through_their_text_form(
+            pairs in proptest::collection::btree_map(".{0,6}", ".{0,8}", 0..4)
+        ) {
+            let id = StreamId::new(pairs);
+            let text = id.to_string();
+            prop_assert!(!text.contains('#'), "{}", text);
+            prop_assert_eq!(text.parse::<StreamId>().unwrap(), id);
+        }
+    }
+
+    #[test]
+    fn the_text_form_escapes_separators_and_refuses_garbage() {
+        let id = StreamId::new([("a=b", "x,y#z%"), ("c", "")]);
+        assert_eq!(id.to_string(), "a%3Db=x%2Cy%23z%25,c=");
+        for bad in ["novalue", "a=1,a=2", "a=%zz", "a=%2"] {
+            assert!(bad.parse::<StreamId>().is_err(), "{bad}");
+        }
+    }
 }

@@ -218,10 +218,15 @@ impl<E: Serialize + DeserializeOwned> EventStream<E> {
     /// Decodes a stored event; `UnknownEventType` when its type is not one
     /// of this stream's, `EventDecodeError` when its data does not fit.
     pub fn decode(&self, item: &EventItem) -> Result<StoredEvent<E>, Error> {
+        self.decode_owned(item.clone())
+    }
+
+    /// [`decode`](Self::decode), taking the stored event.
+    pub(crate) fn decode_owned(&self, item: EventItem) -> Result<StoredEvent<E>, Error> {
         if !self.event_types.contains(&item.event_type.as_str()) {
             return Err(Error::UnknownEventType {
                 stream: self.name.clone(),
-                event_type: item.event_type.clone(),
+                event_type: item.event_type,
             });
         }
         let failed = |message: String| Error::EventDecode {
@@ -229,30 +234,25 @@ impl<E: Serialize + DeserializeOwned> EventStream<E> {
             event_type: item.event_type.clone(),
             message,
         };
-        let json = match &item.data {
-            AttributeValue::Null(_) => serde_json::Value::String(item.event_type.clone()),
-            data => {
-                let data: serde_json::Value = serde_dynamo::from_attribute_value(data.clone())
-                    .map_err(|e| failed(e.to_string()))?;
-                serde_json::Value::Object(serde_json::Map::from_iter([(
-                    item.event_type.clone(),
-                    data,
-                )]))
-            }
+        // The externally tagged form serde expects: `{type: data}`, or the
+        // bare type for a unit variant.
+        let tagged = match item.data {
+            AttributeValue::Null(_) => AttributeValue::S(item.event_type.clone()),
+            data => AttributeValue::M(Item::from([(item.event_type.clone(), data)])),
         };
-        let event = serde_json::from_value(json).map_err(|e| failed(e.to_string()))?;
+        let event =
+            serde_dynamo::from_attribute_value(tagged).map_err(|e| failed(e.to_string()))?;
         let metadata = item
             .metadata
-            .clone()
             .map(serde_dynamo::from_attribute_value::<_, serde_json::Value>)
             .transpose()
             .map_err(|e| failed(format!("metadata: {e}")))?;
         Ok(StoredEvent {
-            stream_id: item.stream_id.clone(),
+            stream_id: item.stream_id,
             version: item.version,
-            event_type: item.event_type.clone(),
+            event_type: item.event_type,
             event,
-            timestamp: item.timestamp.clone(),
+            timestamp: item.timestamp,
             metadata,
         })
     }
@@ -389,7 +389,7 @@ impl<E: Serialize + DeserializeOwned> EventStream<E> {
         let items = self
             .read_items_range(id, version.max(1), u64::MAX / 2)
             .await?;
-        items.iter().map(|i| self.decode(i)).collect()
+        items.into_iter().map(|i| self.decode_owned(i)).collect()
     }
 
     /// The version of the last event, 0 for a stream with none.

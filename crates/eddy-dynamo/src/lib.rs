@@ -24,10 +24,14 @@
 //!   there first; `handle` runs a command with retries.
 //! - **Projections**: a [`Projection`] folds one stream into read-model rows,
 //!   with a checkpoint per row (and optionally a revision) guarding every
-//!   write. [`process_batch`] routes change-feed records to projections and
-//!   builds Lambda's partial batch response; a [`Follower`] drives it from
-//!   the embedded feed with a durable checkpoint, and
-//!   [`handle_stream_event`] from a Lambda trigger.
+//!   write; `evolve` returns a [`Step`] (next state, skip, remove) or a typed
+//!   [`EvolveError`]. Rows are applied by one row core: per row one read,
+//!   every contributing stream instance folded in a fixed order, one
+//!   guarded write ([`RowOutcome`], [`InstanceOutcome`]). [`process_batch`]
+//!   routes change-feed records to projections by application, schema
+//!   version and stream ([`StreamIdentity`]) and builds Lambda's partial
+//!   batch response; a [`Follower`] drives it from the embedded feed with a
+//!   durable checkpoint, and [`handle_stream_event`] from a Lambda trigger.
 //!
 //! - **Amazon DynamoDB** (feature `aws`): `DynamoTable` implements
 //!   [`Table`] with `aws-sdk-dynamodb` (requests validated as the embedded
@@ -83,8 +87,11 @@
 //!
 //! - Events are a serde enum in its default representation; the variant
 //!   name is the event type, so an unknown type is told apart from bad data.
-//! - `evolve` returns `Result<M, EvolveError>`; `terminal` is a predicate
-//!   over that error.
+//! - `evolve` returns `Result<Step<M>, EvolveError>` (a plain `M` is a
+//!   `Step::Next`); `EvolveError` wraps an error of any type, and
+//!   `terminal` is declared for one type and matches by downcasting.
+//! - A row key is a typed value `K` (a struct of the key composites, a
+//!   tuple of their values, or one value), not a dynamic map.
 //! - A single-source row remembers which stream instance feeds it
 //!   (`__edd_src__`); a second instance is refused with
 //!   `ProjectionSourceConflict` instead of corrupting the checkpoint.
@@ -148,8 +155,8 @@ pub use item::{
 pub use key_schema::{IndexDefinition, KeyAttribute, KeyDefinition, TableSchema};
 pub use lambda::{handle_stream_event, StreamEvent, StreamEventResponse};
 pub use projection::{
-    EvolveError, Projection, ProjectionBuilder, RecordFailure, RowOutcome, RowReport,
-    SOURCE_ATTRIBUTE,
+    EvolveError, InstanceOutcome, Projection, ProjectionBuilder, RecordFailure, RowOutcome,
+    RowReport, Step, SOURCE_ATTRIBUTE,
 };
 pub use query::{Query, QueryPage, SortCondition};
 pub use request::{ConditionCheck, Delete, Put, TransactWriteItem, UpdateItem};

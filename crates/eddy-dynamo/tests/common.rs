@@ -223,33 +223,66 @@ pub fn summaries(table: &TestTable) -> Entity<OrderSummary> {
     .with_index("gsi1", KeyComposite::new(&["customer"], &["orderId"]))
 }
 
-pub type SummaryProjection = eddy_dynamo::Projection<OrderEvent, OrderSummary, serde_json::Value>;
+/// The key of an order summary row: its key composite, typed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SummaryKey {
+    pub order_id: String,
+}
+
+/// The summary row key of an order.
+pub fn key(order_id: &str) -> SummaryKey {
+    SummaryKey {
+        order_id: order_id.to_owned(),
+    }
+}
+
+/// Why an order event does not fold.
+#[derive(Debug, thiserror::Error)]
+pub enum OrderError {
+    #[error("a line needs a quantity")]
+    NoQuantity,
+    #[error("line before the order was placed")]
+    NotPlaced,
+}
+
+pub type SummaryProjection = eddy_dynamo::Projection<OrderEvent, OrderSummary, SummaryKey>;
+
+/// The one instance of a single-source row's outcome.
+pub trait Only {
+    fn only(&self) -> &eddy_dynamo::InstanceOutcome;
+}
+
+impl<M> Only for eddy_dynamo::RowOutcome<M> {
+    fn only(&self) -> &eddy_dynamo::InstanceOutcome {
+        assert_eq!(self.instances.len(), 1, "one instance feeds this row");
+        &self.instances[0]
+    }
+}
+
+/// The summary of an order before its first event.
+pub fn empty_summary(key: &SummaryKey) -> OrderSummary {
+    OrderSummary {
+        order_id: key.order_id.clone(),
+        customer: String::new(),
+        lines: 0,
+        total_cents: 0,
+        cancelled: false,
+    }
+}
 
 /// Folds orders into summaries. A line with quantity 0 is refused and
 /// accepted as terminal; a line before the order is placed fails the row.
 pub fn summary_projection(table: &TestTable, revision: bool) -> SummaryProjection {
     let builder = eddy_dynamo::Projection::builder("summaries", summaries(table), orders(table))
-        .key(|id, _| {
-            id.get("orderId")
-                .map(|o| serde_json::json!({ "orderId": o }))
-        })
-        .initial(|key| OrderSummary {
-            order_id: key["orderId"].as_str().unwrap_or_default().to_owned(),
-            customer: String::new(),
-            lines: 0,
-            total_cents: 0,
-            cancelled: false,
-        })
+        .key(|id, _| id.get("orderId").map(key))
+        .initial(empty_summary)
         .evolve(|mut row, event| {
             match &event.event {
                 OrderEvent::Placed { customer } => row.customer = customer.clone(),
-                OrderEvent::LineAdded { qty: 0, .. } => {
-                    return Err(eddy_dynamo::EvolveError::new("a line needs a quantity"))
-                }
+                OrderEvent::LineAdded { qty: 0, .. } => return Err(OrderError::NoQuantity.into()),
                 OrderEvent::LineAdded { .. } if row.customer.is_empty() => {
-                    return Err(eddy_dynamo::EvolveError::new(
-                        "line before the order was placed",
-                    ))
+                    return Err(OrderError::NotPlaced.into())
                 }
                 OrderEvent::LineAdded { qty, cents, .. } => {
                     row.lines += 1;
@@ -259,7 +292,7 @@ pub fn summary_projection(table: &TestTable, revision: bool) -> SummaryProjectio
             }
             Ok(row)
         })
-        .terminal(|e| e.0.contains("quantity"))
+        .terminal(|e: &OrderError| matches!(e, OrderError::NoQuantity))
         .checkpoint("version");
     let builder = if revision {
         builder.revision("revision")
@@ -271,11 +304,7 @@ pub fn summary_projection(table: &TestTable, revision: bool) -> SummaryProjectio
 
 /// The summary row of `order_id`, which must exist.
 pub async fn summary_of(table: &TestTable, order_id: &str) -> OrderSummary {
-    summaries(table)
-        .get(&serde_json::json!({ "orderId": order_id }))
-        .await
-        .unwrap()
-        .unwrap()
+    summaries(table).get(&key(order_id)).await.unwrap().unwrap()
 }
 
 pub fn placed(customer: &str) -> OrderEvent {

@@ -3,7 +3,7 @@
 use eddy_dynamo::{n, s, Table, Update, ENTITY_ATTRIBUTE};
 use serde_json::json;
 
-use crate::common::{summaries, table, OrderSummary, TestTable};
+use crate::common::{key, summaries, table, OrderSummary, TestTable};
 
 fn summary(id: &str, customer: &str) -> OrderSummary {
     OrderSummary {
@@ -17,13 +17,26 @@ fn summary(id: &str, customer: &str) -> OrderSummary {
 
 pub async fn keys_follow_the_documented_format(t: TestTable) {
     let e = summaries(&t);
-    let key = e.key(&json!({"orderId": "o#1"})).unwrap();
+    let key = e.key(&key("o#1")).unwrap();
     assert_eq!(key["pk"], s("shop#v1#OrderSummary#orderId=o%231"));
     assert_eq!(key["sk"], s("OrderSummary"));
     let item = e.to_item(&summary("o-1", "ann")).unwrap();
     assert_eq!(item[ENTITY_ATTRIBUTE], s("OrderSummary"));
     assert_eq!(item["gsi1pk"], s("shop#v1#OrderSummary#customer=ann"));
     assert_eq!(item["gsi1sk"], s("OrderSummary#orderId=o-1"));
+}
+
+/// A typed key is a struct of the composite attributes, a tuple of their
+/// values in composite order, or one value for a one-attribute key.
+#[tokio::test]
+async fn typed_keys_are_structs_tuples_or_single_values() {
+    let e = summaries(&table());
+    let by_struct = e.key(&key("o-1")).unwrap();
+    assert_eq!(e.key(&("o-1",)).unwrap(), by_struct);
+    assert_eq!(e.key("o-1").unwrap(), by_struct);
+    let err = e.key(&("o-1", "extra")).unwrap_err();
+    assert_eq!(err.code(), "KeyComposeError");
+    assert!(err.to_string().contains("2 values"), "{err}");
 }
 
 #[tokio::test]
@@ -38,34 +51,31 @@ async fn a_key_that_does_not_compose_is_a_typed_error() {
 
 pub async fn create_get_update_delete(t: TestTable) {
     let e = summaries(&t);
-    let key = json!({"orderId": "o-1"});
-    assert_eq!(e.get(&key).await.unwrap(), None);
+    let o1 = key("o-1");
+    assert_eq!(e.get(&o1).await.unwrap(), None);
     e.create(&summary("o-1", "ann")).await.unwrap();
     assert_eq!(
         e.create(&summary("o-1", "bob")).await.unwrap_err().code(),
         "ConditionalCheckFailed"
     );
-    assert_eq!(e.get(&key).await.unwrap(), Some(summary("o-1", "ann")));
+    assert_eq!(e.get(&o1).await.unwrap(), Some(summary("o-1", "ann")));
     let updated = e
         .update(
-            &key,
+            &o1,
             Update::new().add("lines", n(2)).set("totalCents", n(900)),
         )
         .await
         .unwrap();
     assert_eq!((updated.lines, updated.total_cents), (2, 900));
     assert_eq!(
-        e.update(
-            &json!({"orderId": "nope"}),
-            Update::new().set("lines", n(1))
-        )
-        .await
-        .unwrap_err()
-        .code(),
+        e.update(&key("nope"), Update::new().set("lines", n(1)))
+            .await
+            .unwrap_err()
+            .code(),
         "ConditionalCheckFailed"
     );
-    e.delete(&key).await.unwrap();
-    assert_eq!(e.get(&key).await.unwrap(), None);
+    e.delete(&o1).await.unwrap();
+    assert_eq!(e.get(&o1).await.unwrap(), None);
 }
 
 pub async fn queries_by_partition_and_index_return_only_the_entity(t: TestTable) {
@@ -82,7 +92,7 @@ pub async fn queries_by_partition_and_index_return_only_the_entity(t: TestTable)
         ["o-1", "o-2"]
     );
     assert_eq!(
-        e.query(&json!({"orderId": "o-3"}), None).await.unwrap(),
+        e.query(&key("o-3"), None).await.unwrap(),
         vec![summary("o-3", "bob")]
     );
     // A foreign item in the same partition is not the entity's.
@@ -90,18 +100,9 @@ pub async fn queries_by_partition_and_index_return_only_the_entity(t: TestTable)
     foreign.insert("sk".into(), s("OrderSummary#extra"));
     foreign.insert(ENTITY_ATTRIBUTE.into(), s("Other"));
     t.put_item(eddy_dynamo::Put::new(foreign)).await.unwrap();
-    assert_eq!(
-        e.query(&json!({"orderId": "o-3"}), None)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(e.query(&key("o-3"), None).await.unwrap().len(), 1);
     // Batch and transactional gets across entities decode by owner.
-    let keys = vec![
-        e.key(&json!({"orderId": "o-1"})).unwrap(),
-        e.key(&json!({"orderId": "zz"})).unwrap(),
-    ];
+    let keys = vec![e.key(&key("o-1")).unwrap(), e.key(&key("zz")).unwrap()];
     let got = t.transact_get_items(keys).await.unwrap();
     assert_eq!(
         e.decode(got[0].clone().unwrap()).unwrap(),
@@ -116,7 +117,7 @@ pub async fn an_item_that_does_not_fit_the_model_is_a_decode_error(t: TestTable)
     item.insert("lines".into(), s("many"));
     t.put_item(eddy_dynamo::Put::new(item)).await.unwrap();
     assert_eq!(
-        e.get(&json!({"orderId": "o-1"})).await.unwrap_err().code(),
+        e.get(&key("o-1")).await.unwrap_err().code(),
         "ItemDecodeError"
     );
 }

@@ -195,7 +195,7 @@ mod dynamodb_only {
     };
 
     use super::{endpoint, options, unique};
-    use crate::common::{line, orders, placed, summary_of, summary_projection, TestTable};
+    use crate::common::{line, orders, placed, summary_of, summary_projection, Only, TestTable};
 
     async fn client(endpoint: &str) -> aws_sdk_dynamodb::Client {
         aws_sdk_dynamodb::Client::new(&options(endpoint).sdk_config().await.unwrap())
@@ -437,13 +437,14 @@ mod dynamodb_only {
         let applied: usize = results
             .iter()
             .flat_map(|r| r.rows.iter())
-            .map(|row| row.applied.len())
+            .map(|row| row.only().applied.len())
             .sum();
         assert_eq!(applied, 1, "only the new event is applied");
         assert!(
-            results
+            results.iter().all(|r| r
+                .rows
                 .iter()
-                .all(|r| r.rows.iter().all(|row| row.already_applied.is_empty())),
+                .all(|row| row.only().already_applied.is_empty())),
             "nothing before the checkpoint is read again ({records} records)"
         );
         let row = summary_of(&t, "o-1").await;

@@ -2,12 +2,14 @@
 
 use std::sync::Arc;
 
-use eddy_dynamo::{get_u64, make_stream, Entity, KeyComposite, Projection, StoredEvent, Table};
+use eddy_dynamo::{
+    get_u64, make_stream, Entity, KeyComposite, Projection, Step, StoredEvent, Table,
+};
 use serde_json::json;
 
 use crate::common::{
-    app, line, orders, placed, summaries, summary_of, summary_projection, table, OrderEvent,
-    OrderSummary, TestTable,
+    app, empty_summary, key, line, orders, placed, summaries, summary_of, summary_projection,
+    table, Only, OrderError, OrderEvent, OrderSummary, SummaryKey, SummaryProjection, TestTable,
 };
 
 async fn history(
@@ -28,8 +30,8 @@ pub async fn folds_in_version_order_and_recognises_redelivery(t: TestTable) {
     shuffled.reverse();
     let out = p.apply_batch(shuffled).await.unwrap();
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].applied, [1, 2, 3]);
-    assert_eq!(out[0].checkpoint, 3);
+    assert_eq!(out[0].only().applied, [1, 2, 3]);
+    assert_eq!(out[0].only().checkpoint, 3);
     assert!(out[0].written && out[0].is_applied());
     let row = out[0].state.clone().unwrap();
     assert_eq!(
@@ -37,15 +39,15 @@ pub async fn folds_in_version_order_and_recognises_redelivery(t: TestTable) {
         ("ann", 2, 250)
     );
     assert_eq!(
-        summaries(&t).get(&json!({"orderId": "o-1"})).await.unwrap(),
+        summaries(&t).get(&key("o-1")).await.unwrap(),
         Some(row.clone())
     );
 
     let again = p.apply_batch(events).await.unwrap();
-    assert_eq!(again[0].already_applied, [1, 2, 3]);
-    assert!(again[0].applied.is_empty() && !again[0].written);
+    assert_eq!(again[0].only().already_applied, [1, 2, 3]);
+    assert!(again[0].only().applied.is_empty() && !again[0].written);
     assert_eq!(again[0].state, Some(row));
-    assert_eq!(p.checkpoint(&json!({"orderId": "o-1"})).await.unwrap(), 3);
+    assert_eq!(p.checkpoint(&key("o-1")).await.unwrap(), 3);
 }
 
 pub async fn a_gap_is_filled_from_the_event_store(t: TestTable) {
@@ -60,7 +62,7 @@ pub async fn a_gap_is_filled_from_the_event_store(t: TestTable) {
         .apply_batch(vec![events[3].clone(), events[1].clone()])
         .await
         .unwrap();
-    assert_eq!(out[0].applied, [1, 2, 3, 4]);
+    assert_eq!(out[0].only().applied, [1, 2, 3, 4]);
     assert_eq!(out[0].state.as_ref().unwrap().total_cents, 60);
 }
 
@@ -69,23 +71,23 @@ pub async fn terminal_failures_move_the_checkpoint_and_others_stop_it(t: TestTab
     let events = history(&t, "o-1", &[placed("ann"), line(0, 10), line(1, 20)]).await;
     let out = p.apply_batch(events).await.unwrap();
     assert_eq!(
-        (out[0].applied.clone(), out[0].rejected.clone()),
+        (
+            out[0].only().applied.clone(),
+            out[0].only().rejected.clone()
+        ),
         (vec![1, 3], vec![2])
     );
-    assert_eq!(out[0].checkpoint, 3);
+    assert_eq!(out[0].only().checkpoint, 3);
     assert_eq!(out[0].state.as_ref().unwrap().total_cents, 20);
 
     // A line before placement fails the row: nothing precedes it, so nothing is written.
     let events = history(&t, "o-2", &[line(1, 5), placed("bob")]).await;
     let out = p.apply_batch(events).await.unwrap();
-    let failure = out[0].failure.as_ref().expect("the row failed");
+    let failure = out[0].first_failure().expect("the row failed");
     assert_eq!(failure.code(), "EvolveFailed");
-    assert_eq!(out[0].checkpoint, 0);
+    assert_eq!(out[0].only().checkpoint, 0);
     assert!(!out[0].written);
-    assert_eq!(
-        summaries(&t).get(&json!({"orderId": "o-2"})).await.unwrap(),
-        None
-    );
+    assert_eq!(summaries(&t).get(&key("o-2")).await.unwrap(), None);
 }
 
 pub async fn the_revision_increments_with_every_write(t: TestTable) {
@@ -95,14 +97,10 @@ pub async fn the_revision_increments_with_every_write(t: TestTable) {
     assert_eq!(first[0].revision, Some(1));
     let second = p.apply_batch(events.clone()).await.unwrap();
     assert_eq!(
-        (second[0].revision, second[0].applied.clone()),
+        (second[0].revision, second[0].only().applied.clone()),
         (Some(2), vec![3])
     );
-    let item = summaries(&t)
-        .get_item(&json!({"orderId": "o-1"}))
-        .await
-        .unwrap()
-        .unwrap();
+    let item = summaries(&t).get_item(&key("o-1")).await.unwrap().unwrap();
     assert_eq!(
         (get_u64(&item, "revision"), get_u64(&item, "version")),
         (Some(2), Some(3))
@@ -110,9 +108,9 @@ pub async fn the_revision_increments_with_every_write(t: TestTable) {
 }
 
 pub async fn a_second_instance_feeding_one_row_is_a_source_conflict(t: TestTable) {
-    let shared: Projection<OrderEvent, OrderSummary, serde_json::Value> =
+    let shared: Projection<OrderEvent, OrderSummary, SummaryKey> =
         Projection::builder("by-customer", summaries(&t), orders(&t))
-            .key(|_, _| Some(json!({"orderId": "shared"})))
+            .key(|_, _| Some(key("shared")))
             .initial(|_| OrderSummary {
                 order_id: "shared".into(),
                 customer: String::new(),
@@ -128,15 +126,24 @@ pub async fn a_second_instance_feeding_one_row_is_a_source_conflict(t: TestTable
     shared.apply_batch(a).await.unwrap();
     let out = shared.apply_batch(b).await.unwrap();
     assert_eq!(
-        out[0].failure.as_ref().map(|e| e.code()),
+        out[0].first_failure().map(|e| e.code()),
         Some("ProjectionSourceConflict")
     );
 }
 
 pub async fn a_row_key_that_does_not_compose_is_refused_before_writing(t: TestTable) {
-    let bad: Projection<OrderEvent, OrderSummary, serde_json::Value> =
+    /// Not the summaries' key: it lacks `orderId`.
+    #[derive(serde::Serialize)]
+    struct CustomerKey {
+        customer: String,
+    }
+    let bad: Projection<OrderEvent, OrderSummary, CustomerKey> =
         Projection::builder("bad", summaries(&t), orders(&t))
-            .key(|_, _| Some(json!({"customer": "x"})))
+            .key(|_, _| {
+                Some(CustomerKey {
+                    customer: "x".into(),
+                })
+            })
             .initial(|_| unreachable!("never called: the key does not compose"))
             .evolve(|row, _| Ok(row))
             .build()
@@ -146,13 +153,10 @@ pub async fn a_row_key_that_does_not_compose_is_refused_before_writing(t: TestTa
         bad.apply_batch(events).await.unwrap_err().code(),
         "KeyComposeError"
     );
-    let missing = Projection::<OrderEvent, OrderSummary, serde_json::Value>::builder(
-        "x",
-        summaries(&t),
-        orders(&t),
-    )
-    .evolve(|row, _| Ok(row))
-    .build();
+    let missing =
+        Projection::<OrderEvent, OrderSummary, SummaryKey>::builder("x", summaries(&t), orders(&t))
+            .evolve(|row, _| Ok(row))
+            .build();
     assert_eq!(missing.unwrap_err().code(), "InvalidArgument");
 }
 
@@ -170,7 +174,7 @@ async fn race(revision: bool, make: fn() -> TestTable) {
         let a = tokio::spawn(async move { p1.apply_batch(odd).await });
         let b = tokio::spawn(async move { p2.apply_batch(even).await });
         for result in [a.await.unwrap().unwrap(), b.await.unwrap().unwrap()] {
-            assert!(result[0].is_applied(), "{:?}", result[0].failure);
+            assert!(result[0].is_applied(), "{:?}", result[0].first_failure());
         }
         let row = summary_of(&t, &format!("o-{round}")).await;
         assert_eq!(
@@ -178,12 +182,7 @@ async fn race(revision: bool, make: fn() -> TestTable) {
             (12, (1..=12).sum::<u64>()),
             "round {round}"
         );
-        assert_eq!(
-            p.checkpoint(&json!({"orderId": format!("o-{round}")}))
-                .await
-                .unwrap(),
-            13
-        );
+        assert_eq!(p.checkpoint(&key(&format!("o-{round}"))).await.unwrap(), 13);
     }
 }
 
@@ -218,7 +217,7 @@ pub async fn events_of_another_stream_with_the_same_ids_are_not_mixed_in(t: Test
         KeyComposite::new(&["a"], &[]),
     );
     assert!(t
-        .get_item(summaries(&t).key(&json!({"orderId": "o-1"})).unwrap())
+        .get_item(summaries(&t).key(&key("o-1")).unwrap())
         .await
         .unwrap()
         .is_some());
@@ -238,7 +237,7 @@ pub async fn folding_a_batch_costs_one_write_per_touched_row(t: TestTable) {
     assert_eq!(out.len(), 3);
     assert!(out
         .iter()
-        .all(|row| row.written && row.applied == [1, 2, 3]));
+        .all(|row| row.written && row.only().applied == [1, 2, 3]));
     eprintln!("{}: folding 9 events into 3 rows cost {cost:?}", t.backend);
     assert_eq!(cost.writes, 3, "one write per touched row on {}", t.backend);
     assert_eq!(cost.items_written, 3);
@@ -342,7 +341,7 @@ pub async fn legacy_rows_with_null_fields_are_projected_like_fresh_rows(t: TestT
         let out = p.apply_batch(batch).await.unwrap();
         assert_eq!(out.len(), 2);
         for row in &out {
-            assert!(row.is_applied(), "{:?}", row.failure);
+            assert!(row.is_applied(), "{:?}", row.first_failure());
         }
         let stored = |id: String| {
             let p = p.clone();
@@ -429,10 +428,10 @@ pub async fn a_gap_fill_missing_a_version_fails_and_moves_nothing(t: TestTable) 
     let p = summary_projection(&hiding, false);
     let events = history(&t, "o-1", &[placed("ann"), line(1, 10), line(1, 20)]).await;
     let out = p.apply_batch(vec![events[2].clone()]).await.unwrap();
-    let failure = out[0].failure.as_ref().expect("the instance failed");
+    let failure = out[0].first_failure().expect("the instance failed");
     assert_eq!(failure.code(), "history-incomplete");
     assert!(!out[0].written);
-    assert_eq!(p.checkpoint(&json!({"orderId": "o-1"})).await.unwrap(), 0);
+    assert_eq!(p.checkpoint(&key("o-1")).await.unwrap(), 0);
 
     let records: Vec<_> = eddy_dynamo::ChangeFeed::read_changes(&t, None, 100)
         .await
@@ -451,7 +450,7 @@ pub async fn a_gap_fill_missing_a_version_fails_and_moves_nothing(t: TestTable) 
         serde_json::to_value(&result.response).unwrap(),
         json!({"batchItemFailures": [{"itemIdentifier": last.change.sequence_number}]})
     );
-    assert_eq!(p.checkpoint(&json!({"orderId": "o-1"})).await.unwrap(), 0);
+    assert_eq!(p.checkpoint(&key("o-1")).await.unwrap(), 0);
 
     // The whole history folds once every version is there.
     let out = summary_projection(&t, false)
@@ -488,9 +487,148 @@ pub async fn a_revision_at_its_maximum_is_a_clear_error(t: TestTable) {
         .apply_batch(stream.read(&id).await.unwrap())
         .await
         .unwrap();
-    let failure = out[0].failure.as_ref().expect("the row failed");
+    let failure = out[0].first_failure().expect("the row failed");
     assert_eq!(failure.code(), "CounterOverflow");
     assert!(!out[0].written);
+}
+
+/// A projection whose `evolve` skips lines without a quantity, rejects (as
+/// terminal) lines without a price, fails lines of 99 with an error of
+/// another type that has the same message, and removes cancelled orders.
+fn picky(t: &TestTable) -> SummaryProjection {
+    Projection::builder("picky", summaries(t), orders(t))
+        .key(|id, _| id.get("orderId").map(key))
+        .initial(empty_summary)
+        .evolve(|mut row, event| {
+            match &event.event {
+                OrderEvent::Placed { customer } => row.customer = customer.clone(),
+                OrderEvent::LineAdded { qty: 0, .. } => return Ok(Step::Skip),
+                OrderEvent::LineAdded { cents: 0, .. } => return Err(OrderError::NoQuantity.into()),
+                OrderEvent::LineAdded { qty: 99, .. } => {
+                    return Err(std::io::Error::other(OrderError::NoQuantity.to_string()).into())
+                }
+                OrderEvent::LineAdded { qty, cents, .. } => {
+                    row.lines += 1;
+                    row.total_cents += u64::from(*qty) * cents;
+                }
+                OrderEvent::Cancelled => return Ok(Step::Remove),
+            }
+            Ok(Step::Next(row))
+        })
+        .terminal(|e: &OrderError| matches!(e, OrderError::NoQuantity))
+        .checkpoint("version")
+        .build()
+        .unwrap()
+}
+
+/// A skipped event is reported, not applied, writes nothing on its own,
+/// and does not move the checkpoint: the next gap fill decides it again.
+pub async fn skipped_events_write_nothing_and_are_decided_again(t: TestTable) {
+    let p = picky(&t);
+    let events = history(&t, "o-1", &[placed("ann"), line(0, 10)]).await;
+    let out = p.apply_batch(events.clone()).await.unwrap();
+    let row = out[0].only();
+    assert_eq!(
+        (row.applied.clone(), row.skipped.clone()),
+        (vec![1], vec![2])
+    );
+    assert_eq!(
+        row.checkpoint, 1,
+        "the checkpoint stops at the last applied event"
+    );
+    assert!(out[0].written);
+
+    let before = t.request_stats();
+    let again = p.apply_batch(vec![events[1].clone()]).await.unwrap();
+    assert_eq!(again[0].only().skipped, [2]);
+    assert!(!again[0].written && again[0].is_applied());
+    assert_eq!(
+        (t.request_stats() - before).writes,
+        0,
+        "a skip alone writes nothing"
+    );
+
+    // A later event fills the gap: the skipped event is decided again.
+    let stream = orders(&t);
+    let id = stream.id([("orderId", "o-1")]).unwrap();
+    stream.append(&id, &[line(1, 7)], 2).await.unwrap();
+    let third = stream.read_from(&id, 3).await.unwrap();
+    let out = p.apply_batch(third).await.unwrap();
+    let row = out[0].only();
+    assert_eq!(
+        (row.skipped.clone(), row.applied.clone()),
+        (vec![2], vec![3])
+    );
+    assert_eq!(row.checkpoint, 3);
+    assert_eq!(summary_of(&t, "o-1").await.total_cents, 7);
+
+    // Records whose events were skipped are done: no partial batch failure.
+    let records: Vec<_> = eddy_dynamo::ChangeFeed::read_changes(&t, None, 100)
+        .await
+        .unwrap();
+    let result =
+        eddy_dynamo::process_batch(&records, &[&p as &dyn eddy_dynamo::BatchProjection]).await;
+    assert!(result.failures.is_empty(), "{:?}", result.failures);
+}
+
+/// `terminal` decides by the error's type: an error of the accepted type is
+/// a rejection, one of another type with the very same message fails the
+/// row, and keeps the original error as its source.
+pub async fn terminal_matches_the_error_type_not_its_text(t: TestTable) {
+    let p = picky(&t);
+    let events = history(
+        &t,
+        "o-1",
+        &[placed("ann"), line(1, 0), line(99, 5), line(1, 3)],
+    )
+    .await;
+    let out = p.apply_batch(events).await.unwrap();
+    let row = out[0].only();
+    assert_eq!(
+        (row.applied.clone(), row.rejected.clone()),
+        (vec![1], vec![2])
+    );
+    assert_eq!(row.checkpoint, 2, "stopped before the failing event");
+    let failure = out[0].first_failure().expect("the row stopped");
+    assert_eq!(failure.code(), "EvolveFailed");
+    let source = std::error::Error::source(failure).expect("the evolve error");
+    assert!(
+        source.downcast_ref::<std::io::Error>().is_some(),
+        "{source}"
+    );
+    assert_eq!(source.to_string(), OrderError::NoQuantity.to_string());
+}
+
+/// `Step::Remove` needs a projection that declares removal; this one does
+/// not, so the instance fails and nothing is written.
+pub async fn removing_a_row_without_declared_removal_fails_the_instance(t: TestTable) {
+    let p = picky(&t);
+    history(&t, "o-1", &[placed("ann")]).await;
+    p.apply_batch(
+        orders(&t)
+            .read(&orders(&t).id([("orderId", "o-1")]).unwrap())
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let stream = orders(&t);
+    let id = stream.id([("orderId", "o-1")]).unwrap();
+    stream
+        .append(&id, &[OrderEvent::Cancelled], 1)
+        .await
+        .unwrap();
+    let out = p
+        .apply_batch(stream.read_from(&id, 2).await.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        out[0].first_failure().map(|e| e.code()),
+        Some("InvalidArgument")
+    );
+    assert!(!out[0].written);
+    assert_eq!(out[0].only().checkpoint, 1);
+    assert!(!summary_of(&t, "o-1").await.cancelled);
 }
 
 crate::backend_tests!(
@@ -505,4 +643,7 @@ crate::backend_tests!(
     legacy_rows_with_null_fields_are_projected_like_fresh_rows,
     a_gap_fill_missing_a_version_fails_and_moves_nothing,
     a_revision_at_its_maximum_is_a_clear_error,
+    skipped_events_write_nothing_and_are_decided_again,
+    terminal_matches_the_error_type_not_its_text,
+    removing_a_row_without_declared_removal_fails_the_instance,
 );

@@ -7,7 +7,7 @@ use eddy_dynamo::{process_batch, BatchProjection, ChangeFeed};
 use proptest::prelude::*;
 
 use crate::common::{
-    line, orders, placed, sqlite_table, summary_of, summary_projection, table, OrderEvent,
+    line, orders, placed, sqlite_table, summary_of, summary_projection, table, Only, OrderEvent,
     TestTable,
 };
 
@@ -74,7 +74,7 @@ async fn scenario(
     let start = suffix % (records.len() + 1);
     let result = process_batch(&records[start..], &projections).await;
     prop_assert!(result.failures.is_empty());
-    prop_assert!(result.rows.iter().all(|r| r.applied.is_empty()));
+    prop_assert!(result.rows.iter().all(|r| r.only().applied.is_empty()));
 
     for (order, (lines, total, cancelled)) in reference(&ops) {
         let row = summary_of(&t, &format!("o-{order}")).await;

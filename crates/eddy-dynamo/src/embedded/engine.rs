@@ -11,7 +11,6 @@ use super::feed::trim_by_age;
 use super::keys::encode_key;
 use super::records::change_record;
 use super::store::{in_write, IndexEntry, LoggedChange, Store, Txn, Write};
-use crate::change_feed::ChangeRecord;
 use crate::error::{CancellationReason, TableError, ValidationError};
 use crate::item::{compare_values, item_size, items_equal, AttributeValue, Item, MAX_ITEM_SIZE};
 use crate::key_schema::{IndexDefinition, TableSchema};
@@ -40,13 +39,13 @@ pub(crate) struct WriteClock {
 
 /// Validates a transaction, then evaluates its conditions and commits it
 /// with its change records in one write transaction of the store. Returns
-/// the records written.
+/// how many records it wrote.
 pub(crate) async fn transact(
     store: &dyn Store,
     schema: &Arc<TableSchema>,
     items: Vec<TransactWriteItem>,
     clock: WriteClock,
-) -> Result<Vec<ChangeRecord>, TableError> {
+) -> Result<usize, TableError> {
     let keys = validate_transaction(schema, &items)?;
     let schema = Arc::clone(schema);
     in_write(store, move |txn| {
@@ -61,7 +60,7 @@ pub(crate) async fn update(
     schema: &Arc<TableSchema>,
     update: TransactWriteItem,
     clock: WriteClock,
-) -> Result<(Vec<ChangeRecord>, Item), TableError> {
+) -> Result<(usize, Item), TableError> {
     let keys = validate_transaction(schema, std::slice::from_ref(&update))?;
     let (pk, sk) = keys[0].1.clone();
     let schema = Arc::clone(schema);
@@ -84,7 +83,7 @@ fn decide_and_commit(
     items: Vec<TransactWriteItem>,
     keys: Vec<(Item, EncodedKey)>,
     clock: WriteClock,
-) -> Result<Vec<ChangeRecord>, TableError> {
+) -> Result<usize, TableError> {
     let mut reasons = Vec::with_capacity(items.len());
     let mut failed = false;
     let mut changes = Vec::new();
@@ -262,7 +261,7 @@ fn commit(
     changes: Vec<Change>,
     clock: WriteClock,
     by_service: bool,
-) -> Result<Vec<ChangeRecord>, TableError> {
+) -> Result<usize, TableError> {
     let first = txn.last_sequence()?;
     let mut seq = first;
     let mut writes = Vec::with_capacity(changes.len());
@@ -297,10 +296,10 @@ fn commit(
             },
         });
     }
-    let out = records.iter().map(|r| r.record.clone()).collect();
+    let count = records.len();
     txn.apply(writes, records)?;
     if first / TRIM_EVERY != seq / TRIM_EVERY {
         trim_by_age(txn, clock)?;
     }
-    Ok(out)
+    Ok(count)
 }

@@ -154,8 +154,9 @@ impl EmbeddedTable {
         }
     }
 
-    fn notify(&self, records: &[ChangeRecord]) {
-        if !records.is_empty() {
+    /// Wakes `changed()` waiters when a commit recorded changes.
+    fn notify(&self, records: usize) {
+        if records > 0 {
             self.changed.notify_waiters();
         }
     }
@@ -167,7 +168,7 @@ impl EmbeddedTable {
         let records = crate::table::single(written)
             .inspect_err(|e| self.count_refused(e, RequestCounter::write))?;
         self.requests.write();
-        self.notify(&records);
+        self.notify(records);
         Ok(())
     }
 
@@ -250,7 +251,7 @@ impl Table for EmbeddedTable {
                 .await
                 .inspect_err(|e| self.count_refused(e, RequestCounter::write))?;
         self.requests.write();
-        self.notify(&records);
+        self.notify(records);
         Ok(item)
     }
 
@@ -261,7 +262,7 @@ impl Table for EmbeddedTable {
             .await
             .inspect_err(|e| self.count_refused(e, |r| r.transact_write(count)))?;
         self.requests.transact_write(count);
-        self.notify(&records);
+        self.notify(records);
         Ok(())
     }
 }

@@ -1,9 +1,57 @@
-//! What applying events to rows reports.
+//! What applying events to rows reports: one outcome per row, listing the
+//! stream instances that contributed to it.
 
 use crate::error::Error;
 use crate::event_item::StreamId;
 use crate::item::Item;
 use crate::table_error::error_chain;
+
+/// What happened to one stream instance's events in one row.
+#[derive(Debug)]
+pub struct InstanceOutcome {
+    /// The source it belongs to (a single-source projection's only source
+    /// is named after its stream).
+    pub source: String,
+    /// The stream instance.
+    pub instance: StreamId,
+    /// Versions folded into the row, in order.
+    pub applied: Vec<u64>,
+    /// Versions delivered again, at or below the instance's checkpoint.
+    pub already_applied: Vec<u64>,
+    /// Versions whose failure `terminal` accepted.
+    pub rejected: Vec<u64>,
+    /// Versions `evolve` skipped (not applied, decided again later).
+    pub skipped: Vec<u64>,
+    /// The instance's checkpoint in the row afterwards.
+    pub checkpoint: u64,
+    /// Why the instance stopped short, if it did: its events above
+    /// `checkpoint` were not applied and must be delivered again.
+    pub failure: Option<Error>,
+}
+
+impl InstanceOutcome {
+    pub(crate) fn new(source: &str, instance: StreamId, checkpoint: u64) -> Self {
+        Self {
+            source: source.to_owned(),
+            instance,
+            applied: Vec::new(),
+            already_applied: Vec::new(),
+            rejected: Vec::new(),
+            skipped: Vec::new(),
+            checkpoint,
+            failure: None,
+        }
+    }
+
+    /// Whether the event `version` of this instance is done: at or below
+    /// the checkpoint, rejected, skipped, or delivered again.
+    pub(crate) fn covers(&self, version: u64) -> bool {
+        version <= self.checkpoint
+            || self.rejected.contains(&version)
+            || self.skipped.contains(&version)
+            || self.already_applied.contains(&version)
+    }
+}
 
 /// What happened to one row.
 #[derive(Debug)]
@@ -12,43 +60,50 @@ pub struct RowOutcome<M> {
     pub projection: String,
     /// The row's table key.
     pub key: Item,
-    /// The stream instance whose events were applied.
-    pub instance: StreamId,
-    /// Versions folded into the row, in order.
-    pub applied: Vec<u64>,
-    /// Versions delivered again, at or below the row's checkpoint.
-    pub already_applied: Vec<u64>,
-    /// Versions whose failure `terminal` accepted.
-    pub rejected: Vec<u64>,
-    /// The row's checkpoint afterwards.
-    pub checkpoint: u64,
+    /// Every instance that contributed, in fold order (source declaration
+    /// order, then stream id).
+    pub instances: Vec<InstanceOutcome>,
     /// The row's revision afterwards, when the projection declares one.
     pub revision: Option<u64>,
-    /// Whether the row was written.
+    /// Whether the row was written (once, for all its instances).
     pub written: bool,
     /// The row's state afterwards (absent when there is no row).
     pub state: Option<M>,
-    /// Why the row stopped short, if it did: events above `checkpoint` were
-    /// not applied and must be delivered again.
+    /// Why the whole row failed (its read or its write), if it did: no
+    /// instance's events were applied.
     pub failure: Option<Error>,
+}
+
+impl<M> RowOutcome<M> {
+    /// Whether every event of the row was applied, rejected, skipped or
+    /// already applied.
+    pub fn is_applied(&self) -> bool {
+        self.failure.is_none() && self.instances.iter().all(|i| i.failure.is_none())
+    }
+
+    /// The first failure, of the row or of one of its instances.
+    pub fn first_failure(&self) -> Option<&Error> {
+        self.failure
+            .as_ref()
+            .or_else(|| self.instances.iter().find_map(|i| i.failure.as_ref()))
+    }
+
+    /// The same outcome with the state mapped.
+    pub(crate) fn map_state<N>(self, map: impl FnOnce(M) -> Option<N>) -> RowOutcome<N> {
+        RowOutcome {
+            state: self.state.and_then(map),
+            projection: self.projection,
+            key: self.key,
+            instances: self.instances,
+            revision: self.revision,
+            written: self.written,
+            failure: self.failure,
+        }
+    }
 }
 
 /// A row outcome with the state as JSON, as batch processing reports it.
 pub type RowReport = RowOutcome<serde_json::Value>;
-
-impl<M> RowOutcome<M> {
-    /// Whether every event of the row was applied, rejected or already applied.
-    pub fn is_applied(&self) -> bool {
-        self.failure.is_none()
-    }
-
-    /// Whether the event `version` of this row's instance is done.
-    pub(crate) fn covers(&self, version: u64) -> bool {
-        version <= self.checkpoint
-            || self.rejected.contains(&version)
-            || self.already_applied.contains(&version)
-    }
-}
 
 /// One input that was not applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
