@@ -59,13 +59,13 @@ export EDDY_REQUIRE_POSTGRES=1
 # The AWS SDK and PostgreSQL backends are behind features; the test run
 # enables them so the same suites run on the embedded stores, moto and
 # PostgreSQL.
-features="eddy/aws,eddy-dynamo/aws,eddy-streams/postgres"
+features="eddy/aws,eddy-dynamo/aws,eddy/postgres,eddy-projection/postgres"
 
 # Each optional feature of the server and the binary builds (and lints) on
 # its own, and with none.
 each_feature() {
   local line crate optional feature
-  for line in "eddy-server webhooks remote" "eddy webhooks aws"; do
+  for line in "eddy-server webhooks remote" "eddy webhooks aws postgres"; do
     read -r crate optional <<<"$line"
     for feature in "" $optional; do
       echo "  $crate --no-default-features ${feature:+--features $feature}"
@@ -76,7 +76,7 @@ each_feature() {
 
 step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy -D warnings" cargo clippy --workspace --all-targets -- -D warnings
-step "cargo doc -D warnings" env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet --features eddy-streams/postgres
+step "cargo doc -D warnings" env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet --features eddy/postgres
 step "cargo clippy -D warnings (aws, lambda)" \
   cargo clippy --workspace --all-targets --features "$features,eddy-dynamo/lambda" -- -D warnings
 step "each feature alone" each_feature
@@ -102,8 +102,8 @@ if [ "$pg_ran" -eq 0 ]; then
 fi
 summary+=("      cargo test: $passed passed, $failed failed ($moto_ran of them on moto, $pg_ran on PostgreSQL)")
 
-# The public Durable Streams conformance suite, on both storage backends.
-step "conformance suite" bash -c "scripts/conformance/run.sh memory sqlite | tee '$log_dir/conformance.log'"
+# The public Durable Streams conformance suite, on every storage backend.
+step "conformance suite" bash -c "scripts/conformance/run.sh memory sqlite postgres | tee '$log_dir/conformance.log'"
 while read -r line; do summary+=("      $line"); done < <(grep '^conformance' "$log_dir/conformance.log")
 
 print_summary

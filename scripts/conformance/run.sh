@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs the public Durable Streams conformance suite against `eddy serve`, on
 # each storage backend given (default: memory sqlite), and prints the pass
-# counts. Exits non-zero if any test fails.
+# counts. Exits non-zero if any test fails. `postgres` runs on the database
+# at DATABASE_URL, in a schema of its own that it drops afterwards.
 #
-#   scripts/conformance/run.sh [memory|sqlite ...]
+#   scripts/conformance/run.sh [memory|sqlite|postgres ...]
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -17,7 +18,7 @@ if [ ! -d node_modules/@durable-streams/server-conformance-tests ]; then
 fi
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
-(cd "$root" && cargo build --quiet --release -p eddy)
+(cd "$root" && cargo build --quiet --release -p eddy --features postgres)
 eddy="$CARGO_TARGET_DIR/release/eddy"
 
 free_port() {
@@ -29,9 +30,15 @@ for backend in "${backends[@]}"; do
   port="$(free_port)"
   data="$(mktemp -d)"
   log="$(mktemp)"
+  storage=("--storage" "$backend" "--data" "$data")
+  if [ "$backend" = postgres ]; then
+    : "${DATABASE_URL:?postgres needs DATABASE_URL}"
+    schema="conformance_$$"
+    storage=("--storage" "$DATABASE_URL" "--pg-schema" "$schema")
+  fi
   # The suite's webhook receivers listen on 127.0.0.1, an internal address
   # that webhooks may not reach unless allowed.
-  "$eddy" serve --listen "127.0.0.1:$port" --storage "$backend" --data "$data" \
+  "$eddy" serve --listen "127.0.0.1:$port" "${storage[@]}" \
     --long-poll-timeout "${long_poll_ms}ms" \
     --webhook-allow-network 127.0.0.1 >"$log" 2>&1 &
   server=$!
@@ -62,5 +69,8 @@ for backend in "${backends[@]}"; do
     echo "  server log: $log; vitest output: $report.out"
   fi
   rm -rf "$data"
+  if [ "$backend" = postgres ] && command -v psql >/dev/null; then
+    psql -q "$DATABASE_URL" -c "DROP SCHEMA IF EXISTS $schema CASCADE" >/dev/null 2>&1 || true
+  fi
 done
 exit "$status"

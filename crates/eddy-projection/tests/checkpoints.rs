@@ -1,6 +1,7 @@
-//! Checkpoints: the `CheckpointStore` contract on memory, SQLite and the
-//! remote client, and what `StreamCheckpoints` adds (bounded slots, every
-//! fault around a slot change, a checkpoint that vanished).
+//! Checkpoints: the `CheckpointStore` contract on memory, SQLite, the
+//! remote client and (feature `postgres`) PostgreSQL, and what
+//! `StreamCheckpoints` adds (bounded slots, every fault around a slot
+//! change, a checkpoint that vanished).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -194,4 +195,75 @@ fn checkpoints_live_under_the_prefix_eddy_serve_reserves() {
         eddy_server::RESERVED_STREAM_PREFIX
     );
     assert!(eddy_projection::CHECKPOINT_PREFIX.starts_with(eddy_projection::RESERVED_PREFIX));
+}
+
+/// The same cases on PostgreSQL (the database at `DATABASE_URL`), each on a
+/// schema of its own.
+#[cfg(feature = "postgres")]
+mod postgres {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    use eddy_projection::StreamCheckpoints;
+    use eddy_streams::sqlx::{self, Executor};
+    use eddy_streams::{PgOptions, PgStorage, Storage};
+
+    use super::{cases, contract, Run, StoreCase};
+
+    /// Runs `case` on a fresh PostgreSQL store; says so, or that it was
+    /// skipped (a failure when `EDDY_REQUIRE_POSTGRES` is set).
+    fn on_postgres(name: &str, case: impl FnOnce(Arc<dyn Storage>) -> Run) {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let Some(url) = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()) else {
+            let required = std::env::var_os("EDDY_REQUIRE_POSTGRES").is_some();
+            assert!(!required, "`{name}`: DATABASE_URL is not set");
+            eprintln!("`{name}` on postgres: skipped, DATABASE_URL is not set");
+            return;
+        };
+        eprintln!("`{name}` on postgres");
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let schema = format!("projection_{}_{n}", std::process::id());
+        crate::support::runtime().block_on(async {
+            let options = PgOptions::new(&url).with_schema(&schema);
+            let store = PgStorage::open(options).await.expect("open postgres");
+            case(Arc::new(store)).await;
+            let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+            pool.execute(sqlx::AssertSqlSafe(format!(
+                "DROP SCHEMA \"{schema}\" CASCADE"
+            )))
+            .await
+            .expect("drop the schema");
+            pool.close().await;
+        });
+    }
+
+    fn on_checkpoint_store(name: &str, case: StoreCase) {
+        for records in [eddy_projection::SLOT_RECORDS, 2] {
+            eprintln!("slots of {records} records");
+            on_postgres(name, |storage| {
+                case(Arc::new(
+                    StreamCheckpoints::new(storage).with_slot_limits(records, 1 << 20),
+                ))
+            });
+        }
+    }
+
+    crate::checkpoint_contract!(on_checkpoint_store);
+
+    macro_rules! on_postgres {
+        ($($name:ident),* $(,)?) => {
+            $(
+                #[test]
+                fn $name() {
+                    on_postgres(stringify!($name), |storage| Box::pin(cases::$name(storage)));
+                }
+            )*
+        };
+    }
+
+    on_postgres!(
+        checkpoint_storage_stays_bounded,
+        a_deleted_checkpoint_vanishes_loudly,
+        every_fault_around_slot_changes_recovers,
+    );
 }

@@ -13,13 +13,52 @@ use ipnet::IpNet;
 
 use crate::logging::{self, LogArgs};
 
-/// Which stream store to serve.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+/// Which stream store to serve: `memory`, `sqlite`, or PostgreSQL as
+/// `postgres://…` (or `postgres`, with the URL in `DATABASE_URL`).
+#[derive(Clone, PartialEq, Eq)]
 pub enum StorageKind {
     /// Everything in memory; gone when the process exits.
     Memory,
     /// The durable SQLite store under `--data`.
     Sqlite,
+    /// A PostgreSQL database that several `eddy serve` processes may share
+    /// (feature `postgres`).
+    Postgres {
+        /// The database URL.
+        url: String,
+    },
+}
+
+impl std::str::FromStr for StorageKind {
+    type Err = String;
+
+    fn from_str(value: &str) -> Result<Self, String> {
+        match value {
+            "memory" => Ok(StorageKind::Memory),
+            "sqlite" => Ok(StorageKind::Sqlite),
+            "postgres" | "postgresql" => match std::env::var("DATABASE_URL") {
+                Ok(url) if !url.is_empty() => Ok(StorageKind::Postgres { url }),
+                _ => Err("`postgres` takes its URL from DATABASE_URL, which is not set".into()),
+            },
+            url if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                Ok(StorageKind::Postgres { url: url.into() })
+            }
+            other => Err(format!(
+                "`{other}`: expected memory, sqlite, postgres or a postgres:// URL"
+            )),
+        }
+    }
+}
+
+/// Names the store without the URL (which may hold a password).
+impl std::fmt::Debug for StorageKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StorageKind::Memory => "memory",
+            StorageKind::Sqlite => "sqlite",
+            StorageKind::Postgres { .. } => "postgres",
+        })
+    }
 }
 
 /// Options of `eddy serve`.
@@ -35,9 +74,20 @@ pub struct ServeArgs {
     /// The data directory of the SQLite store.
     #[arg(long, default_value = "./eddy-data", env = "EDDY_DATA")]
     pub data: PathBuf,
-    /// The stream store.
-    #[arg(long, value_enum, default_value = "sqlite", env = "EDDY_STORAGE")]
+    /// The stream store: `memory`, `sqlite` (under `--data`), or a
+    /// PostgreSQL database as `postgres://user:password@host/database`
+    /// (`postgres` alone reads the URL from `DATABASE_URL`).
+    #[arg(
+        long,
+        default_value = "sqlite",
+        env = "EDDY_STORAGE",
+        hide_env_values = true
+    )]
     pub storage: StorageKind,
+    /// The PostgreSQL schema of the store's tables; servers that share a
+    /// database and a schema serve one set of streams.
+    #[arg(long, default_value = "eddy", env = "EDDY_PG_SCHEMA")]
+    pub pg_schema: String,
     /// How long a long-poll waits for data: `500ms`, `20s`, or milliseconds.
     #[arg(long, default_value = "20s", value_parser = parse_duration, env = "EDDY_LONG_POLL_TIMEOUT")]
     pub long_poll_timeout: Duration,
@@ -73,7 +123,8 @@ pub struct ServeArgs {
     /// Allow listening on a non-loopback address without a token.
     #[arg(long, env = "EDDY_INSECURE_NO_AUTH")]
     pub insecure_no_auth: bool,
-    /// Fsync only at checkpoints (survives a process crash, not a power loss).
+    /// Fsync only at checkpoints (survives a process crash, not a power
+    /// loss); on PostgreSQL, `synchronous_commit = off`.
     #[arg(long, env = "EDDY_NO_FSYNC")]
     pub no_fsync: bool,
     /// A network webhooks may reach although it is internal (loopback,
@@ -149,18 +200,19 @@ impl ServeArgs {
     }
 
     /// Opens the configured store.
-    pub fn open_store(&self) -> anyhow::Result<Arc<dyn Storage>> {
-        Ok(match self.storage {
+    pub async fn open_store(&self) -> anyhow::Result<Arc<dyn Storage>> {
+        let durability = if self.no_fsync {
+            Durability::Process
+        } else {
+            Durability::Sync
+        };
+        Ok(match &self.storage {
             StorageKind::Memory => {
                 Arc::new(MemoryStorage::with_max_append_bytes(self.max_body_bytes))
             }
             StorageKind::Sqlite => {
                 let options = SqliteOptions {
-                    durability: if self.no_fsync {
-                        Durability::Process
-                    } else {
-                        Durability::Sync
-                    },
+                    durability,
                     max_append_bytes: self.max_body_bytes,
                     ..SqliteOptions::default()
                 };
@@ -169,7 +221,36 @@ impl ServeArgs {
                         .with_context(|| format!("opening the store in {}", self.data.display()))?,
                 )
             }
+            StorageKind::Postgres { url } => self.open_postgres(url, durability).await?,
         })
+    }
+
+    #[cfg(feature = "postgres")]
+    async fn open_postgres(
+        &self,
+        url: &str,
+        durability: Durability,
+    ) -> anyhow::Result<Arc<dyn Storage>> {
+        let options = eddy_streams::PgOptions {
+            durability,
+            max_append_bytes: self.max_body_bytes,
+            ..eddy_streams::PgOptions::new(url).with_schema(&self.pg_schema)
+        };
+        let store = eddy_streams::PgStorage::open(options)
+            .await
+            .with_context(|| {
+                format!("opening the store in PostgreSQL schema {}", self.pg_schema)
+            })?;
+        Ok(Arc::new(store))
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    async fn open_postgres(
+        &self,
+        _url: &str,
+        _durability: Durability,
+    ) -> anyhow::Result<Arc<dyn Storage>> {
+        bail!("this eddy was built without PostgreSQL support: build it with --features postgres")
     }
 }
 
@@ -180,7 +261,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     logging::init(args.log.log_format);
     let config = args.config()?;
     let stop = shutdown_signal()?;
-    let store = args.open_store()?;
+    let store = args.open_store().await?;
     let server = Server::bind(args.listen, Arc::clone(&store), config).await?;
     tracing::info!(address = %server.local_addr(), storage = ?args.storage, "eddy serve is listening");
     println!("listening on http://{}", server.local_addr());

@@ -1,29 +1,37 @@
-//! Crash test on the real binary: `eddy serve` on SQLite is killed with
-//! SIGKILL at random moments under concurrent idempotent-producer appends,
-//! twenty times, and restarted on the same data directory. In the end every
-//! acknowledged append is present exactly once, and the appends whose
-//! outcome the kill hid are present exactly once too: their retries after
-//! the restart were deduplicated.
+//! Crash test on the real binary: `eddy serve` on SQLite (and on
+//! PostgreSQL, in `postgres.rs`) is killed with SIGKILL at random moments
+//! under concurrent idempotent-producer appends, twenty times, and
+//! restarted on the same store. In the end every acknowledged append is
+//! present exactly once, and the appends whose outcome the kill hid are
+//! present exactly once too: their retries after the restart were
+//! deduplicated.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-const WRITERS: usize = 4;
-const KILLS: usize = 20;
+pub(crate) const WRITERS: usize = 8;
+pub(crate) const KILLS: usize = 20;
 
 /// The `eddy` binary Cargo built for these tests.
-fn eddy_binary() -> &'static Path {
+pub(crate) fn eddy_binary() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_eddy"))
 }
 
-/// Starts `eddy serve` on a free port; returns the child and its base URL.
+/// Starts `eddy serve` on SQLite in `data` on a free port; returns the
+/// child and its base URL.
 fn start(binary: &Path, data: &Path) -> (Child, String) {
+    let data = data.to_string_lossy();
+    serve(binary, &["--storage", "sqlite", "--data", &data])
+}
+
+/// Starts `eddy serve` with `args` on a free port; returns the child and
+/// its base URL.
+pub(crate) fn serve(binary: &Path, args: &[&str]) -> (Child, String) {
     let mut child = Command::new(binary)
-        .args(["serve", "--storage", "sqlite", "--listen", "127.0.0.1:0"])
-        .arg("--data")
-        .arg(data)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -43,10 +51,21 @@ fn start(binary: &Path, data: &Path) -> (Child, String) {
 }
 
 /// A small xorshift generator: random kill moments without a dependency.
-struct Rng(u64);
+pub(crate) struct Rng(pub u64);
 
 impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
+    /// A generator seeded from the clock (the seed is printed).
+    pub(crate) fn from_clock() -> Rng {
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(7)
+            | 1;
+        eprintln!("crash test seed {seed}");
+        Rng(seed)
+    }
+
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -57,15 +76,15 @@ impl Rng {
 /// What one writer knows after a run: the next sequence number to send and
 /// the highest one the server acknowledged.
 #[derive(Clone, Copy, Debug, Default)]
-struct Writer {
-    next: u64,
-    acknowledged: Option<u64>,
+pub(crate) struct Writer {
+    pub next: u64,
+    pub acknowledged: Option<u64>,
     /// Retries the server recognised as already written.
-    deduplicated: u64,
+    pub deduplicated: u64,
 }
 
 /// Appends as producer `id` until a request fails (the server died).
-async fn write_until_failure(
+pub(crate) async fn write_until_failure(
     http: reqwest::Client,
     url: String,
     id: usize,
@@ -104,59 +123,22 @@ async fn write_until_failure(
 fn sigkill_under_load_loses_and_duplicates_nothing() {
     let binary = eddy_binary();
     let dir = tempfile::tempdir().expect("tempdir");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let seed = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(7)
-        | 1;
-    eprintln!("crash test seed {seed}");
-    let mut rng = Rng(seed);
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .expect("client");
+    crash_under_load(&|| start(binary, dir.path()));
+}
+
+/// Runs the crash test on the servers `launch` starts (on one store).
+pub(crate) fn crash_under_load(launch: &dyn Fn() -> (Child, String)) {
+    let runtime = runtime();
+    let mut rng = Rng::from_clock();
+    let http = client();
     let mut writers = [Writer::default(); WRITERS];
     for round in 0..=KILLS {
-        let (mut child, base) = start(binary, dir.path());
+        let (mut child, base) = launch();
         let url = format!("{base}/crash/log");
-        runtime.block_on(async {
-            let created = http
-                .put(&url)
-                .header("content-type", "application/json")
-                .send()
-                .await
-                .expect("create");
-            assert!(
-                created.status().is_success(),
-                "create: {}",
-                created.status()
-            );
-        });
+        runtime.block_on(create(&http, &url));
         if round == KILLS {
             // A last round without a kill: retry what is pending, then stop.
-            runtime.block_on(async {
-                for (id, writer) in writers.iter_mut().enumerate() {
-                    let response = http
-                        .post(&url)
-                        .header("content-type", "application/json")
-                        .header("producer-id", format!("w{id}"))
-                        .header("producer-epoch", "0")
-                        .header("producer-seq", writer.next.to_string())
-                        .body(format!("\"{id}-{}\"", writer.next))
-                        .send()
-                        .await
-                        .expect("append");
-                    assert!(response.status().is_success());
-                    writer.acknowledged = Some(writer.next);
-                    writer.next += 1;
-                }
-            });
-            runtime.block_on(check(&http, &url, &writers));
+            runtime.block_on(finish(&http, &url, &mut writers));
             child.kill().expect("stop");
             let _ = child.wait();
             break;
@@ -178,8 +160,58 @@ fn sigkill_under_load_loses_and_duplicates_nothing() {
     assert!(writers.iter().all(|w| w.next > 0));
 }
 
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+pub(crate) fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("client")
+}
+
+/// Creates the JSON stream at `url` (or finds it).
+pub(crate) async fn create(http: &reqwest::Client, url: &str) {
+    let created = http
+        .put(url)
+        .header("content-type", "application/json")
+        .send()
+        .await
+        .expect("create");
+    assert!(
+        created.status().is_success(),
+        "create: {}",
+        created.status()
+    );
+}
+
+/// Retries what each writer has pending, then checks the stream.
+pub(crate) async fn finish(http: &reqwest::Client, url: &str, writers: &mut [Writer]) {
+    for (id, writer) in writers.iter_mut().enumerate() {
+        let response = http
+            .post(url)
+            .header("content-type", "application/json")
+            .header("producer-id", format!("w{id}"))
+            .header("producer-epoch", "0")
+            .header("producer-seq", writer.next.to_string())
+            .body(format!("\"{id}-{}\"", writer.next))
+            .send()
+            .await
+            .expect("append");
+        assert!(response.status().is_success());
+        writer.acknowledged = Some(writer.next);
+        writer.next += 1;
+    }
+    check(http, url, writers).await;
+}
+
 /// Every writer's messages are exactly `0..next`, each once, in order.
-async fn check(http: &reqwest::Client, url: &str, writers: &[Writer]) {
+pub(crate) async fn check(http: &reqwest::Client, url: &str, writers: &[Writer]) {
     let body = http
         .get(format!("{url}?offset=-1"))
         .header("eddy-max-bytes", (64 * 1024 * 1024).to_string())

@@ -4,4 +4,6 @@
 mod crash;
 mod dynamo_cli;
 mod serve_cli;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod streams_cli;

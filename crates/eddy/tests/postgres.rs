@@ -1,0 +1,219 @@
+//! `eddy serve` on PostgreSQL: the crash test, and two servers sharing one
+//! database (one set of streams, live reads and producer deduplication
+//! across them, one killed while the other keeps serving).
+//!
+//! Each test uses a schema of its own in the database at `DATABASE_URL`
+//! (`scripts/test.sh` starts a throwaway cluster) and drops it at the end.
+//! Without `DATABASE_URL` the tests say they were skipped, unless
+//! `EDDY_REQUIRE_POSTGRES` is set.
+
+use std::process::Child;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use eddy_streams::sqlx::{self, Executor};
+
+use crate::crash::{
+    client, crash_under_load, create, eddy_binary, finish, runtime, serve, write_until_failure,
+    Rng, Writer, KILLS, WRITERS,
+};
+
+/// A schema of its own for one test, on the database at `DATABASE_URL`.
+struct Schema {
+    url: String,
+    name: String,
+}
+
+impl Schema {
+    fn fresh(test: &str) -> Option<Schema> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let url = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty());
+        let Some(url) = url else {
+            let required = std::env::var_os("EDDY_REQUIRE_POSTGRES").is_some();
+            assert!(!required, "`{test}`: DATABASE_URL is not set");
+            eprintln!("`{test}` on postgres: skipped, DATABASE_URL is not set");
+            return None;
+        };
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let name = format!("serve_{}_{n}", std::process::id());
+        Some(Schema { url, name })
+    }
+
+    /// Starts `eddy serve` on this schema.
+    fn serve(&self) -> (Child, String) {
+        serve(
+            eddy_binary(),
+            &["--storage", &self.url, "--pg-schema", &self.name],
+        )
+    }
+
+    async fn drop(self) {
+        let pool = sqlx::PgPool::connect(&self.url).await.expect("connect");
+        pool.execute(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS \"{}\" CASCADE",
+            self.name
+        )))
+        .await
+        .expect("drop the schema");
+        pool.close().await;
+    }
+}
+
+fn stop(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn sigkill_under_load_loses_and_duplicates_nothing() {
+    let Some(schema) = Schema::fresh("sigkill_under_load") else {
+        return;
+    };
+    crash_under_load(&|| schema.serve());
+    runtime().block_on(schema.drop());
+}
+
+/// Two servers on one schema: a stream created through one is read live
+/// through the other, and a producer's retry through the other is a
+/// duplicate.
+#[test]
+fn two_servers_serve_one_set_of_streams() {
+    let Some(schema) = Schema::fresh("two_servers") else {
+        return;
+    };
+    let (a, a_url) = schema.serve();
+    let (b, b_url) = schema.serve();
+    let http = client();
+    runtime().block_on(async {
+        let (on_a, on_b) = (format!("{a_url}/shared/s"), format!("{b_url}/shared/s"));
+        create(&http, &on_a).await;
+        let live = {
+            let (http, on_b) = (http.clone(), on_b.clone());
+            tokio::spawn(async move {
+                http.get(format!("{on_b}?offset=-1&live=long-poll"))
+                    .send()
+                    .await
+                    .expect("long-poll")
+            })
+        };
+        let append = |url: String| {
+            let http = http.clone();
+            async move {
+                http.post(url)
+                    .header("content-type", "application/json")
+                    .header("producer-id", "p")
+                    .header("producer-epoch", "0")
+                    .header("producer-seq", "0")
+                    .body("\"hello\"")
+                    .send()
+                    .await
+                    .expect("append")
+            }
+        };
+        let first = append(on_a.clone()).await;
+        assert!(first.status().is_success(), "{}", first.status());
+        assert!(!first.headers().contains_key("eddy-duplicate"));
+        let read = live.await.expect("join");
+        assert_eq!(read.status(), 200);
+        assert_eq!(read.text().await.expect("body"), "[\"hello\"]");
+        let retry = append(on_b.clone()).await;
+        assert!(retry.status().is_success(), "{}", retry.status());
+        assert!(
+            retry.headers().contains_key("eddy-duplicate"),
+            "the retry through the other server is a duplicate"
+        );
+        let all = http
+            .get(format!("{on_b}?offset=-1"))
+            .send()
+            .await
+            .expect("read");
+        assert_eq!(all.text().await.expect("body"), "[\"hello\"]");
+    });
+    stop(a);
+    stop(b);
+    runtime().block_on(schema.drop());
+}
+
+/// Half the producers write through a server that is killed twenty times,
+/// and retry their unanswered append through the other server; the other
+/// half write through that other server, which never fails them. Nothing
+/// is lost or written twice.
+#[test]
+fn killing_one_of_two_servers_loses_nothing_and_the_other_keeps_serving() {
+    let Some(schema) = Schema::fresh("one_of_two_killed") else {
+        return;
+    };
+    let runtime = runtime();
+    let http = client();
+    let mut rng = Rng::from_clock();
+    let (steady, steady_base) = schema.serve();
+    let steady_url = format!("{steady_base}/crash/log");
+    runtime.block_on(create(&http, &steady_url));
+    let mut writers = [Writer::default(); WRITERS];
+    let (killed_ids, steady_ids) = (0..WRITERS / 2, WRITERS / 2..WRITERS);
+    for _ in 0..KILLS {
+        let (victim, victim_base) = schema.serve();
+        let victim_url = format!("{victim_base}/crash/log");
+        let doomed: Vec<_> = killed_ids
+            .clone()
+            .map(|id| {
+                let task = write_until_failure(http.clone(), victim_url.clone(), id, writers[id]);
+                runtime.spawn(task)
+            })
+            .collect();
+        let serving: Vec<_> = steady_ids
+            .clone()
+            .map(|id| {
+                let task = write_rounds(http.clone(), steady_url.clone(), id, writers[id], 20);
+                runtime.spawn(task)
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(30 + rng.below(250)));
+        stop(victim);
+        for (id, task) in killed_ids.clone().zip(doomed) {
+            let state = runtime.block_on(task).expect("writer task");
+            // Fail over: the unanswered append goes to the other server.
+            writers[id] =
+                runtime.block_on(write_rounds(http.clone(), steady_url.clone(), id, state, 1));
+        }
+        for (id, task) in steady_ids.clone().zip(serving) {
+            writers[id] = runtime.block_on(task).expect("writer task");
+        }
+    }
+    runtime.block_on(finish(&http, &steady_url, &mut writers));
+    stop(steady);
+    runtime.block_on(schema.drop());
+}
+
+/// Appends `count` times as producer `id`; every append must succeed.
+async fn write_rounds(
+    http: reqwest::Client,
+    url: String,
+    id: usize,
+    mut state: Writer,
+    count: u64,
+) -> Writer {
+    for _ in 0..count {
+        let response = http
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("producer-id", format!("w{id}"))
+            .header("producer-epoch", "0")
+            .header("producer-seq", state.next.to_string())
+            .body(format!("\"{id}-{}\"", state.next))
+            .send()
+            .await
+            .expect("the steady server answers");
+        assert!(
+            response.status().is_success(),
+            "writer {id}: {}",
+            response.status()
+        );
+        if response.headers().contains_key("eddy-duplicate") {
+            state.deduplicated += 1;
+        }
+        state.acknowledged = Some(state.next);
+        state.next += 1;
+    }
+    state
+}
