@@ -8,6 +8,10 @@
 #     eddy-server, a Rust long-poll client, so client overhead stays small)
 # Memory storage is compared with the reference in-memory store, SQLite with
 # the reference file store. Prints each figure for both and the ratio.
+# Then eddy on PostgreSQL (DATABASE_URL, or a throwaway cluster from
+# scripts/postgres.sh; fsync on) beside eddy on SQLite: one server, and two
+# servers on one database with the load split between them and the live
+# reader on the other server than the writer.
 #
 #   scripts/bench/server.sh            # 10 s per wrk run
 #   DURATION=3s CONNECTIONS=16 scripts/bench/server.sh
@@ -37,7 +41,7 @@ threads="${THREADS:-2}"
 command -v wrk >/dev/null || { apt-get install -y wrk >/dev/null 2>&1 || { echo "install wrk first" >&2; exit 1; }; }
 [ "$mode" = pinned ] || (cd "$here" && [ -d node_modules/@durable-streams/server ] || npm install --no-audit --no-fund --loglevel=error >/dev/null)
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
-(cd "$root" && cargo build --quiet --release -p eddy && cargo build --quiet --release -p eddy-server --example live_latency --example live_fanout)
+(cd "$root" && cargo build --quiet --release -p eddy --features postgres && cargo build --quiet --release -p eddy-server --example live_latency --example live_fanout)
 eddy="$CARGO_TARGET_DIR/release/eddy"
 latency="$CARGO_TARGET_DIR/release/examples/live_latency"
 fanout="$CARGO_TARGET_DIR/release/examples/live_fanout"
@@ -51,9 +55,9 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 wait_up() { for _ in $(seq 1 100); do curl -fsS -o /dev/null -X PUT "$1/bench/probe" 2>/dev/null && return; sleep 0.1; done; echo "server at $1 did not start" >&2; exit 1; }
 
 # Each start sets `base`; not run in a subshell, so `pids` keeps the server for cleanup.
-start_eddy() { # storage
-  local port; port="$(free_port)"
-  "$eddy" serve --listen "127.0.0.1:$port" --storage "$1" --data "$work/eddy-$1" --long-poll-timeout 5s >/dev/null 2>&1 &
+start_eddy() { # storage [serve args...]
+  local port storage="$1"; shift; port="$(free_port)"
+  "$eddy" serve --listen "127.0.0.1:$port" --storage "$storage" --data "$(mktemp -d -p "$work")" --long-poll-timeout 5s "$@" >/dev/null 2>&1 &
   pids+=($!); base="http://127.0.0.1:$port"; wait_up "$base"
 }
 start_ref() { # [data dir]
@@ -120,3 +124,48 @@ start_ref "$work/ref-data"; ref_file="$base"
 report "durable storage: eddy SQLite (fsync per group commit) vs reference file store" "$(measure "$eddy_sql")" "$(measure "$ref_file")"
 echo
 echo "(ratios: throughput eddy/reference; latency reference/eddy; higher is better for eddy)"
+
+# PostgreSQL: one server, then two on one schema.
+if [ -z "${DATABASE_URL:-}" ]; then
+  eval "$("$root/scripts/postgres.sh" start)"
+  trap 'cleanup; "$root/scripts/postgres.sh" stop >/dev/null 2>&1 || true' EXIT
+fi
+start_eddy "$DATABASE_URL" --pg-schema "bench_one_$$"; pg_one="$base"
+start_eddy "$DATABASE_URL" --pg-schema "bench_two_$$"; pg_a="$base"
+start_eddy "$DATABASE_URL" --pg-schema "bench_two_$$"; pg_b="$base"
+
+split_rps() { # path [wrk args...]: wrk on both servers at once, half the connections each; the sum
+  local path="$1"; shift
+  local half=$((connections / 2))
+  wrk -t1 -c"$half" -d"$duration" "$@" "$pg_a$path" >"$work/wrk-a" 2>&1 &
+  local a=$!
+  wrk -t1 -c"$half" -d"$duration" "$@" "$pg_b$path" >"$work/wrk-b" 2>&1
+  wait "$a"
+  cat "$work/wrk-a" "$work/wrk-b" | awk '/Requests\/sec/ { s += $2 } END { printf "%.2f", s }'
+}
+
+measure_two() { # -> "append batch read p50 p99": load on both servers, reader on the other one
+  curl -fsS -o /dev/null -X PUT -H 'content-type: text/plain' "$pg_a/bench/append"
+  curl -fsS -o /dev/null -X PUT -H 'content-type: application/json' "$pg_a/bench/batch"
+  prepare_read_stream "$pg_a"
+  local a b r l
+  a="$(split_rps /bench/append -s "$here/append.lua")"
+  b="$(split_rps /bench/batch -s "$here/batch.lua")"
+  r="$(split_rps "/bench/read?offset=-1")"
+  l="$("$latency" "$pg_a" 300 "$pg_b")"
+  echo "$a $b $r $l"
+}
+
+start_eddy sqlite
+read -r sa sb sr sl50 sl99 _ <<<"$(measure "$base")"
+read -r oa ob or ol50 ol99 _ <<<"$(measure "$pg_one")"
+read -r ta tb tr tl50 tl99 _ <<<"$(measure_two)"
+echo
+echo "== eddy on PostgreSQL (synchronous_commit on) beside eddy on SQLite (wrk -c$connections -d$duration) =="
+printf '%-44s %12s %12s %16s\n' "" "SQLite" "PG, 1 server" "PG, 2 servers"
+printf '%-44s %12s %12s %16s\n' "single-message appends (req/s)" "$sa" "$oa" "$ta"
+printf '%-44s %12s %12s %16s\n' "100-message producer batches (req/s)" "$sb" "$ob" "$tb"
+printf '%-44s %12s %12s %16s\n' "catch-up reads of 1000 messages (req/s)" "$sr" "$or" "$tr"
+printf '%-44s %12s %12s %16s\n' "append -> live reader p50 (ms)" "$sl50" "$ol50" "$tl50"
+printf '%-44s %12s %12s %16s\n' "append -> live reader p99 (ms)" "$sl99" "$ol99" "$tl99"
+echo "(2 servers: the load split between them; the live reader on the other server than the writer)"

@@ -2,7 +2,9 @@
 //!
 //! A long-poll reader waits at the tail; the writer appends; the sample is
 //! the time from just before the append is sent until the reader has the
-//! data. Prints `p50_ms p99_ms samples`.
+//! data. Prints `p50_ms p99_ms samples`. A third argument reads through
+//! another server (two servers sharing a database: latency across
+//! processes).
 //!
 //! ```sh
 //! cargo run --release -p eddy-server --example live_latency -- http://127.0.0.1:4437 300
@@ -17,11 +19,14 @@ async fn main() -> anyhow::Result<()> {
         .next()
         .unwrap_or_else(|| "http://127.0.0.1:4437".into());
     let rounds: usize = args.next().map(|r| r.parse()).transpose()?.unwrap_or(300);
+    let reader_base = args.next().unwrap_or_else(|| base.clone());
     let http = reqwest::Client::builder().tcp_nodelay(true).build()?;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_nanos();
-    let url = format!("{base}/bench/latency-rs-{nanos}");
+    let name = format!("bench/latency-rs-{nanos}");
+    let url = format!("{base}/{name}");
+    let read_url = format!("{reader_base}/{name}");
     http.put(&url)
         .header("content-type", "text/plain")
         .send()
@@ -38,7 +43,7 @@ async fn main() -> anyhow::Result<()> {
     for i in 0..rounds {
         let reader = tokio::spawn({
             let http = http.clone();
-            let poll = format!("{url}?offset={offset}&live=long-poll");
+            let poll = format!("{read_url}?offset={offset}&live=long-poll");
             async move {
                 let response = http.get(poll).send().await?;
                 let next = response
