@@ -3,7 +3,7 @@
 
 mod crash;
 mod dynamo_cli;
-mod serve_cli;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod serve_cli;
 mod streams_cli;
