@@ -16,7 +16,13 @@ pub struct ServerConfig {
     /// How long a client may take to send the request line and headers
     /// (the connection is closed).
     pub header_timeout: Duration,
-    /// The most bytes of messages one read response carries.
+    /// The byte budget of one read: the most bytes of messages one
+    /// catch-up or long-poll response, or one SSE data event, carries. It
+    /// also bounds what a request holds in memory: a response body is
+    /// made from one store read at a time, and the next read happens only
+    /// once the connection has taken the previous one, so a slow reader
+    /// never makes the server buffer more than this (plus the framing of
+    /// the body: JSON array commas, SSE lines, base64 on binary SSE).
     pub max_read_bytes: usize,
     /// The most concurrent live readers (long-poll waits and SSE streams);
     /// more get 503.
@@ -50,6 +56,10 @@ pub struct ServerConfig {
     /// when a subscription is made, when a notification is sent, and on
     /// each redirect.
     pub webhook_allowed_networks: Vec<IpNet>,
+    /// Response compression.
+    pub compression: CompressionConfig,
+    /// How read responses may be cached by browsers, proxies and CDNs.
+    pub cache: CacheConfig,
     /// How long after a failed webhook notification it is sent again; the
     /// delay doubles with each failure in a row, up to
     /// [`webhook_retry_max`](Self::webhook_retry_max).
@@ -77,8 +87,68 @@ impl Default for ServerConfig {
             max_pattern_bytes: 256,
             max_pattern_wildcards: 16,
             webhook_allowed_networks: Vec::new(),
+            compression: CompressionConfig::default(),
+            cache: CacheConfig::default(),
             webhook_retry_initial: Duration::from_secs(1),
             webhook_retry_max: Duration::from_secs(300),
+        }
+    }
+}
+
+/// When responses are compressed.
+///
+/// A response is compressed with gzip, brotli or zstd (the best the
+/// client's `Accept-Encoding` allows) when compression is on, its body is
+/// at least [`min_bytes`](Self::min_bytes) long, and its content type is
+/// text that compresses: JSON (`application/json`, `*+json`, NDJSON), XML
+/// and `text/*`. Binary streams (`application/octet-stream` and every other
+/// type) are sent as stored, and SSE streams are never compressed, so
+/// every event reaches the client the moment it is written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompressionConfig {
+    /// Whether responses are compressed at all.
+    pub enabled: bool,
+    /// The smallest body that is compressed, in bytes.
+    pub min_bytes: u64,
+}
+
+impl Default for CompressionConfig {
+    fn default() -> Self {
+        CompressionConfig {
+            enabled: true,
+            min_bytes: 1024,
+        }
+    }
+}
+
+/// How read responses may be cached.
+///
+/// A catch-up read that ends before the tail never changes (the data at an
+/// offset is immutable), so it is `public, max-age=<max_age>, immutable`
+/// with a strong `ETag`. A long-poll answer with data is cacheable for one
+/// cursor interval (20 s), keyed by its URL (offset and cursor), so caches
+/// collapse identical waiting requests. Reads that reach the tail, long-poll
+/// timeouts, SSE and `HEAD` are `no-store` / `no-cache`, and so is every
+/// response that says nothing else (writes, errors).
+///
+/// With a bearer token configured, cacheable responses are `private`
+/// (browser caches only) unless their stream path starts with one of
+/// [`public_prefixes`](Self::public_prefixes): the operator declares those
+/// streams public, and any shared cache may then serve them to anyone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// How long a historical chunk stays fresh in caches.
+    pub max_age: Duration,
+    /// Stream path prefixes (without the leading `/`) whose reads are
+    /// `public` even when the server requires a bearer token.
+    pub public_prefixes: Vec<String>,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            max_age: Duration::from_secs(3600),
+            public_prefixes: Vec::new(),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// The cursor epoch: 2024-10-09T00:00:00Z in unix seconds.
 const EPOCH_SECS: u64 = 1_728_432_000;
 /// The length of one cursor interval.
-const INTERVAL_SECS: u64 = 20;
+pub(crate) const INTERVAL_SECS: u64 = 20;
 
 /// The cursor to return at `now`, given the client's `cursor` parameter:
 /// the current interval number, or one greater than the client's when the

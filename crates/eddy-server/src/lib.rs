@@ -73,8 +73,10 @@
 //! ```
 #![deny(missing_docs)]
 
+mod cache;
 #[cfg(feature = "remote")]
 mod client;
+mod compression;
 mod config;
 mod cursor;
 mod error;
@@ -93,7 +95,7 @@ mod wire;
 
 #[cfg(feature = "remote")]
 pub use client::RemoteStorage;
-pub use config::ServerConfig;
+pub use config::{CacheConfig, CompressionConfig, ServerConfig};
 pub use error::ApiError;
 pub use metrics::Metrics;
 pub use protocol::RESERVED_STREAM_PREFIX;

@@ -1,12 +1,12 @@
 //! The axum router: operational endpoints, the stream fallback, and the
 //! middleware every response passes through (auth, security and CORS
-//! headers, metrics).
+//! headers, caching defaults, compression, metrics).
 
 use std::sync::atomic::Ordering;
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
-use axum::middleware::{from_fn_with_state, Next};
+use axum::middleware::{from_fn_with_state, map_response, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -16,7 +16,7 @@ use crate::error::ApiError;
 use crate::handlers;
 use crate::protocol;
 use crate::state::AppState;
-use crate::{observe, probes};
+use crate::{cache, compression, observe, probes};
 
 /// The whole HTTP application over `state`.
 pub fn app(state: AppState) -> Router {
@@ -25,6 +25,8 @@ pub fn app(state: AppState) -> Router {
         .route("/readyz", get(probes::readyz))
         .route("/metrics", get(metrics))
         .fallback(handlers::stream)
+        .layer(compression::layer(&state.config.compression))
+        .layer(map_response(cache::tag_encoding))
         .layer(from_fn_with_state(state.clone(), guard))
         .layer(observe::layers())
         .with_state(state)
@@ -39,7 +41,9 @@ async fn metrics(State(state): State<AppState>) -> Response {
 }
 
 /// Answers CORS preflights, checks the bearer token, and adds the security
-/// and CORS headers to every response, errors included.
+/// and CORS headers to every response, errors included. A response that
+/// does not say how it may be cached (writes, errors) is `no-store`, so no
+/// cache keeps a 404 for a stream about to be created.
 async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let traced = tracing::enabled!(tracing::Level::DEBUG).then(|| {
         (
@@ -69,6 +73,9 @@ async fn guard(State(state): State<AppState>, request: Request, next: Next) -> R
         );
     }
     let headers = response.headers_mut();
+    if !headers.contains_key(header::CACHE_CONTROL) {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
     headers.insert(
         "x-content-type-options",
         HeaderValue::from_static("nosniff"),

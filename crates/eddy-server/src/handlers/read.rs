@@ -9,6 +9,7 @@ use eddy_streams::{ReadChunk, ReadFrom, StreamPath, Wait};
 
 use super::encode;
 use super::put;
+use crate::cache::{self, Freshness};
 use crate::cursor;
 use crate::error::ApiError;
 use crate::parse::{self, Live};
@@ -44,22 +45,28 @@ async fn catch_up(
     };
     let chunk = state.store.read(path, from, max).await?;
     state.metrics.reads.fetch_add(1, Ordering::Relaxed);
-    let etag = etag(&chunk);
+    let etag = cache::etag(&chunk);
     let mut out = chunk_headers(&chunk);
-    put(&mut out, header::ETAG.as_str(), etag.clone());
-    let cache = if from == ReadFrom::Tail || chunk.up_to_date {
-        "no-store"
+    let freshness = if from == ReadFrom::Tail || chunk.up_to_date {
+        Freshness::Tail
     } else {
-        "no-cache"
+        Freshness::Historical
     };
-    put(&mut out, header::CACHE_CONTROL.as_str(), cache.into());
-    let matches = parse::header(headers, header::IF_NONE_MATCH.as_str())?.is_some_and(|sent| {
-        sent.split(',')
-            .any(|tag| tag.trim() == etag || tag.trim() == "*")
-    });
-    if matches {
+    put(
+        &mut out,
+        header::CACHE_CONTROL.as_str(),
+        cache::control(state, path, freshness),
+    );
+    put(&mut out, header::VARY.as_str(), cache::READ_VARY.into());
+    if let Some(sent) = parse::header(headers, header::IF_NONE_MATCH.as_str())?
+        .and_then(|sent| cache::matching_tag(sent, &etag))
+    {
+        // The tag the client holds, so a compressed copy stays valid.
+        let tag = if sent == "*" { etag } else { sent.to_owned() };
+        put(&mut out, header::ETAG.as_str(), tag);
         return Ok((StatusCode::NOT_MODIFIED, out).into_response());
     }
+    put(&mut out, header::ETAG.as_str(), etag);
     let framed = parse::header(headers, protocol::FRAMING)? == Some(protocol::FRAMING_MESSAGES);
     let body = if framed {
         put(
@@ -97,7 +104,18 @@ async fn long_poll(
     }
     state.metrics.reads.fetch_add(1, Ordering::Relaxed);
     let mut out = chunk_headers(&chunk);
-    put(&mut out, header::CACHE_CONTROL.as_str(), "no-store".into());
+    // Data from the offset the URL names is the same for every client with
+    // this URL; `offset=now` names no offset, and a timeout is stale at once.
+    let freshness = if chunk.messages.is_empty() || from == ReadFrom::Tail {
+        Freshness::Tail
+    } else {
+        Freshness::LongPollData
+    };
+    put(
+        &mut out,
+        header::CACHE_CONTROL.as_str(),
+        cache::control(state, path, freshness),
+    );
     if !chunk.closed {
         put(
             &mut out,
@@ -108,7 +126,7 @@ async fn long_poll(
     if chunk.messages.is_empty() {
         return Ok((StatusCode::NO_CONTENT, out).into_response());
     }
-    put(&mut out, header::ETAG.as_str(), etag(&chunk));
+    put(&mut out, header::ETAG.as_str(), cache::etag(&chunk));
     let body = encode::body(&chunk.content_type, &chunk.messages);
     Ok((StatusCode::OK, out, body).into_response())
 }
@@ -134,11 +152,4 @@ fn chunk_headers(chunk: &ReadChunk) -> HeaderMap {
         put(&mut out, protocol::CLOSED, "true".into());
     }
     out
-}
-
-/// A strong validator for exactly this range of this stream's data, and
-/// whether it reached a closed tail.
-fn etag(chunk: &ReadChunk) -> String {
-    let closed = if chunk.closed { ":c" } else { "" };
-    format!("\"{}:{}{closed}\"", chunk.start, chunk.next_offset)
 }

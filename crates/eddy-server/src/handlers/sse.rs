@@ -10,9 +10,7 @@ use axum::body::Body;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use eddy_streams::{ReadChunk, ReadFrom, StreamPath, Wait};
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
+use eddy_streams::{Offset, ReadChunk, ReadFrom, StreamPath, Wait};
 
 use super::encode::{self, SseEncoding};
 use super::put;
@@ -35,16 +33,18 @@ pub(super) async fn sse(
         .await?;
     let slot = state.live_reader()?;
     let encoding = SseEncoding::for_content_type(&first.content_type);
-    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(8);
-    tokio::spawn(run(
-        state.clone(),
-        path.clone(),
-        first,
+    let feed = Feed {
+        state: state.clone(),
+        path: path.clone(),
         encoding,
         client_cursor,
-        tx,
-        slot,
-    ));
+        next: Step::Chunk(first),
+        _slot: slot,
+    };
+    let events = futures::stream::unfold(feed, |mut feed| async move {
+        let event = feed.next_event().await?;
+        Some((Ok::<_, Infallible>(event), feed))
+    });
     let mut out = HeaderMap::new();
     put(
         &mut out,
@@ -52,79 +52,96 @@ pub(super) async fn sse(
         "text/event-stream".into(),
     );
     put(&mut out, header::CACHE_CONTROL.as_str(), "no-cache".into());
+    // Proxies that buffer responses (nginx) pass each event on at once.
+    put(&mut out, "x-accel-buffering", "no".into());
     if encoding == SseEncoding::Base64 {
         put(&mut out, protocol::SSE_DATA_ENCODING, "base64".into());
     }
-    Ok((
-        StatusCode::OK,
-        out,
-        Body::from_stream(ReceiverStream::new(rx)),
-    )
-        .into_response())
+    Ok((StatusCode::OK, out, Body::from_stream(events)).into_response())
 }
 
-/// Feeds events to one SSE client until it leaves, the stream closes, the
-/// stream goes away, or the server shuts down.
-async fn run(
+/// One SSE client's events, made one at a time when the connection asks
+/// for the next: a slow reader holds at most one chunk of the stream in
+/// the server, and a reader that leaves drops the feed (and its wait).
+struct Feed {
     state: AppState,
     path: StreamPath,
-    first: ReadChunk,
     encoding: SseEncoding,
-    mut client_cursor: Option<String>,
-    tx: mpsc::Sender<Result<Bytes, Infallible>>,
+    client_cursor: Option<String>,
+    next: Step,
     _slot: LiveReader,
-) {
-    let mut chunk = first;
-    loop {
-        if !chunk.messages.is_empty() {
-            state.metrics.reads.fetch_add(1, Ordering::Relaxed);
-            if tx
-                .send(Ok(encode::data_event(encoding, &chunk.messages)))
-                .await
-                .is_err()
-            {
-                return;
-            }
-        }
-        let cursor = cursor::next(SystemTime::now(), client_cursor.as_deref());
-        if tx.send(Ok(control(&chunk, &cursor))).await.is_err() || chunk.closed {
-            return;
-        }
-        client_cursor = Some(cursor);
-        let next = chunk.next_offset;
-        if chunk.up_to_date {
-            loop {
-                let waited = tokio::select! {
-                    waited = state.store.wait(&path, next, state.config.sse_keep_alive) => waited,
-                    () = tx.closed() => return,
-                    () = state.shutting_down() => return,
-                };
-                match waited {
-                    Ok(Wait::Changed(_)) => break,
-                    Ok(Wait::TimedOut(_)) => {
-                        if tx
-                            .send(Ok(Bytes::from_static(b": keep-alive\n\n")))
-                            .await
-                            .is_err()
-                        {
-                            return;
+}
+
+/// What the feed does when asked for its next event.
+enum Step {
+    /// Send this chunk: its data event (if it has messages), then its
+    /// control event.
+    Chunk(ReadChunk),
+    /// Send the control event that follows a data event.
+    Control(ReadChunk),
+    /// Read on from `next`, after waiting for data if `wait`.
+    Read { next: Offset, wait: bool },
+    /// The stream is closed or gone, the server stops, or a read failed.
+    Done,
+}
+
+impl Feed {
+    async fn next_event(&mut self) -> Option<Bytes> {
+        loop {
+            match std::mem::replace(&mut self.next, Step::Done) {
+                Step::Done => return None,
+                Step::Chunk(chunk) if !chunk.messages.is_empty() => {
+                    self.state.metrics.reads.fetch_add(1, Ordering::Relaxed);
+                    let event = encode::data_event(self.encoding, &chunk.messages);
+                    self.next = Step::Control(chunk);
+                    return Some(event);
+                }
+                Step::Chunk(chunk) | Step::Control(chunk) => {
+                    let cursor = cursor::next(SystemTime::now(), self.client_cursor.as_deref());
+                    let event = control(&chunk, &cursor);
+                    self.client_cursor = Some(cursor);
+                    if !chunk.closed {
+                        self.next = Step::Read {
+                            next: chunk.next_offset,
+                            wait: chunk.up_to_date,
+                        };
+                    }
+                    return Some(event);
+                }
+                Step::Read { next, wait: true } => {
+                    let waited = tokio::select! {
+                        waited = self.state.store.wait(&self.path, next, self.state.config.sse_keep_alive) => waited,
+                        () = self.state.shutting_down() => return None,
+                    };
+                    match waited {
+                        Ok(Wait::Changed(_)) => self.next = Step::Read { next, wait: false },
+                        Ok(Wait::TimedOut(_)) => {
+                            self.next = Step::Read { next, wait: true };
+                            return Some(Bytes::from_static(b": keep-alive\n\n"));
+                        }
+                        Err(_) => return None,
+                    }
+                }
+                Step::Read { next, wait: false } => {
+                    let read = self
+                        .state
+                        .store
+                        .read(
+                            &self.path,
+                            ReadFrom::Offset(next),
+                            self.state.config.max_read_bytes,
+                        )
+                        .await;
+                    match read {
+                        Ok(chunk) => self.next = Step::Chunk(chunk),
+                        Err(err) => {
+                            tracing::debug!(path = %self.path, error = %err, "SSE stream ended");
+                            return None;
                         }
                     }
-                    Err(_) => return,
                 }
             }
         }
-        chunk = match state
-            .store
-            .read(&path, ReadFrom::Offset(next), state.config.max_read_bytes)
-            .await
-        {
-            Ok(chunk) => chunk,
-            Err(err) => {
-                tracing::debug!(%path, error = %err, "SSE stream ended");
-                return;
-            }
-        };
     }
 }
 

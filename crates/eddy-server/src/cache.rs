@@ -1,0 +1,122 @@
+//! HTTP caching of read responses: the `Cache-Control` each kind of
+//! response carries, the strong `ETag` of a chunk and `If-None-Match`.
+//! The rules are stated on [`CacheConfig`](crate::CacheConfig).
+
+use axum::http::{header, HeaderValue};
+use axum::response::Response;
+use eddy_streams::{ReadChunk, StreamPath};
+
+use crate::cursor;
+use crate::state::AppState;
+
+/// What a read response is, as far as caches are concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Freshness {
+    /// Data that ends before the tail: it never changes.
+    Historical,
+    /// A long-poll answer with data from the offset its URL names.
+    LongPollData,
+    /// The tail, a timeout, `offset=now`, `HEAD`: stale at once.
+    Tail,
+}
+
+/// The request headers a catch-up response varies on besides its URL:
+/// the compression the client accepts, and Eddy's framing and budget
+/// extensions.
+pub(crate) const READ_VARY: &str = "accept-encoding, eddy-framing, eddy-max-bytes";
+
+/// The `Cache-Control` value of a read of `path`.
+pub(crate) fn control(state: &AppState, path: &StreamPath, freshness: Freshness) -> String {
+    let config = &state.config.cache;
+    let scope = if state.config.auth_token.is_none()
+        || config
+            .public_prefixes
+            .iter()
+            .any(|prefix| path.as_str().starts_with(prefix.as_str()))
+    {
+        "public"
+    } else {
+        "private"
+    };
+    match freshness {
+        Freshness::Historical => {
+            format!("{scope}, max-age={}, immutable", config.max_age.as_secs())
+        }
+        // Clients move to a new URL (cursor) every interval at the latest.
+        Freshness::LongPollData => format!("{scope}, max-age={}", cursor::INTERVAL_SECS),
+        Freshness::Tail => "no-store".to_owned(),
+    }
+}
+
+/// A strong validator for exactly this range of this stream's data, and
+/// whether it reached a closed tail.
+pub(crate) fn etag(chunk: &ReadChunk) -> String {
+    let closed = if chunk.closed { ":c" } else { "" };
+    format!("\"{}:{}{closed}\"", chunk.start, chunk.next_offset)
+}
+
+/// The tag of `if_none_match` (a comma-separated list, or `*`) that names
+/// `etag`, in any content coding (see [`tag_encoding`]).
+pub(crate) fn matching_tag<'a>(if_none_match: &'a str, etag: &str) -> Option<&'a str> {
+    let bare = etag.trim_matches('"');
+    // If-None-Match compares weakly: `W/"x"` names `"x"` too.
+    if_none_match.split(',').map(str::trim).find(|sent| {
+        *sent == "*"
+            || sent
+                .trim_start_matches("W/")
+                .strip_prefix('"')
+                .and_then(|s| s.strip_suffix('"'))
+                .is_some_and(|inner| {
+                    inner == bare
+                        || inner
+                            .strip_prefix(bare)
+                            .and_then(|rest| rest.strip_prefix('-'))
+                            .is_some_and(|coding| ENCODINGS.contains(&coding))
+                })
+    })
+}
+
+const ENCODINGS: [&str; 3] = ["gzip", "br", "zstd"];
+
+/// Gives a compressed response its own strong `ETag` (`"…-gzip"`): a
+/// strong validator names one representation, and the compressed bytes
+/// are another one than the plain bytes.
+pub(crate) async fn tag_encoding(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    let coding = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .filter(|coding| ENCODINGS.contains(coding))
+        .map(str::to_owned);
+    let tag = headers
+        .get(header::ETAG)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|tag| tag.strip_prefix('"')?.strip_suffix('"'))
+        .map(str::to_owned);
+    if let (Some(coding), Some(tag)) = (coding, tag) {
+        if let Ok(value) = HeaderValue::try_from(format!("\"{tag}-{coding}\"")) {
+            headers.insert(header::ETAG, value);
+        }
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn if_none_match_names_the_tag_in_any_coding() {
+        let etag = "\"a:b\"";
+        assert_eq!(matching_tag("\"a:b\"", etag), Some("\"a:b\""));
+        assert_eq!(
+            matching_tag("\"x\", \"a:b-gzip\"", etag),
+            Some("\"a:b-gzip\"")
+        );
+        assert_eq!(matching_tag("*", etag), Some("*"));
+        assert_eq!(matching_tag("\"a:b-deflate\"", etag), None);
+        assert_eq!(matching_tag("\"a:bc\"", etag), None);
+        assert_eq!(matching_tag("W/\"a:b\"", etag), Some("W/\"a:b\""));
+        assert_eq!(matching_tag("", etag), None);
+    }
+}
