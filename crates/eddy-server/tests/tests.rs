@@ -1,5 +1,7 @@
 //! Integration tests of `eddy-server`: one binary, one module per area.
 
+mod caching;
+mod compression;
 mod limits;
 mod operations;
 mod parsers;

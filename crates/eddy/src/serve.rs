@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use eddy_server::{Server, ServerConfig};
+use eddy_server::{CacheConfig, CompressionConfig, Server, ServerConfig};
 use eddy_streams::{Durability, MemoryStorage, SqliteOptions, SqliteStorage, Storage};
 use ipnet::IpNet;
 
@@ -127,6 +127,28 @@ pub struct ServeArgs {
     /// loss); on PostgreSQL, `synchronous_commit = off`.
     #[arg(long, env = "EDDY_NO_FSYNC")]
     pub no_fsync: bool,
+    /// The byte budget of one read: the most message bytes one catch-up or
+    /// long-poll response, or one SSE event, carries. It also bounds the
+    /// memory one reader holds: a slow reader never makes the server
+    /// buffer more than this.
+    #[arg(long, default_value_t = ServerConfig::default().max_read_bytes)]
+    pub max_read_bytes: usize,
+    /// Send every response uncompressed.
+    #[arg(long)]
+    pub no_compression: bool,
+    /// The smallest text response that is compressed (gzip, brotli or zstd,
+    /// as the client's Accept-Encoding prefers), in bytes.
+    #[arg(long, default_value_t = CompressionConfig::default().min_bytes)]
+    pub compression_min_bytes: u64,
+    /// How long caches keep a historical chunk (one that ends before the
+    /// tail and so never changes), as `60m` or `30s`.
+    #[arg(long, default_value = "60m", value_parser = parse_duration)]
+    pub cache_max_age: Duration,
+    /// A stream path prefix (`news/`) whose reads are `public` for shared
+    /// caches even with --auth-token; repeatable. Without a token every
+    /// read is public.
+    #[arg(long = "cache-public-prefix", value_name = "PREFIX")]
+    pub cache_public_prefixes: Vec<String>,
     /// A network webhooks may reach although it is internal (loopback,
     /// private, link-local…), as `10.0.0.0/8` or one address; repeatable.
     /// Every other internal address is refused.
@@ -178,6 +200,9 @@ impl ServeArgs {
         if auth_token.as_deref() == Some("") || self.admin_token.as_deref() == Some("") {
             bail!("an auth or admin token is empty");
         }
+        if self.max_read_bytes == 0 {
+            bail!("--max-read-bytes must be at least 1");
+        }
         if auth_token.is_none() && !self.listen.ip().is_loopback() && !self.insecure_no_auth {
             bail!(
                 "refusing to listen on {} without --auth-token; pass --insecure-no-auth to allow it",
@@ -195,6 +220,19 @@ impl ServeArgs {
             auth_token,
             admin_token: self.admin_token.clone(),
             webhook_allowed_networks: self.webhook_allowed_networks.clone(),
+            max_read_bytes: self.max_read_bytes,
+            compression: CompressionConfig {
+                enabled: !self.no_compression,
+                min_bytes: self.compression_min_bytes,
+            },
+            cache: CacheConfig {
+                max_age: self.cache_max_age,
+                public_prefixes: self
+                    .cache_public_prefixes
+                    .iter()
+                    .map(|prefix| prefix.trim_start_matches('/').to_owned())
+                    .collect(),
+            },
             ..ServerConfig::default()
         })
     }
@@ -359,5 +397,31 @@ mod tests {
         ];
         assert_eq!(allowed.webhook_allowed_networks, expected);
         assert!(config(&["--webhook-allow-network", "10.0.0.0/33"]).is_err());
+    }
+
+    #[test]
+    fn read_budget_compression_and_caching_flags() {
+        let defaults = config(&[]).expect("config");
+        assert_eq!(
+            defaults.max_read_bytes,
+            ServerConfig::default().max_read_bytes
+        );
+        assert!(defaults.compression.enabled);
+        let set = config(&[
+            "--max-read-bytes",
+            "65536",
+            "--no-compression",
+            "--cache-max-age",
+            "5m",
+            "--cache-public-prefix",
+            "/news/",
+            "--cache-public-prefix",
+            "docs/",
+        ])
+        .expect("config");
+        assert_eq!(set.max_read_bytes, 65536);
+        assert!(!set.compression.enabled);
+        assert_eq!(set.cache.max_age, Duration::from_secs(300));
+        assert_eq!(set.cache.public_prefixes, vec!["news/", "docs/"]);
     }
 }

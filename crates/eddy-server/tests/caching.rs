@@ -1,0 +1,215 @@
+//! HTTP caching of reads (issue 15 §3): historical chunks are immutable
+//! with a strong `ETag`, the tail, live reads and `HEAD` are never cached,
+//! long-poll answers carry a cursor, and a bearer token makes cacheable
+//! answers private unless the operator marks a prefix public.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::StatusCode;
+use eddy_server::{app, AppState, CacheConfig, ServerConfig};
+use eddy_streams::MemoryStorage;
+use http_body_util::BodyExt;
+
+use crate::router::{fast, header, req, router, send, send_empty};
+
+/// A server whose reads carry at most 16 bytes, so one append of four
+/// 8-byte messages makes two chunks: one historical, one at the tail.
+fn paged(mut config: ServerConfig) -> ServerConfig {
+    config.max_read_bytes = 16;
+    config
+}
+
+async fn create_with_four_messages(app: &axum::Router, path: &str, token: Option<&str>) {
+    let request = |method: &str, body: String| {
+        let mut builder = req(method, path).header("content-type", "text/plain");
+        if let Some(token) = token {
+            builder = builder.header("authorization", format!("Bearer {token}"));
+        }
+        builder.body(Body::from(body)).expect("request")
+    };
+    let (created, _) = send(app, request("PUT", String::new())).await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    for i in 0..4 {
+        let (appended, _) = send(app, request("POST", format!("message{i}"))).await;
+        assert!(appended.status().is_success());
+    }
+}
+
+#[tokio::test]
+async fn a_historical_chunk_is_immutable_and_the_tail_is_not_stored() {
+    let app = router(paged(fast()));
+    create_with_four_messages(&app, "/s", None).await;
+
+    let (first, body) = send_empty(&app, "GET", "/s?offset=-1").await;
+    assert_eq!(body, "message0message1");
+    assert_eq!(header(&first, "stream-up-to-date"), None);
+    assert_eq!(
+        header(&first, "cache-control"),
+        Some("public, max-age=3600, immutable")
+    );
+    let etag = header(&first, "etag").expect("etag").to_owned();
+    assert!(etag.starts_with('"') && !etag.starts_with("W/"), "{etag}");
+    assert!(header(&first, "vary").is_some_and(|v| v.contains("accept-encoding")));
+
+    // The same chunk again is the same representation, and a revalidation
+    // is a 304 with the tag.
+    let (again, _) = send_empty(&app, "GET", "/s?offset=-1").await;
+    assert_eq!(header(&again, "etag"), Some(etag.as_str()));
+    let (revalidated, body) = send(
+        &app,
+        req("GET", "/s?offset=-1")
+            .header("if-none-match", &etag)
+            .body(Body::empty())
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(
+        (revalidated.status(), body.as_str()),
+        (StatusCode::NOT_MODIFIED, "")
+    );
+    assert_eq!(header(&revalidated, "etag"), Some(etag.as_str()));
+
+    // The chunk that reaches the tail changes with the next append.
+    let next = header(&first, "stream-next-offset")
+        .expect("offset")
+        .to_owned();
+    let (tail, body) = send_empty(&app, "GET", &format!("/s?offset={next}")).await;
+    assert_eq!(body, "message2message3");
+    assert_eq!(header(&tail, "stream-up-to-date"), Some("true"));
+    assert_eq!(header(&tail, "cache-control"), Some("no-store"));
+
+    let (now, _) = send_empty(&app, "GET", "/s?offset=now").await;
+    assert_eq!(header(&now, "cache-control"), Some("no-store"));
+    let (head, _) = send_empty(&app, "HEAD", "/s").await;
+    assert_eq!(header(&head, "cache-control"), Some("no-store"));
+}
+
+#[tokio::test]
+async fn writes_errors_and_sse_are_never_cached() {
+    let app = router(paged(fast()));
+    let (missing, _) = send_empty(&app, "GET", "/absent?offset=-1").await;
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+    assert_eq!(header(&missing, "cache-control"), Some("no-store"));
+    let (created, _) = send(
+        &app,
+        req("PUT", "/closed")
+            .header("content-type", "text/plain")
+            .header("stream-closed", "true")
+            .body(Body::from("x"))
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    assert_eq!(header(&created, "cache-control"), Some("no-store"));
+    let (sse, _) = send_empty(&app, "GET", "/closed?offset=-1&live=sse").await;
+    assert_eq!(header(&sse, "cache-control"), Some("no-cache"));
+}
+
+#[tokio::test]
+async fn long_poll_data_is_cacheable_per_cursor_and_timeouts_are_not() {
+    let app = router(paged(fast()));
+    create_with_four_messages(&app, "/lp", None).await;
+    let (data, body) = send_empty(&app, "GET", "/lp?offset=-1&live=long-poll").await;
+    assert_eq!(data.status(), StatusCode::OK);
+    assert_eq!(body, "message0message1");
+    assert_eq!(header(&data, "cache-control"), Some("public, max-age=20"));
+    assert!(header(&data, "stream-cursor").is_some());
+    assert!(header(&data, "etag").is_some());
+
+    let (head, _) = send_empty(&app, "HEAD", "/lp").await;
+    let end = header(&head, "stream-next-offset")
+        .expect("tail")
+        .to_owned();
+    let (timeout, _) = send_empty(&app, "GET", &format!("/lp?offset={end}&live=long-poll")).await;
+    assert_eq!(timeout.status(), StatusCode::NO_CONTENT);
+    assert_eq!(header(&timeout, "cache-control"), Some("no-store"));
+    assert!(header(&timeout, "stream-cursor").is_some());
+}
+
+#[tokio::test]
+async fn with_a_token_chunks_are_private_unless_their_prefix_is_public() {
+    let config = paged(ServerConfig {
+        auth_token: Some("secret".into()),
+        cache: CacheConfig {
+            max_age: Duration::from_secs(60),
+            public_prefixes: vec!["news/".into()],
+        },
+        ..fast()
+    });
+    let app = router(config);
+    create_with_four_messages(&app, "/news/today", Some("secret")).await;
+    create_with_four_messages(&app, "/mail/alice", Some("secret")).await;
+    let read = |path: &str| {
+        req("GET", &format!("{path}?offset=-1"))
+            .header("authorization", "Bearer secret")
+            .body(Body::empty())
+            .expect("request")
+    };
+    let (public, _) = send(&app, read("/news/today")).await;
+    assert_eq!(
+        header(&public, "cache-control"),
+        Some("public, max-age=60, immutable")
+    );
+    let (private, _) = send(&app, read("/mail/alice")).await;
+    assert_eq!(
+        header(&private, "cache-control"),
+        Some("private, max-age=60, immutable")
+    );
+}
+
+/// Bounded memory per request: an SSE reader that takes nothing makes the
+/// server read nothing more than the chunk it is sending, however much
+/// the stream holds.
+#[tokio::test]
+async fn a_slow_sse_reader_makes_the_server_read_one_chunk_at_a_time() {
+    let (_stop, stopping) = tokio::sync::watch::channel(false);
+    let state = AppState::new(Arc::new(MemoryStorage::new()), paged(fast()), stopping);
+    let metrics = Arc::clone(state.metrics());
+    let app = app(state);
+    send(
+        &app,
+        req("PUT", "/big")
+            .header("content-type", "text/plain")
+            .body(Body::empty())
+            .expect("request"),
+    )
+    .await;
+    for i in 0..100 {
+        send(
+            &app,
+            req("POST", "/big")
+                .header("content-type", "text/plain")
+                .body(Body::from(format!("msg{i:05}")))
+                .expect("request"),
+        )
+        .await;
+    }
+    let reads = |m: &eddy_server::Metrics| m.reads.load(std::sync::atomic::Ordering::Relaxed);
+    let before = reads(&metrics);
+    let response = tower::ServiceExt::oneshot(
+        app.clone(),
+        req("GET", "/big?offset=-1&live=sse")
+            .body(Body::empty())
+            .expect("request"),
+    )
+    .await
+    .expect("infallible");
+    let mut body = response.into_body();
+    let first = body.frame().await.expect("a frame").expect("data");
+    let first = String::from_utf8_lossy(first.data_ref().expect("data")).into_owned();
+    assert!(first.contains("msg00000"), "{first}");
+    // Give a read-ahead task every chance to run before looking.
+    for _ in 0..1000 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(reads(&metrics) - before, 1, "one chunk read, none ahead");
+    // Taking the events makes the next reads; all 50 chunks arrive.
+    let mut seen = first;
+    while !seen.contains("msg00099") {
+        let frame = body.frame().await.expect("a frame").expect("data");
+        seen.push_str(&String::from_utf8_lossy(frame.data_ref().expect("data")));
+    }
+    assert_eq!(reads(&metrics) - before, 50);
+}
