@@ -131,23 +131,28 @@ pub struct ServeArgs {
     /// long-poll response, or one SSE event, carries. It also bounds the
     /// memory one reader holds: a slow reader never makes the server
     /// buffer more than this.
-    #[arg(long, default_value_t = ServerConfig::default().max_read_bytes)]
+    #[arg(long, default_value_t = ServerConfig::default().max_read_bytes, env = "EDDY_MAX_READ_BYTES")]
     pub max_read_bytes: usize,
     /// Send every response uncompressed.
-    #[arg(long)]
+    #[arg(long, env = "EDDY_NO_COMPRESSION")]
     pub no_compression: bool,
     /// The smallest text response that is compressed (gzip, brotli or zstd,
     /// as the client's Accept-Encoding prefers), in bytes.
-    #[arg(long, default_value_t = CompressionConfig::default().min_bytes)]
+    #[arg(long, default_value_t = CompressionConfig::default().min_bytes, env = "EDDY_COMPRESSION_MIN_BYTES")]
     pub compression_min_bytes: u64,
     /// How long caches keep a historical chunk (one that ends before the
     /// tail and so never changes), as `60m` or `30s`.
-    #[arg(long, default_value = "60m", value_parser = parse_duration)]
+    #[arg(long, default_value = "60m", value_parser = parse_duration, env = "EDDY_CACHE_MAX_AGE")]
     pub cache_max_age: Duration,
     /// A stream path prefix (`news/`) whose reads are `public` for shared
     /// caches even with --auth-token; repeatable. Without a token every
     /// read is public.
-    #[arg(long = "cache-public-prefix", value_name = "PREFIX")]
+    #[arg(
+        long = "cache-public-prefix",
+        value_name = "PREFIX",
+        env = "EDDY_CACHE_PUBLIC_PREFIX",
+        value_delimiter = ','
+    )]
     pub cache_public_prefixes: Vec<String>,
     /// A network webhooks may reach although it is internal (loopback,
     /// private, link-local…), as `10.0.0.0/8` or one address; repeatable.
