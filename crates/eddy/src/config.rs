@@ -149,7 +149,7 @@ mod tests {
         argv.extend(args.iter().map(OsString::from));
         argv.push(format!("--config={}", path.display()).into());
         match parse_from::<Cli>(argv)?.command {
-            Eddy::Serve(args) => Ok(args),
+            Eddy::Serve(args) => Ok(*args),
             _ => bail!("not serve"),
         }
     }

@@ -26,7 +26,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the Durable Streams HTTP protocol over the stream store.
-    Serve(serve::ServeArgs),
+    // Boxed: serve's many options would make every command as large.
+    Serve(Box<serve::ServeArgs>),
     /// Stream tools on the embedded store: create, append, read, tail, close, delete, ls.
     Streams(streams::StreamsArgs),
     /// Amazon DynamoDB tools: create-table (feature `aws`).
@@ -58,7 +59,7 @@ fn main() -> std::process::ExitCode {
 
 async fn run(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Serve(args) => serve::run(args).await,
+        Command::Serve(args) => serve::run(*args).await,
         Command::Streams(args) => streams::run(args).await,
         #[cfg(feature = "aws")]
         Command::Dynamo(args) => dynamo::run(args).await,
