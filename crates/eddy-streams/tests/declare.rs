@@ -75,6 +75,26 @@ fn json_stream_round_trips_items_and_rejects_foreign_messages() {
 }
 
 #[test]
+fn json_stream_encodes_one_message_per_item() {
+    let cards = JsonStream::<Card>::new("Tracker/Cards", "cards").expect("declare");
+    let items: Vec<Card> = ["a", "bb", ""]
+        .iter()
+        .enumerate()
+        .map(|(n, id)| Card {
+            issue_id: (*id).to_owned(),
+            total: n as f64 + 0.5,
+        })
+        .collect();
+    let messages = cards.encode(&items).expect("encode");
+    assert_eq!(messages.len(), items.len());
+    for (message, item) in messages.iter().zip(&items) {
+        assert_eq!(message.as_ref(), serde_json::to_vec(item).expect("json"));
+        assert_eq!(&cards.decode(message).expect("decode"), item);
+    }
+    assert!(cards.encode(&[]).expect("encode").is_empty());
+}
+
+#[test]
 fn state_messages_use_the_state_protocol_shape() {
     let change = board()
         .upsert(
