@@ -3,8 +3,9 @@
 
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Range;
 
-use bytes::Bytes;
 use eddy_streams::Control;
 use serde::Serialize;
 use serde_json::Value;
@@ -14,14 +15,32 @@ use crate::handles::{Collection, Output, Place, StateOutput};
 /// One item for an output, as the handler wrote it.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum OutputItem {
-    /// An encoded JSON item.
-    Json(Bytes),
+    /// An encoded JSON item: where it lies in its output's JSON buffer.
+    Json(Range<usize>),
     /// A row of the collection at this index of the state output.
     Upsert { collection: usize, row: Value },
     /// A delete of the row with this key.
     Remove { collection: usize, key: String },
     /// A control, written unchanged.
     Control(Control),
+}
+
+/// The items a handler wrote to one output.
+#[derive(Clone, Default, PartialEq)]
+pub(crate) struct Items {
+    pub list: Vec<OutputItem>,
+    /// The encodings of the JSON items, one after the other: one buffer
+    /// per output and unit rather than an allocation per item.
+    pub json: Vec<u8>,
+}
+
+impl fmt::Debug for Items {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Items")
+            .field("list", &self.list)
+            .field("json", &String::from_utf8_lossy(&self.json))
+            .finish()
+    }
 }
 
 /// The items a unit's handler wrote, for each output.
@@ -85,7 +104,7 @@ pub(crate) enum OutputItem {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Emits {
     declaration: u64,
-    pub(crate) outputs: BTreeMap<usize, Vec<OutputItem>>,
+    pub(crate) outputs: BTreeMap<usize, Items>,
     pub(crate) invalid: Option<String>,
 }
 
@@ -98,7 +117,7 @@ impl Emits {
         }
     }
 
-    fn list(&mut self, place: Place) -> Option<&mut Vec<OutputItem>> {
+    fn items(&mut self, place: Place) -> Option<&mut Items> {
         if place.declaration != self.declaration {
             self.invalid
                 .get_or_insert_with(|| format!("output #{} of another declaration", place.index));
@@ -109,13 +128,17 @@ impl Emits {
 
     /// Writes `item` to the JSON output `output`.
     pub fn push<T: Serialize>(&mut self, output: Output<T>, item: impl Borrow<T>) {
-        match serde_json::to_vec(item.borrow()) {
-            Ok(bytes) => {
-                if let Some(list) = self.list(output.place) {
-                    list.push(OutputItem::Json(Bytes::from(bytes)));
-                }
+        let Some(items) = self.items(output.place) else {
+            return;
+        };
+        let start = items.json.len();
+        match serde_json::to_writer(&mut items.json, item.borrow()) {
+            Ok(()) => {
+                let end = items.json.len();
+                items.list.push(OutputItem::Json(start..end));
             }
             Err(e) => {
+                items.json.truncate(start);
                 self.invalid
                     .get_or_insert_with(|| format!("an item does not encode: {e}"));
             }
@@ -138,8 +161,8 @@ impl Emits {
     pub fn upsert<R: Serialize>(&mut self, collection: Collection<R>, row: impl Borrow<R>) {
         match serde_json::to_value(row.borrow()) {
             Ok(row) => {
-                if let Some(list) = self.list(collection.output.place) {
-                    list.push(OutputItem::Upsert {
+                if let Some(items) = self.items(collection.output.place) {
+                    items.list.push(OutputItem::Upsert {
                         collection: collection.index,
                         row,
                     });
@@ -154,8 +177,8 @@ impl Emits {
 
     /// Removes the row with `key` from `collection`.
     pub fn remove<R>(&mut self, collection: Collection<R>, key: impl Into<String>) {
-        if let Some(list) = self.list(collection.output.place) {
-            list.push(OutputItem::Remove {
+        if let Some(items) = self.items(collection.output.place) {
+            items.list.push(OutputItem::Remove {
                 collection: collection.index,
                 key: key.into(),
             });
@@ -166,8 +189,8 @@ impl Emits {
     /// readers forget every row; snapshot markers frame a snapshot), in
     /// order with its row changes.
     pub fn control(&mut self, output: StateOutput, control: Control) {
-        if let Some(list) = self.list(output.place) {
-            list.push(OutputItem::Control(control));
+        if let Some(items) = self.items(output.place) {
+            items.list.push(OutputItem::Control(control));
         }
     }
 
@@ -185,16 +208,18 @@ impl Emits {
         if place.declaration != self.declaration {
             return 0;
         }
-        self.outputs.get(&place.index).map_or(0, Vec::len)
+        self.outputs
+            .get(&place.index)
+            .map_or(0, |items| items.list.len())
     }
 
     /// Whether no output has an item.
     pub fn is_empty(&self) -> bool {
-        self.outputs.values().all(Vec::is_empty)
+        self.outputs.values().all(|items| items.list.is_empty())
     }
 
     /// The number of items over all outputs.
     pub fn total(&self) -> usize {
-        self.outputs.values().map(Vec::len).sum()
+        self.outputs.values().map(|items| items.list.len()).sum()
     }
 }

@@ -7,7 +7,7 @@ use eddy_streams::{Append, Payload, ProducerPosition, StateMessage, StreamConfig
 
 use super::Session;
 use crate::declare::{Params, State};
-use crate::emits::OutputItem;
+use crate::emits::{Items, OutputItem};
 use crate::handles::OutputKind;
 use crate::{Emits, ProjectionError, Result};
 
@@ -78,15 +78,16 @@ impl<P: Params, S: State> Session<P, S> {
             });
         }
         let mut encoded = Vec::new();
-        for (&index, items) in emits.outputs.iter().filter(|(_, items)| !items.is_empty()) {
+        for (&index, items) in emits
+            .outputs
+            .iter()
+            .filter(|(_, items)| !items.list.is_empty())
+        {
             let output = declared
                 .get(index)
                 .ok_or_else(|| invalid(index, "the projection declares no such output".into()))?;
-            let messages = items
-                .iter()
-                .map(|item| encode_item(&output.kind, item))
-                .collect::<std::result::Result<Vec<_>, _>>()
-                .map_err(|reason| invalid(index, reason))?;
+            let messages =
+                encode_items(&output.kind, items).map_err(|reason| invalid(index, reason))?;
             encoded.push((index, messages));
         }
         Ok(encoded)
@@ -143,11 +144,31 @@ impl<P: Params, S: State> Session<P, S> {
     }
 }
 
-/// Encodes one item for an output of `kind`; the reason when it cannot be
-/// written there.
-fn encode_item(kind: &OutputKind, item: &OutputItem) -> std::result::Result<Bytes, String> {
+/// Encodes the items of one output of `kind`: its JSON items become
+/// slices of one buffer. The reason when one cannot be written there.
+fn encode_items(kind: &OutputKind, items: &Items) -> std::result::Result<Vec<Bytes>, String> {
+    let json = Bytes::copy_from_slice(&items.json);
+    items
+        .list
+        .iter()
+        .map(|item| encode_item(kind, item, &json))
+        .collect()
+}
+
+/// Encodes one item for an output of `kind`, its JSON taken from `json`;
+/// the reason when it cannot be written there.
+fn encode_item(
+    kind: &OutputKind,
+    item: &OutputItem,
+    json: &Bytes,
+) -> std::result::Result<Bytes, String> {
     let (stream, collections) = match (kind, item) {
-        (OutputKind::Json, OutputItem::Json(bytes)) => return Ok(bytes.clone()),
+        (OutputKind::Json, OutputItem::Json(range)) => {
+            return match json.get(range.clone()) {
+                Some(_) => Ok(json.slice(range.clone())),
+                None => Err("an item lies outside its output's buffer".into()),
+            }
+        }
         (
             OutputKind::State {
                 stream,
