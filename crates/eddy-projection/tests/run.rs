@@ -113,6 +113,42 @@ mod cases {
         assert_eq!(ids, ["o0", "o1", "o2", "o3", "o4"]);
     }
 
+    /// Items pushed to two outputs in turn, of different sizes, reach each
+    /// output whole and in the order they were pushed.
+    pub async fn interleaved_items_of_two_outputs_keep_their_order(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..7).await;
+        let mut declare = Declare::<()>::new("two-outputs");
+        let input = declare.input("orders", &orders());
+        let totals_output = declare.output("totals", &totals());
+        let sums_output = declare.output("sums", &crate::support::sums());
+        let projection = declare
+            .emit(Commit::producer())
+            .on(input, move |entry, _, emits| {
+                emits.push(totals_output, total_of(entry.item));
+                emits.push(sums_output, 10u64.pow(entry.offset.position() as u32));
+                emits.push(totals_output, total_of(&order(100, entry.item.amount)));
+            })
+            .build()
+            .expect("declare");
+        let host = Host::new(store.clone());
+        let bound = projection.at(()).expect("bind");
+        host.run(&bound, RunOptions::default().with_unit_size(3))
+            .await
+            .expect("run");
+        let written = read_all(store.as_ref(), &totals(), &()).await;
+        let expected: Vec<Total> = (0..7)
+            .flat_map(|i| {
+                [
+                    total_of(&order(i, i as f64)),
+                    total_of(&order(100, i as f64)),
+                ]
+            })
+            .collect();
+        assert_eq!(written, expected);
+        let sums = read_all(store.as_ref(), &crate::support::sums(), &()).await;
+        assert_eq!(sums, (0..7).map(|i| 10u64.pow(i)).collect::<Vec<_>>());
+    }
+
     /// A producer unit that failed after its outputs were appended is
     /// replayed from its pinned range; the store drops the duplicates even
     /// though more input arrived in between.
@@ -998,6 +1034,7 @@ pub fn bound_key<P: eddy_projection::Params, S: eddy_projection::State>(
 crate::on_backends!(
     fold_commits_in_units_up_to_the_limit,
     emit_writes_each_output_once,
+    interleaved_items_of_two_outputs_keep_their_order,
     a_retried_producer_unit_writes_outputs_exactly_once,
     a_second_writer_gets_a_checkpoint_conflict,
     at_least_once_retries_keep_the_unit_key,
