@@ -56,6 +56,8 @@ pub struct ServerConfig {
     /// when a subscription is made, when a notification is sent, and on
     /// each redirect.
     pub webhook_allowed_networks: Vec<IpNet>,
+    /// HTTP/2 stream and flow-control limits.
+    pub http2: Http2Config,
     /// Response compression.
     pub compression: CompressionConfig,
     /// How read responses may be cached by browsers, proxies and CDNs.
@@ -87,10 +89,35 @@ impl Default for ServerConfig {
             max_pattern_bytes: 256,
             max_pattern_wildcards: 16,
             webhook_allowed_networks: Vec::new(),
+            http2: Http2Config::default(),
             compression: CompressionConfig::default(),
             cache: CacheConfig::default(),
             webhook_retry_initial: Duration::from_secs(1),
             webhook_retry_max: Duration::from_secs(300),
+        }
+    }
+}
+
+/// HTTP/2 limits of every connection that speaks it (cleartext with prior
+/// knowledge, or TLS with ALPN `h2`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Http2Config {
+    /// The most concurrent streams (requests: live reads included) a
+    /// client may open on one connection; the client queues the rest.
+    pub max_concurrent_streams: u32,
+    /// The flow-control window of one stream, in bytes: how much a client
+    /// may send on a request before the server asks for more.
+    pub stream_window_bytes: u32,
+    /// The flow-control window of a whole connection, in bytes.
+    pub connection_window_bytes: u32,
+}
+
+impl Default for Http2Config {
+    fn default() -> Self {
+        Http2Config {
+            max_concurrent_streams: 256,
+            stream_window_bytes: 1024 * 1024,
+            connection_window_bytes: 4 * 1024 * 1024,
         }
     }
 }

@@ -95,11 +95,11 @@ mod wire;
 
 #[cfg(feature = "remote")]
 pub use client::RemoteStorage;
-pub use config::{CacheConfig, CompressionConfig, ServerConfig};
+pub use config::{CacheConfig, CompressionConfig, Http2Config, ServerConfig};
 pub use error::ApiError;
 pub use metrics::Metrics;
 pub use protocol::RESERVED_STREAM_PREFIX;
 pub use router::app;
-pub use server::{RunningServer, Server};
+pub use server::{RunningServer, Server, TlsCertificates, TlsError};
 pub use state::AppState;
 pub use wire::ListedStream;

@@ -23,6 +23,13 @@ pub struct Metrics {
     /// Webhook notifications that failed (refused address, connection
     /// error, timeout, non-2xx answer); each is sent again after a backoff.
     pub webhook_failures: AtomicU64,
+    /// Connections accepted.
+    pub connections: AtomicU64,
+    /// Connections open now.
+    pub connections_open: AtomicI64,
+    /// Connections refused on the TLS port: failed or timed-out handshakes,
+    /// and plain HTTP sent to it.
+    pub tls_failures: AtomicU64,
     /// Requests whose handler has started and not yet answered (the
     /// `/metrics` request that reads this counts itself).
     pub requests_in_flight: AtomicI64,
@@ -90,6 +97,24 @@ impl Metrics {
             "Webhook notifications that failed and are sent again later.",
             "counter",
             get(&self.webhook_failures),
+        );
+        counter(
+            "eddy_connections_total",
+            "Connections accepted.",
+            "counter",
+            get(&self.connections),
+        );
+        counter(
+            "eddy_tls_failures_total",
+            "Connections refused on the TLS port (failed handshakes, plain HTTP).",
+            "counter",
+            get(&self.tls_failures),
+        );
+        counter(
+            "eddy_connections_open",
+            "Connections open now.",
+            "gauge",
+            i128::from(self.connections_open.load(Ordering::Relaxed)),
         );
         counter(
             "eddy_live_readers",

@@ -2,6 +2,7 @@
 
 mod caching;
 mod compression;
+mod http2;
 mod limits;
 mod operations;
 mod parsers;

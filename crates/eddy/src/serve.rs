@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use eddy_server::{CacheConfig, CompressionConfig, Server, ServerConfig};
+use eddy_server::{
+    CacheConfig, CompressionConfig, Http2Config, Server, ServerConfig, TlsCertificates,
+};
 use eddy_streams::{Durability, MemoryStorage, SqliteOptions, SqliteStorage, Storage};
 use ipnet::IpNet;
 
@@ -154,6 +156,24 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub cache_public_prefixes: Vec<String>,
+    /// The TLS certificate chain, PEM, leaf first. With `--tls-key` the
+    /// port speaks HTTPS only (HTTP/2 or HTTP/1.1, chosen by ALPN); SIGHUP
+    /// reads both files again (a failed reload keeps the current pair).
+    #[arg(long, value_name = "PEM", requires = "tls_key", env = "EDDY_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// The TLS private key, PEM (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "PEM", requires = "tls_cert", env = "EDDY_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// HTTP/2: the most concurrent requests (live reads included) one
+    /// connection may have open.
+    #[arg(long, default_value_t = Http2Config::default().max_concurrent_streams, env = "EDDY_HTTP2_MAX_STREAMS")]
+    pub http2_max_streams: u32,
+    /// HTTP/2: the flow-control window of one request body, in bytes.
+    #[arg(long, default_value_t = Http2Config::default().stream_window_bytes, env = "EDDY_HTTP2_STREAM_WINDOW_BYTES")]
+    pub http2_stream_window_bytes: u32,
+    /// HTTP/2: the flow-control window of a whole connection, in bytes.
+    #[arg(long, default_value_t = Http2Config::default().connection_window_bytes, env = "EDDY_HTTP2_CONNECTION_WINDOW_BYTES")]
+    pub http2_connection_window_bytes: u32,
     /// A network webhooks may reach although it is internal (loopback,
     /// private, link-local…), as `10.0.0.0/8` or one address; repeatable.
     /// Every other internal address is refused.
@@ -208,6 +228,16 @@ impl ServeArgs {
         if self.max_read_bytes == 0 {
             bail!("--max-read-bytes must be at least 1");
         }
+        // HTTP/2 windows are 31-bit and at least the protocol's default.
+        let windows = 65_535..=0x7fff_ffff;
+        if self.http2_max_streams == 0
+            || !windows.contains(&self.http2_stream_window_bytes)
+            || !windows.contains(&self.http2_connection_window_bytes)
+        {
+            bail!(
+                "--http2-max-streams must be at least 1 and the HTTP/2 windows between 65535 and 2147483647 bytes"
+            );
+        }
         if auth_token.is_none() && !self.listen.ip().is_loopback() && !self.insecure_no_auth {
             bail!(
                 "refusing to listen on {} without --auth-token; pass --insecure-no-auth to allow it",
@@ -226,6 +256,11 @@ impl ServeArgs {
             admin_token: self.admin_token.clone(),
             webhook_allowed_networks: self.webhook_allowed_networks.clone(),
             max_read_bytes: self.max_read_bytes,
+            http2: Http2Config {
+                max_concurrent_streams: self.http2_max_streams,
+                stream_window_bytes: self.http2_stream_window_bytes,
+                connection_window_bytes: self.http2_connection_window_bytes,
+            },
             compression: CompressionConfig {
                 enabled: !self.no_compression,
                 min_bytes: self.compression_min_bytes,
@@ -305,9 +340,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = args.config()?;
     let stop = shutdown_signal()?;
     let store = args.open_store().await?;
-    let server = Server::bind(args.listen, Arc::clone(&store), config).await?;
-    tracing::info!(address = %server.local_addr(), storage = ?args.storage, "eddy serve is listening");
-    println!("listening on http://{}", server.local_addr());
+    let mut server = Server::bind(args.listen, Arc::clone(&store), config).await?;
+    let mut scheme = "http";
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        let certificates = TlsCertificates::from_pem_files(cert, key)?;
+        reload_on_sighup(Arc::clone(&certificates))?;
+        server = server.tls(&certificates)?;
+        scheme = "https";
+    }
+    tracing::info!(address = %server.local_addr(), storage = ?args.storage, scheme, "eddy serve is listening");
+    println!("listening on {scheme}://{}", server.local_addr());
     server.run_until(stop).await?;
     drop(store);
     tracing::info!("eddy serve stopped");
@@ -330,6 +372,30 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
         }
         tracing::info!("shutting down: finishing in-flight requests");
     })
+}
+
+/// Reads the TLS certificate and key again on every SIGHUP.
+#[cfg(unix)]
+fn reload_on_sighup(certificates: Arc<TlsCertificates>) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    tokio::spawn(async move {
+        while hangup.recv().await.is_some() {
+            match certificates.reload() {
+                Ok(()) => tracing::info!("TLS certificate and key reloaded"),
+                Err(err) => {
+                    tracing::error!(error = %err, "TLS reload failed; the current certificate stays");
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Without SIGHUP, certificates are read once.
+#[cfg(not(unix))]
+fn reload_on_sighup(_certificates: Arc<TlsCertificates>) -> anyhow::Result<()> {
+    Ok(())
 }
 
 /// Ctrl-C stops the server.
@@ -428,5 +494,28 @@ mod tests {
         assert!(!set.compression.enabled);
         assert_eq!(set.cache.max_age, Duration::from_secs(300));
         assert_eq!(set.cache.public_prefixes, vec!["news/", "docs/"]);
+    }
+
+    #[test]
+    fn tls_flags_come_in_pairs_and_http2_limits_are_checked() {
+        assert!(
+            config(&["--tls-cert", "c.pem"]).is_err(),
+            "a cert without a key"
+        );
+        assert!(
+            config(&["--tls-key", "k.pem"]).is_err(),
+            "a key without a cert"
+        );
+        let limits = config(&[
+            "--http2-max-streams",
+            "64",
+            "--http2-stream-window-bytes",
+            "131072",
+        ])
+        .expect("config");
+        assert_eq!(limits.http2.max_concurrent_streams, 64);
+        assert_eq!(limits.http2.stream_window_bytes, 131_072);
+        assert!(config(&["--http2-max-streams", "0"]).is_err());
+        assert!(config(&["--http2-connection-window-bytes", "4294967295"]).is_err());
     }
 }

@@ -1,27 +1,35 @@
-//! The listening server: an accept loop with request-header timeouts and a
-//! graceful shutdown.
+//! The listening server: an accept loop, HTTP/1.1 and HTTP/2 on every
+//! connection, optional TLS, request-header timeouts and a graceful
+//! shutdown.
+
+mod connection;
+mod tls;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use eddy_streams::Storage;
-use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::{app, AppState, ServerConfig};
+use connection::Connections;
+pub use tls::{TlsCertificates, TlsError};
 
 /// A bound server, ready to run.
+///
+/// Every connection speaks HTTP/1.1 or HTTP/2: cleartext HTTP/2 needs
+/// prior knowledge (`curl --http2-prior-knowledge`); with
+/// [`tls`](Self::tls), clients choose by ALPN.
 pub struct Server {
     listener: TcpListener,
     state: AppState,
     shutdown: watch::Sender<bool>,
     config: ServerConfig,
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl Server {
@@ -38,7 +46,16 @@ impl Server {
             state: AppState::new(store, config.clone(), stopping),
             shutdown,
             config,
+            tls: None,
         })
+    }
+
+    /// Serves TLS only, with `certificates` (ALPN `h2` and `http/1.1`). A
+    /// plain HTTP request on this port gets a 400 that says to use
+    /// `https://`.
+    pub fn tls(mut self, certificates: &Arc<TlsCertificates>) -> Result<Server, TlsError> {
+        self.tls = Some(certificates.server_config()?);
+        Ok(self)
     }
 
     /// The address the server listens on.
@@ -64,8 +81,14 @@ impl Server {
             state,
             shutdown,
             config,
+            tls,
         } = self;
-        let service = TowerToHyperService::new(app(state));
+        let serving = Arc::new(Connections::new(
+            &config,
+            app(state.clone()),
+            tls,
+            Arc::clone(state.metrics()),
+        ));
         let graceful = GracefulShutdown::new();
         let mut connections = JoinSet::new();
         tokio::pin!(signal);
@@ -84,16 +107,7 @@ impl Server {
                         }
                     };
                     let _ = stream.set_nodelay(true);
-                    let connection = http1::Builder::new()
-                        .timer(TokioTimer::new())
-                        .header_read_timeout(config.header_timeout)
-                        .serve_connection(TokioIo::new(stream), service.clone());
-                    let connection = graceful.watch(connection);
-                    connections.spawn(async move {
-                        if let Err(err) = connection.await {
-                            tracing::debug!(error = %err, "connection ended with an error");
-                        }
-                    });
+                    connections.spawn(Arc::clone(&serving).serve(stream, graceful.watcher()));
                 }
                 () = &mut signal => break,
             }
@@ -117,17 +131,24 @@ impl Server {
     /// Runs the server on a background task; the returned handle stops it.
     pub fn spawn(self) -> RunningServer {
         let addr = self.local_addr();
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(self.run_until(async move {
             let _ = stopped.await;
         }));
-        RunningServer { addr, stop, task }
+        RunningServer {
+            addr,
+            scheme,
+            stop,
+            task,
+        }
     }
 }
 
 /// A server running on a background task.
 pub struct RunningServer {
     addr: SocketAddr,
+    scheme: &'static str,
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
@@ -138,9 +159,9 @@ impl RunningServer {
         self.addr
     }
 
-    /// Its base URL, `http://127.0.0.1:PORT`.
+    /// Its base URL, `http://127.0.0.1:PORT` (`https://` with TLS).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", self.scheme, self.addr)
     }
 
     /// Stops it gracefully and waits until it has stopped.
