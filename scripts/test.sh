@@ -106,6 +106,11 @@ summary+=("      cargo test: $passed passed, $failed failed ($moto_ran of them o
 step "conformance suite" bash -c "scripts/conformance/run.sh memory sqlite postgres | tee '$log_dir/conformance.log'"
 while read -r line; do summary+=("      $line"); done < <(grep '^conformance' "$log_dir/conformance.log")
 
+# nginx with proxy_cache in front of `eddy serve`: one upstream read for 200
+# concurrent readers of a historical chunk, never a stale tail.
+step "nginx cache in front of eddy serve" bash -c "scripts/nginx/run.sh | tee '$log_dir/nginx.log'"
+while read -r line; do summary+=("      $line"); done < <(grep '^nginx:' "$log_dir/nginx.log")
+
 print_summary
 total_passed=$passed
 total_failed=$failed
