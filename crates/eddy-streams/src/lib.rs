@@ -68,6 +68,7 @@ mod postgres;
 mod record;
 mod route;
 mod rules;
+mod snapshot;
 mod sqlite;
 mod state;
 mod storage;
@@ -88,6 +89,7 @@ pub use payload::{Payload, DEFAULT_MAX_APPEND_BYTES};
 #[cfg(feature = "postgres")]
 pub use postgres::{PgOptions, PgStorage, PgTransaction, DEFAULT_SCHEMA};
 pub use route::Route;
+pub use snapshot::StreamSnapshot;
 pub use sqlite::{Durability, SqliteOptions, SqliteStorage, DATABASE_FILE, DEFAULT_CACHE_BYTES};
 pub use state::{Change, Collection, Control, Materialized, Operation, StateMessage, StateStream};
 pub use storage::{Created, ReadChunk, Storage, Wait};

@@ -13,7 +13,7 @@ use crate::record::{RecordReader, Records, Stored, StreamRecord};
 use crate::rules::{take_within, ProducerState};
 use crate::{
     Append, Appended, Clock, Created, Fork, Notifier, Payload, ReadChunk, ReadFrom, Storage,
-    StreamConfig, StreamError, StreamInfo, StreamPath, SystemClock,
+    StreamConfig, StreamError, StreamInfo, StreamPath, StreamSnapshot, SystemClock,
 };
 
 /// A stream store that keeps everything in memory. Nothing survives the
@@ -145,6 +145,25 @@ impl Storage for MemoryStorage {
         Ok(created)
     }
 
+    async fn snapshot(&self, path: &StreamPath) -> Result<StreamSnapshot, StreamError> {
+        complete(self.engine.snapshot(&mut *self.lock(), path))
+    }
+
+    async fn restore(
+        &self,
+        snapshot: &StreamSnapshot,
+        first: u64,
+        messages: Vec<Bytes>,
+    ) -> Result<StreamInfo, StreamError> {
+        let mut records = self.lock();
+        let info = complete(
+            self.engine
+                .restore(&mut *records, snapshot, first, &messages),
+        )?;
+        self.notifier.publish(&info);
+        Ok(info)
+    }
+
     fn notifier(&self) -> &Notifier {
         &self.notifier
     }
@@ -194,6 +213,20 @@ impl RecordReader for MemoryRecords {
             .get(path)
             .map(|forks| forks.iter().cloned().collect())
             .unwrap_or_default())
+    }
+
+    async fn producers(
+        &mut self,
+        key: &String,
+    ) -> Result<Vec<(String, ProducerState)>, StreamError> {
+        let mut producers: Vec<_> = self
+            .stream(key)?
+            .producers
+            .iter()
+            .map(|(id, state)| (id.clone(), *state))
+            .collect();
+        producers.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(producers)
     }
 
     async fn producer(

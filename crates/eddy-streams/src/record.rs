@@ -123,6 +123,9 @@ pub(crate) trait RecordReader {
     /// A producer's state on a stream.
     fn producer(&mut self, key: &Self::Key, producer: &str) -> impl Op<Option<ProducerState>>;
 
+    /// Every producer's state on a stream, sorted by producer id.
+    fn producers(&mut self, key: &Self::Key) -> impl Op<Vec<(String, ProducerState)>>;
+
     /// The messages at positions `range`, stopping before the total
     /// passes `max_bytes` but always at least one when the range is not
     /// empty.

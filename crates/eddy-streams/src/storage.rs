@@ -8,7 +8,7 @@ use tokio::sync::broadcast;
 
 use crate::{
     Append, Appended, Committed, Fork, Notifier, Offset, Payload, ReadFrom, StreamConfig,
-    StreamError, StreamInfo, StreamPath,
+    StreamError, StreamInfo, StreamPath, StreamSnapshot,
 };
 
 /// The result of a create.
@@ -98,6 +98,37 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Lists live streams whose path starts with `prefix`, sorted by path.
     async fn list(&self, prefix: &str) -> Result<Vec<StreamInfo>, StreamError>;
+
+    /// A live stream's state apart from its messages (configuration,
+    /// tail, close, producers), as of one commit: the backup primitive.
+    ///
+    /// Backends that cannot take one keep this default, which refuses.
+    async fn snapshot(&self, path: &StreamPath) -> Result<StreamSnapshot, StreamError> {
+        let _ = path;
+        Err(StreamError::InvalidArgument(
+            "this stream store cannot take snapshots".into(),
+        ))
+    }
+
+    /// Restores the messages at positions `first..` of a snapshot: the
+    /// chunk at 0 creates the stream (the path must be free) with the
+    /// snapshot's state; later chunks start at its tail; the last one
+    /// brings it to the snapshot's count and bytes, so offsets and
+    /// producer deduplication are the snapshot's. Returns the stream as
+    /// the chunk left it.
+    ///
+    /// Backends that cannot restore keep this default, which refuses.
+    async fn restore(
+        &self,
+        snapshot: &StreamSnapshot,
+        first: u64,
+        messages: Vec<Bytes>,
+    ) -> Result<StreamInfo, StreamError> {
+        let _ = (snapshot, first, messages);
+        Err(StreamError::InvalidArgument(
+            "this stream store cannot restore snapshots".into(),
+        ))
+    }
 
     /// The backend's change signals.
     fn notifier(&self) -> &Notifier;

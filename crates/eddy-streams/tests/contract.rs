@@ -13,6 +13,7 @@ use std::sync::Arc;
 use eddy_streams::{ManualClock, MemoryStorage, SqliteOptions, SqliteStorage, Storage};
 
 mod cases;
+mod snapshots;
 
 type Test = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -61,6 +62,17 @@ macro_rules! contract {
     };
 }
 
+macro_rules! snapshot_contract {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                on_every_backend(stringify!($name), |store, _| Box::pin(snapshots::$name(store)));
+            }
+        )*
+    };
+}
+
 macro_rules! clocked_contract {
     ($($name:ident),* $(,)?) => {
         $(
@@ -74,6 +86,7 @@ macro_rules! clocked_contract {
 
 cases::every_case!(contract);
 cases::every_clocked_case!(clocked_contract);
+snapshots::every_snapshot_case!(snapshot_contract);
 
 /// Every case again on PostgreSQL, each on a schema of its own.
 #[cfg(feature = "postgres")]
@@ -82,7 +95,7 @@ mod postgres {
 
     use eddy_streams::{ManualClock, Storage};
 
-    use super::{cases, Test};
+    use super::{cases, snapshots, Test};
     use crate::postgres::{run, Schema};
 
     fn on_postgres(name: &str, case: impl FnOnce(Arc<dyn Storage>, Arc<ManualClock>) -> Test) {
@@ -119,6 +132,18 @@ mod postgres {
         };
     }
 
+    macro_rules! pg_snapshot_contract {
+        ($($name:ident),* $(,)?) => {
+            $(
+                #[test]
+                fn $name() {
+                    on_postgres(stringify!($name), |store, _| Box::pin(snapshots::$name(store)));
+                }
+            )*
+        };
+    }
+
     cases::every_case!(pg_contract);
     cases::every_clocked_case!(pg_clocked_contract);
+    snapshots::every_snapshot_case!(pg_snapshot_contract);
 }

@@ -14,6 +14,7 @@
 //! come from its storage.
 
 mod lifecycle;
+mod snapshot;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -41,6 +41,14 @@ impl RecordReader for Suspending {
         self.0.forks_of(path).await
     }
 
+    async fn producers(
+        &mut self,
+        key: &String,
+    ) -> Result<Vec<(String, ProducerState)>, StreamError> {
+        pause().await;
+        self.0.producers(key).await
+    }
+
     async fn producer(
         &mut self,
         key: &String,

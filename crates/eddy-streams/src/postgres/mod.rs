@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, PgPool};
 use tokio::task::JoinHandle;
@@ -23,7 +24,7 @@ use crate::engine::Engine;
 use crate::payload::DEFAULT_MAX_APPEND_BYTES;
 use crate::{
     Append, Appended, Clock, Created, Durability, Fork, Notifier, Payload, ReadChunk, ReadFrom,
-    Storage, StreamConfig, StreamError, StreamInfo, StreamPath, SystemClock, Wait,
+    Storage, StreamConfig, StreamError, StreamInfo, StreamPath, StreamSnapshot, SystemClock, Wait,
 };
 use error::pg_error;
 use sql::Sql;
@@ -358,6 +359,28 @@ impl Storage for PgStorage {
         self.read_only(|mut tx| async move {
             let listed = tx.list(prefix).await;
             (tx, listed)
+        })
+        .await
+    }
+
+    async fn snapshot(&self, path: &StreamPath) -> Result<StreamSnapshot, StreamError> {
+        self.read_only(|mut tx| async move {
+            let snapshot = tx.snapshot(path).await;
+            (tx, snapshot)
+        })
+        .await
+    }
+
+    async fn restore(
+        &self,
+        snapshot: &StreamSnapshot,
+        first: u64,
+        messages: Vec<Bytes>,
+    ) -> Result<StreamInfo, StreamError> {
+        let messages = &messages;
+        self.write(|mut tx| async move {
+            let info = tx.restore(snapshot, first, messages).await;
+            (tx, info)
         })
         .await
     }

@@ -145,6 +145,23 @@ impl RecordReader for PgRecords {
             .map_err(|e| self.fail(e))
     }
 
+    async fn producers(&mut self, key: &i64) -> Result<Vec<(String, ProducerState)>, StreamError> {
+        let sql = Arc::clone(&self.sql.producers);
+        let rows = self.fetch_all(query(&sql).bind(key)).await?;
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    row.try_get::<String, _>(0)?,
+                    ProducerState {
+                        epoch: row.try_get::<i64, _>(1)? as u64,
+                        seq: row.try_get::<i64, _>(2)? as u64,
+                    },
+                ))
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(|e| self.fail(e))
+    }
+
     async fn producer(
         &mut self,
         key: &i64,

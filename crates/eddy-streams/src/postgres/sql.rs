@@ -20,6 +20,7 @@ pub(crate) struct Sql {
     pub is_tombstoned: Arc<str>,
     pub forks_of: Arc<str>,
     pub producer: Arc<str>,
+    pub producers: Arc<str>,
     pub messages: Arc<str>,
     pub list: Arc<str>,
     pub drop_tombstone: Arc<str>,
@@ -51,6 +52,9 @@ impl Sql {
             )),
             producer: sql(format!(
                 "SELECT epoch, seq FROM {s}.producers WHERE stream_id = $1 AND producer = $2"
+            )),
+            producers: sql(format!(
+                "SELECT producer, epoch, seq FROM {s}.producers WHERE stream_id = $1 ORDER BY producer"
             )),
             messages: sql(format!(
                 "SELECT data FROM {s}.messages WHERE stream_id = $1 AND seq >= $2 AND seq < $3

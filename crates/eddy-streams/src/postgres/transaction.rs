@@ -12,8 +12,9 @@ use super::sql::Sql;
 use crate::engine::Engine;
 use crate::{
     Append, Appended, Committed, Created, Fork, Notifier, Offset, Payload, ReadChunk, ReadFrom,
-    StreamConfig, StreamError, StreamInfo, StreamPath,
+    StreamConfig, StreamError, StreamInfo, StreamPath, StreamSnapshot,
 };
+use bytes::Bytes;
 
 /// What a transaction needs from its store to commit and wake readers.
 #[derive(Clone, Debug)]
@@ -202,6 +203,34 @@ impl PgTransaction {
     pub async fn head(&mut self, path: &StreamPath) -> Result<StreamInfo, StreamError> {
         self.records.set_locking(false);
         self.wiring.engine.head(&mut self.records, path).await
+    }
+
+    /// A stream's state for a backup (see
+    /// [`Storage::snapshot`](crate::Storage::snapshot)).
+    pub(crate) async fn snapshot(
+        &mut self,
+        path: &StreamPath,
+    ) -> Result<StreamSnapshot, StreamError> {
+        self.records.set_locking(false);
+        self.wiring.engine.snapshot(&mut self.records, path).await
+    }
+
+    /// Restores a chunk of a snapshot (see
+    /// [`Storage::restore`](crate::Storage::restore)).
+    pub(crate) async fn restore(
+        &mut self,
+        snapshot: &StreamSnapshot,
+        first: u64,
+        messages: &[Bytes],
+    ) -> Result<StreamInfo, StreamError> {
+        self.records.set_locking(true);
+        let info = self
+            .wiring
+            .engine
+            .restore(&mut self.records, snapshot, first, messages)
+            .await?;
+        self.committed(&snapshot.path, info.tail, info.closed);
+        Ok(info)
     }
 
     /// Lists live streams (see [`Storage::list`](crate::Storage::list)).

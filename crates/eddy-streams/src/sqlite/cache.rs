@@ -303,6 +303,10 @@ impl RecordReader for View<'_> {
         ready(self.miss())
     }
 
+    fn producers(&mut self, _: &i64) -> impl Op<Vec<(String, ProducerState)>> {
+        ready(self.miss())
+    }
+
     fn producer(&mut self, _: &i64, _: &str) -> impl Op<Option<ProducerState>> {
         ready(self.miss())
     }

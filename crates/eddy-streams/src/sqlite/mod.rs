@@ -29,8 +29,9 @@ use crate::engine::{complete, Engine};
 use crate::payload::Split;
 use crate::{
     Append, Appended, Created, Fork, Notifier, Payload, ReadChunk, ReadFrom, Storage, StreamConfig,
-    StreamError, StreamInfo, StreamPath,
+    StreamError, StreamInfo, StreamPath, StreamSnapshot,
 };
+use bytes::Bytes;
 use cache::{Cache, View};
 use records::SqliteRecords;
 use touches::Touches;
@@ -333,6 +334,27 @@ impl Storage for SqliteStorage {
             let outcome = complete(engine.fork(records, &path, fork))?;
             let event = created(&outcome);
             Ok((outcome, event))
+        })
+        .await
+    }
+
+    async fn snapshot(&self, path: &StreamPath) -> Result<StreamSnapshot, StreamError> {
+        let path = path.clone();
+        self.with_reader(move |engine, records| complete(engine.snapshot(records, &path)))
+            .await
+    }
+
+    async fn restore(
+        &self,
+        snapshot: &StreamSnapshot,
+        first: u64,
+        messages: Vec<Bytes>,
+    ) -> Result<StreamInfo, StreamError> {
+        let snapshot = snapshot.clone();
+        let size = messages.iter().map(Bytes::len).sum();
+        self.submit(size, move |engine, records| {
+            let info = complete(engine.restore(records, &snapshot, first, &messages))?;
+            Ok((info.clone(), Some(Event::Committed(info))))
         })
         .await
     }

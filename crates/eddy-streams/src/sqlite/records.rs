@@ -116,6 +116,10 @@ impl RecordReader for SqliteRecords<'_> {
         ready(forks_of(self.conn, path))
     }
 
+    fn producers(&mut self, key: &i64) -> impl Op<Vec<(String, ProducerState)>> {
+        ready(producer_states(self.conn, *key))
+    }
+
     fn producer(&mut self, key: &i64, producer: &str) -> impl Op<Option<ProducerState>> {
         ready(producer_state(self.conn, *key, producer))
     }
@@ -365,6 +369,25 @@ fn copy_prefix(conn: &Connection, from: i64, to: i64, count: u64) -> Result<u64,
         "SELECT coalesce(sum(length(data)), 0) FROM messages WHERE stream_id = ?1",
     )?;
     Ok(stmt.query_row([to], |r| r.get::<_, i64>(0))? as u64)
+}
+
+fn producer_states(
+    conn: &Connection,
+    id: i64,
+) -> Result<Vec<(String, ProducerState)>, StreamError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT producer, epoch, seq FROM producers WHERE stream_id = ?1 ORDER BY producer",
+    )?;
+    let rows = stmt.query_map(params![id], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            ProducerState {
+                epoch: r.get::<_, i64>(1)? as u64,
+                seq: r.get::<_, i64>(2)? as u64,
+            },
+        ))
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }
 
 fn producer_state(

@@ -1,0 +1,111 @@
+//! The backup primitives: a stream's state as of one commit, and its
+//! restore, chunk by chunk, into a store where the path is free.
+
+use bytes::Bytes;
+
+use super::lifecycle::{existing_or_free, find};
+use super::Engine;
+use crate::record::{RecordReader, Records, StreamRecord};
+use crate::rules::{Head, ProducerState};
+use crate::{Offset, ProducerPosition, StreamError, StreamInfo, StreamPath, StreamSnapshot};
+
+impl Engine {
+    /// A live stream's state apart from its messages, with its producers,
+    /// read in the caller's atomic unit.
+    pub async fn snapshot<R: RecordReader>(
+        &self,
+        records: &mut R,
+        path: &StreamPath,
+    ) -> Result<StreamSnapshot, StreamError> {
+        let now = self.now_ms();
+        let stored = find(records, path.as_str(), now).await?.live(path)?;
+        let producers = records.producers(&stored.key).await?;
+        let head = stored.record.head;
+        Ok(StreamSnapshot {
+            path: path.clone(),
+            config: head.config,
+            closed: head.closed,
+            count: head.count,
+            bytes: head.bytes,
+            last_stream_seq: head.last_stream_seq,
+            closed_by: head.closed_by,
+            producers: producers
+                .into_iter()
+                .map(|(id, state)| ProducerPosition::new(id, state.epoch, state.seq))
+                .collect(),
+        })
+    }
+
+    /// Restores the messages at positions `first..` of `snapshot`. The
+    /// chunk at position 0 creates the stream, which must not exist, with
+    /// the snapshot's configuration, close, `Stream-Seq` and producer
+    /// states; each later chunk must start at the stream's tail. The last
+    /// chunk must bring the stream to the snapshot's count and bytes. A
+    /// restore counts as an access (a sliding TTL starts again).
+    pub async fn restore<R: Records>(
+        &self,
+        records: &mut R,
+        snapshot: &StreamSnapshot,
+        first: u64,
+        messages: &[Bytes],
+    ) -> Result<StreamInfo, StreamError> {
+        let now = self.now_ms();
+        let path = &snapshot.path;
+        let (key, mut record) = if first == 0 {
+            if existing_or_free(records, path, now).await?.is_some() {
+                return Err(StreamError::ConfigConflict {
+                    path: path.to_string(),
+                    detail: "it exists; a restore only creates streams".into(),
+                });
+            }
+            let head = Head {
+                config: snapshot.config.clone(),
+                closed: snapshot.closed,
+                count: 0,
+                bytes: 0,
+                last_stream_seq: snapshot.last_stream_seq.clone(),
+                closed_by: snapshot.closed_by.clone(),
+            };
+            (None, StreamRecord::new(head, None, now))
+        } else {
+            let stored = find(records, path.as_str(), now).await?.live(path)?;
+            if stored.record.head.count != first {
+                return Err(StreamError::OffsetMismatch {
+                    expected: Offset::at(first),
+                    actual: stored.record.head.tail(),
+                });
+            }
+            (Some(stored.key), stored.record)
+        };
+        record.head.push(messages);
+        record.accessed_ms = record.accessed_ms.max(now);
+        let complete = record.head.count == snapshot.count;
+        if record.head.count > snapshot.count || (complete && record.head.bytes != snapshot.bytes) {
+            return Err(StreamError::InvalidArgument(format!(
+                "the restore of `{path}` does not match its snapshot: {} messages of {} bytes, \
+                 expected {} of {}",
+                record.head.count, record.head.bytes, snapshot.count, snapshot.bytes
+            )));
+        }
+        let key = match key {
+            Some(key) => key,
+            None => {
+                let mut empty = record.clone();
+                empty.head.count = 0;
+                empty.head.bytes = 0;
+                let key = records.insert(path.as_str(), &empty).await?;
+                for producer in &snapshot.producers {
+                    let state = ProducerState {
+                        epoch: producer.epoch,
+                        seq: producer.seq,
+                    };
+                    records.save_producer(&key, &producer.id, state).await?;
+                }
+                key
+            }
+        };
+        records.insert_messages(&key, first, messages).await?;
+        records.update(&key, &record).await?;
+        Ok(record.head.info(path.as_str()))
+    }
+}

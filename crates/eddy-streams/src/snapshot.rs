@@ -1,0 +1,31 @@
+//! What a backup needs beyond [`Storage::read`](crate::Storage::read): a
+//! stream's state apart from its messages, read in one atomic unit with
+//! its tail, and the restore of that state with the messages.
+
+use crate::{ProducerPosition, StreamConfig, StreamPath};
+
+/// A stream's state apart from its messages: configuration, tail, close,
+/// `Stream-Seq` and producer states, all as of one commit. The messages at
+/// positions `0..count` are the stream's messages at that commit (they
+/// never change once written), so reading them afterwards completes a
+/// consistent copy while the store keeps serving.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamSnapshot {
+    /// The stream.
+    pub path: StreamPath,
+    /// Its configuration (content type, expiry, closed at creation).
+    pub config: StreamConfig,
+    /// Whether the stream is closed.
+    pub closed: bool,
+    /// How many messages it holds (its tail is `Offset::at(count)`).
+    pub count: u64,
+    /// The size of those messages in bytes.
+    pub bytes: u64,
+    /// The last accepted `Stream-Seq` value.
+    pub last_stream_seq: Option<String>,
+    /// The producer append that closed the stream, so that its retry is
+    /// still acknowledged after a restore.
+    pub closed_by: Option<ProducerPosition>,
+    /// Every idempotent producer's last accepted position, sorted by id.
+    pub producers: Vec<ProducerPosition>,
+}
