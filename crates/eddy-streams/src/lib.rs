@@ -52,6 +52,7 @@
 #![deny(missing_docs)]
 
 mod append;
+mod backup;
 mod clock;
 mod config;
 mod engine;
@@ -74,6 +75,9 @@ mod state;
 mod storage;
 
 pub use append::{Append, Appended, ProducerPosition};
+pub use backup::{
+    export, import, BackupError, BackupProgress, BackupSummary, BACKUP_FORMAT, BACKUP_VERSION,
+};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
     is_json, media_type, same_media_type, Expiry, StreamConfig, StreamInfo, JSON, OCTET_STREAM,

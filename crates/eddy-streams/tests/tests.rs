@@ -1,5 +1,6 @@
 //! Integration tests of `eddy-streams`: one binary, one module per area.
 
+mod backup;
 mod cache;
 mod contract;
 mod crash;

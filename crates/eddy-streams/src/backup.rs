@@ -1,0 +1,376 @@
+//! Backups: [`export`] writes a consistent copy of a store's streams as
+//! JSON lines while the store keeps serving; [`import`] restores it into
+//! any store.
+//!
+//! The format, one JSON value per line:
+//!
+//! 1. `{"header":{"format":"eddy-streams-backup","version":1}}`;
+//! 2. per stream, `{"stream":{…}}` (path, content type, expiry, closed,
+//!    count, bytes, `Stream-Seq`, the producer that closed it, the
+//!    producers' positions), then its messages in order, each
+//!    `{"text":"…"}` (UTF-8) or `{"base64":"…"}` (other bytes);
+//! 3. `{"end":{"streams":N,"messages":M}}`, so a cut-off file is detected.
+//!
+//! Each stream is copied as of one commit ([`Storage::snapshot`]): its
+//! messages up to that tail, with the producer states of that moment.
+//! Forks are copied as plain streams holding the same messages and
+//! offsets.
+
+use std::io::{BufRead, Write};
+
+use base64::Engine as _;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::record::{expiry_columns, expiry_from_columns};
+use crate::{
+    ProducerPosition, ReadFrom, Storage, StreamConfig, StreamError, StreamPath, StreamSnapshot,
+};
+
+/// The `format` of the header line.
+pub const BACKUP_FORMAT: &str = "eddy-streams-backup";
+/// The newest format version this build writes and reads.
+pub const BACKUP_VERSION: u32 = 1;
+
+/// How many message bytes one read or one restore call carries.
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// Why a backup or a restore stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    /// The store refused a call about this stream.
+    #[error("stream `{path}`: {source}")]
+    Store {
+        /// The stream.
+        path: String,
+        /// The store's error.
+        #[source]
+        source: StreamError,
+    },
+    /// Reading or writing the backup failed.
+    #[error("backup I/O: {0}")]
+    Io(#[from] std::io::Error),
+    /// The backup is not one this build reads, or is damaged.
+    #[error("backup line {line}: {message}")]
+    Format {
+        /// The line, from 1.
+        line: u64,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Follows a backup or a restore (progress bars); every method has a
+/// no-op default, and `()` follows nothing.
+pub trait BackupProgress {
+    /// The export is about to copy `streams` streams of `bytes` bytes.
+    fn start(&mut self, streams: u64, bytes: u64) {
+        let _ = (streams, bytes);
+    }
+    /// `bytes` more message bytes of `path` were copied.
+    fn copied(&mut self, path: &str, bytes: u64) {
+        let _ = (path, bytes);
+    }
+    /// A stream is complete.
+    fn finished(&mut self, path: &str) {
+        let _ = path;
+    }
+}
+
+impl BackupProgress for () {}
+
+/// What a backup held.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackupSummary {
+    /// Streams copied.
+    pub streams: u64,
+    /// Messages copied.
+    pub messages: u64,
+}
+
+/// One line of the format.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Line {
+    Header { format: String, version: u32 },
+    Stream(StreamLine),
+    Text(String),
+    Base64(String),
+    End(BackupSummary),
+}
+
+impl Line {
+    /// The line of one message.
+    fn message(message: &[u8]) -> Line {
+        match std::str::from_utf8(message) {
+            Ok(text) => Line::Text(text.to_owned()),
+            Err(_) => Line::Base64(base64::engine::general_purpose::STANDARD.encode(message)),
+        }
+    }
+
+    /// The message a message line holds.
+    fn into_message(self) -> Result<Bytes, String> {
+        match self {
+            Line::Text(text) => Ok(Bytes::from(text)),
+            Line::Base64(data) => base64::engine::general_purpose::STANDARD
+                .decode(data)
+                .map(Bytes::from)
+                .map_err(|e| format!("a message is not base64: {e}")),
+            _ => Err("not a message".into()),
+        }
+    }
+}
+
+/// A stream's state as the format writes it.
+#[derive(Debug, Serialize, Deserialize)]
+struct StreamLine {
+    path: String,
+    content_type: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ttl_secs: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    expires_at_ms: Option<i64>,
+    created_closed: bool,
+    closed: bool,
+    count: u64,
+    bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    last_stream_seq: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    closed_by: Option<ProducerPosition>,
+    #[serde(default)]
+    producers: Vec<ProducerPosition>,
+}
+
+impl From<&StreamSnapshot> for StreamLine {
+    fn from(s: &StreamSnapshot) -> Self {
+        let (ttl_secs, expires_at_ms) = expiry_columns(s.config.expiry);
+        StreamLine {
+            path: s.path.to_string(),
+            content_type: s.config.content_type.clone(),
+            ttl_secs,
+            expires_at_ms,
+            created_closed: s.config.closed,
+            closed: s.closed,
+            count: s.count,
+            bytes: s.bytes,
+            last_stream_seq: s.last_stream_seq.clone(),
+            closed_by: s.closed_by.clone(),
+            producers: s.producers.clone(),
+        }
+    }
+}
+
+impl StreamLine {
+    fn into_snapshot(self) -> Result<StreamSnapshot, StreamError> {
+        Ok(StreamSnapshot {
+            path: StreamPath::new(self.path)?,
+            config: StreamConfig {
+                content_type: self.content_type,
+                expiry: expiry_from_columns(self.ttl_secs, self.expires_at_ms),
+                closed: self.created_closed,
+            },
+            closed: self.closed,
+            count: self.count,
+            bytes: self.bytes,
+            last_stream_seq: self.last_stream_seq,
+            closed_by: self.closed_by,
+            producers: self.producers,
+        })
+    }
+}
+
+fn write_line(out: &mut dyn Write, line: &Line) -> Result<(), BackupError> {
+    serde_json::to_writer(&mut *out, line).map_err(std::io::Error::from)?;
+    out.write_all(b"\n")?;
+    Ok(())
+}
+
+/// Writes every live stream whose path starts with `prefix` to `out`. A
+/// stream deleted while the export runs is left out.
+pub async fn export(
+    store: &dyn Storage,
+    prefix: &str,
+    out: &mut dyn Write,
+    progress: &mut dyn BackupProgress,
+) -> Result<BackupSummary, BackupError> {
+    let listed = store
+        .list(prefix)
+        .await
+        .map_err(|source| BackupError::Store {
+            path: prefix.to_owned(),
+            source,
+        })?;
+    progress.start(listed.len() as u64, listed.iter().map(|s| s.bytes).sum());
+    write_line(
+        out,
+        &Line::Header {
+            format: BACKUP_FORMAT.into(),
+            version: BACKUP_VERSION,
+        },
+    )?;
+    let mut summary = BackupSummary::default();
+    for info in listed {
+        let path = StreamPath::new(info.path.as_str()).map_err(|source| BackupError::Store {
+            path: info.path.clone(),
+            source,
+        })?;
+        let failed = |source| BackupError::Store {
+            path: info.path.clone(),
+            source,
+        };
+        let snapshot = match store.snapshot(&path).await {
+            Ok(snapshot) => snapshot,
+            Err(StreamError::NotFound { .. } | StreamError::Gone { .. }) => continue,
+            Err(err) => return Err(failed(err)),
+        };
+        write_line(out, &Line::Stream(StreamLine::from(&snapshot)))?;
+        let mut written = 0;
+        while written < snapshot.count {
+            let chunk = store
+                .read(
+                    &path,
+                    ReadFrom::Offset(crate::Offset::at(written)),
+                    CHUNK_BYTES,
+                )
+                .await
+                .map_err(failed)?;
+            let wanted = usize::try_from(snapshot.count - written).unwrap_or(usize::MAX);
+            let mut bytes = 0;
+            for message in chunk.messages.iter().take(wanted) {
+                write_line(out, &Line::message(message))?;
+                written += 1;
+                bytes += message.len() as u64;
+            }
+            progress.copied(&info.path, bytes);
+        }
+        progress.finished(&info.path);
+        summary.streams += 1;
+        summary.messages += snapshot.count;
+    }
+    write_line(out, &Line::End(summary))?;
+    out.flush()?;
+    Ok(summary)
+}
+
+/// A stream being restored: its state and the messages not yet sent.
+struct Pending {
+    snapshot: StreamSnapshot,
+    sent: u64,
+    buffer: Vec<Bytes>,
+    buffered: usize,
+}
+
+impl Pending {
+    /// Restores what is buffered (always once, so that an empty stream
+    /// is created too).
+    async fn flush(&mut self, store: &dyn Storage) -> Result<(), BackupError> {
+        if self.sent > 0 && self.buffer.is_empty() {
+            return Ok(());
+        }
+        let messages = std::mem::take(&mut self.buffer);
+        let count = messages.len() as u64;
+        store
+            .restore(&self.snapshot, self.sent, messages)
+            .await
+            .map_err(|source| BackupError::Store {
+                path: self.snapshot.path.to_string(),
+                source,
+            })?;
+        self.sent += count;
+        self.buffered = 0;
+        Ok(())
+    }
+}
+
+/// Restores a backup from `input` into `store`. A stream that exists in
+/// the store stops the import with an error before anything of it is
+/// written, unless `overwrite`, which deletes it first.
+pub async fn import(
+    store: &dyn Storage,
+    input: &mut dyn BufRead,
+    overwrite: bool,
+    progress: &mut dyn BackupProgress,
+) -> Result<BackupSummary, BackupError> {
+    let mut summary = BackupSummary::default();
+    let mut pending: Option<Pending> = None;
+    let mut number = 0u64;
+    let mut text = String::new();
+    let mut header = false;
+    loop {
+        text.clear();
+        if input.read_line(&mut text)? == 0 {
+            return Err(BackupError::Format {
+                line: number + 1,
+                message: "the backup ends before its end line: it is incomplete".into(),
+            });
+        }
+        number += 1;
+        let bad = |message: String| BackupError::Format {
+            line: number,
+            message,
+        };
+        let line: Line = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        match line {
+            Line::Header { format, version } => {
+                if header || format != BACKUP_FORMAT || version > BACKUP_VERSION {
+                    return Err(bad(format!(
+                        "expected one {BACKUP_FORMAT} header of version {BACKUP_VERSION} or older, found {format} version {version}"
+                    )));
+                }
+                header = true;
+            }
+            _ if !header => return Err(bad(format!("not an {BACKUP_FORMAT} file"))),
+            Line::Stream(stream) => {
+                if let Some(mut done) = pending.take() {
+                    done.flush(store).await?;
+                    progress.finished(done.snapshot.path.as_str());
+                }
+                let snapshot = stream.into_snapshot().map_err(|e| bad(e.to_string()))?;
+                if overwrite {
+                    match store.delete(&snapshot.path).await {
+                        Ok(()) | Err(StreamError::NotFound { .. } | StreamError::Gone { .. }) => {}
+                        Err(source) => {
+                            return Err(BackupError::Store {
+                                path: snapshot.path.to_string(),
+                                source,
+                            })
+                        }
+                    }
+                }
+                summary.streams += 1;
+                pending = Some(Pending {
+                    snapshot,
+                    sent: 0,
+                    buffer: Vec::new(),
+                    buffered: 0,
+                });
+            }
+            Line::Text(_) | Line::Base64(_) => {
+                let stream = pending
+                    .as_mut()
+                    .ok_or_else(|| bad("a message before any stream".into()))?;
+                let message = line.into_message().map_err(bad)?;
+                stream.buffered += message.len();
+                progress.copied(stream.snapshot.path.as_str(), message.len() as u64);
+                stream.buffer.push(message);
+                summary.messages += 1;
+                if stream.buffered >= CHUNK_BYTES {
+                    stream.flush(store).await?;
+                }
+            }
+            Line::End(expected) => {
+                if let Some(mut done) = pending.take() {
+                    done.flush(store).await?;
+                    progress.finished(done.snapshot.path.as_str());
+                }
+                if expected != summary {
+                    return Err(bad(format!(
+                        "the end line counts {expected:?} but the backup held {summary:?}"
+                    )));
+                }
+                return Ok(summary);
+            }
+        }
+    }
+}
