@@ -39,13 +39,20 @@ const CHUNK_BYTES: usize = 1 << 20;
 #[derive(Debug, thiserror::Error)]
 pub enum BackupError {
     /// The store refused a call about this stream.
-    #[error("stream `{path}`: {source}")]
+    #[error("cannot copy stream `{path}`")]
     Store {
         /// The stream.
         path: String,
         /// The store's error.
         #[source]
         source: StreamError,
+    },
+    /// The stream exists in the target store and overwriting was not
+    /// asked for; nothing of it was written.
+    #[error("stream `{path}` exists in the target store; nothing of it was restored")]
+    Exists {
+        /// The stream.
+        path: String,
     },
     /// Reading or writing the backup failed.
     #[error("backup I/O: {0}")]
@@ -284,8 +291,8 @@ impl Pending {
 }
 
 /// Restores a backup from `input` into `store`. A stream that exists in
-/// the store stops the import with an error before anything of it is
-/// written, unless `overwrite`, which deletes it first.
+/// the store stops the import with [`BackupError::Exists`] before anything
+/// of it is written, unless `overwrite`, which deletes it first.
 pub async fn import(
     store: &dyn Storage,
     input: &mut dyn BufRead,
@@ -327,15 +334,23 @@ pub async fn import(
                     progress.finished(done.snapshot.path.as_str());
                 }
                 let snapshot = stream.into_snapshot().map_err(|e| bad(e.to_string()))?;
-                if overwrite {
-                    match store.delete(&snapshot.path).await {
-                        Ok(()) | Err(StreamError::NotFound { .. } | StreamError::Gone { .. }) => {}
-                        Err(source) => {
-                            return Err(BackupError::Store {
-                                path: snapshot.path.to_string(),
-                                source,
-                            })
-                        }
+                let found = if overwrite {
+                    store.delete(&snapshot.path).await
+                } else {
+                    store.head(&snapshot.path).await.map(|_| ())
+                };
+                match found {
+                    Ok(()) if !overwrite => {
+                        return Err(BackupError::Exists {
+                            path: snapshot.path.to_string(),
+                        })
+                    }
+                    Ok(()) | Err(StreamError::NotFound { .. } | StreamError::Gone { .. }) => {}
+                    Err(source) => {
+                        return Err(BackupError::Store {
+                            path: snapshot.path.to_string(),
+                            source,
+                        })
                     }
                 }
                 summary.streams += 1;

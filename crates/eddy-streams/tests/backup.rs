@@ -225,13 +225,7 @@ fn round_trips_between_every_pair_of_backends() {
 
                 let refused = import(&*target.store, &mut backup.as_slice(), false, &mut ()).await;
                 assert!(
-                    matches!(
-                        refused,
-                        Err(BackupError::Store {
-                            source: StreamError::ConfigConflict { .. },
-                            ..
-                        })
-                    ),
+                    matches!(refused, Err(BackupError::Exists { .. })),
                     "{what}: existing streams are not overwritten: {refused:?}"
                 );
                 import(&*target.store, &mut backup.as_slice(), true, &mut ())

@@ -9,6 +9,7 @@ mod config;
 #[cfg(feature = "aws")]
 mod dynamo;
 mod logging;
+mod progress;
 mod serve;
 mod streams;
 
@@ -28,7 +29,7 @@ enum Command {
     /// Serve the Durable Streams HTTP protocol over the stream store.
     // Boxed: serve's many options would make every command as large.
     Serve(Box<serve::ServeArgs>),
-    /// Stream tools on the embedded store: create, append, read, tail, close, delete, ls.
+    /// Stream tools on the embedded store: create, append, read, tail, close, delete, ls, export, import.
     Streams(streams::StreamsArgs),
     /// Amazon DynamoDB tools: create-table (feature `aws`).
     #[cfg(feature = "aws")]

@@ -1,14 +1,17 @@
 //! `eddy streams …`: stream tools on the embedded store.
 
-use std::io::{Read, Write};
+use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use eddy_streams::{
-    Append, Payload, ProducerPosition, ReadFrom, SqliteStorage, Storage, StreamConfig, StreamPath,
+    export, import, Append, Payload, ProducerPosition, ReadFrom, SqliteStorage, Storage,
+    StreamConfig, StreamPath,
 };
+
+use crate::progress::Bar;
 
 /// Stream tools; every command opens the SQLite store under `--data`.
 #[derive(Args, Debug)]
@@ -94,6 +97,27 @@ enum StreamsCommand {
         /// Only paths that start with this prefix.
         #[arg(default_value = "")]
         prefix: String,
+    },
+    /// Write a backup of the streams (JSON lines: each stream's
+    /// configuration, close, producers and messages, as of one commit per
+    /// stream) while the store keeps serving.
+    Export {
+        /// Only streams whose path starts with this prefix.
+        #[arg(long, default_value = "")]
+        prefix: String,
+        /// The backup file; standard output when not given.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+    /// Restore a backup written by `export`: the same messages at the same
+    /// offsets, with producers that still deduplicate retries.
+    Import {
+        /// The backup file; standard input when not given.
+        file: Option<PathBuf>,
+        /// Replace streams that exist (otherwise the import stops at the
+        /// first one, before writing anything of it).
+        #[arg(long)]
+        overwrite: bool,
     },
 }
 
@@ -217,6 +241,36 @@ pub async fn run(args: StreamsArgs) -> anyhow::Result<()> {
                     info.path, info.config.content_type, info.tail, info.bytes
                 )?;
             }
+        }
+        StreamsCommand::Export { prefix, output } => {
+            let mut bar = Bar::new();
+            let summary = match output {
+                Some(file) => {
+                    let file = std::fs::File::create(&file)
+                        .with_context(|| format!("cannot create {}", file.display()))?;
+                    export(&store, &prefix, &mut BufWriter::new(file), &mut bar).await?
+                }
+                None => export(&store, &prefix, &mut BufWriter::new(out), &mut bar).await?,
+            };
+            bar.done(format!(
+                "exported {} streams, {} messages",
+                summary.streams, summary.messages
+            ));
+        }
+        StreamsCommand::Import { file, overwrite } => {
+            let mut bar = Bar::new();
+            let summary = match file {
+                Some(file) => {
+                    let file = std::fs::File::open(&file)
+                        .with_context(|| format!("cannot open {}", file.display()))?;
+                    import(&store, &mut BufReader::new(file), overwrite, &mut bar).await?
+                }
+                None => import(&store, &mut std::io::stdin().lock(), overwrite, &mut bar).await?,
+            };
+            bar.done(format!(
+                "imported {} streams, {} messages",
+                summary.streams, summary.messages
+            ));
         }
     }
     Ok(())

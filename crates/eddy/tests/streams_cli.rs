@@ -170,3 +170,55 @@ fn tail_follows_until_closed() {
         "tail ends when the stream closes"
     );
 }
+
+#[test]
+fn export_then_import_into_another_store() {
+    let source = Eddy::new();
+    source.ok(&["create", "orders/a"]);
+    source.ok(&["append", "orders/a", r#"[{"n":1},{"n":2}]"#]);
+    source.ok(&[
+        "append",
+        "orders/a",
+        r#"{"n":3}"#,
+        "--producer",
+        "w",
+        "--seq",
+        "0",
+    ]);
+    source.ok(&["create", "logs/b", "--content-type", "text/plain"]);
+    source.ok(&["append", "logs/b", "one", "--close"]);
+    let backup = source.data.path().join("backup.jsonl");
+    let backup = backup.to_string_lossy().into_owned();
+    source.ok(&["export", "--output", &backup]);
+    let stdout_copy = source.ok(&["export"]);
+    assert_eq!(
+        std::fs::read_to_string(&backup).expect("backup"),
+        stdout_copy,
+        "the file and standard output hold the same backup"
+    );
+
+    let target = Eddy::new();
+    target.ok(&["import", &backup]);
+    assert_eq!(target.ok(&["ls"]), source.ok(&["ls"]));
+    assert_eq!(
+        target.ok(&["read", "orders/a"]),
+        "{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n"
+    );
+    let retry = target.ok(&[
+        "append",
+        "orders/a",
+        r#"{"n":3}"#,
+        "--producer",
+        "w",
+        "--seq",
+        "0",
+    ]);
+    assert!(retry.contains("duplicate"), "{retry}");
+    let refused = target.fails(&["import", &backup]);
+    assert!(
+        refused.contains("logs/b") && refused.contains("exists"),
+        "{refused}"
+    );
+    target.ok(&["import", &backup, "--overwrite"]);
+    assert_eq!(target.ok(&["read", "logs/b"]), "one\n");
+}
