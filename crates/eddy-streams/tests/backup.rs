@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use eddy_streams::{
     export, import, Append, BackupError, MemoryStorage, Payload, ProducerPosition, ReadFrom,
-    SqliteStorage, Storage, StreamConfig, StreamError, StreamPath, BACKUP_FORMAT,
+    SqliteStorage, Storage, StreamConfig, StreamPath, BACKUP_FORMAT,
 };
 
 /// A store of one backend, with what keeps it alive.
