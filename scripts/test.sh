@@ -59,7 +59,7 @@ export EDDY_REQUIRE_POSTGRES=1
 # The AWS SDK and PostgreSQL backends are behind features; the test run
 # enables them so the same suites run on the embedded stores, moto and
 # PostgreSQL.
-features="eddy/aws,eddy-dynamo/aws,eddy/postgres,eddy-projection/postgres"
+features="eddy/aws,eddy-dynamo/aws,eddy-dynamo/lambda,eddy/postgres,eddy-projection/postgres"
 
 # Each optional feature of the server and the binary builds (and lints) on
 # its own, and with none.
@@ -78,7 +78,7 @@ step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy -D warnings" cargo clippy --workspace --all-targets -- -D warnings
 step "cargo doc -D warnings" env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet --features eddy/postgres
 step "cargo clippy -D warnings (aws, lambda)" \
-  cargo clippy --workspace --all-targets --features "$features,eddy-dynamo/lambda" -- -D warnings
+  cargo clippy --workspace --all-targets --features "$features" -- -D warnings
 step "each feature alone" each_feature
 
 # Every crate's tests: memory, SQLite and moto backends, contract suites,

@@ -1,16 +1,20 @@
 //! A Lambda function on `lambda_runtime` that folds DynamoDB Streams
 //! batches into order summaries and answers with the partial batch
-//! response. Build with `--features lambda`.
+//! response. Build with `--features aws,lambda`; deployment is described
+//! in the repository README ("Deploying the Lambda function").
 //!
-//! Until the DynamoDB backend lands, the read model is an embedded SQLite
-//! table at `EDDY_TABLE_PATH` (default `/tmp/eddy-shop.db`); with it, only
-//! the table construction changes.
+//! The events and the read model live in the same DynamoDB table, named by
+//! `EDDY_TABLE`; everything else comes from the standard AWS environment
+//! (`AWS_REGION`, the credential chain, `AWS_ENDPOINT_URL` for a local
+//! server). Nothing is kept on the function's disk: a cold start reads the
+//! rows' checkpoints from DynamoDB and fills any gap from the event store,
+//! and a gap it cannot fill fails its record so Lambda delivers it again.
 
 use std::sync::Arc;
 
 use eddy_dynamo::{
-    handle_stream_event, make_stream, AppSchema, BatchProjection, EmbeddedTable, Entity,
-    KeyComposite, Projection, StreamEvent, TableSchema,
+    handle_stream_event, make_stream, AppSchema, BatchProjection, DynamoOptions, DynamoTable,
+    Entity, KeyComposite, Projection, StreamEvent, TableSchema,
 };
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use serde::{Deserialize, Serialize};
@@ -31,11 +35,16 @@ struct OrderSummary {
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    let path = std::env::var("EDDY_TABLE_PATH").unwrap_or_else(|_| "/tmp/eddy-shop.db".into());
-    let table: Arc<dyn eddy_dynamo::Table> = Arc::new(EmbeddedTable::open_sqlite(
-        path,
-        TableSchema::single_table("shop"),
-    )?);
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .without_time() // Lambda stamps every log line.
+        .init();
+    let name = std::env::var("EDDY_TABLE")
+        .map_err(|_| "EDDY_TABLE must name the DynamoDB table of the events and read model")?;
+    let table: Arc<dyn eddy_dynamo::Table> = Arc::new(
+        DynamoTable::connect(&DynamoOptions::from_env(), TableSchema::single_table(name)).await?,
+    );
     let app = AppSchema::new("shop", 1);
     let orders = make_stream::<OrderEvent>(Arc::clone(&table), app.clone(), "Order", &["orderId"])?;
     let summaries = Entity::new(

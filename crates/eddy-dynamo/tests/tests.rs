@@ -8,6 +8,8 @@ mod dynamo_faults;
 mod embedded;
 mod entity;
 mod follower;
+#[cfg(all(feature = "aws", feature = "lambda"))]
+mod lambda_function;
 #[cfg(feature = "aws")]
 mod moto;
 mod projection;
