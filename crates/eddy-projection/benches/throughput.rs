@@ -1,5 +1,8 @@
 //! Throughput of `fold` (checkpoint per unit of 1 000 items) and of `emit`
-//! with one JSON output (producer commit), on memory and SQLite.
+//! with one JSON output (producer commit), on memory and SQLite; with the
+//! feature `postgres` and `DATABASE_URL` set, also on PostgreSQL, beside
+//! `process` with `Commit::transaction` inserting each unit's rows into a
+//! table in the unit's transaction.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -126,7 +129,129 @@ fn bench(c: &mut Criterion) {
             })
         });
     }
+    #[cfg(feature = "postgres")]
+    if let Some(url) = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()) {
+        postgres::bench(&mut group, &runtime, &url);
+    }
     group.finish();
+}
+
+/// Runs `once` for each iteration and sums its durations.
+#[cfg(feature = "postgres")]
+fn timed<F, Fut>(b: &mut criterion::Bencher<'_>, runtime: &tokio::runtime::Runtime, once: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Duration>,
+{
+    b.to_async(runtime).iter_custom(|iters| {
+        let runs: Vec<Fut> = (0..iters).map(|_| once()).collect();
+        async move {
+            let mut total = Duration::ZERO;
+            for run in runs {
+                total += run.await;
+            }
+            total
+        }
+    })
+}
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use criterion::measurement::WallTime;
+    use criterion::BenchmarkGroup;
+    use eddy_projection::{Commit, Declare, Host, PgHost, PgTx, RunOptions};
+    use eddy_streams::sqlx::{self, Executor};
+    use eddy_streams::{PgOptions, PgStorage};
+
+    use super::{fold_once, orders, seed, timed, ITEMS, UNIT, VERSION};
+
+    /// A `process` that inserts each unit's orders into `bench_rows` (one
+    /// statement per unit) in the unit's transaction.
+    async fn transaction_once(host: &PgHost, table: &str) -> Duration {
+        let version = VERSION.fetch_add(1, Ordering::Relaxed);
+        let mut declare = Declare::<()>::new("bench-rows");
+        declare.version(version);
+        let input = declare.input("orders", &orders());
+        let insert = format!(
+            "INSERT INTO {table} (id, amount) SELECT * FROM UNNEST($1::bigint[], $2::float8[])"
+        );
+        let bound = declare
+            .process_transaction(Commit::transaction(), move |tx: &mut PgTx, batch, _, _| {
+                let insert = insert.clone();
+                Box::pin(async move {
+                    let items = batch.items(input);
+                    let ids: Vec<i64> = items.iter().map(|o| o.id as i64).collect();
+                    let amounts: Vec<f64> = items.iter().map(|o| o.amount).collect();
+                    sqlx::query(sqlx::AssertSqlSafe(insert))
+                        .bind(ids)
+                        .bind(amounts)
+                        .execute(&mut **tx)
+                        .await?;
+                    Ok(())
+                })
+            })
+            .expect("declare")
+            .at(())
+            .expect("bind");
+        let start = Instant::now();
+        let progress = host
+            .run(&bound, RunOptions::default().with_unit_size(UNIT))
+            .await
+            .expect("run");
+        assert_eq!(progress.items, ITEMS as u64);
+        start.elapsed()
+    }
+
+    pub(super) fn bench(
+        group: &mut BenchmarkGroup<'_, WallTime>,
+        runtime: &tokio::runtime::Runtime,
+        url: &str,
+    ) {
+        let schema = format!("bench_{}", std::process::id());
+        let (store, host) = runtime.block_on(async {
+            let options = PgOptions::new(url).with_schema(&schema);
+            let store = Arc::new(PgStorage::open(options).await.expect("postgres"));
+            seed(store.as_ref()).await;
+            let host = PgHost::open(Arc::clone(&store)).await.expect("host");
+            (store, host)
+        });
+        let table = format!("\"{schema}\".bench_rows");
+        runtime.block_on(async {
+            store
+                .pool()
+                .execute(sqlx::AssertSqlSafe(format!(
+                    "CREATE TABLE {table} (id bigint NOT NULL, amount float8 NOT NULL)"
+                )))
+                .await
+                .expect("create bench_rows");
+        });
+        let plain = Host::new(store.clone());
+        group.bench_function("fold/postgres", |b| {
+            timed(b, runtime, || {
+                let plain = plain.clone();
+                async move { fold_once(&plain).await }
+            })
+        });
+        group.bench_function("transaction/postgres", |b| {
+            timed(b, runtime, || {
+                let (host, table) = (host.clone(), table.clone());
+                async move { transaction_once(&host, &table).await }
+            })
+        });
+        runtime.block_on(async {
+            store
+                .pool()
+                .execute(sqlx::AssertSqlSafe(format!(
+                    "DROP SCHEMA \"{schema}\" CASCADE"
+                )))
+                .await
+                .expect("drop the schema");
+        });
+    }
 }
 
 criterion_group!(benches, bench);

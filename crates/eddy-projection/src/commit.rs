@@ -26,14 +26,17 @@ pub enum CommitKind {
     /// after. A retry replays the same ranges with the same unit key; the
     /// handler's effects may happen more than once.
     AtLeastOnce,
+    /// The handler's SQL and the checkpoint commit or roll back together
+    /// in one transaction of a SQL host (see [`TransactionCommit`]).
+    Transaction,
 }
 
 mod sealed {
     pub trait Sealed {}
 }
 
-/// A commit strategy type: [`CheckpointCommit`], [`ProducerCommit`] or
-/// [`AtLeastOnceCommit`]. Sealed.
+/// A commit strategy type: [`CheckpointCommit`], [`ProducerCommit`],
+/// [`AtLeastOnceCommit`] or [`TransactionCommit`]. Sealed.
 pub trait CommitStrategy: sealed::Sealed + Send + Sync + 'static {
     /// The strategy as a value.
     const KIND: CommitKind;
@@ -56,6 +59,40 @@ pub struct ProducerCommit;
 /// [`CommitKind::AtLeastOnce`] as a type.
 #[derive(Clone, Copy, Debug)]
 pub struct AtLeastOnceCommit;
+
+/// [`CommitKind::Transaction`] as a type, over the SQL host's own
+/// transaction type `X` (such as `sqlx::Transaction<'static, Postgres>`):
+/// the only commit of [`Declare::process_transaction`](crate::Declare::process_transaction).
+/// A transaction projection is a
+/// [`TransactionProjection`](crate::TransactionProjection), which only a SQL
+/// host runs; a memory [`Host`](crate::Host) does not take it:
+///
+/// ```compile_fail
+/// # use eddy_projection::{Commit, Declare, Host, RunOptions};
+/// # use eddy_streams::{JsonStream, MemoryStorage};
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// # let stream = JsonStream::<u32>::new("Test/N", "n")?;
+/// let mut declare = Declare::<()>::new("rows");
+/// declare.input("n", &stream);
+/// let rows = declare.process_transaction(Commit::transaction(), |_tx: &mut (), _, _, _| {
+///     Box::pin(async { Ok(()) })
+/// })?;
+/// let host = Host::new(std::sync::Arc::new(MemoryStorage::new()));
+/// host.run(&rows.at(())?, RunOptions::default()).await?;
+/// # Ok(()) }
+/// ```
+pub struct TransactionCommit<X>(PhantomData<fn() -> X>);
+
+impl<X> fmt::Debug for TransactionCommit<X> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TransactionCommit")
+    }
+}
+
+impl<X: 'static> sealed::Sealed for TransactionCommit<X> {}
+impl<X: 'static> CommitStrategy for TransactionCommit<X> {
+    const KIND: CommitKind = CommitKind::Transaction;
+}
 
 impl sealed::Sealed for CheckpointCommit {}
 impl sealed::Sealed for ProducerCommit {}
@@ -180,6 +217,14 @@ impl<P: 'static, S: 'static> Commit<ProducerCommit, P, S> {
 impl<P: 'static, S: 'static> Commit<AtLeastOnceCommit, P, S> {
     /// [`CommitKind::AtLeastOnce`]: save the range, then run effects.
     pub fn at_least_once() -> Self {
+        Commit::of()
+    }
+}
+
+impl<X: 'static, P: 'static, S: 'static> Commit<TransactionCommit<X>, P, S> {
+    /// [`CommitKind::Transaction`]: the handler's SQL on the host's
+    /// transaction `X` and the checkpoint commit together.
+    pub fn transaction() -> Self {
         Commit::of()
     }
 }

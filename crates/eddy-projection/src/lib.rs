@@ -99,8 +99,11 @@
 //!   type: `fold` takes [`CheckpointCommit`] (its default) or
 //!   [`AtLeastOnceCommit`]; `process` takes [`AtLeastOnceCommit`]; `emit`,
 //!   `mapAccum` and `mapAccumBatch` take [`ProducerCommit`]. Any other pair
-//!   does not compile. The SQL `transaction` commit is not in this crate
-//!   yet.
+//!   does not compile. [`Commit::transaction`] is the commit of
+//!   [`Declare::process_transaction`] (and
+//!   [`process_prepared`](Declare::process_prepared)), whose
+//!   [`TransactionProjection`] only a SQL host runs (`PgHost` with the
+//!   feature `postgres`): a memory [`Host`] does not compile with it.
 //! - **What stays a run-time check** (`load/invalid-options` when the
 //!   constructor runs, unless noted): the id, at least one input, outputs
 //!   only where the constructor writes them, unique names, distinct
@@ -174,6 +177,7 @@ mod run;
 mod session;
 mod step;
 mod stream_checkpoints;
+mod transaction;
 mod unit_key;
 mod wake;
 
@@ -187,7 +191,7 @@ pub use checkpoint::{
 };
 pub use commit::{
     AtLeastOnceCommit, CheckpointCommit, Commit, CommitKind, CommitStrategy, FoldCommit,
-    ProcessCommit, ProducerCommit, UnitResult,
+    ProcessCommit, ProducerCommit, TransactionCommit, UnitResult,
 };
 pub use declare::{Declare, Kind, Params, Projection, State};
 pub use emits::Emits;
@@ -200,4 +204,7 @@ pub use progress::{
 pub use retry::{Retry, MAX_INTERVAL};
 pub use step::Step;
 pub use stream_checkpoints::{StreamCheckpoints, SLOT_BYTES, SLOT_RECORDS};
+#[cfg(feature = "postgres")]
+pub use transaction::postgres::{PgCheckpoints, PgHost, PgTx};
+pub use transaction::{TransactionBound, TransactionProjection};
 pub use wake::{wake, wake_stream, WakeRow, WAKE_COLLECTION};

@@ -204,15 +204,15 @@ mod postgres {
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::Arc;
 
-    use eddy_projection::StreamCheckpoints;
+    use eddy_projection::{PgCheckpoints, StreamCheckpoints};
     use eddy_streams::sqlx::{self, Executor};
-    use eddy_streams::{PgOptions, PgStorage, Storage};
+    use eddy_streams::{PgOptions, PgStorage};
 
     use super::{cases, contract, Run, StoreCase};
 
     /// Runs `case` on a fresh PostgreSQL store; says so, or that it was
     /// skipped (a failure when `EDDY_REQUIRE_POSTGRES` is set).
-    fn on_postgres(name: &str, case: impl FnOnce(Arc<dyn Storage>) -> Run) {
+    fn on_postgres(name: &str, case: impl FnOnce(Arc<PgStorage>) -> Run) {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let Some(url) = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()) else {
             let required = std::env::var_os("EDDY_REQUIRE_POSTGRES").is_some();
@@ -249,6 +249,24 @@ mod postgres {
     }
 
     crate::checkpoint_contract!(on_checkpoint_store);
+
+    /// The contract on `PgCheckpoints`, the table a `PgHost` saves in its
+    /// transactions.
+    fn on_checkpoint_table(name: &str, case: StoreCase) {
+        on_postgres(name, |store| {
+            Box::pin(async move {
+                let table = PgCheckpoints::open(&store)
+                    .await
+                    .expect("checkpoints table");
+                case(Arc::new(table)).await;
+            })
+        });
+    }
+
+    mod table {
+        use super::contract;
+        crate::checkpoint_contract!(super::on_checkpoint_table);
+    }
 
     macro_rules! on_postgres {
         ($($name:ident),* $(,)?) => {

@@ -11,4 +11,5 @@ mod properties;
 mod run;
 mod spec;
 mod terminal;
+mod transaction;
 mod wake;

@@ -5,12 +5,14 @@ mod outputs;
 mod read;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use eddy_streams::Offset;
 
 use crate::checkpoint::{Checkpoint, Pending, Token};
 use crate::declare::{Params, State};
 use crate::inputs::ReadAhead;
+use crate::transaction::{race_retry, Failed, UnitTransaction};
 use crate::{
     Batch, Bound, CommitKind, Emits, Host, Pass, Progress, ProjectionError, Range, Result, Status,
     Unit, UnitResult,
@@ -38,6 +40,8 @@ pub(crate) struct Session<P, S> {
     exists: bool,
     outputs_checked: bool,
     ahead: std::sync::Mutex<Vec<ReadAhead>>,
+    /// How a SQL host commits a unit of a transaction projection.
+    transaction: Option<Arc<dyn UnitTransaction<P>>>,
 }
 
 impl<P: Params, S: State> Session<P, S> {
@@ -51,6 +55,7 @@ impl<P: Params, S: State> Session<P, S> {
             exists: false,
             outputs_checked: false,
             ahead: std::sync::Mutex::new(Vec::new()),
+            transaction: None,
             host,
             bound,
         };
@@ -64,6 +69,12 @@ impl<P: Params, S: State> Session<P, S> {
             session.checkpoint.state = encode_state(&session.bound, &session.state)?;
         }
         Ok(session)
+    }
+
+    /// This session with its units committed by a SQL host's transaction.
+    pub(crate) fn with_transaction(mut self, transaction: Arc<dyn UnitTransaction<P>>) -> Self {
+        self.transaction = Some(transaction);
+        self
     }
 
     /// The committed state.
@@ -208,6 +219,11 @@ impl<P: Params, S: State> Session<P, S> {
     /// Runs one unit: the pending one, or a fresh one. `None` when there is
     /// nothing to do.
     pub(crate) async fn unit(&mut self, unit_size: usize) -> Result<Option<UnitDone>> {
+        if let Some(transaction) = self.transaction.clone() {
+            return self
+                .unit_in_transaction(transaction.as_ref(), unit_size)
+                .await;
+        }
         let Some((slices, replay)) = self.next_slices(unit_size).await? else {
             return Ok(None);
         };
@@ -219,8 +235,59 @@ impl<P: Params, S: State> Session<P, S> {
             CommitKind::Producer | CommitKind::AtLeastOnce => {
                 self.commit_pinned(&batch, &unit, replay).await?
             }
+            CommitKind::Transaction => {
+                return Err(ProjectionError::invalid(format!(
+                    "projection `{}` commits in a SQL transaction: run it on a SQL host",
+                    self.bound.projection.id()
+                )))
+            }
         }
         Ok(Some(UnitDone { items }))
+    }
+
+    /// Runs one unit in a SQL host's transaction. A transaction that lost
+    /// a race runs again after a jittered pause, on inputs read again: the
+    /// unit key stays when the ranges do.
+    async fn unit_in_transaction(
+        &mut self,
+        transaction: &dyn UnitTransaction<P>,
+        unit_size: usize,
+    ) -> Result<Option<UnitDone>> {
+        let retry = race_retry();
+        let mut attempt = 0;
+        loop {
+            let Some((slices, _)) = self.next_slices(unit_size).await? else {
+                return Ok(None);
+            };
+            let unit = self.make_unit(&slices);
+            let batch = self.batch(slices);
+            let next = self.settled(&unit.ranges, &self.state, &[])?;
+            let committed = transaction
+                .commit(&batch, &unit, &self.bound.key, self.token, &next)
+                .await;
+            match committed {
+                Ok(token) => {
+                    self.token = token;
+                    self.checkpoint = next;
+                    self.exists = true;
+                    return Ok(Some(UnitDone {
+                        items: batch.len() as u64,
+                    }));
+                }
+                Err(Failed::Race(error)) => {
+                    let Some(delay) = retry.delay(attempt) else {
+                        return Err(error);
+                    };
+                    attempt += 1;
+                    tracing::debug!(
+                        unit = unit.key,
+                        "transaction lost a race, running again: {error}"
+                    );
+                    tokio::time::sleep(delay).await;
+                }
+                Err(Failed::Fault(error)) => return Err(error),
+            }
+        }
     }
 
     fn batch(&self, slices: Vec<crate::batch::AnySlice>) -> Batch {

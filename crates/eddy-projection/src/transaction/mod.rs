@@ -1,0 +1,230 @@
+//! `Commit::transaction`: a `process` whose handler runs inside one SQL
+//! transaction of its host, together with the binding's checkpoint.
+//!
+//! The declaration is a [`TransactionProjection`], a type of its own, so
+//! that only a SQL host runs it (a memory [`Host`](crate::Host) does not
+//! compile with it). Its `prepare` step runs outside the transaction; the
+//! host begins the transaction, runs the handler on it, moves the
+//! checkpoint by compare-and-set in the same transaction and commits. A
+//! transaction that lost a race (serialization failure, deadlock) runs
+//! again with jittered backoff, after reading the inputs again.
+
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use crate::checkpoint::{Checkpoint, CheckpointKey, Token};
+use crate::commit::TransactionCommit;
+use crate::declare::Params;
+use crate::{
+    Batch, Bound, Commit, Declare, HandlerError, Kind, Projection, ProjectionError, Result, Retry,
+    Unit,
+};
+
+/// A `prepare(batch, unit)` step: runs outside the transaction, at least
+/// once per unit; its result is the handler's last argument.
+pub(crate) type Prepare<P, T> = Arc<
+    dyn for<'a> Fn(&'a Batch, &'a Unit<P>) -> BoxFuture<'a, Result<T, HandlerError>> + Send + Sync,
+>;
+
+/// A transaction handler: `process(tx, batch, unit, prepared)`.
+pub(crate) type Process<P, X, T> = Arc<
+    dyn for<'a> Fn(
+            &'a mut X,
+            &'a Batch,
+            &'a Unit<P>,
+            &'a T,
+        ) -> BoxFuture<'a, Result<(), HandlerError>>
+        + Send
+        + Sync,
+>;
+
+/// A `process` projection committed with [`Commit::transaction`]: its
+/// handler gets the SQL host's own transaction type `X` (for PostgreSQL,
+/// `sqlx::Transaction<'static, Postgres>`). Bind it with
+/// [`at`](TransactionProjection::at) and run it on a SQL host.
+pub struct TransactionProjection<P, X, T = ()> {
+    projection: Projection<P, ()>,
+    prepare: Prepare<P, T>,
+    process: Process<P, X, T>,
+}
+
+impl<P, X, T> Clone for TransactionProjection<P, X, T> {
+    fn clone(&self) -> Self {
+        TransactionProjection {
+            projection: self.projection.clone(),
+            prepare: Arc::clone(&self.prepare),
+            process: Arc::clone(&self.process),
+        }
+    }
+}
+
+impl<P, X, T> fmt::Debug for TransactionProjection<P, X, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("TransactionProjection")
+            .field(&self.projection)
+            .finish()
+    }
+}
+
+/// A [`TransactionProjection`] bound to its parameters.
+pub struct TransactionBound<P, X, T = ()> {
+    pub(crate) bound: Bound<P, ()>,
+    pub(crate) prepare: Prepare<P, T>,
+    pub(crate) process: Process<P, X, T>,
+}
+
+impl<P: Clone, X, T> Clone for TransactionBound<P, X, T> {
+    fn clone(&self) -> Self {
+        TransactionBound {
+            bound: self.bound.clone(),
+            prepare: Arc::clone(&self.prepare),
+            process: Arc::clone(&self.process),
+        }
+    }
+}
+
+impl<P, X, T> fmt::Debug for TransactionBound<P, X, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("TransactionBound")
+            .field(&self.bound)
+            .finish()
+    }
+}
+
+impl<P: Params, X, T> TransactionProjection<P, X, T> {
+    /// The declaration (id, inputs, checkpoint key).
+    pub fn projection(&self) -> &Projection<P, ()> {
+        &self.projection
+    }
+
+    /// Binds the declaration to `params` (see [`Projection::at`]).
+    pub fn at(&self, params: P) -> Result<TransactionBound<P, X, T>> {
+        Ok(TransactionBound {
+            bound: self.projection.at(params)?,
+            prepare: Arc::clone(&self.prepare),
+            process: Arc::clone(&self.process),
+        })
+    }
+}
+
+impl<P, X, T> TransactionBound<P, X, T> {
+    /// The binding as a plain [`Bound`], for what does not run the
+    /// handler: [`Host::read`](crate::Host::read),
+    /// [`Host::forget`](crate::Host::forget), its checkpoint key.
+    pub fn bound(&self) -> &Bound<P, ()> {
+        &self.bound
+    }
+}
+
+impl<P: Params> Declare<P> {
+    /// `process` with [`Commit::transaction`]: each batch runs
+    /// `f(tx, batch, unit, &())` on the SQL host's transaction `X`; the SQL
+    /// it runs there and the checkpoint commit or roll back together.
+    /// External calls in `f` happen at least once.
+    pub fn process_transaction<X, F>(
+        self,
+        commit: Commit<TransactionCommit<X>, P, ()>,
+        f: F,
+    ) -> Result<TransactionProjection<P, X, ()>>
+    where
+        X: Send + 'static,
+        F: for<'a> Fn(
+                &'a mut X,
+                &'a Batch,
+                &'a Unit<P>,
+                &'a (),
+            ) -> BoxFuture<'a, Result<(), HandlerError>>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.process_prepared(commit, |_, _| Box::pin(async { Ok(()) }), f)
+    }
+
+    /// [`process_transaction`](Declare::process_transaction) with a
+    /// `prepare(batch, unit)` step that runs outside the transaction (at
+    /// least once per unit, again when a retry reads the inputs again);
+    /// its result is the handler's last argument.
+    pub fn process_prepared<X, T, G, F>(
+        self,
+        commit: Commit<TransactionCommit<X>, P, ()>,
+        prepare: G,
+        f: F,
+    ) -> Result<TransactionProjection<P, X, T>>
+    where
+        X: Send + 'static,
+        T: Send + Sync + 'static,
+        G: for<'a> Fn(&'a Batch, &'a Unit<P>) -> BoxFuture<'a, Result<T, HandlerError>>
+            + Send
+            + Sync
+            + 'static,
+        F: for<'a> Fn(
+                &'a mut X,
+                &'a Batch,
+                &'a Unit<P>,
+                &'a T,
+            ) -> BoxFuture<'a, Result<(), HandlerError>>
+            + Send
+            + Sync
+            + 'static,
+    {
+        if commit.compensation.is_some() {
+            return Err(ProjectionError::invalid(format!(
+                "projection `{}`: a transaction commit rolls back on failure and takes no compensation",
+                self.id
+            )));
+        }
+        let never: crate::handler::Kernel<P, ()> = Arc::new(|(), _, _, _| {
+            Box::pin(async { Err("a transaction projection runs only on a SQL host".into()) })
+        });
+        let projection = self.finish(
+            Kind::Process,
+            crate::CommitKind::Transaction,
+            None,
+            (),
+            never,
+        )?;
+        Ok(TransactionProjection {
+            projection,
+            prepare: Arc::new(prepare),
+            process: Arc::new(f),
+        })
+    }
+}
+
+/// Why a unit's transaction did not commit.
+pub(crate) enum Failed {
+    /// It lost a race with a concurrent transaction: read the inputs again
+    /// and run the unit again.
+    Race(ProjectionError),
+    /// Anything else: the unit fails with this error.
+    Fault(ProjectionError),
+}
+
+/// How a SQL host commits one unit: prepare, begin, run the handler, save
+/// `next` over `expected` in the same transaction, commit; the new token.
+pub(crate) trait UnitTransaction<P>: Send + Sync {
+    fn commit<'a>(
+        &'a self,
+        batch: &'a Batch,
+        unit: &'a Unit<P>,
+        key: &'a CheckpointKey,
+        expected: Token,
+        next: &'a Checkpoint,
+    ) -> BoxFuture<'a, Result<Token, Failed>>;
+}
+
+/// How long a unit waits before it runs again after losing a race: short
+/// and jittered (the winner usually committed already), capped at a
+/// second; after this many tries the unit fails with the last error.
+pub(crate) fn race_retry() -> Retry {
+    Retry::exponential(Duration::from_millis(5), Duration::from_secs(1))
+        .jittered()
+        .max_attempts(50)
+}

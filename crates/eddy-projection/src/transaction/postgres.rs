@@ -1,0 +1,415 @@
+//! The PostgreSQL transaction host: [`PgHost`] runs
+//! [`TransactionProjection`](crate::TransactionProjection)s on a
+//! [`PgStorage`], with their checkpoints in a table of the same database
+//! ([`PgCheckpoints`]) so that the handler's SQL and the checkpoint commit
+//! in one transaction.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use eddy_streams::sqlx::{self, PgConnection, PgPool, Postgres};
+use eddy_streams::{PgStorage, StreamError};
+use futures::future::BoxFuture;
+
+use super::{Failed, Prepare, Process, TransactionBound, UnitTransaction};
+use crate::checkpoint::{Checkpoint, CheckpointKey, CheckpointStore, Loaded, Token};
+use crate::declare::Params;
+use crate::session::{Session, Tally};
+use crate::{Batch, Host, Progress, ProjectionError, Result, RunOptions, Unit};
+
+/// The transaction a [`PgHost`] hands to a `process_transaction` handler:
+/// sqlx's own. Run statements on it with `.execute(&mut **tx)`.
+pub type PgTx = sqlx::Transaction<'static, Postgres>;
+
+/// SQLSTATEs of a transaction that lost a race and can run again:
+/// serialization failure and deadlock detected.
+const RACES: [&str; 2] = ["40001", "40P01"];
+
+/// Checkpoints in one table of a PostgreSQL database, one row per binding,
+/// moved by compare-and-set on a save counter (the [`Token`]'s
+/// [`version`](Token::version)). A [`PgHost`] saves them inside the unit's
+/// transaction; as a plain [`CheckpointStore`] each call is its own
+/// statement.
+///
+/// The table, `projection_checkpoints` in the store's schema, is created
+/// when missing. Its size is one row per binding, whatever the number of
+/// units.
+#[derive(Clone)]
+pub struct PgCheckpoints {
+    pool: PgPool,
+    table: String,
+}
+
+impl fmt::Debug for PgCheckpoints {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgCheckpoints")
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgCheckpoints {
+    /// The checkpoints table in `store`'s schema, created when missing.
+    pub async fn open(store: &PgStorage) -> Result<Self> {
+        let table = format!("\"{}\".projection_checkpoints", store.schema());
+        let checkpoints = PgCheckpoints {
+            pool: store.pool().clone(),
+            table,
+        };
+        checkpoints
+            .create()
+            .await
+            .map_err(|e| sql_error("cannot create the checkpoints table", e))?;
+        Ok(checkpoints)
+    }
+
+    async fn create(&self) -> Result<(), sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        // Two processes creating the table at once would collide in the
+        // catalog: take turns.
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+            .bind(&self.table)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE TABLE IF NOT EXISTS {} (
+                projection text NOT NULL,
+                version bigint NOT NULL,
+                params text NOT NULL,
+                saves bigint NOT NULL,
+                checkpoint text,
+                PRIMARY KEY (projection, version, params)
+            )",
+            self.table
+        )))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await
+    }
+
+    /// Saves `checkpoint` over `expected` on `conn` (a transaction's
+    /// connection when the save is part of a unit); `None` when the stored
+    /// token moved.
+    pub(crate) async fn save_on(
+        &self,
+        conn: &mut PgConnection,
+        key: &CheckpointKey,
+        expected: Token,
+        checkpoint: Option<&Checkpoint>,
+    ) -> Result<Option<Token>, SaveError> {
+        let body = checkpoint
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| {
+                SaveError::Fault(ProjectionError::InvalidCheckpoint {
+                    checkpoint: key.path.to_string(),
+                    reason: e.to_string(),
+                })
+            })?;
+        let saves = i64::try_from(expected.version()).map_err(|_| {
+            SaveError::Fault(ProjectionError::InvalidCheckpoint {
+                checkpoint: key.path.to_string(),
+                reason: "the save counter overflowed".into(),
+            })
+        })?;
+        let statement = if saves == 0 {
+            format!(
+                "INSERT INTO {} (projection, version, params, saves, checkpoint) \
+                 VALUES ($1, $2, $3, $4 + 1, $5) ON CONFLICT DO NOTHING",
+                self.table
+            )
+        } else {
+            format!(
+                "UPDATE {} SET saves = saves + 1, checkpoint = $5 \
+                 WHERE projection = $1 AND version = $2 AND params = $3 AND saves = $4",
+                self.table
+            )
+        };
+        let done = sqlx::query(sqlx::AssertSqlSafe(statement))
+            .bind(&key.projection)
+            .bind(i64::from(key.version))
+            .bind(&key.params)
+            .bind(saves)
+            .bind(body)
+            .execute(&mut *conn)
+            .await
+            .map_err(SaveError::Sql)?;
+        Ok((done.rows_affected() == 1).then(|| Token::from_version(expected.version() + 1)))
+    }
+
+    async fn exists(&self, key: &CheckpointKey) -> Result<bool> {
+        let row: Option<(i64,)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT saves FROM {} WHERE projection = $1 AND version = $2 AND params = $3",
+            self.table
+        )))
+        .bind(&key.projection)
+        .bind(i64::from(key.version))
+        .bind(&key.params)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| sql_error("cannot load a checkpoint", e))?;
+        Ok(row.is_some())
+    }
+
+    async fn save_alone(
+        &self,
+        key: &CheckpointKey,
+        expected: Token,
+        checkpoint: Option<&Checkpoint>,
+    ) -> Result<Token> {
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| sql_error("cannot save a checkpoint", e))?;
+        match self.save_on(&mut conn, key, expected, checkpoint).await {
+            Ok(Some(token)) => Ok(token),
+            Ok(None) => Err(conflict(key)),
+            Err(SaveError::Sql(e)) => Err(sql_error("cannot save a checkpoint", e)),
+            Err(SaveError::Fault(e)) => Err(e),
+        }
+    }
+}
+
+#[async_trait]
+impl CheckpointStore for PgCheckpoints {
+    async fn load(&self, key: &CheckpointKey) -> Result<Loaded> {
+        let row: Option<(i64, Option<String>)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT saves, checkpoint FROM {} \
+             WHERE projection = $1 AND version = $2 AND params = $3",
+            self.table
+        )))
+        .bind(&key.projection)
+        .bind(i64::from(key.version))
+        .bind(&key.params)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| sql_error("cannot load a checkpoint", e))?;
+        let Some((saves, body)) = row else {
+            return Ok(Loaded {
+                checkpoint: None,
+                token: Token::NONE,
+            });
+        };
+        let checkpoint = body
+            .map(|body| serde_json::from_str(&body))
+            .transpose()
+            .map_err(|e| ProjectionError::InvalidCheckpoint {
+                checkpoint: key.path.to_string(),
+                reason: e.to_string(),
+            })?;
+        Ok(Loaded {
+            checkpoint,
+            token: Token::from_version(u64::try_from(saves).unwrap_or_default()),
+        })
+    }
+
+    async fn save(
+        &self,
+        key: &CheckpointKey,
+        expected: Token,
+        checkpoint: &Checkpoint,
+    ) -> Result<Token> {
+        self.save_alone(key, expected, Some(checkpoint)).await
+    }
+
+    async fn forget(&self, key: &CheckpointKey, expected: Token) -> Result<Token> {
+        if expected == Token::NONE {
+            // Nothing to forget, unless a checkpoint appeared meanwhile.
+            return if self.exists(key).await? {
+                Err(conflict(key))
+            } else {
+                Ok(Token::NONE)
+            };
+        }
+        self.save_alone(key, expected, None).await
+    }
+}
+
+/// Why a save on a connection failed.
+pub(crate) enum SaveError {
+    /// The statement failed (possibly a lost race).
+    Sql(sqlx::Error),
+    /// The checkpoint cannot be written.
+    Fault(ProjectionError),
+}
+
+fn conflict(key: &CheckpointKey) -> ProjectionError {
+    ProjectionError::CheckpointConflict {
+        checkpoint: key.path.to_string(),
+    }
+}
+
+/// A failed statement: retryable (`storage-failure`) unless the database
+/// refused it for good.
+fn sql_error(context: &str, err: sqlx::Error) -> ProjectionError {
+    let refused = matches!(&err, sqlx::Error::Database(db) if !db.code().is_some_and(|c| {
+        c.starts_with("08") || c.starts_with("53") || c.starts_with("57P0") || RACES.contains(&&*c)
+    }));
+    if refused {
+        StreamError::internal_from(context, err).into()
+    } else {
+        StreamError::unavailable_from(context, err).into()
+    }
+}
+
+/// Whether `err`, or an error it was caused by, is a PostgreSQL
+/// serialization failure or deadlock.
+fn lost_race(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(err);
+    while let Some(err) = next {
+        let code = err
+            .downcast_ref::<sqlx::Error>()
+            .and_then(|e| e.as_database_error())
+            .and_then(|db| db.code().map(|c| c.into_owned()));
+        if code.is_some_and(|c| RACES.contains(&c.as_str())) {
+            return true;
+        }
+        next = err.source();
+    }
+    false
+}
+
+/// A host for [`TransactionProjection`](crate::TransactionProjection)s on
+/// PostgreSQL: the store, its [`PgCheckpoints`], and a [`Host`] over both
+/// for everything that does not run a transaction handler
+/// ([`Host::read`], [`Host::forget`], plain projections).
+///
+/// Each unit: read the inputs, run `prepare` (outside any transaction),
+/// begin a transaction, run the handler on it, move the checkpoint by
+/// compare-and-set in it, commit. A failure anywhere before the commit
+/// rolls back the handler's SQL with the checkpoint. A serialization
+/// failure or deadlock runs the unit again after a short jittered pause,
+/// reading the inputs again: with unchanged ranges the unit key is the
+/// same, and new input that extends a range changes it. A second writer of
+/// the binding is refused by the checkpoint's compare-and-set with
+/// `checkpoint/conflict`, its SQL rolled back.
+#[derive(Clone, Debug)]
+pub struct PgHost {
+    store: Arc<PgStorage>,
+    checkpoints: Arc<PgCheckpoints>,
+    host: Host,
+}
+
+impl PgHost {
+    /// A host on `store`, creating the checkpoints table when missing.
+    pub async fn open(store: Arc<PgStorage>) -> Result<Self> {
+        let checkpoints = Arc::new(PgCheckpoints::open(&store).await?);
+        let host = Host::with_checkpoints(store.clone(), checkpoints.clone());
+        Ok(PgHost {
+            store,
+            checkpoints,
+            host,
+        })
+    }
+
+    /// The plain host over the same storage and checkpoints.
+    pub fn host(&self) -> &Host {
+        &self.host
+    }
+
+    /// The checkpoint store.
+    pub fn checkpoints(&self) -> &Arc<PgCheckpoints> {
+        &self.checkpoints
+    }
+
+    /// Runs `bound` until its inputs are caught up, closed, gone, or
+    /// `options.limit` units are committed (see [`Host::run`]).
+    pub async fn run<P, T>(
+        &self,
+        bound: &TransactionBound<P, PgTx, T>,
+        options: RunOptions,
+    ) -> Result<Progress<()>>
+    where
+        P: Params,
+        T: Send + Sync + 'static,
+    {
+        options.validate()?;
+        let unit = PgUnit {
+            store: Arc::clone(&self.store),
+            checkpoints: Arc::clone(&self.checkpoints),
+            prepare: Arc::clone(&bound.prepare),
+            process: Arc::clone(&bound.process),
+            projection: bound.bound.projection().id().to_owned(),
+        };
+        let mut session = Session::load(self.host.clone(), bound.bound.clone())
+            .await?
+            .with_transaction(Arc::new(unit));
+        let mut tally = Tally::default();
+        let pass = session
+            .pass(options.limit, options.unit_size, &mut tally)
+            .await?;
+        Ok(session.progress(tally, pass))
+    }
+}
+
+struct PgUnit<P, T> {
+    store: Arc<PgStorage>,
+    checkpoints: Arc<PgCheckpoints>,
+    prepare: Prepare<P, T>,
+    process: Process<P, PgTx, T>,
+    projection: String,
+}
+
+impl<P: Params, T: Send + Sync + 'static> UnitTransaction<P> for PgUnit<P, T> {
+    fn commit<'a>(
+        &'a self,
+        batch: &'a Batch,
+        unit: &'a Unit<P>,
+        key: &'a CheckpointKey,
+        expected: Token,
+        next: &'a Checkpoint,
+    ) -> BoxFuture<'a, Result<Token, Failed>> {
+        let handler = |source: crate::HandlerError| {
+            let race = lost_race(source.as_ref());
+            let error = ProjectionError::Handler {
+                projection: self.projection.clone(),
+                source,
+            };
+            if race {
+                Failed::Race(error)
+            } else {
+                Failed::Fault(error)
+            }
+        };
+        let stream = |error: StreamError| {
+            let race = lost_race(&error);
+            if race {
+                Failed::Race(error.into())
+            } else {
+                Failed::Fault(error.into())
+            }
+        };
+        Box::pin(async move {
+            let prepared = (self.prepare)(batch, unit).await.map_err(handler)?;
+            let mut tx = self.store.begin().await.map_err(stream)?;
+            (self.process)(tx.sql(), batch, unit, &prepared)
+                .await
+                .map_err(handler)?;
+            if let Some(misuse) = batch.misuse() {
+                return Err(Failed::Fault(ProjectionError::invalid(format!(
+                    "projection `{}`: {misuse}",
+                    self.projection
+                ))));
+            }
+            let saved = self
+                .checkpoints
+                .save_on(tx.sql(), key, expected, Some(next))
+                .await;
+            let token = match saved {
+                Ok(Some(token)) => token,
+                Ok(None) => return Err(Failed::Fault(conflict(key))),
+                Err(SaveError::Sql(e)) if lost_race(&e) => {
+                    return Err(Failed::Race(sql_error("cannot save the checkpoint", e)))
+                }
+                Err(SaveError::Sql(e)) => {
+                    return Err(Failed::Fault(sql_error("cannot save the checkpoint", e)))
+                }
+                Err(SaveError::Fault(e)) => return Err(Failed::Fault(e)),
+            };
+            tx.commit().await.map_err(stream)?;
+            Ok(token)
+        })
+    }
+}

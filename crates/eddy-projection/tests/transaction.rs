@@ -1,0 +1,424 @@
+//! `Commit::transaction`: the handler's SQL and the checkpoint commit
+//! together on PostgreSQL (feature `postgres`, the database at
+//! `DATABASE_URL`): the order-rows example, a failure between the SQL and
+//! the checkpoint, a lost race run again, a worker killed mid-transaction
+//! and a second worker in another process.
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use eddy_projection::{
+        Commit, Declare, PgHost, PgTx, RunOptions, Status, TransactionProjection,
+    };
+    use eddy_streams::sqlx::{self, Executor};
+    use eddy_streams::{JsonStream, PgOptions, PgStorage};
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+    #[serde(rename_all = "camelCase")]
+    struct Order {
+        order_id: String,
+        amount: i64,
+    }
+
+    fn orders() -> JsonStream<Order> {
+        JsonStream::new("Shop/Orders", "orders").expect("stream")
+    }
+
+    fn url(name: &str) -> Option<String> {
+        let url = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty());
+        if url.is_none() {
+            let required = std::env::var_os("EDDY_REQUIRE_POSTGRES").is_some();
+            assert!(!required, "`{name}`: DATABASE_URL is not set");
+            eprintln!("`{name}` on postgres: skipped, DATABASE_URL is not set");
+        }
+        url
+    }
+
+    /// A schema of its own for each test (and for its child process).
+    fn fresh_schema() -> String {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        format!(
+            "tx_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    async fn open(url: &str, schema: &str) -> Arc<PgStorage> {
+        let store = PgStorage::open(PgOptions::new(url).with_schema(schema))
+            .await
+            .expect("open postgres");
+        // The application migrates its own table, beside the store's.
+        store
+            .pool()
+            .execute(sqlx::AssertSqlSafe(format!(
+                "CREATE TABLE IF NOT EXISTS \"{schema}\".order_totals \
+                 (order_id text NOT NULL, total bigint NOT NULL)"
+            )))
+            .await
+            .expect("migrate order_totals");
+        Arc::new(store)
+    }
+
+    async fn drop_schema(url: &str, schema: &str) {
+        let pool = sqlx::PgPool::connect(url).await.expect("connect");
+        pool.execute(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA \"{schema}\" CASCADE"
+        )))
+        .await
+        .expect("drop the schema");
+        pool.close().await;
+    }
+
+    async fn append(store: &PgStorage, items: &[(&str, i64)]) {
+        let items: Vec<Order> = items
+            .iter()
+            .map(|(id, amount)| Order {
+                order_id: (*id).into(),
+                amount: *amount,
+            })
+            .collect();
+        orders().append(store, &(), &items).await.expect("append");
+    }
+
+    /// The rows of `order_totals`, sorted.
+    async fn rows(store: &PgStorage) -> Vec<(String, i64)> {
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT order_id, total FROM \"{}\".order_totals ORDER BY order_id, total",
+            store.schema()
+        )))
+        .fetch_all(store.pool())
+        .await
+        .expect("select")
+    }
+
+    fn owned(rows: &[(&str, i64)]) -> Vec<(String, i64)> {
+        rows.iter().map(|(id, t)| ((*id).to_owned(), *t)).collect()
+    }
+
+    /// The spec's order-rows projection: `process` over each order,
+    /// inserting into the application's `order_totals` table in the unit's
+    /// transaction.
+    fn order_rows(schema: &str) -> TransactionProjection<(), PgTx> {
+        let insert =
+            format!("INSERT INTO \"{schema}\".order_totals (order_id, total) VALUES ($1, $2)");
+        let mut declare = Declare::<()>::new("order-rows");
+        let input = declare.input("orders", &orders());
+        declare
+            .process_transaction(
+                Commit::transaction(),
+                move |tx: &mut PgTx, batch, _unit, _| {
+                    let insert = insert.clone();
+                    Box::pin(async move {
+                        for order in batch.items(input) {
+                            sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
+                                .bind(&order.order_id)
+                                .bind(order.amount)
+                                .execute(&mut **tx)
+                                .await?;
+                        }
+                        Ok(())
+                    })
+                },
+            )
+            .expect("declare")
+    }
+
+    fn on_postgres<F, Fut>(name: &str, case: F)
+    where
+        F: FnOnce(String, Arc<PgStorage>) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let Some(url) = url(name) else { return };
+        eprintln!("`{name}` on postgres");
+        let schema = fresh_schema();
+        crate::support::runtime().block_on(async {
+            let store = open(&url, &schema).await;
+            orders().create(store.as_ref(), &()).await.expect("create");
+            case(url.clone(), Arc::clone(&store)).await;
+            store.close().await;
+            drop_schema(&url, &schema).await;
+        });
+    }
+
+    /// The order-rows example: each order becomes one row, and a second
+    /// run adds only the new orders.
+    #[test]
+    fn order_rows_example() {
+        on_postgres("order_rows_example", |_, store| async move {
+            let host = PgHost::open(Arc::clone(&store)).await.expect("host");
+            let bound = order_rows(store.schema()).at(()).expect("bind");
+            append(&store, &[("a", 3), ("b", 4)]).await;
+            let progress = host.run(&bound, RunOptions::default()).await.expect("run");
+            assert_eq!((progress.units, progress.items), (1, 2));
+            assert_eq!(progress.status, Status::CaughtUp);
+            append(&store, &[("c", 5)]).await;
+            let progress = host.run(&bound, RunOptions::default()).await.expect("run");
+            assert_eq!((progress.units, progress.items), (1, 1));
+            assert_eq!(rows(&store).await, owned(&[("a", 3), ("b", 4), ("c", 5)]));
+            let again = host.run(&bound, RunOptions::default()).await.expect("run");
+            assert_eq!(again.units, 0, "nothing left to do");
+            assert_eq!(rows(&store).await.len(), 3);
+        });
+    }
+
+    /// A failure after the handler's SQL and before the checkpoint (the
+    /// database refuses the checkpoint's row) rolls back both: no row, no
+    /// checkpoint; the next run writes each row once.
+    #[test]
+    fn a_failure_between_the_sql_and_the_checkpoint_leaves_neither() {
+        let name = "a_failure_between_the_sql_and_the_checkpoint_leaves_neither";
+        on_postgres(name, |_, store| async move {
+            let host = PgHost::open(Arc::clone(&store)).await.expect("host");
+            let bound = order_rows(store.schema()).at(()).expect("bind");
+            append(&store, &[("a", 1), ("b", 2)]).await;
+            let schema = store.schema().to_owned();
+            let refuse = format!(
+                "CREATE FUNCTION \"{schema}\".refuse() RETURNS trigger LANGUAGE plpgsql AS \
+                 $$ BEGIN RAISE EXCEPTION 'injected checkpoint failure'; END $$; \
+                 CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON \
+                 \"{schema}\".projection_checkpoints FOR EACH ROW EXECUTE FUNCTION \"{schema}\".refuse()"
+            );
+            store
+                .pool()
+                .execute(sqlx::AssertSqlSafe(refuse))
+                .await
+                .expect("inject the fault");
+            let failed = host
+                .run(&bound, RunOptions::default())
+                .await
+                .expect_err("the checkpoint is refused");
+            assert!(
+                failed.to_string().contains("cannot save the checkpoint"),
+                "{failed}"
+            );
+            assert_eq!(rows(&store).await, Vec::new(), "the rows rolled back");
+            let read = host
+                .host()
+                .checkpoints()
+                .load(bound.bound().checkpoint_key())
+                .await;
+            assert_eq!(read.expect("load").checkpoint, None, "no checkpoint");
+            store
+                .pool()
+                .execute(sqlx::AssertSqlSafe(format!(
+                    "DROP TRIGGER refuse ON \"{schema}\".projection_checkpoints"
+                )))
+                .await
+                .expect("remove the fault");
+            host.run(&bound, RunOptions::default()).await.expect("run");
+            assert_eq!(rows(&store).await, owned(&[("a", 1), ("b", 2)]));
+        });
+    }
+
+    /// A serialization failure runs the unit again on inputs read again:
+    /// `prepare` runs again, the unit key stays while the ranges do and
+    /// changes when new input extends them; only the last attempt's rows
+    /// remain.
+    #[test]
+    fn a_lost_race_runs_again_on_inputs_read_again() {
+        let name = "a_lost_race_runs_again_on_inputs_read_again";
+        on_postgres(name, |_, store| async move {
+            let host = PgHost::open(Arc::clone(&store)).await.expect("host");
+            append(&store, &[("a", 1)]).await;
+            let schema = store.schema().to_owned();
+            let seen: Arc<Mutex<Vec<(String, usize, usize)>>> = Arc::default();
+            let prepared = Arc::new(AtomicU32::new(0));
+            let mut declare = Declare::<()>::new("racy-rows");
+            let input = declare.input("orders", &orders());
+            let (seen_in, store_in, prepared_in) =
+                (Arc::clone(&seen), Arc::clone(&store), Arc::clone(&prepared));
+            let projection = declare
+                .process_prepared(
+                    Commit::transaction(),
+                    move |batch, _unit| {
+                        let count = prepared_in.fetch_add(1, Ordering::SeqCst);
+                        let items = batch.items(input).len();
+                        Box::pin(async move { Ok((count as usize, items)) })
+                    },
+                    move |tx: &mut PgTx, batch, unit, prepared: &(usize, usize)| {
+                        let (seen, store, schema) =
+                            (Arc::clone(&seen_in), Arc::clone(&store_in), schema.clone());
+                        Box::pin(async move {
+                            let attempt = {
+                                let mut seen = seen.lock().expect("lock");
+                                seen.push((unit.key.clone(), batch.items(input).len(), prepared.1));
+                                seen.len()
+                            };
+                            for order in batch.items(input) {
+                                sqlx::query(sqlx::AssertSqlSafe(format!(
+                                    "INSERT INTO \"{schema}\".order_totals VALUES ($1, $2)"
+                                )))
+                                .bind(&order.order_id)
+                                .bind(attempt as i64)
+                                .execute(&mut **tx)
+                                .await?;
+                            }
+                            if attempt == 2 {
+                                // New input arrives while the unit runs.
+                                append(&store, &[("b", 2)]).await;
+                            }
+                            if attempt <= 2 {
+                                sqlx::query(
+                                    "DO $$ BEGIN RAISE EXCEPTION 'lost' \
+                                     USING ERRCODE = 'serialization_failure'; END $$",
+                                )
+                                .execute(&mut **tx)
+                                .await?;
+                            }
+                            Ok(())
+                        })
+                    },
+                )
+                .expect("declare");
+            let bound = projection.at(()).expect("bind");
+            let progress = host.run(&bound, RunOptions::default()).await.expect("run");
+            assert_eq!((progress.units, progress.items), (1, 2));
+            let seen = seen.lock().expect("lock").clone();
+            assert_eq!(seen.len(), 3, "three attempts: {seen:?}");
+            assert_eq!(seen[0].0, seen[1].0, "unchanged ranges keep the key");
+            assert_ne!(seen[1].0, seen[2].0, "extended ranges change the key");
+            assert_eq!(
+                seen.iter().map(|s| (s.1, s.2)).collect::<Vec<_>>(),
+                vec![(1, 1), (1, 1), (2, 2)],
+                "prepare saw each attempt's batch"
+            );
+            assert_eq!(prepared.load(Ordering::SeqCst), 3);
+            assert_eq!(rows(&store).await, owned(&[("a", 3), ("b", 3)]));
+        });
+    }
+
+    /// What a child worker process does, chosen by `EDDY_TX_CHILD`.
+    const CHILD: &str = "EDDY_TX_CHILD";
+
+    /// Runs the child worker of the two process tests; does nothing when
+    /// run as a plain test.
+    #[test]
+    #[ignore = "the child process of the process tests"]
+    fn child_worker() {
+        let Ok(role) = std::env::var(CHILD) else {
+            return;
+        };
+        let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+        let schema = std::env::var("EDDY_TX_SCHEMA").expect("schema");
+        let signal = PathBuf::from(std::env::var("EDDY_TX_SIGNAL").expect("signal"));
+        crate::support::runtime().block_on(async {
+            let store = open(&url, &schema).await;
+            let host = PgHost::open(Arc::clone(&store)).await.expect("host");
+            let insert = format!("INSERT INTO \"{schema}\".order_totals VALUES ($1, $2)");
+            let mut declare = Declare::<()>::new("order-rows");
+            let input = declare.input("orders", &orders());
+            let hold = role.clone();
+            let signal_in = signal.clone();
+            let projection = declare
+                .process_transaction(Commit::transaction(), move |tx: &mut PgTx, batch, _, _| {
+                    let (insert, hold, signal) = (insert.clone(), hold.clone(), signal_in.clone());
+                    Box::pin(async move {
+                        for order in batch.items(input) {
+                            sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
+                                .bind(&order.order_id)
+                                .bind(order.amount)
+                                .execute(&mut **tx)
+                                .await?;
+                        }
+                        // The rows are written, the checkpoint is not.
+                        std::fs::write(&signal, "in transaction")?;
+                        if hold == "hang" {
+                            std::future::pending::<()>().await;
+                        }
+                        wait_for(&signal.with_extension("go")).await;
+                        Ok(())
+                    })
+                })
+                .expect("declare");
+            let bound = projection.at(()).expect("bind");
+            match host.run(&bound, RunOptions::default()).await {
+                Ok(_) => println!("child: committed"),
+                Err(e) => println!("child: {} {e}", e.code()),
+            }
+        });
+    }
+
+    async fn wait_for(path: &Path) {
+        while !path.exists() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    fn spawn_child(role: &str, url: &str, schema: &str, signal: &Path) -> std::process::Child {
+        Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "transaction::postgres::child_worker",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, role)
+            .env("DATABASE_URL", url)
+            .env("EDDY_TX_SCHEMA", schema)
+            .env("EDDY_TX_SIGNAL", signal)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn the child worker")
+    }
+
+    /// Killing the worker process in the middle of a unit's transaction
+    /// (rows written, checkpoint not) leaves the database as it was; the
+    /// next worker writes each row once.
+    #[test]
+    fn a_worker_killed_mid_transaction_leaves_the_database_consistent() {
+        let name = "a_worker_killed_mid_transaction_leaves_the_database_consistent";
+        on_postgres(name, |url, store| async move {
+            append(&store, &[("a", 1), ("b", 2)]).await;
+            let dir = tempfile::tempdir().expect("tempdir");
+            let signal = dir.path().join("signal");
+            let mut child = spawn_child("hang", &url, store.schema(), &signal);
+            wait_for(&signal).await;
+            child.kill().expect("SIGKILL the worker");
+            child.wait().expect("reap");
+            assert_eq!(rows(&store).await, Vec::new(), "nothing committed");
+            let host = PgHost::open(Arc::clone(&store)).await.expect("host");
+            let bound = order_rows(store.schema()).at(()).expect("bind");
+            let progress = host.run(&bound, RunOptions::default()).await.expect("run");
+            assert_eq!(progress.items, 2);
+            assert_eq!(rows(&store).await, owned(&[("a", 1), ("b", 2)]));
+        });
+    }
+
+    /// Two workers on one binding in two processes: the one that commits
+    /// second is refused by the checkpoint's compare-and-set with
+    /// `checkpoint/conflict`, and its rows roll back: no row twice.
+    #[test]
+    fn a_second_worker_in_another_process_is_refused() {
+        let name = "a_second_worker_in_another_process_is_refused";
+        on_postgres(name, |url, store| async move {
+            append(&store, &[("a", 1), ("b", 2)]).await;
+            let dir = tempfile::tempdir().expect("tempdir");
+            let signal = dir.path().join("signal");
+            let child = spawn_child("wait", &url, store.schema(), &signal);
+            // The child holds its transaction open, rows written.
+            wait_for(&signal).await;
+            let host = PgHost::open(Arc::clone(&store)).await.expect("host");
+            let bound = order_rows(store.schema()).at(()).expect("bind");
+            let progress = host.run(&bound, RunOptions::default()).await.expect("run");
+            assert_eq!(progress.items, 2);
+            std::fs::write(signal.with_extension("go"), "go").expect("release the child");
+            let output = child.wait_with_output().expect("child");
+            let said = String::from_utf8_lossy(&output.stdout);
+            assert!(
+                said.contains("child: checkpoint/conflict"),
+                "the child was refused: {said}"
+            );
+            assert_eq!(rows(&store).await, owned(&[("a", 1), ("b", 2)]));
+            let again = host.run(&bound, RunOptions::default()).await.expect("run");
+            assert_eq!(again.units, 0);
+        });
+    }
+}
