@@ -72,6 +72,8 @@ impl<P: Params, S: State> Session<P, S> {
     }
 
     /// This session with its units committed by a SQL host's transaction.
+    /// (Only SQL hosts call it; PostgreSQL's is behind its feature.)
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn with_transaction(mut self, transaction: Arc<dyn UnitTransaction<P>>) -> Self {
         self.transaction = Some(transaction);
         self

@@ -199,6 +199,7 @@ impl<P: Params> Declare<P> {
 }
 
 /// Why a unit's transaction did not commit.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub(crate) enum Failed {
     /// It lost a race with a concurrent transaction: read the inputs again
     /// and run the unit again.
