@@ -131,6 +131,7 @@ impl ApiError {
                 put(protocol::PRODUCER_EPOCH, current.to_string());
             }
             ApiError::Stream(StreamError::TooLarge { limit, .. })
+            | ApiError::Stream(StreamError::TooManyProducers { limit, .. })
             | ApiError::BodyTooLarge { limit }
             | ApiError::TooManyStreams { limit } => {
                 put(protocol::LIMIT, limit.to_string());
@@ -163,6 +164,7 @@ fn stream_status(err: &StreamError) -> StatusCode {
         ErrorKind::Invalid => StatusCode::BAD_REQUEST,
         ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
+        ErrorKind::LimitReached => StatusCode::TOO_MANY_REQUESTS,
         ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }

@@ -126,3 +126,62 @@ async fn streams_over_the_server_limit_are_503_naming_it() {
         "room again after a delete"
     );
 }
+
+/// Regression: producer states were unlimited per stream; a client could
+/// grow a stream's state without end by sending new producer ids. Over
+/// the store's limit a new producer gets 429 naming it; a known producer
+/// still appends.
+#[tokio::test]
+async fn producers_over_the_stream_limit_are_429_naming_it() {
+    use std::sync::Arc;
+
+    use eddy_server::{app, AppState};
+    use eddy_streams::MemoryStorage;
+
+    let store = MemoryStorage::new().with_max_producers_per_stream(1);
+    let (_stop, stopping) = tokio::sync::watch::channel(false);
+    let app = app(AppState::new(Arc::new(store), fast(), stopping));
+    let append = |producer: &str, seq: u64| {
+        req("POST", "/p")
+            .header("content-type", "text/plain")
+            .header("producer-id", producer)
+            .header("producer-epoch", "0")
+            .header("producer-seq", seq.to_string())
+            .body(Body::from("x"))
+            .expect("request")
+    };
+    let (created, _) = send(
+        &app,
+        req("PUT", "/p")
+            .header("content-type", "text/plain")
+            .body(Body::empty())
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let (first, body) = send(&app, append("a", 0)).await;
+    assert!(first.status().is_success(), "{body}");
+
+    let (refused, body) = send(&app, append("b", 0)).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert_eq!(header(&refused, "eddy-error"), Some("limit/producers"));
+    assert_eq!(header(&refused, "eddy-limit"), Some("1"));
+    assert_eq!(
+        header(&refused, "retry-after"),
+        None,
+        "retrying does not help"
+    );
+    let error = json_body(&body);
+    assert_eq!(error["code"], "limit/producers");
+    assert_eq!(error["details"]["limit"], 1);
+    assert_eq!(error["details"]["producer"], "b");
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("max_producers_per_stream")),
+        "{body}"
+    );
+
+    let (known, body) = send(&app, append("a", 1)).await;
+    assert!(known.status().is_success(), "{body}");
+}

@@ -28,12 +28,17 @@ fn over_http(name: &str, case: impl Fn(Arc<dyn Storage>, Arc<ManualClock>) -> Te
         let clock = Arc::new(ManualClock::starting_now());
         let sqlite = SqliteOptions {
             clock: clock.clone(),
+            max_producers_per_stream: cases::MAX_PRODUCERS,
             ..SqliteOptions::default()
         };
         let backends: Vec<(&str, Arc<dyn Storage>)> = vec![
             (
                 "memory",
-                Arc::new(MemoryStorage::new().with_clock(clock.clone())),
+                Arc::new(
+                    MemoryStorage::new()
+                        .with_clock(clock.clone())
+                        .with_max_producers_per_stream(cases::MAX_PRODUCERS),
+                ),
             ),
             (
                 "sqlite",

@@ -2,6 +2,11 @@
 
 use crate::{Offset, Payload};
 
+/// The default cap on idempotent producers per stream: the store keeps
+/// each producer's state for as long as the stream lives, so without a
+/// cap a client could grow a stream's state without end.
+pub const DEFAULT_MAX_PRODUCERS_PER_STREAM: usize = 10_000;
+
 /// An idempotent producer's position: who is writing, in which epoch, and
 /// the sequence number of this append within the epoch.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]

@@ -165,6 +165,19 @@ pub enum StreamError {
         /// The sequence number sent.
         seq: u64,
     },
+    /// A new idempotent producer on a stream that already keeps the state
+    /// of as many producers as the store allows. Producers it knows may
+    /// still append; the limit is the store's `max_producers_per_stream`.
+    #[error("stream `{path}` already has {limit} producers, the limit (max_producers_per_stream); producer `{producer}` is refused, known producers may still append")]
+    #[serde(rename = "limit/producers")]
+    TooManyProducers {
+        /// The stream path.
+        path: String,
+        /// The new producer's id.
+        producer: String,
+        /// The limit.
+        limit: usize,
+    },
     /// Bad options or arguments given to a call.
     #[error("invalid argument: {0}")]
     #[serde(rename = "invalid-argument")]
@@ -242,6 +255,9 @@ pub enum ErrorKind {
     TooLarge,
     /// The caller's credentials were refused.
     Unauthorized,
+    /// A limit on what clients may create is reached: the call fails
+    /// until what counts against the limit is removed or the limit raised.
+    LimitReached,
     /// The backend cannot serve now: the same call may succeed later.
     Unavailable,
     /// The backend failed in a way retrying does not fix.
@@ -260,6 +276,7 @@ impl ErrorKind {
             | ErrorKind::Invalid
             | ErrorKind::TooLarge
             | ErrorKind::Unauthorized
+            | ErrorKind::LimitReached
             | ErrorKind::Internal => false,
         }
     }
@@ -326,6 +343,7 @@ impl StreamError {
             StreamError::ProducerSeqGap { .. } => "producer/seq-gap",
             StreamError::ProducerFenced { .. } => "producer/fenced",
             StreamError::ProducerEpochStart { .. } => "producer/epoch-start",
+            StreamError::TooManyProducers { .. } => "limit/producers",
             StreamError::InvalidArgument(_) => "invalid-argument",
             StreamError::Route { .. } => "route/invalid",
             StreamError::InvalidItem { .. } => "item/invalid",
@@ -361,6 +379,7 @@ impl StreamError {
             | StreamError::InvalidItem { .. }
             | StreamError::InvalidState(_) => ErrorKind::Invalid,
             StreamError::Unauthorized(_) => ErrorKind::Unauthorized,
+            StreamError::TooManyProducers { .. } => ErrorKind::LimitReached,
             StreamError::Unavailable { .. } => ErrorKind::Unavailable,
             StreamError::Internal { .. } => ErrorKind::Internal,
         }

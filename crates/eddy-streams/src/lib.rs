@@ -74,7 +74,7 @@ mod sqlite;
 mod state;
 mod storage;
 
-pub use append::{Append, Appended, ProducerPosition};
+pub use append::{Append, Appended, ProducerPosition, DEFAULT_MAX_PRODUCERS_PER_STREAM};
 pub use backup::{
     export, import, BackupError, BackupProgress, BackupSummary, BACKUP_FORMAT, BACKUP_VERSION,
 };

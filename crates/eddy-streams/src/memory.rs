@@ -14,6 +14,7 @@ use crate::rules::{take_within, ProducerState};
 use crate::{
     Append, Appended, Clock, Created, Fork, Notifier, Payload, ReadChunk, ReadFrom, Storage,
     StreamConfig, StreamError, StreamInfo, StreamPath, StreamSnapshot, SystemClock,
+    DEFAULT_MAX_PRODUCERS_PER_STREAM,
 };
 
 /// A stream store that keeps everything in memory. Nothing survives the
@@ -60,9 +61,18 @@ impl MemoryStorage {
             notifier: Notifier::default(),
             engine: Engine {
                 max_append_bytes,
+                max_producers: DEFAULT_MAX_PRODUCERS_PER_STREAM,
                 clock: Arc::new(SystemClock),
             },
         }
+    }
+
+    /// This store, keeping the state of at most `max` idempotent producers
+    /// per stream; a new producer beyond it is refused
+    /// ([`StreamError::TooManyProducers`]).
+    pub fn with_max_producers_per_stream(mut self, max: usize) -> Self {
+        self.engine.max_producers = max;
+        self
     }
 
     /// This store, reading the time from `clock` (for expiry).
@@ -235,6 +245,10 @@ impl RecordReader for MemoryRecords {
         producer: &str,
     ) -> Result<Option<ProducerState>, StreamError> {
         Ok(self.stream(key)?.producers.get(producer).copied())
+    }
+
+    async fn producer_count(&mut self, key: &String) -> Result<u64, StreamError> {
+        Ok(self.stream(key)?.producers.len() as u64)
     }
 
     async fn messages(

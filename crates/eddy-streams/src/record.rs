@@ -125,6 +125,8 @@ pub(crate) trait RecordReader {
 
     /// Every producer's state on a stream, sorted by producer id.
     fn producers(&mut self, key: &Self::Key) -> impl Op<Vec<(String, ProducerState)>>;
+    /// How many producers' states a stream keeps.
+    fn producer_count(&mut self, key: &Self::Key) -> impl Op<u64>;
 
     /// The messages at positions `range`, stopping before the total
     /// passes `max_bytes` but always at least one when the range is not

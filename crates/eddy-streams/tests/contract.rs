@@ -39,11 +39,13 @@ type MakeStore = fn(&std::path::Path, Arc<ManualClock>) -> Arc<dyn Storage>;
 fn backends() -> Vec<(&'static str, MakeStore)> {
     vec![
         ("memory", |_, clock| {
-            Arc::new(MemoryStorage::new().with_clock(clock))
+            let store = MemoryStorage::new().with_clock(clock);
+            Arc::new(store.with_max_producers_per_stream(cases::MAX_PRODUCERS))
         }),
         ("sqlite", |dir, clock| {
             let options = SqliteOptions {
                 clock,
+                max_producers_per_stream: cases::MAX_PRODUCERS,
                 ..SqliteOptions::default()
             };
             Arc::new(SqliteStorage::open_with(dir, options).expect("open sqlite"))
@@ -93,7 +95,7 @@ snapshots::every_snapshot_case!(snapshot_contract);
 mod postgres {
     use std::sync::Arc;
 
-    use eddy_streams::{ManualClock, Storage};
+    use eddy_streams::{ManualClock, PgOptions, PgStorage, Storage};
 
     use super::{cases, snapshots, Test};
     use crate::postgres::{run, Schema};
@@ -104,7 +106,14 @@ mod postgres {
         };
         run(async move {
             let clock = Arc::new(ManualClock::starting_now());
-            let store = schema.open(clock.clone()).await;
+            let options = PgOptions {
+                clock: clock.clone(),
+                max_producers_per_stream: cases::MAX_PRODUCERS,
+                ..schema.options()
+            };
+            let store = PgStorage::open(options)
+                .await
+                .expect("open the PostgreSQL store");
             case(Arc::new(store), clock).await;
             schema.drop().await;
         });

@@ -108,6 +108,10 @@ pub struct ServeArgs {
     /// The most streams the server holds; creates and forks beyond get 503.
     #[arg(long, default_value_t = ServerConfig::default().max_streams, env = "EDDY_MAX_STREAMS")]
     pub max_streams: usize,
+    /// The most idempotent producers one stream keeps; an append by a new
+    /// producer beyond it gets 429 (known producers may still append).
+    #[arg(long, default_value_t = eddy_streams::DEFAULT_MAX_PRODUCERS_PER_STREAM)]
+    pub max_producers_per_stream: usize,
     /// The most subscriptions the server holds; more get 503.
     #[arg(long, default_value_t = ServerConfig::default().max_subscriptions, env = "EDDY_MAX_SUBSCRIPTIONS")]
     pub max_subscriptions: usize,
@@ -285,13 +289,15 @@ impl ServeArgs {
             Durability::Sync
         };
         Ok(match &self.storage {
-            StorageKind::Memory => {
-                Arc::new(MemoryStorage::with_max_append_bytes(self.max_body_bytes))
-            }
+            StorageKind::Memory => Arc::new(
+                MemoryStorage::with_max_append_bytes(self.max_body_bytes)
+                    .with_max_producers_per_stream(self.max_producers_per_stream),
+            ),
             StorageKind::Sqlite => {
                 let options = SqliteOptions {
                     durability,
                     max_append_bytes: self.max_body_bytes,
+                    max_producers_per_stream: self.max_producers_per_stream,
                     ..SqliteOptions::default()
                 };
                 Arc::new(
@@ -312,6 +318,7 @@ impl ServeArgs {
         let options = eddy_streams::PgOptions {
             durability,
             max_append_bytes: self.max_body_bytes,
+            max_producers_per_stream: self.max_producers_per_stream,
             ..eddy_streams::PgOptions::new(url).with_schema(&self.pg_schema)
         };
         let store = eddy_streams::PgStorage::open(options)
@@ -517,5 +524,44 @@ mod tests {
         assert_eq!(limits.http2.stream_window_bytes, 131_072);
         assert!(config(&["--http2-max-streams", "0"]).is_err());
         assert!(config(&["--http2-connection-window-bytes", "4294967295"]).is_err());
+    }
+
+    /// `--max-producers-per-stream` reaches the store of either kind: a
+    /// second producer on a stream is refused, the first keeps appending.
+    #[tokio::test]
+    async fn the_producer_limit_reaches_every_store() {
+        use eddy_streams::{
+            Append, ErrorKind, Payload, ProducerPosition, StreamConfig, StreamPath,
+        };
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = dir.path().to_string_lossy().into_owned();
+        for storage in ["memory", "sqlite"] {
+            let args = ["eddy", "--storage", storage, "--data", &data];
+            let cli = Cli::try_parse_from(args.iter().chain(&["--max-producers-per-stream", "1"]))
+                .expect("args");
+            let store = cli.serve.open_store().await.expect("open");
+            let path = StreamPath::new(format!("limited-{storage}")).expect("path");
+            store
+                .create(&path, StreamConfig::json(), Payload::empty())
+                .await
+                .expect("create");
+            let by =
+                |id: &str, seq| Append::body("1").with_producer(ProducerPosition::new(id, 0, seq));
+            store
+                .append(&path, by("a", 0))
+                .await
+                .expect("the first producer");
+            let refused = store.append(&path, by("b", 0)).await.err();
+            assert_eq!(
+                refused.map(|e| e.kind()),
+                Some(ErrorKind::LimitReached),
+                "{storage}"
+            );
+            store
+                .append(&path, by("a", 1))
+                .await
+                .expect("a known producer");
+        }
     }
 }

@@ -31,11 +31,13 @@ use crate::{
 };
 use lifecycle::{collect, existing_or_free, find, has_live_descendant};
 
-/// The rules with their settings: the append limit and the clock.
+/// The rules with their settings: the limits and the clock.
 #[derive(Clone, Debug)]
 pub(crate) struct Engine {
     /// The largest append accepted, in bytes.
     pub max_append_bytes: usize,
+    /// The most idempotent producers whose state one stream keeps.
+    pub max_producers: usize,
     /// Where "now" comes from.
     pub clock: Arc<dyn Clock>,
 }
@@ -141,6 +143,10 @@ impl Engine {
             }
             Decision::Write { producer, close } => (producer, close),
         };
+        if let (Some(position), None) = (&append.producer, producer_state) {
+            self.check_producer_room(records, &key, path, &position.id)
+                .await?;
+        }
         records
             .insert_messages(&key, record.head.count, &messages)
             .await?;
@@ -153,6 +159,26 @@ impl Engine {
             record.head.appended(producer),
             Some(record.head.info(path.as_str())),
         ))
+    }
+
+    /// Refuses a new producer on a stream that keeps as many producers'
+    /// states as allowed; known producers are never refused.
+    async fn check_producer_room<R: Records>(
+        &self,
+        records: &mut R,
+        key: &R::Key,
+        path: &StreamPath,
+        producer: &str,
+    ) -> Result<(), StreamError> {
+        let count = records.producer_count(key).await?;
+        if count >= self.max_producers as u64 {
+            return Err(StreamError::TooManyProducers {
+                path: path.to_string(),
+                producer: producer.to_owned(),
+                limit: self.max_producers,
+            });
+        }
+        Ok(())
     }
 
     /// Creates `path` as a fork, or checks an existing fork against the

@@ -58,6 +58,11 @@ impl RecordReader for Suspending {
         self.0.producer(key, producer).await
     }
 
+    async fn producer_count(&mut self, key: &String) -> Result<u64, StreamError> {
+        pause().await;
+        self.0.producer_count(key).await
+    }
+
     async fn messages(
         &mut self,
         key: &String,
@@ -135,6 +140,7 @@ impl Records for Suspending {
 async fn engine_calls_are_send_futures_over_suspending_records() {
     let engine = Engine {
         max_append_bytes: 1 << 20,
+        max_producers: 10,
         clock: Arc::new(ManualClock::starting_now()),
     };
     let task = tokio::spawn(async move {
@@ -169,6 +175,7 @@ async fn engine_calls_are_send_futures_over_suspending_records() {
 async fn a_split_for_the_other_kind_of_stream_is_ignored() {
     let engine = Engine {
         max_append_bytes: 1 << 20,
+        max_producers: 10,
         clock: Arc::new(ManualClock::starting_now()),
     };
     let mut records = Suspending::default();

@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 
 use crate::engine::Engine;
 use crate::payload::DEFAULT_MAX_APPEND_BYTES;
+use crate::DEFAULT_MAX_PRODUCERS_PER_STREAM;
 use crate::{
     Append, Appended, Clock, Created, Durability, Fork, Notifier, Payload, ReadChunk, ReadFrom,
     Storage, StreamConfig, StreamError, StreamInfo, StreamPath, StreamSnapshot, SystemClock, Wait,
@@ -53,6 +54,9 @@ pub struct PgOptions {
     pub durability: Durability,
     /// The largest append accepted, in bytes.
     pub max_append_bytes: usize,
+    /// The most idempotent producers whose state one stream keeps; a new
+    /// producer beyond it is refused ([`StreamError::TooManyProducers`]).
+    pub max_producers_per_stream: usize,
     /// Where the store reads the time (for expiry). Processes that share a
     /// database should have their clocks in sync.
     pub clock: Arc<dyn Clock>,
@@ -70,6 +74,7 @@ impl PgOptions {
             max_connections: 16,
             durability: Durability::Sync,
             max_append_bytes: DEFAULT_MAX_APPEND_BYTES,
+            max_producers_per_stream: DEFAULT_MAX_PRODUCERS_PER_STREAM,
             clock: Arc::new(SystemClock),
             recheck: Duration::from_secs(1),
         }
@@ -187,6 +192,7 @@ impl PgStorage {
             sql: Arc::new(Sql::new(&options.schema)),
             engine: Engine {
                 max_append_bytes: options.max_append_bytes,
+                max_producers: options.max_producers_per_stream,
                 clock: options.clock,
             },
             notifier,

@@ -181,6 +181,15 @@ impl RecordReader for PgRecords {
         state.map(Some).map_err(|e| self.fail(e))
     }
 
+    async fn producer_count(&mut self, key: &i64) -> Result<u64, StreamError> {
+        let sql = Arc::clone(&self.sql.producer_count);
+        let Some(row) = self.fetch_optional(query(&sql).bind(key)).await? else {
+            return Ok(0);
+        };
+        let count: i64 = row.try_get(0).map_err(|e| self.fail(e))?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
     async fn messages(
         &mut self,
         key: &i64,

@@ -21,6 +21,7 @@ pub(crate) struct Sql {
     pub forks_of: Arc<str>,
     pub producer: Arc<str>,
     pub producers: Arc<str>,
+    pub producer_count: Arc<str>,
     pub messages: Arc<str>,
     pub list: Arc<str>,
     pub drop_tombstone: Arc<str>,
@@ -55,6 +56,9 @@ impl Sql {
             )),
             producers: sql(format!(
                 "SELECT producer, epoch, seq FROM {s}.producers WHERE stream_id = $1 ORDER BY producer"
+            )),
+            producer_count: sql(format!(
+                "SELECT count(*) FROM {s}.producers WHERE stream_id = $1"
             )),
             messages: sql(format!(
                 "SELECT data FROM {s}.messages WHERE stream_id = $1 AND seq >= $2 AND seq < $3

@@ -311,6 +311,10 @@ impl RecordReader for View<'_> {
         ready(self.miss())
     }
 
+    fn producer_count(&mut self, _: &i64) -> impl Op<u64> {
+        ready(self.miss())
+    }
+
     fn messages(&mut self, key: &i64, range: Range<u64>, max_bytes: usize) -> impl Op<Vec<Bytes>> {
         ready(View::messages(self, *key, range, max_bytes))
     }

@@ -108,6 +108,7 @@ impl SqliteStorage {
         let (tx, rx) = mpsc::channel();
         let engine = Engine {
             max_append_bytes: options.max_append_bytes,
+            max_producers: options.max_producers_per_stream,
             clock: options.clock,
         };
         let touches = Arc::new(Touches::default());

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::payload::DEFAULT_MAX_APPEND_BYTES;
+use crate::DEFAULT_MAX_PRODUCERS_PER_STREAM;
 use crate::{Clock, SystemClock};
 
 /// When a commit counts as done.
@@ -28,6 +29,10 @@ pub struct SqliteOptions {
     pub durability: Durability,
     /// The largest append accepted, in bytes.
     pub max_append_bytes: usize,
+    /// The most idempotent producers whose state one stream keeps; a new
+    /// producer beyond it is refused
+    /// ([`StreamError::TooManyProducers`](crate::StreamError::TooManyProducers)).
+    pub max_producers_per_stream: usize,
     /// Where the store reads the time (for expiry).
     pub clock: Arc<dyn Clock>,
     /// How many bytes of recently written messages the store keeps in
@@ -43,6 +48,7 @@ impl Default for SqliteOptions {
         SqliteOptions {
             durability: Durability::Sync,
             max_append_bytes: DEFAULT_MAX_APPEND_BYTES,
+            max_producers_per_stream: DEFAULT_MAX_PRODUCERS_PER_STREAM,
             clock: Arc::new(SystemClock),
             cache_bytes: DEFAULT_CACHE_BYTES,
             #[cfg(test)]

@@ -124,6 +124,10 @@ impl RecordReader for SqliteRecords<'_> {
         ready(producer_state(self.conn, *key, producer))
     }
 
+    fn producer_count(&mut self, key: &i64) -> impl Op<u64> {
+        ready(producer_count(self.conn, *key))
+    }
+
     fn messages(&mut self, key: &i64, range: Range<u64>, max_bytes: usize) -> impl Op<Vec<Bytes>> {
         ready(messages(self.conn, *key, range, max_bytes))
     }
@@ -406,6 +410,11 @@ fn producer_state(
             })
         })
         .optional()?)
+}
+
+fn producer_count(conn: &Connection, id: i64) -> Result<u64, StreamError> {
+    let mut stmt = conn.prepare_cached("SELECT count(*) FROM producers WHERE stream_id = ?1")?;
+    Ok(stmt.query_row([id], |r| r.get::<_, i64>(0))? as u64)
 }
 
 fn save_producer(

@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use eddy_streams::{
-    Append, Expiry, Fork, ManualClock, Offset, Payload, ProducerPosition, ReadFrom, Storage,
-    StreamConfig, StreamError, StreamPath, Wait,
+    Append, ErrorKind, Expiry, Fork, ManualClock, Offset, Payload, ProducerPosition, ReadFrom,
+    Storage, StreamConfig, StreamError, StreamPath, Wait,
 };
 
 /// Calls `$run!(case, case, ...)` with every contract case.
@@ -32,6 +32,7 @@ macro_rules! every_case {
             producer_next_duplicate_gap_and_fencing,
             producer_new_epoch_starts_at_zero,
             producer_state_is_per_stream_and_producer,
+            producers_beyond_the_limit_are_refused_known_ones_append,
             expected_tail_mismatch_writes_nothing,
             stream_seq_must_increase,
             close_alone_and_with_final_append,
@@ -67,6 +68,11 @@ macro_rules! every_clocked_case {
     };
 }
 pub(crate) use every_clocked_case;
+
+/// The producers per stream every harness's store allows
+/// (`max_producers_per_stream`): as many as the concurrent appenders case
+/// uses, so that case also shows a stream may fill its limit.
+pub const MAX_PRODUCERS: usize = 8;
 
 pub fn path(s: &str) -> StreamPath {
     StreamPath::new(s).expect("valid path")
@@ -486,6 +492,64 @@ pub async fn producer_state_is_per_stream_and_producer(store: Arc<dyn Storage>) 
             .duplicate
     );
     assert!(store.append(&a, at("w", 0)).await.expect("dup").duplicate);
+}
+
+/// Regression: producer states were unlimited; a client could make a
+/// stream keep ever more of them by sending new producer ids.
+pub async fn producers_beyond_the_limit_are_refused_known_ones_append(store: Arc<dyn Storage>) {
+    let p = json_stream(&*store, "limited").await;
+    let at = |id: &str, seq| Append::body("1").with_producer(ProducerPosition::new(id, 0, seq));
+    for n in 0..MAX_PRODUCERS {
+        store
+            .append(&p, at(&format!("w{n}"), 0))
+            .await
+            .expect("room for a new producer");
+    }
+    let refused = store
+        .append(&p, at("late", 0))
+        .await
+        .expect_err("over the limit");
+    assert_eq!(
+        refused,
+        StreamError::TooManyProducers {
+            path: "limited".into(),
+            producer: "late".into(),
+            limit: MAX_PRODUCERS,
+        }
+    );
+    assert_eq!(
+        (refused.kind(), refused.is_retryable()),
+        (ErrorKind::LimitReached, false)
+    );
+    assert_eq!(
+        read_all(&*store, &p).await.len(),
+        MAX_PRODUCERS,
+        "nothing written"
+    );
+
+    let known = store
+        .append(&p, at("w0", 1))
+        .await
+        .expect("a known producer appends");
+    assert_eq!((known.duplicate, known.producer), (false, Some((0, 1))));
+    let again = store.append(&p, at("w0", 1)).await.expect("its retry");
+    assert!(again.duplicate);
+    store
+        .append(&p, Append::body("2"))
+        .await
+        .expect("appends without a producer");
+
+    let other = json_stream(&*store, "limited/other").await;
+    store
+        .append(&other, at("late", 0))
+        .await
+        .expect("the limit is per stream");
+    store.delete(&p).await.expect("delete");
+    let p = json_stream(&*store, "limited").await;
+    store
+        .append(&p, at("late", 0))
+        .await
+        .expect("a recreated stream starts without producers");
 }
 
 pub async fn expected_tail_mismatch_writes_nothing(store: Arc<dyn Storage>) {

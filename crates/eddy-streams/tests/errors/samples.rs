@@ -59,6 +59,11 @@ pub fn one_of_each() -> Vec<StreamError> {
             epoch: 2,
             seq: 1,
         },
+        StreamError::TooManyProducers {
+            path: path(),
+            producer: "w".into(),
+            limit: 8,
+        },
         StreamError::InvalidArgument("bad limit".into()),
         StreamError::Route {
             route: "facts/:id".into(),
