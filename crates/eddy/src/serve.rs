@@ -110,7 +110,7 @@ pub struct ServeArgs {
     pub max_streams: usize,
     /// The most idempotent producers one stream keeps; an append by a new
     /// producer beyond it gets 429 (known producers may still append).
-    #[arg(long, default_value_t = eddy_streams::DEFAULT_MAX_PRODUCERS_PER_STREAM)]
+    #[arg(long, default_value_t = eddy_streams::DEFAULT_MAX_PRODUCERS_PER_STREAM, env = "EDDY_MAX_PRODUCERS_PER_STREAM")]
     pub max_producers_per_stream: usize,
     /// The most subscriptions the server holds; more get 503.
     #[arg(long, default_value_t = ServerConfig::default().max_subscriptions, env = "EDDY_MAX_SUBSCRIPTIONS")]
