@@ -345,8 +345,16 @@ mod postgres {
         });
     }
 
+    /// Waits for the file another process writes as its signal; a child
+    /// that died before writing it fails the test instead of hanging it.
     async fn wait_for(path: &Path) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
         while !path.exists() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no signal {} within two minutes",
+                path.display()
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }

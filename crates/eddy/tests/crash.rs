@@ -9,10 +9,15 @@
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::watch;
 
 pub(crate) const WRITERS: usize = 8;
 pub(crate) const KILLS: usize = 20;
+/// Each kill comes after 1 to this many acknowledged appends.
+pub(crate) const KILL_AFTER_ACKS: u64 = 400;
 
 /// The `eddy` binary Cargo built for these tests.
 pub(crate) fn eddy_binary() -> &'static Path {
@@ -83,12 +88,36 @@ pub(crate) struct Writer {
     pub deduplicated: u64,
 }
 
-/// Appends as producer `id` until a request fails (the server died).
+/// Counts the appends a server acknowledged, so a test kills it after a
+/// random number of them: the kill lands mid-load without a guessed delay.
+#[derive(Clone)]
+pub(crate) struct Acks(Arc<watch::Sender<u64>>);
+
+impl Acks {
+    pub(crate) fn new() -> Acks {
+        Acks(Arc::new(watch::channel(0).0))
+    }
+
+    /// Waits until `n` appends were acknowledged (a minute at most).
+    pub(crate) async fn reached(&self, n: u64) {
+        let mut counted = self.0.subscribe();
+        let waited =
+            tokio::time::timeout(Duration::from_secs(60), counted.wait_for(|&got| got >= n));
+        assert!(
+            matches!(waited.await, Ok(Ok(_))),
+            "the server acknowledged fewer than {n} appends in a minute"
+        );
+    }
+}
+
+/// Appends as producer `id` until a request fails (the server died),
+/// counting each acknowledged append in `acks`.
 pub(crate) async fn write_until_failure(
     http: reqwest::Client,
     url: String,
     id: usize,
     mut state: Writer,
+    acks: Acks,
 ) -> Writer {
     loop {
         let sent = http
@@ -107,6 +136,7 @@ pub(crate) async fn write_until_failure(
                 }
                 state.acknowledged = Some(state.next);
                 state.next += 1;
+                acks.0.send_modify(|n| *n += 1);
             }
             Ok(response) => panic!(
                 "writer {id} seq {}: unexpected {}",
@@ -143,14 +173,16 @@ pub(crate) fn crash_under_load(launch: &dyn Fn() -> (Child, String)) {
             let _ = child.wait();
             break;
         }
+        let acks = Acks::new();
         let tasks: Vec<_> = writers
             .iter()
             .enumerate()
             .map(|(id, state)| {
-                runtime.spawn(write_until_failure(http.clone(), url.clone(), id, *state))
+                let task = write_until_failure(http.clone(), url.clone(), id, *state, acks.clone());
+                runtime.spawn(task)
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(30 + rng.below(250)));
+        runtime.block_on(acks.reached(1 + rng.below(KILL_AFTER_ACKS)));
         child.kill().expect("SIGKILL");
         let _ = child.wait();
         for (id, task) in tasks.into_iter().enumerate() {

@@ -15,7 +15,7 @@ use eddy_streams::sqlx::{self, Executor};
 
 use crate::crash::{
     client, crash_under_load, create, eddy_binary, finish, runtime, serve, write_until_failure,
-    Rng, Writer, KILLS, WRITERS,
+    Acks, Rng, Writer, KILLS, KILL_AFTER_ACKS, WRITERS,
 };
 
 /// A schema of its own for one test, on the database at `DATABASE_URL`.
@@ -154,10 +154,17 @@ fn killing_one_of_two_servers_loses_nothing_and_the_other_keeps_serving() {
     for _ in 0..KILLS {
         let (victim, victim_base) = schema.serve();
         let victim_url = format!("{victim_base}/crash/log");
+        let acks = Acks::new();
         let doomed: Vec<_> = killed_ids
             .clone()
             .map(|id| {
-                let task = write_until_failure(http.clone(), victim_url.clone(), id, writers[id]);
+                let task = write_until_failure(
+                    http.clone(),
+                    victim_url.clone(),
+                    id,
+                    writers[id],
+                    acks.clone(),
+                );
                 runtime.spawn(task)
             })
             .collect();
@@ -168,7 +175,7 @@ fn killing_one_of_two_servers_loses_nothing_and_the_other_keeps_serving() {
                 runtime.spawn(task)
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(30 + rng.below(250)));
+        runtime.block_on(acks.reached(1 + rng.below(KILL_AFTER_ACKS)));
         stop(victim);
         for (id, task) in killed_ids.clone().zip(doomed) {
             let state = runtime.block_on(task).expect("writer task");
