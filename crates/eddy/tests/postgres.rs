@@ -9,7 +9,6 @@
 
 use std::process::Child;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
 
 use eddy_streams::sqlx::{self, Executor};
 
