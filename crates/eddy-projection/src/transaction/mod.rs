@@ -50,16 +50,31 @@ pub(crate) type Process<P, X, T> = Arc<
 /// [`at`](TransactionProjection::at) and run it on a SQL host.
 pub struct TransactionProjection<P, X, T = ()> {
     projection: Projection<P, ()>,
-    prepare: Prepare<P, T>,
-    process: Process<P, X, T>,
+    handlers: Handlers<P, X, T>,
+}
+
+/// The `prepare` step and the `process` handler of a transaction
+/// projection, shared by its declaration, its bindings and the host's unit.
+pub(crate) struct Handlers<P, X, T> {
+    pub(crate) prepare: Prepare<P, T>,
+    pub(crate) process: Process<P, X, T>,
+}
+
+// Not derived: the handlers are shared `Arc`s, clonable whatever P, X and T are.
+impl<P, X, T> Clone for Handlers<P, X, T> {
+    fn clone(&self) -> Self {
+        Handlers {
+            prepare: Arc::clone(&self.prepare),
+            process: Arc::clone(&self.process),
+        }
+    }
 }
 
 impl<P, X, T> Clone for TransactionProjection<P, X, T> {
     fn clone(&self) -> Self {
         TransactionProjection {
             projection: self.projection.clone(),
-            prepare: Arc::clone(&self.prepare),
-            process: Arc::clone(&self.process),
+            handlers: self.handlers.clone(),
         }
     }
 }
@@ -75,16 +90,14 @@ impl<P, X, T> fmt::Debug for TransactionProjection<P, X, T> {
 /// A [`TransactionProjection`] bound to its parameters.
 pub struct TransactionBound<P, X, T = ()> {
     pub(crate) bound: Bound<P, ()>,
-    pub(crate) prepare: Prepare<P, T>,
-    pub(crate) process: Process<P, X, T>,
+    pub(crate) handlers: Handlers<P, X, T>,
 }
 
 impl<P: Clone, X, T> Clone for TransactionBound<P, X, T> {
     fn clone(&self) -> Self {
         TransactionBound {
             bound: self.bound.clone(),
-            prepare: Arc::clone(&self.prepare),
-            process: Arc::clone(&self.process),
+            handlers: self.handlers.clone(),
         }
     }
 }
@@ -107,8 +120,7 @@ impl<P: Params, X, T> TransactionProjection<P, X, T> {
     pub fn at(&self, params: P) -> Result<TransactionBound<P, X, T>> {
         Ok(TransactionBound {
             bound: self.projection.at(params)?,
-            prepare: Arc::clone(&self.prepare),
-            process: Arc::clone(&self.process),
+            handlers: self.handlers.clone(),
         })
     }
 }
@@ -192,8 +204,10 @@ impl<P: Params> Declare<P> {
         )?;
         Ok(TransactionProjection {
             projection,
-            prepare: Arc::new(prepare),
-            process: Arc::new(f),
+            handlers: Handlers {
+                prepare: Arc::new(prepare),
+                process: Arc::new(f),
+            },
         })
     }
 }

@@ -12,7 +12,7 @@ use eddy_streams::sqlx::{self, PgConnection, PgPool, Postgres};
 use eddy_streams::{PgStorage, StreamError};
 use futures::future::BoxFuture;
 
-use super::{Failed, Prepare, Process, TransactionBound, UnitTransaction};
+use super::{Failed, Handlers, TransactionBound, UnitTransaction};
 use crate::checkpoint::{Checkpoint, CheckpointKey, CheckpointStore, Loaded, Token};
 use crate::declare::Params;
 use crate::session::{Session, Tally};
@@ -329,8 +329,7 @@ impl PgHost {
         let unit = PgUnit {
             store: Arc::clone(&self.store),
             checkpoints: Arc::clone(&self.checkpoints),
-            prepare: Arc::clone(&bound.prepare),
-            process: Arc::clone(&bound.process),
+            handlers: bound.handlers.clone(),
             projection: bound.bound.projection().id().to_owned(),
         };
         let mut session = Session::load(self.host.clone(), bound.bound.clone())
@@ -347,8 +346,7 @@ impl PgHost {
 struct PgUnit<P, T> {
     store: Arc<PgStorage>,
     checkpoints: Arc<PgCheckpoints>,
-    prepare: Prepare<P, T>,
-    process: Process<P, PgTx, T>,
+    handlers: Handlers<P, PgTx, T>,
     projection: String,
 }
 
@@ -382,9 +380,11 @@ impl<P: Params, T: Send + Sync + 'static> UnitTransaction<P> for PgUnit<P, T> {
             }
         };
         Box::pin(async move {
-            let prepared = (self.prepare)(batch, unit).await.map_err(handler)?;
+            let prepared = (self.handlers.prepare)(batch, unit)
+                .await
+                .map_err(handler)?;
             let mut tx = self.store.begin().await.map_err(stream)?;
-            (self.process)(tx.sql(), batch, unit, &prepared)
+            (self.handlers.process)(tx.sql(), batch, unit, &prepared)
                 .await
                 .map_err(handler)?;
             if let Some(misuse) = batch.misuse() {
