@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the public Durable Streams conformance suite against `eddy serve`, on
 # each storage backend given (default: memory sqlite), and prints the pass
-# counts. Exits non-zero if any test fails. `postgres` runs on the database
+# counts. Exits non-zero if any test fails. The backends run side by side. `postgres` runs on the database
 # at DATABASE_URL, in a schema of its own that it drops afterwards.
 #
 #   scripts/conformance/run.sh [memory|sqlite|postgres ...]
@@ -25,8 +25,10 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
 }
 
-status=0
-for backend in "${backends[@]}"; do
+# One backend's run: start a server, run the suite against it, print one
+# count line (and, on failure, where the logs are). Exits non-zero on failure.
+run_backend() {
+  local backend="$1" port data log storage server report counts status=0 schema=""
   port="$(free_port)"
   data="$(mktemp -d)"
   log="$(mktemp)"
@@ -53,24 +55,41 @@ for backend in "${backends[@]}"; do
   set -e
   kill "$server" 2>/dev/null || true
   wait "$server" 2>/dev/null || true
-  # Failed tests go to stderr; the count line to stdout.
+  # Failed tests are listed first; the count line comes last.
   if ! counts="$(node -e '
     const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
     const failed = r.testResults.flatMap(f => f.assertionResults).filter(t => t.status === "failed");
     for (const t of failed) console.error("  FAILED: " + t.fullName + "\n    " + (t.failureMessages[0] || "").split("\n")[0]);
     console.log(`${r.numPassedTests} passed, ${r.numFailedTests} failed` + (r.numPendingTests ? `, ${r.numPendingTests} skipped` : ""));
     process.exit(r.numFailedTests === 0 && r.numPassedTests > 0 ? 0 : 1);
-  ' "$report")"; then
+  ' "$report" 2>&1)"; then
     status=1
     [ -n "$counts" ] || counts="no report (see $report.out)"
   fi
-  echo "conformance ($backend): $counts"
+  echo "conformance ($backend): ${counts##*$'\n'}"
   if [ "$status" -ne 0 ]; then
+    [ "$counts" = "${counts##*$'\n'}" ] || echo "${counts%$'\n'*}"
     echo "  server log: $log; vitest output: $report.out"
   fi
   rm -rf "$data"
-  if [ "$backend" = postgres ] && command -v psql >/dev/null; then
+  if [ -n "$schema" ] && command -v psql >/dev/null; then
     psql -q "$DATABASE_URL" -c "DROP SCHEMA IF EXISTS $schema CASCADE" >/dev/null 2>&1 || true
   fi
+  return "$status"
+}
+
+# The backends run side by side (the suite mostly waits on long polls), each
+# into its own output file, printed in the order given.
+out_dir="$(mktemp -d)"
+pids=()
+for backend in "${backends[@]}"; do
+  run_backend "$backend" >"$out_dir/$backend" 2>&1 &
+  pids+=($!)
 done
+status=0
+for i in "${!backends[@]}"; do
+  wait "${pids[$i]}" || status=1
+  cat "$out_dir/${backends[$i]}"
+done
+rm -rf "$out_dir"
 exit "$status"
