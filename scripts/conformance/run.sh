@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the public Durable Streams conformance suite against `eddy serve`, on
-# each storage backend given (default: memory sqlite), and prints the pass
-# counts. Exits non-zero if any test fails. The backends run side by side. `postgres` runs on the database
-# at DATABASE_URL, in a schema of its own that it drops afterwards.
+# each storage backend given (default: memory sqlite), side by side, and
+# prints the pass counts. Exits non-zero if any test fails. `postgres` runs on
+# the database at DATABASE_URL, in a schema of its own that it drops afterwards.
 #
 #   scripts/conformance/run.sh [memory|sqlite|postgres ...]
 set -euo pipefail
