@@ -86,6 +86,7 @@ mod observe;
 mod parse;
 mod probes;
 mod protocol;
+mod route_class;
 mod router;
 mod server;
 mod state;

@@ -1,133 +1,216 @@
-//! Process metrics, rendered in the Prometheus text format at `/metrics`.
+//! Process metrics on the `metrics` crate, rendered at `/metrics` by its
+//! Prometheus exporter.
+//!
+//! Each [`Metrics`] has its own recorder, so two servers in one process
+//! (tests) never mix their counts. [`Metrics::install_global`] makes it
+//! the process's recorder too, so that what libraries emit through the
+//! `metrics` facade (the store's commit groups, see
+//! [`STORE_METRICS`](eddy_streams::STORE_METRICS)) shows on the same page.
 
-use std::fmt::Write;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
-/// Counters the handlers update.
-#[derive(Debug, Default)]
+use metrics::{Counter, Gauge, Key, Label, Metadata, Recorder, SetRecorderError};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
+
+use crate::route_class::RouteClass;
+
+/// Latency buckets, in seconds: 100 µs to 30 s.
+const SECONDS_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0,
+];
+/// Commit group size buckets: 1 to 1024 calls.
+const GROUP_BUCKETS: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
+];
+
+const HTTP_REQUESTS: &str = "eddy_http_requests_total";
+const HTTP_SECONDS: &str = "eddy_http_request_duration_seconds";
+
+/// How often the recorder drains histogram samples nobody scraped.
+const UPKEEP: Duration = Duration::from_secs(5);
+
+/// The server's metrics: handles to update, and the page they render to.
+#[derive(Debug)]
 pub struct Metrics {
+    recorder: Arc<PrometheusRecorder>,
     /// Appends that wrote data.
-    pub appends: AtomicU64,
+    pub appends: Counter,
     /// Bytes those appends carried.
-    pub append_bytes: AtomicU64,
+    pub append_bytes: Counter,
     /// Duplicate appends acknowledged without writing.
-    pub duplicate_appends: AtomicU64,
+    pub duplicate_appends: Counter,
     /// Read responses served (catch-up, long-poll, SSE events).
-    pub reads: AtomicU64,
+    pub reads: Counter,
     /// Live readers now (long-poll waits and SSE streams).
-    pub live_readers: AtomicI64,
+    pub live_readers: Gauge,
     /// Requests refused with a 4xx or failed with a 5xx.
-    pub errors: AtomicU64,
+    pub errors: Counter,
     /// Webhook notifications a receiver accepted (2xx).
-    pub webhook_deliveries: AtomicU64,
+    pub webhook_deliveries: Counter,
     /// Webhook notifications that failed (refused address, connection
     /// error, timeout, non-2xx answer); each is sent again after a backoff.
-    pub webhook_failures: AtomicU64,
+    pub webhook_failures: Counter,
     /// Connections accepted.
-    pub connections: AtomicU64,
+    pub connections: Counter,
     /// Connections open now.
-    pub connections_open: AtomicI64,
+    pub connections_open: Gauge,
     /// Connections refused on the TLS port: failed or timed-out handshakes,
     /// and plain HTTP sent to it.
-    pub tls_failures: AtomicU64,
+    pub tls_failures: Counter,
     /// Requests whose handler has started and not yet answered (the
     /// `/metrics` request that reads this counts itself).
-    pub requests_in_flight: AtomicI64,
+    pub requests_in_flight: Gauge,
+}
+
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
 }
 
 impl Metrics {
+    /// Metrics with every series described and at zero.
+    ///
+    /// ```
+    /// let metrics = eddy_server::Metrics::new();
+    /// metrics.appends.increment(2);
+    /// assert!(metrics.render().contains("eddy_appends_total 2"));
+    /// ```
+    pub fn new() -> Self {
+        let recorder = Arc::new(recorder());
+        // The exporter keeps one help text per name, whatever its kind.
+        let store = eddy_streams::STORE_METRICS.iter().map(|m| (m.name, m.help));
+        for (name, help) in HELP.iter().copied().chain(store) {
+            recorder.describe_counter(name.into(), None, help.into());
+        }
+        // A registered series shows (at zero) before its first event.
+        let counter =
+            |name: &'static str| recorder.register_counter(&Key::from_static_name(name), &METADATA);
+        let gauge =
+            |name: &'static str| recorder.register_gauge(&Key::from_static_name(name), &METADATA);
+        Metrics {
+            appends: counter("eddy_appends_total"),
+            append_bytes: counter("eddy_append_bytes_total"),
+            duplicate_appends: counter("eddy_duplicate_appends_total"),
+            reads: counter("eddy_reads_total"),
+            errors: counter("eddy_errors_total"),
+            webhook_deliveries: counter("eddy_webhook_deliveries_total"),
+            webhook_failures: counter("eddy_webhook_failures_total"),
+            connections: counter("eddy_connections_total"),
+            tls_failures: counter("eddy_tls_failures_total"),
+            live_readers: gauge("eddy_live_readers"),
+            connections_open: gauge("eddy_connections_open"),
+            requests_in_flight: gauge("eddy_requests_in_flight"),
+            recorder,
+        }
+    }
+
     /// Adds one to a counter.
-    pub fn inc(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
+    pub fn inc(counter: &Counter) {
+        counter.increment(1);
+    }
+
+    /// Counts one answered request of `route` with `status`, which took
+    /// `took` to its response head.
+    pub(crate) fn request(&self, route: RouteClass, status: u16, took: Duration) {
+        let route = Label::new("route", route.as_str());
+        let counter = Key::from_parts(
+            HTTP_REQUESTS,
+            vec![route.clone(), Label::new("status", status.to_string())],
+        );
+        self.recorder
+            .register_counter(&counter, &METADATA)
+            .increment(1);
+        self.recorder
+            .register_histogram(&Key::from_parts(HTTP_SECONDS, vec![route]), &METADATA)
+            .record(took.as_secs_f64());
     }
 
     /// The metrics in the Prometheus text exposition format.
-    ///
-    /// ```
-    /// let metrics = eddy_server::Metrics::default();
-    /// assert!(metrics.render().contains("eddy_appends_total 0"));
-    /// ```
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        let mut counter = |name: &str, help: &str, kind: &str, value: i128| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-            );
+        self.recorder.handle().render()
+    }
+
+    /// Makes these metrics the process's `metrics` recorder as well, so
+    /// that what libraries emit through the facade shows on this page.
+    /// Fails when the process already has one.
+    pub fn install_global(&self) -> Result<(), SetRecorderError<Arc<PrometheusRecorder>>> {
+        metrics::set_global_recorder(Arc::clone(&self.recorder))
+    }
+
+    /// Drains histogram samples every few seconds while these metrics
+    /// live, so that a page nobody scrapes does not grow. Needs a Tokio
+    /// runtime; does nothing without one.
+    pub(crate) fn keep_up(self: &Arc<Self>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
         };
-        let get = |c: &AtomicU64| i128::from(c.load(Ordering::Relaxed));
-        counter(
-            "eddy_appends_total",
-            "Appends that wrote data.",
-            "counter",
-            get(&self.appends),
-        );
-        counter(
-            "eddy_append_bytes_total",
-            "Bytes written by appends.",
-            "counter",
-            get(&self.append_bytes),
-        );
-        counter(
-            "eddy_duplicate_appends_total",
-            "Producer retries acknowledged without writing.",
-            "counter",
-            get(&self.duplicate_appends),
-        );
-        counter(
-            "eddy_reads_total",
-            "Read responses and SSE data events served.",
-            "counter",
-            get(&self.reads),
-        );
-        counter(
-            "eddy_errors_total",
-            "Requests answered with an error status.",
-            "counter",
-            get(&self.errors),
-        );
-        counter(
-            "eddy_webhook_deliveries_total",
-            "Webhook notifications accepted by their receiver.",
-            "counter",
-            get(&self.webhook_deliveries),
-        );
-        counter(
-            "eddy_webhook_failures_total",
-            "Webhook notifications that failed and are sent again later.",
-            "counter",
-            get(&self.webhook_failures),
-        );
-        counter(
-            "eddy_connections_total",
-            "Connections accepted.",
-            "counter",
-            get(&self.connections),
-        );
-        counter(
-            "eddy_tls_failures_total",
-            "Connections refused on the TLS port (failed handshakes, plain HTTP).",
-            "counter",
-            get(&self.tls_failures),
-        );
-        counter(
-            "eddy_connections_open",
-            "Connections open now.",
-            "gauge",
-            i128::from(self.connections_open.load(Ordering::Relaxed)),
-        );
-        counter(
-            "eddy_live_readers",
-            "Live readers (long-poll and SSE) now.",
-            "gauge",
-            i128::from(self.live_readers.load(Ordering::Relaxed)),
-        );
-        counter(
-            "eddy_requests_in_flight",
-            "Requests being handled now, this one included.",
-            "gauge",
-            i128::from(self.requests_in_flight.load(Ordering::Relaxed)),
-        );
-        out
+        let metrics: Weak<Metrics> = Arc::downgrade(self);
+        runtime.spawn(async move {
+            let mut every = tokio::time::interval(UPKEEP);
+            loop {
+                every.tick().await;
+                let Some(metrics) = metrics.upgrade() else {
+                    return;
+                };
+                metrics.recorder.handle().run_upkeep();
+            }
+        });
     }
 }
+
+fn recorder() -> PrometheusRecorder {
+    // Only an empty bucket list is refused; summaries are the fallback.
+    PrometheusBuilder::new()
+        .set_buckets(SECONDS_BUCKETS)
+        .and_then(|b| b.set_buckets_for_metric(Matcher::Suffix("_size".into()), GROUP_BUCKETS))
+        .unwrap_or_else(|_| PrometheusBuilder::new())
+        .build_recorder()
+}
+
+/// The server's metrics and what each counts.
+const HELP: &[(&str, &str)] = &[
+    ("eddy_appends_total", "Appends that wrote data."),
+    ("eddy_append_bytes_total", "Bytes written by appends."),
+    (
+        "eddy_duplicate_appends_total",
+        "Producer retries acknowledged without writing.",
+    ),
+    (
+        "eddy_reads_total",
+        "Read responses and SSE data events served.",
+    ),
+    ("eddy_errors_total", "Requests answered with an error status."),
+    (
+        "eddy_webhook_deliveries_total",
+        "Webhook notifications accepted by their receiver.",
+    ),
+    (
+        "eddy_webhook_failures_total",
+        "Webhook notifications that failed and are sent again later.",
+    ),
+    ("eddy_connections_total", "Connections accepted."),
+    (
+        "eddy_tls_failures_total",
+        "Connections refused on the TLS port (failed handshakes, plain HTTP).",
+    ),
+    ("eddy_connections_open", "Connections open now."),
+    ("eddy_live_readers", "Live readers (long-poll and SSE) now."),
+    (
+        "eddy_requests_in_flight",
+        "Requests being handled now, this one included.",
+    ),
+    (
+        HTTP_REQUESTS,
+        "HTTP requests answered, by route class and status code.",
+    ),
+    (
+        HTTP_SECONDS,
+        "Time from a request's arrival to its response head, by route class, in seconds (a live read's response head goes out before it waits).",
+    ),
+];

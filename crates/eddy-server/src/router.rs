@@ -2,8 +2,6 @@
 //! middleware every response passes through (auth, security and CORS
 //! headers, caching defaults, compression, metrics).
 
-use std::sync::atomic::Ordering;
-
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::{from_fn_with_state, map_response, Next};
@@ -15,6 +13,7 @@ use subtle::ConstantTimeEq;
 use crate::error::ApiError;
 use crate::handlers;
 use crate::protocol;
+use crate::route_class::RouteClass;
 use crate::state::AppState;
 use crate::{cache, compression, observe, probes};
 
@@ -45,13 +44,10 @@ async fn metrics(State(state): State<AppState>) -> Response {
 /// does not say how it may be cached (writes, errors) is `no-store`, so no
 /// cache keeps a 404 for a stream about to be created.
 async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let traced = tracing::enabled!(tracing::Level::DEBUG).then(|| {
-        (
-            request.method().clone(),
-            request.uri().path().to_owned(),
-            std::time::Instant::now(),
-        )
-    });
+    let started = std::time::Instant::now();
+    let route = RouteClass::of(&request);
+    let traced = tracing::enabled!(tracing::Level::DEBUG)
+        .then(|| (request.method().clone(), request.uri().path().to_owned()));
     let mut response = if request.method() == Method::OPTIONS {
         preflight()
     } else if !authorized(&state, &request) {
@@ -61,9 +57,12 @@ async fn guard(State(state): State<AppState>, request: Request, next: Next) -> R
         next.run(request).await
     };
     if response.status().is_client_error() || response.status().is_server_error() {
-        state.metrics.errors.fetch_add(1, Ordering::Relaxed);
+        state.metrics.errors.increment(1);
     }
-    if let Some((method, path, started)) = traced {
+    state
+        .metrics
+        .request(route, response.status().as_u16(), started.elapsed());
+    if let Some((method, path)) = traced {
         tracing::debug!(
             %method,
             %path,
@@ -101,20 +100,14 @@ struct InFlight<'a>(&'a AppState);
 
 impl<'a> InFlight<'a> {
     fn start(state: &'a AppState) -> Self {
-        state
-            .metrics
-            .requests_in_flight
-            .fetch_add(1, Ordering::Relaxed);
+        state.metrics.requests_in_flight.increment(1);
         InFlight(state)
     }
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.0
-            .metrics
-            .requests_in_flight
-            .fetch_sub(1, Ordering::Relaxed);
+        self.0.metrics.requests_in_flight.decrement(1);
     }
 }
 

@@ -1,6 +1,5 @@
 //! The state every handler shares.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use eddy_streams::Storage;
@@ -31,12 +30,14 @@ impl AppState {
         config: ServerConfig,
         shutdown: watch::Receiver<bool>,
     ) -> Self {
+        let metrics = Arc::new(Metrics::default());
+        metrics.keep_up();
         AppState {
             live_readers: Arc::new(Semaphore::new(config.max_live_readers)),
             streams: Arc::new(StreamBudget::new(config.max_streams)),
             store,
             config: Arc::new(config),
-            metrics: Arc::new(Metrics::default()),
+            metrics,
             shutdown,
             subscriptions: Arc::new(OnceCell::new()),
         }
@@ -54,7 +55,7 @@ impl AppState {
             .map_err(|_| ApiError::TooManyLiveReaders {
                 limit: self.config.max_live_readers,
             })?;
-        self.metrics.live_readers.fetch_add(1, Ordering::Relaxed);
+        self.metrics.live_readers.increment(1);
         Ok(LiveReader {
             _permit: permit,
             metrics: Arc::clone(&self.metrics),
@@ -82,6 +83,6 @@ pub(crate) struct LiveReader {
 
 impl Drop for LiveReader {
     fn drop(&mut self) {
-        self.metrics.live_readers.fetch_sub(1, Ordering::Relaxed);
+        self.metrics.live_readers.decrement(1);
     }
 }

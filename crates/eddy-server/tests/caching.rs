@@ -186,7 +186,7 @@ async fn a_slow_sse_reader_makes_the_server_read_one_chunk_at_a_time() {
         )
         .await;
     }
-    let reads = |m: &eddy_server::Metrics| m.reads.load(std::sync::atomic::Ordering::Relaxed);
+    let reads = |m: &eddy_server::Metrics| crate::metrics_page::current(m, "eddy_reads_total");
     let before = reads(&metrics);
     let response = tower::ServiceExt::oneshot(
         app.clone(),
@@ -204,12 +204,12 @@ async fn a_slow_sse_reader_makes_the_server_read_one_chunk_at_a_time() {
     for _ in 0..1000 {
         tokio::task::yield_now().await;
     }
-    assert_eq!(reads(&metrics) - before, 1, "one chunk read, none ahead");
+    assert_eq!(reads(&metrics) - before, 1.0, "one chunk read, none ahead");
     // Taking the events makes the next reads; all 50 chunks arrive.
     let mut seen = first;
     while !seen.contains("msg00099") {
         let frame = body.frame().await.expect("a frame").expect("data");
         seen.push_str(&String::from_utf8_lossy(frame.data_ref().expect("data")));
     }
-    assert_eq!(reads(&metrics) - before, 50);
+    assert_eq!(reads(&metrics) - before, 50.0);
 }

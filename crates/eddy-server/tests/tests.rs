@@ -4,6 +4,7 @@ mod caching;
 mod compression;
 mod http2;
 mod limits;
+mod metrics_page;
 mod operations;
 mod parsers;
 mod patterns;

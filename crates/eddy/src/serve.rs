@@ -348,6 +348,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let stop = shutdown_signal()?;
     let store = args.open_store().await?;
     let mut server = Server::bind(args.listen, Arc::clone(&store), config).await?;
+    // The store's own metrics (commit groups, writer queue) go to the
+    // `metrics` facade: show them on this server's page.
+    if server.state().metrics().install_global().is_err() {
+        tracing::warn!("another metrics recorder is installed: /metrics leaves out the store's");
+    }
     let mut scheme = "http";
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         let certificates = TlsCertificates::from_pem_files(cert, key)?;

@@ -1,5 +1,6 @@
 //! `eddy serve` as operators run it: a config file, JSON logs whose lines
-//! name the request id and the stream path, and the readiness probe.
+//! name the request id and the stream path, the readiness probe, and the
+//! store's metrics on the page.
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
@@ -75,4 +76,65 @@ async fn json_logs_name_the_request_and_the_stream() {
     assert_eq!(request["name"], "request", "{refused}");
     assert_eq!(request["request_id"], "probe-7", "{refused}");
     assert_eq!(request["path"], "/orders/missing", "{refused}");
+}
+
+/// The value of the unlabelled series `name` on a Prometheus text page.
+fn series(page: &str, name: &str) -> f64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no series {name} in {page}"))
+}
+
+#[tokio::test]
+async fn metrics_show_the_sqlite_group_commits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().to_string_lossy().into_owned();
+    let (mut child, url) = crate::crash::serve(
+        crate::crash::eddy_binary(),
+        &["--storage", "sqlite", "--data", &data],
+    );
+    let http = reqwest::Client::new();
+    let created = http
+        .put(format!("{url}/orders"))
+        .header("content-type", "text/plain")
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(created.status().as_u16(), 201);
+    for i in 0..5 {
+        let appended = http
+            .post(format!("{url}/orders"))
+            .header("content-type", "text/plain")
+            .body(format!("order {i}"))
+            .send()
+            .await
+            .expect("append");
+        assert_eq!(appended.status().as_u16(), 204);
+    }
+    let page = http
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics body");
+    child.kill().expect("kill");
+    let _ = child.wait();
+
+    // Six write calls, each answered only after its group committed.
+    let calls = series(&page, "eddy_store_commit_group_size_sum");
+    let groups = series(&page, "eddy_store_commit_group_size_count");
+    assert!(calls >= 6.0, "{page}");
+    assert!((1.0..=calls).contains(&groups), "{page}");
+    assert_eq!(
+        series(&page, "eddy_store_commit_duration_seconds_count"),
+        groups,
+        "{page}"
+    );
+    assert_eq!(series(&page, "eddy_store_writer_queue_jobs"), 0.0, "{page}");
+    assert!(
+        page.contains("# HELP eddy_store_commit_group_size Calls committed together"),
+        "{page}"
+    );
 }

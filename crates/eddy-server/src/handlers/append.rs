@@ -1,7 +1,5 @@
 //! POST: append data, close, or both, under the writer's conditions.
 
-use std::sync::atomic::Ordering;
-
 use axum::body::Body;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -42,12 +40,10 @@ pub(super) async fn append(
     let appended = state.store.append(path, append).await?;
     let metrics = &state.metrics;
     if appended.duplicate {
-        metrics.duplicate_appends.fetch_add(1, Ordering::Relaxed);
+        metrics.duplicate_appends.increment(1);
     } else if has_data {
-        metrics.appends.fetch_add(1, Ordering::Relaxed);
-        metrics
-            .append_bytes
-            .fetch_add(size as u64, Ordering::Relaxed);
+        metrics.appends.increment(1);
+        metrics.append_bytes.increment(size as u64);
     }
     let mut out = HeaderMap::new();
     put(

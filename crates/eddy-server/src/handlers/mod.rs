@@ -77,7 +77,7 @@ async fn dispatch(state: AppState, request: Request) -> Result<Response, ApiErro
 
 /// Splits `/<base>/__ds/<rest>` (the protocol's reserved API) into the
 /// base path and the rest.
-fn reserved(uri_path: &str) -> Option<(&str, &str)> {
+pub(crate) fn reserved(uri_path: &str) -> Option<(&str, &str)> {
     let trimmed = uri_path.strip_prefix('/').unwrap_or(uri_path);
     if let Some(rest) = trimmed.strip_prefix("__ds/") {
         return Some(("", rest));

@@ -1,6 +1,5 @@
 //! GET: catch-up reads and long-polls. SSE is in [`super::sse`].
 
-use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
 use axum::http::{header, HeaderMap, StatusCode};
@@ -44,7 +43,7 @@ async fn catch_up(
         None => state.config.max_read_bytes,
     };
     let chunk = state.store.read(path, from, max).await?;
-    state.metrics.reads.fetch_add(1, Ordering::Relaxed);
+    state.metrics.reads.increment(1);
     let etag = cache::etag(&chunk);
     let mut out = chunk_headers(&chunk);
     let freshness = if from == ReadFrom::Tail || chunk.up_to_date {
@@ -102,7 +101,7 @@ async fn long_poll(
                 .await?;
         }
     }
-    state.metrics.reads.fetch_add(1, Ordering::Relaxed);
+    state.metrics.reads.increment(1);
     let mut out = chunk_headers(&chunk);
     // Data from the offset the URL names is the same for every client with
     // this URL; `offset=now` names no offset, and a timeout is stale at once.

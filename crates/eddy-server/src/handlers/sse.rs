@@ -3,7 +3,6 @@
 //! whether the reader is up to date or the stream closed.
 
 use std::convert::Infallible;
-use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
 use axum::body::Body;
@@ -91,7 +90,7 @@ impl Feed {
             match std::mem::replace(&mut self.next, Step::Done) {
                 Step::Done => return None,
                 Step::Chunk(chunk) if !chunk.messages.is_empty() => {
-                    self.state.metrics.reads.fetch_add(1, Ordering::Relaxed);
+                    self.state.metrics.reads.increment(1);
                     let event = encode::data_event(self.encoding, &chunk.messages);
                     self.next = Step::Control(chunk);
                     return Some(event);

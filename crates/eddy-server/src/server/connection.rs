@@ -2,7 +2,6 @@
 //! (cleartext with prior knowledge, or ALPN `h2` over TLS) with the
 //! configured limits.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -104,13 +103,13 @@ struct Open(Arc<Metrics>);
 impl Open {
     fn count(metrics: &Arc<Metrics>) -> Self {
         Metrics::inc(&metrics.connections);
-        metrics.connections_open.fetch_add(1, Ordering::Relaxed);
+        metrics.connections_open.increment(1);
         Open(Arc::clone(metrics))
     }
 }
 
 impl Drop for Open {
     fn drop(&mut self) {
-        self.0.connections_open.fetch_sub(1, Ordering::Relaxed);
+        self.0.connections_open.decrement(1);
     }
 }

@@ -163,10 +163,15 @@ impl SqliteStorage {
 
     fn send(&self, job: Job) -> Result<(), StreamError> {
         let jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
-        jobs.as_ref()
-            .ok_or_else(|| StreamError::internal("the stream store is closed"))?
-            .send(job)
-            .map_err(|_| StreamError::internal("the stream store's writer thread stopped"))
+        let jobs = jobs
+            .as_ref()
+            .ok_or_else(|| StreamError::internal("the stream store is closed"))?;
+        // Counted before it is sent, so the writer never takes it first.
+        crate::metrics::queued();
+        jobs.send(job).map_err(|_| {
+            crate::metrics::dequeued(1);
+            StreamError::internal("the stream store's writer thread stopped")
+        })
     }
 
     /// Runs `f` on a read connection inside one read transaction, off the

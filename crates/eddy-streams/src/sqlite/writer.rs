@@ -146,6 +146,7 @@ pub(super) fn run(
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
         }
+        crate::metrics::dequeued(group.len());
         if let Some(err) = &poisoned {
             for job in group {
                 job.0.refuse(err);
@@ -201,7 +202,8 @@ fn commit_group(
             return Err(Failure::Transient(err));
         }
     };
-    let mut applied = Vec::with_capacity(group.len());
+    let calls = group.len();
+    let mut applied = Vec::with_capacity(calls);
     let mut changes = Vec::new();
     let mut written = Ok(());
     for job in group {
@@ -238,12 +240,19 @@ fn commit_group(
     });
     let failure = match written {
         Err(err) => Some(Failure::Transient(err)),
-        Ok(()) => tx.commit().err().map(|err| {
-            Failure::Commit(StreamError::internal_from(
-                "a commit failed, so the stream store refuses writes until it is reopened",
-                err,
-            ))
-        }),
+        Ok(()) => {
+            let started = Instant::now();
+            let committed = tx.commit();
+            if committed.is_ok() {
+                crate::metrics::committed(calls, started.elapsed());
+            }
+            committed.err().map(|err| {
+                Failure::Commit(StreamError::internal_from(
+                    "a commit failed, so the stream store refuses writes until it is reopened",
+                    err,
+                ))
+            })
+        }
     };
     let refusal = match &failure {
         None => None,

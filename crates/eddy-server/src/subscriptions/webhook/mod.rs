@@ -5,7 +5,6 @@
 mod address;
 mod signing;
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -94,9 +93,7 @@ impl Webhooks {
 
     /// Counts a failed attempt on `sub` and returns when to try again.
     pub(super) fn failed(&self, sub: &mut Subscription) -> Duration {
-        self.metrics
-            .webhook_failures
-            .fetch_add(1, Ordering::Relaxed);
+        self.metrics.webhook_failures.increment(1);
         sub.failures = sub.failures.saturating_add(1);
         self.backoff(sub.failures)
     }
@@ -216,10 +213,7 @@ impl Notification {
                 .is_some_and(|w| w.generation == self.generation);
             match outcome {
                 Ok(done) => {
-                    webhooks
-                        .metrics
-                        .webhook_deliveries
-                        .fetch_add(1, Ordering::Relaxed);
+                    webhooks.metrics.webhook_deliveries.increment(1);
                     sub.failures = 0;
                     if done && current {
                         for (path, tail) in &self.shown {
@@ -236,10 +230,7 @@ impl Notification {
                 }
                 Err(why) => {
                     tracing::warn!(subscription = %self.id, url = %self.url, error = %why, "webhook delivery failed");
-                    webhooks
-                        .metrics
-                        .webhook_failures
-                        .fetch_add(1, Ordering::Relaxed);
+                    webhooks.metrics.webhook_failures.increment(1);
                     sub.failures = sub.failures.saturating_add(1);
                     if current {
                         // Acks for this wake are fenced from now on.
