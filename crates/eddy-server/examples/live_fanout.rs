@@ -13,6 +13,8 @@
 //! ```
 
 use std::sync::Arc;
+mod support;
+
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -42,10 +44,7 @@ async fn main() -> anyhow::Result<()> {
         .trim_end_matches('/')
         .to_owned();
     let http = reqwest::Client::builder().tcp_nodelay(true).build()?;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_nanos();
-    let path = format!("/bench/fanout-{nanos}");
+    let path = support::fresh_path("fanout")?;
     let url = format!("{base}{path}");
     http.put(&url)
         .header("content-type", "text/plain")
@@ -117,24 +116,7 @@ async fn main() -> anyhow::Result<()> {
         }
         drop(open);
     }
-    samples.sort();
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    let pick = |q: f64| {
-        let i = ((q * samples.len() as f64) as usize).min(samples.len().saturating_sub(1));
-        samples.get(i).map_or(f64::NAN, |d| ms(*d))
-    };
-    let within = samples
-        .iter()
-        .filter(|d| **d <= Duration::from_millis(100))
-        .count();
-    println!(
-        "{:.1} {:.1} {:.1} {:.1} {}",
-        pick(0.5),
-        pick(0.99),
-        samples.last().map_or(f64::NAN, |d| ms(*d)),
-        100.0 * within as f64 / samples.len().max(1) as f64,
-        samples.len()
-    );
+    support::print_summary(samples);
     Ok(())
 }
 
