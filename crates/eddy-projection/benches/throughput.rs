@@ -216,7 +216,7 @@ mod postgres {
             let options = PgOptions::new(url).with_schema(&schema);
             let store = Arc::new(PgStorage::open(options).await.expect("postgres"));
             seed(store.as_ref()).await;
-            let host = PgHost::open(Arc::clone(&store)).await.expect("host");
+            let host = PgHost::open(Arc::clone(&store));
             (store, host)
         });
         let table = format!("\"{schema}\".bench_rows");

@@ -103,7 +103,9 @@
 //!   [`Declare::process_transaction`] (and
 //!   [`process_prepared`](Declare::process_prepared)), whose
 //!   [`TransactionProjection`] only a SQL host runs (`PgHost` with the
-//!   feature `postgres`): a memory [`Host`] does not compile with it.
+//!   feature `postgres`; [`SqliteHost`] for projections declared with
+//!   [`Declare::process_sqlite`], whose handler gets a
+//!   `rusqlite::Transaction`): a memory [`Host`] does not compile with it.
 //! - **What stays a run-time check** (`load/invalid-options` when the
 //!   constructor runs, unless noted): the id, at least one input, outputs
 //!   only where the constructor writes them, unique names, distinct
@@ -206,5 +208,7 @@ pub use step::Step;
 pub use stream_checkpoints::{StreamCheckpoints, SLOT_BYTES, SLOT_RECORDS};
 #[cfg(feature = "postgres")]
 pub use transaction::postgres::{PgCheckpoints, PgHost, PgTx};
-pub use transaction::{TransactionBound, TransactionProjection};
+pub use transaction::{
+    SqliteCheckpoints, SqliteHost, SqliteTx, TransactionBound, TransactionProjection,
+};
 pub use wake::{wake, wake_stream, WakeRow, WAKE_COLLECTION};

@@ -255,9 +255,7 @@ mod postgres {
     fn on_checkpoint_table(name: &str, case: StoreCase) {
         on_postgres(name, |store| {
             Box::pin(async move {
-                let table = PgCheckpoints::open(&store)
-                    .await
-                    .expect("checkpoints table");
+                let table = PgCheckpoints::open(&store);
                 case(Arc::new(table)).await;
             })
         });

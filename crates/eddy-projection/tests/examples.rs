@@ -4,6 +4,8 @@
 mod amounts;
 #[path = "../examples/enrich.rs"]
 mod enrich;
+#[path = "../examples/order_rows.rs"]
+mod order_rows;
 #[path = "../examples/order_totals.rs"]
 mod order_totals;
 #[path = "../examples/per_workspace.rs"]
@@ -34,4 +36,11 @@ fn per_workspace_runs() {
 #[test]
 fn enrich_runs() {
     enrich::main().expect("enrich");
+}
+
+/// The spec's order-rows projection on SQLite: `Commit::transaction`
+/// with rows in the application's own table.
+#[test]
+fn order_rows_runs() {
+    order_rows::main().expect("order rows");
 }

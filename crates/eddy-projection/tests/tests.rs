@@ -12,4 +12,5 @@ mod run;
 mod spec;
 mod terminal;
 mod transaction;
+mod transaction_sqlite;
 mod wake;

@@ -152,7 +152,7 @@ mod postgres {
     #[test]
     fn order_rows_example() {
         on_postgres("order_rows_example", |_, store| async move {
-            let host = PgHost::open(Arc::clone(&store)).await.expect("host");
+            let host = PgHost::open(Arc::clone(&store));
             let bound = order_rows(store.schema()).at(()).expect("bind");
             append(&store, &[("a", 3), ("b", 4)]).await;
             let progress = host.run(&bound, RunOptions::default()).await.expect("run");
@@ -175,7 +175,7 @@ mod postgres {
     fn a_failure_between_the_sql_and_the_checkpoint_leaves_neither() {
         let name = "a_failure_between_the_sql_and_the_checkpoint_leaves_neither";
         on_postgres(name, |_, store| async move {
-            let host = PgHost::open(Arc::clone(&store)).await.expect("host");
+            let host = PgHost::open(Arc::clone(&store));
             let bound = order_rows(store.schema()).at(()).expect("bind");
             append(&store, &[("a", 1), ("b", 2)]).await;
             let schema = store.schema().to_owned();
@@ -225,7 +225,7 @@ mod postgres {
     fn a_lost_race_runs_again_on_inputs_read_again() {
         let name = "a_lost_race_runs_again_on_inputs_read_again";
         on_postgres(name, |_, store| async move {
-            let host = PgHost::open(Arc::clone(&store)).await.expect("host");
+            let host = PgHost::open(Arc::clone(&store));
             append(&store, &[("a", 1)]).await;
             let schema = store.schema().to_owned();
             let seen: Arc<Mutex<Vec<(String, usize, usize)>>> = Arc::default();
@@ -310,7 +310,7 @@ mod postgres {
         let signal = PathBuf::from(std::env::var("EDDY_TX_SIGNAL").expect("signal"));
         crate::support::runtime().block_on(async {
             let store = open(&url, &schema).await;
-            let host = PgHost::open(Arc::clone(&store)).await.expect("host");
+            let host = PgHost::open(Arc::clone(&store));
             let insert = format!("INSERT INTO \"{schema}\".order_totals VALUES ($1, $2)");
             let mut declare = Declare::<()>::new("order-rows");
             let input = declare.input("orders", &orders());
@@ -392,7 +392,7 @@ mod postgres {
             child.kill().expect("SIGKILL the worker");
             child.wait().expect("reap");
             assert_eq!(rows(&store).await, Vec::new(), "nothing committed");
-            let host = PgHost::open(Arc::clone(&store)).await.expect("host");
+            let host = PgHost::open(Arc::clone(&store));
             let bound = order_rows(store.schema()).at(()).expect("bind");
             let progress = host.run(&bound, RunOptions::default()).await.expect("run");
             assert_eq!(progress.items, 2);
@@ -413,7 +413,7 @@ mod postgres {
             let child = spawn_child("wait", &url, store.schema(), &signal);
             // The child holds its transaction open, rows written.
             wait_for(&signal).await;
-            let host = PgHost::open(Arc::clone(&store)).await.expect("host");
+            let host = PgHost::open(Arc::clone(&store));
             let bound = order_rows(store.schema()).at(()).expect("bind");
             let progress = host.run(&bound, RunOptions::default()).await.expect("run");
             assert_eq!(progress.items, 2);

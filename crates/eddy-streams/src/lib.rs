@@ -96,9 +96,16 @@ pub use payload::{Payload, DEFAULT_MAX_APPEND_BYTES};
 pub use postgres::{PgOptions, PgStorage, PgTransaction, DEFAULT_SCHEMA};
 pub use route::Route;
 pub use snapshot::StreamSnapshot;
-pub use sqlite::{Durability, SqliteOptions, SqliteStorage, DATABASE_FILE, DEFAULT_CACHE_BYTES};
+pub use sqlite::{
+    Durability, SqliteOptions, SqliteStorage, SqliteTransaction, DATABASE_FILE, DEFAULT_CACHE_BYTES,
+};
 pub use state::{Change, Collection, Control, Materialized, Operation, StateMessage, StateStream};
 pub use storage::{Created, ReadChunk, Storage, Wait};
+
+/// The rusqlite crate this build uses: the type of
+/// [`SqliteTransaction::sql`], and what application SQL on the same
+/// database should use.
+pub use rusqlite;
 
 /// The sqlx crate this build uses: the type of [`PgTransaction::sql`], and
 /// what application SQL on the same connections should use.

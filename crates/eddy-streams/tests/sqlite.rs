@@ -26,8 +26,9 @@ INSERT INTO messages VALUES (1, 0, x'31'), (1, 1, x'32'), (2, 0, x'31');
 PRAGMA user_version = 2;
 ";
 
-/// A version 2 file (fork counts) opens as version 3 (forks found by
-/// source) with its streams and fork links intact.
+/// A version 2 file (fork counts) opens as the current version (forks
+/// found by source, projection checkpoints) with its streams and fork
+/// links intact.
 #[test]
 fn a_version_2_database_is_upgraded() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -65,8 +66,91 @@ fn a_version_2_database_is_upgraded() {
         let refork = store.fork(&fork, Fork::of(src.clone())).await.err();
         assert_eq!(refork.map(|e| e.code()), Some("stream/gone"));
     });
+    let conn = Connection::open(&file).expect("open");
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .expect("read the version");
+    assert_eq!(version, 4);
+    let checkpoints: i64 = conn
+        .query_row("SELECT count(*) FROM projection_checkpoints", [], |r| {
+            r.get(0)
+        })
+        .expect("the projection checkpoints table exists");
+    assert_eq!(checkpoints, 0);
+}
+
+/// A file written by a newer build (a higher `user_version`) is refused,
+/// untouched.
+#[test]
+fn a_database_of_a_newer_build_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join(eddy_streams::DATABASE_FILE);
+    Connection::open(&file)
+        .and_then(|conn| conn.execute_batch("PRAGMA user_version = 99;"))
+        .expect("write a newer file");
+    let refused = SqliteStorage::open(dir.path()).expect_err("a newer layout is refused");
+    assert!(refused.to_string().contains("version 99"), "{refused}");
     let version: i64 = Connection::open(&file)
         .and_then(|conn| conn.query_row("PRAGMA user_version", [], |r| r.get(0)))
         .expect("read the version");
-    assert_eq!(version, 3);
+    assert_eq!(version, 99);
+}
+
+/// A caller's transaction (`SqliteStorage::transaction`): the
+/// application's rows and the appends commit together when the closure
+/// returns `Ok`, and neither stays when it returns `Err`; a refused append
+/// inside it writes nothing and the transaction goes on.
+#[test]
+fn application_sql_and_appends_commit_or_roll_back_together() {
+    use eddy_streams::{Payload, StreamConfig, StreamError};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let store = SqliteStorage::open(dir.path()).expect("open");
+        let out = StreamPath::new("totals").expect("path");
+        store
+            .create(&out, StreamConfig::json(), Payload::empty())
+            .await
+            .expect("create");
+        store
+            .transaction(|tx| {
+                tx.sql()
+                    .execute_batch("CREATE TABLE order_totals (id TEXT PRIMARY KEY)")?;
+                Ok::<_, StreamError>(())
+            })
+            .await
+            .expect("migrate");
+        let unit = |commit: bool| {
+            let out = out.clone();
+            store.transaction(move |tx| {
+                tx.sql()
+                    .execute("INSERT INTO order_totals (id) VALUES ('o-1')", [])?;
+                tx.append(&out, Append::body(r#"{"id":"o-1"}"#))?;
+                let refused = tx.append(&out, Append::body("not json"));
+                assert!(refused.is_err(), "a bad append is refused");
+                if commit {
+                    Ok(())
+                } else {
+                    Err(StreamError::internal("the unit fails"))
+                }
+            })
+        };
+        let count = || {
+            store.transaction(|tx| {
+                Ok::<i64, StreamError>(tx.sql().query_row(
+                    "SELECT count(*) FROM order_totals",
+                    [],
+                    |r| r.get(0),
+                )?)
+            })
+        };
+        unit(false).await.expect_err("rolled back");
+        assert_eq!(count().await.expect("count"), 0);
+        let read = store.read(&out, ReadFrom::Beginning, 1 << 20).await;
+        assert!(read.expect("read").messages.is_empty(), "no output");
+        unit(true).await.expect("committed");
+        assert_eq!(count().await.expect("count"), 1);
+        let read = store.read(&out, ReadFrom::Beginning, 1 << 20).await;
+        assert_eq!(read.expect("read").messages, [r#"{"id":"o-1"}"#]);
+    });
 }

@@ -72,8 +72,6 @@ impl<P: Params, S: State> Session<P, S> {
     }
 
     /// This session with its units committed by a SQL host's transaction.
-    /// (Only SQL hosts call it; PostgreSQL's is behind its feature.)
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn with_transaction(mut self, transaction: Arc<dyn UnitTransaction<P>>) -> Self {
         self.transaction = Some(transaction);
         self
@@ -264,17 +262,16 @@ impl<P: Params, S: State> Session<P, S> {
             let unit = self.make_unit(&slices);
             let batch = self.batch(slices);
             let next = self.settled(&unit.ranges, &self.state, &[])?;
+            let items = batch.len() as u64;
             let committed = transaction
-                .commit(&batch, &unit, &self.bound.key, self.token, &next)
+                .commit(batch, &unit, &self.bound.key, self.token, &next)
                 .await;
             match committed {
                 Ok(token) => {
                     self.token = token;
                     self.checkpoint = next;
                     self.exists = true;
-                    return Ok(Some(UnitDone {
-                        items: batch.len() as u64,
-                    }));
+                    return Ok(Some(UnitDone { items }));
                 }
                 Err(Failed::Race(error)) => {
                     let Some(delay) = retry.delay(attempt) else {

@@ -11,12 +11,15 @@
 
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+pub(crate) mod sqlite;
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+
+pub use sqlite::{SqliteCheckpoints, SqliteHost, SqliteTx};
 
 use crate::checkpoint::{Checkpoint, CheckpointKey, Token};
 use crate::commit::TransactionCommit;
@@ -44,9 +47,23 @@ pub(crate) type Process<P, X, T> = Arc<
         + Sync,
 >;
 
+/// A synchronous transaction handler, run on SQLite's writer thread:
+/// `process(tx, batch, unit, prepared)` with rusqlite's own transaction.
+pub(crate) type SyncProcess<P, T> = Arc<
+    dyn for<'a, 'c> Fn(
+            &'a eddy_streams::rusqlite::Transaction<'c>,
+            &'a Batch,
+            &'a Unit<P>,
+            &'a T,
+        ) -> Result<(), HandlerError>
+        + Send
+        + Sync,
+>;
+
 /// A `process` projection committed with [`Commit::transaction`]: its
 /// handler gets the SQL host's own transaction type `X` (for PostgreSQL,
-/// `sqlx::Transaction<'static, Postgres>`). Bind it with
+/// `sqlx::Transaction<'static, Postgres>`; for SQLite, [`SqliteTx`] names
+/// `rusqlite::Transaction`). Bind it with
 /// [`at`](TransactionProjection::at) and run it on a SQL host.
 pub struct TransactionProjection<P, X, T = ()> {
     projection: Projection<P, ()>,
@@ -57,7 +74,14 @@ pub struct TransactionProjection<P, X, T = ()> {
 /// projection, shared by its declaration, its bindings and the host's unit.
 pub(crate) struct Handlers<P, X, T> {
     pub(crate) prepare: Prepare<P, T>,
-    pub(crate) process: Process<P, X, T>,
+    pub(crate) process: Handler<P, X, T>,
+}
+
+/// A handler as its host runs it: a future on an asynchronous driver's
+/// transaction, or a call on SQLite's writer thread.
+pub(crate) enum Handler<P, X, T> {
+    Async(Process<P, X, T>),
+    Sync(SyncProcess<P, T>),
 }
 
 // Not derived: the handlers are shared `Arc`s, clonable whatever P, X and T are.
@@ -65,7 +89,10 @@ impl<P, X, T> Clone for Handlers<P, X, T> {
     fn clone(&self) -> Self {
         Handlers {
             prepare: Arc::clone(&self.prepare),
-            process: Arc::clone(&self.process),
+            process: match &self.process {
+                Handler::Async(f) => Handler::Async(Arc::clone(f)),
+                Handler::Sync(f) => Handler::Sync(Arc::clone(f)),
+            },
         }
     }
 }
@@ -186,6 +213,71 @@ impl<P: Params> Declare<P> {
             + Sync
             + 'static,
     {
+        self.transaction_projection(commit, Arc::new(prepare), Handler::Async(Arc::new(f)))
+    }
+
+    /// `process` with [`Commit::transaction`] on SQLite ([`SqliteHost`]):
+    /// each batch runs `f(tx, batch, unit, &())` with rusqlite's own
+    /// transaction, on the store's writer thread; the SQL it runs there
+    /// and the checkpoint commit or roll back together. `f` holds the
+    /// store's writer while it runs: keep it to SQL.
+    pub fn process_sqlite<F>(
+        self,
+        commit: Commit<TransactionCommit<SqliteTx>, P, ()>,
+        f: F,
+    ) -> Result<TransactionProjection<P, SqliteTx, ()>>
+    where
+        F: for<'a, 'c> Fn(
+                &'a eddy_streams::rusqlite::Transaction<'c>,
+                &'a Batch,
+                &'a Unit<P>,
+                &'a (),
+            ) -> Result<(), HandlerError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.process_sqlite_prepared(commit, |_, _| Box::pin(async { Ok(()) }), f)
+    }
+
+    /// [`process_sqlite`](Declare::process_sqlite) with a `prepare(batch,
+    /// unit)` step that runs outside the transaction (at least once per
+    /// unit, again when a retry reads the inputs again), on the async
+    /// runtime; its result is the handler's last argument.
+    pub fn process_sqlite_prepared<T, G, F>(
+        self,
+        commit: Commit<TransactionCommit<SqliteTx>, P, ()>,
+        prepare: G,
+        f: F,
+    ) -> Result<TransactionProjection<P, SqliteTx, T>>
+    where
+        T: Send + Sync + 'static,
+        G: for<'a> Fn(&'a Batch, &'a Unit<P>) -> BoxFuture<'a, Result<T, HandlerError>>
+            + Send
+            + Sync
+            + 'static,
+        F: for<'a, 'c> Fn(
+                &'a eddy_streams::rusqlite::Transaction<'c>,
+                &'a Batch,
+                &'a Unit<P>,
+                &'a T,
+            ) -> Result<(), HandlerError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.transaction_projection(commit, Arc::new(prepare), Handler::Sync(Arc::new(f)))
+    }
+
+    fn transaction_projection<X, T>(
+        self,
+        commit: Commit<TransactionCommit<X>, P, ()>,
+        prepare: Prepare<P, T>,
+        process: Handler<P, X, T>,
+    ) -> Result<TransactionProjection<P, X, T>>
+    where
+        X: 'static,
+    {
         if commit.compensation.is_some() {
             return Err(ProjectionError::invalid(format!(
                 "projection `{}`: a transaction commit rolls back on failure and takes no compensation",
@@ -204,16 +296,12 @@ impl<P: Params> Declare<P> {
         )?;
         Ok(TransactionProjection {
             projection,
-            handlers: Handlers {
-                prepare: Arc::new(prepare),
-                process: Arc::new(f),
-            },
+            handlers: Handlers { prepare, process },
         })
     }
 }
 
 /// Why a unit's transaction did not commit.
-#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub(crate) enum Failed {
     /// It lost a race with a concurrent transaction: read the inputs again
     /// and run the unit again.
@@ -227,7 +315,7 @@ pub(crate) enum Failed {
 pub(crate) trait UnitTransaction<P>: Send + Sync {
     fn commit<'a>(
         &'a self,
-        batch: &'a Batch,
+        batch: Batch,
         unit: &'a Unit<P>,
         key: &'a CheckpointKey,
         expected: Token,

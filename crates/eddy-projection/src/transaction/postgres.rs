@@ -12,7 +12,7 @@ use eddy_streams::sqlx::{self, PgConnection, PgPool, Postgres};
 use eddy_streams::{PgStorage, StreamError};
 use futures::future::BoxFuture;
 
-use super::{Failed, Handlers, TransactionBound, UnitTransaction};
+use super::{Failed, Handler, Handlers, TransactionBound, UnitTransaction};
 use crate::checkpoint::{Checkpoint, CheckpointKey, CheckpointStore, Loaded, Token};
 use crate::declare::Params;
 use crate::session::{Session, Tally};
@@ -33,8 +33,8 @@ const RACES: [&str; 2] = ["40001", "40P01"];
 /// statement.
 ///
 /// The table, `projection_checkpoints` in the store's schema, is created
-/// when missing. Its size is one row per binding, whatever the number of
-/// units.
+/// by the store's versioned migrations. Its size is one row per binding,
+/// whatever the number of units.
 #[derive(Clone)]
 pub struct PgCheckpoints {
     pool: PgPool,
@@ -50,42 +50,13 @@ impl fmt::Debug for PgCheckpoints {
 }
 
 impl PgCheckpoints {
-    /// The checkpoints table in `store`'s schema, created when missing.
-    pub async fn open(store: &PgStorage) -> Result<Self> {
-        let table = format!("\"{}\".projection_checkpoints", store.schema());
-        let checkpoints = PgCheckpoints {
+    /// The checkpoints table in `store`'s schema (the store's migrations
+    /// create it).
+    pub fn open(store: &PgStorage) -> Self {
+        PgCheckpoints {
             pool: store.pool().clone(),
-            table,
-        };
-        checkpoints
-            .create()
-            .await
-            .map_err(|e| sql_error("cannot create the checkpoints table", e))?;
-        Ok(checkpoints)
-    }
-
-    async fn create(&self) -> Result<(), sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
-        // Two processes creating the table at once would collide in the
-        // catalog: take turns.
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-            .bind(&self.table)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "CREATE TABLE IF NOT EXISTS {} (
-                projection text NOT NULL,
-                version bigint NOT NULL,
-                params text NOT NULL,
-                saves bigint NOT NULL,
-                checkpoint text,
-                PRIMARY KEY (projection, version, params)
-            )",
-            self.table
-        )))
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await
+            table: format!("\"{}\".projection_checkpoints", store.schema()),
+        }
     }
 
     /// Saves `checkpoint` over `expected` on `conn` (a transaction's
@@ -293,15 +264,15 @@ pub struct PgHost {
 }
 
 impl PgHost {
-    /// A host on `store`, creating the checkpoints table when missing.
-    pub async fn open(store: Arc<PgStorage>) -> Result<Self> {
-        let checkpoints = Arc::new(PgCheckpoints::open(&store).await?);
+    /// A host on `store`.
+    pub fn open(store: Arc<PgStorage>) -> Self {
+        let checkpoints = Arc::new(PgCheckpoints::open(&store));
         let host = Host::with_checkpoints(store.clone(), checkpoints.clone());
-        Ok(PgHost {
+        PgHost {
             store,
             checkpoints,
             host,
-        })
+        }
     }
 
     /// The plain host over the same storage and checkpoints.
@@ -353,7 +324,7 @@ struct PgUnit<P, T> {
 impl<P: Params, T: Send + Sync + 'static> UnitTransaction<P> for PgUnit<P, T> {
     fn commit<'a>(
         &'a self,
-        batch: &'a Batch,
+        batch: Batch,
         unit: &'a Unit<P>,
         key: &'a CheckpointKey,
         expected: Token,
@@ -380,11 +351,18 @@ impl<P: Params, T: Send + Sync + 'static> UnitTransaction<P> for PgUnit<P, T> {
             }
         };
         Box::pin(async move {
+            let Handler::Async(process) = &self.handlers.process else {
+                return Err(Failed::Fault(ProjectionError::invalid(format!(
+                    "projection `{}` has a SQLite handler: run it on a SqliteHost",
+                    self.projection
+                ))));
+            };
+            let batch = &batch;
             let prepared = (self.handlers.prepare)(batch, unit)
                 .await
                 .map_err(handler)?;
             let mut tx = self.store.begin().await.map_err(stream)?;
-            (self.handlers.process)(tx.sql(), batch, unit, &prepared)
+            process(tx.sql(), batch, unit, &prepared)
                 .await
                 .map_err(handler)?;
             if let Some(misuse) = batch.misuse() {

@@ -14,7 +14,7 @@ use super::error::pg_error;
 use crate::StreamError;
 
 /// The layout this build writes: the last migration's version.
-pub(super) const VERSION: i64 = 1;
+pub(super) const VERSION: i64 = 2;
 
 /// Version 1: streams, messages, producers and tombstones, as the SQLite
 /// layout of version 3 (forks found by source). Table names are unqualified:
@@ -61,15 +61,39 @@ CREATE TABLE tombstones (
 );
 "#;
 
+/// Version 2: the checkpoints of projections that commit in the store's
+/// own transactions (`Commit::transaction`), one row per binding, moved by
+/// compare-and-set on its save counter. (`IF NOT EXISTS`: builds before
+/// this migration created the same table on first use.)
+const PROJECTION_CHECKPOINTS: &str = r#"
+CREATE TABLE IF NOT EXISTS projection_checkpoints (
+    projection TEXT   NOT NULL,
+    version    BIGINT NOT NULL,
+    params     TEXT   NOT NULL,
+    saves      BIGINT NOT NULL,
+    checkpoint TEXT,
+    PRIMARY KEY (projection, version, params)
+);
+"#;
+
 /// Every migration, in order.
 fn migrations() -> Vec<Migration> {
-    vec![Migration::new(
-        1,
-        "streams, messages, producers, tombstones".into(),
-        MigrationType::Simple,
-        STREAMS.into_sql_str(),
-        false,
-    )]
+    let steps = [
+        (1, "streams, messages, producers, tombstones", STREAMS),
+        (2, "projection checkpoints", PROJECTION_CHECKPOINTS),
+    ];
+    steps
+        .into_iter()
+        .map(|(version, name, sql)| {
+            Migration::new(
+                version,
+                name.into(),
+                MigrationType::Simple,
+                sql.into_sql_str(),
+                false,
+            )
+        })
+        .collect()
 }
 
 /// Creates the schema and its tables, or upgrades an older layout, on a

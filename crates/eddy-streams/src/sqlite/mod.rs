@@ -8,9 +8,11 @@ mod options;
 mod records;
 mod schema;
 mod touches;
+mod transaction;
 mod writer;
 
 pub use options::{Durability, SqliteOptions, DEFAULT_CACHE_BYTES};
+pub use transaction::SqliteTransaction;
 
 #[cfg(test)]
 mod tests;
@@ -156,6 +158,31 @@ impl SqliteStorage {
             .map_err(|_| StreamError::internal("the stream store is closed"))?;
         let (reply, answer) = oneshot::channel();
         self.send(Job::new(op, reply, room))?;
+        answer
+            .await
+            .map_err(|_| StreamError::internal("the stream store's writer thread stopped"))?
+    }
+
+    /// Runs `f` on the writer thread in a write transaction of its own:
+    /// the caller's SQL ([`SqliteTransaction::sql`]) and its appends
+    /// commit when `f` returns `Ok`, and roll back together when it
+    /// returns `Err`. `f` holds the writer while it runs: keep it short
+    /// and free of waits. A database another process holds busy answers
+    /// `storage-failure` (retryable), as does a queue closed by
+    /// [`close`](SqliteStorage::close).
+    pub async fn transaction<T, E, F>(&self, f: F) -> Result<T, E>
+    where
+        F: FnOnce(&mut SqliteTransaction<'_>) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: From<StreamError> + Send + 'static,
+    {
+        let room = Arc::clone(&self.queue)
+            .acquire_owned()
+            .await
+            .map_err(|_| StreamError::internal("the stream store is closed"))?;
+        let (reply, answer) = oneshot::channel();
+        let alone = transaction::Alone { op: f, reply, room };
+        self.send(Job::Alone(Box::new(alone)))?;
         answer
             .await
             .map_err(|_| StreamError::internal("the stream store's writer thread stopped"))?

@@ -5,7 +5,7 @@ use rusqlite::Connection;
 use crate::StreamError;
 
 /// The schema version this code writes (`PRAGMA user_version`).
-const VERSION: i64 = 3;
+const VERSION: i64 = 4;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS streams (
@@ -60,6 +60,20 @@ CREATE INDEX streams_by_fork_source ON streams (fork_source) WHERE fork_source I
 ALTER TABLE streams DROP COLUMN forks;
 ";
 
+/// Version 4 adds the checkpoints of projections that commit in the
+/// store's own transactions (`Commit::transaction`): one row per binding,
+/// moved by compare-and-set on its save counter.
+const PROJECTION_CHECKPOINTS: &str = "
+CREATE TABLE projection_checkpoints (
+    projection TEXT    NOT NULL,
+    version    INTEGER NOT NULL,
+    params     TEXT    NOT NULL,
+    saves      INTEGER NOT NULL,
+    checkpoint TEXT,
+    PRIMARY KEY (projection, version, params)
+) WITHOUT ROWID;
+";
+
 /// Creates the tables or upgrades an older layout, each step in one
 /// transaction, or refuses a file written by a newer build.
 pub(super) fn migrate(conn: &Connection) -> Result<(), StreamError> {
@@ -78,7 +92,12 @@ pub(super) fn migrate(conn: &Connection) -> Result<(), StreamError> {
             "the database has schema version {version}; this build reads version {VERSION}"
         )));
     }
-    let steps = [(SCHEMA, 1), (FORKS, 2), (FORKS_BY_SOURCE, 3)];
+    let steps = [
+        (SCHEMA, 1),
+        (FORKS, 2),
+        (FORKS_BY_SOURCE, 3),
+        (PROJECTION_CHECKPOINTS, 4),
+    ];
     for (sql, to) in steps {
         if version < to {
             step(sql, to)?;

@@ -32,10 +32,34 @@ pub(super) enum Event {
     Deleted(String),
 }
 
-/// One change for the writer thread.
-pub(super) struct Job(Box<dyn Task>);
+impl Event {
+    /// Signals the committed change.
+    pub(super) fn raise(self, notifier: &Notifier) {
+        match self {
+            Event::Committed(info) => notifier.publish(&info),
+            Event::Deleted(path) => notifier.touch(&path),
+        }
+    }
+}
 
-trait Task: Send {
+/// One change for the writer thread: an engine call run with others in
+/// a group commit, or a caller's transaction run in one of its own.
+pub(super) enum Job {
+    Grouped(Box<dyn Task>),
+    Alone(Box<dyn AloneTask>),
+}
+
+/// A job that needs a transaction of its own (see
+/// [`SqliteTransaction`](super::SqliteTransaction)).
+pub(super) trait AloneTask: Send {
+    /// Runs in its own transaction: commits it, or rolls it back; after a
+    /// commit, updates the cache, signals and answers.
+    fn run(self: Box<Self>, conn: &mut Connection, shared: Shared<'_>) -> Result<(), Failure>;
+    /// Answers without running.
+    fn refuse(self: Box<Self>, err: &StreamError);
+}
+
+pub(super) trait Task: Send {
     /// Runs the change inside the group's transaction.
     fn run(self: Box<Self>, engine: &Engine, records: &mut SqliteRecords<'_>) -> Applied;
     /// Answers without running.
@@ -46,7 +70,7 @@ trait Task: Send {
 type Answer = Box<dyn FnOnce(Option<&StreamError>) + Send>;
 
 /// A job after it ran, before the commit.
-struct Applied {
+pub(super) struct Applied {
     /// Whether its writes stay (otherwise its savepoint rolls back).
     keep: bool,
     event: Option<Event>,
@@ -102,16 +126,24 @@ impl Job {
         reply: oneshot::Sender<Result<T, StreamError>>,
         room: OwnedSemaphorePermit,
     ) -> Job {
-        Job(Box::new(Call {
+        Job::Grouped(Box::new(Call {
             op,
             reply,
             _room: room,
         }))
     }
+
+    /// Answers without running.
+    fn refuse(self, err: &StreamError) {
+        match self {
+            Job::Grouped(task) => task.refuse(err),
+            Job::Alone(task) => task.refuse(err),
+        }
+    }
 }
 
 /// How a group failed.
-enum Failure {
+pub(super) enum Failure {
     /// Before anything was written (the database is busy): the next group
     /// may succeed.
     Transient(StreamError),
@@ -149,13 +181,19 @@ pub(super) fn run(
         crate::metrics::dequeued(group.len());
         if let Some(err) = &poisoned {
             for job in group {
-                job.0.refuse(err);
+                job.refuse(err);
             }
             continue;
         }
         let due = touches.due(!group.is_empty(), !open, Instant::now());
-        if group.is_empty() && due.is_empty() {
-            continue;
+        // Jobs of one group were sent concurrently: their order is free.
+        let mut grouped = Vec::with_capacity(group.len());
+        let mut alone = Vec::new();
+        for job in group {
+            match job {
+                Job::Grouped(task) => grouped.push(task),
+                Job::Alone(task) => alone.push(task),
+            }
         }
         let shared = Shared {
             notifier: &notifier,
@@ -163,28 +201,40 @@ pub(super) fn run(
             touches: &touches,
             cache: &cache,
         };
-        match commit_group(&mut conn, group, &due, shared) {
-            Ok(()) => touches.stored(&due),
-            Err(Failure::Transient(_)) => {}
-            Err(Failure::Commit(err)) => poisoned = Some(err),
+        if !grouped.is_empty() || !due.is_empty() {
+            match commit_group(&mut conn, grouped, &due, shared) {
+                Ok(()) => touches.stored(&due),
+                Err(Failure::Transient(_)) => {}
+                Err(Failure::Commit(err)) => poisoned = Some(err),
+            }
+        }
+        for task in alone {
+            match &poisoned {
+                Some(err) => task.refuse(err),
+                None => {
+                    if let Err(Failure::Commit(err)) = task.run(&mut conn, shared) {
+                        poisoned = Some(err);
+                    }
+                }
+            }
         }
     }
 }
 
 /// What the writer shares with the rest of the store.
 #[derive(Clone, Copy)]
-struct Shared<'a> {
-    notifier: &'a Notifier,
-    engine: &'a Engine,
-    touches: &'a Touches,
-    cache: &'a Cache,
+pub(super) struct Shared<'a> {
+    pub notifier: &'a Notifier,
+    pub engine: &'a Engine,
+    pub touches: &'a Touches,
+    pub cache: &'a Cache,
 }
 
 /// Runs `group` and stores `due` touches in one transaction; after the
 /// commit, updates the cache, signals and answers.
 fn commit_group(
     conn: &mut Connection,
-    group: Vec<Job>,
+    group: Vec<Box<dyn Task>>,
     due: &[(i64, i64)],
     shared: Shared<'_>,
 ) -> Result<(), Failure> {
@@ -198,7 +248,7 @@ fn commit_group(
         Ok(tx) => tx,
         Err(err) => {
             let err = StreamError::from(err);
-            group.into_iter().for_each(|job| job.0.refuse(&err));
+            group.into_iter().for_each(|job| job.refuse(&err));
             return Err(Failure::Transient(err));
         }
     };
@@ -208,20 +258,20 @@ fn commit_group(
     let mut written = Ok(());
     for job in group {
         if let Err(err) = &written {
-            job.0.refuse(err);
+            job.refuse(err);
             continue;
         }
         let mut savepoint = match tx.savepoint() {
             Ok(savepoint) => savepoint,
             Err(err) => {
                 let err = StreamError::from(err);
-                job.0.refuse(&err);
+                job.refuse(&err);
                 written = Err(err);
                 continue;
             }
         };
         let mut records = SqliteRecords::logging(&savepoint, touches);
-        let done = job.0.run(engine, &mut records);
+        let done = job.run(engine, &mut records);
         if done.keep {
             changes.extend(records.take_log());
         }
@@ -269,10 +319,7 @@ fn commit_group(
         // Signal first, so the `committed` feed never lags a caller that
         // has already heard its answer.
         for event in applied.iter_mut().filter_map(|a| a.event.take()) {
-            match event {
-                Event::Committed(info) => notifier.publish(&info),
-                Event::Deleted(path) => notifier.touch(&path),
-            }
+            event.raise(notifier);
         }
     }
     for done in applied {

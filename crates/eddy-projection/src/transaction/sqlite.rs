@@ -1,0 +1,336 @@
+//! The SQLite transaction host: [`SqliteHost`] runs
+//! [`TransactionProjection`](crate::TransactionProjection)s on a
+//! [`SqliteStorage`], each unit one transaction of the store's writer
+//! thread that holds the handler's SQL and the binding's checkpoint
+//! ([`SqliteCheckpoints`]).
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use eddy_streams::rusqlite::{self, Connection, ErrorCode, OptionalExtension};
+use eddy_streams::{SqliteStorage, StreamError};
+use futures::future::BoxFuture;
+
+use super::{Failed, Handler, Handlers, TransactionBound, UnitTransaction};
+use crate::checkpoint::{Checkpoint, CheckpointKey, CheckpointStore, Loaded, Token};
+use crate::declare::Params;
+use crate::session::{Session, Tally};
+use crate::{Batch, HandlerError, Host, Progress, ProjectionError, Result, RunOptions, Unit};
+
+/// Names SQLite as the host of a
+/// [`TransactionProjection`](crate::TransactionProjection) declared with
+/// [`Declare::process_sqlite`](crate::Declare::process_sqlite): its handler
+/// gets rusqlite's own `&rusqlite::Transaction`. No value of it exists.
+#[derive(Debug)]
+pub enum SqliteTx {}
+
+/// Checkpoints in the `projection_checkpoints` table of a
+/// [`SqliteStorage`]'s database (created by its migrations), one row per
+/// binding, moved by compare-and-set on a save counter (the [`Token`]'s
+/// [`version`](Token::version)). A [`SqliteHost`] saves them inside the
+/// unit's transaction; as a plain [`CheckpointStore`] each call is a
+/// transaction of its own on the store's writer.
+#[derive(Clone)]
+pub struct SqliteCheckpoints {
+    store: Arc<SqliteStorage>,
+}
+
+impl fmt::Debug for SqliteCheckpoints {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteCheckpoints")
+            .field("file", &self.store.file())
+            .finish()
+    }
+}
+
+impl SqliteCheckpoints {
+    /// The checkpoints of `store`.
+    pub fn new(store: Arc<SqliteStorage>) -> Self {
+        SqliteCheckpoints { store }
+    }
+
+    async fn save_alone(
+        &self,
+        key: &CheckpointKey,
+        expected: Token,
+        checkpoint: Option<Checkpoint>,
+    ) -> Result<Token> {
+        let key = key.clone();
+        self.store
+            .transaction(move |tx| {
+                save_on(tx.sql(), &key, expected, checkpoint.as_ref())?
+                    .ok_or_else(|| conflict(&key))
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl CheckpointStore for SqliteCheckpoints {
+    async fn load(&self, key: &CheckpointKey) -> Result<Loaded> {
+        let key = key.clone();
+        self.store
+            .transaction(move |tx| load_on(tx.sql(), &key))
+            .await
+    }
+
+    async fn save(
+        &self,
+        key: &CheckpointKey,
+        expected: Token,
+        checkpoint: &Checkpoint,
+    ) -> Result<Token> {
+        self.save_alone(key, expected, Some(checkpoint.clone()))
+            .await
+    }
+
+    async fn forget(&self, key: &CheckpointKey, expected: Token) -> Result<Token> {
+        if expected == Token::NONE {
+            // Nothing to forget, unless a checkpoint appeared meanwhile.
+            let loaded = self.load(key).await?;
+            return if loaded.token == Token::NONE {
+                Ok(Token::NONE)
+            } else {
+                Err(conflict(key))
+            };
+        }
+        self.save_alone(key, expected, None).await
+    }
+}
+
+const SELECT: &str = "SELECT saves, checkpoint FROM projection_checkpoints \
+                      WHERE projection = ?1 AND version = ?2 AND params = ?3";
+
+fn load_on(conn: &Connection, key: &CheckpointKey) -> Result<Loaded> {
+    let row: Option<(i64, Option<String>)> = conn
+        .prepare_cached(SELECT)
+        .and_then(|mut stmt| {
+            stmt.query_row((&key.projection, key.version, &key.params), |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()
+        })
+        .map_err(StreamError::from)?;
+    let Some((saves, body)) = row else {
+        return Ok(Loaded {
+            checkpoint: None,
+            token: Token::NONE,
+        });
+    };
+    let checkpoint = body
+        .map(|body| serde_json::from_str(&body))
+        .transpose()
+        .map_err(|e| invalid(key, e.to_string()))?;
+    Ok(Loaded {
+        checkpoint,
+        token: Token::from_version(u64::try_from(saves).unwrap_or_default()),
+    })
+}
+
+/// Saves `checkpoint` (`None`: forgets it) over `expected`; `None` when
+/// the stored token moved.
+fn save_on(
+    conn: &Connection,
+    key: &CheckpointKey,
+    expected: Token,
+    checkpoint: Option<&Checkpoint>,
+) -> Result<Option<Token>> {
+    let body = checkpoint
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| invalid(key, e.to_string()))?;
+    let saves = i64::try_from(expected.version())
+        .map_err(|_| invalid(key, "the save counter overflowed".into()))?;
+    let statement = if saves == 0 {
+        "INSERT INTO projection_checkpoints (projection, version, params, saves, checkpoint) \
+         VALUES (?1, ?2, ?3, ?4 + 1, ?5) ON CONFLICT DO NOTHING"
+    } else {
+        "UPDATE projection_checkpoints SET saves = saves + 1, checkpoint = ?5 \
+         WHERE projection = ?1 AND version = ?2 AND params = ?3 AND saves = ?4"
+    };
+    let changed = conn
+        .prepare_cached(statement)
+        .and_then(|mut stmt| stmt.execute((&key.projection, key.version, &key.params, saves, body)))
+        .map_err(StreamError::from)?;
+    Ok((changed == 1).then(|| Token::from_version(expected.version() + 1)))
+}
+
+fn invalid(key: &CheckpointKey, reason: String) -> ProjectionError {
+    ProjectionError::InvalidCheckpoint {
+        checkpoint: key.path.to_string(),
+        reason,
+    }
+}
+
+fn conflict(key: &CheckpointKey) -> ProjectionError {
+    ProjectionError::CheckpointConflict {
+        checkpoint: key.path.to_string(),
+    }
+}
+
+/// Whether `err`, or an error it was caused by, is SQLite's "database is
+/// busy or locked" (another process holds the write lock).
+fn busy(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(err);
+    while let Some(err) = next {
+        let code = err
+            .downcast_ref::<rusqlite::Error>()
+            .and_then(rusqlite::Error::sqlite_error_code);
+        if matches!(
+            code,
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+        ) {
+            return true;
+        }
+        next = err.source();
+    }
+    false
+}
+
+/// A host for [`TransactionProjection`](crate::TransactionProjection)s on
+/// SQLite: the store, its [`SqliteCheckpoints`], and a [`Host`] over both
+/// for everything that does not run a transaction handler
+/// ([`Host::read`], [`Host::forget`], plain projections).
+///
+/// Each unit: read the inputs, run `prepare` on the async runtime
+/// (outside any transaction), then on the store's writer thread, in one
+/// transaction of its own: run the handler with rusqlite's `Transaction`,
+/// move the checkpoint by compare-and-set, commit. A failure anywhere
+/// before the commit rolls back the handler's SQL with the checkpoint. A
+/// database that another process holds busy runs the unit again after a
+/// short jittered pause, reading the inputs again. A second writer of the
+/// binding is refused by the checkpoint's compare-and-set with
+/// `checkpoint/conflict`, its SQL rolled back.
+#[derive(Clone, Debug)]
+pub struct SqliteHost {
+    store: Arc<SqliteStorage>,
+    checkpoints: Arc<SqliteCheckpoints>,
+    host: Host,
+}
+
+impl SqliteHost {
+    /// A host on `store`.
+    pub fn new(store: Arc<SqliteStorage>) -> Self {
+        let checkpoints = Arc::new(SqliteCheckpoints::new(Arc::clone(&store)));
+        let host = Host::with_checkpoints(store.clone(), checkpoints.clone());
+        SqliteHost {
+            store,
+            checkpoints,
+            host,
+        }
+    }
+
+    /// The plain host over the same storage and checkpoints.
+    pub fn host(&self) -> &Host {
+        &self.host
+    }
+
+    /// The checkpoint store.
+    pub fn checkpoints(&self) -> &Arc<SqliteCheckpoints> {
+        &self.checkpoints
+    }
+
+    /// Runs `bound` until its inputs are caught up, closed, gone, or
+    /// `options.limit` units are committed (see [`Host::run`]).
+    pub async fn run<P, T>(
+        &self,
+        bound: &TransactionBound<P, SqliteTx, T>,
+        options: RunOptions,
+    ) -> Result<Progress<()>>
+    where
+        P: Params,
+        T: Send + Sync + 'static,
+    {
+        options.validate()?;
+        let unit = SqliteUnit {
+            store: Arc::clone(&self.store),
+            handlers: bound.handlers.clone(),
+            projection: bound.bound.projection().id().to_owned(),
+        };
+        let mut session = Session::load(self.host.clone(), bound.bound.clone())
+            .await?
+            .with_transaction(Arc::new(unit));
+        let mut tally = Tally::default();
+        let pass = session
+            .pass(options.limit, options.unit_size, &mut tally)
+            .await?;
+        Ok(session.progress(tally, pass))
+    }
+}
+
+struct SqliteUnit<P, T> {
+    store: Arc<SqliteStorage>,
+    handlers: Handlers<P, SqliteTx, T>,
+    projection: String,
+}
+
+/// Why a unit's transaction on the writer thread did not commit.
+enum Outcome {
+    Store(StreamError),
+    Handler(HandlerError),
+    Fault(ProjectionError),
+}
+
+impl From<StreamError> for Outcome {
+    fn from(err: StreamError) -> Self {
+        Outcome::Store(err)
+    }
+}
+
+impl<P: Params, T: Send + Sync + 'static> UnitTransaction<P> for SqliteUnit<P, T> {
+    fn commit<'a>(
+        &'a self,
+        batch: Batch,
+        unit: &'a Unit<P>,
+        key: &'a CheckpointKey,
+        expected: Token,
+        next: &'a Checkpoint,
+    ) -> BoxFuture<'a, Result<Token, Failed>> {
+        let projection = self.projection.clone();
+        let handler = move |source: HandlerError| {
+            let race = busy(source.as_ref());
+            let error = ProjectionError::Handler { projection, source };
+            if race {
+                Failed::Race(error)
+            } else {
+                Failed::Fault(error)
+            }
+        };
+        Box::pin(async move {
+            let Handler::Sync(process) = &self.handlers.process else {
+                return Err(Failed::Fault(ProjectionError::invalid(format!(
+                    "projection `{}` has an asynchronous handler: declare it with \
+                     process_sqlite to run it on a SqliteHost",
+                    self.projection
+                ))));
+            };
+            let prepared = (self.handlers.prepare)(&batch, unit)
+                .await
+                .map_err(handler.clone())?;
+            let process = Arc::clone(process);
+            let (unit, key, next) = (unit.clone(), key.clone(), next.clone());
+            let projection = self.projection.clone();
+            let committed = self
+                .store
+                .transaction(move |tx| {
+                    process(tx.sql(), &batch, &unit, &prepared).map_err(Outcome::Handler)?;
+                    if let Some(misuse) = batch.misuse() {
+                        return Err(Outcome::Fault(ProjectionError::invalid(format!(
+                            "projection `{projection}`: {misuse}"
+                        ))));
+                    }
+                    save_on(tx.sql(), &key, expected, Some(&next))
+                        .map_err(Outcome::Fault)?
+                        .ok_or_else(|| Outcome::Fault(conflict(&key)))
+                })
+                .await;
+            committed.map_err(|outcome| match outcome {
+                Outcome::Store(err) if err.is_retryable() => Failed::Race(err.into()),
+                Outcome::Store(err) => Failed::Fault(err.into()),
+                Outcome::Handler(source) => handler(source),
+                Outcome::Fault(err) => Failed::Fault(err),
+            })
+        })
+    }
+}
