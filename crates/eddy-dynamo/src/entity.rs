@@ -14,6 +14,7 @@ use crate::item::{drop_nulls, get_str, s, AttributeValue, Item};
 use crate::query::{Query, SortCondition};
 use crate::request::{Delete, Put, UpdateItem};
 use crate::table::Table;
+use crate::tombstone;
 use crate::update::Update;
 
 /// Which attributes compose a key (partition and sort) of an entity.
@@ -253,6 +254,49 @@ impl<M: Serialize + DeserializeOwned> Entity<M> {
         Ok(item.filter(|i| self.owns(i)))
     }
 
+    /// Whether a stored item is one of this entity's tombstones (a row a
+    /// projection removed).
+    pub fn is_tombstone(&self, item: &Item) -> bool {
+        tombstone::is_tombstone(&self.entity_type, item)
+    }
+
+    /// Reads the models these keys name (`BatchGetItem`), in no particular
+    /// order; absent ones, tombstones and other entities' items are left
+    /// out.
+    pub async fn batch_get<K: Serialize>(&self, keys: &[K]) -> Result<Vec<M>, Error> {
+        let keys = keys
+            .iter()
+            .map(|k| self.key(k))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.table
+            .batch_get_item(keys)
+            .await?
+            .into_iter()
+            .filter(|i| self.owns(i))
+            .map(|i| self.decode(i))
+            .collect()
+    }
+
+    /// Reads the models these keys name in one snapshot
+    /// (`TransactGetItems`), in key order; absent ones, tombstones and
+    /// other entities' items read as `None`.
+    pub async fn transact_get<K: Serialize>(&self, keys: &[K]) -> Result<Vec<Option<M>>, Error> {
+        let keys = keys
+            .iter()
+            .map(|k| self.key(k))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.table
+            .transact_get_items(keys)
+            .await?
+            .into_iter()
+            .map(|i| {
+                i.filter(|i| self.owns(i))
+                    .map(|i| self.decode(i))
+                    .transpose()
+            })
+            .collect()
+    }
+
     /// Reads the model these attributes name.
     pub async fn get<K: Serialize + ?Sized>(&self, input: &K) -> Result<Option<M>, Error> {
         self.get_item(input)
@@ -277,10 +321,41 @@ impl<M: Serialize + DeserializeOwned> Entity<M> {
         Ok(self.table.put_item(self.put_request(model)?).await?)
     }
 
+    /// The create request for a model where the item at its key is
+    /// `current` (as read): a tombstone is written over, carrying its
+    /// checkpoints with the revision one higher, on the condition that it
+    /// is still as read; otherwise as [`create_request`](Self::create_request).
+    /// Read the key first when the create goes into a transaction.
+    pub fn create_request_over(&self, model: &M, current: Option<&Item>) -> Result<Put, Error> {
+        match current.filter(|i| self.is_tombstone(i)) {
+            Some(tombstone) => {
+                let (item, condition) = tombstone::over_tombstone(
+                    self.table.schema(),
+                    &self.entity_type,
+                    self.to_item(model)?,
+                    tombstone,
+                )?;
+                Ok(Put::new(item).when(condition))
+            }
+            None => self.create_request(model),
+        }
+    }
+
     /// Writes a model that must not exist yet; fails with
-    /// `ConditionalCheckFailed` when it does.
+    /// `ConditionalCheckFailed` when it does. A tombstone at its key (a row
+    /// a projection removed) does not count: the model is written over it,
+    /// carrying its checkpoints with the revision one higher, so a late
+    /// redelivery of what removed it still reads as applied.
     pub async fn create(&self, model: &M) -> Result<(), Error> {
-        Ok(self.table.put_item(self.create_request(model)?).await?)
+        match self.table.put_item(self.create_request(model)?).await {
+            Err(TableError::ConditionalCheckFailed {
+                item: Some(current),
+            }) if self.is_tombstone(&current) => {
+                let put = self.create_request_over(model, Some(&current))?;
+                Ok(self.table.put_item(put).await?)
+            }
+            other => Ok(other?),
+        }
     }
 
     /// Updates attributes of an existing model and returns it; fails with

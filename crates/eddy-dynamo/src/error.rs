@@ -119,6 +119,15 @@ pub enum Error {
     /// Invalid arguments to an operation.
     #[error("{0}")]
     InvalidArgument(String),
+    /// One row write would commit more outbox effects than a transaction
+    /// holds beside the row (99); nothing was written.
+    #[error("row {row} would commit {count} outbox effects in one write; a transaction holds at most 99 besides the row: produce fewer effects per event batch")]
+    TooManyEffects {
+        /// The row key.
+        row: String,
+        /// The effects the write would commit.
+        count: usize,
+    },
 }
 
 impl Error {
@@ -139,6 +148,7 @@ impl Error {
             Error::CounterOverflow { .. } => "CounterOverflow",
             Error::WriteContention { .. } => "WriteContention",
             Error::InvalidArgument(_) => "InvalidArgument",
+            Error::TooManyEffects { .. } => "TooManyEffects",
         }
     }
 }
@@ -161,7 +171,8 @@ impl Error {
             | Error::ProjectionSourceConflict { .. }
             | Error::Evolve { .. }
             | Error::CounterOverflow { .. }
-            | Error::InvalidArgument(_) => false,
+            | Error::InvalidArgument(_)
+            | Error::TooManyEffects { .. } => false,
         }
     }
 }

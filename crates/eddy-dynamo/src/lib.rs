@@ -126,6 +126,7 @@ mod query;
 mod request;
 mod table;
 mod table_error;
+mod tombstone;
 mod update;
 mod variants;
 
@@ -159,6 +160,7 @@ pub use projection::{
     RowReport, Step, SOURCE_ATTRIBUTE,
 };
 pub use query::{Query, QueryPage, SortCondition};
-pub use request::{ConditionCheck, Delete, Put, TransactWriteItem, UpdateItem};
+pub use request::{ConditionCheck, Delete, Put, TableWrite, TransactWriteItem, UpdateItem};
 pub use table::Table;
+pub use tombstone::REVISION_NAME_ATTRIBUTE;
 pub use update::{Update, UpdateAction};

@@ -140,3 +140,23 @@ impl TransactWriteItem {
         }
     }
 }
+
+/// One item of a transaction that spans several tables of one database
+/// (see [`Table::transact_write_tables`](crate::Table::transact_write_tables)).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableWrite {
+    /// The name of the table it writes.
+    pub table: String,
+    /// The write.
+    pub item: TransactWriteItem,
+}
+
+impl TableWrite {
+    /// A write of `item` to the table named `table`.
+    pub fn new(table: impl Into<String>, item: impl Into<TransactWriteItem>) -> Self {
+        Self {
+            table: table.into(),
+            item: item.into(),
+        }
+    }
+}

@@ -7,7 +7,7 @@ use crate::error::{CancellationReason, TableError};
 use crate::item::Item;
 use crate::key_schema::TableSchema;
 use crate::query::{Query, QueryPage};
-use crate::request::{Delete, Put, TransactWriteItem, UpdateItem};
+use crate::request::{Delete, Put, TableWrite, TransactWriteItem, UpdateItem};
 
 /// A DynamoDB table, or something with exactly its semantics.
 ///
@@ -32,6 +32,25 @@ pub trait Table: Send + Sync {
     /// Writes up to 100 items atomically (`TransactWriteItems`): all apply or
     /// none, failing with one cancellation reason per item.
     async fn transact_write_items(&self, items: Vec<TransactWriteItem>) -> Result<(), TableError>;
+
+    /// Writes up to 100 items of this table and of the other tables of its
+    /// database atomically (`TransactWriteItems` naming several tables):
+    /// all apply or none. A table answers for the tables opened beside it
+    /// (`EmbeddedTable::open_table`, `DynamoTable::open_table`); another
+    /// name is `table/misconfigured`. By default only this table is known.
+    async fn transact_write_tables(&self, items: Vec<TableWrite>) -> Result<(), TableError> {
+        let own = &self.schema().name;
+        if let Some(other) = items.iter().find(|w| &w.table != own) {
+            return Err(TableError::Misconfigured {
+                message: format!(
+                    "table {own} cannot write table {} in one transaction: open it beside this one",
+                    other.table
+                ),
+            });
+        }
+        self.transact_write_items(items.into_iter().map(|w| w.item).collect())
+            .await
+    }
 
     /// Writes one item (`PutItem`).
     async fn put_item(&self, put: Put) -> Result<(), TableError> {

@@ -33,6 +33,12 @@ impl TestTable {
         }
     }
 
+    /// Keeps `dir` (a SQLite file's directory) until the last clone drops.
+    pub fn keeping(mut self, dir: tempfile::TempDir) -> Self {
+        self._dir = Some(Arc::new(dir));
+        self
+    }
+
     /// The same backend with another table in front of it (a fault
     /// wrapper); the change feed stays the backend's.
     pub fn wrapped(&self, table: Arc<dyn Table>) -> Self {
@@ -123,6 +129,12 @@ macro_rules! forward_table {
                 items: Vec<eddy_dynamo::TransactWriteItem>,
             ) -> Result<(), eddy_dynamo::TableError> {
                 self.table.transact_write_items(items).await
+            }
+            async fn transact_write_tables(
+                &self,
+                items: Vec<eddy_dynamo::TableWrite>,
+            ) -> Result<(), eddy_dynamo::TableError> {
+                self.table.transact_write_tables(items).await
             }
             async fn put_item(&self, put: eddy_dynamo::Put) -> Result<(), eddy_dynamo::TableError> {
                 self.table.put_item(put).await

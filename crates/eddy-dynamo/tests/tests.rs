@@ -15,3 +15,5 @@ mod moto;
 mod projection;
 mod props;
 mod stream;
+mod tables;
+mod tombstone;

@@ -57,7 +57,9 @@ pub struct CreateTableArgs {
     /// No secondary index at all.
     #[arg(long, conflicts_with = "indexes")]
     pub no_indexes: bool,
-    /// The TTL attribute (epoch seconds) for tombstones and claims.
+    /// The TTL attribute (epoch seconds): DynamoDB deletes an item once it
+    /// passes. Only tombstones (`removal.ttl`) carry it; outbox claims
+    /// never do, so pending effects survive every TTL sweep.
     #[arg(long, value_name = "ATTRIBUTE", default_value = "ttl")]
     pub ttl: String,
     /// Where DynamoDB is.

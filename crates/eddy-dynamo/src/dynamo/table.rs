@@ -1,7 +1,7 @@
 //! [`DynamoTable`]: the [`Table`] trait on Amazon DynamoDB.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -19,12 +19,12 @@ use super::errors::{cancelled, map_sdk};
 use super::expr::Placeholders;
 use super::options::DynamoOptions;
 use crate::accounting::{RequestCounter, RequestStats};
-use crate::embedded::{validate_query, validate_transaction};
+use crate::embedded::{validate_query, validate_transaction, validate_writes, Namespace, TableRef};
 use crate::error::{CancellationReason, TableError, ValidationError};
 use crate::item::Item;
 use crate::key_schema::TableSchema;
 use crate::query::{Query, QueryPage};
-use crate::request::{Delete, Put, TransactWriteItem, UpdateItem};
+use crate::request::{Delete, Put, TableWrite, TransactWriteItem, UpdateItem};
 use crate::table::Table;
 
 /// The most keys one `BatchGetItem` request carries.
@@ -47,6 +47,8 @@ const BATCH_GET_ATTEMPTS: u32 = 8;
 pub struct DynamoTable {
     client: Client,
     schema: Arc<TableSchema>,
+    /// The tables one transaction may write beside this one, by name.
+    tables: Arc<Mutex<HashMap<String, TableRef>>>,
     requests: RequestCounter,
     /// Attempts per write when transactions conflict (the client's).
     attempts: u32,
@@ -60,7 +62,12 @@ impl DynamoTable {
     /// check it).
     pub fn new(client: Client, schema: TableSchema) -> Self {
         let retry = client.config().retry_config();
+        let first = TableRef {
+            schema: Arc::new(schema.clone()),
+            ns: Namespace::default(),
+        };
         Self {
+            tables: Arc::new(Mutex::new(HashMap::from([(schema.name.clone(), first)]))),
             attempts: retry.map_or(3, |r| r.max_attempts()).max(1),
             backoff: retry.map_or(Duration::from_millis(25), |r| r.initial_backoff()),
             client,
@@ -77,6 +84,26 @@ impl DynamoTable {
         let client = Client::new(&options.sdk_config().await?);
         super::provision::verify_table(&client, &schema, false).await?;
         Ok(Self::new(client, schema))
+    }
+
+    /// Another table on the same client, checked as
+    /// [`connect`](Self::connect) checks one: a transaction sent to either
+    /// may write both ([`Table::transact_write_tables`], one
+    /// `TransactWriteItems` naming both tables).
+    pub async fn open_table(&self, schema: TableSchema) -> Result<DynamoTable, TableError> {
+        super::provision::verify_table(&self.client, &schema, false).await?;
+        let table = TableRef {
+            ns: Namespace::other(&schema.name)?,
+            schema: Arc::new(schema.clone()),
+        };
+        self.tables
+            .lock()
+            .map_err(|_| TableError::internal("the table list is poisoned by an earlier panic"))?
+            .insert(schema.name.clone(), table);
+        Ok(Self {
+            schema: Arc::new(schema),
+            ..self.clone()
+        })
     }
 
     /// The SDK client.
@@ -249,10 +276,9 @@ impl DynamoTable {
     }
 
     fn transact_item(
-        &self,
+        table: &str,
         item: &TransactWriteItem,
     ) -> Result<sdk::TransactWriteItem, TableError> {
-        let table = self.name();
         let on_fail = ReturnValuesOnConditionCheckFailure::AllOld;
         let build = |e: aws_sdk_dynamodb::error::BuildError| {
             TableError::internal_from("building a transaction item", e)
@@ -434,7 +460,34 @@ impl Table for DynamoTable {
         validate_transaction(&self.schema, &items)?;
         let requests = items
             .iter()
-            .map(|i| self.transact_item(i))
+            .map(|i| Self::transact_item(self.name(), i))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.retrying(|| self.send_transaction(&requests)).await
+    }
+
+    async fn transact_write_tables(&self, items: Vec<TableWrite>) -> Result<(), TableError> {
+        let writes = {
+            let tables = self.tables.lock().map_err(|_| {
+                TableError::internal("the table list is poisoned by an earlier panic")
+            })?;
+            items
+                .into_iter()
+                .map(|w| match tables.get(&w.table) {
+                    Some(table) => Ok((table.clone(), w.item)),
+                    None => Err(TableError::Misconfigured {
+                        message: format!(
+                            "table {} is not open beside {}: open it with open_table",
+                            w.table,
+                            self.name()
+                        ),
+                    }),
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        validate_writes(&writes)?;
+        let requests = writes
+            .iter()
+            .map(|(table, item)| Self::transact_item(&table.schema.name, item))
             .collect::<Result<Vec<_>, _>>()?;
         self.retrying(|| self.send_transaction(&requests)).await
     }

@@ -11,6 +11,7 @@ use super::feed::trim_by_age;
 use super::keys::encode_key;
 use super::records::change_record;
 use super::store::{in_write, IndexEntry, LoggedChange, Store, Txn, Write};
+use super::tables::{Namespace, TableRef};
 use crate::error::{CancellationReason, TableError, ValidationError};
 use crate::item::{compare_values, item_size, items_equal, AttributeValue, Item, MAX_ITEM_SIZE};
 use crate::key_schema::{IndexDefinition, TableSchema};
@@ -24,6 +25,7 @@ pub(crate) type EncodedKey = (String, String);
 
 /// One planned change to one item.
 struct Change {
+    table: TableRef,
     pk: String,
     sk: String,
     old: Option<Item>,
@@ -37,19 +39,20 @@ pub(crate) struct WriteClock {
     pub retention: std::time::Duration,
 }
 
+/// A transaction's writes, each with the table it writes.
+pub(crate) type Writes = Vec<(TableRef, TransactWriteItem)>;
+
 /// Validates a transaction, then evaluates its conditions and commits it
 /// with its change records in one write transaction of the store. Returns
 /// how many records it wrote.
 pub(crate) async fn transact(
     store: &dyn Store,
-    schema: &Arc<TableSchema>,
-    items: Vec<TransactWriteItem>,
+    writes: Writes,
     clock: WriteClock,
 ) -> Result<usize, TableError> {
-    let keys = validate_transaction(schema, &items)?;
-    let schema = Arc::clone(schema);
+    let keys = validate_writes(&writes)?;
     in_write(store, move |txn| {
-        decide_and_commit(txn, &schema, items, keys, clock)
+        decide_and_commit(txn, writes, keys, clock)
     })
     .await
 }
@@ -57,15 +60,15 @@ pub(crate) async fn transact(
 /// Updates one item and returns it as written, in one write transaction.
 pub(crate) async fn update(
     store: &dyn Store,
-    schema: &Arc<TableSchema>,
+    table: TableRef,
     update: TransactWriteItem,
     clock: WriteClock,
 ) -> Result<(usize, Item), TableError> {
-    let keys = validate_transaction(schema, std::slice::from_ref(&update))?;
+    let writes = vec![(table, update)];
+    let keys = validate_writes(&writes)?;
     let (pk, sk) = keys[0].1.clone();
-    let schema = Arc::clone(schema);
     in_write(store, move |txn| {
-        let written = decide_and_commit(txn, &schema, vec![update], keys, clock);
+        let written = decide_and_commit(txn, writes, keys, clock);
         let records = crate::table::single(written)?;
         let item = txn
             .get(&pk, &sk)?
@@ -79,15 +82,14 @@ pub(crate) async fn update(
 /// transaction, and applies the changes when all hold.
 fn decide_and_commit(
     txn: &mut dyn Txn,
-    schema: &TableSchema,
-    items: Vec<TransactWriteItem>,
+    writes: Writes,
     keys: Vec<(Item, EncodedKey)>,
     clock: WriteClock,
 ) -> Result<usize, TableError> {
-    let mut reasons = Vec::with_capacity(items.len());
+    let mut reasons = Vec::with_capacity(writes.len());
     let mut failed = false;
     let mut changes = Vec::new();
-    for (request, (key, (pk, sk))) in items.into_iter().zip(keys) {
+    for ((table, request), (key, (pk, sk))) in writes.into_iter().zip(keys) {
         let old = txn.get(&pk, &sk)?;
         let holds = request.condition().is_none_or(|c| c.evaluate(old.as_ref()));
         if !holds {
@@ -107,7 +109,7 @@ fn decide_and_commit(
             TransactWriteItem::Update(update) => {
                 let mut item = old.clone().unwrap_or(key);
                 update.update.apply(&mut item)?;
-                schema.validate_item(&item)?;
+                table.schema.validate_item(&item)?;
                 check_size(&item)?;
                 Some(item)
             }
@@ -120,31 +122,54 @@ fn decide_and_commit(
             _ => false,
         };
         if !unchanged {
-            changes.push(Change { pk, sk, old, new });
+            changes.push(Change {
+                table,
+                pk,
+                sk,
+                old,
+                new,
+            });
         }
     }
     if failed {
         return Err(TableError::TransactionCanceled { reasons });
     }
-    commit(txn, schema, changes, clock, false)
+    commit(txn, changes, clock, false)
 }
 
-/// Validates every request of a transaction before any item is read: the
-/// count, keys and index key types, item sizes, key updates and duplicate
-/// targets. Returns each request's key and encoded key, in order.
+/// Validates every request of a one-table transaction before any item is
+/// read (see [`validate_writes`]).
+#[cfg_attr(not(feature = "aws"), allow(dead_code))]
 pub(crate) fn validate_transaction(
     schema: &TableSchema,
     items: &[TransactWriteItem],
 ) -> Result<Vec<(Item, EncodedKey)>, TableError> {
-    if items.is_empty() {
+    let table = TableRef {
+        schema: Arc::new(schema.clone()),
+        ns: Namespace::default(),
+    };
+    let writes: Writes = items.iter().map(|i| (table.clone(), i.clone())).collect();
+    validate_writes(&writes)
+}
+
+/// Validates every request of a transaction before any item is read: the
+/// count, keys and index key types, item sizes, key updates and duplicate
+/// targets (the same key of the same table). Returns each request's key
+/// and stored key, in order.
+pub(crate) fn validate_writes(writes: &Writes) -> Result<Vec<(Item, EncodedKey)>, TableError> {
+    if writes.is_empty() {
         return Err(ValidationError::EmptyTransaction.into());
     }
-    if items.len() > MAX_TRANSACTION_ITEMS {
-        return Err(ValidationError::TooManyItems { count: items.len() }.into());
+    if writes.len() > MAX_TRANSACTION_ITEMS {
+        return Err(ValidationError::TooManyItems {
+            count: writes.len(),
+        }
+        .into());
     }
     let mut seen = HashSet::new();
-    let mut keys = Vec::with_capacity(items.len());
-    for request in items {
+    let mut keys = Vec::with_capacity(writes.len());
+    for (table, request) in writes {
+        let schema = &table.schema;
         let key = match request {
             TransactWriteItem::Put(put) => {
                 schema.validate_item(&put.item)?;
@@ -177,7 +202,8 @@ pub(crate) fn validate_transaction(
                 check.key.clone()
             }
         };
-        let encoded = encode_key(&schema.key, &key)
+        let encoded = table
+            .encode_key(&key)
             .ok_or_else(|| ValidationError::InvalidKey("missing key".into()))?;
         if !seen.insert(encoded.clone()) {
             return Err(ValidationError::DuplicateItem.into());
@@ -191,18 +217,20 @@ pub(crate) fn validate_transaction(
 /// recording REMOVE records attributed to the DynamoDB service.
 pub(crate) async fn expire(
     store: &dyn Store,
-    schema: &Arc<TableSchema>,
+    table: TableRef,
     now_secs: u64,
     clock: WriteClock,
 ) -> Result<usize, TableError> {
-    let Some(ttl) = schema.ttl_attribute.clone() else {
+    let Some(ttl) = table.schema.ttl_attribute.clone() else {
         return Ok(0);
     };
-    let schema = Arc::clone(schema);
     let limit = AttributeValue::N(now_secs.to_string());
     in_write(store, move |txn| {
         let mut changes = Vec::new();
-        for item in txn.all_items()? {
+        for (pk, sk, item) in txn.all_items()? {
+            if !table.ns.owns(&pk) {
+                continue;
+            }
             let expired = match item.get(&ttl) {
                 Some(v @ AttributeValue::N(_)) => matches!(
                     compare_values(v, &limit),
@@ -210,8 +238,9 @@ pub(crate) async fn expire(
                 ),
                 _ => false,
             };
-            if let Some((pk, sk)) = encode_key(&schema.key, &item).filter(|_| expired) {
+            if expired {
                 changes.push(Change {
+                    table: table.clone(),
                     pk,
                     sk,
                     old: Some(item),
@@ -221,7 +250,7 @@ pub(crate) async fn expire(
         }
         let count = changes.len();
         if count > 0 {
-            commit(txn, &schema, changes, clock, true)?;
+            commit(txn, changes, clock, true)?;
         }
         Ok(count)
     })
@@ -238,11 +267,13 @@ fn check_size(item: &Item) -> Result<(), ValidationError> {
 
 /// The index entries of an item: one per index whose key attributes it
 /// carries (sparse membership).
-pub(crate) fn index_entries(schema: &TableSchema, item: &Item) -> Vec<IndexEntry> {
-    schema
+fn index_entries(table: &TableRef, item: &Item) -> Vec<IndexEntry> {
+    table
+        .schema
         .indexes
         .iter()
         .filter_map(|index| index_entry(index, item))
+        .map(|(idx, ipk, isk)| (table.ns.index(&idx), ipk, isk))
         .collect()
 }
 
@@ -257,7 +288,6 @@ const TRIM_EVERY: u64 = 1024;
 
 fn commit(
     txn: &mut dyn Txn,
-    schema: &TableSchema,
     changes: Vec<Change>,
     clock: WriteClock,
     by_service: bool,
@@ -267,25 +297,27 @@ fn commit(
     let mut writes = Vec::with_capacity(changes.len());
     let mut records = Vec::with_capacity(changes.len());
     for change in changes {
-        seq = seq
-            .checked_add(1)
-            .ok_or_else(|| TableError::internal("the change feed's sequence numbers ran out"))?;
-        let record = change_record(
-            schema,
-            seq,
-            change.old.as_ref(),
-            change.new.as_ref(),
-            clock.now,
-            by_service,
-        );
-        records.push(LoggedChange {
-            seq,
-            created: clock.now.timestamp(),
-            record,
-        });
+        if change.table.ns.logged() {
+            seq = seq.checked_add(1).ok_or_else(|| {
+                TableError::internal("the change feed's sequence numbers ran out")
+            })?;
+            let record = change_record(
+                &change.table.schema,
+                seq,
+                change.old.as_ref(),
+                change.new.as_ref(),
+                clock.now,
+                by_service,
+            );
+            records.push(LoggedChange {
+                seq,
+                created: clock.now.timestamp(),
+                record,
+            });
+        }
         writes.push(match change.new {
             Some(item) => Write::Put {
-                indexes: index_entries(schema, &item),
+                indexes: index_entries(&change.table, &item),
                 pk: change.pk,
                 sk: change.sk,
                 item,

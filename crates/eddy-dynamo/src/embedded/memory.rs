@@ -27,6 +27,7 @@ struct Data {
     last_seq: u64,
     trimmed: u64,
     checkpoints: HashMap<String, u64>,
+    tables: HashMap<String, String>,
 }
 
 /// The memory store. Works run under its lock and fail only before they
@@ -64,8 +65,12 @@ impl Txn for Data {
         Ok(self.last_seq)
     }
 
-    fn all_items(&self) -> Result<Vec<Item>, TableError> {
-        Ok(self.items.values().cloned().collect())
+    fn all_items(&self) -> Result<Vec<(String, String, Item)>, TableError> {
+        Ok(self
+            .items
+            .iter()
+            .map(|((pk, sk), item)| (pk.clone(), sk.clone(), item.clone()))
+            .collect())
     }
 
     fn apply(&mut self, writes: Vec<Write>, records: Vec<LoggedChange>) -> Result<(), TableError> {
@@ -124,6 +129,15 @@ impl Txn for Data {
     fn trim_through(&mut self, seq: u64) -> Result<(), TableError> {
         self.changes = self.changes.split_off(&seq.saturating_add(1));
         self.trimmed = self.trimmed.max(seq);
+        Ok(())
+    }
+
+    fn table_schema(&self, name: &str) -> Result<Option<String>, TableError> {
+        Ok(self.tables.get(name).cloned())
+    }
+
+    fn save_table_schema(&mut self, name: &str, schema: &str) -> Result<(), TableError> {
+        self.tables.insert(name.to_owned(), schema.to_owned());
         Ok(())
     }
 }
@@ -308,7 +322,7 @@ impl Txn for Refused {
     fn last_sequence(&self) -> Result<u64, TableError> {
         self.fail()
     }
-    fn all_items(&self) -> Result<Vec<Item>, TableError> {
+    fn all_items(&self) -> Result<Vec<(String, String, Item)>, TableError> {
         self.fail()
     }
     fn apply(&mut self, _: Vec<Write>, _: Vec<LoggedChange>) -> Result<(), TableError> {
@@ -327,6 +341,12 @@ impl Txn for Refused {
         self.fail()
     }
     fn trim_through(&mut self, _: u64) -> Result<(), TableError> {
+        self.fail()
+    }
+    fn table_schema(&self, _: &str) -> Result<Option<String>, TableError> {
+        self.fail()
+    }
+    fn save_table_schema(&mut self, _: &str, _: &str) -> Result<(), TableError> {
         self.fail()
     }
 }

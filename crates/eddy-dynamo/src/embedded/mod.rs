@@ -9,16 +9,18 @@ mod query;
 mod records;
 mod sqlite;
 mod store;
+mod tables;
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 
-use self::engine::WriteClock;
+use self::engine::{WriteClock, Writes};
 use self::store::{in_write, Store};
 use crate::accounting::{RequestCounter, RequestStats};
 use crate::change_feed::{ChangeFeed, ChangeRecord};
@@ -26,13 +28,17 @@ use crate::error::{TableError, ValidationError};
 use crate::item::Item;
 use crate::key_schema::TableSchema;
 use crate::query::{Query, QueryPage};
-use crate::request::TransactWriteItem;
+use crate::request::{TableWrite, TransactWriteItem};
 use crate::table::Table;
 
 pub(crate) use keys::encode_value;
 pub(crate) use records::{format_sequence, parse_sequence};
+pub(crate) use tables::{Namespace, TableRef};
 #[cfg_attr(not(feature = "aws"), allow(unused_imports))]
-pub(crate) use {engine::validate_transaction, query::validate_query};
+pub(crate) use {
+    engine::{validate_transaction, validate_writes},
+    query::validate_query,
+};
 
 /// The encoded primary key of an item or key, for telling keys apart.
 #[cfg_attr(not(feature = "aws"), allow(dead_code))]
@@ -56,9 +62,16 @@ pub const DEFAULT_FEED_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 /// window ([`DEFAULT_FEED_RETENTION`], see
 /// [`with_feed_retention`](Self::with_feed_retention)). Reading after a
 /// trimmed position is `history-unavailable`.
+///
+/// One database (one memory store, one SQLite file) can hold several
+/// tables ([`open_table`](Self::open_table)), and one transaction can write
+/// them all ([`Table::transact_write_tables`]). Only the table the database
+/// was opened with has a change feed.
 #[derive(Clone)]
 pub struct EmbeddedTable {
-    schema: Arc<TableSchema>,
+    table: TableRef,
+    /// Every table of the database opened so far, by name.
+    tables: Arc<Mutex<HashMap<String, TableRef>>>,
     store: Arc<dyn Store>,
     changed: Arc<Notify>,
     requests: RequestCounter,
@@ -68,7 +81,7 @@ pub struct EmbeddedTable {
 impl std::fmt::Debug for EmbeddedTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EmbeddedTable")
-            .field("schema", &self.schema)
+            .field("schema", &self.table.schema)
             .field("retention", &self.retention)
             .finish_non_exhaustive()
     }
@@ -91,13 +104,69 @@ impl EmbeddedTable {
     }
 
     fn with_store(schema: TableSchema, store: Arc<dyn Store>) -> Self {
-        Self {
+        let table = TableRef {
             schema: Arc::new(schema),
+            ns: Namespace::default(),
+        };
+        let tables = HashMap::from([(table.schema.name.clone(), table.clone())]);
+        Self {
+            table,
+            tables: Arc::new(Mutex::new(tables)),
             store,
             changed: Arc::new(Notify::new()),
             requests: RequestCounter::default(),
             retention: DEFAULT_FEED_RETENTION,
         }
+    }
+
+    /// Another table in this table's database (the same memory store or
+    /// SQLite file), created when absent: a transaction sent to either
+    /// handle may write both ([`Table::transact_write_tables`]). Its changes
+    /// are not logged (the database's change feed is this table's). The
+    /// schema it was first opened with is kept; another one later is
+    /// refused (`table/misconfigured`): its indexes would lack the items
+    /// written before.
+    pub async fn open_table(&self, schema: TableSchema) -> Result<EmbeddedTable, TableError> {
+        if schema.name == self.table.schema.name {
+            return Err(TableError::Misconfigured {
+                message: format!(
+                    "table {} is already this database's first table",
+                    schema.name
+                ),
+            });
+        }
+        let ns = Namespace::other(&schema.name)?;
+        let text = serde_json::to_string(&schema)
+            .map_err(|e| TableError::internal_from("encoding a table schema", e))?;
+        let name = schema.name.clone();
+        in_write(self.store.as_ref(), move |txn| match txn.table_schema(&name)? {
+            None => txn.save_table_schema(&name, &text),
+            Some(stored) if stored == text => Ok(()),
+            Some(stored) => Err(TableError::Misconfigured {
+                message: format!(
+                    "table {name} of this database has the schema {stored}; open it with that schema"
+                ),
+            }),
+        })
+        .await?;
+        let table = TableRef {
+            schema: Arc::new(schema),
+            ns,
+        };
+        self.lock_tables()?
+            .insert(table.schema.name.clone(), table.clone());
+        Ok(Self {
+            table,
+            ..self.clone()
+        })
+    }
+
+    fn lock_tables(
+        &self,
+    ) -> Result<std::sync::MutexGuard<'_, HashMap<String, TableRef>>, TableError> {
+        self.tables
+            .lock()
+            .map_err(|_| TableError::internal("the table list is poisoned by an earlier panic"))
     }
 
     /// Keeps change records at most this long (the records no follower
@@ -120,7 +189,8 @@ impl EmbeddedTable {
     /// this runs, expired items are still read, as on DynamoDB.
     pub async fn expire_items(&self, now_secs: u64) -> Result<usize, TableError> {
         let clock = self.clock(Utc::now());
-        let count = engine::expire(self.store.as_ref(), &self.schema, now_secs, clock).await?;
+        let count =
+            engine::expire(self.store.as_ref(), self.table.clone(), now_secs, clock).await?;
         if count > 0 {
             self.changed.notify_waiters();
         }
@@ -164,10 +234,23 @@ impl EmbeddedTable {
     /// A single write (`PutItem` / `DeleteItem`), counted as one.
     async fn write_one(&self, item: TransactWriteItem) -> Result<(), TableError> {
         let clock = self.clock(Utc::now());
-        let written = engine::transact(self.store.as_ref(), &self.schema, vec![item], clock).await;
+        let writes = vec![(self.table.clone(), item)];
+        let written = engine::transact(self.store.as_ref(), writes, clock).await;
         let records = crate::table::single(written)
             .inspect_err(|e| self.count_refused(e, RequestCounter::write))?;
         self.requests.write();
+        self.notify(records);
+        Ok(())
+    }
+
+    /// A transaction, counted as one.
+    async fn transact(&self, writes: Writes) -> Result<(), TableError> {
+        let count = writes.len();
+        let clock = self.clock(Utc::now());
+        let records = engine::transact(self.store.as_ref(), writes, clock)
+            .await
+            .inspect_err(|e| self.count_refused(e, |r| r.transact_write(count)))?;
+        self.requests.transact_write(count);
         self.notify(records);
         Ok(())
     }
@@ -176,30 +259,31 @@ impl EmbeddedTable {
     async fn read<T, F>(&self, read: F) -> Result<T, TableError>
     where
         T: Send + 'static,
-        F: FnOnce(&dyn Store, &TableSchema) -> Result<T, TableError> + Send + 'static,
+        F: FnOnce(&dyn Store, &TableRef) -> Result<T, TableError> + Send + 'static,
     {
         if !self.store.blocking() {
-            return read(self.store.as_ref(), &self.schema);
+            return read(self.store.as_ref(), &self.table);
         }
         let store = Arc::clone(&self.store);
-        let schema = Arc::clone(&self.schema);
-        tokio::task::spawn_blocking(move || read(store.as_ref(), &schema))
+        let table = self.table.clone();
+        tokio::task::spawn_blocking(move || read(store.as_ref(), &table))
             .await
             .map_err(|e| TableError::internal_from("the storage task failed", e))?
     }
 }
 
-/// The encoded key of a (validated) key.
-fn encoded(schema: &TableSchema, key: &Item) -> Result<(String, String), TableError> {
-    schema.validate_key(key)?;
-    keys::encode_key(&schema.key, key)
+/// The stored key of a (validated) key.
+fn encoded(table: &TableRef, key: &Item) -> Result<(String, String), TableError> {
+    table.schema.validate_key(key)?;
+    table
+        .encode_key(key)
         .ok_or_else(|| TableError::internal("a validated key did not encode"))
 }
 
 #[async_trait]
 impl Table for EmbeddedTable {
     fn schema(&self) -> &TableSchema {
-        &self.schema
+        &self.table.schema
     }
 
     fn request_stats(&self) -> RequestStats {
@@ -207,7 +291,7 @@ impl Table for EmbeddedTable {
     }
 
     async fn get_item(&self, key: Item) -> Result<Option<Item>, TableError> {
-        let (pk, sk) = encoded(&self.schema, &key)?;
+        let (pk, sk) = encoded(&self.table, &key)?;
         let item = self.read(move |store, _| store.get(&pk, &sk)).await?;
         self.requests.read(usize::from(item.is_some()));
         Ok(item)
@@ -219,7 +303,7 @@ impl Table for EmbeddedTable {
         }
         let keys = keys
             .iter()
-            .map(|key| encoded(&self.schema, key))
+            .map(|key| encoded(&self.table, key))
             .collect::<Result<Vec<_>, _>>()?;
         let items = self.read(move |store, _| store.get_many(&keys)).await?;
         self.requests
@@ -229,7 +313,7 @@ impl Table for EmbeddedTable {
 
     async fn query(&self, query: Query) -> Result<QueryPage, TableError> {
         let page = self
-            .read(move |store, schema| query::run(store, schema, &query))
+            .read(move |store, table| query::run(store, table, &query))
             .await?;
         self.requests.read(page.items.len());
         Ok(page)
@@ -246,24 +330,41 @@ impl Table for EmbeddedTable {
     async fn update_item(&self, update: crate::request::UpdateItem) -> Result<Item, TableError> {
         // Written and read back in one transaction: the answer is what was written.
         let clock = self.clock(Utc::now());
-        let (records, item) =
-            engine::update(self.store.as_ref(), &self.schema, update.into(), clock)
-                .await
-                .inspect_err(|e| self.count_refused(e, RequestCounter::write))?;
+        let (records, item) = engine::update(
+            self.store.as_ref(),
+            self.table.clone(),
+            update.into(),
+            clock,
+        )
+        .await
+        .inspect_err(|e| self.count_refused(e, RequestCounter::write))?;
         self.requests.write();
         self.notify(records);
         Ok(item)
     }
 
     async fn transact_write_items(&self, items: Vec<TransactWriteItem>) -> Result<(), TableError> {
-        let count = items.len();
-        let clock = self.clock(Utc::now());
-        let records = engine::transact(self.store.as_ref(), &self.schema, items, clock)
-            .await
-            .inspect_err(|e| self.count_refused(e, |r| r.transact_write(count)))?;
-        self.requests.transact_write(count);
-        self.notify(records);
-        Ok(())
+        let writes = items.into_iter().map(|i| (self.table.clone(), i)).collect();
+        self.transact(writes).await
+    }
+
+    async fn transact_write_tables(&self, items: Vec<TableWrite>) -> Result<(), TableError> {
+        let writes = {
+            let tables = self.lock_tables()?;
+            items
+                .into_iter()
+                .map(|w| match tables.get(&w.table) {
+                    Some(table) => Ok((table.clone(), w.item)),
+                    None => Err(TableError::Misconfigured {
+                        message: format!(
+                            "table {} is not open in this database: open it with open_table",
+                            w.table
+                        ),
+                    }),
+                })
+                .collect::<Result<Writes, _>>()?
+        };
+        self.transact(writes).await
     }
 }
 

@@ -5,8 +5,9 @@
 use std::cmp::Ordering;
 use std::ops::Bound;
 
-use super::keys::{encode_key, encode_value, prefix_end};
+use super::keys::{encode_value, prefix_end};
 use super::store::{KeyRange, Store};
+use super::tables::TableRef;
 use crate::error::{TableError, ValidationError};
 use crate::item::{compare_values, item_size, AttributeValue, Item, ScalarType};
 use crate::key_schema::{KeyDefinition, TableSchema};
@@ -90,11 +91,12 @@ fn validate_sort(kind: ScalarType, condition: &SortCondition) -> Result<(), Tabl
 /// Runs a query against the store.
 pub(crate) fn run(
     store: &dyn Store,
-    schema: &TableSchema,
+    table: &TableRef,
     query: &Query,
 ) -> Result<QueryPage, TableError> {
+    let schema = &table.schema;
     let def = validate_query(schema, query)?;
-    let range = key_range(schema, def, query)?;
+    let range = key_range(table, def, query)?;
     let limit = query.limit.unwrap_or(usize::MAX);
     let mut page = QueryPage::default();
     let mut bytes = 0;
@@ -117,11 +119,7 @@ pub(crate) fn run(
 }
 
 /// The range of encoded keys a (validated) query covers.
-fn key_range(
-    schema: &TableSchema,
-    def: &KeyDefinition,
-    query: &Query,
-) -> Result<KeyRange, TableError> {
+fn key_range(table: &TableRef, def: &KeyDefinition, query: &Query) -> Result<KeyRange, TableError> {
     let encode = |v: &AttributeValue| {
         encode_value(v).ok_or_else(|| TableError::internal("a validated key value did not encode"))
     };
@@ -148,14 +146,21 @@ fn key_range(
                 Some(attr) => start.get(&attr.name).map(encode).transpose()?,
                 None => None,
             };
-            let (pk, sk) = encode_key(&schema.key, start)
+            let (pk, sk) = table
+                .encode_key(start)
                 .ok_or_else(|| TableError::internal("a validated paging key did not encode"))?;
             Some((sort.unwrap_or_default(), pk, sk))
         }
     };
+    let partition = encode(&query.partition)?;
     Ok(KeyRange {
-        index: query.index.clone(),
-        partition: encode(&query.partition)?,
+        // A table partition is a stored partition key; an index partition
+        // is an index key value, under the table's own index name.
+        partition: match query.index {
+            None => table.ns.pk(partition),
+            Some(_) => partition,
+        },
+        index: query.index.as_deref().map(|name| table.ns.index(name)),
         lower,
         upper,
         after,

@@ -64,8 +64,9 @@ pub(crate) trait Txn {
     fn get(&self, pk: &str, sk: &str) -> Result<Option<Item>, TableError>;
     /// The sequence number of the last record ever logged, 0 when none.
     fn last_sequence(&self) -> Result<u64, TableError>;
-    /// Every item (for TTL sweeps).
-    fn all_items(&self) -> Result<Vec<Item>, TableError>;
+    /// Every item with its stored key `(pk, sk, item)`, of every table of
+    /// the database (for TTL sweeps).
+    fn all_items(&self) -> Result<Vec<(String, String, Item)>, TableError>;
     /// Applies the writes and appends the records.
     fn apply(&mut self, writes: Vec<Write>, records: Vec<LoggedChange>) -> Result<(), TableError>;
     /// Stores a consumer's checkpoint (a sequence number).
@@ -78,6 +79,11 @@ pub(crate) trait Txn {
     fn oldest(&self, limit: usize) -> Result<Vec<(u64, i64)>, TableError>;
     /// Deletes the records up to `seq` and remembers that it did.
     fn trim_through(&mut self, seq: u64) -> Result<(), TableError>;
+    /// The schema (as JSON) another table of the database was created
+    /// with, if it was.
+    fn table_schema(&self, name: &str) -> Result<Option<String>, TableError>;
+    /// Records the schema (as JSON) of another table of the database.
+    fn save_table_schema(&mut self, name: &str, schema: &str) -> Result<(), TableError>;
 }
 
 /// What a write does once it knows whether its transaction committed:

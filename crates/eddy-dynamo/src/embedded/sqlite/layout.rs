@@ -7,6 +7,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use super::{decode_item, encode, storage};
 use crate::embedded::engine::index_entry;
 use crate::embedded::keys::encode_key;
+use crate::embedded::tables::Namespace;
 use crate::error::TableError;
 use crate::key_schema::{IndexDefinition, TableSchema};
 
@@ -169,9 +170,13 @@ fn reconcile(tx: &Connection, schema: &TableSchema, path: &str) -> Result<(), Ta
             .prepare("SELECT pk, sk, item FROM items")
             .map_err(storage)?;
         let mut rows = read.query([]).map_err(storage)?;
+        let first_table = Namespace::default();
         while let Some(row) = rows.next().map_err(storage)? {
             let (pk, sk): (String, String) =
                 (row.get(0).map_err(storage)?, row.get(1).map_err(storage)?);
+            if !first_table.owns(&pk) {
+                continue; // another table's item: its indexes are its own
+            }
             let item = decode_item(&row.get::<_, String>(2).map_err(storage)?)?;
             for index in &added {
                 insert_entry(tx, index, &item, &pk, &sk)?;

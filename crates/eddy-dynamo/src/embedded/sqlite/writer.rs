@@ -108,15 +108,21 @@ impl Txn for SqliteTxn<'_> {
         Ok(last.max(self.trimmed_through()?))
     }
 
-    fn all_items(&self) -> Result<Vec<Item>, TableError> {
+    fn all_items(&self) -> Result<Vec<(String, String, Item)>, TableError> {
         let mut stmt = self
             .conn
-            .prepare_cached("SELECT item FROM items")
+            .prepare_cached("SELECT pk, sk, item FROM items")
             .map_err(storage)?;
         let mut rows = stmt.query([]).map_err(storage)?;
         let mut items = Vec::new();
         while let Some(row) = rows.next().map_err(storage)? {
-            items.push(decode_item(&row.get::<_, String>(0).map_err(storage)?)?);
+            let (pk, sk): (String, String) =
+                (row.get(0).map_err(storage)?, row.get(1).map_err(storage)?);
+            items.push((
+                pk,
+                sk,
+                decode_item(&row.get::<_, String>(2).map_err(storage)?)?,
+            ));
         }
         Ok(items)
     }
@@ -234,6 +240,28 @@ impl Txn for SqliteTxn<'_> {
                 "INSERT INTO meta (key, value) VALUES ('trimmed', ?1)
                  ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 params![seq.max(previous).to_string()],
+            )
+            .map_err(storage)?;
+        Ok(())
+    }
+
+    fn table_schema(&self, name: &str) -> Result<Option<String>, TableError> {
+        self.conn
+            .query_row(
+                "SELECT value FROM meta WHERE key = ?1",
+                params![format!("table:{name}")],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(storage)
+    }
+
+    fn save_table_schema(&mut self, name: &str, schema: &str) -> Result<(), TableError> {
+        self.conn
+            .execute(
+                "INSERT INTO meta (key, value) VALUES (?1, ?2)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                params![format!("table:{name}"), schema],
             )
             .map_err(storage)?;
         Ok(())
