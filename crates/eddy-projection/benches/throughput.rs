@@ -1,16 +1,17 @@
 //! Throughput of `fold` (checkpoint per unit of 1 000 items) and of `emit`
-//! with one JSON output (producer commit), on memory and SQLite; with the
-//! feature `postgres` and `DATABASE_URL` set, also on PostgreSQL, beside
+//! with one JSON output (producer commit), on memory and SQLite, and of
 //! `process` with `Commit::transaction` inserting each unit's rows into a
-//! table in the unit's transaction.
+//! table in the unit's transaction on SQLite; with the feature `postgres`
+//! and `DATABASE_URL` set, also `fold` and the transaction on PostgreSQL.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use eddy_projection::{Commit, Declare, Host, RunOptions};
-use eddy_streams::{JsonStream, MemoryStorage, SqliteStorage, Storage};
+use eddy_projection::{Commit, Declare, Host, RunOptions, SqliteHost};
+use eddy_streams::rusqlite::Transaction;
+use eddy_streams::{JsonStream, MemoryStorage, SqliteStorage, Storage, StreamError};
 use serde::{Deserialize, Serialize};
 
 const ITEMS: usize = 200_000;
@@ -83,6 +84,38 @@ async fn emit_once(host: &Host) -> Duration {
     start.elapsed()
 }
 
+/// A `process` on SQLite that inserts each unit's orders into
+/// `bench_rows` (one cached statement, a row at a time) in the unit's
+/// transaction.
+async fn transaction_sqlite_once(host: &SqliteHost) -> Duration {
+    let version = VERSION.fetch_add(1, Ordering::Relaxed);
+    let mut declare = Declare::<()>::new("bench-rows");
+    declare.version(version);
+    let input = declare.input("orders", &orders());
+    let bound = declare
+        .process_sqlite(
+            Commit::transaction(),
+            move |tx: &Transaction<'_>, batch, _, _| {
+                let mut insert =
+                    tx.prepare_cached("INSERT INTO bench_rows (id, amount) VALUES (?1, ?2)")?;
+                for order in batch.items(input) {
+                    insert.execute((order.id as i64, order.amount))?;
+                }
+                Ok(())
+            },
+        )
+        .expect("declare")
+        .at(())
+        .expect("bind");
+    let start = Instant::now();
+    let progress = host
+        .run(&bound, RunOptions::default().with_unit_size(UNIT))
+        .await
+        .expect("run");
+    assert_eq!(progress.items, ITEMS as u64);
+    start.elapsed()
+}
+
 fn bench(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -90,12 +123,10 @@ fn bench(c: &mut Criterion) {
         .build()
         .expect("runtime");
     let dir = tempfile::tempdir().expect("tempdir");
+    let sqlite = Arc::new(SqliteStorage::open(dir.path()).expect("sqlite"));
     let backends: Vec<(&str, Arc<dyn Storage>)> = vec![
         ("memory", Arc::new(MemoryStorage::new())),
-        (
-            "sqlite",
-            Arc::new(SqliteStorage::open(dir.path()).expect("sqlite")),
-        ),
+        ("sqlite", sqlite.clone()),
     ];
     let mut group = c.benchmark_group("projection");
     group.throughput(Throughput::Elements(ITEMS as u64));
@@ -129,6 +160,24 @@ fn bench(c: &mut Criterion) {
             })
         });
     }
+    runtime.block_on(async {
+        sqlite
+            .transaction(|tx| {
+                tx.sql().execute_batch(
+                    "CREATE TABLE bench_rows (id INTEGER NOT NULL, amount REAL NOT NULL)",
+                )?;
+                Ok::<_, StreamError>(())
+            })
+            .await
+            .expect("create bench_rows");
+    });
+    let host = SqliteHost::new(sqlite);
+    group.bench_function("transaction/sqlite", |b| {
+        timed(b, &runtime, || {
+            let host = host.clone();
+            async move { transaction_sqlite_once(&host).await }
+        })
+    });
     #[cfg(feature = "postgres")]
     if let Some(url) = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()) {
         postgres::bench(&mut group, &runtime, &url);
@@ -137,7 +186,6 @@ fn bench(c: &mut Criterion) {
 }
 
 /// Runs `once` for each iteration and sums its durations.
-#[cfg(feature = "postgres")]
 fn timed<F, Fut>(b: &mut criterion::Bencher<'_>, runtime: &tokio::runtime::Runtime, once: F)
 where
     F: Fn() -> Fut,
