@@ -304,7 +304,7 @@ fn commit(
             let record = change_record(
                 &change.table.schema,
                 seq,
-                change.old.as_ref(),
+                change.old,
                 change.new.as_ref(),
                 clock.now,
                 by_service,

@@ -4,6 +4,7 @@
 //! DESIGN.md.
 
 mod layout;
+mod readers;
 mod writer;
 
 use std::ops::Bound;
@@ -21,8 +22,8 @@ use crate::error::TableError;
 use crate::item::Item;
 use crate::key_schema::TableSchema;
 
-/// Read connections kept open for reuse.
-const READERS: usize = 8;
+/// Read connections open at most (concurrent reads beyond wait for one).
+const READERS: usize = 16;
 /// How long a write waits for another handle (or process) holding the file.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -58,10 +59,8 @@ fn get_item(conn: &Connection, pk: &str, sk: &str) -> Result<Option<Item>, Table
 
 fn trimmed_through(conn: &Connection) -> Result<u64, TableError> {
     let text: Option<String> = conn
-        .query_row("SELECT value FROM meta WHERE key = 'trimmed'", [], |r| {
-            r.get(0)
-        })
-        .optional()
+        .prepare_cached("SELECT value FROM meta WHERE key = 'trimmed'")
+        .and_then(|mut s| s.query_row([], |r| r.get(0)).optional())
         .map_err(storage)?;
     Ok(text.and_then(|t| t.parse().ok()).unwrap_or(0))
 }
@@ -77,9 +76,8 @@ fn connect(path: &Path) -> Result<Connection, TableError> {
 }
 
 pub(crate) struct SqliteStore {
-    path: std::path::PathBuf,
     writer: Mutex<Sender<Work>>,
-    readers: Mutex<Vec<Connection>>,
+    readers: readers::Readers,
 }
 
 impl SqliteStore {
@@ -90,9 +88,8 @@ impl SqliteStore {
         let mut conn = connect(path)?;
         layout::prepare(&mut conn, schema, &path.display().to_string())?;
         Ok(Self {
-            path: path.to_owned(),
             writer: Mutex::new(writer::spawn(conn)?),
-            readers: Mutex::new(Vec::new()),
+            readers: readers::Readers::new(path.to_owned(), READERS),
         })
     }
 
@@ -115,18 +112,7 @@ impl SqliteStore {
         &self,
         read: impl FnOnce(&Connection) -> Result<T, TableError>,
     ) -> Result<T, TableError> {
-        let pooled = self.readers.lock().ok().and_then(|mut pool| pool.pop());
-        let conn = match pooled {
-            Some(conn) => conn,
-            None => connect(&self.path)?,
-        };
-        let out = read(&conn);
-        if let Ok(mut pool) = self.readers.lock() {
-            if pool.len() < READERS {
-                pool.push(conn);
-            }
-        }
-        out
+        self.readers.with(read)
     }
 }
 

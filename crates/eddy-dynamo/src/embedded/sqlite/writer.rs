@@ -102,7 +102,8 @@ impl Txn for SqliteTxn<'_> {
     fn last_sequence(&self) -> Result<u64, TableError> {
         let last: Option<i64> = self
             .conn
-            .query_row("SELECT MAX(seq) FROM changes", [], |r| r.get(0))
+            .prepare_cached("SELECT MAX(seq) FROM changes")
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
             .map_err(storage)?;
         let last = last.and_then(|s| u64::try_from(s).ok()).unwrap_or(0);
         Ok(last.max(self.trimmed_through()?))
