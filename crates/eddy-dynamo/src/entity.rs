@@ -120,6 +120,12 @@ impl<M: Serialize + DeserializeOwned> Entity<M> {
         &self.entity_type
     }
 
+    /// `<app>#v<version>#<entity type>`, escaped: how its partition keys
+    /// start.
+    pub(crate) fn partition_prefix(&self) -> &str {
+        &self.partition_prefix
+    }
+
     /// The table.
     pub fn table(&self) -> &Arc<dyn Table> {
         &self.table

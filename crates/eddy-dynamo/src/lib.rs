@@ -121,6 +121,7 @@ mod follower;
 mod item;
 mod key_schema;
 mod lambda;
+mod outbox;
 mod projection;
 mod query;
 mod request;
@@ -155,6 +156,10 @@ pub use item::{
 };
 pub use key_schema::{IndexDefinition, KeyAttribute, KeyDefinition, TableSchema};
 pub use lambda::{handle_stream_event, StreamEvent, StreamEventResponse};
+pub use outbox::{
+    Clock, Deliver, DrainReport, Effect, NewEffect, Outbox, PendingReport, Undelivered,
+    DEFAULT_CLAIM_FOR, MAX_EFFECTS_PER_WRITE,
+};
 pub use projection::{
     EvolveError, InstanceOutcome, Projection, ProjectionBuilder, RecordFailure, RowOutcome,
     RowReport, Step, SOURCE_ATTRIBUTE,

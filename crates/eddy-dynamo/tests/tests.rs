@@ -12,6 +12,7 @@ mod follower;
 mod lambda_function;
 #[cfg(feature = "aws")]
 mod moto;
+mod outbox;
 mod projection;
 mod props;
 mod stream;

@@ -1,0 +1,238 @@
+//! Delivery: per row, claim the head effect, deliver it, delete it, and
+//! repeat, so a row's effects reach the consumer in order, at least once.
+//!
+//! - A claim sets `claimedUntil` (now + `claim_for`) and a random
+//!   `claimId`, on the condition that the item exists and is unclaimed or
+//!   its claim has expired. A live claim of another drainer stops this
+//!   drain (the row is busy); a vanished head is read again.
+//! - A delivered effect is deleted whatever its claim says now: if the
+//!   claim expired mid-delivery and another drainer took the effect over,
+//!   the delete still removes it, so drainers never re-claim one another's
+//!   heads in turn. A duplicate of it may then reach the consumer after
+//!   the next effect: consumers deduplicate on `(stream id, version)`.
+//! - A failed delivery releases the claim (if still ours) and leaves the
+//!   effect at the head: reported as undelivered, never an error.
+
+use std::collections::HashSet;
+use std::future::Future;
+
+use futures::future::BoxFuture;
+use futures::StreamExt;
+
+use super::item::{Effect, CLAIMED_UNTIL, CLAIM_ID};
+use super::Outbox;
+use crate::condition::{Comparator, Condition};
+use crate::error::{BoxError, Error, TableError};
+use crate::item::{n, s, Item};
+use crate::query::{Query, SortCondition};
+use crate::request::{Delete, UpdateItem};
+use crate::update::Update;
+
+/// Hands an effect to its consumer: `Ok` once the consumer has it.
+/// Implemented by every `Fn(Effect) -> impl Future<Output = Result<(),
+/// BoxError>>`.
+pub trait Deliver: Send + Sync {
+    /// Delivers one effect.
+    fn deliver(&self, effect: Effect) -> BoxFuture<'static, Result<(), BoxError>>;
+}
+
+impl<F, Fut> Deliver for F
+where
+    F: Fn(Effect) -> Fut + Send + Sync,
+    Fut: Future<Output = Result<(), BoxError>> + Send + 'static,
+{
+    fn deliver(&self, effect: Effect) -> BoxFuture<'static, Result<(), BoxError>> {
+        Box::pin(self(effect))
+    }
+}
+
+/// An effect a drain could not deliver: it stays at its row's head.
+#[derive(Debug)]
+pub struct Undelivered {
+    /// The effect.
+    pub effect: Effect,
+    /// Why `deliver` failed.
+    pub error: BoxError,
+}
+
+/// What draining one row did.
+#[derive(Debug, Default)]
+pub struct DrainReport {
+    /// Effects delivered (and deleted), in order.
+    pub delivered: usize,
+    /// The head effect whose delivery failed, if one did.
+    pub undelivered: Option<Undelivered>,
+    /// Whether the drain stopped at a head another drainer holds a live
+    /// claim on.
+    pub busy: bool,
+}
+
+/// What `drain_pending` did over every row with pending effects.
+#[derive(Debug, Default)]
+pub struct PendingReport {
+    /// Rows that had pending effects.
+    pub rows: usize,
+    /// Effects delivered, over all rows.
+    pub delivered: usize,
+    /// Rows whose head effect could not be delivered, with why.
+    pub undelivered: Vec<Undelivered>,
+    /// Rows another drainer was busy with.
+    pub busy: usize,
+    /// Index entries that named no pending effect any more (the index is
+    /// eventually consistent on DynamoDB): skipped.
+    pub stale: usize,
+}
+
+/// One step of a row's drain.
+enum Claimed {
+    Head(Item, String),
+    Empty,
+    Busy,
+}
+
+impl Outbox {
+    /// Delivers the pending effects of one row (its table key, as
+    /// `Entity::key` makes it), strictly in order: claim the head, deliver
+    /// it, delete it, repeat until none is left, a delivery fails, or
+    /// another drainer holds the head.
+    pub async fn drain(&self, row_key: &Item, deliver: &dyn Deliver) -> Result<DrainReport, Error> {
+        let mut report = DrainReport::default();
+        loop {
+            let (item, claim) = match self.claim_head(row_key).await? {
+                Claimed::Head(item, claim) => (item, claim),
+                Claimed::Empty => return Ok(report),
+                Claimed::Busy => {
+                    report.busy = true;
+                    return Ok(report);
+                }
+            };
+            let key = self.key_of(&item)?;
+            let effect = self.decode(&item)?;
+            match deliver.deliver(effect.clone()).await {
+                Ok(()) => {
+                    self.table.delete_item(Delete::new(key)).await?;
+                    report.delivered += 1;
+                }
+                Err(error) => {
+                    self.release(key, claim).await?;
+                    report.undelivered = Some(Undelivered { effect, error });
+                    return Ok(report);
+                }
+            }
+        }
+    }
+
+    /// Claims the head effect of a row.
+    async fn claim_head(&self, row_key: &Item) -> Result<Claimed, Error> {
+        let (pk, prefix) = self.range_of(row_key)?;
+        loop {
+            let head = Query::partition(s(pk.clone()))
+                .sort(SortCondition::BeginsWith(s(prefix.clone())))
+                .limit(1);
+            let Some(item) = self.table.query(head).await?.items.into_iter().next() else {
+                return Ok(Claimed::Empty);
+            };
+            let now = (self.clock)();
+            let until =
+                now.saturating_add(u64::try_from(self.claim_for.as_millis()).unwrap_or(u64::MAX));
+            let claim = format!("{:016x}", fastrand::u64(..));
+            let (pk_name, _) = super::string_key(self.table.schema())?;
+            let free = Condition::absent(CLAIMED_UNTIL).or(Condition::compare(
+                CLAIMED_UNTIL,
+                Comparator::Le,
+                n(now),
+            ));
+            let request = UpdateItem::new(
+                self.key_of(&item)?,
+                Update::new()
+                    .set(CLAIMED_UNTIL, n(until))
+                    .set(CLAIM_ID, s(claim.clone())),
+            )
+            .when(Condition::exists(pk_name).and(free));
+            match self.table.update_item(request).await {
+                Ok(claimed) => return Ok(Claimed::Head(claimed, claim)),
+                // Deleted since the query (another drainer delivered it).
+                Err(TableError::ConditionalCheckFailed { item: None }) => continue,
+                Err(TableError::ConditionalCheckFailed { item: Some(_) }) => {
+                    return Ok(Claimed::Busy)
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Gives a claim back after a failed delivery, if it is still ours.
+    async fn release(&self, key: Item, claim: String) -> Result<(), Error> {
+        let request = UpdateItem::new(key, Update::new().remove(CLAIMED_UNTIL).remove(CLAIM_ID))
+            .when(Condition::eq(CLAIM_ID, s(claim)));
+        match self.table.update_item(request).await {
+            Ok(_) | Err(TableError::ConditionalCheckFailed { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Drains every row with pending effects, found through the outbox
+    /// index (see [`with_index`](Self::with_index)): rows that receive no
+    /// further events still get their effects delivered. The index is read
+    /// a page at a time; each page's new rows are drained `concurrency` at
+    /// a time, each in order. An index entry whose row has nothing pending
+    /// any more (an eventually consistent index) is skipped and counted as
+    /// stale.
+    pub async fn drain_pending(&self, deliver: &dyn Deliver) -> Result<PendingReport, Error> {
+        let index = self.index.as_ref().ok_or_else(|| {
+            Error::InvalidArgument(
+                "drain_pending needs the outbox's sparse index: declare it with with_index".into(),
+            )
+        })?;
+        let query = Query::partition(s(self.index_partition.clone()))
+            .on_index(index.name.clone())
+            .limit(PENDING_PAGE);
+        let mut seen = HashSet::new();
+        let mut report = PendingReport::default();
+        let mut start = None;
+        loop {
+            let page = self.table.query(query.clone().start_after(start)).await?;
+            let mut rows = Vec::new();
+            for entry in &page.items {
+                match self.row_of(entry) {
+                    Some(row) if seen.insert(self.range_of(&row)?) => rows.push(row),
+                    Some(_) => {}
+                    None => report.stale += 1,
+                }
+            }
+            // Built before awaiting: a closure held across the await would
+            // keep this future from being `Send`.
+            let drains: Vec<BoxFuture<'_, Result<DrainReport, Error>>> = rows
+                .iter()
+                .map(|row| Box::pin(self.drain(row, deliver)) as BoxFuture<'_, _>)
+                .collect();
+            let drained: Vec<_> = futures::stream::iter(drains)
+                .buffer_unordered(self.concurrency)
+                .collect()
+                .await;
+            for row in drained {
+                report.add(row?);
+            }
+            match page.last_evaluated_key {
+                Some(key) => start = Some(key),
+                None => return Ok(report),
+            }
+        }
+    }
+}
+
+/// Index entries read per page by `drain_pending`.
+const PENDING_PAGE: usize = 500;
+
+impl PendingReport {
+    fn add(&mut self, row: DrainReport) {
+        if row.delivered == 0 && row.undelivered.is_none() && !row.busy {
+            self.stale += 1;
+            return;
+        }
+        self.rows += 1;
+        self.delivered += row.delivered;
+        self.busy += usize::from(row.busy);
+        self.undelivered.extend(row.undelivered);
+    }
+}

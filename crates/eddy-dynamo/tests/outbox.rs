@@ -1,0 +1,486 @@
+//! The ordered outbox: effects committed with their row, delivered in
+//! order per row by claim → deliver → delete, at least once; claims that
+//! expire; `drain_pending` over the sparse index. Every case runs on
+//! memory, SQLite and moto, with the items in the row's partition and in
+//! a second table of the same database.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use eddy_dynamo::{
+    n, s, BoxError, Effect, EmbeddedTable, Entity, Item, NewEffect, Outbox, Put, Query, QueryPage,
+    StreamId, Table, TableError, TableWrite, TransactWriteItem,
+};
+use futures::future::BoxFuture;
+
+use crate::common::{key, summaries, OrderSummary};
+use crate::pair_tests;
+use crate::tables::Pair;
+
+/// A clock the test moves: epoch milliseconds.
+#[derive(Clone, Default)]
+struct TestClock(Arc<AtomicU64>);
+
+impl TestClock {
+    fn now(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+    fn advance_secs(&self, secs: u64) {
+        self.0.fetch_add(secs * 1000, Ordering::SeqCst);
+    }
+}
+
+/// What reached the consumer, in the order deliveries completed.
+#[derive(Clone, Default)]
+struct Consumer(Arc<Mutex<Vec<(String, u64)>>>);
+
+impl Consumer {
+    fn record(&self, effect: &Effect) {
+        let order = effect
+            .stream_id
+            .get("orderId")
+            .unwrap_or_default()
+            .to_owned();
+        self.0.lock().unwrap().push((order, effect.version));
+    }
+    fn seen(&self) -> Vec<(String, u64)> {
+        self.0.lock().unwrap().clone()
+    }
+    /// A deliver that records every effect.
+    fn deliver(&self) -> impl Fn(Effect) -> BoxFuture<'static, Result<(), BoxError>> + Send + Sync {
+        let consumer = self.clone();
+        move |effect| {
+            consumer.record(&effect);
+            Box::pin(async { Ok(()) })
+        }
+    }
+}
+
+fn summary(order_id: &str, revision: u64) -> OrderSummary {
+    OrderSummary {
+        order_id: order_id.into(),
+        customer: "ada".into(),
+        lines: u32::try_from(revision).unwrap(),
+        total_cents: 0,
+        cancelled: false,
+    }
+}
+
+fn effect(order_id: &str, version: u64) -> NewEffect {
+    NewEffect {
+        source: "order".into(),
+        stream_id: StreamId::new([("orderId", order_id)]),
+        version,
+        payload: serde_dynamo::to_attribute_value(serde_json::json!({ "notice": version }))
+            .unwrap(),
+    }
+}
+
+/// The two places effect items can live.
+#[derive(Clone, Copy, Debug)]
+enum Place {
+    RowPartition,
+    SecondTable,
+}
+
+/// The read model and its outbox, with the sparse index `drain_pending`
+/// reads (gsi1 in the row's table, `pending` in the second one).
+fn outbox(p: &Pair, place: Place, clock: &TestClock) -> (Entity<OrderSummary>, Outbox) {
+    let rows = summaries(&p.first);
+    let outbox = Outbox::new(&rows).unwrap();
+    let outbox = match place {
+        Place::RowPartition => outbox.with_index("gsi1").unwrap(),
+        Place::SecondTable => outbox
+            .in_table(p.second.clone())
+            .unwrap()
+            .with_index("pending")
+            .unwrap(),
+    };
+    let clock = clock.clone();
+    (rows, outbox.with_clock(move || clock.now()))
+}
+
+/// Writes row `order_id` at `revision` with effects for `versions`, in one
+/// transaction, as the projection's row write does.
+async fn write_row(
+    p: &Pair,
+    rows: &Entity<OrderSummary>,
+    outbox: &Outbox,
+    order_id: &str,
+    revision: u64,
+    versions: &[u64],
+) {
+    let mut item = rows.to_item(&summary(order_id, revision)).unwrap();
+    item.insert("revision".into(), n(revision));
+    let row_key = rows.key(&key(order_id)).unwrap();
+    let effects: Vec<NewEffect> = versions.iter().map(|v| effect(order_id, *v)).collect();
+    let mut writes = vec![TableWrite::new(&rows.table().schema().name, Put::new(item))];
+    writes.extend(outbox.commit_items(&row_key, revision, &effects).unwrap());
+    p.first.table.transact_write_tables(writes).await.unwrap();
+}
+
+fn order(id: &str, versions: &[u64]) -> Vec<(String, u64)> {
+    versions.iter().map(|v| (id.to_owned(), *v)).collect()
+}
+
+async fn effects_commit_with_their_row_and_drain_in_order_in(p: Pair, place: Place) {
+    let clock = TestClock::default();
+    let (rows, outbox) = outbox(&p, place, &clock);
+    write_row(&p, &rows, &outbox, "o-1", 1, &[1, 2, 3]).await;
+    write_row(&p, &rows, &outbox, "o-1", 2, &[4, 5]).await;
+    // Entity reads never see effect items.
+    assert_eq!(
+        rows.get(&key("o-1")).await.unwrap(),
+        Some(summary("o-1", 2))
+    );
+    assert_eq!(
+        rows.query(&key("o-1"), None).await.unwrap(),
+        vec![summary("o-1", 2)]
+    );
+
+    let consumer = Consumer::default();
+    let row_key = rows.key(&key("o-1")).unwrap();
+    let report = outbox.drain(&row_key, &consumer.deliver()).await.unwrap();
+    assert_eq!(report.delivered, 5);
+    assert_eq!(consumer.seen(), order("o-1", &[1, 2, 3, 4, 5]));
+    let again = outbox.drain(&row_key, &consumer.deliver()).await.unwrap();
+    assert_eq!((again.delivered, again.busy), (0, false));
+
+    // More effects than a transaction holds beside the row: a typed error.
+    let too_many: Vec<NewEffect> = (1..=100).map(|v| effect("o-1", v)).collect();
+    let refused = outbox.commit_items(&row_key, 3, &too_many).unwrap_err();
+    assert_eq!(refused.code(), "TooManyEffects");
+}
+
+async fn effects_commit_with_their_row_and_drain_in_order(p: Pair) {
+    effects_commit_with_their_row_and_drain_in_order_in(p, Place::RowPartition).await;
+}
+
+async fn effects_in_a_second_table_commit_with_their_row(p: Pair) {
+    effects_commit_with_their_row_and_drain_in_order_in(p, Place::SecondTable).await;
+}
+
+/// A deliver that announces the effect it got and then never finishes: a
+/// drainer that crashes mid-delivery.
+fn hanging(
+    got: tokio::sync::mpsc::UnboundedSender<u64>,
+) -> impl Fn(Effect) -> BoxFuture<'static, Result<(), BoxError>> + Send + Sync {
+    move |effect| {
+        let _ = got.send(effect.version);
+        Box::pin(futures::future::pending())
+    }
+}
+
+/// A crash between the row write and the delivery leaves a claim that
+/// expires: the effect is delivered again, then the rest, in order.
+async fn a_crash_mid_delivery_redelivers_after_the_claim_expires(p: Pair) {
+    for place in [Place::RowPartition, Place::SecondTable] {
+        let clock = TestClock::default();
+        let (rows, outbox) = outbox(&p, place, &clock);
+        let id = format!("o-crash-{place:?}");
+        write_row(&p, &rows, &outbox, &id, 1, &[1, 2, 3]).await;
+        let row_key = rows.key(&key(&id)).unwrap();
+
+        let (tx, mut got) = tokio::sync::mpsc::unbounded_channel();
+        let crashed = {
+            let (outbox, row_key) = (outbox.clone(), row_key.clone());
+            tokio::spawn(async move { outbox.drain(&row_key, &hanging(tx)).await.map(|_| ()) })
+        };
+        assert_eq!(
+            got.recv().await,
+            Some(1),
+            "the first drainer claimed the head"
+        );
+        crashed.abort();
+
+        let consumer = Consumer::default();
+        let held = outbox.drain(&row_key, &consumer.deliver()).await.unwrap();
+        assert!(held.busy && held.delivered == 0, "the claim holds for 30 s");
+        clock.advance_secs(29);
+        assert!(
+            outbox
+                .drain(&row_key, &consumer.deliver())
+                .await
+                .unwrap()
+                .busy
+        );
+        clock.advance_secs(1);
+        let report = outbox.drain(&row_key, &consumer.deliver()).await.unwrap();
+        assert_eq!(report.delivered, 3);
+        assert_eq!(consumer.seen(), order(&id, &[1, 2, 3]));
+    }
+}
+
+/// A drainer whose claim expires mid-delivery: a second drainer takes the
+/// head over and moves on; the first one's late success deletes only the
+/// effect it delivered. The consumer gets every effect in order, with the
+/// late duplicate after the later ones, as the spec says.
+async fn an_expired_claim_taken_over_keeps_order(p: Pair) {
+    for place in [Place::RowPartition, Place::SecondTable] {
+        let clock = TestClock::default();
+        let (rows, outbox) = outbox(&p, place, &clock);
+        let id = format!("o-slow-{place:?}");
+        write_row(&p, &rows, &outbox, &id, 1, &[1, 2, 3]).await;
+        let row_key = rows.key(&key(&id)).unwrap();
+        let consumer = Consumer::default();
+
+        let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel();
+        let (finish_tx, finish) = tokio::sync::oneshot::channel::<()>();
+        let finish = Arc::new(Mutex::new(Some(finish)));
+        let slow = {
+            let consumer = consumer.clone();
+            move |effect: Effect| -> BoxFuture<'static, Result<(), BoxError>> {
+                let _ = started_tx.send(effect.version);
+                let (consumer, finish) = (consumer.clone(), finish.lock().unwrap().take());
+                Box::pin(async move {
+                    if let Some(finish) = finish {
+                        let _ = finish.await;
+                    }
+                    consumer.record(&effect);
+                    Ok(())
+                })
+            }
+        };
+        let first = {
+            let (outbox, row_key) = (outbox.clone(), row_key.clone());
+            tokio::spawn(async move { outbox.drain(&row_key, &slow).await.unwrap() })
+        };
+        assert_eq!(started.recv().await, Some(1));
+        clock.advance_secs(31);
+        let second = outbox.drain(&row_key, &consumer.deliver()).await.unwrap();
+        assert_eq!(second.delivered, 3, "the expired claim was taken over");
+        finish_tx.send(()).unwrap();
+        let first = first.await.unwrap();
+        assert_eq!(first.delivered, 1);
+        assert_eq!(consumer.seen(), order(&id, &[1, 2, 3, 1]));
+        let left = outbox.drain(&row_key, &consumer.deliver()).await.unwrap();
+        assert_eq!(left.delivered, 0, "the late delete removed nothing else");
+    }
+}
+
+/// A failed delivery stays at the head and is reported; the claim is given
+/// back, so the next drain retries it at once, then goes on in order.
+async fn a_failed_delivery_stays_at_the_head(p: Pair) {
+    let clock = TestClock::default();
+    let (rows, outbox) = outbox(&p, Place::RowPartition, &clock);
+    write_row(&p, &rows, &outbox, "o-1", 1, &[1, 2, 3]).await;
+    let row_key = rows.key(&key("o-1")).unwrap();
+    let consumer = Consumer::default();
+    let failing = {
+        let consumer = consumer.clone();
+        move |effect: Effect| -> BoxFuture<'static, Result<(), BoxError>> {
+            if effect.version == 2 {
+                return Box::pin(async { Err("the consumer is down".into()) });
+            }
+            consumer.record(&effect);
+            Box::pin(async { Ok(()) })
+        }
+    };
+    let report = outbox.drain(&row_key, &failing).await.unwrap();
+    assert_eq!(report.delivered, 1);
+    let undelivered = report.undelivered.unwrap();
+    assert_eq!(undelivered.effect.version, 2);
+    assert_eq!(undelivered.error.to_string(), "the consumer is down");
+    let report = outbox.drain(&row_key, &consumer.deliver()).await.unwrap();
+    assert_eq!(report.delivered, 2);
+    assert_eq!(consumer.seen(), order("o-1", &[1, 2, 3]));
+}
+
+/// A table whose index queries answer one entry more: an entry for an
+/// effect already delivered, as an eventually consistent index can.
+struct StaleIndex {
+    table: Arc<dyn Table>,
+    stale: Item,
+}
+
+#[async_trait::async_trait]
+impl Table for StaleIndex {
+    fn schema(&self) -> &eddy_dynamo::TableSchema {
+        self.table.schema()
+    }
+    async fn get_item(&self, key: Item) -> Result<Option<Item>, TableError> {
+        self.table.get_item(key).await
+    }
+    async fn transact_get_items(&self, keys: Vec<Item>) -> Result<Vec<Option<Item>>, TableError> {
+        self.table.transact_get_items(keys).await
+    }
+    async fn query(&self, query: Query) -> Result<QueryPage, TableError> {
+        let on_index = query.index.is_some();
+        let mut page = self.table.query(query).await?;
+        if on_index {
+            page.items.insert(0, self.stale.clone());
+        }
+        Ok(page)
+    }
+    async fn transact_write_items(&self, items: Vec<TransactWriteItem>) -> Result<(), TableError> {
+        self.table.transact_write_items(items).await
+    }
+}
+
+/// `drain_pending` finds every row with pending effects through the sparse
+/// index and delivers them in order per row; a stale entry is skipped.
+async fn drain_pending_delivers_every_row_and_skips_stale_entries(p: Pair) {
+    for place in [Place::RowPartition, Place::SecondTable] {
+        let clock = TestClock::default();
+        let (rows, outbox) = outbox(&p, place, &clock);
+        let ids: Vec<String> = (0..5).map(|i| format!("o-{place:?}-{i}")).collect();
+        for id in &ids {
+            write_row(&p, &rows, &outbox, id, 1, &[1, 2]).await;
+            write_row(&p, &rows, &outbox, id, 2, &[3]).await;
+        }
+        let index = match place {
+            Place::RowPartition => "gsi1",
+            Place::SecondTable => "pending",
+        };
+        let partition = s("shop#v1#OrderSummary#$outbox");
+        let entries = outbox
+            .table()
+            .query(Query::partition(partition).on_index(index))
+            .await
+            .unwrap();
+        assert_eq!(
+            entries.items.len(),
+            15,
+            "every effect item is in the sparse index"
+        );
+        let stale = entries.items[0].clone();
+
+        let consumer = Consumer::default();
+        let report = outbox.drain_pending(&consumer.deliver()).await.unwrap();
+        assert_eq!((report.rows, report.delivered, report.stale), (5, 15, 0));
+        for id in &ids {
+            let per_row: Vec<u64> = consumer
+                .seen()
+                .into_iter()
+                .filter(|(o, _)| o == id)
+                .map(|(_, v)| v)
+                .collect();
+            assert_eq!(per_row, vec![1, 2, 3], "row {id} in order");
+        }
+
+        let table: Arc<dyn Table> = Arc::new(StaleIndex {
+            table: outbox.table().clone(),
+            stale,
+        });
+        let stale_outbox = match place {
+            Place::RowPartition => {
+                Outbox::new(&summaries(&p.first.wrapped(table))).and_then(|o| o.with_index("gsi1"))
+            }
+            Place::SecondTable => Outbox::new(&rows)
+                .and_then(|o| o.in_table(table))
+                .and_then(|o| o.with_index("pending")),
+        }
+        .unwrap();
+        let report = stale_outbox
+            .drain_pending(&consumer.deliver())
+            .await
+            .unwrap();
+        assert_eq!(
+            (report.delivered, report.stale),
+            (0, 1),
+            "a stale entry is skipped, not an error"
+        );
+    }
+}
+
+/// Several drainers at once over many rows: every effect reaches the
+/// consumer at least once, and per row their first deliveries are in
+/// order.
+async fn concurrent_drainers_deliver_in_order_per_row_at_least_once(p: Pair) {
+    let clock = TestClock::default();
+    let (rows, outbox) = outbox(&p, Place::SecondTable, &clock);
+    let ids: Vec<String> = (0..8).map(|i| format!("o-many-{i}")).collect();
+    for id in &ids {
+        for revision in 1..=3 {
+            let versions = [revision * 2 - 1, revision * 2];
+            write_row(&p, &rows, &outbox, id, revision, &versions).await;
+        }
+    }
+    let consumer = Consumer::default();
+    let drains = (0..3).map(|_| {
+        let (outbox, deliver) = (outbox.clone(), consumer.deliver());
+        tokio::spawn(async move { outbox.drain_pending(&deliver).await.unwrap() })
+    });
+    for drain in futures::future::join_all(drains).await {
+        drain.unwrap();
+    }
+    // Whatever a busy row left behind, one more sweep delivers.
+    outbox.drain_pending(&consumer.deliver()).await.unwrap();
+    for id in &ids {
+        let mut first_seen = Vec::new();
+        for (order, version) in consumer.seen() {
+            if &order == id && !first_seen.contains(&version) {
+                first_seen.push(version);
+            }
+        }
+        assert_eq!(first_seen, vec![1, 2, 3, 4, 5, 6], "row {id}");
+    }
+}
+
+pair_tests!(
+    effects_commit_with_their_row_and_drain_in_order,
+    effects_in_a_second_table_commit_with_their_row,
+    a_crash_mid_delivery_redelivers_after_the_claim_expires,
+    an_expired_claim_taken_over_keeps_order,
+    a_failed_delivery_stays_at_the_head,
+    drain_pending_delivers_every_row_and_skips_stale_entries,
+    concurrent_drainers_deliver_in_order_per_row_at_least_once,
+);
+
+/// Pending effects survive every TTL sweep: a claim is never the TTL
+/// attribute, and no outbox item carries it. (moto never expires items, so
+/// this runs on the embedded tables, where `expire_items` is the sweep.)
+async fn claims_survive_ttl_sweeps(table: EmbeddedTable) {
+    let second = table
+        .open_table(crate::tables::second_schema("outbox"))
+        .await
+        .unwrap();
+    let p = Pair {
+        first: table.clone().into(),
+        second: Arc::new(second.clone()),
+    };
+    for place in [Place::RowPartition, Place::SecondTable] {
+        let clock = TestClock::default();
+        let (rows, outbox) = outbox(&p, place, &clock);
+        let id = format!("o-ttl-{place:?}");
+        write_row(&p, &rows, &outbox, &id, 1, &[1, 2]).await;
+        let row_key = rows.key(&key(&id)).unwrap();
+        let (tx, mut got) = tokio::sync::mpsc::unbounded_channel();
+        let crashed = {
+            let (outbox, row_key) = (outbox.clone(), row_key.clone());
+            tokio::spawn(async move { outbox.drain(&row_key, &hanging(tx)).await.map(|_| ()) })
+        };
+        assert_eq!(got.recv().await, Some(1));
+        crashed.abort();
+        table.expire_items(u64::MAX / 2).await.unwrap();
+        second.expire_items(u64::MAX / 2).await.unwrap();
+        clock.advance_secs(31);
+        let consumer = Consumer::default();
+        let report = outbox.drain(&row_key, &consumer.deliver()).await.unwrap();
+        assert_eq!(consumer.seen(), order(&id, &[1, 2]), "{report:?}");
+    }
+    // A table that expires items by an attribute outbox items use is refused.
+    let claims = crate::tables::second_schema("claims").with_ttl("claimedUntil");
+    let claims = table.open_table(claims).await.unwrap();
+    let refused = Outbox::new(&summaries(&p.first))
+        .unwrap()
+        .in_table(Arc::new(claims))
+        .unwrap_err();
+    assert_eq!(refused.code(), "table/misconfigured");
+}
+
+#[tokio::test]
+async fn claims_survive_ttl_sweeps_on_memory() {
+    claims_survive_ttl_sweeps(EmbeddedTable::memory(
+        crate::common::schema().with_ttl("ttl"),
+    ))
+    .await;
+}
+
+#[tokio::test]
+async fn claims_survive_ttl_sweeps_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = crate::common::schema().with_ttl("ttl");
+    let table = EmbeddedTable::open_sqlite(dir.path().join("ttl.db"), schema).unwrap();
+    claims_survive_ttl_sweeps(table).await;
+}
