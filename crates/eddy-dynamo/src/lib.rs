@@ -33,6 +33,13 @@
 //!   batch response; a [`Follower`] drives it from the embedded feed with a
 //!   durable checkpoint, and [`handle_stream_event`] from a Lambda trigger.
 //!
+//! - **Tombstones and the outbox**: a removed row leaves a tombstone that
+//!   every entity read treats as absent and `Entity::create` writes over;
+//!   an [`Outbox`] commits a row's effects in the row's transaction
+//!   ([`Outbox::commit_items`], in the row's partition or another table of
+//!   its database: [`Table::transact_write_tables`]) and delivers them in
+//!   order per row, at least once ([`Outbox::drain`],
+//!   [`Outbox::drain_pending`]).
 //! - **Amazon DynamoDB** (feature `aws`): `DynamoTable` implements
 //!   [`Table`] with `aws-sdk-dynamodb` (requests validated as the embedded
 //!   table validates them, expressions with placeholders only, the SDK's

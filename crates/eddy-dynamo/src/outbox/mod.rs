@@ -115,7 +115,9 @@ impl Outbox {
     /// Keeps the items in `table` instead (its keys default to `pk`/`sk`
     /// strings): another table of the row table's database
     /// (`open_table`), so one transaction still writes both. Its change
-    /// stream, not the read model's, carries them.
+    /// stream, not the read model's, carries them. Declare the index
+    /// ([`with_index`](Self::with_index)) after this: it is the new
+    /// table's.
     pub fn in_table(mut self, table: Arc<dyn Table>) -> Result<Self, Error> {
         string_key(table.schema())?;
         self.table = table;
