@@ -72,6 +72,11 @@ pub struct InputMark {
     /// The input's deletion was committed (its final unit ran).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub gone: bool,
+    /// The input stream's path, so that an operator's tool can measure
+    /// the binding's lag against it (`eddy status`). Absent in checkpoints
+    /// written before it was recorded, until their next commit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 /// A unit whose input ranges are pinned but whose commit has not settled.
@@ -103,6 +108,10 @@ pub struct Checkpoint {
     /// Units committed so far.
     #[serde(default)]
     pub units: u64,
+    /// When the last unit settled, in unix milliseconds (for operators;
+    /// nothing in the engine reads it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub committed_at_ms: Option<u64>,
 }
 
 /// The version of a binding's checkpoint that a writer last saw. Saving

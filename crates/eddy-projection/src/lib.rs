@@ -27,6 +27,9 @@
 //!   stream of them; [`Host::read`], [`Host::current`] and
 //!   [`Host::decide`] look at state without moving anything;
 //!   [`Host::forget`] drops a binding's checkpoint on purpose.
+//! - [`inspect()`] looks at every binding whose checkpoint lives in a
+//!   store, from outside: its state, units, last commit, pinned unit and
+//!   each input's lag behind its tail (what `eddy status` prints).
 //! - [`wake`] declares a wake projection; [`Host::attach`] runs bindings
 //!   when their inputs commit and reports each one's status.
 //!
@@ -172,6 +175,7 @@ mod handler;
 mod handles;
 mod host;
 mod inputs;
+mod inspect;
 mod params;
 mod progress;
 mod retry;
@@ -200,6 +204,7 @@ pub use emits::Emits;
 pub use error::{HandlerError, ProjectionError, Result};
 pub use handles::{Collection, Input, Output, StateOutput};
 pub use host::Host;
+pub use inspect::{inspect, BindingHealth, BindingReport, InputLag, LAG_SCAN_BYTES};
 pub use progress::{
     FollowOptions, Pass, Progress, RunOptions, Status, DEFAULT_REPAIR_INTERVAL, DEFAULT_UNIT_SIZE,
 };

@@ -11,6 +11,8 @@ mod dynamo;
 mod logging;
 mod progress;
 mod serve;
+mod status;
+mod store;
 mod streams;
 
 #[derive(Parser)]
@@ -29,8 +31,10 @@ enum Command {
     /// Serve the Durable Streams HTTP protocol over the stream store.
     // Boxed: serve's many options would make every command as large.
     Serve(Box<serve::ServeArgs>),
-    /// Stream tools on the embedded store: create, append, read, tail, close, delete, ls, export, import.
+    /// Stream tools: create, append, read, tail, close, delete, ls, export, import.
     Streams(streams::StreamsArgs),
+    /// How far behind each projection binding is, and what is stuck.
+    Status(status::StatusArgs),
     /// Amazon DynamoDB tools: create-table (feature `aws`).
     #[cfg(feature = "aws")]
     Dynamo(dynamo::DynamoArgs),
@@ -62,6 +66,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Serve(args) => serve::run(*args).await,
         Command::Streams(args) => streams::run(args).await,
+        Command::Status(args) => status::run(args).await,
         #[cfg(feature = "aws")]
         Command::Dynamo(args) => dynamo::run(args).await,
     }

@@ -7,18 +7,19 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use eddy_streams::{
-    export, import, Append, Payload, ProducerPosition, ReadFrom, SqliteStorage, Storage,
-    StreamConfig, StreamPath,
+    export, import, Append, Payload, ProducerPosition, ReadFrom, StreamConfig, StreamPath,
 };
 
 use crate::progress::Bar;
+use crate::store::StoreArgs;
 
-/// Stream tools; every command opens the SQLite store under `--data`.
+/// Stream tools; every command opens the store that `--data`,
+/// `--storage` or `--server` names (the SQLite store under `./eddy-data`
+/// by default).
 #[derive(Args, Debug)]
 pub struct StreamsArgs {
-    /// The data directory of the embedded store.
-    #[arg(long, global = true, default_value = "./eddy-data", env = "EDDY_DATA")]
-    data: PathBuf,
+    #[command(flatten)]
+    store: StoreArgs,
     #[command(subcommand)]
     command: StreamsCommand,
 }
@@ -130,8 +131,7 @@ const READ_CHUNK: usize = 1 << 20;
 
 /// Runs a `streams` command.
 pub async fn run(args: StreamsArgs) -> anyhow::Result<()> {
-    let store = SqliteStorage::open(&args.data)
-        .with_context(|| format!("cannot open the store in {}", args.data.display()))?;
+    let store = args.store.open().await?;
     let mut out = std::io::stdout().lock();
     match args.command {
         StreamsCommand::Create {
@@ -248,9 +248,9 @@ pub async fn run(args: StreamsArgs) -> anyhow::Result<()> {
                 Some(file) => {
                     let file = std::fs::File::create(&file)
                         .with_context(|| format!("cannot create {}", file.display()))?;
-                    export(&store, &prefix, &mut BufWriter::new(file), &mut bar).await?
+                    export(store.as_ref(), &prefix, &mut BufWriter::new(file), &mut bar).await?
                 }
-                None => export(&store, &prefix, &mut BufWriter::new(out), &mut bar).await?,
+                None => export(store.as_ref(), &prefix, &mut BufWriter::new(out), &mut bar).await?,
             };
             bar.done(format!(
                 "exported {} streams, {} messages",
@@ -263,9 +263,23 @@ pub async fn run(args: StreamsArgs) -> anyhow::Result<()> {
                 Some(file) => {
                     let file = std::fs::File::open(&file)
                         .with_context(|| format!("cannot open {}", file.display()))?;
-                    import(&store, &mut BufReader::new(file), overwrite, &mut bar).await?
+                    import(
+                        store.as_ref(),
+                        &mut BufReader::new(file),
+                        overwrite,
+                        &mut bar,
+                    )
+                    .await?
                 }
-                None => import(&store, &mut std::io::stdin().lock(), overwrite, &mut bar).await?,
+                None => {
+                    import(
+                        store.as_ref(),
+                        &mut std::io::stdin().lock(),
+                        overwrite,
+                        &mut bar,
+                    )
+                    .await?
+                }
             };
             bar.done(format!(
                 "imported {} streams, {} messages",

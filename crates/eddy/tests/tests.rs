@@ -6,4 +6,5 @@ mod dynamo_cli;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod serve_cli;
+mod status_cli;
 mod streams_cli;

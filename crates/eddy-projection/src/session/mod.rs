@@ -357,6 +357,7 @@ impl<P: Params, S: State> Session<P, S> {
 
     async fn pin(&mut self, unit: &Unit<P>) -> Result<()> {
         let mut pinned = self.checkpoint.clone();
+        self.record_paths(&mut pinned);
         pinned.pending = Some(Pending {
             key: unit.key.clone(),
             ranges: unit.ranges.clone(),
@@ -416,6 +417,16 @@ impl<P: Params, S: State> Session<P, S> {
         Ok(())
     }
 
+    /// Writes each input's stream path into its mark, for operators'
+    /// tools that measure the binding's lag.
+    fn record_paths(&self, checkpoint: &mut Checkpoint) {
+        let inputs = self.bound.projection.inputs().iter();
+        for (input, path) in inputs.zip(&self.bound.inputs) {
+            let mark = checkpoint.inputs.entry(input.name.clone()).or_default();
+            mark.path = Some(path.to_string());
+        }
+    }
+
     /// The checkpoint after the unit over `ranges` settles with `state`.
     fn settled(
         &self,
@@ -431,11 +442,16 @@ impl<P: Params, S: State> Session<P, S> {
             mark.closed |= range.closed;
             mark.gone |= range.gone;
         }
+        self.record_paths(&mut next);
         for output in emitted {
             *next.next_seq.entry(output.clone()).or_insert(0) += 1;
         }
         next.pending = None;
         next.units += 1;
+        next.committed_at_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .and_then(|d| u64::try_from(d.as_millis()).ok());
         Ok(next)
     }
 }

@@ -24,12 +24,14 @@ pub fn checkpoint(n: u64) -> Checkpoint {
             "orders".to_owned(),
             InputMark {
                 offset: Offset::at(n),
+                path: Some("shop/orders".into()),
                 ..InputMark::default()
             },
         )]),
         generation: "g-1".into(),
         next_seq: BTreeMap::from([("totals".to_owned(), n)]),
         units: n,
+        committed_at_ms: Some(1_764_547_200_000 + n),
         ..Checkpoint::default()
     }
 }

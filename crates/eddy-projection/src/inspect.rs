@@ -1,0 +1,261 @@
+//! Looking at bindings from outside: every binding whose checkpoint lives
+//! in a store's checkpoint streams, what it committed, and how far each
+//! input's tail is ahead of it. Reads only; for operators' tools (`eddy
+//! status`, the console).
+
+use std::sync::Arc;
+
+use eddy_streams::{Offset, ReadFrom, Storage, StreamError, StreamPath};
+use serde::Serialize;
+
+use crate::{
+    Checkpoint, CheckpointKey, CheckpointStore, Pending, Result, StreamCheckpoints,
+    CHECKPOINT_PREFIX,
+};
+
+/// The most bytes [`inspect`] reads to count one input's lag in bytes;
+/// beyond it the count is a lower bound ([`InputLag::lag_bytes_exact`]).
+pub const LAG_SCAN_BYTES: u64 = 16 << 20;
+
+/// What one binding has committed, and how far behind its inputs it is.
+#[derive(Clone, Debug, Serialize)]
+pub struct BindingReport {
+    /// The projection id.
+    pub projection: String,
+    /// The declaration version.
+    pub version: u32,
+    /// The binding's parameter key (`_` for none).
+    pub params: String,
+    /// Where its checkpoint lives.
+    pub checkpoint_path: String,
+    /// Its state, as an operator would name it.
+    pub state: BindingHealth,
+    /// Units committed so far.
+    pub units: u64,
+    /// When the last unit settled, in unix milliseconds (checkpoints
+    /// written before it was recorded have none).
+    pub committed_at_ms: Option<u64>,
+    /// The pinned unit that has not settled: its handler failed (an
+    /// at-least-once unit waits to be retried) or its worker stopped
+    /// mid-unit.
+    pub pending: Option<Pending>,
+    /// Each input's position against its tail.
+    pub inputs: Vec<InputLag>,
+    /// Why the checkpoint or an input could not be read.
+    pub error: Option<String>,
+    /// Durable wake-up marks for the binding. Always `None` for now: the
+    /// store keeps no durable marks yet (`Projection.attach` with durable
+    /// marks, issue 13, is being built); this is where they will show.
+    pub wake_marks: Option<Vec<String>>,
+}
+
+/// A binding's state, from what is durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BindingHealth {
+    /// Every input's committed offset is its tail.
+    CaughtUp,
+    /// Some input has messages the binding has not committed.
+    Behind,
+    /// A unit is pinned and has not settled (see [`BindingReport::pending`]).
+    Pinned,
+    /// Its checkpoint cannot be read (see [`BindingReport::error`]).
+    Failed,
+}
+
+/// One input of a binding against its tail.
+#[derive(Clone, Debug, Serialize)]
+pub struct InputLag {
+    /// The input's name in the declaration.
+    pub name: String,
+    /// The input stream, when the checkpoint records it.
+    pub path: Option<String>,
+    /// The offset after the last committed item.
+    pub offset: Offset,
+    /// The input's tail now (`None` when its path is unknown or it is gone).
+    pub tail: Option<Offset>,
+    /// Messages between the committed offset and the tail.
+    pub lag_messages: u64,
+    /// Their size in bytes (a lower bound when not
+    /// [`lag_bytes_exact`](Self::lag_bytes_exact)).
+    pub lag_bytes: u64,
+    /// Whether `lag_bytes` counts every lagging message.
+    pub lag_bytes_exact: bool,
+    /// The input's close is committed.
+    pub closed: bool,
+    /// The input's deletion is committed.
+    pub gone: bool,
+}
+
+/// Every binding whose checkpoint lives in `storage`'s checkpoint streams
+/// ([`StreamCheckpoints`]), sorted by checkpoint path. A binding whose
+/// checkpoint cannot be read is reported as [`BindingHealth::Failed`]
+/// rather than failing the whole look.
+pub async fn inspect(storage: &Arc<dyn Storage>) -> Result<Vec<BindingReport>> {
+    let checkpoints = StreamCheckpoints::new(Arc::clone(storage));
+    let mut reports = Vec::new();
+    for key in keys(storage.as_ref()).await? {
+        let loaded = checkpoints.load(&key).await;
+        let mut report = BindingReport {
+            projection: key.projection.clone(),
+            version: key.version,
+            params: key.params.clone(),
+            checkpoint_path: key.path.to_string(),
+            state: BindingHealth::CaughtUp,
+            units: 0,
+            committed_at_ms: None,
+            pending: None,
+            inputs: Vec::new(),
+            error: None,
+            wake_marks: None,
+        };
+        match loaded {
+            Ok(loaded) => {
+                if let Some(checkpoint) = loaded.checkpoint {
+                    fill(storage.as_ref(), &mut report, checkpoint).await;
+                }
+            }
+            Err(err) => {
+                report.state = BindingHealth::Failed;
+                report.error = Some(err.to_string());
+            }
+        }
+        reports.push(report);
+    }
+    Ok(reports)
+}
+
+/// The keys of the bindings with checkpoint streams in `storage`.
+async fn keys(storage: &dyn Storage) -> Result<Vec<CheckpointKey>> {
+    let mut keys: Vec<CheckpointKey> = Vec::new();
+    for info in storage.list(&format!("{CHECKPOINT_PREFIX}/")).await? {
+        // A slot stream: `<prefix>/<id>/<version>/<params>/<0|1>`.
+        let Some((binding, _slot)) = info.path.rsplit_once('/') else {
+            continue;
+        };
+        let Some(key) = parse_key(binding) else {
+            continue;
+        };
+        keys.push(key);
+    }
+    keys.sort_by(|a, b| a.path.as_str().cmp(b.path.as_str()));
+    keys.dedup_by(|a, b| a.path == b.path);
+    Ok(keys)
+}
+
+/// The key whose checkpoint lives at `path`, if it is one.
+fn parse_key(path: &str) -> Option<CheckpointKey> {
+    let rest = path.strip_prefix(CHECKPOINT_PREFIX)?.strip_prefix('/')?;
+    let mut parts = rest.splitn(3, '/');
+    let projection = unescape(parts.next()?)?;
+    let version = parts.next()?.parse().ok()?;
+    let params = parts.next()?.to_owned();
+    Some(CheckpointKey {
+        projection,
+        version,
+        params,
+        path: StreamPath::new(path).ok()?,
+    })
+}
+
+/// Undoes the checkpoint path's percent-escaping.
+fn unescape(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Fills `report` from a loaded checkpoint and its inputs' tails.
+async fn fill(storage: &dyn Storage, report: &mut BindingReport, checkpoint: Checkpoint) {
+    report.units = checkpoint.units;
+    report.committed_at_ms = checkpoint.committed_at_ms;
+    let mut behind = false;
+    for (name, mark) in checkpoint.inputs {
+        let mut lag = InputLag {
+            name,
+            path: mark.path.clone(),
+            offset: mark.offset,
+            tail: None,
+            lag_messages: 0,
+            lag_bytes: 0,
+            lag_bytes_exact: true,
+            closed: mark.closed,
+            gone: mark.gone,
+        };
+        if let (Some(path), false) = (&mark.path, mark.gone) {
+            if let Err(err) = measure(storage, path, &mut lag).await {
+                report.error = Some(format!("input `{}` ({path}): {err}", lag.name));
+            }
+        }
+        behind |= lag.lag_messages > 0;
+        report.inputs.push(lag);
+    }
+    report.state = if checkpoint.pending.is_some() {
+        BindingHealth::Pinned
+    } else if behind {
+        BindingHealth::Behind
+    } else {
+        BindingHealth::CaughtUp
+    };
+    report.pending = checkpoint.pending;
+}
+
+/// Reads the input's tail and counts the messages (and, up to
+/// [`LAG_SCAN_BYTES`], the bytes) after the committed offset.
+async fn measure(storage: &dyn Storage, path: &str, lag: &mut InputLag) -> Result<(), StreamError> {
+    let path = StreamPath::new(path)?;
+    let info = match storage.head(&path).await {
+        Ok(info) => info,
+        Err(StreamError::NotFound { .. } | StreamError::Gone { .. }) => return Ok(()),
+        Err(err) => return Err(err),
+    };
+    lag.tail = Some(info.tail);
+    lag.lag_messages = info.tail.position().saturating_sub(lag.offset.position());
+    let mut from = lag.offset;
+    while from < info.tail {
+        if lag.lag_bytes >= LAG_SCAN_BYTES {
+            lag.lag_bytes_exact = false;
+            break;
+        }
+        let chunk = storage.read(&path, ReadFrom::Offset(from), 1 << 20).await?;
+        let upto = chunk.next_offset.min(info.tail);
+        let take =
+            usize::try_from(upto.position().saturating_sub(from.position())).unwrap_or(usize::MAX);
+        lag.lag_bytes += chunk
+            .messages
+            .iter()
+            .take(take)
+            .map(|m| m.len() as u64)
+            .sum::<u64>();
+        if chunk.next_offset <= from {
+            break;
+        }
+        from = upto;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn checkpoint_paths_parse_back_to_their_keys() {
+        let key = CheckpointKey::new("order totals/v2", 3, &json!({"shop": "a/b"})).expect("key");
+        let parsed = parse_key(key.path.as_str()).expect("a checkpoint path");
+        assert_eq!(parsed, key);
+        assert!(parse_key("orders/1").is_none());
+    }
+}

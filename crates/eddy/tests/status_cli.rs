@@ -1,0 +1,170 @@
+//! `eddy status` on a store where one binding is behind, one has a unit
+//! pinned by a failed handler, one is caught up and one's checkpoint is
+//! unreadable: each shows as such in the table and the JSON, and
+//! `--fail-on-lag` fails only past its limit. (Durable wake-up marks are
+//! not recorded by any store yet, so none can show.)
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use eddy_projection::{Commit, Declare, Host, RunOptions, Step};
+use eddy_streams::{JsonStream, Payload, SqliteStorage, Storage, StreamConfig, StreamPath};
+
+/// Five numbers; `sum` committed the first two, `mailer` pinned a unit and
+/// failed, `count` caught up, and `broken`'s checkpoint is not JSON.
+async fn seed(dir: &Path) {
+    let store: Arc<dyn Storage> = Arc::new(SqliteStorage::open(dir).expect("open"));
+    let numbers = JsonStream::<i64>::new("numbers", "numbers").expect("route");
+    numbers.create(store.as_ref(), &()).await.expect("create");
+    numbers
+        .append(store.as_ref(), &(), &[1, 2, 3, 4, 5])
+        .await
+        .expect("append");
+    let host = Host::new(Arc::clone(&store));
+
+    let mut declare = Declare::<()>::new("sum");
+    let input = declare.input("numbers", &numbers);
+    let sum = declare
+        .fold(0_i64)
+        .on(input, |sum, entry, _| sum + entry.item)
+        .build()
+        .expect("declare");
+    let two = RunOptions {
+        limit: Some(1),
+        unit_size: 2,
+    };
+    host.run(&sum.at(()).expect("bind"), two)
+        .await
+        .expect("run");
+
+    let mut declare = Declare::<()>::new("count");
+    let input = declare.input("numbers", &numbers);
+    let count = declare
+        .fold(0_i64)
+        .on(input, |count, _, _| count + 1)
+        .build()
+        .expect("declare");
+    host.run(&count.at(()).expect("bind"), RunOptions::default())
+        .await
+        .expect("run");
+
+    let mut declare = Declare::<()>::new("mailer");
+    let input = declare.input("numbers", &numbers);
+    let mailer = declare
+        .process_each(Commit::at_least_once())
+        .on(input, |_, _| Step::<()>::fail("the mail server refused"))
+        .build()
+        .expect("declare");
+    let failed = host
+        .run(&mailer.at(()).expect("bind"), RunOptions::default())
+        .await;
+    assert!(failed.is_err(), "the handler fails");
+
+    let broken = StreamPath::new("__eddy/checkpoints/broken/1/_/0").expect("path");
+    store
+        .create(
+            &broken,
+            StreamConfig::json(),
+            Payload::from(vec![bytes::Bytes::from_static(b"{\"oops\":1}")]),
+        )
+        .await
+        .expect("a broken checkpoint");
+}
+
+fn status(args: &[&str]) -> Output {
+    Command::new(crate::crash::eddy_binary())
+        .arg("status")
+        .args(args)
+        .output()
+        .expect("run eddy status")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[tokio::test]
+async fn status_shows_behind_pinned_caught_up_and_failed_bindings() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    seed(dir.path()).await;
+    let data = dir.path().to_string_lossy().into_owned();
+
+    let table = status(&["--data", &data]);
+    assert!(table.status.success(), "{}", text(&table.stderr));
+    let table = text(&table.stdout);
+    let row = |name: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no row for {name}: {table}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    // BINDING (3 words), STATE, UNITS, LAG MSGS, LAG BYTES.
+    assert_eq!(row("sum v1")[3..7], ["behind", "1", "3", "3"], "{table}");
+    assert_eq!(
+        row("count v1")[3..7],
+        ["caught-up", "1", "0", "0"],
+        "{table}"
+    );
+    assert_eq!(row("mailer v1")[3..7], ["pinned", "0", "5", "5"], "{table}");
+    assert_eq!(row("broken v1")[3], "failed", "{table}");
+    assert!(table.contains("    last error: "), "{table}");
+    assert!(
+        table.contains("numbers numbers: at message 2 of 5, 3 behind"),
+        "{table}"
+    );
+    assert!(table.starts_with("streams: 1 (5 bytes)"), "{table}");
+
+    let json = status(&["--data", &data, "--json"]);
+    assert!(json.status.success(), "{}", text(&json.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    let binding = |id: &str| {
+        json["bindings"]
+            .as_array()
+            .expect("bindings")
+            .iter()
+            .find(|b| b["projection"] == id)
+            .unwrap_or_else(|| panic!("no binding {id}: {json}"))
+            .clone()
+    };
+    let sum = binding("sum");
+    assert_eq!(sum["state"], "behind");
+    assert_eq!(sum["inputs"][0]["lag_messages"], 3);
+    assert_eq!(sum["inputs"][0]["lag_bytes"], 3);
+    assert_eq!(sum["inputs"][0]["path"], "numbers");
+    assert!(sum["committed_at_ms"].as_u64().is_some(), "{sum}");
+    let mailer = binding("mailer");
+    assert_eq!(mailer["state"], "pinned");
+    assert!(mailer["pending"]["key"].is_string(), "{mailer}");
+    assert_eq!(binding("count")["state"], "caught-up");
+    let broken = binding("broken");
+    assert_eq!(broken["state"], "failed");
+    assert!(broken["error"].is_string(), "{broken}");
+    assert_eq!(json["streams"]["count"], 1);
+    assert!(json["streams"]["internal"].as_u64() >= Some(4), "{json}");
+
+    // `mailer` never committed: 5 behind.
+    let over = status(&["--data", &data, "--fail-on-lag", "4"]);
+    assert!(!over.status.success());
+    assert!(
+        text(&over.stderr).contains("mailer"),
+        "{}",
+        text(&over.stderr)
+    );
+    let within = status(&["--data", &data, "--fail-on-lag", "5"]);
+    assert!(within.status.success(), "{}", text(&within.stderr));
+
+    // The same through a running server.
+    let (mut server, url) = crate::crash::serve(
+        crate::crash::eddy_binary(),
+        &["--storage", "sqlite", "--data", &data],
+    );
+    let remote = status(&["--server", &url, "--json"]);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(remote.status.success(), "{}", text(&remote.stderr));
+    let remote: serde_json::Value = serde_json::from_slice(&remote.stdout).expect("JSON");
+    assert_eq!(remote["bindings"], json["bindings"]);
+}
