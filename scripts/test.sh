@@ -22,6 +22,9 @@ apt_install() {
 need curl || apt_install curl
 need node || apt_install nodejs npm
 python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
+# Headless Chromium and its WebDriver for the console's browser test.
+[ -x /usr/bin/chromedriver ] || apt_install chromium chromium-driver
+export EDDY_REQUIRE_CHROMIUM=1
 
 step() {
   local name="$1"; shift
@@ -100,7 +103,12 @@ if [ "$pg_ran" -eq 0 ]; then
   echo "no PostgreSQL test ran" >&2
   exit 1
 fi
-summary+=("      cargo test: $passed passed, $failed failed ($moto_ran of them on moto, $pg_ran on PostgreSQL)")
+browser_ran=$(grep -c '^test console::.* ok$' "$log_dir/cargo-test.log" || true)
+if [ "$browser_ran" -eq 0 ]; then
+  echo "no console (headless Chromium) test ran" >&2
+  exit 1
+fi
+summary+=("      cargo test: $passed passed, $failed failed ($moto_ran of them on moto, $pg_ran on PostgreSQL, $browser_ran console tests in Chromium; screenshot in target/tmp/console.png)")
 
 # The public Durable Streams conformance suite, on every storage backend.
 step "conformance suite" bash -c "scripts/conformance/run.sh memory sqlite postgres | tee '$log_dir/conformance.log'"

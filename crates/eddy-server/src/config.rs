@@ -68,6 +68,9 @@ pub struct ServerConfig {
     pub webhook_retry_initial: Duration,
     /// The longest delay between re-deliveries of a failing webhook.
     pub webhook_retry_max: Duration,
+    /// Serve the console: the page at `/console` and the bindings at
+    /// `/_eddy/bindings` (on by default).
+    pub console: bool,
 }
 
 impl Default for ServerConfig {
@@ -94,6 +97,7 @@ impl Default for ServerConfig {
             cache: CacheConfig::default(),
             webhook_retry_initial: Duration::from_secs(1),
             webhook_retry_max: Duration::from_secs(300),
+            console: true,
         }
     }
 }

@@ -9,7 +9,8 @@
 //! # The HTTP mapping
 //!
 //! Every request path names a stream (`/v1/stream/orders` is the stream
-//! `v1/stream/orders`), except `/healthz`, `/readyz`, `/metrics`, the reserved
+//! `v1/stream/orders`), except `/healthz`, `/readyz`, `/metrics`, `/console`
+//! (the console page; `/_eddy/bindings` is its data), the reserved
 //! `/_eddy/` prefix (Eddy's listing) and any path with a `__ds` segment
 //! (the protocol's subscription API: signed webhooks and pull-wake leases,
 //! kept in the server process).
@@ -78,6 +79,7 @@ mod cache;
 mod client;
 mod compression;
 mod config;
+mod console;
 mod cursor;
 mod error;
 mod handlers;

@@ -12,6 +12,8 @@ pub(crate) enum RouteClass {
     Probe,
     /// `/metrics`.
     Metrics,
+    /// The console page and its bindings endpoint.
+    Console,
     /// A CORS preflight.
     Preflight,
     /// `/_eddy/streams`: the listing.
@@ -47,6 +49,9 @@ impl RouteClass {
             "/metrics" => return RouteClass::Metrics,
             _ => {}
         }
+        if crate::console::serves(path) {
+            return RouteClass::Console;
+        }
         let reserved = path.strip_prefix('/').unwrap_or(path);
         if reserved.starts_with(protocol::RESERVED_PREFIX) {
             return RouteClass::List;
@@ -70,6 +75,7 @@ impl RouteClass {
         match self {
             RouteClass::Probe => "probe",
             RouteClass::Metrics => "metrics",
+            RouteClass::Console => "console",
             RouteClass::Preflight => "preflight",
             RouteClass::List => "list",
             RouteClass::Subscription => "subscription",

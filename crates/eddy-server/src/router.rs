@@ -15,7 +15,7 @@ use crate::handlers;
 use crate::protocol;
 use crate::route_class::RouteClass;
 use crate::state::AppState;
-use crate::{cache, compression, observe, probes};
+use crate::{cache, compression, console, observe, probes};
 
 /// The whole HTTP application over `state`.
 pub fn app(state: AppState) -> Router {
@@ -23,6 +23,7 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(probes::healthz))
         .route("/readyz", get(probes::readyz))
         .route("/metrics", get(metrics))
+        .merge(console::routes(&state))
         .fallback(handlers::stream)
         .layer(compression::layer(&state.config.compression))
         .layer(map_response(cache::tag_encoding))
@@ -133,7 +134,8 @@ fn authorized(state: &AppState, request: &Request) -> bool {
     let Some(token) = &state.config.auth_token else {
         return true;
     };
-    if matches!(request.uri().path(), "/healthz" | "/readyz") {
+    // The console page holds no data; its API calls carry the token.
+    if matches!(request.uri().path(), "/healthz" | "/readyz" | console::PAGE) {
         return true;
     }
     bearer_is(request.headers(), token) || administrative(state, request.headers())

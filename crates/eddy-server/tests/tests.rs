@@ -2,6 +2,7 @@
 
 mod caching;
 mod compression;
+mod console;
 mod http2;
 mod limits;
 mod metrics_page;

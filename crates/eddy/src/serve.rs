@@ -142,6 +142,10 @@ pub struct ServeArgs {
     /// Send every response uncompressed.
     #[arg(long, env = "EDDY_NO_COMPRESSION")]
     pub no_compression: bool,
+    /// Serve no console page (`/console`) and no bindings endpoint
+    /// (`/_eddy/bindings`).
+    #[arg(long, env = "EDDY_NO_CONSOLE")]
+    pub no_console: bool,
     /// The smallest text response that is compressed (gzip, brotli or zstd,
     /// as the client's Accept-Encoding prefers), in bytes.
     #[arg(long, default_value_t = CompressionConfig::default().min_bytes, env = "EDDY_COMPRESSION_MIN_BYTES")]
@@ -277,6 +281,7 @@ impl ServeArgs {
                     .map(|prefix| prefix.trim_start_matches('/').to_owned())
                     .collect(),
             },
+            console: !self.no_console,
             ..ServerConfig::default()
         })
     }

@@ -1,0 +1,83 @@
+//! The console: one static page (`/console`) that shows the streams with
+//! their sizes and tails, a live tail of a chosen stream over the
+//! protocol's own SSE, and the projection bindings whose checkpoints live
+//! in the store, with their lag bars and states (`/_eddy/bindings`, from
+//! [`eddy_projection::inspect`]).
+//!
+//! The page holds no data: everything it shows comes from API calls that
+//! carry the same bearer token as any client's (asked for on the page
+//! when the server wants one), so the page itself is served without one.
+//! `ServerConfig::console` (`eddy serve --no-console`) turns both routes
+//! off.
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+use crate::state::AppState;
+
+/// The page's path.
+pub(crate) const PAGE: &str = "/console";
+/// The bindings endpoint's path.
+pub(crate) const BINDINGS: &str = "/_eddy/bindings";
+
+const HTML: &str = include_str!("console.html");
+
+/// The console's routes, when the configuration turns it on.
+pub(crate) fn routes(state: &AppState) -> Router<AppState> {
+    if !state.config.console {
+        return Router::new();
+    }
+    Router::new()
+        .route(PAGE, get(page))
+        .route(BINDINGS, get(bindings))
+}
+
+/// Whether `path` is one of the console's (for the metrics' route class).
+pub(crate) fn serves(path: &str) -> bool {
+    path == PAGE || path == BINDINGS
+}
+
+async fn page() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'",
+            ),
+        ],
+        HTML,
+    )
+        .into_response()
+}
+
+/// `GET /_eddy/bindings`: every binding with checkpoints in the store, as
+/// JSON ([`eddy_projection::BindingReport`]s).
+async fn bindings(State(state): State<AppState>) -> Response {
+    match eddy_projection::inspect(&state.store).await {
+        Ok(reports) => match serde_json::to_vec(&reports) {
+            Ok(json) => (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                json,
+            )
+                .into_response(),
+            Err(err) => internal(&err.to_string()),
+        },
+        Err(err) => {
+            tracing::warn!(error = %err, "the console cannot list the bindings");
+            internal(&err.to_string())
+        }
+    }
+}
+
+fn internal(message: &str) -> Response {
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("cannot list the bindings: {message}\n"),
+    )
+        .into_response()
+}

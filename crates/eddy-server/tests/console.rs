@@ -1,0 +1,206 @@
+//! The console page (issue 14 §3) in a real headless Chromium, driven over
+//! WebDriver (`chromedriver`): it lists the streams and the bindings, and
+//! its live tail shows an append made after the page loaded. A screenshot
+//! goes to `target/tmp/console.png`.
+//!
+//! Needs Debian's `chromium` and `chromium-driver` (`scripts/test.sh`
+//! installs them); without them the test says it was skipped, unless
+//! `EDDY_REQUIRE_CHROMIUM` is set.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use eddy_projection::{Declare, Host, RunOptions};
+use eddy_server::{RunningServer, Server, ServerConfig};
+use eddy_streams::{JsonStream, MemoryStorage, Storage};
+use fantoccini::{Client, ClientBuilder, Locator};
+
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// `chromedriver` on a free port, killed on drop.
+struct Driver(Child, u16);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn driver() -> Option<Driver> {
+    if !std::path::Path::new(CHROMEDRIVER).exists() {
+        let required = std::env::var_os("EDDY_REQUIRE_CHROMIUM").is_some();
+        assert!(!required, "{CHROMEDRIVER} is missing");
+        eprintln!("console test: skipped, {CHROMEDRIVER} is missing (apt-get install chromium chromium-driver)");
+        return None;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let child = Command::new(CHROMEDRIVER)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromedriver");
+    Some(Driver(child, port))
+}
+
+async fn browser(driver: &Driver) -> Client {
+    let mut capabilities = serde_json::Map::new();
+    capabilities.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({
+            "binary": CHROMIUM,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                     "--disable-dev-shm-usage", "--window-size=1200,900"],
+        }),
+    );
+    // Both rustls providers are in this build: pick the server's.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let url = format!("http://127.0.0.1:{}", driver.1);
+    // chromedriver takes a moment to listen: retry the session's start.
+    let mut last = None;
+    for _ in 0..100 {
+        match ClientBuilder::rustls()
+            .expect("TLS roots")
+            .capabilities(capabilities.clone())
+            .connect(&url)
+            .await
+        {
+            Ok(client) => return client,
+            Err(err) => last = Some(err),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no WebDriver session: {last:?}");
+}
+
+/// A server with a stream of five numbers and a binding that committed
+/// two of them.
+async fn server() -> RunningServer {
+    let store: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+    let numbers = JsonStream::<i64>::new("numbers", "numbers").expect("route");
+    numbers.create(store.as_ref(), &()).await.expect("create");
+    numbers
+        .append(store.as_ref(), &(), &[1, 2, 3, 4, 5])
+        .await
+        .expect("append");
+    let mut declare = Declare::<()>::new("sum");
+    let input = declare.input("numbers", &numbers);
+    let sum = declare
+        .fold(0_i64)
+        .on(input, |sum, entry, _| sum + entry.item)
+        .build()
+        .expect("declare");
+    let two = RunOptions {
+        limit: Some(1),
+        unit_size: 2,
+    };
+    Host::new(Arc::clone(&store))
+        .run(&sum.at(()).expect("bind"), two)
+        .await
+        .expect("run");
+    Server::bind(([127, 0, 0, 1], 0).into(), store, ServerConfig::default())
+        .await
+        .expect("bind")
+        .spawn()
+}
+
+/// Waits until the server counts `n` live readers: the page's tail is
+/// connected, so an append now reaches it.
+async fn live_readers_reach(base: &str, n: u64) {
+    let line = format!("eddy_live_readers {n}");
+    let http = reqwest::Client::new();
+    for _ in 0..1000 {
+        let page = http
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics body");
+        if page.lines().any(|l| l == line) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the console's tail never connected");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_lists_streams_and_bindings_and_tails_live() {
+    let Some(driver) = driver() else {
+        return;
+    };
+    let server = server().await;
+    let base = server.url();
+    let page = browser(&driver).await;
+    page.goto(&format!("{base}/console")).await.expect("open");
+    let wait = || page.wait().at_most(Duration::from_secs(20));
+
+    let link = wait()
+        .for_element(Locator::XPath(
+            "//table[@id='streams']//a[text()='numbers']",
+        ))
+        .await
+        .expect("the stream is listed");
+    wait()
+        .for_element(Locator::XPath(
+            "//table[@id='bindings']//tr[td[1]='sum v1 _'][td[2]='behind'][td[4]='3']",
+        ))
+        .await
+        .expect("the binding is listed, 3 behind");
+
+    link.click().await.expect("choose the stream");
+    live_readers_reach(&base, 1).await;
+    let appended = reqwest::Client::new()
+        .post(format!("{base}/numbers"))
+        .header("content-type", "application/json")
+        .body("4242")
+        .send()
+        .await
+        .expect("append");
+    assert!(appended.status().is_success());
+    wait()
+        .for_element(Locator::XPath("//pre[@id='tail'][contains(., '4242')]"))
+        .await
+        .expect("the live tail shows the append");
+
+    let png = page.screenshot().await.expect("screenshot");
+    let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console.png");
+    std::fs::write(&file, png).expect("write the screenshot");
+    eprintln!("console screenshot: {}", file.display());
+    page.close().await.expect("close the browser");
+    server.stop().await.expect("stop");
+}
+
+#[tokio::test]
+async fn no_console_serves_neither_route() {
+    let config = ServerConfig {
+        console: false,
+        ..ServerConfig::default()
+    };
+    let server = Server::bind(
+        ([127, 0, 0, 1], 0).into(),
+        Arc::new(MemoryStorage::new()),
+        config,
+    )
+    .await
+    .expect("bind")
+    .spawn();
+    let http = reqwest::Client::new();
+    for path in ["/console", "/_eddy/bindings"] {
+        let response = http
+            .get(format!("{}{path}", server.url()))
+            .send()
+            .await
+            .expect("get");
+        assert_ne!(response.status(), 200, "{path}");
+    }
+    server.stop().await.expect("stop");
+}
