@@ -211,6 +211,6 @@ const HELP: &[(&str, &str)] = &[
     ),
     (
         HTTP_SECONDS,
-        "Time from a request's arrival to its response head, by route class, in seconds (a live read's response head goes out before it waits).",
+        "Time from a request's arrival to its response head, by route class, in seconds (a long-poll's includes its wait; an SSE stream's head goes out before its events).",
     ),
 ];
