@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::change_feed::ChangeRecord;
 use crate::event_item::{EventItem, StreamIdentity};
-use crate::projection::{Projection, RecordFailure, RowOutcome, RowReport};
+use crate::projection::{MultiProjection, Projection, RecordFailure, RowOutcome, RowReport};
 
 /// A projection as batch processing sees it: which streams it reads, and a
 /// way to apply stored events. Every [`Projection`] is one.
@@ -35,6 +35,25 @@ where
 {
     fn reads(&self, stream: &StreamIdentity) -> bool {
         Projection::reads(self, stream)
+    }
+
+    async fn apply_events(
+        &self,
+        events: Vec<(usize, EventItem)>,
+    ) -> (Vec<RowReport>, Vec<RecordFailure>) {
+        let (outcomes, failures) = self.apply_items(events).await;
+        (outcomes.into_iter().map(to_report).collect(), failures)
+    }
+}
+
+#[async_trait]
+impl<M, K> BatchProjection for MultiProjection<M, K>
+where
+    M: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    K: Serialize + Send + Sync + 'static,
+{
+    fn reads(&self, stream: &StreamIdentity) -> bool {
+        MultiProjection::reads(self, stream)
     }
 
     async fn apply_events(

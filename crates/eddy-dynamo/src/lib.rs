@@ -168,8 +168,10 @@ pub use outbox::{
     DEFAULT_CLAIM_FOR, MAX_EFFECTS_PER_WRITE,
 };
 pub use projection::{
-    EvolveError, InstanceOutcome, Projection, ProjectionBuilder, RecordFailure, RowOutcome,
-    RowReport, Step, SOURCE_ATTRIBUTE,
+    Checkpoints, EffectCommit, EffectEvent, EvolveError, InstanceOutcome, Mode, MultiProjection,
+    MultiProjectionBuilder, PendingEffect, Projection, ProjectionBuilder, RebuildInstances,
+    RecordFailure, Removal, Revision, RowOutcome, RowReport, SourceBuilder, SourceContext,
+    SourceField, Step, MAX_EFFECTS_PER_WRITE, SOURCE_ATTRIBUTE,
 };
 pub use query::{Query, QueryPage, SortCondition};
 pub use request::{ConditionCheck, Delete, Put, TableWrite, TransactWriteItem, UpdateItem};

@@ -13,20 +13,44 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::StreamExt;
 
+use super::effects::{EffectCommit, MAX_EFFECTS_PER_WRITE};
 use super::fold::RowPlan;
+use super::options::{Mode, Removal, Revision};
 use super::slots::CheckpointSlots;
 use super::step::{EvolveError, Step};
 use super::{RecordFailure, RowOutcome};
+use crate::app_schema::ENTITY_ATTRIBUTE;
 use crate::condition::Condition;
-use crate::entity::Entity;
+use crate::entity::{tombstone_marker, Entity};
 use crate::error::{Error, TableError};
-use crate::event_item::{EventItem, StreamId};
-use crate::item::{n, Item};
+use crate::event_item::{EventItem, StreamId, StreamIdentity};
+use crate::item::{get_str, n, s, AttributeValue, Item};
 use crate::key_schema::TableSchema;
-use crate::request::Put;
+use crate::request::{Put, TransactWriteItem};
 
 /// How an event folds into a row's state: `evolve` with the event bound.
 pub(crate) type Fold<M> = Arc<dyn Fn(M) -> Result<Step<M>, EvolveError> + Send + Sync>;
+
+/// The encoded outbox effects of an applied event, given the row's next
+/// state (`None`: the event removed the row), with the event bound.
+pub(crate) type Effects<M> =
+    Arc<dyn Fn(Option<&M>) -> Result<Vec<AttributeValue>, Error> + Send + Sync>;
+
+/// An event bound into what the core does with it.
+pub(crate) struct Bound<M> {
+    pub fold: Fold<M>,
+    /// Present when the projection has an outbox.
+    pub effects: Option<Effects<M>>,
+}
+
+impl<M> Clone for Bound<M> {
+    fn clone(&self) -> Self {
+        Self {
+            fold: Arc::clone(&self.fold),
+            effects: self.effects.clone(),
+        }
+    }
+}
 
 /// A decoded event of one source, ready to fold into whichever row it names.
 pub(crate) struct Prepared<M, K> {
@@ -36,7 +60,7 @@ pub(crate) struct Prepared<M, K> {
     pub version: u64,
     /// The row it contributes to, or `None` for no row.
     pub row: Option<K>,
-    pub fold: Fold<M>,
+    pub bound: Bound<M>,
 }
 
 /// One source of a projection, as the core sees it.
@@ -44,6 +68,10 @@ pub(crate) struct Prepared<M, K> {
 pub(crate) trait Source<M, K>: Send + Sync {
     /// Its name (where its checkpoints are kept, what outcomes report).
     fn name(&self) -> &str;
+    /// How its events fold.
+    fn mode(&self) -> Mode {
+        Mode::Fold
+    }
     /// Decodes a stored event of its stream and names its row.
     fn prepare(&self, source: usize, item: EventItem) -> Result<Prepared<M, K>, Error>;
     /// The stored events of an instance with versions `from..=to` (gap
@@ -57,6 +85,8 @@ pub(crate) trait Source<M, K>: Send + Sync {
     /// Whether an `evolve` failure is accepted: the event is rejected and
     /// the checkpoint moves past it.
     fn is_terminal(&self, error: &EvolveError) -> bool;
+    /// Whether it reads this stream.
+    fn reads(&self, stream: &StreamIdentity) -> bool;
 }
 
 /// What an instance's non-terminal failure does to its other events in the
@@ -68,7 +98,6 @@ pub(crate) enum OnFailure {
     KeepPrefix,
     /// None of the instance's events are written, its checkpoint stays
     /// (multi-source projections: one instance's failure is its own).
-    #[allow(dead_code)]
     DropInstance,
 }
 
@@ -79,7 +108,10 @@ pub(crate) struct RowCore<M, K> {
     pub initial: Arc<dyn Fn(&K) -> M + Send + Sync>,
     pub sources: Vec<Arc<dyn Source<M, K>>>,
     pub slots: Arc<dyn CheckpointSlots>,
-    pub revision: Option<String>,
+    pub revision: Option<Revision>,
+    pub removal: Option<Removal>,
+    /// Where applied events' effects are committed (the outbox).
+    pub outbox: Option<Arc<dyn EffectCommit>>,
     pub on_failure: OnFailure,
     pub max_attempts: u32,
     /// Rows applied at once: their writes share group commits (embedded
@@ -92,7 +124,7 @@ pub(crate) struct RowCore<M, K> {
 pub(crate) struct Pending<M> {
     pub index: Option<usize>,
     pub version: u64,
-    pub fold: Fold<M>,
+    pub bound: Bound<M>,
 }
 
 /// The events of one row, by (source, instance) in fold order.
@@ -144,7 +176,7 @@ where
                 .push(Pending {
                     index,
                     version: event.version,
-                    fold: event.fold,
+                    bound: event.bound,
                 });
         }
         let applied: Vec<_> =
@@ -161,36 +193,56 @@ where
     }
 
     /// Reads, folds and writes one row, retrying lost races.
-    async fn apply_row(&self, work: RowWork<M, K>) -> (RowOutcome<M>, Vec<RecordFailure>) {
+    pub(crate) async fn apply_row(
+        &self,
+        work: RowWork<M, K>,
+    ) -> (RowOutcome<M>, Vec<RecordFailure>) {
+        self.apply_row_with(work, false).await
+    }
+
+    /// [`apply_row`](Self::apply_row); `fresh` folds from `initial` with no
+    /// checkpoints (a rebuild), keeping only the revision of the row read.
+    pub(crate) async fn apply_row_with(
+        &self,
+        work: RowWork<M, K>,
+        fresh: bool,
+    ) -> (RowOutcome<M>, Vec<RecordFailure>) {
         let table = self.read_model.table();
         // The row as the last failed condition returned it: no re-read.
-        let mut known: Option<Item> = None;
+        let mut known: Option<Option<Item>> = None;
         let mut attempt = 0;
         loop {
             attempt += 1;
             let read = match known.take() {
-                Some(item) => Ok(Some(item)),
+                Some(item) => Ok(item),
                 None => table.get_item(work.key.clone()).await.map_err(Error::from),
             };
             let read = match read {
-                Ok(item) => item.filter(|i| self.read_model.owns(i)),
+                Ok(item) => self.classify(item),
                 Err(e) => return self.row_failed(&work, None, e),
             };
-            let plan = match self.plan(&work, read.as_ref()).await {
+            let read = match read {
+                ReadRow::Row(mut item) | ReadRow::Tombstone(mut item) if fresh => {
+                    self.slots.clear(&mut item);
+                    ReadRow::Tombstone(item)
+                }
+                read => read,
+            };
+            let plan = match self.plan(&work, &read).await {
                 Ok(plan) => plan,
                 Err(e) => return self.row_failed(&work, None, e),
             };
             if !plan.write {
                 return self.finish(&work, plan, false);
             }
-            let put = match self.row_put(&work, &plan, read.as_ref()) {
-                Ok(put) => put,
+            let write = match self.row_write(&work, &plan, &read) {
+                Ok(write) => write,
                 Err(e) => return self.row_failed(&work, Some(plan), e),
             };
-            match table.put_item(put).await {
+            match write_row(table.as_ref(), write).await {
                 Ok(()) => return self.finish(&work, plan, true),
                 Err(TableError::ConditionalCheckFailed { item }) if attempt < self.max_attempts => {
-                    known = item.map(|i| *i);
+                    known = Some(item.map(|i| *i));
                     let ceiling = 2u64 << attempt.min(8);
                     tokio::time::sleep(Duration::from_millis(fastrand::u64(1..=ceiling))).await;
                 }
@@ -206,15 +258,35 @@ where
         }
     }
 
-    /// The write of a planned row: its state, its slots as planned and the
-    /// next revision, on the condition that the row is still as read.
-    fn row_put(
+    /// What a read found at the row's key: the row, its tombstone, or
+    /// nothing (another entity's item there reads as nothing).
+    pub(crate) fn classify(&self, item: Option<Item>) -> ReadRow {
+        match item {
+            Some(item) if self.read_model.owns(&item) => ReadRow::Row(item),
+            Some(item)
+                if get_str(&item, ENTITY_ATTRIBUTE)
+                    == Some(tombstone_marker(self.read_model.entity_type()).as_str()) =>
+            {
+                ReadRow::Tombstone(item)
+            }
+            _ => ReadRow::Absent,
+        }
+    }
+
+    /// The write of a planned row: its state (or its tombstone), its slots
+    /// as planned and the next revision, on the condition that the row is
+    /// still as read; with the outbox items of its effects.
+    pub(crate) fn row_write(
         &self,
         work: &RowWork<M, K>,
         plan: &RowPlan<M>,
-        read: Option<&Item>,
-    ) -> Result<Put, Error> {
-        let mut item = self.read_model.to_item(&plan.state)?;
+        read: &ReadRow,
+    ) -> Result<Vec<TransactWriteItem>, Error> {
+        let mut item = if plan.removed {
+            self.tombstone(&work.key)
+        } else {
+            self.read_model.to_item(&plan.state)?
+        };
         if work
             .key
             .iter()
@@ -227,18 +299,55 @@ where
         }
         self.slots.copy(&plan.slots, &mut item);
         let pk = self.read_model.table().schema().key.partition.name.clone();
-        let condition = match (read, &self.revision) {
+        let condition = match (read.item(), &self.revision) {
             (None, _) => Condition::not_exists(pk),
-            (Some(_), Some(field)) => match plan.revision_read {
-                Some(value) => Condition::eq(field.clone(), n(value)),
-                None => Condition::exists(pk).and(Condition::absent(field.clone())),
+            (Some(_), Some(revision)) => match plan.revision_read {
+                Some(value) => Condition::eq(revision.field.clone(), n(value)),
+                None => Condition::exists(pk).and(Condition::absent(revision.field.clone())),
             },
             (Some(read), None) => Condition::exists(pk).and(self.slots.guard(read)),
         };
-        if let (Some(field), Some(next)) = (&self.revision, plan.revision) {
-            item.insert(field.clone(), n(next));
+        if let (Some(revision), Some(next)) = (&self.revision, plan.revision) {
+            item.insert(revision.field.clone(), n(next));
         }
-        Ok(Put::new(item).when(condition))
+        let mut items = vec![TransactWriteItem::from(Put::new(item).when(condition))];
+        if !plan.effects.is_empty() {
+            if plan.effects.len() > MAX_EFFECTS_PER_WRITE {
+                return Err(Error::InvalidArgument(format!(
+                    "row {} of projection {} would commit {} outbox effects in one write; a transaction holds at most {MAX_EFFECTS_PER_WRITE} besides the row",
+                    work.id,
+                    self.name,
+                    plan.effects.len()
+                )));
+            }
+            let (Some(outbox), Some(revision)) = (&self.outbox, plan.revision) else {
+                return Err(Error::InvalidArgument(format!(
+                    "projection {} produced effects without an outbox and a revision",
+                    self.name
+                )));
+            };
+            items.extend(outbox.commit_items(&work.key, revision, &plan.effects)?);
+        }
+        Ok(items)
+    }
+
+    /// The tombstone of a removed row: its key and the marker; the slots
+    /// and revision are added like a row's.
+    fn tombstone(&self, key: &Item) -> Item {
+        let mut item = key.clone();
+        item.insert(
+            ENTITY_ATTRIBUTE.to_owned(),
+            s(tombstone_marker(self.read_model.entity_type())),
+        );
+        let ttl = self.removal.as_ref().and_then(|r| r.ttl);
+        let attribute = self.read_model.table().schema().ttl_attribute.clone();
+        if let (Some(ttl), Some(attribute)) = (ttl, attribute) {
+            let expires = chrono::Utc::now()
+                .timestamp()
+                .saturating_add(ttl.as_secs() as i64);
+            item.insert(attribute, n(expires));
+        }
+        item
     }
 
     /// The outcome of a row that was written (or had nothing to write), and
@@ -265,7 +374,9 @@ where
                 plan.revision_read
             },
             written,
-            state,
+            removed: written && plan.removed,
+            enqueued: if written { plan.effects.len() } else { 0 },
+            state: if written && plan.removed { None } else { state },
             failure: None,
         };
         (outcome, failures)
@@ -290,10 +401,64 @@ where
             instances,
             revision: None,
             written: false,
+            removed: false,
+            enqueued: 0,
             state: None,
             failure: Some(error),
         };
         (outcome, failures)
+    }
+}
+
+/// What a read found at a row's key.
+pub(crate) enum ReadRow {
+    /// Nothing (or another entity's item).
+    Absent,
+    /// The row.
+    Row(Item),
+    /// The row's tombstone: no state, but its checkpoints and revision.
+    Tombstone(Item),
+}
+
+impl ReadRow {
+    /// The item read, row or tombstone.
+    pub(crate) fn item(&self) -> Option<&Item> {
+        match self {
+            ReadRow::Absent => None,
+            ReadRow::Row(item) | ReadRow::Tombstone(item) => Some(item),
+        }
+    }
+
+    /// The row, when there is one (not a tombstone).
+    pub(crate) fn row(&self) -> Option<&Item> {
+        match self {
+            ReadRow::Row(item) => Some(item),
+            _ => None,
+        }
+    }
+}
+
+/// Writes a row: one `PutItem`, or one `TransactWriteItems` with its outbox
+/// items, where a failed condition on the row (the first item) is a lost
+/// race like a failed `PutItem`.
+async fn write_row(
+    table: &dyn crate::table::Table,
+    mut items: Vec<TransactWriteItem>,
+) -> Result<(), TableError> {
+    if items.len() == 1 {
+        if let Some(TransactWriteItem::Put(put)) = items.pop() {
+            return table.put_item(put).await;
+        }
+    }
+    match table.transact_write_items(items).await {
+        Err(TableError::TransactionCanceled { mut reasons })
+            if reasons.first().is_some_and(|r| r.is_condition_failure()) =>
+        {
+            Err(TableError::ConditionalCheckFailed {
+                item: reasons.swap_remove(0).item.map(Box::new),
+            })
+        }
+        other => other,
     }
 }
 

@@ -1,8 +1,11 @@
 //! Planning one row's write: fold every contributing (source, instance) in
 //! order into the row as read, each from its own checkpoint, filling gaps
-//! from the event store.
+//! from the event store (`fold` mode) or taking the newest event (`latest`
+//! mode).
 
-use super::core::{Fold, OnFailure, Pending, RowCore, RowWork, Source};
+use super::core::{Bound, OnFailure, Pending, ReadRow, RowCore, RowWork, Source};
+use super::effects::{EffectEvent, PendingEffect};
+use super::options::Mode;
 use super::slots::read_counter;
 use super::step::Step;
 use super::InstanceOutcome;
@@ -12,10 +15,12 @@ use crate::item::Item;
 
 /// What one row's write will be.
 pub(crate) struct RowPlan<M> {
-    /// The row as read, decoded (`None`: there was no row).
+    /// The row as read, decoded (`None`: there was no row, or a tombstone).
     pub read_state: Option<M>,
     /// The state after every instance's events.
     pub state: M,
+    /// Whether the last applied event removed the row.
+    pub removed: bool,
     /// The revision as read, and the one the write sets (when declared).
     pub revision_read: Option<u64>,
     pub revision: Option<u64>,
@@ -24,6 +29,8 @@ pub(crate) struct RowPlan<M> {
     /// One outcome per instance, in fold order, and its checkpoint as read.
     pub instances: Vec<InstanceOutcome>,
     pub checkpoints_read: Vec<u64>,
+    /// The outbox effects of the applied events, in fold order.
+    pub effects: Vec<PendingEffect>,
     /// Whether there is anything to write: some checkpoint moved, and the
     /// row exists or an event was applied (rejections alone create no row).
     pub write: bool,
@@ -36,20 +43,32 @@ impl<M> RowPlan<M> {
         let mut instances = self.instances;
         for (outcome, checkpoint) in instances.iter_mut().zip(self.checkpoints_read) {
             outcome.checkpoint = checkpoint;
-            outcome.applied.clear();
-            outcome.rejected.clear();
-            outcome.skipped.clear();
+            clear(outcome);
         }
         instances
     }
 }
 
+fn clear(outcome: &mut InstanceOutcome) {
+    outcome.applied.clear();
+    outcome.rejected.clear();
+    outcome.skipped.clear();
+    outcome.superseded.clear();
+}
+
 /// One event to fold, as the instance's history presents it.
 enum Planned<M> {
     /// An event of this row.
-    Fold(Fold<M>),
+    Fold(Bound<M>),
     /// An event of another row, or of none: considered, not folded.
     Elsewhere,
+}
+
+/// The row's state as the fold goes.
+struct Folding<M> {
+    state: M,
+    removed: bool,
+    effects: Vec<PendingEffect>,
 }
 
 impl<M, K> RowCore<M, K>
@@ -62,28 +81,34 @@ where
     pub(crate) async fn plan(
         &self,
         work: &RowWork<M, K>,
-        read: Option<&Item>,
+        read: &ReadRow,
     ) -> Result<RowPlan<M>, Error> {
         let read_state = read
+            .row()
             .map(|item| self.read_model.decode(item.clone()))
             .transpose()?;
-        let revision_read = match (&self.revision, read) {
-            (Some(field), Some(item)) => read_counter(item, field, &work.id)?,
+        let revision_read = match (&self.revision, read.item()) {
+            (Some(revision), Some(item)) => read_counter(item, &revision.field, &work.id)?,
             _ => None,
         };
         let revision = match &self.revision {
             None => None,
-            Some(_) => Some(revision_read.unwrap_or(0).checked_add(1).ok_or_else(|| {
-                Error::CounterOverflow {
+            Some(revision) => Some(match revision_read {
+                None => revision.initial,
+                Some(read) => read.checked_add(1).ok_or_else(|| Error::CounterOverflow {
                     counter: format!("the revision of row {}", work.id),
-                }
-            })?),
+                })?,
+            }),
         };
-        let mut state = match &read_state {
-            Some(state) => state.clone(),
-            None => (self.initial)(&work.row),
+        let mut row = Folding {
+            state: match &read_state {
+                Some(state) => state.clone(),
+                None => (self.initial)(&work.row),
+            },
+            removed: false,
+            effects: Vec::new(),
         };
-        let mut slots = read.cloned().unwrap_or_default();
+        let mut slots = read.item().cloned().unwrap_or_default();
         let (mut instances, mut checkpoints_read) = (Vec::new(), Vec::new());
         let (mut moved, mut applied) = (false, false);
         for ((source, instance), events) in &work.instances {
@@ -100,7 +125,8 @@ where
             };
             outcome.checkpoint = checkpoint;
             checkpoints_read.push(checkpoint);
-            let before = state.clone();
+            let (before, removed_before, effects_before) =
+                (row.state.clone(), row.removed, row.effects.len());
             let folded = self
                 .fold_instance(
                     work,
@@ -108,17 +134,17 @@ where
                     *source,
                     instance,
                     events,
-                    &mut state,
+                    &mut row,
                     &mut outcome,
                 )
                 .await;
             if let Err(e) = folded {
                 outcome.failure = Some(e);
                 if self.on_failure == OnFailure::DropInstance {
-                    state = before;
-                    outcome.applied.clear();
-                    outcome.rejected.clear();
-                    outcome.skipped.clear();
+                    row.state = before;
+                    row.removed = removed_before;
+                    row.effects.truncate(effects_before);
+                    clear(&mut outcome);
                     outcome.checkpoint = checkpoint;
                 }
             }
@@ -131,20 +157,22 @@ where
             instances.push(outcome);
         }
         Ok(RowPlan {
-            write: moved && (read.is_some() || applied),
+            write: moved && (read.row().is_some() || applied),
             read_state,
-            state,
+            state: row.state,
+            removed: row.removed,
             revision_read,
             revision,
             slots,
             instances,
             checkpoints_read,
+            effects: row.effects,
         })
     }
 
-    /// Folds one instance's events above its checkpoint into `state`, in
-    /// version order, recording what happened in `outcome`. Stops at the
-    /// first failure that `terminal` does not accept.
+    /// Folds one instance's events above its checkpoint into `row`,
+    /// recording what happened in `outcome`. Stops at the first failure
+    /// that `terminal` does not accept.
     #[allow(clippy::too_many_arguments)]
     async fn fold_instance(
         &self,
@@ -153,7 +181,7 @@ where
         source: usize,
         instance: &StreamId,
         events: &[Pending<M>],
-        state: &mut M,
+        row: &mut Folding<M>,
         outcome: &mut InstanceOutcome,
     ) -> Result<(), Error> {
         let checkpoint = outcome.checkpoint;
@@ -165,44 +193,126 @@ where
         already.sort_unstable();
         already.dedup();
         outcome.already_applied = already;
+        if src.mode() == Mode::Latest {
+            return self.fold_latest(work, src, instance, events, row, outcome);
+        }
         let steps = self
             .steps_above(work, src, source, instance, checkpoint, events)
             .await?;
         for (version, step) in steps {
-            let fold = match step? {
+            let bound = match step? {
                 Planned::Elsewhere => {
                     outcome.checkpoint = version; // considered: not this row's
                     continue;
                 }
-                Planned::Fold(fold) => fold,
+                Planned::Fold(bound) => bound,
             };
-            match fold(state.clone()) {
-                Ok(Step::Next(next)) => {
-                    *state = next;
+            match self.fold_one(work, src, instance, version, &bound, row)? {
+                Decided::Applied => {
                     outcome.applied.push(version);
                     outcome.checkpoint = version;
                 }
-                Ok(Step::Skip) => outcome.skipped.push(version),
-                Ok(Step::Remove) => {
-                    return Err(Error::InvalidArgument(format!(
-                        "evolve asked to remove row {} of projection {}, which declares no removal",
-                        work.id, self.name
-                    )))
-                }
-                Err(e) if src.is_terminal(&e) => {
+                Decided::Skipped => outcome.skipped.push(version),
+                Decided::Rejected => {
                     outcome.rejected.push(version);
                     outcome.checkpoint = version;
-                }
-                Err(e) => {
-                    return Err(Error::Evolve {
-                        instance: instance.to_string(),
-                        version,
-                        source: e.into_inner(),
-                    })
                 }
             }
         }
         Ok(())
+    }
+
+    /// `latest` mode: the newest event above the checkpoint that applies,
+    /// trying older ones past rejections and skips; nothing is read.
+    fn fold_latest(
+        &self,
+        work: &RowWork<M, K>,
+        src: &dyn Source<M, K>,
+        instance: &StreamId,
+        events: &[Pending<M>],
+        row: &mut Folding<M>,
+        outcome: &mut InstanceOutcome,
+    ) -> Result<(), Error> {
+        let mut pending: Vec<&Pending<M>> = events
+            .iter()
+            .filter(|e| e.version > outcome.checkpoint)
+            .collect();
+        pending.sort_by_key(|e| std::cmp::Reverse(e.version));
+        pending.dedup_by_key(|e| e.version);
+        let mut newest_rejected = None;
+        for (at, event) in pending.iter().enumerate() {
+            match self.fold_one(work, src, instance, event.version, &event.bound, row)? {
+                Decided::Applied => {
+                    outcome.applied.push(event.version);
+                    outcome.checkpoint = newest_rejected.unwrap_or(event.version);
+                    outcome.superseded =
+                        pending[at + 1..].iter().rev().map(|e| e.version).collect();
+                    return Ok(());
+                }
+                Decided::Skipped => outcome.skipped.insert(0, event.version),
+                Decided::Rejected => {
+                    outcome.rejected.insert(0, event.version);
+                    newest_rejected.get_or_insert(event.version);
+                }
+            }
+        }
+        if let Some(version) = newest_rejected {
+            outcome.checkpoint = version;
+        }
+        Ok(())
+    }
+
+    /// Folds one event into `row`.
+    fn fold_one(
+        &self,
+        work: &RowWork<M, K>,
+        src: &dyn Source<M, K>,
+        instance: &StreamId,
+        version: u64,
+        bound: &Bound<M>,
+        row: &mut Folding<M>,
+    ) -> Result<Decided, Error> {
+        let next = match (bound.fold)(row.state.clone()) {
+            Ok(Step::Next(next)) => Some(next),
+            Ok(Step::Skip) => return Ok(Decided::Skipped),
+            Ok(Step::Remove) if self.removal.is_some() => None,
+            Ok(Step::Remove) => {
+                return Err(Error::InvalidArgument(format!(
+                    "evolve asked to remove row {} of projection {}, which declares no removal",
+                    work.id, self.name
+                )))
+            }
+            Err(e) if src.is_terminal(&e) => return Ok(Decided::Rejected),
+            Err(e) => {
+                return Err(Error::Evolve {
+                    instance: instance.to_string(),
+                    version,
+                    source: e.into_inner(),
+                })
+            }
+        };
+        if let Some(effects) = &bound.effects {
+            for payload in effects(next.as_ref())? {
+                row.effects.push(PendingEffect {
+                    source: src.name().to_owned(),
+                    stream_id: instance.clone(),
+                    version,
+                    payload,
+                });
+            }
+        }
+        match next {
+            Some(next) => {
+                row.state = next;
+                row.removed = false;
+            }
+            None => {
+                // A later event starts the row again from `initial`.
+                row.state = (self.initial)(&work.row);
+                row.removed = true;
+            }
+        }
+        Ok(Decided::Applied)
     }
 
     /// The events to fold above `checkpoint`, in version order: the batch's
@@ -234,7 +344,7 @@ where
         if contiguous {
             return Ok(pending
                 .into_iter()
-                .map(|e| (e.version, Ok(Planned::Fold(e.fold.clone()))))
+                .map(|e| (e.version, Ok(Planned::Fold(e.bound.clone()))))
                 .collect());
         }
         let from = checkpoint + 1;
@@ -275,10 +385,34 @@ where
         let key = self.read_model.key(&row)?;
         Ok(
             if super::core::row_id(self.read_model.table().schema(), &key) == work.id {
-                Planned::Fold(prepared.fold)
+                Planned::Fold(prepared.bound)
             } else {
                 Planned::Elsewhere
             },
         )
+    }
+}
+
+/// What became of one event.
+enum Decided {
+    Applied,
+    Skipped,
+    Rejected,
+}
+
+/// The outbox's view of an applied event: used by sources to bind effects.
+pub(crate) fn effect_event<'a>(
+    source: &'a str,
+    stream_id: &'a StreamId,
+    version: u64,
+    event_type: &'a str,
+    data: &'a crate::item::AttributeValue,
+) -> EffectEvent<'a> {
+    EffectEvent {
+        source,
+        stream_id,
+        version,
+        event_type,
+        data,
     }
 }

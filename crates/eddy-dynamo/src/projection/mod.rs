@@ -3,23 +3,37 @@
 //!
 //! - `step.rs`: what `evolve` returns ([`Step`]) and its typed failure
 //!   ([`EvolveError`]).
+//! - `options.rs`: [`Mode`], [`Revision`], [`Removal`].
 //! - `core.rs` + `fold.rs`: the row core, shared by every kind of
 //!   projection: per row, one read, every (source, instance) folded in a
 //!   fixed order, one guarded write.
-//! - `slots.rs`: where a row keeps its instances' checkpoints.
-//! - `single.rs`: [`Projection`], the single-source projection: one source,
-//!   one scalar checkpoint per row.
+//! - `slots.rs`: where a row keeps its instances' checkpoints;
+//!   `slot_map.rs`: the multi-source layout ([`Checkpoints`]).
+//! - `effects.rs`: the outbox seam ([`EffectCommit`], [`PendingEffect`]).
+//! - `single.rs`: [`Projection`], one source, one scalar checkpoint per row.
+//! - `multi.rs`: [`MultiProjection`], several sources.
+//! - `repair.rs`: rebuild and catch-up of one row.
 //! - `outcome.rs`: what applying reports.
 
 mod core;
+mod effects;
 mod fold;
+mod multi;
+mod options;
 mod outcome;
+mod repair;
 mod single;
+mod slot_map;
 mod slots;
 mod step;
 
+pub use self::effects::{EffectCommit, EffectEvent, PendingEffect, MAX_EFFECTS_PER_WRITE};
+pub use self::multi::{MultiProjection, MultiProjectionBuilder, SourceBuilder, SourceContext};
+pub use self::options::{Mode, Removal, Revision};
 pub use self::outcome::{InstanceOutcome, RecordFailure, RowOutcome, RowReport};
+pub use self::repair::RebuildInstances;
 pub use self::single::{Projection, ProjectionBuilder};
+pub use self::slot_map::{Checkpoints, SourceField};
 pub use self::step::{EvolveError, Step};
 
 /// The attribute that names the stream instance a single-source row is

@@ -22,7 +22,10 @@ pub struct InstanceOutcome {
     pub rejected: Vec<u64>,
     /// Versions `evolve` skipped (not applied, decided again later).
     pub skipped: Vec<u64>,
-    /// The instance's checkpoint in the row afterwards.
+    /// Versions passed over in `latest` mode: older than the one applied.
+    pub superseded: Vec<u64>,
+    /// The instance's checkpoint in the row afterwards (the spec's
+    /// `version`): every version up to it has been considered for the row.
     pub checkpoint: u64,
     /// Why the instance stopped short, if it did: its events above
     /// `checkpoint` were not applied and must be delivered again.
@@ -38,6 +41,7 @@ impl InstanceOutcome {
             already_applied: Vec::new(),
             rejected: Vec::new(),
             skipped: Vec::new(),
+            superseded: Vec::new(),
             checkpoint,
             failure: None,
         }
@@ -49,6 +53,7 @@ impl InstanceOutcome {
         version <= self.checkpoint
             || self.rejected.contains(&version)
             || self.skipped.contains(&version)
+            || self.superseded.contains(&version)
             || self.already_applied.contains(&version)
     }
 }
@@ -67,6 +72,10 @@ pub struct RowOutcome<M> {
     pub revision: Option<u64>,
     /// Whether the row was written (once, for all its instances).
     pub written: bool,
+    /// Whether the write removed the row (left its tombstone).
+    pub removed: bool,
+    /// How many outbox effects the write committed.
+    pub enqueued: usize,
     /// The row's state afterwards (absent when there is no row).
     pub state: Option<M>,
     /// Why the whole row failed (its read or its write), if it did: no
@@ -97,6 +106,8 @@ impl<M> RowOutcome<M> {
             instances: self.instances,
             revision: self.revision,
             written: self.written,
+            removed: self.removed,
+            enqueued: self.enqueued,
             failure: self.failure,
         }
     }

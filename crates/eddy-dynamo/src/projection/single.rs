@@ -8,7 +8,8 @@ use async_trait::async_trait;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::core::{OnFailure, Prepared, RowCore, Source};
+use super::core::{Bound, OnFailure, Prepared, RowCore, Source};
+use super::options::Revision;
 use super::slots::{read_counter, ScalarCheckpoint};
 use super::step::{EvolveError, Step};
 use super::{RecordFailure, RowOutcome};
@@ -82,7 +83,10 @@ where
             instance,
             version,
             row,
-            fold: Arc::new(move |state| evolve(state, &event)),
+            bound: Bound {
+                fold: Arc::new(move |state| evolve(state, &event)),
+                effects: None,
+            },
         }
     }
 }
@@ -114,6 +118,10 @@ where
     fn is_terminal(&self, error: &EvolveError) -> bool {
         (self.terminal)(error)
     }
+
+    fn reads(&self, stream: &StreamIdentity) -> bool {
+        self.stream.identity() == *stream
+    }
 }
 
 /// Builds a [`Projection`]; `key`, `initial` and `evolve` are required.
@@ -126,7 +134,7 @@ pub struct ProjectionBuilder<E, M, K> {
     evolve: Option<Arc<EvolveFn<E, M>>>,
     terminal: Arc<TerminalFn>,
     checkpoint_field: String,
-    revision_field: Option<String>,
+    revision_field: Option<Revision>,
     max_attempts: u32,
     concurrency: usize,
 }
@@ -285,9 +293,11 @@ where
         self
     }
 
-    /// A revision attribute, incremented by every write and used as its
-    /// guard instead of the checkpoint.
-    pub fn revision(mut self, field: impl Into<String>) -> Self {
+    /// A revision attribute (a field name, or a [`Revision`] with its
+    /// initial value), incremented by every write and used as its guard
+    /// instead of the checkpoint; it also makes `rebuild` safe alongside
+    /// live delivery.
+    pub fn revision(mut self, field: impl Into<Revision>) -> Self {
         self.revision_field = Some(field.into());
         self
     }
@@ -324,6 +334,8 @@ where
                 field: self.checkpoint_field.clone(),
             }),
             revision: self.revision_field,
+            removal: None,
+            outbox: None,
             on_failure: OnFailure::KeepPrefix,
             max_attempts: self.max_attempts,
             concurrency: self.concurrency,

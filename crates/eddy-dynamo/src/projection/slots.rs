@@ -35,6 +35,10 @@ pub(crate) trait CheckpointSlots: Send + Sync {
     /// The condition on the slots of the row as read, for a write that has
     /// no revision to guard it.
     fn guard(&self, read: &Item) -> Condition;
+    /// The (source, instance) pairs the slots know (catch-up).
+    fn instances(&self, slots: &Item) -> Vec<(String, StreamId)>;
+    /// Forgets every checkpoint (rebuild writes them from scratch).
+    fn clear(&self, slots: &mut Item);
 }
 
 /// One checkpoint field and the instance that owns it
@@ -83,6 +87,21 @@ impl CheckpointSlots for ScalarCheckpoint {
             Some(value) => Condition::eq(self.field.clone(), value.clone()),
             None => Condition::absent(self.field.clone()),
         }
+    }
+
+    fn instances(&self, slots: &Item) -> Vec<(String, StreamId)> {
+        match get_present(slots, SOURCE_ATTRIBUTE) {
+            Some(AttributeValue::S(owner)) => owner
+                .parse::<StreamId>()
+                .map(|id| vec![(String::new(), id)])
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn clear(&self, slots: &mut Item) {
+        slots.remove(&self.field);
+        slots.remove(SOURCE_ATTRIBUTE);
     }
 }
 

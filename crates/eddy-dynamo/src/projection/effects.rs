@@ -1,0 +1,107 @@
+//! The seam between a projection's row write and the outbox: the effects an
+//! applied event produces, and how they are committed with the row.
+//!
+//! The row core collects each applied event's effects (in fold order) and,
+//! when a write has any, asks the projection's [`EffectCommit`] for the
+//! transaction items that commit them; the row put and those items go to the
+//! table in one `TransactWriteItems`. A write without effects stays one
+//! `PutItem`.
+
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+
+use crate::error::Error;
+use crate::event_item::StreamId;
+use crate::item::{AttributeValue, Item};
+use crate::request::TransactWriteItem;
+
+/// The most effects one row write commits: a transaction holds 100 items,
+/// one of which is the row.
+pub const MAX_EFFECTS_PER_WRITE: usize = 99;
+
+/// An effect of an applied event, encoded, waiting to be committed with its
+/// row's write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingEffect {
+    /// The source of the event that produced it.
+    pub source: String,
+    /// The event's stream instance.
+    pub stream_id: StreamId,
+    /// The event's version.
+    pub version: u64,
+    /// The effect, encoded through the outbox's schema.
+    pub payload: AttributeValue,
+}
+
+/// How effects are committed in the same transaction as their row: the
+/// outbox implements it.
+pub trait EffectCommit: Send + Sync {
+    /// The transaction items that commit `effects` (in delivery order) with
+    /// the write of the row `row_key` that sets `revision`. Called once per
+    /// row write that has effects; revisions grow with every write of a
+    /// row, so `(revision, position)` orders a row's effects across all its
+    /// sources.
+    fn commit_items(
+        &self,
+        row_key: &Item,
+        revision: u64,
+        effects: &[PendingEffect],
+    ) -> Result<Vec<TransactWriteItem>, Error>;
+}
+
+/// The applied event an outbox's `effects` sees.
+#[derive(Debug, Clone, Copy)]
+pub struct EffectEvent<'a> {
+    /// The source that read it.
+    pub source: &'a str,
+    /// Its stream instance.
+    pub stream_id: &'a StreamId,
+    /// Its version.
+    pub version: u64,
+    /// Its event type (the enum variant name).
+    pub event_type: &'a str,
+    pub(crate) data: &'a AttributeValue,
+}
+
+impl EffectEvent<'_> {
+    /// The event's data, decoded into `T` (the variant's fields).
+    pub fn data<T: DeserializeOwned>(&self) -> Result<T, Error> {
+        serde_dynamo::from_attribute_value(self.data.clone()).map_err(|e| Error::EventDecode {
+            stream: self.source.to_owned(),
+            event_type: self.event_type.to_owned(),
+            message: e.to_string(),
+        })
+    }
+}
+
+/// `outbox.effects`, with the effect type encoded away: the encoded effects
+/// of an applied event given the row's next state (`None`: the event
+/// removed the row).
+pub(crate) type EffectsFn<M> =
+    Arc<dyn Fn(&EffectEvent<'_>, Option<&M>) -> Result<Vec<AttributeValue>, Error> + Send + Sync>;
+
+/// A projection's outbox: what its events produce, and where it goes.
+pub(crate) struct OutboxDecl<M> {
+    pub effects: EffectsFn<M>,
+    pub commit: Arc<dyn EffectCommit>,
+}
+
+impl<M> Clone for OutboxDecl<M> {
+    fn clone(&self) -> Self {
+        Self {
+            effects: Arc::clone(&self.effects),
+            commit: Arc::clone(&self.commit),
+        }
+    }
+}
+
+/// Encodes effects of type `X` with the outbox's schema (serde).
+pub(crate) fn encode_effects<X: serde::Serialize>(
+    effects: Vec<X>,
+) -> Result<Vec<AttributeValue>, Error> {
+    effects
+        .iter()
+        .map(|x| serde_dynamo::to_attribute_value(x).map_err(|e| Error::Encode(e.to_string())))
+        .collect()
+}
