@@ -8,10 +8,17 @@ mod dynamo_faults;
 mod embedded;
 mod entity;
 mod follower;
+/// The freight scenario, shared with the example of `eddy-dynamo-cli`.
+#[path = "../../eddy-dynamo-cli/examples/freight/model.rs"]
+#[allow(dead_code)]
+mod freight;
 #[cfg(all(feature = "aws", feature = "lambda"))]
 mod lambda_function;
+mod legacy;
 #[cfg(feature = "aws")]
 mod moto;
+mod multi;
+mod multi_props;
 mod outbox;
 mod projection;
 mod props;

@@ -242,7 +242,8 @@ where
             match write_row(table.as_ref(), write).await {
                 Ok(()) => return self.finish(&work, plan, true),
                 Err(TableError::ConditionalCheckFailed { item }) if attempt < self.max_attempts => {
-                    known = Some(item.map(|i| *i));
+                    // Without the row (a backend that does not return it), read again.
+                    known = item.map(|i| Some(*i));
                     let ceiling = 2u64 << attempt.min(8);
                     tokio::time::sleep(Duration::from_millis(fastrand::u64(1..=ceiling))).await;
                 }

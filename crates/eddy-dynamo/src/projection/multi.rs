@@ -44,6 +44,10 @@ type MakeSource<M, K> =
 /// Rows applied at once by default.
 const CONCURRENCY: usize = 16;
 
+/// Writes of a row retried by default: writers of several sources contend
+/// for hot rows by design, each loss costs one jittered backoff.
+const MAX_ATTEMPTS: u32 = 32;
+
 /// A projection of several event streams into rows of the read model `M`,
 /// keyed by `K`. Built with [`MultiProjection::builder`]; each source is
 /// declared with [`MultiProjectionBuilder::source`], whose helper infers the
@@ -264,7 +268,7 @@ where
             removal: None,
             outbox: None,
             sources_of: None,
-            max_attempts: 8,
+            max_attempts: MAX_ATTEMPTS,
             concurrency: CONCURRENCY,
         }
     }
@@ -466,7 +470,7 @@ where
     }
 
     /// How many times a write lost to a concurrent writer is retried
-    /// (default 8), each after a jittered backoff.
+    /// (default 32), each after a jittered backoff.
     pub fn max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = attempts.max(1);
         self

@@ -1,0 +1,55 @@
+//! The command group's error: one line, with the stable code of its cause.
+
+/// Why a command failed. Its `Display` is one line: print it as is.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CliError {
+    /// The projection named on the command line is not mounted.
+    #[error("no projection named {name}; mounted: {mounted}")]
+    UnknownProjection {
+        /// The name given.
+        name: String,
+        /// The names mounted, comma-separated.
+        mounted: String,
+    },
+    /// An argument does not parse.
+    #[error("invalid argument {argument}: {reason}")]
+    InvalidArgument {
+        /// Which argument.
+        argument: String,
+        /// Why.
+        reason: String,
+    },
+    /// A row failed.
+    #[error("{row}: {code}: {}", one_line(.source))]
+    Row {
+        /// The row key, as given.
+        row: String,
+        /// The stable error code.
+        code: &'static str,
+        /// The failure.
+        #[source]
+        source: eddy_dynamo::Error,
+    },
+    /// Reading a file of keys failed.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The failure.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// An error with its causes, on one line.
+fn one_line(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    text.replace('\n', " ")
+}

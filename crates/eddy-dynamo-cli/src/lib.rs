@@ -1,0 +1,44 @@
+//! A reusable command group for DynamoDB projections.
+//!
+//! Projections are the application's code, so the command line that
+//! repairs and inspects them cannot be a fixed binary: an application
+//! mounts [`ProjectionCommand`] (a clap subcommand group) in its own
+//! command line, hands it its projections as [`RowRepair`]s, and runs it
+//! with [`run`]. The group has `rebuild`, `catch-up` and `status`, with a
+//! progress bar (indicatif) when it works through many rows and a one-line
+//! error ([`CliError`]) when something fails.
+//!
+//! - `command.rs`: the clap group and its arguments.
+//! - `repair.rs`: [`RowRepair`], what a projection offers the group
+//!   (implemented for every [`MultiProjection`](eddy_dynamo::MultiProjection)
+//!   whose key deserializes from JSON).
+//! - `run.rs`: [`run`], which executes a command and prints its report.
+//!
+//! # Example
+//!
+//! ```
+//! use clap::Parser;
+//! use eddy_dynamo_cli::ProjectionCommand;
+//!
+//! #[derive(Parser)]
+//! struct App {
+//!     #[command(subcommand)]
+//!     command: ProjectionCommand,
+//! }
+//!
+//! let app = App::parse_from([
+//!     "app", "catch-up", "--projection", "shipments", "--key", r#"{"shipmentId":"sh-1"}"#,
+//! ]);
+//! assert!(matches!(app.command, ProjectionCommand::CatchUp(_)));
+//! ```
+#![deny(missing_docs)]
+
+mod command;
+mod error;
+mod repair;
+mod run;
+
+pub use command::{CatchUpArgs, ProjectionCommand, RebuildArgs, RowsArgs, StatusArgs};
+pub use error::CliError;
+pub use repair::{RowRepair, RowReport};
+pub use run::run;

@@ -1,0 +1,97 @@
+//! What a projection offers the command group: repairs and checkpoints of
+//! rows named by JSON keys.
+
+use async_trait::async_trait;
+use eddy_dynamo::{Error, MultiProjection, RebuildInstances, RowOutcome, StreamId};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// What a repaired row reports on the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowReport {
+    /// Whether the row was written.
+    pub written: bool,
+    /// Whether the write left a tombstone.
+    pub removed: bool,
+    /// The row's revision afterwards.
+    pub revision: Option<u64>,
+    /// Per instance: source, stream id, events applied, checkpoint.
+    pub instances: Vec<(String, StreamId, usize, u64)>,
+}
+
+impl<M> From<RowOutcome<M>> for RowReport {
+    fn from(outcome: RowOutcome<M>) -> Self {
+        Self {
+            written: outcome.written,
+            removed: outcome.removed,
+            revision: outcome.revision,
+            instances: outcome
+                .instances
+                .into_iter()
+                .map(|i| (i.source, i.instance, i.applied.len(), i.checkpoint))
+                .collect(),
+        }
+    }
+}
+
+/// A projection the command group can work on, its row keys given as
+/// JSON.
+#[async_trait]
+pub trait RowRepair: Send + Sync {
+    /// Its name on the command line.
+    fn name(&self) -> &str;
+    /// Rebuilds a row from `instances` (empty: the projection finds them).
+    async fn rebuild(
+        &self,
+        key: serde_json::Value,
+        instances: RebuildInstances,
+    ) -> Result<RowReport, Error>;
+    /// Catches a row up.
+    async fn catch_up(&self, key: serde_json::Value) -> Result<RowReport, Error>;
+    /// A row's checkpoints: (source, instance, version).
+    async fn checkpoints(
+        &self,
+        key: serde_json::Value,
+    ) -> Result<Vec<(String, StreamId, u64)>, Error>;
+}
+
+fn key<K: DeserializeOwned>(key: serde_json::Value) -> Result<K, Error> {
+    serde_json::from_value(key)
+        .map_err(|e| Error::InvalidArgument(format!("the row key does not fit: {e}")))
+}
+
+#[async_trait]
+impl<M, K> RowRepair for MultiProjection<M, K>
+where
+    M: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    K: Serialize + DeserializeOwned + Send + Sync + 'static,
+{
+    fn name(&self) -> &str {
+        MultiProjection::name(self)
+    }
+
+    async fn rebuild(
+        &self,
+        row: serde_json::Value,
+        instances: RebuildInstances,
+    ) -> Result<RowReport, Error> {
+        let row: K = key(row)?;
+        let outcome = if instances.iter().next().is_none() {
+            self.rebuild_found(row).await?
+        } else {
+            MultiProjection::rebuild(self, row, &instances).await?
+        };
+        Ok(outcome.into())
+    }
+
+    async fn catch_up(&self, row: serde_json::Value) -> Result<RowReport, Error> {
+        Ok(MultiProjection::catch_up(self, key(row)?).await?.into())
+    }
+
+    async fn checkpoints(
+        &self,
+        row: serde_json::Value,
+    ) -> Result<Vec<(String, StreamId, u64)>, Error> {
+        MultiProjection::checkpoints(self, &key(row)?).await
+    }
+}
