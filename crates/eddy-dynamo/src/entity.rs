@@ -445,8 +445,3 @@ pub(crate) async fn query_all(table: &dyn Table, query: Query) -> Result<Vec<Ite
         }
     }
 }
-
-/// The entity marker (`__edd_e__`) of a removed row's tombstone.
-pub(crate) fn tombstone_marker(entity_type: &str) -> String {
-    format!("{entity_type}#tombstone")
-}

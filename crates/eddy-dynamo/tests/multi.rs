@@ -446,7 +446,17 @@ pub async fn a_removed_row_keeps_a_tombstone_with_its_checkpoints(t: TestTable) 
     let item = raw(&f, "sh-1").await.unwrap();
     let mut names: Vec<&str> = item.keys().map(String::as_str).collect();
     names.sort();
-    assert_eq!(names, ["__edd_e__", "checkpoints", "pk", "revision", "sk"]);
+    assert_eq!(
+        names,
+        [
+            "__edd_e__",
+            "__edd_rev__",
+            "checkpoints",
+            "pk",
+            "revision",
+            "sk"
+        ]
+    );
     assert_eq!(
         item["__edd_e__"],
         AttributeValue::S("ShipmentSummary#tombstone".into())

@@ -21,12 +21,13 @@ use super::step::{EvolveError, Step};
 use super::{RecordFailure, RowOutcome};
 use crate::app_schema::ENTITY_ATTRIBUTE;
 use crate::condition::Condition;
-use crate::entity::{tombstone_marker, Entity};
+use crate::entity::Entity;
 use crate::error::{Error, TableError};
 use crate::event_item::{EventItem, StreamId, StreamIdentity};
-use crate::item::{get_str, n, s, AttributeValue, Item};
+use crate::item::{n, s, AttributeValue, Item};
 use crate::key_schema::TableSchema;
 use crate::request::{Put, TransactWriteItem};
+use crate::tombstone::{is_tombstone, tombstone_marker, REVISION_NAME_ATTRIBUTE};
 
 /// How an event folds into a row's state: `evolve` with the event bound.
 pub(crate) type Fold<M> = Arc<dyn Fn(M) -> Result<Step<M>, EvolveError> + Send + Sync>;
@@ -264,10 +265,7 @@ where
     pub(crate) fn classify(&self, item: Option<Item>) -> ReadRow {
         match item {
             Some(item) if self.read_model.owns(&item) => ReadRow::Row(item),
-            Some(item)
-                if get_str(&item, ENTITY_ATTRIBUTE)
-                    == Some(tombstone_marker(self.read_model.entity_type()).as_str()) =>
-            {
+            Some(item) if is_tombstone(self.read_model.entity_type(), &item) => {
                 ReadRow::Tombstone(item)
             }
             _ => ReadRow::Absent,
@@ -340,6 +338,13 @@ where
             ENTITY_ATTRIBUTE.to_owned(),
             s(tombstone_marker(self.read_model.entity_type())),
         );
+        if let Some(revision) = &self.revision {
+            // So a plain `Entity::create` over the tombstone moves it.
+            item.insert(
+                REVISION_NAME_ATTRIBUTE.to_owned(),
+                s(revision.field.clone()),
+            );
+        }
         let ttl = self.removal.as_ref().and_then(|r| r.ttl);
         let attribute = self.read_model.table().schema().ttl_attribute.clone();
         if let (Some(ttl), Some(attribute)) = (ttl, attribute) {
