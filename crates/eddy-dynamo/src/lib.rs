@@ -171,7 +171,7 @@ pub use projection::{
     Checkpoints, EffectCommit, EffectEvent, EvolveError, InstanceOutcome, Mode, MultiProjection,
     MultiProjectionBuilder, PendingEffect, Projection, ProjectionBuilder, RebuildInstances,
     RecordFailure, Removal, Revision, RowOutcome, RowReport, SourceBuilder, SourceContext,
-    SourceField, Step, MAX_EFFECTS_PER_WRITE, SOURCE_ATTRIBUTE,
+    SourceField, Step, SOURCE_ATTRIBUTE,
 };
 pub use query::{Query, QueryPage, SortCondition};
 pub use request::{ConditionCheck, Delete, Put, TableWrite, TransactWriteItem, UpdateItem};

@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::StreamExt;
 
-use super::effects::{EffectCommit, MAX_EFFECTS_PER_WRITE};
+use super::effects::EffectCommit;
 use super::fold::RowPlan;
 use super::options::{Mode, Removal, Revision};
 use super::slots::CheckpointSlots;
@@ -26,6 +26,7 @@ use crate::error::{Error, TableError};
 use crate::event_item::{EventItem, StreamId, StreamIdentity};
 use crate::item::{n, s, AttributeValue, Item};
 use crate::key_schema::TableSchema;
+use crate::outbox::MAX_EFFECTS_PER_WRITE;
 use crate::request::{Put, TransactWriteItem};
 use crate::tombstone::{is_tombstone, tombstone_marker, REVISION_NAME_ATTRIBUTE};
 

@@ -16,10 +16,6 @@ use crate::event_item::StreamId;
 use crate::item::{AttributeValue, Item};
 use crate::request::TransactWriteItem;
 
-/// The most effects one row write commits: a transaction holds 100 items,
-/// one of which is the row.
-pub const MAX_EFFECTS_PER_WRITE: usize = 99;
-
 /// An effect of an applied event, encoded, waiting to be committed with its
 /// row's write.
 #[derive(Debug, Clone, PartialEq)]

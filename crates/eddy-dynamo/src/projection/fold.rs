@@ -201,10 +201,12 @@ where
             .await?;
         for (version, step) in steps {
             let bound = match step? {
-                Planned::Elsewhere => {
-                    outcome.checkpoint = version; // considered: not this row's
-                    continue;
-                }
+                // Another row's event: covered by the checkpoint of a later
+                // applied or rejected event of this row, not on its own (the
+                // checkpoint stops at the last applied or rejected event, so
+                // an instance whose events here were all skipped records
+                // nothing).
+                Planned::Elsewhere => continue,
                 Planned::Fold(bound) => bound,
             };
             match self.fold_one(work, src, instance, version, &bound, row)? {

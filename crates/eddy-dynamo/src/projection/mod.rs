@@ -27,7 +27,7 @@ mod slot_map;
 mod slots;
 mod step;
 
-pub use self::effects::{EffectCommit, EffectEvent, PendingEffect, MAX_EFFECTS_PER_WRITE};
+pub use self::effects::{EffectCommit, EffectEvent, PendingEffect};
 pub use self::multi::{MultiProjection, MultiProjectionBuilder, SourceBuilder, SourceContext};
 pub use self::options::{Mode, Removal, Revision};
 pub use self::outcome::{InstanceOutcome, RecordFailure, RowOutcome, RowReport};
