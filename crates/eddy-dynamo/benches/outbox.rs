@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use eddy_dynamo::{
-    n, AppSchema, BoxError, Effect, EmbeddedTable, Entity, KeyComposite, NewEffect, Outbox, Put,
-    StreamId, Table, TableSchema, TableWrite,
+    n, AppSchema, BoxError, Effect, EmbeddedTable, Entity, KeyComposite, Outbox, PendingEffect,
+    Put, StreamId, Table, TableSchema, TableWrite,
 };
 use serde::{Deserialize, Serialize};
 
@@ -57,8 +57,8 @@ async fn fill(table: &EmbeddedTable, rows: &Entity<Row>, outbox: &Outbox) {
         let mut item = rows.to_item(&Row { id: id.clone() }).expect("row");
         item.insert("revision".into(), n(1));
         let row_key = rows.key(&[id.as_str()]).expect("key");
-        let effects: Vec<NewEffect> = (1..=EFFECTS_PER_ROW)
-            .map(|version| NewEffect {
+        let effects: Vec<PendingEffect> = (1..=EFFECTS_PER_ROW)
+            .map(|version| PendingEffect {
                 source: "bench".into(),
                 stream_id: StreamId::new([("id", id.as_str())]),
                 version,

@@ -164,8 +164,8 @@ pub use item::{
 pub use key_schema::{IndexDefinition, KeyAttribute, KeyDefinition, TableSchema};
 pub use lambda::{handle_stream_event, StreamEvent, StreamEventResponse};
 pub use outbox::{
-    Clock, Deliver, DrainReport, Effect, NewEffect, Outbox, PendingReport, Undelivered,
-    DEFAULT_CLAIM_FOR, MAX_EFFECTS_PER_WRITE,
+    Clock, Deliver, DrainReport, Effect, Outbox, PendingReport, Undelivered, DEFAULT_CLAIM_FOR,
+    MAX_EFFECTS_PER_WRITE,
 };
 pub use projection::{
     Checkpoints, EffectCommit, EffectEvent, EvolveError, InstanceOutcome, Mode, MultiProjection,

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use eddy_dynamo::{
-    n, s, BoxError, Effect, EmbeddedTable, Entity, Item, NewEffect, Outbox, Put, Query, QueryPage,
-    StreamId, Table, TableError, TableWrite, TransactWriteItem,
+    n, s, BoxError, Effect, EmbeddedTable, Entity, Item, Outbox, PendingEffect, Put, Query,
+    QueryPage, StreamId, Table, TableError, TableWrite, TransactWriteItem,
 };
 use futures::future::BoxFuture;
 
@@ -66,8 +66,8 @@ fn summary(order_id: &str, revision: u64) -> OrderSummary {
     }
 }
 
-fn effect(order_id: &str, version: u64) -> NewEffect {
-    NewEffect {
+fn effect(order_id: &str, version: u64) -> PendingEffect {
+    PendingEffect {
         source: "order".into(),
         stream_id: StreamId::new([("orderId", order_id)]),
         version,
@@ -113,7 +113,7 @@ async fn write_row(
     let mut item = rows.to_item(&summary(order_id, revision)).unwrap();
     item.insert("revision".into(), n(revision));
     let row_key = rows.key(&key(order_id)).unwrap();
-    let effects: Vec<NewEffect> = versions.iter().map(|v| effect(order_id, *v)).collect();
+    let effects: Vec<PendingEffect> = versions.iter().map(|v| effect(order_id, *v)).collect();
     let mut writes = vec![TableWrite::new(&rows.table().schema().name, Put::new(item))];
     writes.extend(outbox.commit_items(&row_key, revision, &effects).unwrap());
     p.first.table.transact_write_tables(writes).await.unwrap();
@@ -147,7 +147,7 @@ async fn effects_commit_with_their_row_and_drain_in_order_in(p: Pair, place: Pla
     assert_eq!((again.delivered, again.busy), (0, false));
 
     // More effects than a transaction holds beside the row: a typed error.
-    let too_many: Vec<NewEffect> = (1..=100).map(|v| effect("o-1", v)).collect();
+    let too_many: Vec<PendingEffect> = (1..=100).map(|v| effect("o-1", v)).collect();
     let refused = outbox.commit_items(&row_key, 3, &too_many).unwrap_err();
     assert_eq!(refused.code(), "TooManyEffects");
 }
@@ -425,6 +425,7 @@ pair_tests!(
     a_failed_delivery_stays_at_the_head,
     drain_pending_delivers_every_row_and_skips_stale_entries,
     concurrent_drainers_deliver_in_order_per_row_at_least_once,
+    the_projection_commits_effects_with_the_row,
 );
 
 /// Pending effects survive every TTL sweep: a claim is never the TTL
@@ -483,4 +484,60 @@ async fn claims_survive_ttl_sweeps_on_sqlite() {
     let schema = crate::common::schema().with_ttl("ttl");
     let table = EmbeddedTable::open_sqlite(dir.path().join("ttl.db"), schema).unwrap();
     claims_survive_ttl_sweeps(table).await;
+}
+
+/// Through the projection: each applied scan commits a notice with its
+/// row's write (in the row's partition or the second table); a write
+/// without effects stays one put; draining delivers the notices in order;
+/// `create` over a projection's tombstone moves its revision on.
+async fn the_projection_commits_effects_with_the_row(p: Pair) {
+    use crate::freight::{shipment, Freight, ShipmentNotice};
+    use crate::multi::{append, parcels, scan_id, scanned};
+
+    for place in [Place::RowPartition, Place::SecondTable] {
+        let f = Freight::with_read_model(p.first.table.clone(), &format!("Ship{place:?}")).unwrap();
+        let outbox = Outbox::new(&f.summaries).unwrap();
+        let outbox = match place {
+            Place::RowPartition => outbox,
+            Place::SecondTable => outbox.in_table(p.second.clone()).unwrap(),
+        };
+        let projection = f.projection(Some(Arc::new(outbox.clone()))).unwrap();
+        let scans = scan_id(&f, "sh-1");
+        for location in ["depot", "truck", "door"] {
+            let events = append(&f.scans, &scans, &[scanned(location)]).await;
+            let out = projection.apply_batch(events).await.unwrap();
+            assert_eq!(out[0].enqueued, 1);
+        }
+        let o = crate::multi::order_id(&f, "o-1");
+        let events = append(&f.orders, &o, &[parcels("sh-1", 2)]).await;
+        let before = p.first.table.request_stats();
+        let out = projection.apply_batch(events).await.unwrap();
+        assert_eq!(out[0].enqueued, 0);
+        let after = p.first.table.request_stats();
+        assert_eq!(
+            after.transactions, before.transactions,
+            "no effects: one put, no transaction"
+        );
+
+        let notices = Arc::new(Mutex::new(Vec::new()));
+        let deliver = {
+            let notices = notices.clone();
+            move |effect: Effect| {
+                let notices = notices.clone();
+                async move {
+                    notices
+                        .lock()
+                        .unwrap()
+                        .push(effect.decode::<ShipmentNotice>()?.kind);
+                    Ok::<(), BoxError>(())
+                }
+            }
+        };
+        let row = f.summaries.key(&shipment("sh-1")).unwrap();
+        assert_eq!(outbox.drain(&row, &deliver).await.unwrap().delivered, 3);
+        assert_eq!(
+            *notices.lock().unwrap(),
+            ["at depot", "at truck", "at door"]
+        );
+    }
 }

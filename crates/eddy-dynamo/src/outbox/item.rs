@@ -19,6 +19,7 @@ use crate::condition::Condition;
 use crate::error::Error;
 use crate::event_item::StreamId;
 use crate::item::{get_str, get_u64, n, s, AttributeValue, Item};
+use crate::projection::{EffectCommit, PendingEffect};
 use crate::request::{Put, TableWrite};
 
 /// The most effects one row write commits: a transaction holds 100 items,
@@ -46,19 +47,6 @@ pub(crate) const ATTRIBUTES: &[&str] = &[
 
 /// What separates a row's sort key from its effects' positions.
 const OUTBOX_SEPARATOR: &str = "#$outbox#";
-
-/// An effect to commit with its row's write.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NewEffect {
-    /// The source of the event that produced it.
-    pub source: String,
-    /// The event's stream instance.
-    pub stream_id: StreamId,
-    /// The event's version.
-    pub version: u64,
-    /// The effect, encoded (serde_dynamo of the outbox's effect type).
-    pub payload: AttributeValue,
-}
 
 /// A committed effect, as a drainer hands it to `deliver`. Consumers
 /// deduplicate on `(stream_id, version)` (with `position` when one event
@@ -98,7 +86,7 @@ impl Outbox {
         &self,
         row_key: &Item,
         revision: u64,
-        effects: &[NewEffect],
+        effects: &[PendingEffect],
     ) -> Result<Vec<TableWrite>, Error> {
         let (pk, row_sk) = self.row_parts(row_key)?;
         if effects.len() > MAX_EFFECTS_PER_WRITE {
@@ -197,5 +185,16 @@ impl Outbox {
             position: position.ok_or_else(|| bad("position"))?,
             payload: item.get(EFFECT).cloned().ok_or_else(|| bad(EFFECT))?,
         })
+    }
+}
+
+impl EffectCommit for Outbox {
+    fn commit_items(
+        &self,
+        row_key: &Item,
+        revision: u64,
+        effects: &[PendingEffect],
+    ) -> Result<Vec<TableWrite>, Error> {
+        Outbox::commit_items(self, row_key, revision, effects)
     }
 }

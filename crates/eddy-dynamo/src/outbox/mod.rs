@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use self::drain::{Deliver, DrainReport, PendingReport, Undelivered};
-pub use self::item::{Effect, NewEffect, MAX_EFFECTS_PER_WRITE};
+pub use self::item::{Effect, MAX_EFFECTS_PER_WRITE};
 
 use crate::app_schema::ENTITY_ATTRIBUTE;
 use crate::entity::Entity;

@@ -27,7 +27,7 @@ use crate::event_item::{EventItem, StreamId, StreamIdentity};
 use crate::item::{n, s, AttributeValue, Item};
 use crate::key_schema::TableSchema;
 use crate::outbox::MAX_EFFECTS_PER_WRITE;
-use crate::request::{Put, TransactWriteItem};
+use crate::request::{Put, TableWrite, TransactWriteItem};
 use crate::tombstone::{is_tombstone, tombstone_marker, REVISION_NAME_ATTRIBUTE};
 
 /// How an event folds into a row's state: `evolve` with the event bound.
@@ -281,7 +281,7 @@ where
         work: &RowWork<M, K>,
         plan: &RowPlan<M>,
         read: &ReadRow,
-    ) -> Result<Vec<TransactWriteItem>, Error> {
+    ) -> Result<Vec<TableWrite>, Error> {
         let mut item = if plan.removed {
             self.tombstone(&work.key)
         } else {
@@ -310,15 +310,14 @@ where
         if let (Some(revision), Some(next)) = (&self.revision, plan.revision) {
             item.insert(revision.field.clone(), n(next));
         }
-        let mut items = vec![TransactWriteItem::from(Put::new(item).when(condition))];
+        let table = self.read_model.table().schema().name.clone();
+        let mut items = vec![TableWrite::new(table, Put::new(item).when(condition))];
         if !plan.effects.is_empty() {
             if plan.effects.len() > MAX_EFFECTS_PER_WRITE {
-                return Err(Error::InvalidArgument(format!(
-                    "row {} of projection {} would commit {} outbox effects in one write; a transaction holds at most {MAX_EFFECTS_PER_WRITE} besides the row",
-                    work.id,
-                    self.name,
-                    plan.effects.len()
-                )));
+                return Err(Error::TooManyEffects {
+                    row: work.id.clone(),
+                    count: plan.effects.len(),
+                });
             }
             let (Some(outbox), Some(revision)) = (&self.outbox, plan.revision) else {
                 return Err(Error::InvalidArgument(format!(
@@ -450,14 +449,17 @@ impl ReadRow {
 /// race like a failed `PutItem`.
 async fn write_row(
     table: &dyn crate::table::Table,
-    mut items: Vec<TransactWriteItem>,
+    items: Vec<TableWrite>,
 ) -> Result<(), TableError> {
-    if items.len() == 1 {
-        if let Some(TransactWriteItem::Put(put)) = items.pop() {
-            return table.put_item(put).await;
-        }
+    if let [TableWrite {
+        item: TransactWriteItem::Put(put),
+        ..
+    }] = items.as_slice()
+    {
+        return table.put_item(put.clone()).await;
     }
-    match table.transact_write_items(items).await {
+    // The outbox items may be in another table of the row table's database.
+    match table.transact_write_tables(items).await {
         Err(TableError::TransactionCanceled { mut reasons })
             if reasons.first().is_some_and(|r| r.is_condition_failure()) =>
         {

@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 use crate::error::Error;
 use crate::event_item::StreamId;
 use crate::item::{AttributeValue, Item};
-use crate::request::TransactWriteItem;
+use crate::request::TableWrite;
 
 /// An effect of an applied event, encoded, waiting to be committed with its
 /// row's write.
@@ -43,7 +43,7 @@ pub trait EffectCommit: Send + Sync {
         row_key: &Item,
         revision: u64,
         effects: &[PendingEffect],
-    ) -> Result<Vec<TransactWriteItem>, Error>;
+    ) -> Result<Vec<TableWrite>, Error>;
 }
 
 /// The applied event an outbox's `effects` sees.
