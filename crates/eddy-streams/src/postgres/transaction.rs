@@ -91,14 +91,23 @@ impl PgTransaction {
     /// Begins a transaction on `wiring`'s pool: read committed, or a
     /// read-only snapshot (`read_only`) for the store's own reads.
     pub(super) async fn begin(wiring: Arc<Wiring>, read_only: bool) -> Result<Self, StreamError> {
-        let tx = if read_only {
-            wiring
-                .pool
-                .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                .await
-        } else {
-            wiring.pool.begin().await
-        }
+        // sqlx's `begin` is not cancel-safe on PostgreSQL: dropped between
+        // sending BEGIN and reading its answer (a reader that hung up), it
+        // hands the connection back to the pool inside the transaction, and
+        // the next caller's statements run in it. On a task of its own the
+        // begin always finishes; a transaction its caller no longer takes
+        // is dropped there, which rolls it back as usual.
+        let pool = wiring.pool.clone();
+        let tx = tokio::spawn(async move {
+            if read_only {
+                pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                    .await
+            } else {
+                pool.begin().await
+            }
+        })
+        .await
+        .map_err(|e| StreamError::internal_from("a transaction's begin did not finish", e))?
         .map_err(|e| pg_error("cannot begin a transaction", e))?;
         Ok(PgTransaction {
             records: PgRecords::new(tx, Arc::clone(&wiring.sql), false),

@@ -359,3 +359,57 @@ fn application_sql_and_appends_commit_or_roll_back_together() {
         schema.drop().await;
     });
 }
+
+/// Regression: a read cancelled while its transaction was beginning (a
+/// reader that hung up) left its pooled connection inside a read-only
+/// transaction — sqlx 0.9's `begin` is not cancel-safe on PostgreSQL — so
+/// the next append on that connection failed with "cannot execute SELECT
+/// FOR UPDATE in a read-only transaction". Reads are cancelled at every
+/// point of a sweep, on a pool of one connection, and each is followed by
+/// an append that must succeed.
+#[test]
+fn a_cancelled_read_leaves_no_transaction_behind() {
+    let Some(schema) = Schema::fresh("cancelled_read") else {
+        return;
+    };
+    run(async move {
+        let options = PgOptions {
+            max_connections: 1,
+            ..schema.options()
+        };
+        let store = Arc::new(PgStorage::open(options).await.expect("open"));
+        let p = path("cancel/reads");
+        store
+            .create(&p, StreamConfig::json(), Payload::empty())
+            .await
+            .expect("create");
+        let mut appended = 0;
+        for step in 0..400u32 {
+            // Abort the read after a spin of a few microseconds: timers are
+            // too coarse to land inside one round trip.
+            let after = Duration::from_micros(u64::from(step % 200) * 2);
+            let reading = {
+                let (store, p) = (Arc::clone(&store), p.clone());
+                tokio::spawn(async move { store.read(&p, ReadFrom::Beginning, 1024).await })
+            };
+            let started = std::time::Instant::now();
+            while started.elapsed() < after {
+                std::hint::spin_loop();
+            }
+            reading.abort();
+            let _ = reading.await;
+            store
+                .append(&p, Append::body("[1]"))
+                .await
+                .unwrap_or_else(|e| panic!("an append after a read aborted at {after:?}: {e}"));
+            appended += 1;
+        }
+        let chunk = store
+            .read(&p, ReadFrom::Beginning, 1 << 20)
+            .await
+            .expect("read");
+        assert_eq!(chunk.messages.len(), appended);
+        drop(store);
+        schema.drop().await;
+    });
+}
