@@ -1,6 +1,6 @@
 //! `eddy serve` as operators run it: a config file, JSON logs whose lines
-//! name the request id and the stream path, the readiness probe, and the
-//! store's metrics on the page.
+//! name the request id and the stream path, the readiness probe, the
+//! store's metrics on the page, and the TLS certificate reloaded on SIGHUP.
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
@@ -137,4 +137,116 @@ async fn metrics_show_the_sqlite_group_commits() {
         page.contains("# HELP eddy_store_commit_group_size Calls committed together"),
         "{page}"
     );
+}
+
+/// A self-signed certificate for `localhost` written as `name.crt` and
+/// `name.key` under `dir`; returns both paths and the certificate's PEM.
+#[cfg(unix)]
+fn certificate(
+    dir: &std::path::Path,
+    name: &str,
+) -> (std::path::PathBuf, std::path::PathBuf, String) {
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("rcgen");
+    let pem = made.cert.pem();
+    let cert = dir.join(format!("{name}.crt"));
+    let key = dir.join(format!("{name}.key"));
+    std::fs::write(&cert, &pem).expect("write cert");
+    std::fs::write(&key, made.signing_key.serialize_pem()).expect("write key");
+    (cert, key, pem)
+}
+
+/// Whether a client that trusts only `pem` completes a `/healthz` request.
+#[cfg(unix)]
+async fn trusted_by(pem: &str, addr: std::net::SocketAddr) -> bool {
+    let client = reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(pem.as_bytes()).expect("pem"))
+        .resolve("localhost", addr)
+        .build()
+        .expect("client");
+    client
+        .get(format!("https://localhost:{}/healthz", addr.port()))
+        .send()
+        .await
+        .is_ok_and(|response| response.status().is_success())
+}
+
+/// SIGHUP makes `eddy serve` read its certificate and key again: a broken
+/// renewal is logged and the old certificate stays; a good one is served
+/// from then on.
+#[cfg(unix)]
+#[tokio::test]
+async fn sighup_reloads_the_tls_certificate() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cert, key, old_pem) = certificate(dir.path(), "live");
+    let (new_cert, new_key, new_pem) = certificate(dir.path(), "renewed");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_eddy"))
+        .args(["serve", "--storage", "memory", "--listen", "127.0.0.1:0"])
+        .arg("--tls-cert")
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&key)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start eddy serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read the listening line");
+    let addr: std::net::SocketAddr = line
+        .trim()
+        .strip_prefix("listening on https://")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .parse()
+        .expect("address");
+    // The log lines, as they come: each SIGHUP's outcome is awaited on them.
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().expect("stderr");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let hang_up = |child: &std::process::Child| {
+        let status = Command::new("kill")
+            .args(["-HUP", &child.id().to_string()])
+            .status()
+            .expect("kill -HUP");
+        assert!(status.success());
+    };
+    let logged = |needle: &str| loop {
+        let line = lines
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("no log line containing {needle:?}"));
+        if line.contains(needle) {
+            break;
+        }
+    };
+    assert!(trusted_by(&old_pem, addr).await);
+
+    std::fs::write(&cert, "not a certificate").expect("write");
+    hang_up(&child);
+    logged("TLS reload failed");
+    assert!(
+        trusted_by(&old_pem, addr).await,
+        "the old certificate stays"
+    );
+
+    std::fs::rename(&new_cert, &cert).expect("rename");
+    std::fs::rename(&new_key, &key).expect("rename");
+    hang_up(&child);
+    logged("TLS certificate and key reloaded");
+    assert!(
+        trusted_by(&new_pem, addr).await,
+        "the renewed certificate is served"
+    );
+    assert!(!trusted_by(&old_pem, addr).await, "the old one is not");
+
+    child.kill().expect("kill");
+    let _ = child.wait();
 }
