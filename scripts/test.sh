@@ -87,7 +87,7 @@ step "each feature alone" each_feature
 # Every crate's tests: memory, SQLite and moto backends, contract suites,
 # crash tests, examples and doctests.
 step "cargo test (workspace, with moto)" \
-  bash -c "cargo test --workspace --features '$features' 2>&1 | tee '$log_dir/cargo-test.log'"
+  bash -o pipefail -c "cargo test --workspace --features '$features' 2>&1 | tee '$log_dir/cargo-test.log'"
 read -r passed failed < <(awk '/^test result:/ { p += $4; f += $6 } END { print p+0, f+0 }' "$log_dir/cargo-test.log")
 if [ "$passed" -eq 0 ]; then
   echo "cargo test ran no test" >&2
@@ -111,17 +111,18 @@ fi
 summary+=("      cargo test: $passed passed, $failed failed ($moto_ran of them on moto, $pg_ran on PostgreSQL, $browser_ran console tests in Chromium; screenshot in target/tmp/console.png)")
 
 # The public Durable Streams conformance suite, on every storage backend.
-step "conformance suite" bash -c "scripts/conformance/run.sh memory sqlite postgres | tee '$log_dir/conformance.log'"
+step "conformance suite" bash -o pipefail -c "scripts/conformance/run.sh memory sqlite postgres | tee '$log_dir/conformance.log'"
 while read -r line; do summary+=("      $line"); done < <(grep '^conformance' "$log_dir/conformance.log")
 
 # nginx with proxy_cache in front of `eddy serve`: one upstream read for 200
 # concurrent readers of a historical chunk, never a stale tail.
-step "nginx cache in front of eddy serve" bash -c "scripts/nginx/run.sh | tee '$log_dir/nginx.log'"
+step "nginx cache in front of eddy serve" bash -o pipefail -c "scripts/nginx/run.sh | tee '$log_dir/nginx.log'"
 while read -r line; do summary+=("      $line"); done < <(grep '^nginx:' "$log_dir/nginx.log")
 
 print_summary
 total_passed=$passed
 total_failed=$failed
 for n in $(grep -o '[0-9]* passed' "$log_dir/conformance.log" | awk '{print $1}'); do total_passed=$((total_passed + n)); done
+for n in $(grep -o '[0-9]* failed' "$log_dir/conformance.log" | awk '{print $1}'); do total_failed=$((total_failed + n)); done
 echo
 echo "all: $total_passed passed, $total_failed failed"
