@@ -4,23 +4,19 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use eddy_streams::{Payload, StreamConfig, StreamPath};
 
 use crate::state::AppState;
-
-/// The stream the readiness probe creates (once) and then finds again.
-/// Under `__eddy/`, so clients cannot change it.
-pub(crate) const READY_STREAM: &str = "__eddy/readyz";
 
 /// `GET /healthz`: the process is up.
 pub(crate) async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// `GET /readyz`: 200 when the store answers a write-path call, 503 with
-/// the reason otherwise. The call is an idempotent create of
-/// [`READY_STREAM`]: it goes through the store's writer (SQLite's writer
-/// thread, a PostgreSQL transaction) but writes nothing after the first.
+/// `GET /readyz`: 200 when the store takes writes, 503 with the reason
+/// otherwise. It asks [`Storage::writable`](eddy_streams::Storage::writable),
+/// which goes through the store's write path (SQLite's writer thread, a
+/// PostgreSQL read-write transaction) and writes nothing: no stream of the
+/// probe's shows in listings.
 pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     if *state.stopping().borrow() {
         return (
@@ -29,22 +25,10 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
         )
             .into_response();
     }
-    let outcome = match StreamPath::new(READY_STREAM) {
-        Ok(path) => state
-            .store
-            .create(
-                &path,
-                StreamConfig::bytes("application/octet-stream"),
-                Payload::empty(),
-            )
-            .await
-            .map(|_| ()),
-        Err(err) => Err(err),
-    };
-    match outcome {
+    match state.store.writable().await {
         Ok(()) => (StatusCode::OK, "ready\n").into_response(),
         Err(err) => {
-            tracing::warn!(stream = READY_STREAM, error = %err, "not ready: the store refused a write");
+            tracing::warn!(error = %err, "not ready: the store refused a write");
             (
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("not ready: the store refused a write: {err}\n"),

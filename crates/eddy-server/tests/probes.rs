@@ -33,7 +33,7 @@ async fn readyz_needs_no_token_and_follows_the_store_and_shutdown() {
     assert_eq!(body, "ready\n");
     let (response, _) = send(&router, get("/healthz")).await;
     assert_eq!(response.status(), StatusCode::OK);
-    // A second probe finds its stream again.
+    // A second probe is as good as the first.
     let (response, _) = send(&router, get("/readyz")).await;
     assert_eq!(response.status(), StatusCode::OK);
 
@@ -57,6 +57,9 @@ async fn readyz_fails_when_the_store_cannot_write() {
     ));
     let (response, _) = send(&router, get("/readyz")).await;
     assert_eq!(response.status(), StatusCode::OK);
+    // The probe went through the writer and left nothing behind.
+    let listed = store.list("").await.expect("list");
+    assert!(listed.is_empty(), "{listed:?}");
     store.close();
     let (response, body) = send(&router, get("/readyz")).await;
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -90,4 +93,26 @@ async fn every_response_carries_a_request_id() {
         Some("client-42"),
         "the client's id is kept"
     );
+}
+
+/// A remote store is writable while its server is ready.
+#[tokio::test]
+async fn a_remote_store_is_writable_while_its_server_is_ready() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(SqliteStorage::open(dir.path()).expect("open"));
+    let server = eddy_server::Server::bind(
+        ([127, 0, 0, 1], 0).into(),
+        Arc::clone(&store) as Arc<dyn Storage>,
+        ServerConfig::default(),
+    )
+    .await
+    .expect("bind")
+    .spawn();
+    let remote = eddy_server::RemoteStorage::new(&server.url()).expect("client");
+    remote.writable().await.expect("writable");
+    store.close();
+    let refused = remote.writable().await.expect_err("the store is closed");
+    assert!(refused.is_retryable(), "{refused}");
+    assert!(refused.to_string().contains("closed"), "{refused}");
+    server.stop().await.expect("stop");
 }

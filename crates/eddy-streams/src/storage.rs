@@ -130,6 +130,18 @@ pub trait Storage: Send + Sync + 'static {
         ))
     }
 
+    /// Checks that the store takes writes now, writing nothing: the
+    /// readiness probe's question. SQLite passes an empty job through its
+    /// writer's group commit; PostgreSQL commits an empty read-write
+    /// transaction on a primary; a remote store asks its server's
+    /// `/readyz`.
+    ///
+    /// A store that takes writes whenever it exists (memory) keeps this
+    /// default, which says yes.
+    async fn writable(&self) -> Result<(), StreamError> {
+        Ok(())
+    }
+
     /// The backend's change signals.
     fn notifier(&self) -> &Notifier;
 

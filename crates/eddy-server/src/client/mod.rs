@@ -376,6 +376,22 @@ impl Storage for RemoteStorage {
         Ok(listed.into_iter().map(StreamInfo::from).collect())
     }
 
+    /// The server's `/readyz`: 200 is yes; any other answer is a
+    /// `storage-failure` that carries its text.
+    async fn writable(&self) -> Result<(), StreamError> {
+        let url = format!("{}/readyz", self.base);
+        let response = self.send(self.request(Method::GET, url)).await?;
+        if response.status().is_success() {
+            return Ok(());
+        }
+        let status = response.status();
+        let text = response.text().await.unwrap_or_default();
+        Err(StreamError::unavailable(format!(
+            "the stream server is not ready ({status}): {}",
+            text.trim()
+        )))
+    }
+
     fn notifier(&self) -> &Notifier {
         &self.notifier
     }

@@ -391,6 +391,24 @@ impl Storage for PgStorage {
         .await
     }
 
+    /// A read-write transaction that commits, on a server that is not a
+    /// read-only standby.
+    async fn writable(&self) -> Result<(), StreamError> {
+        let mut tx = self.begin().await?;
+        let read_only: String =
+            sqlx::query_scalar("SELECT current_setting('transaction_read_only')")
+                .fetch_one(&mut **tx.sql())
+                .await
+                .map_err(|e| pg_error("cannot ask whether the database takes writes", e))?;
+        if read_only == "on" {
+            // Dropping the transaction rolls it back.
+            return Err(StreamError::unavailable(
+                "the database is read-only (a standby, or default_transaction_read_only)",
+            ));
+        }
+        tx.commit().await
+    }
+
     fn notifier(&self) -> &Notifier {
         &self.wiring.notifier
     }

@@ -392,6 +392,12 @@ impl Storage for SqliteStorage {
         .await
     }
 
+    /// An empty job through the writer: it answers only once a group
+    /// holding it committed.
+    async fn writable(&self) -> Result<(), StreamError> {
+        self.submit(0, |_, _| Ok(((), None))).await
+    }
+
     fn notifier(&self) -> &Notifier {
         &self.notifier
     }
