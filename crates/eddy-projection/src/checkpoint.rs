@@ -88,6 +88,18 @@ pub struct Pending {
     pub ranges: BTreeMap<String, Range>,
 }
 
+/// Why a binding's last run failed, kept in its checkpoint for operators
+/// (`eddy status`) until a unit settles.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    /// The error's stable code (`handler/failed`, `input/invalid-item`, …).
+    pub code: String,
+    /// The error's text.
+    pub message: String,
+    /// When the run failed, in unix milliseconds.
+    pub at_ms: u64,
+}
+
 /// What a binding has committed.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Checkpoint {
@@ -112,6 +124,10 @@ pub struct Checkpoint {
     /// nothing in the engine reads it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub committed_at_ms: Option<u64>,
+    /// The failure of the binding's last run, when no unit settled since
+    /// (for operators; nothing in the engine reads it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<Failure>,
 }
 
 /// The version of a binding's checkpoint that a writer last saw. Saving

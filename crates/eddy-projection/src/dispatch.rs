@@ -15,6 +15,7 @@ use tokio::task::{Id, JoinSet};
 
 use crate::attach::{AttachError, AttachStatus, BindingState, BindingStatus};
 use crate::declare::{Params, State};
+use crate::metrics::BindingMetrics;
 use crate::{
     Bound, Host, Progress, Projection, ProjectionError, Result, Retry, RunOptions, Status,
 };
@@ -227,6 +228,7 @@ async fn run_with_retry<P: Params, S: State>(
             Err(e) if e.is_retryable() => match retry.delay(attempt) {
                 Some(delay) => {
                     attempt += 1;
+                    BindingMetrics::new(&bound.key).retried();
                     tokio::time::sleep(delay).await;
                 }
                 None => return Err(e),

@@ -5,6 +5,7 @@ use futures::future::{select_all, FutureExt};
 use futures::Stream;
 
 use crate::declare::{Params, State};
+use crate::metrics::BindingMetrics;
 use crate::session::{Session, Tally};
 use crate::{Bound, FollowOptions, Host, Progress, Result, Retry, Status};
 
@@ -32,6 +33,7 @@ impl Host {
         options: FollowOptions,
     ) -> impl Stream<Item = Result<Progress<S>>> + Send + 'static {
         let follower = Follower {
+            metrics: BindingMetrics::new(&bound.key),
             retry: options.retry.unwrap_or(self.retry),
             host: self.clone(),
             bound: bound.clone(),
@@ -52,6 +54,7 @@ struct Follower<P, S> {
     bound: Bound<P, S>,
     options: FollowOptions,
     retry: Retry,
+    metrics: BindingMetrics,
     session: Option<Session<P, S>>,
     /// The status of the last cycle; `None` before the first.
     last: Option<Status>,
@@ -136,6 +139,7 @@ impl<P: Params, S: State> Follower<P, S> {
                         "storage failure, retrying in {delay:?}: {e}"
                     );
                     attempt += 1;
+                    self.metrics.retried();
                     tokio::time::sleep(delay).await;
                 }
                 Err(e) => return Err(e),

@@ -9,7 +9,7 @@ use eddy_streams::{Offset, ReadFrom, Storage, StreamError, StreamPath};
 use serde::Serialize;
 
 use crate::{
-    Checkpoint, CheckpointKey, CheckpointStore, Pending, Result, StreamCheckpoints,
+    Checkpoint, CheckpointKey, CheckpointStore, Failure, Pending, Result, StreamCheckpoints,
     CHECKPOINT_PREFIX,
 };
 
@@ -41,6 +41,9 @@ pub struct BindingReport {
     pub pending: Option<Pending>,
     /// Each input's position against its tail.
     pub inputs: Vec<InputLag>,
+    /// Why its last run failed (its handler's error, say), when no unit
+    /// settled since.
+    pub failure: Option<Failure>,
     /// Why the checkpoint or an input could not be read.
     pub error: Option<String>,
     /// Durable wake-up marks for the binding. Always `None` for now: the
@@ -59,7 +62,8 @@ pub enum BindingHealth {
     Behind,
     /// A unit is pinned and has not settled (see [`BindingReport::pending`]).
     Pinned,
-    /// Its checkpoint cannot be read (see [`BindingReport::error`]).
+    /// Its last run failed (see [`BindingReport::failure`]), or its
+    /// checkpoint cannot be read (see [`BindingReport::error`]).
     Failed,
 }
 
@@ -106,6 +110,7 @@ pub async fn inspect(storage: &Arc<dyn Storage>) -> Result<Vec<BindingReport>> {
             committed_at_ms: None,
             pending: None,
             inputs: Vec::new(),
+            failure: None,
             error: None,
             wake_marks: None,
         };
@@ -201,7 +206,9 @@ async fn fill(storage: &dyn Storage, report: &mut BindingReport, checkpoint: Che
         behind |= lag.lag_messages > 0;
         report.inputs.push(lag);
     }
-    report.state = if checkpoint.pending.is_some() {
+    report.state = if checkpoint.failure.is_some() {
+        BindingHealth::Failed
+    } else if checkpoint.pending.is_some() {
         BindingHealth::Pinned
     } else if behind {
         BindingHealth::Behind
@@ -209,6 +216,7 @@ async fn fill(storage: &dyn Storage, report: &mut BindingReport, checkpoint: Che
         BindingHealth::CaughtUp
     };
     report.pending = checkpoint.pending;
+    report.failure = checkpoint.failure;
 }
 
 /// Reads the input's tail and counts the messages (and, up to

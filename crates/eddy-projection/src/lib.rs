@@ -176,6 +176,7 @@ mod handles;
 mod host;
 mod inputs;
 mod inspect;
+mod metrics;
 mod params;
 mod progress;
 mod retry;
@@ -187,12 +188,13 @@ mod transaction;
 mod unit_key;
 mod wake;
 
+pub use crate::metrics::describe_metrics;
 pub use attach::{AttachError, AttachOptions, AttachStatus, Attached, BindingState, BindingStatus};
 pub use batch::{Batch, Entry, Range, Slice, Unit};
 pub use bind::Bound;
 pub use build::{EachEntries, EmitEntries, Entries, FoldEntries, MapAccumEntries};
 pub use checkpoint::{
-    Checkpoint, CheckpointKey, CheckpointStore, InputMark, Loaded, Pending, Token,
+    Checkpoint, CheckpointKey, CheckpointStore, Failure, InputMark, Loaded, Pending, Token,
     CHECKPOINT_PREFIX, RESERVED_PREFIX,
 };
 pub use commit::{

@@ -7,6 +7,8 @@ mod declare;
 mod durability;
 mod examples;
 mod follow;
+mod inspect;
+mod metrics;
 mod properties;
 mod run;
 mod spec;

@@ -4,8 +4,10 @@
 //! Each [`Metrics`] has its own recorder, so two servers in one process
 //! (tests) never mix their counts. [`Metrics::install_global`] makes it
 //! the process's recorder too, so that what libraries emit through the
-//! `metrics` facade (the store's commit groups, see
-//! [`STORE_METRICS`](eddy_streams::STORE_METRICS)) shows on the same page.
+//! `metrics` facade (the store's commits, see
+//! [`eddy_streams::describe_metrics`], and each projection binding's
+//! units, failures and lag, see [`eddy_projection::describe_metrics`])
+//! shows on the same page, with the help text each library describes.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -83,11 +85,11 @@ impl Metrics {
     /// ```
     pub fn new() -> Self {
         let recorder = Arc::new(recorder());
-        // The exporter keeps one help text per name, whatever its kind.
-        let store = eddy_streams::STORE_METRICS.iter().map(|m| (m.name, m.help));
-        for (name, help) in HELP.iter().copied().chain(store) {
-            recorder.describe_counter(name.into(), None, help.into());
-        }
+        metrics::with_local_recorder(recorder.as_ref(), || {
+            describe();
+            eddy_streams::describe_metrics();
+            eddy_projection::describe_metrics();
+        });
         // A registered series shows (at zero) before its first event.
         let counter =
             |name: &'static str| recorder.register_counter(&Key::from_static_name(name), &METADATA);
@@ -173,44 +175,53 @@ fn recorder() -> PrometheusRecorder {
         .build_recorder()
 }
 
-/// The server's metrics and what each counts.
-const HELP: &[(&str, &str)] = &[
-    ("eddy_appends_total", "Appends that wrote data."),
-    ("eddy_append_bytes_total", "Bytes written by appends."),
-    (
+/// Describes the server's own metrics to the current recorder.
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!("eddy_appends_total", "Appends that wrote data.");
+    describe_counter!(
+        "eddy_append_bytes_total",
+        Unit::Bytes,
+        "Bytes written by appends."
+    );
+    describe_counter!(
         "eddy_duplicate_appends_total",
-        "Producer retries acknowledged without writing.",
-    ),
-    (
+        "Producer retries acknowledged without writing."
+    );
+    describe_counter!(
         "eddy_reads_total",
-        "Read responses and SSE data events served.",
-    ),
-    ("eddy_errors_total", "Requests answered with an error status."),
-    (
+        "Read responses and SSE data events served."
+    );
+    describe_counter!(
+        "eddy_errors_total",
+        "Requests answered with an error status."
+    );
+    describe_counter!(
         "eddy_webhook_deliveries_total",
-        "Webhook notifications accepted by their receiver.",
-    ),
-    (
+        "Webhook notifications accepted by their receiver."
+    );
+    describe_counter!(
         "eddy_webhook_failures_total",
-        "Webhook notifications that failed and are sent again later.",
-    ),
-    ("eddy_connections_total", "Connections accepted."),
-    (
+        "Webhook notifications that failed and are sent again later."
+    );
+    describe_counter!("eddy_connections_total", "Connections accepted.");
+    describe_counter!(
         "eddy_tls_failures_total",
-        "Connections refused on the TLS port (failed handshakes, plain HTTP).",
-    ),
-    ("eddy_connections_open", "Connections open now."),
-    ("eddy_live_readers", "Live readers (long-poll and SSE) now."),
-    (
+        "Connections refused on the TLS port (failed handshakes, plain HTTP)."
+    );
+    describe_gauge!("eddy_connections_open", "Connections open now.");
+    describe_gauge!("eddy_live_readers", "Live readers (long-poll and SSE) now.");
+    describe_gauge!(
         "eddy_requests_in_flight",
-        "Requests being handled now, this one included.",
-    ),
-    (
+        "Requests being handled now, this one included."
+    );
+    describe_counter!(
         HTTP_REQUESTS,
-        "HTTP requests answered, by route class and status code.",
-    ),
-    (
+        "HTTP requests answered, by route class and status code."
+    );
+    describe_histogram!(
         HTTP_SECONDS,
-        "Time from a request's arrival to its response head, by route class, in seconds (a long-poll's includes its wait; an SSE stream's head goes out before its events).",
-    ),
-];
+        Unit::Seconds,
+        "Time from a request's arrival to its response head, by route class, in seconds (a long-poll's includes its wait; an SSE stream's head goes out before its events)."
+    );
+}

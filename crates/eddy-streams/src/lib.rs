@@ -75,6 +75,7 @@ mod sqlite;
 mod state;
 mod storage;
 
+pub use crate::metrics::describe_metrics;
 pub use append::{Append, Appended, ProducerPosition, DEFAULT_MAX_PRODUCERS_PER_STREAM};
 pub use backup::{
     export, import, BackupError, BackupProgress, BackupSummary, BACKUP_FORMAT, BACKUP_VERSION,
@@ -87,7 +88,6 @@ pub use error::{Cause, ErrorKind, Result, StreamError};
 pub use fork::Fork;
 pub use json_stream::{JsonStream, TypedChunk};
 pub use memory::MemoryStorage;
-pub use metrics::{MetricKind, StoreMetric, STORE_METRICS};
 pub use notify::{Committed, Notifier, Watcher};
 pub use offset::{Offset, ReadFrom};
 pub use path::{StreamPath, MAX_PATH_LEN};

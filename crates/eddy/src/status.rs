@@ -182,8 +182,16 @@ fn table(out: &mut impl Write, status: &Status, within: Duration) -> anyhow::Res
                 input.lag_messages
             )?;
         }
+        if let Some(failure) = &b.failure {
+            let ago = now.saturating_sub(failure.at_ms) / 1000;
+            writeln!(
+                out,
+                "    last error ({}, {ago}s ago): {}",
+                failure.code, failure.message
+            )?;
+        }
         if let Some(error) = &b.error {
-            writeln!(out, "    last error: {error}")?;
+            writeln!(out, "    cannot read: {error}")?;
         }
     }
     writeln!(

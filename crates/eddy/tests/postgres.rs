@@ -296,3 +296,70 @@ fn streams_and_status_work_on_postgres() {
     assert_eq!(status["streams"]["bytes"], 11, "{status}");
     runtime().block_on(schema.drop());
 }
+
+/// `eddy serve` on PostgreSQL shows the store's commits on `/metrics`
+/// like SQLite's (each write call one transaction, its COMMIT timed, no
+/// call left waiting for a connection), and `/readyz` checks the write
+/// path without leaving a stream behind.
+#[test]
+fn metrics_and_readyz_on_postgres() {
+    let Some(schema) = Schema::fresh("metrics_and_readyz_on_postgres") else {
+        return;
+    };
+    let (server, url) = schema.serve();
+    let http = client();
+    let page = runtime().block_on(async {
+        let ready = http
+            .get(format!("{url}/readyz"))
+            .send()
+            .await
+            .expect("readyz");
+        assert_eq!(ready.status().as_u16(), 200);
+        create(&http, &format!("{url}/orders")).await;
+        for i in 0..5 {
+            let appended = http
+                .post(format!("{url}/orders"))
+                .header("content-type", "application/json")
+                .body(format!("{{\"n\":{i}}}"))
+                .send()
+                .await
+                .expect("append");
+            assert_eq!(appended.status().as_u16(), 204);
+        }
+        http.get(format!("{url}/metrics"))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics body")
+    });
+    stop(server);
+    let listed = eddy(&[
+        "streams",
+        "--storage",
+        &schema.url,
+        "--pg-schema",
+        &schema.name,
+        "ls",
+    ]);
+    assert!(listed.starts_with("orders\t"), "{listed}");
+    assert!(!listed.contains("readyz"), "{listed}");
+    runtime().block_on(schema.drop());
+
+    // A create and five appends: six transactions of one call each (the
+    // probe's transaction made no stream call, so it is not counted).
+    let series = |name: &str| crate::serve_cli::series(&page, name);
+    assert_eq!(series("eddy_store_commit_group_size_sum"), 6.0, "{page}");
+    assert_eq!(series("eddy_store_commit_group_size_count"), 6.0, "{page}");
+    assert_eq!(
+        series("eddy_store_commit_duration_seconds_count"),
+        6.0,
+        "{page}"
+    );
+    assert_eq!(series("eddy_store_writer_queue_jobs"), 0.0, "{page}");
+    assert!(
+        page.contains("# HELP eddy_store_commit_group_size Calls committed together"),
+        "{page}"
+    );
+}

@@ -79,7 +79,7 @@ async fn json_logs_name_the_request_and_the_stream() {
 }
 
 /// The value of the unlabelled series `name` on a Prometheus text page.
-fn series(page: &str, name: &str) -> f64 {
+pub(crate) fn series(page: &str, name: &str) -> f64 {
     page.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or_else(|| panic!("no series {name} in {page}"))

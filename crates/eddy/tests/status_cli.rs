@@ -1,8 +1,7 @@
-//! `eddy status` on a store where one binding is behind, one has a unit
-//! pinned by a failed handler, one is caught up and one's checkpoint is
-//! unreadable: each shows as such in the table and the JSON, and
-//! `--fail-on-lag` fails only past its limit. (Durable wake-up marks are
-//! not recorded by any store yet, so none can show.)
+//! `eddy status` on a store where one binding is behind, one's handler
+//! failed (with its unit pinned), one is caught up and one's checkpoint is
+//! unreadable: each shows as such in the table and the JSON, with the
+//! handler's error, and `--fail-on-lag` fails only past its limit.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -108,9 +107,14 @@ async fn status_shows_behind_pinned_caught_up_and_failed_bindings() {
         ["caught-up", "1", "0", "0"],
         "{table}"
     );
-    assert_eq!(row("mailer v1")[3..7], ["pinned", "0", "5", "5"], "{table}");
+    assert_eq!(row("mailer v1")[3..7], ["failed", "0", "5", "5"], "{table}");
     assert_eq!(row("broken v1")[3], "failed", "{table}");
-    assert!(table.contains("    last error: "), "{table}");
+    assert!(
+        table.contains("    last error (handler/failed, ")
+            && table.contains("the mail server refused"),
+        "{table}"
+    );
+    assert!(table.contains("    cannot read: "), "{table}");
     assert!(
         table.contains("numbers numbers: at message 2 of 5, 3 behind"),
         "{table}"
@@ -136,8 +140,11 @@ async fn status_shows_behind_pinned_caught_up_and_failed_bindings() {
     assert_eq!(sum["inputs"][0]["path"], "numbers");
     assert!(sum["committed_at_ms"].as_u64().is_some(), "{sum}");
     let mailer = binding("mailer");
-    assert_eq!(mailer["state"], "pinned");
+    assert_eq!(mailer["state"], "failed");
     assert!(mailer["pending"]["key"].is_string(), "{mailer}");
+    assert_eq!(mailer["failure"]["code"], "handler/failed");
+    let message = mailer["failure"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("the mail server refused"), "{mailer}");
     assert_eq!(binding("count")["state"], "caught-up");
     let broken = binding("broken");
     assert_eq!(broken["state"], "failed");

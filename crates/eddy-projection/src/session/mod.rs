@@ -9,9 +9,10 @@ use std::sync::Arc;
 
 use eddy_streams::Offset;
 
-use crate::checkpoint::{Checkpoint, Pending, Token};
+use crate::checkpoint::{Checkpoint, Failure, Pending, Token};
 use crate::declare::{Params, State};
 use crate::inputs::ReadAhead;
+use crate::metrics::BindingMetrics;
 use crate::transaction::{race_retry, Failed, UnitTransaction};
 use crate::{
     Batch, Bound, CommitKind, Emits, Host, Pass, Progress, ProjectionError, Range, Result, Status,
@@ -42,13 +43,25 @@ pub(crate) struct Session<P, S> {
     ahead: std::sync::Mutex<Vec<ReadAhead>>,
     /// How a SQL host commits a unit of a transaction projection.
     transaction: Option<Arc<dyn UnitTransaction<P>>>,
+    metrics: BindingMetrics,
 }
 
 impl<P: Params, S: State> Session<P, S> {
-    /// Loads the binding's checkpoint.
+    /// Loads the binding's checkpoint. A failed load counts as a failed
+    /// run in the binding's metrics.
     pub(crate) async fn load(host: Host, bound: Bound<P, S>) -> Result<Self> {
+        let key = bound.key.clone();
+        let loaded = Self::open(host, bound).await;
+        if loaded.is_err() {
+            BindingMetrics::new(&key).failed();
+        }
+        loaded
+    }
+
+    async fn open(host: Host, bound: Bound<P, S>) -> Result<Self> {
         let loaded = host.checkpoints.load(&bound.key).await?;
         let mut session = Session {
+            metrics: BindingMetrics::new(&bound.key),
             state: bound.projection.initial().clone(),
             checkpoint: fresh_checkpoint(),
             token: loaded.token,
@@ -145,8 +158,32 @@ impl<P: Params, S: State> Session<P, S> {
 
     /// Runs units until caught up, closed, forgotten or `limit`, counting
     /// each committed unit into `tally` as soon as it commits, so a caller
-    /// that retries after a failure still knows what was committed.
+    /// that retries after a failure still knows what was committed. The
+    /// binding's metrics count the units and a failure, and take its lag
+    /// at the end.
     pub(crate) async fn pass(
+        &mut self,
+        limit: Option<usize>,
+        unit_size: usize,
+        tally: &mut Tally,
+    ) -> Result<Pass> {
+        let pass = self.units(limit, unit_size, tally).await;
+        if let Err(error) = &pass {
+            self.metrics.failed();
+            self.record_failure(error).await;
+        }
+        let reached_tails = matches!(
+            pass,
+            Ok(Pass {
+                status: Status::CaughtUp | Status::Closed | Status::Forgotten,
+                ..
+            })
+        );
+        self.record_lag(reached_tails).await;
+        pass
+    }
+
+    async fn units(
         &mut self,
         limit: Option<usize>,
         unit_size: usize,
@@ -168,6 +205,7 @@ impl<P: Params, S: State> Session<P, S> {
             let Some(done) = self.unit(unit_size).await? else {
                 break Status::CaughtUp;
             };
+            self.metrics.committed(done.items);
             units += 1;
             items += done.items;
             tally.units += 1;
@@ -179,6 +217,52 @@ impl<P: Params, S: State> Session<P, S> {
             items,
             offsets: self.offsets(),
         })
+    }
+
+    /// Keeps `error` in the checkpoint for operators, when it is the
+    /// binding's own failure (its handler, its input, its outputs): not a
+    /// storage failure the runner retries, and not a checkpoint this
+    /// writer may no longer move. A binding without a checkpoint gets
+    /// none: a failed first run writes nothing. A failure to keep it is
+    /// logged; the run's error is what the caller gets either way.
+    async fn record_failure(&mut self, error: &ProjectionError) {
+        let code = error.code();
+        if !self.exists || error.is_retryable() || code.starts_with("checkpoint/") {
+            return;
+        }
+        let mut next = self.checkpoint.clone();
+        next.failure = Some(Failure {
+            code: code.to_owned(),
+            message: error.to_string(),
+            at_ms: now_ms().unwrap_or_default(),
+        });
+        if let Err(e) = self.save(next).await {
+            tracing::warn!(
+                projection = self.bound.projection.id(),
+                binding = self.bound.key.params,
+                "cannot keep the run's failure in the checkpoint: {e}"
+            );
+        }
+    }
+
+    /// Sets each input's lag gauge: zero after a pass whose reads reached
+    /// every tail, else the distance from the committed offset to the
+    /// tail now (an input whose tail cannot be read keeps its last value).
+    async fn record_lag(&self, reached_tails: bool) {
+        let inputs = self.bound.projection.inputs().iter();
+        for (input, path) in inputs.zip(&self.bound.inputs) {
+            let mark = self.checkpoint.inputs.get(&input.name);
+            let offset = mark.map_or(Offset::ZERO, |m| m.offset);
+            let lag = if reached_tails || mark.is_some_and(|m| m.closed || m.gone) {
+                0
+            } else {
+                match self.host.storage.head(path).await {
+                    Ok(info) => info.tail.position().saturating_sub(offset.position()),
+                    Err(_) => continue,
+                }
+            };
+            self.metrics.lag(&input.name, lag);
+        }
     }
 
     /// Whether the final unit of a gone input committed and the binding
@@ -278,6 +362,7 @@ impl<P: Params, S: State> Session<P, S> {
                         return Err(error);
                     };
                     attempt += 1;
+                    self.metrics.retried();
                     tracing::debug!(
                         unit = unit.key,
                         "transaction lost a race, running again: {error}"
@@ -447,13 +532,19 @@ impl<P: Params, S: State> Session<P, S> {
             *next.next_seq.entry(output.clone()).or_insert(0) += 1;
         }
         next.pending = None;
+        next.failure = None;
         next.units += 1;
-        next.committed_at_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .ok()
-            .and_then(|d| u64::try_from(d.as_millis()).ok());
+        next.committed_at_ms = now_ms();
         Ok(next)
     }
+}
+
+/// The time now in unix milliseconds.
+fn now_ms() -> Option<u64> {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .and_then(|d| u64::try_from(d.as_millis()).ok())
 }
 
 fn fresh_checkpoint() -> Checkpoint {

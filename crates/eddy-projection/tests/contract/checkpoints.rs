@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use eddy_projection::{Checkpoint, CheckpointKey, CheckpointStore, InputMark, Token};
+use eddy_projection::{Checkpoint, CheckpointKey, CheckpointStore, Failure, InputMark, Token};
 use eddy_streams::Offset;
 use serde_json::json;
 
@@ -32,6 +32,11 @@ pub fn checkpoint(n: u64) -> Checkpoint {
         next_seq: BTreeMap::from([("totals".to_owned(), n)]),
         units: n,
         committed_at_ms: Some(1_764_547_200_000 + n),
+        failure: Some(Failure {
+            code: "handler/failed".into(),
+            message: format!("unit {n} refused"),
+            at_ms: 1_764_547_200_000 + n,
+        }),
         ..Checkpoint::default()
     }
 }

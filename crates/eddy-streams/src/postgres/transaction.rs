@@ -71,6 +71,9 @@ pub struct PgTransaction {
     /// TTL touches of reads, stored after the commit so that a read never
     /// holds a stream's row lock.
     touches: Vec<(i64, i64)>,
+    /// Stream write calls made in this transaction: a commit with any is
+    /// measured (the store's metrics).
+    calls: usize,
 }
 
 impl std::fmt::Debug for PgTransaction {
@@ -97,13 +100,18 @@ impl PgTransaction {
         // the next caller's statements run in it. On a task of its own the
         // begin always finishes; a transaction its caller no longer takes
         // is dropped there, which rolls it back as usual.
+        // The writer-queue gauge counts a write waiting for its connection
+        // on that task too, so a caller that hangs up never leaves it high.
         let pool = wiring.pool.clone();
         let tx = tokio::spawn(async move {
             if read_only {
                 pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                     .await
             } else {
-                pool.begin().await
+                crate::metrics::queued();
+                let begun = pool.begin().await;
+                crate::metrics::dequeued(1);
+                begun
             }
         })
         .await
@@ -114,6 +122,7 @@ impl PgTransaction {
             wiring,
             changes: Vec::new(),
             touches: Vec::new(),
+            calls: 0,
         })
     }
 
@@ -137,6 +146,7 @@ impl PgTransaction {
         initial: Payload,
     ) -> Result<Created, StreamError> {
         self.records.set_locking(true);
+        self.calls += 1;
         let created = self
             .wiring
             .engine
@@ -155,6 +165,7 @@ impl PgTransaction {
         append: Append,
     ) -> Result<Appended, StreamError> {
         self.records.set_locking(true);
+        self.calls += 1;
         let (appended, written) = self
             .wiring
             .engine
@@ -169,6 +180,7 @@ impl PgTransaction {
     /// Forks a stream (see [`Storage::fork`](crate::Storage::fork)).
     pub async fn fork(&mut self, path: &StreamPath, fork: Fork) -> Result<Created, StreamError> {
         self.records.set_locking(true);
+        self.calls += 1;
         let created = self
             .wiring
             .engine
@@ -183,6 +195,7 @@ impl PgTransaction {
     /// Deletes a stream (see [`Storage::delete`](crate::Storage::delete)).
     pub async fn delete(&mut self, path: &StreamPath) -> Result<(), StreamError> {
         self.records.set_locking(true);
+        self.calls += 1;
         self.wiring.engine.delete(&mut self.records, path).await?;
         self.changes.push(Change::Deleted(path.to_string()));
         Ok(())
@@ -233,6 +246,7 @@ impl PgTransaction {
         messages: &[Bytes],
     ) -> Result<StreamInfo, StreamError> {
         self.records.set_locking(true);
+        self.calls += 1;
         let info = self
             .wiring
             .engine
@@ -282,11 +296,15 @@ impl PgTransaction {
                 .await
                 .map_err(|e| failed(e, "cannot send the wake-ups"))?;
         }
+        let started = std::time::Instant::now();
         self.records
             .into_transaction()
             .commit()
             .await
             .map_err(|e| failed(e, "cannot commit"))?;
+        if self.calls > 0 {
+            crate::metrics::committed(self.calls, started.elapsed());
+        }
         for change in self.changes {
             change.raise(&self.wiring.notifier);
         }
