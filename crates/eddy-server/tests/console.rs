@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use eddy_projection::{Declare, Host, RunOptions};
+use eddy_projection::{Commit, Declare, Host, RunOptions, Step};
 use eddy_server::{RunningServer, Server, ServerConfig};
 use eddy_streams::{JsonStream, MemoryStorage, Storage};
 use fantoccini::{Client, ClientBuilder, Locator};
@@ -79,8 +79,8 @@ async fn browser(driver: &Driver) -> Client {
     panic!("no WebDriver session: {last:?}");
 }
 
-/// A server with a stream of five numbers and a binding that committed
-/// two of them.
+/// A server with a stream of five numbers, a binding that committed two
+/// of them, and one whose handler failed.
 async fn server() -> RunningServer {
     let store: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
     let numbers = JsonStream::<i64>::new("numbers", "numbers").expect("route");
@@ -100,10 +100,21 @@ async fn server() -> RunningServer {
         limit: Some(1),
         unit_size: 2,
     };
-    Host::new(Arc::clone(&store))
-        .run(&sum.at(()).expect("bind"), two)
+    let host = Host::new(Arc::clone(&store));
+    host.run(&sum.at(()).expect("bind"), two)
         .await
         .expect("run");
+    let mut declare = Declare::<()>::new("mailer");
+    let input = declare.input("numbers", &numbers);
+    let mailer = declare
+        .process_each(Commit::at_least_once())
+        .on(input, |_, _| Step::<()>::fail("the mail server refused"))
+        .build()
+        .expect("declare");
+    let failed = host
+        .run(&mailer.at(()).expect("bind"), RunOptions::default())
+        .await;
+    assert!(failed.is_err(), "the handler fails");
     Server::bind(([127, 0, 0, 1], 0).into(), store, ServerConfig::default())
         .await
         .expect("bind")
@@ -155,6 +166,12 @@ async fn the_console_lists_streams_and_bindings_and_tails_live() {
         ))
         .await
         .expect("the binding is listed, 3 behind");
+    wait()
+        .for_element(Locator::XPath(
+            "//table[@id='bindings']//tr[td[1]='mailer v1 _'][td[2]='failed'][contains(td[6], 'the mail server refused')]",
+        ))
+        .await
+        .expect("the failed binding is listed with its handler's error");
 
     link.click().await.expect("choose the stream");
     live_readers_reach(&base, 1).await;
