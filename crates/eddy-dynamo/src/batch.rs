@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::change_feed::ChangeRecord;
-use crate::event_item::{EventItem, StreamIdentity};
+use crate::event_item::{EventItem, ImageCache, StreamIdentity};
 use crate::projection::{MultiProjection, Projection, RecordFailure, RowOutcome, RowReport};
 
 /// A projection as batch processing sees it: which streams it reads, and a
@@ -144,9 +144,12 @@ pub async fn process_batch(
     let mut ignored = Vec::new();
     let mut failures: Vec<RecordFailure> = Vec::new();
     let mut routed: Vec<Vec<(usize, EventItem)>> = vec![Vec::new(); projections.len()];
+    let mut cache = ImageCache::default();
     for (index, record) in records.iter().enumerate() {
         let event = match record.event_name.as_str() {
-            "INSERT" => EventItem::from_image(&record.change.new_image, &record.change.keys),
+            "INSERT" => {
+                EventItem::from_image(&record.change.new_image, &record.change.keys, &mut cache)
+            }
             _ => Ok(None),
         };
         let event = match event {

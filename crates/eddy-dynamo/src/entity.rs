@@ -167,8 +167,9 @@ impl<M: Serialize + DeserializeOwned> Entity<M> {
         self.key_of_item(&self.composite_values(input)?)
     }
 
-    /// The composite attribute values a typed key holds.
-    fn composite_values<K: Serialize + ?Sized>(&self, input: &K) -> Result<Item, Error> {
+    /// The composite attribute values a typed key holds (what
+    /// [`key_of_item`](Self::key_of_item) composes the key from).
+    pub(crate) fn composite_values<K: Serialize + ?Sized>(&self, input: &K) -> Result<Item, Error> {
         let names: Vec<&String> = self
             .primary
             .partition
@@ -205,7 +206,8 @@ impl<M: Serialize + DeserializeOwned> Entity<M> {
         }
     }
 
-    fn key_of_item(&self, values: &Item) -> Result<Item, Error> {
+    /// The table key composed from composite attribute values.
+    pub(crate) fn key_of_item(&self, values: &Item) -> Result<Item, Error> {
         let (pk, sk) = self.key_names();
         let mut key = Item::new();
         key.insert(pk, s(self.partition_value(&self.primary, values)?));

@@ -1,24 +1,28 @@
 //! The stored form of one event, and reading it back from an item.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use crate::app_schema::{parse_stream_partition, AppSchema, ENTITY_ATTRIBUTE};
 use crate::error::Error;
 use crate::item::{get_str, get_u64, n, s, AttributeValue, Item};
 
 /// The id of one stream instance: its composite attributes and their values.
+///
+/// Shared, not copied: every event of an instance names it, so a clone is
+/// a reference count.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct StreamId(BTreeMap<String, String>);
+pub struct StreamId(Arc<BTreeMap<String, String>>);
 
 impl StreamId {
     /// A stream id from attribute/value pairs.
     pub fn new<K: Into<String>, V: Into<String>>(pairs: impl IntoIterator<Item = (K, V)>) -> Self {
-        Self(
+        Self(Arc::new(
             pairs
                 .into_iter()
                 .map(|(k, v)| (k.into(), v.into()))
                 .collect(),
-        )
+        ))
     }
 
     /// The value of one attribute.
@@ -51,7 +55,20 @@ impl StreamId {
                 _ => return None,
             };
         }
-        Some(Self(id))
+        Some(Self(Arc::new(id)))
+    }
+
+    /// Whether `value` is the attribute form of this id (what
+    /// [`from_attribute`](Self::from_attribute) would read back as it).
+    fn is_attribute(&self, value: &AttributeValue) -> bool {
+        let AttributeValue::M(map) = value else {
+            return false;
+        };
+        map.len() == self.0.len()
+            && map.iter().all(|(k, v)| match v {
+                AttributeValue::S(text) => self.0.get(k) == Some(text),
+                _ => false,
+            })
     }
 }
 
@@ -121,7 +138,7 @@ impl std::str::FromStr for StreamId {
                 return Err(bad());
             }
         }
-        Ok(Self(id))
+        Ok(Self(Arc::new(id)))
     }
 }
 
@@ -191,12 +208,18 @@ impl EventItem {
     /// event at all (a read-model row, an outbox item). The application and
     /// schema version come from the item's partition key.
     pub fn from_item(item: &Item) -> Result<Option<Self>, Error> {
-        Self::from_image(item, item)
+        Self::from_image(item, item, &mut ImageCache::default())
     }
 
     /// Reads an event from a change record's new image, finding its
-    /// application in the record's keys.
-    pub(crate) fn from_image(item: &Item, keys: &Item) -> Result<Option<Self>, Error> {
+    /// application in the record's keys; reuses what `cache` kept from the
+    /// previous record where this one has the same partition key and stream
+    /// id (a batch holds runs of one instance's events).
+    pub(crate) fn from_image(
+        item: &Item,
+        keys: &Item,
+        cache: &mut ImageCache,
+    ) -> Result<Option<Self>, Error> {
         let Some(marker) = get_str(item, ENTITY_ATTRIBUTE) else {
             return Ok(None);
         };
@@ -211,11 +234,17 @@ impl EventItem {
         if get_str(item, STREAM_NAME) != Some(stream_name) {
             return Err(bad(STREAM_NAME));
         }
-        let app = stream_app(keys, stream_name).ok_or_else(|| bad("partition key"))?;
-        let stream_id = item
-            .get(STREAM_ID)
-            .and_then(StreamId::from_attribute)
-            .ok_or_else(|| bad(STREAM_ID))?;
+        let app = stream_app(keys, stream_name, cache).ok_or_else(|| bad("partition key"))?;
+        let stream_id = match (item.get(STREAM_ID), &cache.stream_id) {
+            (Some(value), Some(id)) if id.is_attribute(value) => id.clone(),
+            (value, _) => {
+                let id = value
+                    .and_then(StreamId::from_attribute)
+                    .ok_or_else(|| bad(STREAM_ID))?;
+                cache.stream_id = Some(id.clone());
+                id
+            }
+        };
         let version = get_u64(item, VERSION)
             .filter(|v| *v > 0)
             .ok_or_else(|| bad(VERSION))?;
@@ -262,21 +291,46 @@ impl EventItem {
     }
 }
 
+/// What decoding the previous change record found: the stream partition
+/// key text it parsed, and its stream id. Parsing is skipped, and the id
+/// shared, when the next record has the same.
+#[derive(Debug, Default)]
+pub(crate) struct ImageCache {
+    partition: Option<(String, AppSchema, String)>,
+    stream_id: Option<StreamId>,
+}
+
 /// The app schema of an event item of `stream`, from its partition key: the
 /// one key attribute composed as a partition of that stream.
-fn stream_app(item: &Item, stream: &str) -> Option<AppSchema> {
-    let mut found = item
-        .iter()
-        .filter(|(name, _)| !EVENT_ATTRIBUTES.contains(&name.as_str()))
-        .filter_map(|(_, value)| match value {
-            AttributeValue::S(text) => parse_stream_partition(text),
-            _ => None,
-        })
-        .filter(|(_, name)| name == stream)
-        .map(|(app, _)| app);
-    let app = found.next()?;
-    // Two key attributes naming different apps: not an item we wrote.
-    found.all(|other| other == app).then_some(app)
+fn stream_app(keys: &Item, stream: &str, cache: &mut ImageCache) -> Option<AppSchema> {
+    let mut found: Option<AppSchema> = None;
+    for (name, value) in keys {
+        let AttributeValue::S(text) = value else {
+            continue;
+        };
+        if EVENT_ATTRIBUTES.contains(&name.as_str()) {
+            continue;
+        }
+        if !matches!(&cache.partition, Some((known, ..)) if known == text) {
+            let Some((app, name)) = parse_stream_partition(text) else {
+                continue;
+            };
+            cache.partition = Some((text.clone(), app, name));
+        }
+        let Some((_, app, name)) = &cache.partition else {
+            continue;
+        };
+        if name != stream {
+            continue;
+        }
+        match &found {
+            None => found = Some(app.clone()),
+            // Two key attributes naming different apps: not an item we wrote.
+            Some(other) if other != app => return None,
+            Some(_) => {}
+        }
+    }
+    found
 }
 
 #[cfg(test)]

@@ -11,12 +11,12 @@ use crate::app_schema::{compose, to_item, AppSchema};
 use crate::condition::Condition;
 use crate::entity::query_all;
 use crate::error::{Error, TableError};
-use crate::event_item::{EventItem, StreamId, StreamIdentity};
+use crate::event_item::{EventItem, ImageCache, StreamId, StreamIdentity};
 use crate::item::{s, AttributeValue, Item};
 use crate::query::{Query, SortCondition};
 use crate::request::{ConditionCheck, Put, TransactWriteItem};
 use crate::table::Table;
-use crate::variants::variant_names;
+use crate::variants::{decode_variant, variant_names};
 
 /// The most events one append writes: a transaction holds 100 items, one of
 /// which checks the expected version.
@@ -234,14 +234,10 @@ impl<E: Serialize + DeserializeOwned> EventStream<E> {
             event_type: item.event_type.clone(),
             message,
         };
-        // The externally tagged form serde expects: `{type: data}`, or the
-        // bare type for a unit variant.
-        let tagged = match item.data {
-            AttributeValue::Null(_) => AttributeValue::S(item.event_type.clone()),
-            data => AttributeValue::M(Item::from([(item.event_type.clone(), data)])),
-        };
+        // As the externally tagged form `{type: data}` (the bare type for a
+        // unit variant) decodes.
         let event =
-            serde_dynamo::from_attribute_value(tagged).map_err(|e| failed(e.to_string()))?;
+            decode_variant(&item.event_type, item.data).map_err(|e| failed(e.to_string()))?;
         let metadata = item
             .metadata
             .map(serde_dynamo::from_attribute_value::<_, serde_json::Value>)
@@ -355,9 +351,10 @@ impl<E: Serialize + DeserializeOwned> EventStream<E> {
             Some(limit) => self.table.query(query.limit(limit)).await?.items,
             None => query_all(self.table.as_ref(), query).await?,
         };
+        let mut cache = ImageCache::default();
         items
             .iter()
-            .filter_map(|i| EventItem::from_item(i).transpose())
+            .filter_map(|i| EventItem::from_image(i, i, &mut cache).transpose())
             .collect()
     }
 

@@ -152,25 +152,46 @@ where
         let mut rows: Vec<RowWork<M, K>> = Vec::new();
         let mut by_key: HashMap<String, usize> = HashMap::new();
         let mut failures = Vec::new();
+        // The previous event's key values and row: consecutive events of
+        // one row compose its key once.
+        let mut last: Option<(Item, usize)> = None;
         for (index, event) in prepared {
             let Some(row) = event.row else { continue };
-            let key = match self.read_model.key(&row) {
-                Ok(key) => key,
+            let values = match self.read_model.composite_values(&row) {
+                Ok(values) => values,
                 Err(e) => {
                     failures.extend(index.map(|i| RecordFailure::new(i, &e)));
                     continue;
                 }
             };
-            let id = row_id(self.read_model.table().schema(), &key);
-            let at = *by_key.entry(id.clone()).or_insert_with(|| {
-                rows.push(RowWork {
-                    key,
-                    id,
-                    row,
-                    instances: BTreeMap::new(),
-                });
-                rows.len() - 1
-            });
+            let at = match &last {
+                Some((known, at)) if *known == values => *at,
+                _ => {
+                    let key = match self.read_model.key_of_item(&values) {
+                        Ok(key) => key,
+                        Err(e) => {
+                            failures.extend(index.map(|i| RecordFailure::new(i, &e)));
+                            continue;
+                        }
+                    };
+                    let id = row_id(self.read_model.table().schema(), &key);
+                    let at = match by_key.get(&id) {
+                        Some(at) => *at,
+                        None => {
+                            by_key.insert(id.clone(), rows.len());
+                            rows.push(RowWork {
+                                key,
+                                id,
+                                row,
+                                instances: BTreeMap::new(),
+                            });
+                            rows.len() - 1
+                        }
+                    };
+                    last = Some((values, at));
+                    at
+                }
+            };
             rows[at]
                 .instances
                 .entry((event.source, event.instance))
