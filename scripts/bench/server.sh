@@ -15,6 +15,7 @@
 #
 #   scripts/bench/server.sh            # 10 s per wrk run
 #   DURATION=3s CONNECTIONS=16 scripts/bench/server.sh
+#   scripts/bench/server.sh postgres   # only the PostgreSQL part (no Node)
 #
 # `pinned` mode measures eddy against itself, the server pinned to one
 # core and the load generator to the other (taskset), and prints the
@@ -39,7 +40,7 @@ connections="${CONNECTIONS:-32}"
 threads="${THREADS:-2}"
 
 command -v wrk >/dev/null || { apt-get install -y wrk >/dev/null 2>&1 || { echo "install wrk first" >&2; exit 1; }; }
-[ "$mode" = pinned ] || (cd "$here" && [ -d node_modules/@durable-streams/server ] || npm install --no-audit --no-fund --loglevel=error >/dev/null)
+[ "$mode" = pinned ] || [ "$mode" = postgres ] || (cd "$here" && [ -d node_modules/@durable-streams/server ] || npm install --no-audit --no-fund --loglevel=error >/dev/null)
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
 (cd "$root" && cargo build --quiet --release -p eddy --features postgres && cargo build --quiet --release -p eddy-server --example live_latency --example live_fanout)
 eddy="$CARGO_TARGET_DIR/release/eddy"
@@ -115,15 +116,17 @@ if [ "$mode" = pinned ]; then
   exit 0
 fi
 
-start_eddy memory; eddy_mem="$base"
-start_ref; ref_mem="$base"
-report "memory storage" "$(measure "$eddy_mem")" "$(measure "$ref_mem")"
+if [ "$mode" != postgres ]; then
+  start_eddy memory; eddy_mem="$base"
+  start_ref; ref_mem="$base"
+  report "memory storage" "$(measure "$eddy_mem")" "$(measure "$ref_mem")"
 
-start_eddy sqlite; eddy_sql="$base"
-start_ref "$work/ref-data"; ref_file="$base"
-report "durable storage: eddy SQLite (fsync per group commit) vs reference file store" "$(measure "$eddy_sql")" "$(measure "$ref_file")"
-echo
-echo "(ratios: throughput eddy/reference; latency reference/eddy; higher is better for eddy)"
+  start_eddy sqlite; eddy_sql="$base"
+  start_ref "$work/ref-data"; ref_file="$base"
+  report "durable storage: eddy SQLite (fsync per group commit) vs reference file store" "$(measure "$eddy_sql")" "$(measure "$ref_file")"
+  echo
+  echo "(ratios: throughput eddy/reference; latency reference/eddy; higher is better for eddy)"
+fi
 
 # PostgreSQL: one server, then two on one schema.
 if [ -z "${DATABASE_URL:-}" ]; then

@@ -95,7 +95,7 @@ async fn transaction_sqlite_once(host: &SqliteHost) -> Duration {
     let bound = declare
         .process_sqlite(
             Commit::transaction(),
-            move |tx: &Transaction<'_>, batch, _, _| {
+            move |tx: &Transaction<'_>, batch, _, _, _| {
                 let mut insert =
                     tx.prepare_cached("INSERT INTO bench_rows (id, amount) VALUES (?1, ?2)")?;
                 for order in batch.items(input) {
@@ -228,20 +228,23 @@ mod postgres {
             "INSERT INTO {table} (id, amount) SELECT * FROM UNNEST($1::bigint[], $2::float8[])"
         );
         let bound = declare
-            .process_transaction(Commit::transaction(), move |tx: &mut PgTx, batch, _, _| {
-                let insert = insert.clone();
-                Box::pin(async move {
-                    let items = batch.items(input);
-                    let ids: Vec<i64> = items.iter().map(|o| o.id as i64).collect();
-                    let amounts: Vec<f64> = items.iter().map(|o| o.amount).collect();
-                    sqlx::query(sqlx::AssertSqlSafe(insert))
-                        .bind(ids)
-                        .bind(amounts)
-                        .execute(&mut **tx)
-                        .await?;
-                    Ok(())
-                })
-            })
+            .process_transaction(
+                Commit::transaction(),
+                move |tx: &mut PgTx, batch, _, _, _| {
+                    let insert = insert.clone();
+                    Box::pin(async move {
+                        let items = batch.items(input);
+                        let ids: Vec<i64> = items.iter().map(|o| o.id as i64).collect();
+                        let amounts: Vec<f64> = items.iter().map(|o| o.amount).collect();
+                        sqlx::query(sqlx::AssertSqlSafe(insert))
+                            .bind(ids)
+                            .bind(amounts)
+                            .execute(&mut **tx)
+                            .await?;
+                        Ok(())
+                    })
+                },
+            )
             .expect("declare")
             .at(())
             .expect("bind");

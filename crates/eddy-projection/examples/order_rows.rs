@@ -36,7 +36,7 @@ async fn run() -> Result<(), Box<dyn Error>> {
     let input = declare.input("orders", &orders);
     let projection = declare.process_sqlite(
         Commit::transaction(),
-        move |tx: &Transaction<'_>, batch, _unit, _| {
+        move |tx: &Transaction<'_>, batch, _unit, _, _| {
             for order in batch.items(input) {
                 tx.execute(
                     "INSERT INTO order_totals (order_id, total) VALUES (?1, ?2)",

@@ -11,7 +11,10 @@ use tokio::task::JoinHandle;
 
 use crate::declare::{Params, State};
 use crate::dispatch::Dispatcher;
-use crate::{Host, Progress, Projection, ProjectionError, Result, Retry, RunOptions};
+use crate::durable::Durable;
+use crate::{
+    Host, Progress, Projection, ProjectionError, Result, Retry, RunOptions, WakeMarkReport,
+};
 
 /// How many errors a slow [`Attached::errors`] subscriber may fall behind
 /// before it gets [`AttachError::Missed`].
@@ -26,6 +29,13 @@ pub struct AttachOptions {
     pub run: RunOptions,
     /// The retry schedule for `storage-failure`; `None` uses the host's.
     pub retry: Option<Retry>,
+    /// Keep the pending set in the store: each commit writes a mark for
+    /// the binding it touches in its own transaction, and the attachment
+    /// runs every marked binding when it starts, so a crash between a
+    /// commit and its run loses nothing. A failed binding defers only its
+    /// own mark (1 s, doubling, at most 1 h) and runs again when it is
+    /// due. Needs a store that writes marks (SQLite, PostgreSQL).
+    pub durable: bool,
 }
 
 /// What an attached binding is doing.
@@ -38,7 +48,7 @@ pub enum BindingState {
     /// next commit.
     Idle,
     /// The last run failed; the next commit on one of its inputs runs it
-    /// again.
+    /// again (and, when durable, its deferred mark when it is due).
     Failed(Arc<ProjectionError>),
 }
 
@@ -106,6 +116,8 @@ pub struct Attached<P, S> {
     task: JoinHandle<()>,
     status: watch::Receiver<AttachStatus<P, S>>,
     errors: broadcast::Sender<AttachError>,
+    host: Host,
+    projection: Projection<P, S>,
 }
 
 impl<P, S> fmt::Debug for Attached<P, S> {
@@ -145,6 +157,17 @@ impl<P: Params, S: State> Attached<P, S> {
         })
     }
 
+    /// The durable wake-up marks of this attachment's projection: each
+    /// binding with commits it has not caught up with (pending) or a
+    /// failed run it waits to repeat (deferred). Empty when the store
+    /// keeps no marks.
+    pub async fn wake_marks(&self) -> Result<Vec<WakeMarkReport>> {
+        let mut marks = crate::wake_marks(self.host.storage.as_ref()).await?;
+        let (id, version) = (self.projection.id(), self.projection.version());
+        marks.retain(|m| m.projection == id && m.version == version);
+        Ok(marks)
+    }
+
     /// Stops the attachment and every run in progress.
     pub fn detach(self) {}
 }
@@ -170,11 +193,13 @@ impl Host {
     /// binding run. A binding that caught up keeps no task.
     ///
     /// Attach before writes begin. Only local commits wake it: writes made
-    /// by other processes do not. The pending set lives in memory, so a
-    /// crash before a run waits for the next commit on that input. Every
-    /// input route must supply every projection parameter, and the options
-    /// must be valid, else `load/invalid-options`; it also fails outside a
-    /// tokio runtime.
+    /// by other processes do not. By default the pending set lives in
+    /// memory, so a crash before a run waits for the next commit on that
+    /// input; with [`AttachOptions::durable`] it lives in the store (see
+    /// there), and attaching fails with `load/invalid-options` on a store
+    /// that cannot keep it (memory, remote). Every input route must
+    /// supply every projection parameter, and the options must be valid,
+    /// else `load/invalid-options`; it also fails outside a tokio runtime.
     pub fn attach<P: Params, S: State>(
         &self,
         projection: &Projection<P, S>,
@@ -198,6 +223,12 @@ impl Host {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
             ProjectionError::invalid("attach needs a running tokio runtime".to_owned())
         })?;
+        // Registered before the commits are subscribed and the marks are
+        // read: a commit from now on is marked, heard, or both.
+        let durable = options
+            .durable
+            .then(|| Durable::acquire(self.storage.as_ref(), projection))
+            .transpose()?;
         let commits = self.storage.committed();
         let (status_tx, status) = watch::channel(AttachStatus::new());
         let (errors, _) = broadcast::channel(ERROR_CAPACITY);
@@ -208,12 +239,15 @@ impl Host {
             retry,
             status_tx,
             errors.clone(),
+            durable,
         );
         let task = runtime.spawn(dispatcher.run(commits));
         Ok(Attached {
             task,
             status,
             errors,
+            host: self.clone(),
+            projection: projection.clone(),
         })
     }
 }

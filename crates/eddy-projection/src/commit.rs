@@ -74,7 +74,7 @@ pub struct AtLeastOnceCommit;
 /// # let stream = JsonStream::<u32>::new("Test/N", "n")?;
 /// let mut declare = Declare::<()>::new("rows");
 /// declare.input("n", &stream);
-/// let rows = declare.process_transaction(Commit::transaction(), |_tx: &mut (), _, _, _| {
+/// let rows = declare.process_transaction(Commit::transaction(), |_tx: &mut (), _, _, _, _| {
 ///     Box::pin(async { Ok(()) })
 /// })?;
 /// let host = Host::new(std::sync::Arc::new(MemoryStorage::new()));

@@ -284,8 +284,15 @@ impl<P: Params> Declare<P> {
         )
     }
 
-    /// Checks the declaration for the constructor `kind`.
-    pub(crate) fn check(&self, kind: Kind, names: Option<&[String]>) -> Result<()> {
+    /// Checks the declaration for the constructor `kind` committed with
+    /// `commit`: a `process` in a SQL transaction may declare outputs,
+    /// which it writes in that transaction.
+    pub(crate) fn check(
+        &self,
+        kind: Kind,
+        commit: CommitKind,
+        names: Option<&[String]>,
+    ) -> Result<()> {
         let invalid = |reason: String| {
             Err(ProjectionError::invalid(format!(
                 "projection `{}`: {reason}",
@@ -304,7 +311,8 @@ impl<P: Params> Declare<P> {
         if kind.has_outputs() && self.outputs.is_empty() {
             return invalid(format!("{} needs at least one output", kind.name()));
         }
-        if !kind.has_outputs() && !self.outputs.is_empty() {
+        let optional = kind == Kind::Process && commit == CommitKind::Transaction;
+        if !kind.has_outputs() && !optional && !self.outputs.is_empty() {
             return invalid(format!("{} declares no outputs", kind.name()));
         }
         let mut names_seen = BTreeSet::new();
@@ -361,7 +369,7 @@ impl<P: Params> Declare<P> {
         kernel: Kernel<P, S>,
     ) -> Result<Projection<P, S>> {
         let param_names = param_names::<P>();
-        self.check(kind, param_names.as_deref())?;
+        self.check(kind, commit, param_names.as_deref())?;
         Ok(Projection {
             inner: Arc::new(Declared {
                 id: self.id,

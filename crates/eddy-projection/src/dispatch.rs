@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use eddy_streams::{Committed, Route};
 use tokio::sync::broadcast::error::RecvError;
@@ -15,13 +16,15 @@ use tokio::task::{Id, JoinSet};
 
 use crate::attach::{AttachError, AttachStatus, BindingState, BindingStatus};
 use crate::declare::{Params, State};
+use crate::durable::Durable;
 use crate::metrics::BindingMetrics;
 use crate::{
     Bound, Host, Progress, Projection, ProjectionError, Result, Retry, RunOptions, Status,
 };
 
-/// What a run task returns: its binding's key and the run's outcome.
-type RunDone<S> = (String, Result<Progress<S>>);
+/// What a run task returns: its binding's key, the run's outcome, and
+/// how long a failed durable binding waits before it runs again.
+type RunDone<S> = (String, Result<Progress<S>>, Option<Duration>);
 
 /// A binding whose run is in flight.
 struct InFlight<P, S> {
@@ -40,6 +43,10 @@ pub(crate) struct Dispatcher<P, S> {
     in_flight: HashMap<String, InFlight<P, S>>,
     tasks: JoinSet<RunDone<S>>,
     task_keys: HashMap<Id, String>,
+    /// The durable marks, when attached with `durable`.
+    durable: Option<Arc<Durable>>,
+    /// Deferred bindings, each returned when it is due.
+    timers: JoinSet<Bound<P, S>>,
 }
 
 impl<P: Params, S: State> Dispatcher<P, S> {
@@ -50,6 +57,7 @@ impl<P: Params, S: State> Dispatcher<P, S> {
         retry: Retry,
         status: watch::Sender<AttachStatus<P, S>>,
         errors: broadcast::Sender<AttachError>,
+        durable: Option<Durable>,
     ) -> Self {
         Dispatcher {
             host,
@@ -61,10 +69,13 @@ impl<P: Params, S: State> Dispatcher<P, S> {
             in_flight: HashMap::new(),
             tasks: JoinSet::new(),
             task_keys: HashMap::new(),
+            durable: durable.map(Arc::new),
+            timers: JoinSet::new(),
         }
     }
 
     pub(crate) async fn run(mut self, mut commits: broadcast::Receiver<Committed>) {
+        self.resume().await;
         loop {
             tokio::select! {
                 commit = commits.recv() => match commit {
@@ -79,8 +90,51 @@ impl<P: Params, S: State> Dispatcher<P, S> {
                     Err(RecvError::Closed) => return,
                 },
                 Some(done) = self.tasks.join_next_with_id() => self.finished(done),
+                Some(due) = self.timers.join_next() => {
+                    if let Ok(bound) = due {
+                        self.schedule(bound);
+                    }
+                }
             }
         }
+    }
+
+    /// At start, with durable marks: runs every marked binding, a
+    /// deferred one when it is due.
+    async fn resume(&mut self) {
+        let Some(durable) = self.durable.clone() else {
+            return;
+        };
+        let marks = match durable.pending(self.host.storage.as_ref()).await {
+            Ok(marks) => marks,
+            Err(error) => {
+                return self.report(AttachError::Scan {
+                    error: Arc::new(error),
+                })
+            }
+        };
+        for (path, due) in marks {
+            let bound = self
+                .projection
+                .parse(&path)
+                .and_then(|params| self.projection.at(params));
+            match bound {
+                Ok(bound) if due.is_zero() => self.schedule(bound),
+                Ok(bound) => self.defer(bound, due),
+                Err(error) => self.report(AttachError::Unroutable {
+                    path,
+                    error: Arc::new(error),
+                }),
+            }
+        }
+    }
+
+    /// Runs `bound` again in `delay`.
+    fn defer(&mut self, bound: Bound<P, S>, delay: Duration) {
+        self.timers.spawn(async move {
+            tokio::time::sleep(delay).await;
+            bound
+        });
     }
 
     /// A commit on `path`: run the binding it selects, if any.
@@ -137,9 +191,14 @@ impl<P: Params, S: State> Dispatcher<P, S> {
         let (host, options, retry) = (self.host.clone(), self.run.clone(), self.retry);
         let task_bound = bound.clone();
         let task_key = key.clone();
+        let durable = self.durable.clone();
         let handle = self.tasks.spawn(async move {
-            let result = run_with_retry(&host, &task_bound, options, retry).await;
-            (task_key, result)
+            let run = run_with_retry(&host, &task_bound, options, retry);
+            let (result, deferred) = match &durable {
+                Some(durable) => durable.run(host.storage.as_ref(), &task_bound, run).await,
+                None => (run.await, None),
+            };
+            (task_key, result, deferred)
         });
         self.task_keys.insert(handle.id(), key.clone());
         self.status.send_modify(|status| {
@@ -162,7 +221,7 @@ impl<P: Params, S: State> Dispatcher<P, S> {
     }
 
     fn finished(&mut self, done: std::result::Result<(Id, RunDone<S>), tokio::task::JoinError>) {
-        let (key, result) = match done {
+        let (key, result, deferred) = match done {
             Ok((id, outcome)) => {
                 self.task_keys.remove(&id);
                 outcome
@@ -175,7 +234,7 @@ impl<P: Params, S: State> Dispatcher<P, S> {
                     projection: self.projection.id().to_owned(),
                     source: format!("the run stopped: {join}").into(),
                 };
-                (key, Err(error))
+                (key, Err(error), None)
             }
         };
         let more = matches!(&result, Ok(progress) if progress.status == Status::Limited);
@@ -205,6 +264,8 @@ impl<P: Params, S: State> Dispatcher<P, S> {
         };
         if in_flight.again || more {
             self.start(key, in_flight.bound);
+        } else if let Some(delay) = deferred {
+            self.defer(in_flight.bound, delay);
         }
     }
 

@@ -168,6 +168,7 @@ mod checkpoint;
 mod commit;
 mod declare;
 mod dispatch;
+mod durable;
 mod emits;
 mod error;
 mod follow;
@@ -202,6 +203,7 @@ pub use commit::{
     ProcessCommit, ProducerCommit, TransactionCommit, UnitResult,
 };
 pub use declare::{Declare, Kind, Params, Projection, State};
+pub use durable::{wake_marks, WakeMarkReport, FIRST_DEFERRAL, MAX_DEFERRAL};
 pub use emits::Emits;
 pub use error::{HandlerError, ProjectionError, Result};
 pub use handles::{Collection, Input, Output, StateOutput};

@@ -92,6 +92,33 @@ pub struct Total {
     pub total: f64,
 }
 
+/// The parameters of bindings per workspace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Workspace {
+    pub workspace_id: String,
+}
+
+/// The parameters of workspace `id`.
+pub fn workspace(id: &str) -> Workspace {
+    Workspace {
+        workspace_id: id.into(),
+    }
+}
+
+/// Drops the PostgreSQL schema of a test, with everything in it.
+#[cfg(feature = "postgres")]
+pub async fn drop_pg_schema(url: &str, schema: &str) {
+    use eddy_streams::sqlx::{self, Executor};
+    let pool = sqlx::PgPool::connect(url).await.expect("connect");
+    pool.execute(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA \"{schema}\" CASCADE"
+    )))
+    .await
+    .expect("drop the schema");
+    pool.close().await;
+}
+
 /// The total an order contributes on its own.
 pub fn total_of(order: &Order) -> Total {
     Total {

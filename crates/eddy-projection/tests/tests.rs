@@ -5,6 +5,7 @@ mod support;
 mod checkpoints;
 mod declare;
 mod durability;
+mod durable;
 mod examples;
 mod follow;
 mod inspect;

@@ -1,8 +1,9 @@
 //! `Commit::transaction`: the handler's SQL and the checkpoint commit
 //! together on PostgreSQL (feature `postgres`, the database at
 //! `DATABASE_URL`): the order-rows example, a failure between the SQL and
-//! the checkpoint, a lost race run again, a worker killed mid-transaction
-//! and a second worker in another process.
+//! the checkpoint, a lost race run again, a worker killed mid-transaction,
+//! a second worker in another process, declared outputs in the same
+//! transaction.
 
 #[cfg(feature = "postgres")]
 mod postgres {
@@ -16,7 +17,7 @@ mod postgres {
         Commit, Declare, PgHost, PgTx, RunOptions, Status, TransactionProjection,
     };
     use eddy_streams::sqlx::{self, Executor};
-    use eddy_streams::{JsonStream, PgOptions, PgStorage};
+    use eddy_streams::{JsonStream, PgOptions, PgStorage, ReadFrom, StreamError};
     use serde::{Deserialize, Serialize};
 
     #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -66,16 +67,6 @@ mod postgres {
         Arc::new(store)
     }
 
-    async fn drop_schema(url: &str, schema: &str) {
-        let pool = sqlx::PgPool::connect(url).await.expect("connect");
-        pool.execute(sqlx::AssertSqlSafe(format!(
-            "DROP SCHEMA \"{schema}\" CASCADE"
-        )))
-        .await
-        .expect("drop the schema");
-        pool.close().await;
-    }
-
     async fn append(store: &PgStorage, items: &[(&str, i64)]) {
         let items: Vec<Order> = items
             .iter()
@@ -106,14 +97,21 @@ mod postgres {
     /// inserting into the application's `order_totals` table in the unit's
     /// transaction.
     fn order_rows(schema: &str) -> TransactionProjection<(), PgTx> {
+        order_rows_as("order-rows", schema, false)
+    }
+
+    /// Order rows under the id `id`; with `output`, each order is also
+    /// written to the declared output `totals`.
+    fn order_rows_as(id: &str, schema: &str, output: bool) -> TransactionProjection<(), PgTx> {
         let insert =
             format!("INSERT INTO \"{schema}\".order_totals (order_id, total) VALUES ($1, $2)");
-        let mut declare = Declare::<()>::new("order-rows");
+        let mut declare = Declare::<()>::new(id);
         let input = declare.input("orders", &orders());
+        let output = output.then(|| declare.output("totals", &totals()));
         declare
             .process_transaction(
                 Commit::transaction(),
-                move |tx: &mut PgTx, batch, _unit, _| {
+                move |tx: &mut PgTx, batch, _unit, _, emits| {
                     let insert = insert.clone();
                     Box::pin(async move {
                         for order in batch.items(input) {
@@ -122,6 +120,9 @@ mod postgres {
                                 .bind(order.amount)
                                 .execute(&mut **tx)
                                 .await?;
+                            if let Some(output) = output {
+                                emits.push(output, order);
+                            }
                         }
                         Ok(())
                     })
@@ -143,7 +144,7 @@ mod postgres {
             orders().create(store.as_ref(), &()).await.expect("create");
             case(url.clone(), Arc::clone(&store)).await;
             store.close().await;
-            drop_schema(&url, &schema).await;
+            crate::support::drop_pg_schema(&url, &schema).await;
         });
     }
 
@@ -168,15 +169,30 @@ mod postgres {
         });
     }
 
-    /// A failure after the handler's SQL and before the checkpoint (the
-    /// database refuses the checkpoint's row) rolls back both: no row, no
-    /// checkpoint; the next run writes each row once.
+    /// The items of the `totals` output (none before it exists).
+    async fn totals_items(store: &PgStorage) -> Vec<(String, i64)> {
+        match totals().read(store, &(), ReadFrom::Beginning).await {
+            Ok(chunk) => chunk
+                .items
+                .into_iter()
+                .map(|o| (o.order_id, o.amount))
+                .collect(),
+            Err(StreamError::NotFound { .. }) => Vec::new(),
+            Err(e) => panic!("read the output: {e}"),
+        }
+    }
+
+    /// A failure after the handler's SQL and its items for the declared
+    /// output, before the checkpoint (the database refuses the
+    /// checkpoint's row), rolls back all three: no row, no output item, no
+    /// checkpoint; the next run writes each row and each item once.
     #[test]
     fn a_failure_between_the_sql_and_the_checkpoint_leaves_neither() {
         let name = "a_failure_between_the_sql_and_the_checkpoint_leaves_neither";
         on_postgres(name, |_, store| async move {
             let host = PgHost::open(Arc::clone(&store));
-            let bound = order_rows(store.schema()).at(()).expect("bind");
+            let projection = order_rows_as("order-rows-out", store.schema(), true);
+            let bound = projection.at(()).expect("bind");
             append(&store, &[("a", 1), ("b", 2)]).await;
             let schema = store.schema().to_owned();
             let refuse = format!(
@@ -199,6 +215,7 @@ mod postgres {
                 "{failed}"
             );
             assert_eq!(rows(&store).await, Vec::new(), "the rows rolled back");
+            assert_eq!(totals_items(&store).await, Vec::new(), "no output item");
             let read = host
                 .host()
                 .checkpoints()
@@ -213,8 +230,18 @@ mod postgres {
                 .await
                 .expect("remove the fault");
             host.run(&bound, RunOptions::default()).await.expect("run");
-            assert_eq!(rows(&store).await, owned(&[("a", 1), ("b", 2)]));
+            append(&store, &[("c", 3)]).await;
+            host.run(&bound, RunOptions::default()).await.expect("run");
+            let again = host.run(&bound, RunOptions::default()).await.expect("run");
+            assert_eq!(again.units, 0, "nothing left to do");
+            let expected = owned(&[("a", 1), ("b", 2), ("c", 3)]);
+            assert_eq!(rows(&store).await, expected);
+            assert_eq!(totals_items(&store).await, expected, "each item once");
         });
+    }
+
+    fn totals() -> JsonStream<Order> {
+        JsonStream::new("Shop/Totals", "totals").expect("stream")
     }
 
     /// A serialization failure runs the unit again on inputs read again:
@@ -242,7 +269,7 @@ mod postgres {
                         let items = batch.items(input).len();
                         Box::pin(async move { Ok((count as usize, items)) })
                     },
-                    move |tx: &mut PgTx, batch, unit, prepared: &(usize, usize)| {
+                    move |tx: &mut PgTx, batch, unit, prepared: &(usize, usize), _| {
                         let (seen, store, schema) =
                             (Arc::clone(&seen_in), Arc::clone(&store_in), schema.clone());
                         Box::pin(async move {
@@ -317,25 +344,29 @@ mod postgres {
             let hold = role.clone();
             let signal_in = signal.clone();
             let projection = declare
-                .process_transaction(Commit::transaction(), move |tx: &mut PgTx, batch, _, _| {
-                    let (insert, hold, signal) = (insert.clone(), hold.clone(), signal_in.clone());
-                    Box::pin(async move {
-                        for order in batch.items(input) {
-                            sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
-                                .bind(&order.order_id)
-                                .bind(order.amount)
-                                .execute(&mut **tx)
-                                .await?;
-                        }
-                        // The rows are written, the checkpoint is not.
-                        std::fs::write(&signal, "in transaction")?;
-                        if hold == "hang" {
-                            std::future::pending::<()>().await;
-                        }
-                        wait_for(&signal.with_extension("go")).await;
-                        Ok(())
-                    })
-                })
+                .process_transaction(
+                    Commit::transaction(),
+                    move |tx: &mut PgTx, batch, _, _, _| {
+                        let (insert, hold, signal) =
+                            (insert.clone(), hold.clone(), signal_in.clone());
+                        Box::pin(async move {
+                            for order in batch.items(input) {
+                                sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
+                                    .bind(&order.order_id)
+                                    .bind(order.amount)
+                                    .execute(&mut **tx)
+                                    .await?;
+                            }
+                            // The rows are written, the checkpoint is not.
+                            std::fs::write(&signal, "in transaction")?;
+                            if hold == "hang" {
+                                std::future::pending::<()>().await;
+                            }
+                            wait_for(&signal.with_extension("go")).await;
+                            Ok(())
+                        })
+                    },
+                )
                 .expect("declare");
             let bound = projection.at(()).expect("bind");
             match host.run(&bound, RunOptions::default()).await {

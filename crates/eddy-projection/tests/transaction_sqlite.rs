@@ -1,8 +1,9 @@
 //! `Commit::transaction` on SQLite: the handler's SQL (a
 //! `rusqlite::Transaction`) and the checkpoint commit together: a failure
 //! between the SQL and the checkpoint, a worker killed mid-transaction, a
-//! second worker in another process. (The order-rows example is
-//! `examples::order_rows_runs`.)
+//! second worker in another process, declared outputs written in the same
+//! transaction (and refused on another owner), a panicking handler. (The
+//! order-rows example is `examples::order_rows_runs`.)
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use eddy_projection::{Commit, Declare, RunOptions, SqliteHost, SqliteTx, TransactionProjection};
 use eddy_streams::rusqlite::Transaction;
-use eddy_streams::{JsonStream, SqliteStorage, StreamError};
+use eddy_streams::{JsonStream, ReadFrom, SqliteStorage, StreamError};
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -88,14 +89,24 @@ fn insert(tx: &Transaction<'_>, order: &Order) -> Result<(), eddy_streams::rusql
 
 /// The spec's order-rows projection on SQLite.
 fn order_rows() -> TransactionProjection<(), SqliteTx> {
-    let mut declare = Declare::<()>::new("order-rows");
+    order_rows_as("order-rows", false)
+}
+
+/// Order rows under the id `id`; with `output`, each order is also
+/// written to the declared output `totals`.
+fn order_rows_as(id: &str, output: bool) -> TransactionProjection<(), SqliteTx> {
+    let mut declare = Declare::<()>::new(id);
     let input = declare.input("orders", &orders());
+    let output = output.then(|| declare.output("totals", &totals()));
     declare
         .process_sqlite(
             Commit::transaction(),
-            move |tx: &Transaction<'_>, batch, _unit, _| {
+            move |tx: &Transaction<'_>, batch, _unit, _, emits| {
                 for order in batch.items(input) {
                     insert(tx, order)?;
+                    if let Some(output) = output {
+                        emits.push(output, order);
+                    }
                 }
                 Ok(())
             },
@@ -103,16 +114,17 @@ fn order_rows() -> TransactionProjection<(), SqliteTx> {
         .expect("declare")
 }
 
-/// A failure after the handler's SQL and before the checkpoint (a trigger
-/// refuses the checkpoint's row) rolls back both: no row, no checkpoint;
-/// the next run writes each row once.
+/// A failure after the handler's SQL and its items for the declared
+/// output, before the checkpoint (a trigger refuses the checkpoint's row),
+/// rolls back all three: no row, no output item, no checkpoint; the next
+/// run writes each row and each item once.
 #[test]
 fn a_failure_between_the_sql_and_the_checkpoint_leaves_neither() {
     crate::support::runtime().block_on(async {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = open(dir.path()).await;
         let host = SqliteHost::new(Arc::clone(&store));
-        let bound = order_rows().at(()).expect("bind");
+        let bound = order_rows_as("order-rows-out", true).at(()).expect("bind");
         append(&store, &[("a", 1), ("b", 2)]).await;
         execute(
             &store,
@@ -132,6 +144,7 @@ fn a_failure_between_the_sql_and_the_checkpoint_leaves_neither() {
         }
         assert!(chain.contains("injected checkpoint failure"), "{chain}");
         assert_eq!(rows(&store).await, Vec::new(), "the rows rolled back");
+        assert_eq!(totals_items(&store).await, Vec::new(), "no output item");
         let read = host
             .host()
             .checkpoints()
@@ -141,9 +154,97 @@ fn a_failure_between_the_sql_and_the_checkpoint_leaves_neither() {
         execute(&store, "DROP TRIGGER refuse").await;
         let progress = host.run(&bound, RunOptions::default()).await.expect("run");
         assert_eq!((progress.units, progress.items), (1, 2));
-        assert_eq!(rows(&store).await, owned(&[("a", 1), ("b", 2)]));
+        append(&store, &[("c", 3)]).await;
+        host.run(&bound, RunOptions::default()).await.expect("run");
         let again = host.run(&bound, RunOptions::default()).await.expect("run");
         assert_eq!(again.units, 0, "nothing left to do");
+        let expected = owned(&[("a", 1), ("b", 2), ("c", 3)]);
+        assert_eq!(rows(&store).await, expected);
+        let items: Vec<(String, i64)> = totals_items(&store)
+            .await
+            .into_iter()
+            .map(|o| (o.order_id, o.amount))
+            .collect();
+        assert_eq!(items, expected, "each item once");
+    });
+}
+
+fn totals() -> JsonStream<Order> {
+    JsonStream::new("Shop/Totals", "totals").expect("stream")
+}
+
+/// The items of the `totals` output (none when it does not exist yet).
+async fn totals_items(store: &SqliteStorage) -> Vec<Order> {
+    match totals().read(store, &(), ReadFrom::Beginning).await {
+        Ok(chunk) => chunk.items,
+        Err(StreamError::NotFound { .. }) => Vec::new(),
+        Err(e) => panic!("read the output: {e}"),
+    }
+}
+
+/// An output declared on another owner cannot join the host's
+/// transaction: binding the projection refuses it.
+#[test]
+fn a_foreign_output_is_refused_when_the_projection_is_bound() {
+    let mut declare = Declare::<()>::new("order-rows-foreign");
+    let input = declare.input("orders", &orders());
+    let output = declare.foreign_output("totals", &totals());
+    let projection = declare
+        .process_sqlite(
+            Commit::transaction(),
+            move |_tx: &Transaction<'_>, batch, _unit, _, emits| {
+                emits.extend(output, batch.items(input));
+                Ok(())
+            },
+        )
+        .expect("declare");
+    let refused = projection.at(()).expect_err("a foreign output is refused");
+    assert_eq!(refused.code(), "pin/invalid-output");
+    assert!(refused.to_string().contains("another owner"), "{refused}");
+}
+
+/// A handler that panics on the store's writer thread fails its unit with
+/// `handler/failed` and rolls it back; the writer goes on, and the next
+/// run commits.
+#[test]
+fn a_panicking_handler_fails_its_unit_and_the_writer_goes_on() {
+    crate::support::runtime().block_on(async {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = open(dir.path()).await;
+        let host = SqliteHost::new(Arc::clone(&store));
+        append(&store, &[("a", 1)]).await;
+        let panic = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let panic_in = Arc::clone(&panic);
+        let mut declare = Declare::<()>::new("panicky-rows");
+        let input = declare.input("orders", &orders());
+        let projection = declare
+            .process_sqlite(
+                Commit::transaction(),
+                move |tx: &Transaction<'_>, batch, _unit, _, _| {
+                    for order in batch.items(input) {
+                        insert(tx, order)?;
+                    }
+                    if panic_in.load(std::sync::atomic::Ordering::SeqCst) {
+                        panic!("the handler panics after its inserts");
+                    }
+                    Ok(())
+                },
+            )
+            .expect("declare");
+        let bound = projection.at(()).expect("bind");
+        let failed = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect_err("the panic fails the unit");
+        assert_eq!(failed.code(), "handler/failed");
+        assert!(failed.to_string().contains("panicked"), "{failed}");
+        assert_eq!(rows(&store).await, Vec::new(), "the inserts rolled back");
+        // The writer thread is alive: plain appends and the next run commit.
+        append(&store, &[("b", 2)]).await;
+        panic.store(false, std::sync::atomic::Ordering::SeqCst);
+        let progress = host.run(&bound, RunOptions::default()).await.expect("run");
+        assert_eq!(progress.items, 2);
+        assert_eq!(rows(&store).await, owned(&[("a", 1), ("b", 2)]));
     });
 }
 
@@ -167,7 +268,7 @@ fn a_failing_handler_rolls_back_its_sql_and_prepare_feeds_it() {
                     let factor = 10 * batch.len() as i64;
                     Box::pin(async move { Ok(factor) })
                 },
-                move |tx: &Transaction<'_>, batch, _unit, factor: &i64| {
+                move |tx: &Transaction<'_>, batch, _unit, factor: &i64, _| {
                     for order in batch.items(input) {
                         let scaled = Order {
                             amount: order.amount * factor,
@@ -227,7 +328,7 @@ fn child_worker() {
                         Ok(())
                     })
                 },
-                move |tx: &Transaction<'_>, batch, _, _| {
+                move |tx: &Transaction<'_>, batch, _, _, _| {
                     for order in batch.items(input) {
                         insert(tx, order)?;
                     }

@@ -10,24 +10,14 @@ use eddy_projection::{
 use eddy_streams::{Append, JsonStream, Route, Storage};
 use serde::{Deserialize, Serialize};
 
-use crate::support::{read_all, total_of, wait_for_tail, Faulty, Op, Order, Total, When};
+use crate::support::{
+    read_all, total_of, wait_for_tail, workspace, Faulty, Op, Order, Total, When, Workspace,
+};
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 struct File {
     file_id: String,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-struct Workspace {
-    workspace_id: String,
-}
-
-fn workspace(id: &str) -> Workspace {
-    Workspace {
-        workspace_id: id.into(),
-    }
 }
 
 type ByWorkspace = (

@@ -59,6 +59,7 @@ mod engine;
 mod error;
 mod fork;
 mod json_stream;
+mod marks;
 mod memory;
 mod metrics;
 mod notify;
@@ -87,6 +88,7 @@ pub use config::{
 pub use error::{Cause, ErrorKind, Result, StreamError};
 pub use fork::Fork;
 pub use json_stream::{JsonStream, TypedChunk};
+pub use marks::{MarkOwner, Marker, MarkerGuard, WakeMark, WakeMarks};
 pub use memory::MemoryStorage;
 pub use notify::{Committed, Notifier, Watcher};
 pub use offset::{Offset, ReadFrom};

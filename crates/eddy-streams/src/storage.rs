@@ -165,6 +165,13 @@ pub trait Storage: Send + Sync + 'static {
     fn committed(&self) -> broadcast::Receiver<Committed> {
         self.notifier().committed()
     }
+
+    /// The store's durable wake-up marks, when it can write a mark in
+    /// the transaction of each commit (SQLite, PostgreSQL); `None` for a
+    /// store that cannot (memory, a remote server).
+    fn wake_marks(&self) -> Option<&dyn crate::WakeMarks> {
+        None
+    }
 }
 
 /// [`Storage::wait`], re-reading the stream at least every `recheck` when

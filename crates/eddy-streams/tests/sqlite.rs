@@ -70,13 +70,17 @@ fn a_version_2_database_is_upgraded() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .expect("read the version");
-    assert_eq!(version, 4);
+    assert_eq!(version, 5);
     let checkpoints: i64 = conn
         .query_row("SELECT count(*) FROM projection_checkpoints", [], |r| {
             r.get(0)
         })
         .expect("the projection checkpoints table exists");
     assert_eq!(checkpoints, 0);
+    let marks: i64 = conn
+        .query_row("SELECT count(*) FROM wake_marks", [], |r| r.get(0))
+        .expect("the wake marks table exists");
+    assert_eq!(marks, 0);
 }
 
 /// A file written by a newer build (a higher `user_version`) is refused,

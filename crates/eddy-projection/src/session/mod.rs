@@ -4,6 +4,8 @@
 mod outputs;
 mod read;
 
+pub(crate) use outputs::{append_error, encode_outputs};
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -337,6 +339,7 @@ impl<P: Params, S: State> Session<P, S> {
         transaction: &dyn UnitTransaction<P>,
         unit_size: usize,
     ) -> Result<Option<UnitDone>> {
+        self.check_outputs().await?;
         let retry = race_retry();
         let mut attempt = 0;
         loop {

@@ -3,12 +3,14 @@
 //! output with its producer position.
 
 use bytes::Bytes;
-use eddy_streams::{Append, Payload, ProducerPosition, StateMessage, StreamConfig, StreamError};
+use eddy_streams::{
+    Append, Payload, ProducerPosition, StateMessage, StreamConfig, StreamError, StreamPath,
+};
 
 use super::Session;
 use crate::declare::{Params, State};
 use crate::emits::{Items, OutputItem};
-use crate::handles::OutputKind;
+use crate::handles::{OutputKind, OutputSpec};
 use crate::{Emits, ProjectionError, Result};
 
 impl<P: Params, S: State> Session<P, S> {
@@ -54,43 +56,9 @@ impl<P: Params, S: State> Session<P, S> {
         Ok(())
     }
 
-    /// Encodes the items of every output, checking each against its
-    /// output's declaration: the messages to append, by output index. A
-    /// mistake fails with `pin/invalid-output` before anything is written.
+    /// Encodes the items of every output (see [`encode_outputs`]).
     pub(super) fn encode_outputs(&self, emits: &Emits) -> Result<Vec<(usize, Vec<Bytes>)>> {
-        let declared = self.bound.projection.outputs();
-        let invalid = |index: usize, reason: String| ProjectionError::InvalidOutput {
-            output: declared
-                .get(index)
-                .map_or_else(String::new, |o| o.name.clone()),
-            path: self
-                .bound
-                .outputs
-                .get(index)
-                .map_or_else(String::new, ToString::to_string),
-            reason,
-        };
-        if let Some(reason) = &emits.invalid {
-            return Err(ProjectionError::InvalidOutput {
-                output: String::new(),
-                path: String::new(),
-                reason: reason.clone(),
-            });
-        }
-        let mut encoded = Vec::new();
-        for (&index, items) in emits
-            .outputs
-            .iter()
-            .filter(|(_, items)| !items.list.is_empty())
-        {
-            let output = declared
-                .get(index)
-                .ok_or_else(|| invalid(index, "the projection declares no such output".into()))?;
-            let messages =
-                encode_items(&output.kind, items).map_err(|reason| invalid(index, reason))?;
-            encoded.push((index, messages));
-        }
-        Ok(encoded)
+        encode_outputs(self.bound.projection.outputs(), &self.bound.outputs, emits)
     }
 
     /// Appends each output's encoded items with its producer position;
@@ -111,21 +79,11 @@ impl<P: Params, S: State> Session<P, S> {
                 .unwrap_or(0);
             let position = ProducerPosition::new(self.producer_id(&output.name), 0, seq);
             let append = Append::messages(messages).with_producer(position);
-            match self.host.storage.append(path, append).await {
-                Ok(_) => {}
-                Err(
-                    e @ (StreamError::Closed { .. }
-                    | StreamError::Gone { .. }
-                    | StreamError::NotFound { .. }),
-                ) => {
-                    return Err(ProjectionError::InvalidOutput {
-                        output: output.name.clone(),
-                        path: path.to_string(),
-                        reason: e.to_string(),
-                    })
-                }
-                Err(e) => return Err(e.into()),
-            }
+            self.host
+                .storage
+                .append(path, append)
+                .await
+                .map_err(|e| append_error(&output.name, path, e))?;
             emitted.push(output.name.clone());
         }
         Ok(emitted)
@@ -141,6 +99,62 @@ impl<P: Params, S: State> Session<P, S> {
             self.bound.key.params,
             self.checkpoint.generation
         )
+    }
+}
+
+/// Encodes the items of every output of a unit, checking each against
+/// its output's declaration (`declared`, bound to `paths`): the messages
+/// to append, by output index. A mistake fails with `pin/invalid-output`
+/// before anything is written.
+pub(crate) fn encode_outputs(
+    declared: &[OutputSpec],
+    paths: &[StreamPath],
+    emits: &Emits,
+) -> Result<Vec<(usize, Vec<Bytes>)>> {
+    let invalid = |index: usize, reason: String| ProjectionError::InvalidOutput {
+        output: declared
+            .get(index)
+            .map_or_else(String::new, |o| o.name.clone()),
+        path: paths
+            .get(index)
+            .map_or_else(String::new, ToString::to_string),
+        reason,
+    };
+    if let Some(reason) = &emits.invalid {
+        return Err(ProjectionError::InvalidOutput {
+            output: String::new(),
+            path: String::new(),
+            reason: reason.clone(),
+        });
+    }
+    let mut encoded = Vec::new();
+    for (&index, items) in emits
+        .outputs
+        .iter()
+        .filter(|(_, items)| !items.list.is_empty())
+    {
+        let output = declared
+            .get(index)
+            .ok_or_else(|| invalid(index, "the projection declares no such output".into()))?;
+        let messages =
+            encode_items(&output.kind, items).map_err(|reason| invalid(index, reason))?;
+        encoded.push((index, messages));
+    }
+    Ok(encoded)
+}
+
+/// The error of an append to `output` at `path`: an output that is
+/// closed, gone or absent cannot take the unit (`pin/invalid-output`).
+pub(crate) fn append_error(output: &str, path: &StreamPath, err: StreamError) -> ProjectionError {
+    match err {
+        StreamError::Closed { .. } | StreamError::Gone { .. } | StreamError::NotFound { .. } => {
+            ProjectionError::InvalidOutput {
+                output: output.to_owned(),
+                path: path.to_string(),
+                reason: err.to_string(),
+            }
+        }
+        other => other.into(),
     }
 }
 

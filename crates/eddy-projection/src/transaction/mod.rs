@@ -25,8 +25,8 @@ use crate::checkpoint::{Checkpoint, CheckpointKey, Token};
 use crate::commit::TransactionCommit;
 use crate::declare::Params;
 use crate::{
-    Batch, Bound, Commit, Declare, HandlerError, Kind, Projection, ProjectionError, Result, Retry,
-    Unit,
+    Batch, Bound, Commit, Declare, Emits, HandlerError, Kind, Projection, ProjectionError, Result,
+    Retry, Unit,
 };
 
 /// A `prepare(batch, unit)` step: runs outside the transaction, at least
@@ -35,26 +35,29 @@ pub(crate) type Prepare<P, T> = Arc<
     dyn for<'a> Fn(&'a Batch, &'a Unit<P>) -> BoxFuture<'a, Result<T, HandlerError>> + Send + Sync,
 >;
 
-/// A transaction handler: `process(tx, batch, unit, prepared)`.
+/// A transaction handler: `process(tx, batch, unit, prepared, emits)`.
 pub(crate) type Process<P, X, T> = Arc<
     dyn for<'a> Fn(
             &'a mut X,
             &'a Batch,
             &'a Unit<P>,
             &'a T,
+            &'a mut Emits,
         ) -> BoxFuture<'a, Result<(), HandlerError>>
         + Send
         + Sync,
 >;
 
 /// A synchronous transaction handler, run on SQLite's writer thread:
-/// `process(tx, batch, unit, prepared)` with rusqlite's own transaction.
+/// `process(tx, batch, unit, prepared, emits)` with rusqlite's own
+/// transaction.
 pub(crate) type SyncProcess<P, T> = Arc<
     dyn for<'a, 'c> Fn(
             &'a eddy_streams::rusqlite::Transaction<'c>,
             &'a Batch,
             &'a Unit<P>,
             &'a T,
+            &'a mut Emits,
         ) -> Result<(), HandlerError>
         + Send
         + Sync,
@@ -143,10 +146,26 @@ impl<P: Params, X, T> TransactionProjection<P, X, T> {
         &self.projection
     }
 
-    /// Binds the declaration to `params` (see [`Projection::at`]).
+    /// Binds the declaration to `params` (see [`Projection::at`]). Its
+    /// outputs are written in the host's transaction, so each must live
+    /// on the host's own store: an output declared on another owner
+    /// ([`Declare::foreign_output`]) fails with `pin/invalid-output`.
     pub fn at(&self, params: P) -> Result<TransactionBound<P, X, T>> {
+        let bound = self.projection.at(params)?;
+        let declared = self.projection.outputs().iter().zip(&bound.outputs);
+        if let Some((output, path)) = declared.into_iter().find(|(o, _)| o.foreign) {
+            return Err(ProjectionError::InvalidOutput {
+                output: output.name.clone(),
+                path: path.to_string(),
+                reason: format!(
+                    "projection `{}` commits in its host's SQL transaction, so its outputs must \
+                     live on the host's store; this one is declared on another owner",
+                    self.projection.id()
+                ),
+            });
+        }
         Ok(TransactionBound {
-            bound: self.projection.at(params)?,
+            bound,
             handlers: self.handlers.clone(),
         })
     }
@@ -163,9 +182,12 @@ impl<P, X, T> TransactionBound<P, X, T> {
 
 impl<P: Params> Declare<P> {
     /// `process` with [`Commit::transaction`]: each batch runs
-    /// `f(tx, batch, unit, &())` on the SQL host's transaction `X`; the SQL
-    /// it runs there and the checkpoint commit or roll back together.
-    /// External calls in `f` happen at least once.
+    /// `f(tx, batch, unit, &(), emits)` on the SQL host's transaction `X`;
+    /// the SQL it runs there, the items it writes to the declared outputs
+    /// through `emits`, and the checkpoint commit or roll back together.
+    /// Outputs are optional here; they must live on the host's store (see
+    /// [`TransactionProjection::at`]). External calls in `f` happen at
+    /// least once.
     pub fn process_transaction<X, F>(
         self,
         commit: Commit<TransactionCommit<X>, P, ()>,
@@ -178,6 +200,7 @@ impl<P: Params> Declare<P> {
                 &'a Batch,
                 &'a Unit<P>,
                 &'a (),
+                &'a mut Emits,
             ) -> BoxFuture<'a, Result<(), HandlerError>>
             + Send
             + Sync
@@ -208,6 +231,7 @@ impl<P: Params> Declare<P> {
                 &'a Batch,
                 &'a Unit<P>,
                 &'a T,
+                &'a mut Emits,
             ) -> BoxFuture<'a, Result<(), HandlerError>>
             + Send
             + Sync
@@ -217,10 +241,12 @@ impl<P: Params> Declare<P> {
     }
 
     /// `process` with [`Commit::transaction`] on SQLite ([`SqliteHost`]):
-    /// each batch runs `f(tx, batch, unit, &())` with rusqlite's own
-    /// transaction, on the store's writer thread; the SQL it runs there
-    /// and the checkpoint commit or roll back together. `f` holds the
-    /// store's writer while it runs: keep it to SQL.
+    /// each batch runs `f(tx, batch, unit, &(), emits)` with rusqlite's own
+    /// transaction, on the store's writer thread; the SQL it runs there,
+    /// the items it writes to the declared outputs through `emits`, and
+    /// the checkpoint commit or roll back together. `f` holds the store's
+    /// writer while it runs: keep it to SQL. A panic in `f` fails the unit
+    /// with `handler/failed` and rolls it back; the writer goes on.
     pub fn process_sqlite<F>(
         self,
         commit: Commit<TransactionCommit<SqliteTx>, P, ()>,
@@ -232,6 +258,7 @@ impl<P: Params> Declare<P> {
                 &'a Batch,
                 &'a Unit<P>,
                 &'a (),
+                &'a mut Emits,
             ) -> Result<(), HandlerError>
             + Send
             + Sync
@@ -261,6 +288,7 @@ impl<P: Params> Declare<P> {
                 &'a Batch,
                 &'a Unit<P>,
                 &'a T,
+                &'a mut Emits,
             ) -> Result<(), HandlerError>
             + Send
             + Sync
@@ -310,8 +338,51 @@ pub(crate) enum Failed {
     Fault(ProjectionError),
 }
 
-/// How a SQL host commits one unit: prepare, begin, run the handler, save
-/// `next` over `expected` in the same transaction, commit; the new token.
+/// One output's messages for a unit, to append in its transaction.
+pub(crate) struct OutputWrite {
+    /// The output's name.
+    pub name: String,
+    /// Its stream for this binding.
+    pub path: eddy_streams::StreamPath,
+    /// The encoded items, in order.
+    pub messages: Vec<bytes::Bytes>,
+}
+
+impl OutputWrite {
+    /// The append of these messages. No producer position: the append
+    /// commits with the checkpoint or not at all, so a retry never
+    /// repeats it.
+    pub fn append(&self) -> eddy_streams::Append {
+        eddy_streams::Append::messages(self.messages.clone())
+    }
+
+    /// The unit's error when the append fails.
+    pub fn failed(&self, err: eddy_streams::StreamError) -> ProjectionError {
+        crate::session::append_error(&self.name, &self.path, err)
+    }
+}
+
+/// What a unit's handler wrote to `bound`'s outputs, encoded; a mistake
+/// fails with `pin/invalid-output` before anything is written.
+pub(crate) fn output_writes<P: Params>(
+    bound: &Bound<P, ()>,
+    emits: &Emits,
+) -> Result<Vec<OutputWrite>> {
+    let declared = bound.projection.outputs();
+    let encoded = crate::session::encode_outputs(declared, &bound.outputs, emits)?;
+    Ok(encoded
+        .into_iter()
+        .map(|(index, messages)| OutputWrite {
+            name: declared[index].name.clone(),
+            path: bound.outputs[index].clone(),
+            messages,
+        })
+        .collect())
+}
+
+/// How a SQL host commits one unit: prepare, begin, run the handler,
+/// append what it wrote to the outputs, save `next` over `expected` in
+/// the same transaction, commit; the new token.
 pub(crate) trait UnitTransaction<P>: Send + Sync {
     fn commit<'a>(
         &'a self,

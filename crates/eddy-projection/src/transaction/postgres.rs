@@ -12,11 +12,11 @@ use eddy_streams::sqlx::{self, PgConnection, PgPool, Postgres};
 use eddy_streams::{PgStorage, StreamError};
 use futures::future::BoxFuture;
 
-use super::{Failed, Handler, Handlers, TransactionBound, UnitTransaction};
+use super::{output_writes, Failed, Handler, Handlers, TransactionBound, UnitTransaction};
 use crate::checkpoint::{Checkpoint, CheckpointKey, CheckpointStore, Loaded, Token};
 use crate::declare::Params;
 use crate::session::{Session, Tally};
-use crate::{Batch, Host, Progress, ProjectionError, Result, RunOptions, Unit};
+use crate::{Batch, Bound, Emits, Host, Progress, ProjectionError, Result, RunOptions, Unit};
 
 /// The transaction a [`PgHost`] hands to a `process_transaction` handler:
 /// sqlx's own. Run statements on it with `.execute(&mut **tx)`.
@@ -248,9 +248,10 @@ fn lost_race(err: &(dyn std::error::Error + 'static)) -> bool {
 /// ([`Host::read`], [`Host::forget`], plain projections).
 ///
 /// Each unit: read the inputs, run `prepare` (outside any transaction),
-/// begin a transaction, run the handler on it, move the checkpoint by
-/// compare-and-set in it, commit. A failure anywhere before the commit
-/// rolls back the handler's SQL with the checkpoint. A serialization
+/// begin a transaction, run the handler on it, append what it wrote to
+/// the declared outputs in it, move the checkpoint by compare-and-set in
+/// it, commit. A failure anywhere before the commit rolls back the
+/// handler's SQL and the outputs' items with the checkpoint. A serialization
 /// failure or deadlock runs the unit again after a short jittered pause,
 /// reading the inputs again: with unchanged ranges the unit key is the
 /// same, and new input that extends a range changes it. A second writer of
@@ -302,6 +303,7 @@ impl PgHost {
             checkpoints: Arc::clone(&self.checkpoints),
             handlers: bound.handlers.clone(),
             projection: bound.bound.projection().id().to_owned(),
+            bound: bound.bound.clone(),
         };
         let mut session = Session::load(self.host.clone(), bound.bound.clone())
             .await?
@@ -319,6 +321,7 @@ struct PgUnit<P, T> {
     checkpoints: Arc<PgCheckpoints>,
     handlers: Handlers<P, PgTx, T>,
     projection: String,
+    bound: Bound<P, ()>,
 }
 
 impl<P: Params, T: Send + Sync + 'static> UnitTransaction<P> for PgUnit<P, T> {
@@ -362,7 +365,8 @@ impl<P: Params, T: Send + Sync + 'static> UnitTransaction<P> for PgUnit<P, T> {
                 .await
                 .map_err(handler)?;
             let mut tx = self.store.begin().await.map_err(stream)?;
-            process(tx.sql(), batch, unit, &prepared)
+            let mut emits = Emits::new(self.bound.projection.inner.number);
+            process(tx.sql(), batch, unit, &prepared, &mut emits)
                 .await
                 .map_err(handler)?;
             if let Some(misuse) = batch.misuse() {
@@ -370,6 +374,16 @@ impl<P: Params, T: Send + Sync + 'static> UnitTransaction<P> for PgUnit<P, T> {
                     "projection `{}`: {misuse}",
                     self.projection
                 ))));
+            }
+            let writes = output_writes(&self.bound, &emits).map_err(Failed::Fault)?;
+            for write in writes {
+                if let Err(e) = tx.append(&write.path, write.append()).await {
+                    return Err(if lost_race(&e) {
+                        Failed::Race(e.into())
+                    } else {
+                        Failed::Fault(write.failed(e))
+                    });
+                }
             }
             let saved = self
                 .checkpoints

@@ -5,6 +5,7 @@
 //! ([`SqliteCheckpoints`]).
 
 use std::fmt;
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -12,11 +13,13 @@ use eddy_streams::rusqlite::{self, Connection, ErrorCode, OptionalExtension};
 use eddy_streams::{SqliteStorage, StreamError};
 use futures::future::BoxFuture;
 
-use super::{Failed, Handler, Handlers, TransactionBound, UnitTransaction};
+use super::{output_writes, Failed, Handler, Handlers, TransactionBound, UnitTransaction};
 use crate::checkpoint::{Checkpoint, CheckpointKey, CheckpointStore, Loaded, Token};
 use crate::declare::Params;
 use crate::session::{Session, Tally};
-use crate::{Batch, HandlerError, Host, Progress, ProjectionError, Result, RunOptions, Unit};
+use crate::{
+    Batch, Bound, Emits, HandlerError, Host, Progress, ProjectionError, Result, RunOptions, Unit,
+};
 
 /// Names SQLite as the host of a
 /// [`TransactionProjection`](crate::TransactionProjection) declared with
@@ -188,6 +191,16 @@ fn busy(err: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// The handler error of a handler that panicked, with its message.
+fn panic_error(panicked: &(dyn std::any::Any + Send)) -> HandlerError {
+    let message = panicked
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panicked.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_owned());
+    format!("the handler panicked: {message}").into()
+}
+
 /// A host for [`TransactionProjection`](crate::TransactionProjection)s on
 /// SQLite: the store, its [`SqliteCheckpoints`], and a [`Host`] over both
 /// for everything that does not run a transaction handler
@@ -196,8 +209,10 @@ fn busy(err: &(dyn std::error::Error + 'static)) -> bool {
 /// Each unit: read the inputs, run `prepare` on the async runtime
 /// (outside any transaction), then on the store's writer thread, in one
 /// transaction of its own: run the handler with rusqlite's `Transaction`,
-/// move the checkpoint by compare-and-set, commit. A failure anywhere
-/// before the commit rolls back the handler's SQL with the checkpoint. A
+/// append what it wrote to the declared outputs, move the checkpoint by
+/// compare-and-set, commit. A failure anywhere before the commit (a panic
+/// of the handler included) rolls back the handler's SQL and the outputs'
+/// items with the checkpoint. A
 /// database that another process holds busy runs the unit again after a
 /// short jittered pause, reading the inputs again. A second writer of the
 /// binding is refused by the checkpoint's compare-and-set with
@@ -246,7 +261,7 @@ impl SqliteHost {
         let unit = SqliteUnit {
             store: Arc::clone(&self.store),
             handlers: bound.handlers.clone(),
-            projection: bound.bound.projection().id().to_owned(),
+            bound: bound.bound.clone(),
         };
         let mut session = Session::load(self.host.clone(), bound.bound.clone())
             .await?
@@ -262,7 +277,7 @@ impl SqliteHost {
 struct SqliteUnit<P, T> {
     store: Arc<SqliteStorage>,
     handlers: Handlers<P, SqliteTx, T>,
-    projection: String,
+    bound: Bound<P, ()>,
 }
 
 /// Why a unit's transaction on the writer thread did not commit.
@@ -287,7 +302,7 @@ impl<P: Params, T: Send + Sync + 'static> UnitTransaction<P> for SqliteUnit<P, T
         expected: Token,
         next: &'a Checkpoint,
     ) -> BoxFuture<'a, Result<Token, Failed>> {
-        let projection = self.projection.clone();
+        let projection = self.bound.projection().id().to_owned();
         let handler = move |source: HandlerError| {
             let race = busy(source.as_ref());
             let error = ProjectionError::Handler { projection, source };
@@ -298,11 +313,11 @@ impl<P: Params, T: Send + Sync + 'static> UnitTransaction<P> for SqliteUnit<P, T
             }
         };
         Box::pin(async move {
+            let id = self.bound.projection().id();
             let Handler::Sync(process) = &self.handlers.process else {
                 return Err(Failed::Fault(ProjectionError::invalid(format!(
-                    "projection `{}` has an asynchronous handler: declare it with \
-                     process_sqlite to run it on a SqliteHost",
-                    self.projection
+                    "projection `{id}` has an asynchronous handler: declare it with \
+                     process_sqlite to run it on a SqliteHost"
                 ))));
             };
             let prepared = (self.handlers.prepare)(&batch, unit)
@@ -310,15 +325,32 @@ impl<P: Params, T: Send + Sync + 'static> UnitTransaction<P> for SqliteUnit<P, T
                 .map_err(handler.clone())?;
             let process = Arc::clone(process);
             let (unit, key, next) = (unit.clone(), key.clone(), next.clone());
-            let projection = self.projection.clone();
+            let bound = self.bound.clone();
             let committed = self
                 .store
                 .transaction(move |tx| {
-                    process(tx.sql(), &batch, &unit, &prepared).map_err(Outcome::Handler)?;
+                    let mut emits = Emits::new(bound.projection.inner.number);
+                    // A panic must not take the store's writer thread down
+                    // with it: it fails this unit, which rolls back.
+                    let ran = panic::catch_unwind(AssertUnwindSafe(|| {
+                        process(tx.sql(), &batch, &unit, &prepared, &mut emits)
+                    }));
+                    ran.unwrap_or_else(|panicked| Err(panic_error(panicked.as_ref())))
+                        .map_err(Outcome::Handler)?;
                     if let Some(misuse) = batch.misuse() {
                         return Err(Outcome::Fault(ProjectionError::invalid(format!(
-                            "projection `{projection}`: {misuse}"
+                            "projection `{}`: {misuse}",
+                            bound.projection.id()
                         ))));
+                    }
+                    for write in output_writes(&bound, &emits).map_err(Outcome::Fault)? {
+                        tx.append(&write.path, write.append()).map_err(|e| {
+                            if e.is_retryable() {
+                                Outcome::Store(e)
+                            } else {
+                                Outcome::Fault(write.failed(e))
+                            }
+                        })?;
                     }
                     save_on(tx.sql(), &key, expected, Some(&next))
                         .map_err(Outcome::Fault)?

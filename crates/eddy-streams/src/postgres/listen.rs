@@ -25,6 +25,14 @@ pub(super) enum Change {
 }
 
 impl Change {
+    /// The path of a commit that durable wake-ups mark.
+    pub fn committed_path(&self) -> Option<&str> {
+        match self {
+            Change::Committed(committed) => Some(&committed.path),
+            Change::Deleted(_) => None,
+        }
+    }
+
     /// Raises this change on `notifier`.
     pub fn raise(self, notifier: &Notifier) {
         match self {

@@ -5,6 +5,7 @@
 
 mod error;
 mod listen;
+mod marks;
 mod records;
 mod schema;
 mod sql;
@@ -198,6 +199,8 @@ impl PgStorage {
             notifier,
             channel,
             instance,
+            markers: Arc::default(),
+            mark: marks::upsert(&options.schema).into(),
         };
         Ok(PgStorage {
             wiring: Arc::new(wiring),
@@ -407,6 +410,10 @@ impl Storage for PgStorage {
             ));
         }
         tx.commit().await
+    }
+
+    fn wake_marks(&self) -> Option<&dyn crate::WakeMarks> {
+        Some(self)
     }
 
     fn notifier(&self) -> &Notifier {

@@ -14,7 +14,7 @@ use super::error::pg_error;
 use crate::StreamError;
 
 /// The layout this build writes: the last migration's version.
-pub(super) const VERSION: i64 = 2;
+pub(super) const VERSION: i64 = 3;
 
 /// Version 1: streams, messages, producers and tombstones, as the SQLite
 /// layout of version 3 (forks found by source). Table names are unqualified:
@@ -76,11 +76,28 @@ CREATE TABLE IF NOT EXISTS projection_checkpoints (
 );
 "#;
 
+/// Version 3: the durable wake-up marks of attached projections, one row
+/// per marked binding, written in the transaction of each commit that
+/// touches it and deleted by the binding once it caught up.
+const WAKE_MARKS: &str = r#"
+CREATE TABLE wake_marks (
+    projection TEXT   NOT NULL,
+    version    BIGINT NOT NULL,
+    params     TEXT   NOT NULL,
+    path       TEXT   NOT NULL,
+    commits    BIGINT NOT NULL,
+    attempts   BIGINT NOT NULL,
+    due_ms     BIGINT NOT NULL,
+    PRIMARY KEY (projection, version, params)
+);
+"#;
+
 /// Every migration, in order.
 fn migrations() -> Vec<Migration> {
     let steps = [
         (1, "streams, messages, producers, tombstones", STREAMS),
         (2, "projection checkpoints", PROJECTION_CHECKPOINTS),
+        (3, "wake marks", WAKE_MARKS),
     ];
     steps
         .into_iter()

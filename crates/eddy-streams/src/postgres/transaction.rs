@@ -10,6 +10,7 @@ use super::listen::Change;
 use super::records::PgRecords;
 use super::sql::Sql;
 use crate::engine::Engine;
+use crate::marks::Markers;
 use crate::{
     Append, Appended, Committed, Created, Fork, Notifier, Offset, Payload, ReadChunk, ReadFrom,
     StreamConfig, StreamError, StreamInfo, StreamPath, StreamSnapshot,
@@ -27,6 +28,10 @@ pub(super) struct Wiring {
     pub channel: String,
     /// This store's id in notification payloads.
     pub instance: u64,
+    /// The markers of durable wake-ups, run in each commit.
+    pub markers: Arc<Markers>,
+    /// The statement that writes a commit's wake-up marks.
+    pub mark: Arc<str>,
 }
 
 /// A transaction on a [`PgStorage`](super::PgStorage)'s database that
@@ -283,6 +288,11 @@ impl PgTransaction {
             conflict: is_conflict(&error),
             error: pg_error(context, error),
         };
+        let paths = self.changes.iter().filter_map(Change::committed_path);
+        let marks = self.wiring.markers.marks(paths);
+        super::marks::write(self.records.transaction(), &self.wiring.mark, &marks)
+            .await
+            .map_err(|e| failed(e, "cannot write the wake-up marks"))?;
         if !self.changes.is_empty() {
             let payloads: Vec<String> = self
                 .changes

@@ -4,6 +4,7 @@
 //! protocol.
 
 mod cache;
+mod marks;
 mod options;
 mod records;
 mod schema;
@@ -28,6 +29,7 @@ use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{oneshot, Semaphore};
 
 use crate::engine::{complete, Engine};
+use crate::marks::Markers;
 use crate::payload::Split;
 use crate::{
     Append, Appended, Created, Fork, Notifier, Payload, ReadChunk, ReadFrom, Storage, StreamConfig,
@@ -67,6 +69,8 @@ pub struct SqliteStorage {
     engine: Engine,
     touches: Arc<Touches>,
     cache: Arc<Cache>,
+    /// The markers of durable wake-ups, run in each commit.
+    markers: Arc<Markers>,
 }
 
 impl std::fmt::Debug for SqliteStorage {
@@ -115,12 +119,18 @@ impl SqliteStorage {
         };
         let touches = Arc::new(Touches::default());
         let cache = Arc::new(Cache::new(options.cache_bytes));
+        let markers = Arc::new(Markers::default());
         let writer = {
-            let (notifier, engine) = (Arc::clone(&notifier), engine.clone());
-            let (touches, cache) = (Arc::clone(&touches), Arc::clone(&cache));
+            let shared = writer::Owned {
+                notifier: Arc::clone(&notifier),
+                engine: engine.clone(),
+                touches: Arc::clone(&touches),
+                cache: Arc::clone(&cache),
+                markers: Arc::clone(&markers),
+            };
             std::thread::Builder::new()
                 .name("eddy-streams-writer".into())
-                .spawn(move || writer::run(conn, rx, notifier, engine, touches, cache))
+                .spawn(move || writer::run(conn, rx, shared))
         }
         .map_err(|e| StreamError::internal_from("cannot start the writer thread", e))?;
         Ok(SqliteStorage {
@@ -134,6 +144,7 @@ impl SqliteStorage {
             engine,
             touches,
             cache,
+            markers,
         })
     }
 
@@ -400,5 +411,9 @@ impl Storage for SqliteStorage {
 
     fn notifier(&self) -> &Notifier {
         &self.notifier
+    }
+
+    fn wake_marks(&self) -> Option<&dyn crate::WakeMarks> {
+        Some(self)
     }
 }

@@ -5,7 +5,7 @@ use rusqlite::Connection;
 use crate::StreamError;
 
 /// The schema version this code writes (`PRAGMA user_version`).
-const VERSION: i64 = 4;
+const VERSION: i64 = 5;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS streams (
@@ -74,6 +74,22 @@ CREATE TABLE projection_checkpoints (
 ) WITHOUT ROWID;
 ";
 
+/// Version 5 adds the durable wake-up marks of attached projections:
+/// one row per marked binding, written in the transaction of each commit
+/// that touches it, deleted by the binding once it caught up.
+const WAKE_MARKS: &str = "
+CREATE TABLE wake_marks (
+    projection TEXT    NOT NULL,
+    version    INTEGER NOT NULL,
+    params     TEXT    NOT NULL,
+    path       TEXT    NOT NULL,
+    commits    INTEGER NOT NULL,
+    attempts   INTEGER NOT NULL,
+    due_ms     INTEGER NOT NULL,
+    PRIMARY KEY (projection, version, params)
+) WITHOUT ROWID;
+";
+
 /// Creates the tables or upgrades an older layout, each step in one
 /// transaction, or refuses a file written by a newer build.
 pub(super) fn migrate(conn: &Connection) -> Result<(), StreamError> {
@@ -97,6 +113,7 @@ pub(super) fn migrate(conn: &Connection) -> Result<(), StreamError> {
         (FORKS, 2),
         (FORKS_BY_SOURCE, 3),
         (PROJECTION_CHECKPOINTS, 4),
+        (WAKE_MARKS, 5),
     ];
     for (sql, to) in steps {
         if version < to {

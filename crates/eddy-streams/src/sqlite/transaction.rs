@@ -1,6 +1,8 @@
 //! One SQLite write transaction handed to a caller's closure: the engine's
 //! appends and the caller's own SQL, committed or rolled back together.
 
+use std::panic::{self, AssertUnwindSafe};
+
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
@@ -105,8 +107,17 @@ where
             }
         };
         let mut handle = SqliteTransaction::new(&tx, shared.engine, shared.touches);
-        let result = op(&mut handle);
+        // A panicking closure must not take the writer thread (and every
+        // later write) down with it: it fails alone, rolled back.
+        let result = panic::catch_unwind(AssertUnwindSafe(|| op(&mut handle)));
         let SqliteTransaction { log, events, .. } = handle;
+        let result = result.unwrap_or_else(|panicked| {
+            Err(StreamError::internal(format!(
+                "a transaction's closure panicked: {}",
+                panic_message(panicked.as_ref())
+            ))
+            .into())
+        });
         let value = match result {
             Ok(value) => value,
             Err(err) => {
@@ -115,6 +126,11 @@ where
                 return tx.rollback().map_err(|e| Failure::Transient(e.into()));
             }
         };
+        let paths = events.iter().filter_map(Event::path);
+        if let Err(err) = super::marks::write(&tx, &shared.markers.marks(paths)) {
+            let _ = reply.send(Err(err.clone().into()));
+            return tx.rollback().map_err(|e| Failure::Transient(e.into()));
+        }
         if let Err(err) = tx.commit() {
             let err = StreamError::internal_from(
                 "a commit failed, so the stream store refuses writes until it is reopened",
@@ -134,4 +150,13 @@ where
     fn refuse(self: Box<Self>, err: &StreamError) {
         let _ = self.reply.send(Err(err.clone().into()));
     }
+}
+
+/// The message a panic carried, if it is text.
+fn panic_message(panicked: &(dyn std::any::Any + Send)) -> &str {
+    panicked
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panicked.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("no message")
 }

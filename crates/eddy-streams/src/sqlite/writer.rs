@@ -19,6 +19,7 @@ use super::cache::{Cache, Change};
 use super::records::{self, SqliteRecords};
 use super::touches::{Touches, FLUSH_INTERVAL};
 use crate::engine::Engine;
+use crate::marks::Markers;
 use crate::{Notifier, StreamError, StreamInfo};
 
 /// The most jobs one transaction takes.
@@ -33,6 +34,14 @@ pub(super) enum Event {
 }
 
 impl Event {
+    /// The path of a commit that durable wake-ups mark.
+    pub(super) fn path(&self) -> Option<&str> {
+        match self {
+            Event::Committed(info) => Some(&info.path),
+            Event::Deleted(_) => None,
+        }
+    }
+
     /// Signals the committed change.
     pub(super) fn raise(self, notifier: &Notifier) {
         match self {
@@ -152,17 +161,26 @@ pub(super) enum Failure {
     Commit(StreamError),
 }
 
+/// What the writer thread owns of the store.
+pub(super) struct Owned {
+    pub notifier: Arc<Notifier>,
+    pub engine: Engine,
+    pub touches: Arc<Touches>,
+    pub cache: Arc<Cache>,
+    pub markers: Arc<Markers>,
+}
+
 /// Runs the writer until every sender is dropped, then stores the pending
 /// touches. After a failed `COMMIT` it refuses every job with the same
 /// internal error until the store is reopened.
-pub(super) fn run(
-    mut conn: Connection,
-    jobs: Receiver<Job>,
-    notifier: Arc<Notifier>,
-    engine: Engine,
-    touches: Arc<Touches>,
-    cache: Arc<Cache>,
-) {
+pub(super) fn run(mut conn: Connection, jobs: Receiver<Job>, owned: Owned) {
+    let Owned {
+        notifier,
+        engine,
+        touches,
+        cache,
+        markers,
+    } = owned;
     let mut poisoned: Option<StreamError> = None;
     let mut open = true;
     while open {
@@ -200,6 +218,7 @@ pub(super) fn run(
             engine: &engine,
             touches: &touches,
             cache: &cache,
+            markers: &markers,
         };
         if !grouped.is_empty() || !due.is_empty() {
             match commit_group(&mut conn, grouped, &due, shared) {
@@ -228,6 +247,7 @@ pub(super) struct Shared<'a> {
     pub engine: &'a Engine,
     pub touches: &'a Touches,
     pub cache: &'a Cache,
+    pub markers: &'a Markers,
 }
 
 /// Runs `group` and stores `due` touches in one transaction; after the
@@ -243,6 +263,7 @@ fn commit_group(
         engine,
         touches,
         cache,
+        markers,
     } = shared;
     let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
@@ -284,10 +305,17 @@ fn commit_group(
         applied.push(done);
         written = ended.map_err(StreamError::from);
     }
-    let written = written.and_then(|()| {
-        due.iter()
-            .try_for_each(|&(key, at_ms)| records::slide(&tx, key, at_ms))
-    });
+    let written = written
+        .and_then(|()| {
+            let paths = applied
+                .iter()
+                .filter_map(|done| done.event.as_ref()?.path());
+            super::marks::write(&tx, &markers.marks(paths))
+        })
+        .and_then(|()| {
+            due.iter()
+                .try_for_each(|&(key, at_ms)| records::slide(&tx, key, at_ms))
+        });
     let failure = match written {
         Err(err) => Some(Failure::Transient(err)),
         Ok(()) => {
