@@ -9,7 +9,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 eddy="${EDDY_BIN:-}"
 if [ -z "$eddy" ]; then
-  (cd "$root" && cargo build --quiet --release -p eddy)
+  (cd "$root" && cargo build --quiet --release -p eddy --features postgres)
   eddy="${CARGO_TARGET_DIR:-$root/target}/release/eddy"
 fi
 command -v wrk >/dev/null || { echo "missing: wrk (apt-get install wrk)" >&2; exit 1; }

@@ -30,7 +30,7 @@ nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
 # EDDY_BIN names a binary already built; otherwise the release build.
 eddy="${EDDY_BIN:-}"
 if [ -z "$eddy" ]; then
-  (cd "$root" && cargo build --quiet --release -p eddy)
+  (cd "$root" && cargo build --quiet --release -p eddy --features postgres)
   eddy="$CARGO_TARGET_DIR/release/eddy"
 fi
 
