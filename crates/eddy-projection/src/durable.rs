@@ -10,7 +10,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use eddy_streams::{MarkOwner, MarkerGuard, Storage, WakeMark};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::declare::{Params, State};
 use crate::{Bound, Progress, Projection, ProjectionError, Result, Retry, Status};
@@ -144,7 +144,7 @@ fn now_ms() -> u64 {
 /// One binding's durable wake-up mark, for operators' tools (`eddy
 /// status`): a binding with a mark has commits it has not caught up with,
 /// or failed and waits to run again.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WakeMarkReport {
     /// The projection id.
     pub projection: String,

@@ -6,19 +6,24 @@
 use std::sync::Arc;
 
 use eddy_streams::{Offset, ReadFrom, Storage, StreamError, StreamPath};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use crate::params::escape;
 use crate::{
-    Checkpoint, CheckpointKey, CheckpointStore, Failure, Pending, Result, StreamCheckpoints,
-    CHECKPOINT_PREFIX,
+    wake_marks, Checkpoint, CheckpointKey, CheckpointStore, Failure, Pending, Result,
+    StreamCheckpoints, WakeMarkReport, CHECKPOINT_PREFIX,
 };
+
+/// The input name [`inspect`] gives the marked input of a binding that
+/// has a wake-up mark and no checkpoint (its input names are unknown).
+pub const NOT_RUN_YET: &str = "(not run yet)";
 
 /// The most bytes [`inspect`] reads to count one input's lag in bytes;
 /// beyond it the count is a lower bound ([`InputLag::lag_bytes_exact`]).
 pub const LAG_SCAN_BYTES: u64 = 16 << 20;
 
 /// What one binding has committed, and how far behind its inputs it is.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BindingReport {
     /// The projection id.
     pub projection: String,
@@ -46,14 +51,14 @@ pub struct BindingReport {
     pub failure: Option<Failure>,
     /// Why the checkpoint or an input could not be read.
     pub error: Option<String>,
-    /// Durable wake-up marks for the binding. Always `None` for now: the
-    /// store keeps no durable marks yet (`Projection.attach` with durable
-    /// marks, issue 13, is being built); this is where they will show.
-    pub wake_marks: Option<Vec<String>>,
+    /// The binding's durable wake-up mark, when its store keeps them
+    /// (SQLite, PostgreSQL) and it has one: commits it has not caught up
+    /// with (pending), or failed runs that wait (deferred).
+    pub wake_mark: Option<WakeMarkReport>,
 }
 
 /// A binding's state, from what is durable.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum BindingHealth {
     /// Every input's committed offset is its tail.
@@ -62,13 +67,14 @@ pub enum BindingHealth {
     Behind,
     /// A unit is pinned and has not settled (see [`BindingReport::pending`]).
     Pinned,
-    /// Its last run failed (see [`BindingReport::failure`]), or its
-    /// checkpoint cannot be read (see [`BindingReport::error`]).
+    /// Its last run failed (see [`BindingReport::failure`]; its wake-up
+    /// mark may be deferred), or its checkpoint cannot be read (see
+    /// [`BindingReport::error`]).
     Failed,
 }
 
 /// One input of a binding against its tail.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct InputLag {
     /// The input's name in the declaration.
     pub name: String,
@@ -92,28 +98,24 @@ pub struct InputLag {
 }
 
 /// Every binding whose checkpoint lives in `storage`'s checkpoint streams
-/// ([`StreamCheckpoints`]), sorted by checkpoint path. A binding whose
-/// checkpoint cannot be read is reported as [`BindingHealth::Failed`]
-/// rather than failing the whole look.
+/// ([`StreamCheckpoints`]) or that has a durable wake-up mark there
+/// ([`wake_marks`]), sorted by checkpoint path. A binding whose checkpoint
+/// cannot be read is reported as [`BindingHealth::Failed`] rather than
+/// failing the whole look. A binding with a mark and no checkpoint has
+/// never committed: it is [`Behind`](BindingHealth::Behind) on the input
+/// of its mark from the start (or failed, when its mark is deferred).
 pub async fn inspect(storage: &Arc<dyn Storage>) -> Result<Vec<BindingReport>> {
     let checkpoints = StreamCheckpoints::new(Arc::clone(storage));
+    let mut marks = wake_marks(storage.as_ref()).await?;
     let mut reports = Vec::new();
     for key in keys(storage.as_ref()).await? {
         let loaded = checkpoints.load(&key).await;
-        let mut report = BindingReport {
-            projection: key.projection.clone(),
-            version: key.version,
-            params: key.params.clone(),
-            checkpoint_path: key.path.to_string(),
-            state: BindingHealth::CaughtUp,
-            units: 0,
-            committed_at_ms: None,
-            pending: None,
-            inputs: Vec::new(),
-            failure: None,
-            error: None,
-            wake_marks: None,
-        };
+        let mut report = BindingReport::new(&key);
+        let mark = marks.iter().position(|m| {
+            (m.projection.as_str(), m.version, m.params.as_str())
+                == (key.projection.as_str(), key.version, key.params.as_str())
+        });
+        report.wake_mark = mark.map(|at| marks.swap_remove(at));
         match loaded {
             Ok(loaded) => {
                 if let Some(checkpoint) = loaded.checkpoint {
@@ -125,9 +127,86 @@ pub async fn inspect(storage: &Arc<dyn Storage>) -> Result<Vec<BindingReport>> {
                 report.error = Some(err.to_string());
             }
         }
+        if report
+            .wake_mark
+            .as_ref()
+            .is_some_and(|m| m.deferred_until_ms.is_some())
+        {
+            report.state = BindingHealth::Failed;
+        }
         reports.push(report);
     }
+    for mark in marks {
+        reports.push(never_committed(storage.as_ref(), mark).await);
+    }
+    reports.sort_by(|a, b| a.checkpoint_path.cmp(&b.checkpoint_path));
     Ok(reports)
+}
+
+impl BindingReport {
+    /// The report of the binding at `key` before anything is known.
+    fn new(key: &CheckpointKey) -> Self {
+        BindingReport {
+            projection: key.projection.clone(),
+            version: key.version,
+            params: key.params.clone(),
+            checkpoint_path: key.path.to_string(),
+            state: BindingHealth::CaughtUp,
+            units: 0,
+            committed_at_ms: None,
+            pending: None,
+            inputs: Vec::new(),
+            failure: None,
+            error: None,
+            wake_mark: None,
+        }
+    }
+}
+
+/// The report of a binding that has a wake-up mark but no checkpoint:
+/// its lag on the marked input counts from the start.
+async fn never_committed(storage: &dyn Storage, mark: WakeMarkReport) -> BindingReport {
+    let path = format!(
+        "{CHECKPOINT_PREFIX}/{}/{}/{}",
+        escape(&mark.projection),
+        mark.version,
+        mark.params
+    );
+    let mut report = BindingReport {
+        projection: mark.projection.clone(),
+        version: mark.version,
+        params: mark.params.clone(),
+        checkpoint_path: path,
+        state: if mark.deferred_until_ms.is_some() {
+            BindingHealth::Failed
+        } else {
+            BindingHealth::Behind
+        },
+        units: 0,
+        committed_at_ms: None,
+        pending: None,
+        inputs: Vec::new(),
+        failure: None,
+        error: None,
+        wake_mark: None,
+    };
+    let mut lag = InputLag {
+        name: NOT_RUN_YET.to_owned(),
+        path: Some(mark.path.clone()),
+        offset: Offset::ZERO,
+        tail: None,
+        lag_messages: 0,
+        lag_bytes: 0,
+        lag_bytes_exact: true,
+        closed: false,
+        gone: false,
+    };
+    if let Err(err) = measure(storage, &mark.path, &mut lag).await {
+        report.error = Some(format!("input {}: {err}", mark.path));
+    }
+    report.inputs.push(lag);
+    report.wake_mark = Some(mark);
+    report
 }
 
 /// The keys of the bindings with checkpoint streams in `storage`.

@@ -39,6 +39,9 @@ pub struct StatusArgs {
 struct Status {
     streams: StreamsSummary,
     bindings: Vec<BindingReport>,
+    /// Whether the store keeps durable wake-up marks (SQLite and
+    /// PostgreSQL do; a remote server's are not visible through it).
+    keeps_wake_marks: bool,
 }
 
 /// The streams of the store, Eddy's own (`__eddy/`) apart.
@@ -59,9 +62,23 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     logging::init(args.log.log_format);
     let store = args.store.open().await?;
     let listed = store.list("").await?;
+    // A server reports its bindings itself when its console is on: it
+    // sees its store's wake-up marks, which its clients cannot.
+    let reported = match args.store.remote()? {
+        Some(remote) => remote.bindings().await?,
+        None => None,
+    };
+    let (bindings, keeps_wake_marks) = match reported {
+        Some(bindings) => (bindings, true),
+        None => (
+            eddy_projection::inspect(&store).await?,
+            store.wake_marks().is_some(),
+        ),
+    };
     let status = Status {
         streams: summarize(&listed, SystemTime::now() + args.expiring_within),
-        bindings: eddy_projection::inspect(&store).await?,
+        bindings,
+        keeps_wake_marks,
     };
     for binding in &status.bindings {
         if let Some(error) = &binding.error {
@@ -140,8 +157,8 @@ fn table(out: &mut impl Write, status: &Status, within: Duration) -> anyhow::Res
     }
     writeln!(
         out,
-        "{:<40} {:<10} {:>7} {:>10} {:>12} {:>14}  PENDING",
-        "BINDING", "STATE", "UNITS", "LAG MSGS", "LAG BYTES", "LAST COMMIT"
+        "{:<40} {:<10} {:>7} {:>10} {:>12} {:>14}  {:<9}  PENDING",
+        "BINDING", "STATE", "UNITS", "LAG MSGS", "LAG BYTES", "LAST COMMIT", "WAKE"
     )?;
     let now = unix_ms(SystemTime::now());
     for b in &status.bindings {
@@ -159,9 +176,14 @@ fn table(out: &mut impl Write, status: &Status, within: Duration) -> anyhow::Res
             .pending
             .as_ref()
             .map_or("-".to_owned(), |p| format!("unit {}", p.key));
+        let wake = match &b.wake_mark {
+            None => "-",
+            Some(mark) if mark.deferred_until_ms.is_some() => "deferred",
+            Some(_) => "pending",
+        };
         writeln!(
             out,
-            "{:<40} {:<10} {:>7} {:>10} {:>12} {:>14}  {pending}",
+            "{:<40} {:<10} {:>7} {:>10} {:>12} {:>14}  {wake:<9}  {pending}",
             format!("{} v{} {}", b.projection, b.version, b.params),
             health(b.state),
             b.units,
@@ -193,11 +215,26 @@ fn table(out: &mut impl Write, status: &Status, within: Duration) -> anyhow::Res
         if let Some(error) = &b.error {
             writeln!(out, "    cannot read: {error}")?;
         }
+        if let Some(mark) = &b.wake_mark {
+            let due = mark.deferred_until_ms.map_or(String::new(), |due| {
+                format!(
+                    ", runs again in {}s",
+                    due.saturating_sub(now).div_ceil(1000)
+                )
+            });
+            writeln!(
+                out,
+                "    wake-up mark: {} commits since it caught up (last on {}), {} failed runs{due}",
+                mark.pending_commits, mark.path, mark.failed_runs
+            )?;
+        }
     }
-    writeln!(
-        out,
-        "wake-up marks: not recorded by this store (durable marks are not available yet)"
-    )?;
+    if !status.keeps_wake_marks {
+        writeln!(
+            out,
+            "wake-up marks: this store keeps none it can show (a remote server's stay in its own store)"
+        )?;
+    }
     Ok(())
 }
 

@@ -41,14 +41,23 @@ pub struct StoreArgs {
 }
 
 impl StoreArgs {
+    /// The client of the running server these options name, if they name
+    /// one (`--server`).
+    pub fn remote(&self) -> anyhow::Result<Option<RemoteStorage>> {
+        let Some(url) = &self.server else {
+            return Ok(None);
+        };
+        let mut remote =
+            RemoteStorage::new(url).with_context(|| format!("cannot reach the server at {url}"))?;
+        if let Some(token) = &self.token {
+            remote = remote.with_token(token.clone());
+        }
+        Ok(Some(remote))
+    }
+
     /// Opens the store these options name.
     pub async fn open(&self) -> anyhow::Result<Arc<dyn Storage>> {
-        if let Some(url) = &self.server {
-            let mut remote = RemoteStorage::new(url)
-                .with_context(|| format!("cannot reach the server at {url}"))?;
-            if let Some(token) = &self.token {
-                remote = remote.with_token(token.clone());
-            }
+        if let Some(remote) = self.remote()? {
             return Ok(Arc::new(remote));
         }
         match &self.storage {

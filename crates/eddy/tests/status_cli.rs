@@ -1,25 +1,43 @@
 //! `eddy status` on a store where one binding is behind, one's handler
 //! failed (with its unit pinned), one is caught up and one's checkpoint is
 //! unreadable: each shows as such in the table and the JSON, with the
-//! handler's error, and `--fail-on-lag` fails only past its limit.
+//! handler's error, one has a pending durable wake-up mark and one a
+//! deferred one, and `--fail-on-lag` fails only past its limit.
 
 use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Arc;
 
 use eddy_projection::{Commit, Declare, Host, RunOptions, Step};
-use eddy_streams::{JsonStream, Payload, SqliteStorage, Storage, StreamConfig, StreamPath};
+use std::time::{Duration, SystemTime};
+
+use eddy_streams::{
+    JsonStream, MarkOwner, Payload, SqliteStorage, Storage, StreamConfig, StreamPath,
+};
 
 /// Five numbers; `sum` committed the first two, `mailer` pinned a unit and
-/// failed, `count` caught up, and `broken`'s checkpoint is not JSON.
+/// failed (and its durable wake-up mark waits an hour), `count` caught up,
+/// `audit` never ran but a commit left it a pending wake-up mark, and
+/// `broken`'s checkpoint is not JSON.
 async fn seed(dir: &Path) {
     let store: Arc<dyn Storage> = Arc::new(SqliteStorage::open(dir).expect("open"));
+    let marks = store.wake_marks().expect("SQLite keeps wake-up marks");
     let numbers = JsonStream::<i64>::new("numbers", "numbers").expect("route");
     numbers.create(store.as_ref(), &()).await.expect("create");
+    // As a durable attachment of `audit` would: the append marks it.
+    let audit = MarkOwner {
+        projection: "audit".into(),
+        version: 1,
+    };
+    let marker = marks.register(
+        audit,
+        Arc::new(|path: &str| (path == "numbers").then(|| "_".to_owned())),
+    );
     numbers
         .append(store.as_ref(), &(), &[1, 2, 3, 4, 5])
         .await
         .expect("append");
+    drop(marker);
     let host = Host::new(Arc::clone(&store));
 
     let mut declare = Declare::<()>::new("sum");
@@ -59,6 +77,25 @@ async fn seed(dir: &Path) {
         .run(&mailer.at(()).expect("bind"), RunOptions::default())
         .await;
     assert!(failed.is_err(), "the handler fails");
+    let mailer_owner = MarkOwner {
+        projection: "mailer".into(),
+        version: 1,
+    };
+    let in_an_hour = SystemTime::now() + Duration::from_secs(3600);
+    let due = in_an_hour
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis();
+    marks
+        .defer(
+            &mailer_owner,
+            "_",
+            "numbers",
+            2,
+            u64::try_from(due).expect("ms"),
+        )
+        .await
+        .expect("defer");
 
     let broken = StreamPath::new("__eddy/checkpoints/broken/1/_/0").expect("path");
     store
@@ -108,6 +145,20 @@ async fn status_shows_behind_pinned_caught_up_and_failed_bindings() {
         "{table}"
     );
     assert_eq!(row("mailer v1")[3..7], ["failed", "0", "5", "5"], "{table}");
+    assert!(row("mailer v1").contains(&"deferred"), "{table}");
+    assert_eq!(row("audit v1")[3..7], ["behind", "0", "5", "5"], "{table}");
+    assert!(row("audit v1").contains(&"pending"), "{table}");
+    assert!(!row("sum v1").contains(&"pending"), "{table}");
+    assert!(
+        table.contains(
+            "wake-up mark: 1 commits since it caught up (last on numbers), 0 failed runs\n"
+        ),
+        "{table}"
+    );
+    assert!(
+        table.contains("wake-up mark: 0 commits since it caught up (last on numbers), 2 failed runs, runs again in "),
+        "{table}"
+    );
     assert_eq!(row("broken v1")[3], "failed", "{table}");
     assert!(
         table.contains("    last error (handler/failed, ")
@@ -145,6 +196,18 @@ async fn status_shows_behind_pinned_caught_up_and_failed_bindings() {
     assert_eq!(mailer["failure"]["code"], "handler/failed");
     let message = mailer["failure"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("the mail server refused"), "{mailer}");
+    assert_eq!(mailer["wake_mark"]["failed_runs"], 2);
+    assert!(
+        mailer["wake_mark"]["deferred_until_ms"].is_u64(),
+        "{mailer}"
+    );
+    let audit = binding("audit");
+    assert_eq!(audit["state"], "behind");
+    assert_eq!(audit["units"], 0);
+    assert_eq!(audit["wake_mark"]["pending_commits"], 1);
+    assert!(audit["wake_mark"]["deferred_until_ms"].is_null(), "{audit}");
+    assert_eq!(audit["inputs"][0]["lag_messages"], 5);
+    assert!(sum["wake_mark"].is_null(), "{sum}");
     assert_eq!(binding("count")["state"], "caught-up");
     let broken = binding("broken");
     assert_eq!(broken["state"], "failed");

@@ -149,6 +149,34 @@ impl RemoteStorage {
         }
     }
 
+    /// The server's own report of the projection bindings in its store
+    /// (its console's `/_eddy/bindings`): the server inspects its store
+    /// itself, so what only it can see (durable wake-up marks) shows too.
+    /// `None` when the server's console is off.
+    pub async fn bindings(
+        &self,
+    ) -> Result<Option<Vec<eddy_projection::BindingReport>>, StreamError> {
+        let url = format!("{}{}", self.base, crate::console::BINDINGS);
+        let response = self.send(self.request(Method::GET, url)).await?;
+        let status = response.status();
+        if status == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| StreamError::unavailable_from("reading the binding report failed", e))?;
+        if !status.is_success() {
+            return Err(StreamError::internal(format!(
+                "the server refused its binding report ({status}): {}",
+                String::from_utf8_lossy(&body).trim()
+            )));
+        }
+        serde_json::from_slice(&body).map(Some).map_err(|e| {
+            StreamError::internal_from("the server's binding report does not decode", e)
+        })
+    }
+
     fn commit(&self, path: &StreamPath, tail: Offset, closed: bool) {
         self.notifier.commit(Committed {
             path: path.to_string(),
