@@ -12,8 +12,15 @@ pub enum ProjectionCommand {
     Rebuild(RebuildArgs),
     /// Bring every instance a row's checkpoints know up to its head.
     CatchUp(CatchUpArgs),
-    /// Show a row's revision and its checkpoint per source instance.
+    /// Show rows' checkpoints per source instance, their pending outbox
+    /// effects and oldest claim; without --key, every row with pending
+    /// effects (through the outbox index).
     Status(StatusArgs),
+    /// Deliver the pending outbox effects of the given rows, in order.
+    Drain(DrainArgs),
+    /// Deliver the pending outbox effects of every row that has some,
+    /// found through the outbox index.
+    DrainPending(DrainPendingArgs),
 }
 
 /// The rows a command works on.
@@ -55,7 +62,23 @@ pub struct CatchUpArgs {
 /// `status`.
 #[derive(Debug, Clone, Args)]
 pub struct StatusArgs {
+    /// The rows (none: every row with pending effects).
+    #[command(flatten)]
+    pub rows: RowsArgs,
+}
+
+/// `drain`.
+#[derive(Debug, Clone, Args)]
+pub struct DrainArgs {
     /// The rows.
     #[command(flatten)]
     pub rows: RowsArgs,
+}
+
+/// `drain-pending`.
+#[derive(Debug, Clone, Args)]
+pub struct DrainPendingArgs {
+    /// The projection, by name.
+    #[arg(long)]
+    pub projection: String,
 }

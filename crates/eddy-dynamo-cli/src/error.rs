@@ -31,6 +31,29 @@ pub enum CliError {
         #[source]
         source: eddy_dynamo::Error,
     },
+    /// A drain command was given, but the application mounted the group
+    /// without a `deliver`.
+    #[error("{command} needs a deliver, and this application mounts none")]
+    NoDeliver {
+        /// The command.
+        command: &'static str,
+    },
+    /// Effects stayed pending because their delivery failed (each row's is
+    /// printed above).
+    #[error("{rows} row(s) left an effect undelivered")]
+    Undelivered {
+        /// How many rows.
+        rows: usize,
+    },
+    /// The whole command failed (not one row).
+    #[error("{code}: {}", one_line(.source))]
+    Failed {
+        /// The stable error code.
+        code: &'static str,
+        /// The failure.
+        #[source]
+        source: eddy_dynamo::Error,
+    },
     /// Reading a file of keys failed.
     #[error("cannot read {path}: {source}")]
     Io {
@@ -43,7 +66,7 @@ pub enum CliError {
 }
 
 /// An error with its causes, on one line.
-fn one_line(error: &dyn std::error::Error) -> String {
+pub(crate) fn one_line(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut cause = error.source();
     while let Some(e) = cause {

@@ -4,9 +4,12 @@
 //! repairs and inspects them cannot be a fixed binary: an application
 //! mounts [`ProjectionCommand`] (a clap subcommand group) in its own
 //! command line, hands it its projections as [`RowRepair`]s, and runs it
-//! with [`run`]. The group has `rebuild`, `catch-up` and `status`, with a
-//! progress bar (indicatif) when it works through many rows and a one-line
-//! error ([`CliError`]) when something fails.
+//! with [`run`], passing the `deliver` that hands outbox effects to their
+//! consumer. The group has `rebuild`, `catch-up`, `status` (checkpoints,
+//! pending effects and the oldest claim of rows, or every row with pending
+//! effects), `drain` and `drain-pending`, with a progress bar (indicatif)
+//! when it works through many rows or effects and a one-line error
+//! ([`CliError`]) when something fails.
 //!
 //! - `command.rs`: the clap group and its arguments.
 //! - `repair.rs`: [`RowRepair`], what a projection offers the group
@@ -38,7 +41,9 @@ mod error;
 mod repair;
 mod run;
 
-pub use command::{CatchUpArgs, ProjectionCommand, RebuildArgs, RowsArgs, StatusArgs};
+pub use command::{
+    CatchUpArgs, DrainArgs, DrainPendingArgs, ProjectionCommand, RebuildArgs, RowsArgs, StatusArgs,
+};
 pub use error::CliError;
 pub use repair::{RowRepair, RowReport};
 pub use run::run;

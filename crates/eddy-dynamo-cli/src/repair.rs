@@ -1,8 +1,11 @@
-//! What a projection offers the command group: repairs and checkpoints of
-//! rows named by JSON keys.
+//! What a projection offers the command group: repairs, checkpoints and
+//! outbox effects of rows named by JSON keys.
 
 use async_trait::async_trait;
-use eddy_dynamo::{Error, MultiProjection, RebuildInstances, RowOutcome, StreamId};
+use eddy_dynamo::{
+    Deliver, DrainReport, Error, MultiProjection, PendingReport, RebuildInstances, RowOutcome,
+    RowPending, StreamId,
+};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -53,6 +56,19 @@ pub trait RowRepair: Send + Sync {
         &self,
         key: serde_json::Value,
     ) -> Result<Vec<(String, StreamId, u64)>, Error>;
+    /// A row's pending outbox effects, `None` when the projection has no
+    /// outbox.
+    async fn pending(&self, key: serde_json::Value) -> Result<Option<RowPending>, Error>;
+    /// Every row with pending effects.
+    async fn pending_rows(&self) -> Result<Vec<RowPending>, Error>;
+    /// Delivers a row's pending effects, in order.
+    async fn drain(
+        &self,
+        key: serde_json::Value,
+        deliver: &dyn Deliver,
+    ) -> Result<DrainReport, Error>;
+    /// Delivers the pending effects of every row that has some.
+    async fn drain_pending(&self, deliver: &dyn Deliver) -> Result<PendingReport, Error>;
 }
 
 fn key<K: DeserializeOwned>(key: serde_json::Value) -> Result<K, Error> {
@@ -93,5 +109,29 @@ where
         row: serde_json::Value,
     ) -> Result<Vec<(String, StreamId, u64)>, Error> {
         MultiProjection::checkpoints(self, &key(row)?).await
+    }
+
+    async fn pending(&self, row: serde_json::Value) -> Result<Option<RowPending>, Error> {
+        let row: K = key(row)?;
+        if !self.has_outbox() {
+            return Ok(None);
+        }
+        MultiProjection::pending(self, &row).await.map(Some)
+    }
+
+    async fn pending_rows(&self) -> Result<Vec<RowPending>, Error> {
+        MultiProjection::pending_rows(self).await
+    }
+
+    async fn drain(
+        &self,
+        row: serde_json::Value,
+        deliver: &dyn Deliver,
+    ) -> Result<DrainReport, Error> {
+        MultiProjection::drain(self, &key(row)?, deliver).await
+    }
+
+    async fn drain_pending(&self, deliver: &dyn Deliver) -> Result<PendingReport, Error> {
+        MultiProjection::drain_pending(self, deliver).await
     }
 }

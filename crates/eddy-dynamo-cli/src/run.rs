@@ -3,79 +3,210 @@
 
 use std::io::Write;
 
-use eddy_dynamo::{RebuildInstances, StreamId};
+use eddy_dynamo::{
+    BoxError, Deliver, DrainReport, Effect, Item, RebuildInstances, RowPending, StreamId,
+};
+use futures::future::BoxFuture;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::command::{ProjectionCommand, RowsArgs};
-use crate::error::CliError;
+use crate::error::{one_line, CliError};
 use crate::repair::{RowRepair, RowReport};
 
 /// Rows from which a command shows a progress bar.
 const PROGRESS_FROM: usize = 2;
 
 /// Runs `command` on the mounted `projections`, printing one line per row
-/// to `out`. Stops at the first row that fails.
+/// to `out`. `deliver` hands outbox effects to their consumer for `drain`
+/// and `drain-pending` (without one, those commands fail). Stops at the
+/// first row that fails; a drain that leaves effects undelivered prints
+/// them and fails at the end.
 pub async fn run(
     command: &ProjectionCommand,
     projections: &[&dyn RowRepair],
+    deliver: Option<&dyn Deliver>,
     out: &mut (dyn Write + Send),
 ) -> Result<(), CliError> {
-    let rows = match command {
-        ProjectionCommand::Rebuild(a) => &a.rows,
-        ProjectionCommand::CatchUp(a) => &a.rows,
-        ProjectionCommand::Status(a) => &a.rows,
+    let (rows, action) = match command {
+        ProjectionCommand::DrainPending(args) => {
+            let projection = find(projections, &args.projection)?;
+            let deliver = deliver.ok_or(CliError::NoDeliver {
+                command: "drain-pending",
+            })?;
+            return drain_pending(projection, deliver, out).await;
+        }
+        ProjectionCommand::Status(args) if no_rows(&args.rows) => {
+            let projection = find(projections, &args.rows.projection)?;
+            return pending_rows(projection, out).await;
+        }
+        ProjectionCommand::Rebuild(a) => (&a.rows, Action::Rebuild(instances(&a.instances)?)),
+        ProjectionCommand::CatchUp(a) => (&a.rows, Action::CatchUp),
+        ProjectionCommand::Status(a) => (&a.rows, Action::Status),
+        ProjectionCommand::Drain(a) => (
+            &a.rows,
+            Action::Drain(deliver.ok_or(CliError::NoDeliver { command: "drain" })?),
+        ),
     };
     let projection = find(projections, &rows.projection)?;
     let keys = keys(rows)?;
-    let instances = match command {
-        ProjectionCommand::Rebuild(a) => instances(&a.instances)?,
-        _ => RebuildInstances::new(),
-    };
     let progress = progress(keys.len());
+    let mut undelivered = 0;
     for (text, key) in keys {
         let failed = |source: eddy_dynamo::Error| CliError::Row {
             row: text.clone(),
             code: source.code(),
             source,
         };
-        let line = match command {
-            ProjectionCommand::Rebuild(_) => {
+        let line = match &action {
+            Action::Rebuild(instances) => {
                 let report = projection
                     .rebuild(key, instances.clone())
                     .await
                     .map_err(failed)?;
                 format!("{text} rebuilt: {}", describe(&report))
             }
-            ProjectionCommand::CatchUp(_) => {
+            Action::CatchUp => {
                 let report = projection.catch_up(key).await.map_err(failed)?;
                 format!("{text} caught up: {}", describe(&report))
             }
-            ProjectionCommand::Status(_) => {
-                let checkpoints = projection.checkpoints(key).await.map_err(failed)?;
+            Action::Status => {
+                let checkpoints = projection.checkpoints(key.clone()).await.map_err(failed)?;
+                let pending = projection.pending(key).await.map_err(failed)?;
                 let listed: Vec<String> = checkpoints
                     .iter()
                     .map(|(source, id, version)| format!("{source}#{id}={version}"))
                     .collect();
-                format!(
+                let mut line = format!(
                     "{text} checkpoints: {}",
                     if listed.is_empty() {
                         "none".into()
                     } else {
                         listed.join(" ")
                     }
-                )
+                );
+                if let Some(pending) = pending {
+                    line.push_str(&format!("; {}", describe_pending(&pending)));
+                }
+                line
+            }
+            Action::Drain(deliver) => {
+                let report = projection.drain(key, *deliver).await.map_err(failed)?;
+                undelivered += usize::from(report.undelivered.is_some());
+                format!("{text} drained: {}", describe_drain(&report))
             }
         };
-        progress
-            .suspend(|| writeln!(out, "{line}"))
-            .map_err(|source| CliError::Io {
-                path: "standard output".into(),
-                source,
-            })?;
+        print(&progress, out, &line)?;
         progress.inc(1);
     }
     progress.finish_and_clear();
+    match undelivered {
+        0 => Ok(()),
+        rows => Err(CliError::Undelivered { rows }),
+    }
+}
+
+/// What a command does to each row.
+enum Action<'a> {
+    Rebuild(RebuildInstances),
+    CatchUp,
+    Status,
+    Drain(&'a dyn Deliver),
+}
+
+fn no_rows(rows: &RowsArgs) -> bool {
+    rows.keys.is_empty() && rows.keys_file.is_none()
+}
+
+/// `status` without rows: every row with pending effects.
+async fn pending_rows(
+    projection: &dyn RowRepair,
+    out: &mut (dyn Write + Send),
+) -> Result<(), CliError> {
+    let rows = projection.pending_rows().await.map_err(whole)?;
+    let progress = ProgressBar::hidden();
+    if rows.is_empty() {
+        return print(&progress, out, "no rows with pending effects");
+    }
+    for row in &rows {
+        let line = format!("{} {}", row_key(&row.row), describe_pending(row));
+        print(&progress, out, &line)?;
+    }
     Ok(())
+}
+
+/// `drain-pending`: a spinner counts the effects delivered.
+async fn drain_pending(
+    projection: &dyn RowRepair,
+    deliver: &dyn Deliver,
+    out: &mut (dyn Write + Send),
+) -> Result<(), CliError> {
+    let spinner = ProgressBar::new_spinner();
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {pos} effects delivered {elapsed}") {
+        spinner.set_style(style);
+    }
+    let counting = Counting {
+        inner: deliver,
+        progress: spinner.clone(),
+    };
+    let report = projection.drain_pending(&counting).await.map_err(whole)?;
+    spinner.finish_and_clear();
+    for stuck in &report.undelivered {
+        let line = format!(
+            "{} undelivered: {}",
+            row_key(&stuck.effect.row),
+            describe_undelivered(&stuck.effect, stuck.error.as_ref())
+        );
+        print(&spinner, out, &line)?;
+    }
+    let line = format!(
+        "drained {} row(s): {} delivered, {} busy, {} undelivered, {} stale index entries",
+        report.rows,
+        report.delivered,
+        report.busy,
+        report.undelivered.len(),
+        report.stale
+    );
+    print(&spinner, out, &line)?;
+    match report.undelivered.len() {
+        0 => Ok(()),
+        rows => Err(CliError::Undelivered { rows }),
+    }
+}
+
+/// A deliver that moves a progress bar on each success.
+struct Counting<'a> {
+    inner: &'a dyn Deliver,
+    progress: ProgressBar,
+}
+
+impl Deliver for Counting<'_> {
+    fn deliver(&self, effect: Effect) -> BoxFuture<'static, Result<(), BoxError>> {
+        let delivering = self.inner.deliver(effect);
+        let progress = self.progress.clone();
+        Box::pin(async move {
+            let delivered = delivering.await;
+            if delivered.is_ok() {
+                progress.inc(1);
+            }
+            delivered
+        })
+    }
+}
+
+fn whole(source: eddy_dynamo::Error) -> CliError {
+    CliError::Failed {
+        code: source.code(),
+        source,
+    }
+}
+
+fn print(progress: &ProgressBar, out: &mut (dyn Write + Send), line: &str) -> Result<(), CliError> {
+    progress
+        .suspend(|| writeln!(out, "{line}"))
+        .map_err(|source| CliError::Io {
+            path: "standard output".into(),
+            source,
+        })
 }
 
 fn find<'a>(projections: &[&'a dyn RowRepair], name: &str) -> Result<&'a dyn RowRepair, CliError> {
@@ -174,6 +305,65 @@ fn describe(report: &RowReport) -> String {
         text.push_str(&format!(
             ", {source}#{id}: {applied} applied, at {checkpoint}"
         ));
+    }
+    text
+}
+
+/// A table key as `pk=<value>|sk=<value>` (string values as they are).
+fn row_key(key: &Item) -> String {
+    let mut parts: Vec<String> = key
+        .iter()
+        .map(|(name, value)| match value {
+            eddy_dynamo::AttributeValue::S(text) => format!("{name}={text}"),
+            other => format!("{name}={other:?}"),
+        })
+        .collect();
+    parts.sort();
+    parts.join("|")
+}
+
+/// An effect by where it came from: `<source>#<stream id>@<version>`.
+fn effect_name(effect: &Effect) -> String {
+    format!("{}#{}@{}", effect.source, effect.stream_id, effect.version)
+}
+
+fn describe_undelivered(effect: &Effect, error: &(dyn std::error::Error + 'static)) -> String {
+    format!("{}: {}", effect_name(effect), one_line(error))
+}
+
+fn describe_drain(report: &DrainReport) -> String {
+    let mut text = format!("{} delivered", report.delivered);
+    if let Some(stuck) = &report.undelivered {
+        text.push_str(&format!(
+            ", undelivered {}",
+            describe_undelivered(&stuck.effect, stuck.error.as_ref())
+        ));
+    }
+    if report.busy {
+        text.push_str(", busy (another drainer holds the head)");
+    }
+    text
+}
+
+fn describe_pending(pending: &RowPending) -> String {
+    let mut text = format!("pending: {} effect(s)", pending.effects);
+    if let Some(head) = &pending.head {
+        text.push_str(&format!(", head {}", effect_name(head)));
+    }
+    match &pending.oldest_claim {
+        None if pending.effects > 0 => text.push_str(", no claim"),
+        None => {}
+        Some(claim) => {
+            let state = if claim.expired {
+                "expired".to_owned()
+            } else {
+                format!("held for {} s more", claim.remaining.as_secs())
+            };
+            text.push_str(&format!(
+                ", oldest claim on {} {state}",
+                effect_name(&claim.effect)
+            ));
+        }
     }
     text
 }

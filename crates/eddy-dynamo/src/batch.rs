@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::change_feed::ChangeRecord;
 use crate::event_item::{EventItem, ImageCache, StreamIdentity};
+use crate::outbox::Deliver;
 use crate::projection::{MultiProjection, Projection, RecordFailure, RowOutcome, RowReport};
 
 /// A projection as batch processing sees it: which streams it reads, and a
@@ -19,10 +20,12 @@ pub trait BatchProjection: Send + Sync {
     fn reads(&self, stream: &StreamIdentity) -> bool;
 
     /// Applies stored events (with their positions in the batch) and reports
-    /// the rows and the positions that failed.
+    /// the rows and the positions that failed. With `deliver`, each written
+    /// row's outbox effects are delivered right after its write.
     async fn apply_events(
         &self,
         events: Vec<(usize, EventItem)>,
+        deliver: Option<&dyn Deliver>,
     ) -> (Vec<RowReport>, Vec<RecordFailure>);
 }
 
@@ -40,8 +43,9 @@ where
     async fn apply_events(
         &self,
         events: Vec<(usize, EventItem)>,
+        deliver: Option<&dyn Deliver>,
     ) -> (Vec<RowReport>, Vec<RecordFailure>) {
-        let (outcomes, failures) = self.apply_items(events).await;
+        let (outcomes, failures) = self.apply_items(events, deliver).await;
         (outcomes.into_iter().map(to_report).collect(), failures)
     }
 }
@@ -59,8 +63,9 @@ where
     async fn apply_events(
         &self,
         events: Vec<(usize, EventItem)>,
+        deliver: Option<&dyn Deliver>,
     ) -> (Vec<RowReport>, Vec<RecordFailure>) {
-        let (outcomes, failures) = self.apply_items(events).await;
+        let (outcomes, failures) = self.apply_items(events, deliver).await;
         (outcomes.into_iter().map(to_report).collect(), failures)
     }
 }
@@ -141,6 +146,30 @@ pub async fn process_batch(
     records: &[ChangeRecord],
     projections: &[&dyn BatchProjection],
 ) -> BatchResult {
+    process(records, projections, None).await
+}
+
+/// [`process_batch`], delivering each written row's outbox effects in order
+/// right after its write (claim → deliver → delete, as
+/// [`Outbox::drain`](crate::Outbox::drain)): effects left pending by an
+/// earlier failed delivery go first. A failed delivery leaves the effect at
+/// the head of its row and is reported in the row's
+/// [`delivery`](crate::RowOutcome::delivery); it never fails the record,
+/// whose effects are committed. Rows of projections without an outbox are
+/// processed as by `process_batch`.
+pub async fn process_batch_delivering(
+    records: &[ChangeRecord],
+    projections: &[&dyn BatchProjection],
+    deliver: &dyn Deliver,
+) -> BatchResult {
+    process(records, projections, Some(deliver)).await
+}
+
+async fn process(
+    records: &[ChangeRecord],
+    projections: &[&dyn BatchProjection],
+    deliver: Option<&dyn Deliver>,
+) -> BatchResult {
     let mut ignored = Vec::new();
     let mut failures: Vec<RecordFailure> = Vec::new();
     let mut routed: Vec<Vec<(usize, EventItem)>> = vec![Vec::new(); projections.len()];
@@ -189,7 +218,7 @@ pub async fn process_batch(
         if mine.is_empty() {
             continue;
         }
-        let (mut reports, mut failed) = projection.apply_events(mine).await;
+        let (mut reports, mut failed) = projection.apply_events(mine, deliver).await;
         rows.append(&mut reports);
         failures.append(&mut failed);
     }

@@ -141,7 +141,8 @@ mod variants;
 pub use accounting::RequestStats;
 pub use app_schema::{AppSchema, ENTITY_ATTRIBUTE};
 pub use batch::{
-    process_batch, BatchProjection, BatchResult, FailedRecord, IgnoreReason, IgnoredRecord,
+    process_batch, process_batch_delivering, BatchProjection, BatchResult, FailedRecord,
+    IgnoreReason, IgnoredRecord,
 };
 pub use change_feed::{ChangeFeed, ChangeRecord};
 pub use command::CommandError;
@@ -164,8 +165,8 @@ pub use item::{
 pub use key_schema::{IndexDefinition, KeyAttribute, KeyDefinition, TableSchema};
 pub use lambda::{handle_stream_event, StreamEvent, StreamEventResponse};
 pub use outbox::{
-    Clock, Deliver, DrainReport, Effect, Outbox, PendingReport, Undelivered, DEFAULT_CLAIM_FOR,
-    MAX_EFFECTS_PER_WRITE,
+    Clock, Deliver, DrainReport, Effect, Outbox, PendingClaim, PendingReport, RowPending,
+    Undelivered, DEFAULT_CLAIM_FOR, MAX_EFFECTS_PER_WRITE,
 };
 pub use projection::{
     Checkpoints, EffectCommit, EffectEvent, EvolveError, InstanceOutcome, Mode, MultiProjection,

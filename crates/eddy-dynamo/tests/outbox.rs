@@ -87,17 +87,26 @@ enum Place {
 /// reads (gsi1 in the row's table, `pending` in the second one).
 fn outbox(p: &Pair, place: Place, clock: &TestClock) -> (Entity<OrderSummary>, Outbox) {
     let rows = summaries(&p.first);
-    let outbox = Outbox::new(&rows).unwrap();
-    let outbox = match place {
+    let outbox = placed(p, place, &rows);
+    let clock = clock.clone();
+    (rows, outbox.with_clock(move || clock.now()))
+}
+
+/// The outbox of `rows` in `place`, with its sparse index.
+fn placed<M: serde::Serialize + serde::de::DeserializeOwned>(
+    p: &Pair,
+    place: Place,
+    rows: &Entity<M>,
+) -> Outbox {
+    let outbox = Outbox::new(rows).unwrap();
+    match place {
         Place::RowPartition => outbox.with_index("gsi1").unwrap(),
         Place::SecondTable => outbox
             .in_table(p.second.clone())
             .unwrap()
             .with_index("pending")
             .unwrap(),
-    };
-    let clock = clock.clone();
-    (rows, outbox.with_clock(move || clock.now()))
+    }
 }
 
 /// Writes row `order_id` at `revision` with effects for `versions`, in one
@@ -426,6 +435,8 @@ pair_tests!(
     drain_pending_delivers_every_row_and_skips_stale_entries,
     concurrent_drainers_deliver_in_order_per_row_at_least_once,
     the_projection_commits_effects_with_the_row,
+    process_batch_delivers_each_written_rows_effects_in_order,
+    apply_batch_delivers_and_a_failed_delivery_never_fails_the_row,
 );
 
 /// Pending effects survive every TTL sweep: a claim is never the TTL
@@ -539,5 +550,230 @@ async fn the_projection_commits_effects_with_the_row(p: Pair) {
             *notices.lock().unwrap(),
             ["at depot", "at truck", "at door"]
         );
+    }
+}
+
+/// Notices as a consumer receives them: (shipment, kind, version).
+#[derive(Clone, Default)]
+struct Notices(Arc<Mutex<Vec<(String, String, u64)>>>);
+
+impl Notices {
+    fn seen(&self) -> Vec<(String, String, u64)> {
+        self.0.lock().unwrap().clone()
+    }
+    fn of(&self, shipment: &str) -> Vec<String> {
+        self.seen()
+            .into_iter()
+            .filter(|(s, _, _)| s == shipment)
+            .map(|(_, kind, _)| kind)
+            .collect()
+    }
+    /// A deliver that records each notice, or fails while `down` holds.
+    fn deliver(
+        &self,
+        down: Arc<std::sync::atomic::AtomicBool>,
+    ) -> impl Fn(Effect) -> BoxFuture<'static, Result<(), BoxError>> + Send + Sync {
+        let notices = self.clone();
+        move |effect: Effect| {
+            if down.load(Ordering::SeqCst) {
+                return Box::pin(async { Err("the consumer is down".into()) });
+            }
+            let notices = notices.clone();
+            Box::pin(async move {
+                let notice: crate::freight::ShipmentNotice = effect.decode()?;
+                notices
+                    .0
+                    .lock()
+                    .unwrap()
+                    .push((notice.shipment_id, notice.kind, effect.version));
+                Ok(())
+            })
+        }
+    }
+}
+
+/// The freight projection with its outbox in `place`, under a read model
+/// of its own.
+fn freight_with_outbox(
+    p: &Pair,
+    place: Place,
+    name: &str,
+) -> (
+    crate::freight::Freight,
+    eddy_dynamo::MultiProjection<crate::freight::ShipmentSummary, crate::freight::ShipmentKey>,
+) {
+    let f = crate::freight::Freight::with_read_model(
+        p.first.table.clone(),
+        &format!("{name}{place:?}"),
+    )
+    .unwrap();
+    let outbox = placed(p, place, &f.summaries);
+    let projection = f.projection(Some(Arc::new(outbox))).unwrap();
+    (f, projection)
+}
+
+/// Appends a scan of sh-1 at `location` and processes the change records
+/// after `seen` (delivering): the records and what processing did.
+async fn scan_sh1(
+    p: &Pair,
+    f: &crate::freight::Freight,
+    seen: &[eddy_dynamo::ChangeRecord],
+    location: &str,
+    projections: &[&dyn eddy_dynamo::BatchProjection],
+    deliver: &dyn eddy_dynamo::Deliver,
+) -> (Vec<eddy_dynamo::ChangeRecord>, eddy_dynamo::BatchResult) {
+    use crate::multi::{append, scan_id, scanned};
+    use eddy_dynamo::ChangeFeed;
+    let last = seen.last().and_then(|r| r.change.sequence_number.clone());
+    append(&f.scans, &scan_id(f, "sh-1"), &[scanned(location)]).await;
+    let records = p.first.read_changes(last, 10_000).await.unwrap();
+    let result = eddy_dynamo::process_batch_delivering(&records, projections, deliver).await;
+    (records, result)
+}
+
+/// `process_batch_delivering`: each row whose write enqueued notices has
+/// them delivered right after the write, in order; a failed delivery
+/// leaves the notice at the head, reported on the row, while the record
+/// is done (no failure, nothing for Lambda to retry); the next batch's
+/// delivery hands the stuck notice over first.
+async fn process_batch_delivers_each_written_rows_effects_in_order(p: Pair) {
+    use crate::freight::shipment;
+    use crate::multi::{append, parcels, scan_id, scanned};
+    use eddy_dynamo::{process_batch_delivering, BatchProjection, ChangeFeed};
+
+    for place in [Place::RowPartition, Place::SecondTable] {
+        let (f, projection) = freight_with_outbox(&p, place, "Delivered");
+        let projections: [&dyn BatchProjection; 1] = [&projection];
+        let notices = Notices::default();
+        let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let deliver = notices.deliver(down.clone());
+        let seen = p.first.read_changes(None, 10_000).await.unwrap();
+        let last = seen.last().and_then(|r| r.change.sequence_number.clone());
+
+        append(&f.scans, &scan_id(&f, "sh-1"), &[scanned("depot")]).await;
+        append(&f.scans, &scan_id(&f, "sh-2"), &[scanned("dock")]).await;
+        let o = crate::multi::order_id(&f, &format!("o-{place:?}"));
+        append(&f.orders, &o, &[parcels("sh-3", 1)]).await;
+        let records = p.first.read_changes(last, 10_000).await.unwrap();
+        let result = process_batch_delivering(&records, &projections, &deliver).await;
+        assert!(result.failures.is_empty(), "{:?}", result.failures);
+        let mine: Vec<_> = result
+            .rows
+            .iter()
+            .filter(|r| r.projection == "shipments" && r.written)
+            .collect();
+        assert_eq!(mine.len(), 3);
+        for row in &mine {
+            match row.enqueued {
+                0 => assert!(row.delivery.is_none(), "nothing enqueued, nothing drained"),
+                _ => {
+                    let report = row.delivery.as_ref().unwrap().as_ref().unwrap();
+                    assert_eq!((report.delivered, report.busy), (1, false));
+                    assert!(report.undelivered.is_none());
+                }
+            }
+        }
+        assert_eq!(notices.of("sh-1"), ["at depot"]);
+        assert_eq!(notices.of("sh-2"), ["at dock"]);
+        assert_eq!(
+            projection.pending(&shipment("sh-1")).await.unwrap().effects,
+            0
+        );
+        // The scan streams are shared by both places' read models.
+        let first = notices
+            .seen()
+            .into_iter()
+            .find(|(s, _, _)| s == "sh-1")
+            .map(|(_, _, v)| v)
+            .unwrap();
+
+        // The consumer is down: the record is still done.
+        down.store(true, Ordering::SeqCst);
+        let (records, result) = scan_sh1(&p, &f, &records, "truck", &projections, &deliver).await;
+        assert!(result.failures.is_empty(), "{:?}", result.failures);
+        assert!(result.response.batch_item_failures.is_empty());
+        let row = result.rows.iter().find(|r| r.enqueued == 1).unwrap();
+        assert!(row.is_applied(), "a failed delivery never fails the row");
+        let stuck = row.undelivered().expect("reported as undelivered");
+        assert_eq!(stuck.effect.version, first + 1);
+        assert_eq!(stuck.error.to_string(), "the consumer is down");
+        let pending = projection.pending(&shipment("sh-1")).await.unwrap();
+        assert_eq!(pending.effects, 1);
+        assert_eq!(pending.head.map(|h| h.version), Some(first + 1));
+        assert!(
+            pending.oldest_claim.is_none(),
+            "the failed claim was given back"
+        );
+
+        // Back up: the stuck notice goes first, then the new one.
+        down.store(false, Ordering::SeqCst);
+        let (_, result) = scan_sh1(&p, &f, &records, "door", &projections, &deliver).await;
+        assert!(result.failures.is_empty(), "{:?}", result.failures);
+        let row = result.rows.iter().find(|r| r.enqueued == 1).unwrap();
+        assert_eq!(
+            row.delivery.as_ref().unwrap().as_ref().unwrap().delivered,
+            2
+        );
+        assert_eq!(notices.of("sh-1"), ["at depot", "at truck", "at door"]);
+        let versions: Vec<u64> = notices
+            .seen()
+            .into_iter()
+            .filter(|(s, _, _)| s == "sh-1")
+            .map(|(_, _, v)| v)
+            .collect();
+        assert_eq!(
+            versions,
+            [first, first + 1, first + 2],
+            "each notice carries its event's version"
+        );
+        assert!(projection.pending_rows().await.unwrap().is_empty());
+    }
+}
+
+/// `apply_batch_delivering` delivers the same way; without a deliver
+/// nothing is drained and `drain` / `drain_pending` hand the notices over
+/// later, with `pending` / `pending_rows` showing what waits.
+async fn apply_batch_delivers_and_a_failed_delivery_never_fails_the_row(p: Pair) {
+    use crate::freight::shipment;
+    use crate::multi::{append, scan_id, scanned};
+
+    for place in [Place::RowPartition, Place::SecondTable] {
+        let (f, projection) = freight_with_outbox(&p, place, "Applied");
+        let notices = Notices::default();
+        let down = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let deliver = notices.deliver(down.clone());
+
+        let events = append(&f.scans, &scan_id(&f, "sh-1"), &[scanned("depot")]).await;
+        let out = projection
+            .apply_batch_delivering(events, &deliver)
+            .await
+            .unwrap();
+        assert!(out[0].is_applied() && out[0].written);
+        let stuck = out[0].undelivered().unwrap();
+        let notice: crate::freight::ShipmentNotice = stuck.effect.decode().unwrap();
+        assert_eq!(notice.kind, "at depot");
+
+        // Without a deliver: committed, not drained.
+        let events = append(&f.scans, &scan_id(&f, "sh-1"), &[scanned("truck")]).await;
+        let out = projection.apply_batch(events).await.unwrap();
+        assert!(out[0].delivery.is_none());
+        let events = append(&f.scans, &scan_id(&f, "sh-2"), &[scanned("dock")]).await;
+        projection.apply_batch(events).await.unwrap();
+
+        let waiting = projection.pending_rows().await.unwrap();
+        let mut rows: Vec<usize> = waiting.iter().map(|r| r.effects).collect();
+        rows.sort_unstable();
+        assert_eq!(rows, [1, 2]);
+        assert!(waiting
+            .iter()
+            .all(|r| r.head.is_some() && r.oldest_claim.is_none()));
+
+        down.store(false, Ordering::SeqCst);
+        let report = projection.drain(&shipment("sh-1"), &deliver).await.unwrap();
+        assert_eq!(report.delivered, 2);
+        let report = projection.drain_pending(&deliver).await.unwrap();
+        assert_eq!((report.rows, report.delivered), (1, 1));
+        assert_eq!(notices.of("sh-1"), ["at depot", "at truck"]);
+        assert_eq!(notices.of("sh-2"), ["at dock"]);
     }
 }

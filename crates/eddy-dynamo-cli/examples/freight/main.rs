@@ -2,23 +2,35 @@
 //! summaries through `process_batch`, on the embedded table (memory or a
 //! SQLite file) or on DynamoDB, with the projection command group mounted.
 //!
+//! Each applied scan leaves a notice in the summaries' outbox; the
+//! example's consumer stores delivered notices as items of the table
+//! (`notices#<shipment>`).
+//!
 //! ```text
 //! cargo run -p eddy-dynamo-cli --example freight -- --table-file /tmp/freight.db demo
 //! cargo run -p eddy-dynamo-cli --example freight -- --table-file /tmp/freight.db \
 //!     status --projection shipments --key '{"shipmentId":"sh-1"}'
+//! cargo run -p eddy-dynamo-cli --example freight -- --table-file /tmp/freight.db \
+//!     drain-pending --projection shipments
 //! cargo run -p eddy-dynamo-cli --features aws --example freight -- \
-//!     --dynamodb-endpoint http://127.0.0.1:8000 demo
+//!     --dynamodb-endpoint http://127.0.0.1:8000 demo --batch 1
+//! cargo run -p eddy-dynamo-cli --features aws --example freight -- \
+//!     --dynamodb-endpoint http://127.0.0.1:8000 verify --batch 1
 //! ```
 
+#[cfg(any(test, feature = "aws"))]
+mod expect;
 mod model;
 mod scenario;
+#[cfg(feature = "aws")]
+mod verify;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use eddy_dynamo::{ChangeFeed, EmbeddedTable, Table, TableSchema};
+use eddy_dynamo::{ChangeFeed, EmbeddedTable, Table};
 use eddy_dynamo_cli::{ProjectionCommand, RowRepair};
 
 /// The freight example.
@@ -48,6 +60,17 @@ enum Command {
         #[arg(long, default_value_t = 100)]
         batch: usize,
     },
+    /// Check the table after `demo` through the AWS SDK directly (GetItem
+    /// and Query, not eddy's reader): the final rows with their
+    /// checkpoints, the tombstone, the delivered notices and an empty
+    /// outbox. Exits with a failure, listing every difference, when
+    /// anything differs.
+    #[cfg(feature = "aws")]
+    Verify {
+        /// The batch size `demo` folded with.
+        #[arg(long, default_value_t = 100)]
+        batch: usize,
+    },
     #[command(flatten)]
     Projection(ProjectionCommand),
 }
@@ -58,27 +81,46 @@ async fn main() -> ExitCode {
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            // One line, with every cause (the AWS SDK's own Display is
+            // only "service error").
+            let mut line = e.to_string();
+            let mut cause = e.source();
+            while let Some(c) = cause {
+                line.push_str(&format!(": {c}"));
+                cause = c.source();
+            }
+            eprintln!("error: {}", line.replace('\n', " "));
             ExitCode::FAILURE
         }
     }
 }
 
 async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+    #[cfg(feature = "aws")]
+    if let Command::Verify { batch } = &cli.command {
+        let Some(endpoint) = &cli.dynamodb_endpoint else {
+            return Err("verify reads DynamoDB: give --dynamodb-endpoint".into());
+        };
+        return verify::verify(endpoint, &cli.table_name, *batch).await;
+    }
     let (table, feed) = open(&cli).await?;
-    let freight = model::Freight::new(table)?;
-    let shipments = freight.projection(None)?;
+    let freight = model::Freight::new(table.clone())?;
+    let outbox = freight.outbox()?;
+    let shipments = freight.projection(Some(Arc::new(outbox)))?;
+    let deliver = scenario::notice_writer(table.clone());
     match &cli.command {
         Command::Demo { batch } => {
             scenario::append(&freight).await?;
-            scenario::fold(feed.as_ref(), &shipments, *batch).await?;
-            for line in scenario::report(&freight).await? {
+            scenario::fold(feed.as_ref(), &shipments, &deliver, *batch).await?;
+            for line in scenario::report(&freight, table.as_ref()).await? {
                 println!("{line}");
             }
         }
+        #[cfg(feature = "aws")]
+        Command::Verify { .. } => {}
         Command::Projection(command) => {
             let mounted: [&dyn RowRepair; 1] = [&shipments];
-            eddy_dynamo_cli::run(command, &mounted, &mut std::io::stdout()).await?;
+            eddy_dynamo_cli::run(command, &mounted, Some(&deliver), &mut std::io::stdout()).await?;
         }
     }
     Ok(())
@@ -88,7 +130,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
 async fn open(
     cli: &Cli,
 ) -> Result<(Arc<dyn Table>, Arc<dyn ChangeFeed>), Box<dyn std::error::Error>> {
-    let schema = TableSchema::single_table(cli.table_name.clone());
+    let schema = model::schema(&cli.table_name);
     #[cfg(feature = "aws")]
     if let Some(endpoint) = &cli.dynamodb_endpoint {
         let options = eddy_dynamo::DynamoOptions::from_env().endpoint(endpoint.clone());

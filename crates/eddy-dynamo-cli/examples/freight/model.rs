@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use eddy_dynamo::{
-    make_stream, AppSchema, Checkpoints, EffectCommit, Entity, Error, EventStream, KeyComposite,
-    Mode, MultiProjection, Removal, Revision, Step, Table,
+    make_stream, AppSchema, Checkpoints, EffectCommit, EffectEvent, Entity, Error, EventStream,
+    KeyComposite, Mode, MultiProjection, Outbox, Removal, Revision, Step, Table, TableSchema,
 };
 use serde::{Deserialize, Serialize};
 
@@ -77,6 +77,15 @@ pub fn app() -> AppSchema {
     AppSchema::new("freight", 1)
 }
 
+/// The freight table's layout: the single-table key, and the sparse index
+/// that lists rows with pending notices.
+pub fn schema(name: &str) -> TableSchema {
+    TableSchema::single_table(name).with_index(OUTBOX_INDEX, "outboxPk", Some("outboxSk"))
+}
+
+/// The sparse index of outbox items in the freight table.
+pub const OUTBOX_INDEX: &str = "outbox";
+
 /// The freight streams and read model over one table.
 #[derive(Clone)]
 pub struct Freight {
@@ -108,13 +117,19 @@ impl Freight {
         })
     }
 
+    /// The summaries' outbox: notices in each row's partition, listed by
+    /// the table's [`OUTBOX_INDEX`].
+    pub fn outbox(&self) -> Result<Outbox, Error> {
+        Outbox::new(&self.summaries)?.with_index(OUTBOX_INDEX)
+    }
+
     /// The shipment projection of the spec: orders add parcels (a
     /// cancellation removes the row), scans set the location (latest only),
-    /// weighings add kilograms (a tare reading is skipped). With `outbox`,
-    /// every applied scan leaves a notice.
-    pub fn projection(
+    /// weighings add kilograms (a tare reading is skipped). With an outbox,
+    /// each applied event leaves the notices its function returns.
+    pub fn projection_with(
         &self,
-        outbox: Option<Arc<dyn EffectCommit>>,
+        outbox: Option<(Arc<dyn EffectCommit>, NoticesFn)>,
     ) -> Result<MultiProjection<ShipmentSummary, ShipmentKey>, Error> {
         let builder = MultiProjection::builder("shipments", self.summaries.clone())
             .initial(|key: &ShipmentKey| ShipmentSummary {
@@ -167,17 +182,35 @@ impl Freight {
             .revision(Revision::new("revision"))
             .removal(Removal::new());
         let builder = match outbox {
-            Some(commit) => {
-                builder.outbox(commit, |event, next: Option<&ShipmentSummary>| match next {
-                    Some(next) if event.event_type == "Scanned" => vec![ShipmentNotice {
-                        shipment_id: next.shipment_id.clone(),
-                        kind: format!("at {}", next.location),
-                    }],
-                    _ => Vec::new(),
-                })
-            }
+            Some((commit, effects)) => builder.outbox(commit, effects),
             None => builder,
         };
         builder.build()
+    }
+
+    /// The shipment projection of the spec, every applied scan leaving a
+    /// notice in `outbox`.
+    pub fn projection(
+        &self,
+        outbox: Option<Arc<dyn EffectCommit>>,
+    ) -> Result<MultiProjection<ShipmentSummary, ShipmentKey>, Error> {
+        self.projection_with(outbox.map(|commit| (commit, scan_notices as NoticesFn)))
+    }
+}
+
+/// What an applied event leaves in the outbox.
+pub type NoticesFn = fn(&EffectEvent<'_>, Option<&ShipmentSummary>) -> Vec<ShipmentNotice>;
+
+/// The spec's notices: one per applied scan, naming the new location.
+pub fn scan_notices(
+    event: &EffectEvent<'_>,
+    next: Option<&ShipmentSummary>,
+) -> Vec<ShipmentNotice> {
+    match next {
+        Some(next) if event.event_type == "Scanned" => vec![ShipmentNotice {
+            shipment_id: next.shipment_id.clone(),
+            kind: format!("at {}", next.location),
+        }],
+        _ => Vec::new(),
     }
 }

@@ -179,14 +179,7 @@ impl Outbox {
     /// any more (an eventually consistent index) is skipped and counted as
     /// stale.
     pub async fn drain_pending(&self, deliver: &dyn Deliver) -> Result<PendingReport, Error> {
-        let index = self.index.as_ref().ok_or_else(|| {
-            Error::InvalidArgument(
-                "drain_pending needs the outbox's sparse index: declare it with with_index".into(),
-            )
-        })?;
-        let query = Query::partition(s(self.index_partition.clone()))
-            .on_index(index.name.clone())
-            .limit(PENDING_PAGE);
+        let query = self.index_query()?;
         let mut seen = HashSet::new();
         let mut report = PendingReport::default();
         let mut start = None;
@@ -221,8 +214,22 @@ impl Outbox {
     }
 }
 
-/// Index entries read per page by `drain_pending`.
+/// Index entries read per page.
 const PENDING_PAGE: usize = 500;
+
+impl Outbox {
+    /// The query of the outbox index's entries, a page at a time.
+    pub(crate) fn index_query(&self) -> Result<Query, Error> {
+        let index = self.index.as_ref().ok_or_else(|| {
+            Error::InvalidArgument(
+                "listing rows with pending effects needs the outbox's sparse index: declare it with with_index".into(),
+            )
+        })?;
+        Ok(Query::partition(s(self.index_partition.clone()))
+            .on_index(index.name.clone())
+            .limit(PENDING_PAGE))
+    }
+}
 
 impl PendingReport {
     fn add(&mut self, row: DrainReport) {

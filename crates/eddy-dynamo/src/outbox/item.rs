@@ -13,7 +13,7 @@
 
 use serde::de::DeserializeOwned;
 
-use super::{misconfigured, Outbox};
+use super::{misconfigured, Deliver, DrainReport, Outbox, PendingReport, RowPending};
 use crate::app_schema::ENTITY_ATTRIBUTE;
 use crate::condition::Condition;
 use crate::error::Error;
@@ -188,6 +188,7 @@ impl Outbox {
     }
 }
 
+#[async_trait::async_trait]
 impl EffectCommit for Outbox {
     fn commit_items(
         &self,
@@ -196,5 +197,21 @@ impl EffectCommit for Outbox {
         effects: &[PendingEffect],
     ) -> Result<Vec<TableWrite>, Error> {
         Outbox::commit_items(self, row_key, revision, effects)
+    }
+
+    async fn drain(&self, row_key: &Item, deliver: &dyn Deliver) -> Result<DrainReport, Error> {
+        Outbox::drain(self, row_key, deliver).await
+    }
+
+    async fn drain_pending(&self, deliver: &dyn Deliver) -> Result<PendingReport, Error> {
+        Outbox::drain_pending(self, deliver).await
+    }
+
+    async fn pending(&self, row_key: &Item) -> Result<RowPending, Error> {
+        Outbox::pending(self, row_key).await
+    }
+
+    async fn pending_rows(&self) -> Result<Vec<RowPending>, Error> {
+        Outbox::pending_rows(self).await
     }
 }

@@ -4,14 +4,17 @@
 //! - `item.rs`: where an effect is stored and what its item holds.
 //! - `drain.rs`: claim → deliver → delete, per row ([`Outbox::drain`]) and
 //!   over every row with pending effects ([`Outbox::drain_pending`]).
+//! - `inspect.rs`: what is pending, per row and over all rows.
 
 mod drain;
+mod inspect;
 mod item;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use self::drain::{Deliver, DrainReport, PendingReport, Undelivered};
+pub use self::inspect::{PendingClaim, RowPending};
 pub use self::item::{Effect, MAX_EFFECTS_PER_WRITE};
 
 use crate::app_schema::ENTITY_ATTRIBUTE;

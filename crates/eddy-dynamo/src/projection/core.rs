@@ -26,7 +26,7 @@ use crate::error::{Error, TableError};
 use crate::event_item::{EventItem, StreamId, StreamIdentity};
 use crate::item::{n, s, AttributeValue, Item};
 use crate::key_schema::TableSchema;
-use crate::outbox::MAX_EFFECTS_PER_WRITE;
+use crate::outbox::{Deliver, MAX_EFFECTS_PER_WRITE};
 use crate::request::{Put, TableWrite, TransactWriteItem};
 use crate::tombstone::{is_tombstone, tombstone_marker, REVISION_NAME_ATTRIBUTE};
 
@@ -144,10 +144,13 @@ where
     K: serde::Serialize + Send + Sync + 'static,
 {
     /// Groups prepared events by row (rows in first-seen order) and applies
-    /// each row; reports the batch positions that were not applied.
+    /// each row; reports the batch positions that were not applied. With
+    /// `deliver`, each row whose write enqueued effects has them delivered
+    /// right after its write.
     pub(crate) async fn apply(
         &self,
         prepared: Vec<(Option<usize>, Prepared<M, K>)>,
+        deliver: Option<&dyn Deliver>,
     ) -> (Vec<RowOutcome<M>>, Vec<RecordFailure>) {
         let mut rows: Vec<RowWork<M, K>> = Vec::new();
         let mut by_key: HashMap<String, usize> = HashMap::new();
@@ -202,17 +205,37 @@ where
                     bound: event.bound,
                 });
         }
-        let applied: Vec<_> =
-            futures::stream::iter(rows.into_iter().map(|row| self.apply_row(row)))
-                .buffered(self.concurrency.max(1))
-                .collect()
-                .await;
+        let applied: Vec<_> = futures::stream::iter(
+            rows.into_iter()
+                .map(|row| self.apply_delivering(row, deliver)),
+        )
+        .buffered(self.concurrency.max(1))
+        .collect()
+        .await;
         let mut outcomes = Vec::with_capacity(applied.len());
         for (outcome, mut failed) in applied {
             outcomes.push(outcome);
             failures.append(&mut failed);
         }
         (outcomes, failures)
+    }
+
+    /// [`apply_row`](Self::apply_row), then, when the write enqueued
+    /// effects, delivers the row's pending effects in order (the outbox's
+    /// drain). A failed delivery is reported in the outcome, never as a
+    /// failure of the row's events: they are committed.
+    async fn apply_delivering(
+        &self,
+        work: RowWork<M, K>,
+        deliver: Option<&dyn Deliver>,
+    ) -> (RowOutcome<M>, Vec<RecordFailure>) {
+        let (mut outcome, failures) = self.apply_row(work).await;
+        if let (Some(deliver), Some(outbox)) = (deliver, &self.outbox) {
+            if outcome.written && outcome.enqueued > 0 {
+                outcome.delivery = Some(outbox.drain(&outcome.key, deliver).await);
+            }
+        }
+        (outcome, failures)
     }
 
     /// Reads, folds and writes one row, retrying lost races.
@@ -405,6 +428,7 @@ where
             enqueued: if written { plan.effects.len() } else { 0 },
             state: if written && plan.removed { None } else { state },
             failure: None,
+            delivery: None,
         };
         (outcome, failures)
     }
@@ -432,6 +456,7 @@ where
             enqueued: 0,
             state: None,
             failure: Some(error),
+            delivery: None,
         };
         (outcome, failures)
     }

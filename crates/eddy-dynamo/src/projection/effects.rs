@@ -9,11 +9,13 @@
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use serde::de::DeserializeOwned;
 
 use crate::error::Error;
 use crate::event_item::StreamId;
 use crate::item::{AttributeValue, Item};
+use crate::outbox::{Deliver, DrainReport, PendingReport, RowPending};
 use crate::request::TableWrite;
 
 /// An effect of an applied event, encoded, waiting to be committed with its
@@ -30,8 +32,9 @@ pub struct PendingEffect {
     pub payload: AttributeValue,
 }
 
-/// How effects are committed in the same transaction as their row: the
-/// outbox implements it.
+/// How effects are committed in the same transaction as their row, and
+/// delivered afterwards: the [`Outbox`](crate::Outbox) implements it.
+#[async_trait]
 pub trait EffectCommit: Send + Sync {
     /// The transaction items that commit `effects` (in delivery order) with
     /// the write of the row `row_key` that sets `revision`. Called once per
@@ -44,6 +47,20 @@ pub trait EffectCommit: Send + Sync {
         revision: u64,
         effects: &[PendingEffect],
     ) -> Result<Vec<TableWrite>, Error>;
+
+    /// Delivers the pending effects of the row `row_key`, in order (see
+    /// [`Outbox::drain`](crate::Outbox::drain)).
+    async fn drain(&self, row_key: &Item, deliver: &dyn Deliver) -> Result<DrainReport, Error>;
+
+    /// Delivers the pending effects of every row that has some (see
+    /// [`Outbox::drain_pending`](crate::Outbox::drain_pending)).
+    async fn drain_pending(&self, deliver: &dyn Deliver) -> Result<PendingReport, Error>;
+
+    /// The pending effects of the row `row_key`.
+    async fn pending(&self, row_key: &Item) -> Result<RowPending, Error>;
+
+    /// Every row with pending effects.
+    async fn pending_rows(&self) -> Result<Vec<RowPending>, Error>;
 }
 
 /// The applied event an outbox's `effects` sees.

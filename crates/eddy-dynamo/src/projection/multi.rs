@@ -21,6 +21,7 @@ use crate::entity::Entity;
 use crate::error::Error;
 use crate::event_item::{EventItem, StreamId, StreamIdentity};
 use crate::event_stream::{EventStream, StoredEvent};
+use crate::outbox::{Deliver, DrainReport, PendingReport, RowPending};
 
 /// Where an event is folded: the source that read it and its stream
 /// instance, as `evolve` sees them.
@@ -292,6 +293,27 @@ where
     /// to every source that reads its stream, grouped by row. Redelivered
     /// events are recognised by the rows' checkpoints.
     pub async fn apply_batch(&self, events: Vec<EventItem>) -> Result<Vec<RowOutcome<M>>, Error> {
+        self.apply_events(events, None).await
+    }
+
+    /// [`apply_batch`](Self::apply_batch), delivering each written row's
+    /// effects in order right after its write (claim → deliver → delete,
+    /// as [`drain`](Self::drain)). A failed delivery leaves the effect at
+    /// the head of its row, reported in the row's
+    /// [`delivery`](RowOutcome::delivery); it never fails the row.
+    pub async fn apply_batch_delivering(
+        &self,
+        events: Vec<EventItem>,
+        deliver: &dyn Deliver,
+    ) -> Result<Vec<RowOutcome<M>>, Error> {
+        self.apply_events(events, Some(deliver)).await
+    }
+
+    async fn apply_events(
+        &self,
+        events: Vec<EventItem>,
+        deliver: Option<&dyn Deliver>,
+    ) -> Result<Vec<RowOutcome<M>>, Error> {
         let mut prepared = Vec::new();
         for item in events {
             for (at, source) in self.core.sources.iter().enumerate() {
@@ -304,7 +326,7 @@ where
                 }
             }
         }
-        Ok(self.core.apply(prepared).await.0)
+        Ok(self.core.apply(prepared, deliver).await.0)
     }
 
     /// Decodes stored events (with their batch positions) for every source
@@ -313,6 +335,7 @@ where
     pub(crate) async fn apply_items(
         &self,
         items: Vec<(usize, EventItem)>,
+        deliver: Option<&dyn Deliver>,
     ) -> (Vec<RowOutcome<M>>, Vec<RecordFailure>) {
         let mut failures = Vec::new();
         let mut prepared = Vec::with_capacity(items.len());
@@ -327,7 +350,7 @@ where
                 }
             }
         }
-        let (outcomes, mut row_failures) = self.core.apply(prepared).await;
+        let (outcomes, mut row_failures) = self.core.apply(prepared, deliver).await;
         failures.append(&mut row_failures);
         (outcomes, failures)
     }
@@ -367,6 +390,45 @@ where
     /// instance. Empty when there is no row.
     pub async fn checkpoints(&self, key: &K) -> Result<Vec<(String, StreamId, u64)>, Error> {
         self.core.checkpoints_of(key).await
+    }
+
+    /// Delivers the pending effects of the row `key`, strictly in order:
+    /// claim the head, deliver it, delete it, repeat (see
+    /// [`Outbox::drain`](crate::Outbox::drain)). `InvalidArgument` when the
+    /// projection has no outbox.
+    pub async fn drain(&self, key: &K, deliver: &dyn Deliver) -> Result<DrainReport, Error> {
+        let row = self.core.read_model.key(key)?;
+        self.outbox()?.drain(&row, deliver).await
+    }
+
+    /// Delivers the pending effects of every row that has some, found
+    /// through the outbox index (see
+    /// [`Outbox::drain_pending`](crate::Outbox::drain_pending)).
+    pub async fn drain_pending(&self, deliver: &dyn Deliver) -> Result<PendingReport, Error> {
+        self.outbox()?.drain_pending(deliver).await
+    }
+
+    /// The pending effects of the row `key`: how many, the head, the
+    /// oldest claim.
+    pub async fn pending(&self, key: &K) -> Result<RowPending, Error> {
+        let row = self.core.read_model.key(key)?;
+        self.outbox()?.pending(&row).await
+    }
+
+    /// Every row with pending effects (through the outbox index).
+    pub async fn pending_rows(&self) -> Result<Vec<RowPending>, Error> {
+        self.outbox()?.pending_rows().await
+    }
+
+    /// Whether it declares an outbox.
+    pub fn has_outbox(&self) -> bool {
+        self.core.outbox.is_some()
+    }
+
+    fn outbox(&self) -> Result<&Arc<dyn EffectCommit>, Error> {
+        self.core.outbox.as_ref().ok_or_else(|| {
+            Error::InvalidArgument(format!("projection {} declares no outbox", self.core.name))
+        })
     }
 
     /// Whether one of its sources reads this stream.

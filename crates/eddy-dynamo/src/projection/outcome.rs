@@ -4,6 +4,7 @@
 use crate::error::Error;
 use crate::event_item::StreamId;
 use crate::item::Item;
+use crate::outbox::DrainReport;
 use crate::table_error::error_chain;
 
 /// What happened to one stream instance's events in one row.
@@ -81,11 +82,19 @@ pub struct RowOutcome<M> {
     /// Why the whole row failed (its read or its write), if it did: no
     /// instance's events were applied.
     pub failure: Option<Error>,
+    /// What delivering the row's effects right after its write did, when
+    /// a `deliver` was given and the write enqueued effects: how many were
+    /// delivered (older pending ones first, all in order), and the one left
+    /// undelivered at the head if a delivery failed. An error here (the
+    /// outbox table failed) leaves the effects pending too. Neither ever
+    /// fails the row: its effects are committed, and a later drain
+    /// delivers them.
+    pub delivery: Option<Result<DrainReport, Error>>,
 }
 
 impl<M> RowOutcome<M> {
     /// Whether every event of the row was applied, rejected, skipped or
-    /// already applied.
+    /// already applied (whatever its effects' delivery did).
     pub fn is_applied(&self) -> bool {
         self.failure.is_none() && self.instances.iter().all(|i| i.failure.is_none())
     }
@@ -95,6 +104,15 @@ impl<M> RowOutcome<M> {
         self.failure
             .as_ref()
             .or_else(|| self.instances.iter().find_map(|i| i.failure.as_ref()))
+    }
+
+    /// The effect left at the head of the row's outbox by a failed
+    /// delivery, if one failed.
+    pub fn undelivered(&self) -> Option<&crate::outbox::Undelivered> {
+        match &self.delivery {
+            Some(Ok(report)) => report.undelivered.as_ref(),
+            _ => None,
+        }
     }
 
     /// The same outcome with the state mapped.
@@ -109,6 +127,7 @@ impl<M> RowOutcome<M> {
             removed: self.removed,
             enqueued: self.enqueued,
             failure: self.failure,
+            delivery: self.delivery,
         }
     }
 }

@@ -17,6 +17,7 @@ use crate::entity::Entity;
 use crate::error::Error;
 use crate::event_item::{EventItem, StreamId, StreamIdentity};
 use crate::event_stream::{EventStream, StoredEvent};
+use crate::outbox::Deliver;
 
 type KeyFn<E, K> = dyn Fn(&StreamId, &StoredEvent<E>) -> Option<K> + Send + Sync;
 type InitialFn<K, M> = dyn Fn(&K) -> M + Send + Sync;
@@ -213,7 +214,7 @@ where
             }
         }
         let indexed = prepared.into_iter().map(|p| (None, p)).collect();
-        Ok(self.core.apply(indexed).await.0)
+        Ok(self.core.apply(indexed, None).await.0)
     }
 
     /// Decodes stored events (with their batch positions) and applies
@@ -221,6 +222,7 @@ where
     pub(crate) async fn apply_items(
         &self,
         items: Vec<(usize, EventItem)>,
+        deliver: Option<&dyn Deliver>,
     ) -> (Vec<RowOutcome<M>>, Vec<RecordFailure>) {
         let mut failures = Vec::new();
         let mut prepared = Vec::with_capacity(items.len());
@@ -230,7 +232,7 @@ where
                 Err(e) => failures.push(RecordFailure::new(index, &e)),
             }
         }
-        let (outcomes, mut row_failures) = self.core.apply(prepared).await;
+        let (outcomes, mut row_failures) = self.core.apply(prepared, deliver).await;
         failures.append(&mut row_failures);
         (outcomes, failures)
     }
