@@ -62,7 +62,7 @@ export EDDY_REQUIRE_POSTGRES=1
 # The AWS SDK and PostgreSQL backends are behind features; the test run
 # enables them so the same suites run on the embedded stores, moto and
 # PostgreSQL.
-features="eddy/aws,eddy-dynamo/aws,eddy-dynamo/lambda,eddy/postgres,eddy-projection/postgres"
+features="eddy/aws,eddy-dynamo/aws,eddy-dynamo/lambda,eddy-dynamo-cli/aws,eddy/postgres,eddy-projection/postgres"
 
 # Each optional feature of the server and the binary builds (and lints) on
 # its own, and with none.
@@ -109,6 +109,34 @@ if [ "$browser_ran" -eq 0 ]; then
   exit 1
 fi
 summary+=("      cargo test: $passed passed, $failed failed ($moto_ran of them on moto, $pg_ran on PostgreSQL, $browser_ran console tests in Chromium; screenshot in target/tmp/console.png)")
+
+# The freight example on DynamoDB (moto): `demo` folds the scenario through
+# process_batch with every scan's notice delivered, then `verify` checks the
+# table through the AWS SDK alone (GetItem/Query: rows, checkpoints,
+# tombstone, delivered notices, empty outbox) and fails on any difference.
+# So that it cannot pass silently, the same check must then refuse a row
+# damaged on purpose (sh-1 rebuilt from its scans only).
+freight_on_moto() {
+  local table="freight-$$-$RANDOM"
+  local freight=(cargo run -q -p eddy-dynamo-cli --features aws --example freight --
+    --dynamodb-endpoint "$EDDY_DYNAMODB_ENDPOINT")
+  export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1
+  "${freight[@]}" --table-name "$table" demo --batch 1 || return 1
+  "${freight[@]}" --table-name "$table" verify --batch 1 || return 1
+  "${freight[@]}" --table-name "$table" rebuild --projection shipments \
+    --key '{"shipmentId":"sh-1"}' --instance 'scan=shipmentId=sh-1' || return 1
+  if "${freight[@]}" --table-name "$table" verify --batch 1 2>"$log_dir/freight-refused.log"; then
+    echo "freight verify passed a table whose row sh-1 it must refuse" >&2
+    return 1
+  fi
+  grep -q '^differs: sh-1: parcels' "$log_dir/freight-refused.log" || {
+    echo "freight verify failed for another reason than the damaged row:" >&2
+    cat "$log_dir/freight-refused.log" >&2
+    return 1
+  }
+  echo "freight on moto: verified, and a damaged row refused"
+}
+step "freight example on moto, checked through the AWS SDK" freight_on_moto
 
 # The public Durable Streams conformance suite, on every storage backend.
 step "conformance suite" bash -o pipefail -c "scripts/conformance/run.sh memory sqlite postgres | tee '$log_dir/conformance.log'"
