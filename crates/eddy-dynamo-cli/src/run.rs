@@ -349,6 +349,9 @@ fn describe_pending(pending: &RowPending) -> String {
     let mut text = format!("pending: {} effect(s)", pending.effects);
     if let Some(head) = &pending.head {
         text.push_str(&format!(", head {}", effect_name(head)));
+        if let Some(age) = pending.head_age {
+            text.push_str(&format!(" ({} s old)", age.as_secs()));
+        }
     }
     match &pending.oldest_claim {
         None if pending.effects > 0 => text.push_str(", no claim"),

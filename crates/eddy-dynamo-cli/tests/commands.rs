@@ -131,7 +131,7 @@ async fn status_shows_pending_effects_and_the_oldest_claim() {
     assert_eq!(
         out.trim(),
         format!(
-            "{SH1} checkpoints: scan#shipmentId=sh-1=2; pending: 2 effect(s), head scan#shipmentId=sh-1@1, no claim"
+            "{SH1} checkpoints: scan#shipmentId=sh-1=2; pending: 2 effect(s), head scan#shipmentId=sh-1@1 (0 s old), no claim"
         )
     );
 
@@ -153,7 +153,7 @@ async fn status_shows_pending_effects_and_the_oldest_claim() {
     f.clock.0.fetch_add(12_000, Ordering::SeqCst);
     let out = f.status_of_sh1().await;
     assert!(
-        out.contains("pending: 2 effect(s), head scan#shipmentId=sh-1@1, oldest claim on scan#shipmentId=sh-1@1 held for 18 s more"),
+        out.contains("pending: 2 effect(s), head scan#shipmentId=sh-1@1 (12 s old), oldest claim on scan#shipmentId=sh-1@1 held for 18 s more"),
         "{out}"
     );
 
@@ -162,9 +162,8 @@ async fn status_shows_pending_effects_and_the_oldest_claim() {
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 2, "{out}");
     assert!(
-        lines
-            .iter()
-            .any(|l| l.ends_with("pending: 1 effect(s), head scan#shipmentId=sh-2@1, no claim")),
+        lines.iter().any(|l| l
+            .ends_with("pending: 1 effect(s), head scan#shipmentId=sh-2@1 (12 s old), no claim")),
         "{out}"
     );
     assert!(

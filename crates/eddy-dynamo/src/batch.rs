@@ -240,6 +240,12 @@ async fn process(
             }
         })
         .collect();
+    let ignored_count = ignored.len();
+    crate::metrics::batch(
+        records.len() - failures.len() - ignored_count,
+        failures.len(),
+        ignored_count,
+    );
     let mut response = DynamoDbEventResponse::default();
     if let Some(first) = failures.first() {
         let mut failure = DynamoDbBatchItemFailure::default();

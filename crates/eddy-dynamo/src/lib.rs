@@ -128,6 +128,7 @@ mod follower;
 mod item;
 mod key_schema;
 mod lambda;
+mod metrics;
 mod outbox;
 mod projection;
 mod query;
@@ -164,6 +165,7 @@ pub use item::{
 };
 pub use key_schema::{IndexDefinition, KeyAttribute, KeyDefinition, TableSchema};
 pub use lambda::{handle_stream_event, StreamEvent, StreamEventResponse};
+pub use metrics::describe_metrics;
 pub use outbox::{
     Clock, Deliver, DrainReport, Effect, Outbox, PendingClaim, PendingReport, RowPending,
     Undelivered, DEFAULT_CLAIM_FOR, MAX_EFFECTS_PER_WRITE,

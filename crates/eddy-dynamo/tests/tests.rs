@@ -22,6 +22,7 @@ mod multi_props;
 mod outbox;
 mod projection;
 mod props;
+mod series;
 mod stream;
 mod tables;
 mod tombstone;

@@ -111,9 +111,11 @@ impl Outbox {
             match deliver.deliver(effect.clone()).await {
                 Ok(()) => {
                     self.table.delete_item(Delete::new(key)).await?;
+                    crate::metrics::delivered(self.read_model());
                     report.delivered += 1;
                 }
                 Err(error) => {
+                    crate::metrics::delivery_failed(self.read_model());
                     self.release(key, claim).await?;
                     report.undelivered = Some(Undelivered { effect, error });
                     return Ok(report);

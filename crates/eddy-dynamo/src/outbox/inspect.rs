@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::item::{Effect, CLAIMED_UNTIL};
+use super::item::{Effect, CLAIMED_UNTIL, ENQUEUED_AT};
 use super::Outbox;
 use crate::error::Error;
 use crate::item::{get_u64, s, Item};
@@ -34,6 +34,9 @@ pub struct RowPending {
     pub effects: usize,
     /// The next one to deliver.
     pub head: Option<Effect>,
+    /// How long ago the head was committed (by the outbox's clock; `None`
+    /// for an item written before outbox items recorded it).
+    pub head_age: Option<Duration>,
     /// The oldest claim on one of them (the one expiring first), if any
     /// is claimed.
     pub oldest_claim: Option<PendingClaim>,
@@ -50,6 +53,7 @@ impl Outbox {
             row: row_key.clone(),
             effects: 0,
             head: None,
+            head_age: None,
             oldest_claim: None,
         };
         let mut start = None;
@@ -74,7 +78,11 @@ impl Outbox {
                             });
                         }
                     }
-                    pending.head.get_or_insert(effect);
+                    if pending.head.is_none() {
+                        pending.head_age = get_u64(item, ENQUEUED_AT)
+                            .map(|at| Duration::from_millis(now.saturating_sub(at)));
+                        pending.head = Some(effect);
+                    }
                 }
             }
             match page.last_evaluated_key {
@@ -87,7 +95,9 @@ impl Outbox {
     /// Every row with pending effects, found through the outbox index
     /// (see [`with_index`](Self::with_index)), in index order. Entries of
     /// an eventually consistent index whose row has nothing pending any
-    /// more are left out.
+    /// more are left out. Sets the backlog gauges
+    /// (`eddy_dynamo_outbox_pending_effects`,
+    /// `eddy_dynamo_outbox_oldest_pending_age_seconds`).
     pub async fn pending_rows(&self) -> Result<Vec<RowPending>, Error> {
         let mut seen = HashSet::new();
         let mut rows = Vec::new();
@@ -109,7 +119,14 @@ impl Outbox {
             }
             match page.last_evaluated_key {
                 Some(key) => start = Some(key),
-                None => return Ok(rows),
+                None => {
+                    let effects = rows.iter().map(|r| r.effects).sum();
+                    let oldest = rows.iter().filter_map(|r| r.head_age).max();
+                    let oldest =
+                        oldest.map_or(0, |age| u64::try_from(age.as_millis()).unwrap_or(u64::MAX));
+                    crate::metrics::backlog(self.read_model(), effects, oldest);
+                    return Ok(rows);
+                }
             }
         }
     }

@@ -7,9 +7,10 @@
 //! sets a higher one) and the position is the effect's place in that
 //! write: one order per row, across all its sources. Attributes:
 //! `__edd_e__` (`<entity type>#outbox`), `rowSk`, `source`, `streamId`,
-//! `version`, `effect` (the encoded effect), the outbox index's keys when
-//! one is declared, and while claimed `claimedUntil` (epoch ms) and
-//! `claimId`. Never the table's TTL attribute.
+//! `version`, `effect` (the encoded effect), `enqueuedAt` (epoch ms, by
+//! the outbox's clock), the outbox index's keys when one is declared, and
+//! while claimed `claimedUntil` (epoch ms) and `claimId`. Never the
+//! table's TTL attribute.
 
 use serde::de::DeserializeOwned;
 
@@ -33,6 +34,7 @@ pub(crate) const VERSION: &str = "version";
 pub(crate) const EFFECT: &str = "effect";
 pub(crate) const CLAIMED_UNTIL: &str = "claimedUntil";
 pub(crate) const CLAIM_ID: &str = "claimId";
+pub(crate) const ENQUEUED_AT: &str = "enqueuedAt";
 
 /// Every attribute an outbox item may carry besides its keys.
 pub(crate) const ATTRIBUTES: &[&str] = &[
@@ -43,6 +45,7 @@ pub(crate) const ATTRIBUTES: &[&str] = &[
     EFFECT,
     CLAIMED_UNTIL,
     CLAIM_ID,
+    ENQUEUED_AT,
 ];
 
 /// What separates a row's sort key from its effects' positions.
@@ -98,6 +101,7 @@ impl Outbox {
         let (pk_name, sk_name) = super::string_key(self.table.schema())?;
         let table = self.table.schema().name.clone();
         let mut writes = Vec::with_capacity(effects.len());
+        let now = (self.clock)();
         for (position, effect) in effects.iter().enumerate() {
             let sk = format!("{row_sk}{OUTBOX_SEPARATOR}{revision:020}#{position:02}");
             let mut item = Item::from([
@@ -109,6 +113,7 @@ impl Outbox {
                 (STREAM_ID.to_owned(), s(effect.stream_id.to_string())),
                 (VERSION.to_owned(), n(effect.version)),
                 (EFFECT.to_owned(), effect.payload.clone()),
+                (ENQUEUED_AT.to_owned(), n(now)),
             ]);
             if let Some(index) = &self.index {
                 item.insert(index.partition.clone(), s(self.index_partition.clone()));

@@ -173,6 +173,11 @@ impl Outbox {
         self
     }
 
+    /// The entity type of the rows whose effects these are.
+    pub(crate) fn read_model(&self) -> &str {
+        self.marker.strip_suffix("#outbox").unwrap_or(&self.marker)
+    }
+
     /// The table the items live in.
     pub fn table(&self) -> &Arc<dyn Table> {
         &self.table

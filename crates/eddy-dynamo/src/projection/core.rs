@@ -286,14 +286,19 @@ where
                 Err(e) => return self.row_failed(&work, Some(plan), e),
             };
             match write_row(table.as_ref(), write).await {
-                Ok(()) => return self.finish(&work, plan, true),
+                Ok(()) => {
+                    crate::metrics::enqueued(self.read_model.entity_type(), plan.effects.len());
+                    return self.finish(&work, plan, true);
+                }
                 Err(TableError::ConditionalCheckFailed { item }) if attempt < self.max_attempts => {
+                    crate::metrics::write_conflict(&self.name);
                     // Without the row (a backend that does not return it), read again.
                     known = item.map(|i| Some(*i));
                     let ceiling = 2u64 << attempt.min(8);
                     tokio::time::sleep(Duration::from_millis(fastrand::u64(1..=ceiling))).await;
                 }
                 Err(TableError::ConditionalCheckFailed { .. }) => {
+                    crate::metrics::write_conflict(&self.name);
                     let e = Error::WriteContention {
                         target: work.id.clone(),
                         attempts: attempt,
