@@ -768,3 +768,86 @@ crate::backend_tests!(
     rebuild_rederives_a_row_and_catch_up_reaches_the_heads,
     concurrent_writers_of_different_sources_lose_nothing,
 );
+
+/// `removal.ttl`: a tombstone carries the table's TTL attribute, now plus
+/// the ttl (epoch seconds). Until the sweep, a redelivered event is
+/// recognised as applied and the row stays removed; once the tombstone has
+/// expired, the same late event creates the row again, which is why the
+/// ttl must exceed the change feed's retention plus any replay window.
+/// Runs on the embedded tables, whose `expire_items` is the TTL sweep
+/// (moto never expires items).
+async fn removal_ttl_expires_tombstones(t: TestTable, table: eddy_dynamo::EmbeddedTable) {
+    let ttl = std::time::Duration::from_secs(3 * 86_400);
+    let f = freight(&t);
+    let p = MultiProjection::builder("cancellable", f.summaries.clone())
+        .initial(empty)
+        .source("order", f.orders.clone(), |s| {
+            s.key(|_, e| match &e.event {
+                OrderEvent::ParcelAdded { shipment_id, .. }
+                | OrderEvent::OrderCancelled { shipment_id } => Some(shipment(shipment_id)),
+            })
+            .evolve(|mut row, e, _| {
+                Ok(match &e.event {
+                    OrderEvent::ParcelAdded { parcels, .. } => {
+                        row.parcels += parcels;
+                        Step::Next(row)
+                    }
+                    OrderEvent::OrderCancelled { .. } => Step::Remove,
+                })
+            })
+        })
+        .checkpoints(Checkpoints::map("checkpoints"))
+        .revision("revision")
+        .removal(Removal::new().ttl(ttl))
+        .build()
+        .unwrap();
+    let o = order_id(&f, "o-1");
+    let added = append(&f.orders, &o, &[parcels("sh-1", 2)]).await;
+    p.apply_batch(added.clone()).await.unwrap();
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let cancelled = append(
+        &f.orders,
+        &o,
+        &[OrderEvent::OrderCancelled {
+            shipment_id: "sh-1".into(),
+        }],
+    )
+    .await;
+    assert!(p.apply_batch(cancelled).await.unwrap()[0].removed);
+    let tombstone = raw(&f, "sh-1").await.unwrap();
+    let expires = eddy_dynamo::get_u64(&tombstone, "ttl").expect("the TTL attribute");
+    assert!(
+        (before + ttl.as_secs()..=before + ttl.as_secs() + 60).contains(&expires),
+        "expires at {expires}, removed at {before}"
+    );
+
+    // Before the sweep: the redelivery is recognised, nothing comes back.
+    table.expire_items(expires - 1).await.unwrap();
+    let again = p.apply_batch(added.clone()).await.unwrap();
+    assert!(!again[0].written);
+    assert_eq!(f.summaries.get(&shipment("sh-1")).await.unwrap(), None);
+
+    // After it: the tombstone is gone, and the late event recreates the row.
+    assert_eq!(table.expire_items(expires).await.unwrap(), 1);
+    assert_eq!(raw(&f, "sh-1").await, None);
+    p.apply_batch(added).await.unwrap();
+    let back = f.summaries.get(&shipment("sh-1")).await.unwrap().unwrap();
+    assert_eq!(back.parcels, 2);
+}
+
+#[tokio::test]
+async fn removal_ttl_expires_tombstones_on_memory() {
+    let table = eddy_dynamo::EmbeddedTable::memory(crate::common::schema().with_ttl("ttl"));
+    removal_ttl_expires_tombstones(table.clone().into(), table).await;
+}
+
+#[tokio::test]
+async fn removal_ttl_expires_tombstones_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = crate::common::schema().with_ttl("ttl");
+    let table = eddy_dynamo::EmbeddedTable::open_sqlite(dir.path().join("ttl.db"), schema).unwrap();
+    removal_ttl_expires_tombstones(table.clone().into(), table).await;
+}
