@@ -164,7 +164,9 @@ pub use item::{
     values_equal, AttributeValue, Item, ScalarType, MAX_ITEM_SIZE,
 };
 pub use key_schema::{IndexDefinition, KeyAttribute, KeyDefinition, TableSchema};
-pub use lambda::{handle_stream_event, StreamEvent, StreamEventResponse};
+pub use lambda::{
+    handle_stream_event, handle_stream_event_delivering, StreamEvent, StreamEventResponse,
+};
 pub use metrics::describe_metrics;
 pub use outbox::{
     Clock, Deliver, DrainReport, Effect, Outbox, PendingClaim, PendingReport, RowPending,

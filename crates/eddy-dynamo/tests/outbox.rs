@@ -777,3 +777,28 @@ async fn apply_batch_delivers_and_a_failed_delivery_never_fails_the_row(p: Pair)
         assert_eq!(notices.of("sh-2"), ["at dock"]);
     }
 }
+
+/// The Lambda handler with a deliver: the DynamoDB Streams event as
+/// Lambda sends it, each written row's notices delivered, no failure in
+/// the response.
+#[tokio::test]
+async fn the_lambda_handler_delivers_each_written_rows_effects() {
+    use crate::multi::{append, scan_id, scanned};
+    use eddy_dynamo::{handle_stream_event_delivering, BatchProjection, ChangeFeed, StreamEvent};
+
+    let p = crate::tables::memory_pair().await;
+    let (f, projection) = freight_with_outbox(&p, Place::RowPartition, "Lambda");
+    append(&f.scans, &scan_id(&f, "sh-1"), &[scanned("depot")]).await;
+    append(&f.scans, &scan_id(&f, "sh-2"), &[scanned("dock")]).await;
+    let records = p.first.read_changes(None, 100).await.unwrap();
+    let json = serde_json::json!({ "Records": records }).to_string();
+    let event: StreamEvent = serde_json::from_str(&json).unwrap();
+    let notices = Notices::default();
+    let deliver = notices.deliver(Arc::default());
+    let projections: [&dyn BatchProjection; 1] = [&projection];
+    let response = handle_stream_event_delivering(event, &projections, &deliver).await;
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(notices.of("sh-1"), ["at depot"]);
+    assert_eq!(notices.of("sh-2"), ["at dock"]);
+    assert!(projection.pending_rows().await.unwrap().is_empty());
+}
