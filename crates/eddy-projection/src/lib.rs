@@ -31,7 +31,10 @@
 //!   store, from outside: its state, units, last commit, pinned unit and
 //!   each input's lag behind its tail (what `eddy status` prints).
 //! - [`wake`] declares a wake projection; [`Host::attach`] runs bindings
-//!   when their inputs commit and reports each one's status.
+//!   when their inputs commit and reports each one's status. With
+//!   [`AttachOptions::durable`] on SQLite or PostgreSQL each commit also
+//!   writes a pending mark in its transaction, so a crash before the run
+//!   loses nothing; [`wake_marks()`] lists the marks.
 //!
 //! # Example: order totals
 //!
