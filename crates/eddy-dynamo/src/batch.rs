@@ -165,7 +165,8 @@ pub async fn process_batch_delivering(
     process(records, projections, Some(deliver)).await
 }
 
-async fn process(
+/// [`process_batch`], or [`process_batch_delivering`] with a `deliver`.
+pub(crate) async fn process(
     records: &[ChangeRecord],
     projections: &[&dyn BatchProjection],
     deliver: Option<&dyn Deliver>,

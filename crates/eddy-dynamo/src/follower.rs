@@ -2,23 +2,38 @@
 //! equivalent of a Lambda trigger on DynamoDB Streams.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::batch::{process_batch, BatchProjection, BatchResult};
+use crate::batch::{process, BatchProjection, BatchResult};
 use crate::change_feed::ChangeFeed;
 use crate::error::TableError;
+use crate::outbox::Deliver;
 
-/// Reads a change feed in batches, runs [`process_batch`] on each, and
+/// Reads a change feed in batches, runs
+/// [`process_batch`](crate::process_batch) on each (delivering outbox
+/// effects with [`deliver`](Follower::deliver)), and
 /// stores how far it got under its name.
 ///
 /// The checkpoint moves to the last record before the first failed one, so
 /// a failed record and everything after it are read again on the next poll,
 /// as the partial batch response makes Lambda do.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Follower<F> {
     feed: F,
     name: String,
     batch_size: usize,
+    deliver: Option<Arc<dyn Deliver>>,
+}
+
+impl<F> std::fmt::Debug for Follower<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Follower")
+            .field("name", &self.name)
+            .field("batch_size", &self.batch_size)
+            .field("delivers", &self.deliver.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl<F: ChangeFeed> Follower<F> {
@@ -29,7 +44,16 @@ impl<F: ChangeFeed> Follower<F> {
             feed,
             name: name.into(),
             batch_size: 100,
+            deliver: None,
         }
+    }
+
+    /// Delivers each written row's outbox effects right after its write,
+    /// as [`process_batch_delivering`](crate::process_batch_delivering)
+    /// does.
+    pub fn deliver(mut self, deliver: impl Deliver + 'static) -> Self {
+        self.deliver = Some(Arc::new(deliver));
+        self
     }
 
     /// Sets the most records per batch (at least 1).
@@ -53,7 +77,7 @@ impl<F: ChangeFeed> Follower<F> {
         if records.is_empty() {
             return Ok(None);
         }
-        let result = process_batch(&records, projections).await;
+        let result = process(&records, projections, self.deliver.as_deref()).await;
         let done = match result.first_failure() {
             None => records.last(),
             Some(0) => None,

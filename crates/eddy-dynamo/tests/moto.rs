@@ -451,6 +451,50 @@ mod dynamodb_only {
         assert_eq!(row.total_cents, 20);
     }
 
+    /// With a deliver, the streams follower delivers each written row's
+    /// outbox effects right after its write.
+    #[tokio::test]
+    async fn the_streams_follower_delivers_outbox_effects() {
+        use crate::freight::{Freight, ShipmentNotice};
+        use crate::multi::{append, scan_id, scanned};
+
+        let Some((t, moto)) = moto().await else {
+            return;
+        };
+        let f = Freight::new(t.table.clone()).unwrap();
+        let outbox = eddy_dynamo::Outbox::new(&f.summaries)
+            .and_then(|o| o.with_index("gsi1"))
+            .unwrap();
+        let projection = f.projection(Some(Arc::new(outbox))).unwrap();
+        append(&f.scans, &scan_id(&f, "sh-1"), &[scanned("depot")]).await;
+        append(&f.scans, &scan_id(&f, "sh-2"), &[scanned("dock")]).await;
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let deliver = {
+            let seen = seen.clone();
+            move |effect: eddy_dynamo::Effect| {
+                let seen = seen.clone();
+                async move {
+                    let notice: ShipmentNotice = effect.decode()?;
+                    seen.lock().unwrap().push(notice.kind);
+                    Ok::<(), eddy_dynamo::BoxError>(())
+                }
+            }
+        };
+        let checkpoints: Arc<dyn Table> = Arc::new(moto.checkpoints.clone());
+        let follower =
+            StreamsFollower::new(moto.streams.clone(), checkpoints, follower_name(&moto))
+                .unwrap()
+                .deliver(deliver);
+        follower
+            .catch_up(&[&projection as &dyn BatchProjection])
+            .await
+            .unwrap();
+        let mut seen = seen.lock().unwrap().clone();
+        seen.sort();
+        assert_eq!(seen, ["at depot", "at dock"]);
+        assert!(projection.pending_rows().await.unwrap().is_empty());
+    }
+
     #[tokio::test]
     async fn the_streams_follower_holds_a_failed_record() {
         let Some((t, moto)) = moto().await else {

@@ -437,6 +437,7 @@ pair_tests!(
     the_projection_commits_effects_with_the_row,
     process_batch_delivers_each_written_rows_effects_in_order,
     apply_batch_delivers_and_a_failed_delivery_never_fails_the_row,
+    the_follower_delivers_each_written_rows_effects,
 );
 
 /// Pending effects survive every TTL sweep: a claim is never the TTL
@@ -799,6 +800,27 @@ async fn the_lambda_handler_delivers_each_written_rows_effects() {
     let response = handle_stream_event_delivering(event, &projections, &deliver).await;
     assert!(response.batch_item_failures.is_empty());
     assert_eq!(notices.of("sh-1"), ["at depot"]);
+    assert_eq!(notices.of("sh-2"), ["at dock"]);
+    assert!(projection.pending_rows().await.unwrap().is_empty());
+}
+
+/// A follower with a deliver: each written row's notices are delivered as
+/// the follower processes its batches.
+async fn the_follower_delivers_each_written_rows_effects(p: Pair) {
+    use crate::multi::{append, scan_id, scanned};
+    use eddy_dynamo::{BatchProjection, Follower};
+
+    let (f, projection) = freight_with_outbox(&p, Place::RowPartition, "Followed");
+    append(&f.scans, &scan_id(&f, "sh-1"), &[scanned("depot")]).await;
+    append(&f.scans, &scan_id(&f, "sh-1"), &[scanned("truck")]).await;
+    append(&f.scans, &scan_id(&f, "sh-2"), &[scanned("dock")]).await;
+    let notices = Notices::default();
+    let follower = Follower::new(p.first.clone(), format!("followed-{}", p.first.backend))
+        .batch_size(1)
+        .deliver(notices.deliver(Arc::default()));
+    let projections: [&dyn BatchProjection; 1] = [&projection];
+    follower.catch_up(&projections).await.unwrap();
+    assert_eq!(notices.of("sh-1"), ["at depot", "at truck"]);
     assert_eq!(notices.of("sh-2"), ["at dock"]);
     assert!(projection.pending_rows().await.unwrap().is_empty());
 }

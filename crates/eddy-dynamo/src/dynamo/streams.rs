@@ -1,6 +1,6 @@
 //! The change feed from DynamoDB Streams (`aws-sdk-dynamodbstreams`):
 //! shards in lineage order, records in the Lambda shape, and a follower with
-//! a durable checkpoint per shard that feeds [`process_batch`].
+//! a durable checkpoint per shard that feeds [`process_batch`](crate::process_batch).
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -17,10 +17,11 @@ use chrono::DateTime;
 
 use super::errors::map_sdk;
 use super::options::DynamoOptions;
-use crate::batch::{process_batch, BatchProjection, BatchResult};
+use crate::batch::{process, BatchProjection, BatchResult};
 use crate::change_feed::{ChangeFeed, ChangeRecord};
 use crate::error::{TableError, ValidationError};
 use crate::item::{AttributeValue, Item};
+use crate::outbox::Deliver;
 use crate::request::{Put, UpdateItem};
 use crate::table::Table;
 use crate::update::Update;
@@ -387,7 +388,8 @@ fn checkpoint_key(
 }
 
 /// Follows a table's DynamoDB Streams, shard by shard (parents before
-/// children), running [`process_batch`] on each batch, with a durable
+/// children), running [`process_batch`](crate::process_batch) on each batch (delivering
+/// outbox effects with [`deliver`](StreamsFollower::deliver)), with a durable
 /// checkpoint per shard stored as items of a checkpoint table: the
 /// equivalent of a Lambda trigger for a service that runs its own
 /// projections.
@@ -401,6 +403,7 @@ pub struct StreamsFollower {
     checkpoints: Arc<dyn Table>,
     name: String,
     batch_size: usize,
+    deliver: Option<Arc<dyn Deliver>>,
 }
 
 /// A shard's checkpoint.
@@ -427,7 +430,16 @@ impl StreamsFollower {
             checkpoints,
             name: name.into(),
             batch_size: 100,
+            deliver: None,
         })
+    }
+
+    /// Delivers each written row's outbox effects right after its write,
+    /// as [`process_batch_delivering`](crate::process_batch_delivering)
+    /// does.
+    pub fn deliver(mut self, deliver: impl Deliver + 'static) -> Self {
+        self.deliver = Some(Arc::new(deliver));
+        self
     }
 
     /// Sets the most records per batch (1 to 1000).
@@ -510,7 +522,7 @@ impl StreamsFollower {
                 }
                 continue;
             }
-            let result = process_batch(&read.records, projections).await;
+            let result = process(&read.records, projections, self.deliver.as_deref()).await;
             let done = match result.first_failure() {
                 None => read.records.last(),
                 Some(0) => None,
