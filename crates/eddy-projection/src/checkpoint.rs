@@ -59,6 +59,24 @@ impl CheckpointKey {
             path,
         })
     }
+
+    /// The key of a binding whose parameter key `params` is already
+    /// encoded (as a checkpoint table stores it).
+    pub(crate) fn from_stored(projection: String, version: u32, params: String) -> Result<Self> {
+        let path = StreamPath::new(format!(
+            "{CHECKPOINT_PREFIX}/{}/{version}/{params}",
+            escape(&projection)
+        ))
+        .map_err(|e| {
+            ProjectionError::invalid(format!("no checkpoint path for the binding: {e}"))
+        })?;
+        Ok(CheckpointKey {
+            projection,
+            version,
+            params,
+            path,
+        })
+    }
 }
 
 /// Where one input stands for a binding.
@@ -228,4 +246,9 @@ pub trait CheckpointStore: Send + Sync + 'static {
     /// load finds no checkpoint, and a later save starts a new one. Fails
     /// with `checkpoint/conflict` otherwise.
     async fn forget(&self, key: &CheckpointKey, expected: Token) -> Result<Token>;
+
+    /// The keys of every binding that has a checkpoint here (forgotten
+    /// ones may be listed too: their load finds none), sorted by path; for
+    /// operators' tools ([`inspect`](crate::inspect())).
+    async fn keys(&self) -> Result<Vec<CheckpointKey>>;
 }

@@ -31,8 +31,14 @@ pub struct BindingReport {
     pub version: u32,
     /// The binding's parameter key (`_` for none).
     pub params: String,
-    /// Where its checkpoint lives.
+    /// Where its checkpoint lives (in checkpoint streams below this path,
+    /// or, with [`checkpoint_table`](Self::checkpoint_table), the path
+    /// that names the binding).
     pub checkpoint_path: String,
+    /// Its checkpoint lives in a SQL host's checkpoint table, not in
+    /// streams.
+    #[serde(default)]
+    pub checkpoint_table: bool,
     /// Its state, as an operator would name it.
     pub state: BindingHealth,
     /// Units committed so far.
@@ -105,36 +111,55 @@ pub struct InputLag {
 /// never committed: it is [`Behind`](BindingHealth::Behind) on the input
 /// of its mark from the start (or failed, when its mark is deferred).
 pub async fn inspect(storage: &Arc<dyn Storage>) -> Result<Vec<BindingReport>> {
-    let checkpoints = StreamCheckpoints::new(Arc::clone(storage));
+    inspect_with(storage, None).await
+}
+
+/// [`inspect()`], and the bindings whose checkpoints live in `table` as
+/// well: a SQL host's checkpoint table in the same database
+/// ([`SqliteCheckpoints`](crate::SqliteCheckpoints), `PgCheckpoints`),
+/// whose bindings are marked [`BindingReport::checkpoint_table`].
+pub async fn inspect_with(
+    storage: &Arc<dyn Storage>,
+    table: Option<&dyn CheckpointStore>,
+) -> Result<Vec<BindingReport>> {
+    let streams = StreamCheckpoints::new(Arc::clone(storage));
+    let mut stores: Vec<(&dyn CheckpointStore, bool)> = vec![(&streams, false)];
+    stores.extend(table.map(|table| (table, true)));
     let mut marks = wake_marks(storage.as_ref()).await?;
     let mut reports = Vec::new();
-    for key in keys(storage.as_ref()).await? {
-        let loaded = checkpoints.load(&key).await;
-        let mut report = BindingReport::new(&key);
-        let mark = marks.iter().position(|m| {
-            (m.projection.as_str(), m.version, m.params.as_str())
-                == (key.projection.as_str(), key.version, key.params.as_str())
-        });
-        report.wake_mark = mark.map(|at| marks.swap_remove(at));
-        match loaded {
-            Ok(loaded) => {
-                if let Some(checkpoint) = loaded.checkpoint {
-                    fill(storage.as_ref(), &mut report, checkpoint).await;
+    for (checkpoints, in_table) in stores {
+        for key in checkpoints.keys().await? {
+            let loaded = checkpoints.load(&key).await;
+            if matches!(&loaded, Ok(loaded) if in_table && loaded.checkpoint.is_none()) {
+                continue; // A forgotten row.
+            }
+            let mut report = BindingReport::new(&key);
+            report.checkpoint_table = in_table;
+            let mark = marks.iter().position(|m| {
+                (m.projection.as_str(), m.version, m.params.as_str())
+                    == (key.projection.as_str(), key.version, key.params.as_str())
+            });
+            report.wake_mark = mark.map(|at| marks.swap_remove(at));
+            match loaded {
+                Ok(loaded) => {
+                    if let Some(checkpoint) = loaded.checkpoint {
+                        fill(storage.as_ref(), &mut report, checkpoint).await;
+                    }
+                }
+                Err(err) => {
+                    report.state = BindingHealth::Failed;
+                    report.error = Some(err.to_string());
                 }
             }
-            Err(err) => {
+            if report
+                .wake_mark
+                .as_ref()
+                .is_some_and(|m| m.deferred_until_ms.is_some())
+            {
                 report.state = BindingHealth::Failed;
-                report.error = Some(err.to_string());
             }
+            reports.push(report);
         }
-        if report
-            .wake_mark
-            .as_ref()
-            .is_some_and(|m| m.deferred_until_ms.is_some())
-        {
-            report.state = BindingHealth::Failed;
-        }
-        reports.push(report);
     }
     for mark in marks {
         reports.push(never_committed(storage.as_ref(), mark).await);
@@ -151,6 +176,7 @@ impl BindingReport {
             version: key.version,
             params: key.params.clone(),
             checkpoint_path: key.path.to_string(),
+            checkpoint_table: false,
             state: BindingHealth::CaughtUp,
             units: 0,
             committed_at_ms: None,
@@ -177,6 +203,7 @@ async fn never_committed(storage: &dyn Storage, mark: WakeMarkReport) -> Binding
         version: mark.version,
         params: mark.params.clone(),
         checkpoint_path: path,
+        checkpoint_table: false,
         state: if mark.deferred_until_ms.is_some() {
             BindingHealth::Failed
         } else {
@@ -207,57 +234,6 @@ async fn never_committed(storage: &dyn Storage, mark: WakeMarkReport) -> Binding
     report.inputs.push(lag);
     report.wake_mark = Some(mark);
     report
-}
-
-/// The keys of the bindings with checkpoint streams in `storage`.
-async fn keys(storage: &dyn Storage) -> Result<Vec<CheckpointKey>> {
-    let mut keys: Vec<CheckpointKey> = Vec::new();
-    for info in storage.list(&format!("{CHECKPOINT_PREFIX}/")).await? {
-        // A slot stream: `<prefix>/<id>/<version>/<params>/<0|1>`.
-        let Some((binding, _slot)) = info.path.rsplit_once('/') else {
-            continue;
-        };
-        let Some(key) = parse_key(binding) else {
-            continue;
-        };
-        keys.push(key);
-    }
-    keys.sort_by(|a, b| a.path.as_str().cmp(b.path.as_str()));
-    keys.dedup_by(|a, b| a.path == b.path);
-    Ok(keys)
-}
-
-/// The key whose checkpoint lives at `path`, if it is one.
-fn parse_key(path: &str) -> Option<CheckpointKey> {
-    let rest = path.strip_prefix(CHECKPOINT_PREFIX)?.strip_prefix('/')?;
-    let mut parts = rest.splitn(3, '/');
-    let projection = unescape(parts.next()?)?;
-    let version = parts.next()?.parse().ok()?;
-    let params = parts.next()?.to_owned();
-    Some(CheckpointKey {
-        projection,
-        version,
-        params,
-        path: StreamPath::new(path).ok()?,
-    })
-}
-
-/// Undoes the checkpoint path's percent-escaping.
-fn unescape(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// Fills `report` from a loaded checkpoint and its inputs' tails.
@@ -331,18 +307,4 @@ async fn measure(storage: &dyn Storage, path: &str, lag: &mut InputLag) -> Resul
         from = upto;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn checkpoint_paths_parse_back_to_their_keys() {
-        let key = CheckpointKey::new("order totals/v2", 3, &json!({"shop": "a/b"})).expect("key");
-        let parsed = parse_key(key.path.as_str()).expect("a checkpoint path");
-        assert_eq!(parsed, key);
-        assert!(parse_key("orders/1").is_none());
-    }
 }

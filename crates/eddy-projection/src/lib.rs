@@ -211,7 +211,9 @@ pub use emits::Emits;
 pub use error::{HandlerError, ProjectionError, Result};
 pub use handles::{Collection, Input, Output, StateOutput};
 pub use host::Host;
-pub use inspect::{inspect, BindingHealth, BindingReport, InputLag, LAG_SCAN_BYTES, NOT_RUN_YET};
+pub use inspect::{
+    inspect, inspect_with, BindingHealth, BindingReport, InputLag, LAG_SCAN_BYTES, NOT_RUN_YET,
+};
 pub use progress::{
     FollowOptions, Pass, Progress, RunOptions, Status, DEFAULT_REPAIR_INTERVAL, DEFAULT_UNIT_SIZE,
 };

@@ -16,7 +16,10 @@ use eddy_streams::{
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::Slot;
-use crate::{Checkpoint, CheckpointKey, CheckpointStore, Loaded, ProjectionError, Result, Token};
+use crate::{
+    Checkpoint, CheckpointKey, CheckpointStore, Loaded, ProjectionError, Result, Token,
+    CHECKPOINT_PREFIX,
+};
 
 /// By default a slot is sealed by the save that makes it hold this many
 /// records...
@@ -376,6 +379,57 @@ impl StreamCheckpoints {
     }
 }
 
+/// The keys of the bindings with checkpoint streams in `storage`.
+async fn list_keys(storage: &dyn Storage) -> Result<Vec<CheckpointKey>> {
+    let mut keys: Vec<CheckpointKey> = Vec::new();
+    for info in storage.list(&format!("{CHECKPOINT_PREFIX}/")).await? {
+        // A slot stream: `<prefix>/<id>/<version>/<params>/<0|1>`.
+        let Some((binding, _slot)) = info.path.rsplit_once('/') else {
+            continue;
+        };
+        let Some(key) = parse_key(binding) else {
+            continue;
+        };
+        keys.push(key);
+    }
+    keys.sort_by(|a, b| a.path.as_str().cmp(b.path.as_str()));
+    keys.dedup_by(|a, b| a.path == b.path);
+    Ok(keys)
+}
+
+/// The key whose checkpoint lives at `path`, if it is one.
+fn parse_key(path: &str) -> Option<CheckpointKey> {
+    let rest = path.strip_prefix(CHECKPOINT_PREFIX)?.strip_prefix('/')?;
+    let mut parts = rest.splitn(3, '/');
+    let projection = unescape(parts.next()?)?;
+    let version = parts.next()?.parse().ok()?;
+    let params = parts.next()?.to_owned();
+    Some(CheckpointKey {
+        projection,
+        version,
+        params,
+        path: StreamPath::new(path).ok()?,
+    })
+}
+
+/// Undoes the checkpoint path's percent-escaping.
+fn unescape(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
 enum SlotHead {
     Live(StreamInfo),
     Absent,
@@ -384,6 +438,11 @@ enum SlotHead {
 
 #[async_trait]
 impl CheckpointStore for StreamCheckpoints {
+    /// Lists the slot streams under [`CHECKPOINT_PREFIX`].
+    async fn keys(&self) -> Result<Vec<CheckpointKey>> {
+        list_keys(self.storage.as_ref()).await
+    }
+
     async fn load(&self, key: &CheckpointKey) -> Result<Loaded> {
         let (even, odd) = (self.found(key, 0).await?, self.found(key, 1).await?);
         let (current, older) = match (even, odd) {
@@ -483,5 +542,19 @@ fn write_error(key: &CheckpointKey, err: StreamError) -> ProjectionError {
         | StreamError::Gone { .. }
         | StreamError::NotFound { .. } => conflict(key),
         other => other.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn checkpoint_paths_parse_back_to_their_keys() {
+        let key = CheckpointKey::new("order totals/v2", 3, &json!({"shop": "a/b"})).expect("key");
+        let parsed = parse_key(key.path.as_str()).expect("a checkpoint path");
+        assert_eq!(parsed, key);
+        assert!(parse_key("orders/1").is_none());
     }
 }

@@ -1,5 +1,6 @@
 //! Checkpoints: the `CheckpointStore` contract on memory, SQLite, the
-//! remote client and (feature `postgres`) PostgreSQL, and what
+//! remote client and (feature `postgres`) PostgreSQL, on the SQL hosts'
+//! checkpoint tables, and what
 //! `StreamCheckpoints` adds (bounded slots, every fault around a slot
 //! change, a checkpoint that vanished).
 
@@ -7,7 +8,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use eddy_projection::{CheckpointStore, Host, RunOptions, Status, StreamCheckpoints, Token};
+use eddy_projection::{
+    CheckpointStore, Host, RunOptions, SqliteCheckpoints, Status, StreamCheckpoints, Token,
+};
 use eddy_streams::{MemoryStorage, SqliteStorage, Storage};
 
 use crate::run::seed;
@@ -51,6 +54,22 @@ fn on_every_checkpoint_store(name: &str, case: StoreCase) {
 }
 
 crate::checkpoint_contract!(on_every_checkpoint_store);
+
+/// The contract on `SqliteCheckpoints`, the table a `SqliteHost` saves in
+/// its transactions.
+fn on_sqlite_table(name: &str, case: StoreCase) {
+    crate::support::runtime().block_on(async {
+        let dir = tempfile::tempdir().expect("tempdir");
+        eprintln!("`{name}` on the SQLite checkpoint table");
+        let store = Arc::new(SqliteStorage::open(dir.path()).expect("open"));
+        case(Arc::new(SqliteCheckpoints::new(store))).await;
+    });
+}
+
+mod sqlite_table {
+    use super::contract;
+    crate::checkpoint_contract!(super::on_sqlite_table);
+}
 
 /// The streams and records a binding's checkpoint occupies.
 async fn footprint(storage: &dyn Storage, base: &str) -> (usize, u64, u64) {

@@ -60,7 +60,7 @@ struct StreamsSummary {
 /// Runs `eddy status`.
 pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     logging::init(args.log.log_format);
-    let store = args.store.open().await?;
+    let (store, sql_checkpoints) = args.store.open_with_checkpoints().await?;
     let listed = store.list("").await?;
     // A server reports its bindings itself when its console is on: it
     // sees its store's wake-up marks, which its clients cannot.
@@ -71,7 +71,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     let (bindings, keeps_wake_marks) = match reported {
         Some(bindings) => (bindings, true),
         None => (
-            eddy_projection::inspect(&store).await?,
+            eddy_projection::inspect_with(&store, sql_checkpoints.as_deref()).await?,
             store.wake_marks().is_some(),
         ),
     };
@@ -202,6 +202,12 @@ fn table(out: &mut impl Write, status: &Status, within: Duration) -> anyhow::Res
                 input.name,
                 input.offset.position(),
                 input.lag_messages
+            )?;
+        }
+        if b.checkpoint_table {
+            writeln!(
+                out,
+                "    checkpoint: a row of the store's projection_checkpoints table"
             )?;
         }
         if let Some(failure) = &b.failure {

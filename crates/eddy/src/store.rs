@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
+use eddy_projection::{CheckpointStore, SqliteCheckpoints};
 use eddy_server::RemoteStorage;
 use eddy_streams::{SqliteStorage, Storage};
 
@@ -57,32 +58,45 @@ impl StoreArgs {
 
     /// Opens the store these options name.
     pub async fn open(&self) -> anyhow::Result<Arc<dyn Storage>> {
+        Ok(self.open_with_checkpoints().await?.0)
+    }
+
+    /// Opens the store these options name, with the checkpoint table that
+    /// SQL hosts keep in its database (SQLite, PostgreSQL; not through a
+    /// server).
+    pub async fn open_with_checkpoints(&self) -> anyhow::Result<Opened> {
         if let Some(remote) = self.remote()? {
-            return Ok(Arc::new(remote));
+            return Ok((Arc::new(remote), None));
         }
         match &self.storage {
             StorageKind::Memory => {
                 bail!("a memory store lives only inside `eddy serve`: use --server URL")
             }
-            StorageKind::Sqlite => Ok(Arc::new(
-                SqliteStorage::open(&self.data)
-                    .with_context(|| format!("cannot open the store in {}", self.data.display()))?,
-            )),
+            StorageKind::Sqlite => {
+                let store = Arc::new(SqliteStorage::open(&self.data).with_context(|| {
+                    format!("cannot open the store in {}", self.data.display())
+                })?);
+                let table = Arc::new(SqliteCheckpoints::new(Arc::clone(&store)));
+                Ok((store, Some(table)))
+            }
             StorageKind::Postgres { url } => postgres(url, &self.pg_schema).await,
         }
     }
 }
 
+type Opened = (Arc<dyn Storage>, Option<Arc<dyn CheckpointStore>>);
+
 #[cfg(feature = "postgres")]
-async fn postgres(url: &str, schema: &str) -> anyhow::Result<Arc<dyn Storage>> {
+async fn postgres(url: &str, schema: &str) -> anyhow::Result<Opened> {
     let options = eddy_streams::PgOptions::new(url).with_schema(schema);
     let store = eddy_streams::PgStorage::open(options)
         .await
         .with_context(|| format!("opening the store in PostgreSQL schema {schema}"))?;
-    Ok(Arc::new(store))
+    let table = Arc::new(eddy_projection::PgCheckpoints::open(&store));
+    Ok((Arc::new(store), Some(table)))
 }
 
 #[cfg(not(feature = "postgres"))]
-async fn postgres(_url: &str, _schema: &str) -> anyhow::Result<Arc<dyn Storage>> {
+async fn postgres(_url: &str, _schema: &str) -> anyhow::Result<Opened> {
     bail!("this eddy was built without PostgreSQL support: build it with --features postgres")
 }

@@ -8,9 +8,10 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Arc;
 
-use eddy_projection::{Commit, Declare, Host, RunOptions, Step};
+use eddy_projection::{Commit, Declare, Host, RunOptions, SqliteHost, Step};
 use std::time::{Duration, SystemTime};
 
+use eddy_streams::rusqlite;
 use eddy_streams::{
     JsonStream, MarkOwner, Payload, SqliteStorage, Storage, StreamConfig, StreamPath,
 };
@@ -20,7 +21,8 @@ use eddy_streams::{
 /// `audit` never ran but a commit left it a pending wake-up mark, and
 /// `broken`'s checkpoint is not JSON.
 async fn seed(dir: &Path) {
-    let store: Arc<dyn Storage> = Arc::new(SqliteStorage::open(dir).expect("open"));
+    let sqlite = Arc::new(SqliteStorage::open(dir).expect("open"));
+    let store: Arc<dyn Storage> = sqlite.clone();
     let marks = store.wake_marks().expect("SQLite keeps wake-up marks");
     let numbers = JsonStream::<i64>::new("numbers", "numbers").expect("route");
     numbers.create(store.as_ref(), &()).await.expect("create");
@@ -97,6 +99,23 @@ async fn seed(dir: &Path) {
         .await
         .expect("defer");
 
+    // A SQL host's binding: its checkpoint is a row of the store's table.
+    let mut declare = Declare::<()>::new("rows");
+    let input = declare.input("numbers", &numbers);
+    let rows = declare
+        .process_sqlite(
+            Commit::transaction(),
+            move |_tx: &rusqlite::Transaction<'_>, batch, _unit, _, _| {
+                assert_eq!(batch.items(input).len(), 5);
+                Ok(())
+            },
+        )
+        .expect("declare");
+    SqliteHost::new(Arc::clone(&sqlite))
+        .run(&rows.at(()).expect("bind"), RunOptions::default())
+        .await
+        .expect("run");
+
     let broken = StreamPath::new("__eddy/checkpoints/broken/1/_/0").expect("path");
     store
         .create(
@@ -149,6 +168,15 @@ async fn status_shows_behind_pinned_caught_up_and_failed_bindings() {
     assert_eq!(row("audit v1")[3..7], ["behind", "0", "5", "5"], "{table}");
     assert!(row("audit v1").contains(&"pending"), "{table}");
     assert!(!row("sum v1").contains(&"pending"), "{table}");
+    assert_eq!(
+        row("rows v1")[3..7],
+        ["caught-up", "1", "0", "0"],
+        "{table}"
+    );
+    assert!(
+        table.contains("    checkpoint: a row of the store's projection_checkpoints table\n"),
+        "{table}"
+    );
     assert!(
         table.contains(
             "wake-up mark: 1 commits since it caught up (last on numbers), 0 failed runs\n"
@@ -209,6 +237,14 @@ async fn status_shows_behind_pinned_caught_up_and_failed_bindings() {
     assert_eq!(audit["inputs"][0]["lag_messages"], 5);
     assert!(sum["wake_mark"].is_null(), "{sum}");
     assert_eq!(binding("count")["state"], "caught-up");
+    assert_eq!(binding("count")["checkpoint_table"], false);
+    let rows = binding("rows");
+    assert_eq!(rows["state"], "caught-up");
+    assert_eq!(rows["checkpoint_table"], true);
+    assert_eq!(
+        rows["inputs"][0]["offset"],
+        binding("count")["inputs"][0]["offset"]
+    );
     let broken = binding("broken");
     assert_eq!(broken["state"], "failed");
     assert!(broken["error"].is_string(), "{broken}");
@@ -236,5 +272,17 @@ async fn status_shows_behind_pinned_caught_up_and_failed_bindings() {
     let _ = server.wait();
     assert!(remote.status.success(), "{}", text(&remote.stderr));
     let remote: serde_json::Value = serde_json::from_slice(&remote.stdout).expect("JSON");
-    assert_eq!(remote["bindings"], json["bindings"]);
+    // The server reports what it sees: not a SQL host's checkpoint table.
+    let in_streams: Vec<&serde_json::Value> = json["bindings"]
+        .as_array()
+        .expect("bindings")
+        .iter()
+        .filter(|b| b["checkpoint_table"] == false)
+        .collect();
+    let remote: Vec<&serde_json::Value> = remote["bindings"]
+        .as_array()
+        .expect("bindings")
+        .iter()
+        .collect();
+    assert_eq!(remote, in_streams);
 }

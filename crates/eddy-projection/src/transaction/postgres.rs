@@ -145,6 +145,28 @@ impl PgCheckpoints {
 
 #[async_trait]
 impl CheckpointStore for PgCheckpoints {
+    /// The rows of `projection_checkpoints` that hold a checkpoint.
+    async fn keys(&self) -> Result<Vec<CheckpointKey>> {
+        let rows: Vec<(String, i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT projection, version, params FROM {} WHERE checkpoint IS NOT NULL",
+            self.table
+        )))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| sql_error("cannot list the checkpoints", e))?;
+        let mut keys = Vec::with_capacity(rows.len());
+        for (projection, version, params) in rows {
+            let version = u32::try_from(version).map_err(|_| {
+                ProjectionError::invalid(format!(
+                    "projection `{projection}` has a checkpoint of version {version}"
+                ))
+            })?;
+            keys.push(CheckpointKey::from_stored(projection, version, params)?);
+        }
+        keys.sort_by(|a, b| a.path.as_str().cmp(b.path.as_str()));
+        Ok(keys)
+    }
+
     async fn load(&self, key: &CheckpointKey) -> Result<Loaded> {
         let row: Option<(i64, Option<String>)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT saves, checkpoint FROM {} \

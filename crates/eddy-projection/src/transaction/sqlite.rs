@@ -71,6 +71,31 @@ impl SqliteCheckpoints {
 
 #[async_trait]
 impl CheckpointStore for SqliteCheckpoints {
+    /// The rows of `projection_checkpoints` that hold a checkpoint.
+    async fn keys(&self) -> Result<Vec<CheckpointKey>> {
+        let rows = self
+            .store
+            .transaction(|tx| -> Result<Vec<(String, u32, String)>, StreamError> {
+                let mut stmt = tx.sql().prepare(
+                    "SELECT projection, version, params FROM projection_checkpoints \
+                     WHERE checkpoint IS NOT NULL",
+                )?;
+                let rows = stmt
+                    .query_map((), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                Ok(rows)
+            })
+            .await?;
+        let mut keys = rows
+            .into_iter()
+            .map(|(projection, version, params)| {
+                CheckpointKey::from_stored(projection, version, params)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        keys.sort_by(|a, b| a.path.as_str().cmp(b.path.as_str()));
+        Ok(keys)
+    }
+
     async fn load(&self, key: &CheckpointKey) -> Result<Loaded> {
         let key = key.clone();
         self.store

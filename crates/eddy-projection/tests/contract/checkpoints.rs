@@ -165,6 +165,33 @@ pub async fn large_states_round_trip(store: Arc<dyn CheckpointStore>) {
     }
 }
 
+/// `keys` lists the bindings with a checkpoint, sorted by path, with the
+/// keys they were saved under; a forgotten one is gone from the list or
+/// loads none.
+pub async fn keys_list_the_saved_bindings(store: Arc<dyn CheckpointStore>) {
+    let (a, b) = (key("keys-a"), key("keys-b"));
+    let token_b = store
+        .save(&b, Token::NONE, &checkpoint(1))
+        .await
+        .expect("save b");
+    store
+        .save(&a, Token::NONE, &checkpoint(1))
+        .await
+        .expect("save a");
+    let listed = |keys: Vec<CheckpointKey>| -> Vec<CheckpointKey> {
+        keys.into_iter()
+            .filter(|k| k.params.contains("keys-"))
+            .collect()
+    };
+    let keys = listed(store.keys().await.expect("keys"));
+    assert_eq!(keys, vec![a.clone(), b.clone()]);
+    store.forget(&b, token_b).await.expect("forget b");
+    for key in listed(store.keys().await.expect("keys")) {
+        let loaded = store.load(&key).await.expect("load");
+        assert_eq!(loaded.checkpoint.is_some(), key == a, "{key:?}");
+    }
+}
+
 /// Declares one `#[test]` per contract case through the caller's runner.
 #[macro_export]
 macro_rules! checkpoint_contract {
@@ -177,6 +204,7 @@ macro_rules! checkpoint_contract {
             a_second_writer_is_fenced_at_every_step,
             forget_drops_the_checkpoint_and_fences_old_tokens,
             large_states_round_trip,
+            keys_list_the_saved_bindings,
         );
     };
     ($runner:path; $($case:ident),* $(,)?) => {
