@@ -2,8 +2,10 @@
 //! (`cargo bench -p eddy-dynamo`):
 //!
 //! - `process_batch`: 1 000 change records over 100 rows, folded by a
-//!   single-source projection, on memory and on SQLite (durable commits);
-//!   throughput is in records per second.
+//!   single-source projection, on memory and on SQLite (durable commits),
+//!   16 rows at once (the default) and on SQLite also all 100 at once;
+//!   throughput is in records per second. The CPU time per batch (every
+//!   thread) is printed too: wall time on a busy machine says little.
 //! - `query`: 100 items from a 100 000-item partition of the SQLite table,
 //!   at its start and at its end (an end as cheap as the start proves the
 //!   query does not scan the partition).
@@ -54,7 +56,7 @@ fn counted(table: &Arc<dyn Table>) -> EventStream<Counted> {
     make_stream(Arc::clone(table), app(), "Counted", &["id"]).expect("stream")
 }
 
-fn totals(table: &Arc<dyn Table>) -> Projection<Counted, Total, TotalKey> {
+fn totals(table: &Arc<dyn Table>, rows_at_once: usize) -> Projection<Counted, Total, TotalKey> {
     let entity = Entity::new(
         Arc::clone(table),
         app(),
@@ -72,6 +74,7 @@ fn totals(table: &Arc<dyn Table>) -> Projection<Counted, Total, TotalKey> {
             row.total += by;
             Ok(row)
         })
+        .concurrency(rows_at_once)
         .build()
         .expect("projection")
 }
@@ -96,8 +99,17 @@ fn bench_process_batch(c: &mut Criterion) {
     group
         .sample_size(10)
         .throughput(Throughput::Elements(1_000));
-    for backend in ["memory", "sqlite"] {
-        group.bench_function(format!("1000 records over 100 rows, {backend}"), |b| {
+    // The default 16 rows at once, and the whole batch at once (fewer,
+    // larger group commits on SQLite).
+    for (backend, rows_at_once) in [("memory", 16), ("sqlite", 16), ("sqlite", 100)] {
+        let name = match rows_at_once {
+            16 => format!("1000 records over 100 rows, {backend}"),
+            n => format!("1000 records over 100 rows, {backend}, {n} rows at once"),
+        };
+        // CPU time of every thread of the process during the batches, and
+        // how many batches: wall time on a loaded machine says little.
+        let mut cpu = (Duration::ZERO, 0u32);
+        group.bench_function(&name, |b| {
             b.iter_custom(|iterations| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iterations {
@@ -109,20 +121,45 @@ fn bench_process_batch(c: &mut Criterion) {
                             .expect("open"),
                     };
                     let (shared, records) = rt.block_on(seeded(table));
-                    let projection = totals(&shared);
-                    let start = Instant::now();
+                    let projection = totals(&shared, rows_at_once);
+                    let (start, cpu_start) = (Instant::now(), process_cpu());
                     let result = rt.block_on(process_batch(
                         &records,
                         &[&projection as &dyn BatchProjection],
                     ));
                     total += start.elapsed();
+                    cpu.0 += process_cpu().saturating_sub(cpu_start);
+                    cpu.1 += 1;
                     assert!(result.failures.is_empty() && result.rows.len() == 100);
                 }
                 total
             })
         });
+        if cpu.1 > 0 {
+            let per_batch = cpu.0 / cpu.1;
+            eprintln!(
+                "process_batch/{name}: {:.2} ms CPU per batch over {} batches ({:.0} records per CPU-second)",
+                per_batch.as_secs_f64() * 1e3,
+                cpu.1,
+                1_000.0 / per_batch.as_secs_f64().max(1e-9)
+            );
+        }
     }
     group.finish();
+}
+
+/// The CPU time every thread of this process has run so far (Linux:
+/// `/proc/self/task/*/schedstat`; zero elsewhere).
+fn process_cpu() -> Duration {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Duration::ZERO;
+    };
+    let nanos: u64 = tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(nanos)
 }
 
 fn item(i: usize) -> Item {
