@@ -32,6 +32,10 @@ fn run(conn: Connection, works: Receiver<Work>) {
     let mut poisoned: Option<String> = None;
     while let Ok(first) = works.recv() {
         let mut group = vec![first];
+        // Writers that queue a work as this one wakes (rows of one batch)
+        // get the CPU first, so their works join this commit instead of
+        // each waiting for a commit of its own.
+        std::thread::yield_now();
         while group.len() < GROUP {
             match works.try_recv() {
                 Ok(work) => group.push(work),
