@@ -155,6 +155,8 @@ impl Place {
 /// A SQLite place in `dir`, and a PostgreSQL one when `DATABASE_URL` is
 /// set (required when `EDDY_REQUIRE_POSTGRES` is).
 fn places(name: &str, dir: &Path) -> Vec<(&'static str, Place)> {
+    // Only the PostgreSQL place, behind its feature, adds to it.
+    #[cfg_attr(not(feature = "postgres"), allow(unused_mut))]
     let mut places = vec![("sqlite", Place::Sqlite(dir.join("sqlite")))];
     #[cfg(feature = "postgres")]
     match std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()) {
