@@ -1,7 +1,9 @@
 //! What a server is configured with.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use eddy_projection::CheckpointStore;
 use ipnet::IpNet;
 
 /// Limits and behaviour of one server.
@@ -71,6 +73,22 @@ pub struct ServerConfig {
     /// Serve the console: the page at `/console` and the bindings at
     /// `/_eddy/bindings` (on by default).
     pub console: bool,
+    /// A SQL host's checkpoint table in the store's database, whose
+    /// bindings `/_eddy/bindings` lists too (`eddy serve` sets it on
+    /// SQLite and PostgreSQL).
+    pub checkpoint_table: Option<CheckpointTable>,
+}
+
+/// A checkpoint store that `/_eddy/bindings` reads besides the store's
+/// checkpoint streams: a SQL host's table
+/// ([`SqliteCheckpoints`](eddy_projection::SqliteCheckpoints), `PgCheckpoints`).
+#[derive(Clone)]
+pub struct CheckpointTable(pub Arc<dyn CheckpointStore>);
+
+impl std::fmt::Debug for CheckpointTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CheckpointTable")
+    }
 }
 
 impl Default for ServerConfig {
@@ -98,6 +116,7 @@ impl Default for ServerConfig {
             webhook_retry_initial: Duration::from_secs(1),
             webhook_retry_max: Duration::from_secs(300),
             console: true,
+            checkpoint_table: None,
         }
     }
 }

@@ -7,8 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use eddy_projection::SqliteCheckpoints;
 use eddy_server::{
-    CacheConfig, CompressionConfig, Http2Config, Server, ServerConfig, TlsCertificates,
+    CacheConfig, CheckpointTable, CompressionConfig, Http2Config, Server, ServerConfig,
+    TlsCertificates,
 };
 use eddy_streams::{Durability, MemoryStorage, SqliteOptions, SqliteStorage, Storage};
 use ipnet::IpNet;
@@ -286,17 +288,24 @@ impl ServeArgs {
         })
     }
 
-    /// Opens the configured store.
-    pub async fn open_store(&self) -> anyhow::Result<Arc<dyn Storage>> {
+    /// Opens the configured store, with the checkpoint table SQL hosts
+    /// keep in its database (SQLite, PostgreSQL) for the console's
+    /// binding report.
+    pub async fn open_store_with_table(
+        &self,
+    ) -> anyhow::Result<(Arc<dyn Storage>, Option<CheckpointTable>)> {
         let durability = if self.no_fsync {
             Durability::Process
         } else {
             Durability::Sync
         };
         Ok(match &self.storage {
-            StorageKind::Memory => Arc::new(
-                MemoryStorage::with_max_append_bytes(self.max_body_bytes)
-                    .with_max_producers_per_stream(self.max_producers_per_stream),
+            StorageKind::Memory => (
+                Arc::new(
+                    MemoryStorage::with_max_append_bytes(self.max_body_bytes)
+                        .with_max_producers_per_stream(self.max_producers_per_stream),
+                ),
+                None,
             ),
             StorageKind::Sqlite => {
                 let options = SqliteOptions {
@@ -305,10 +314,12 @@ impl ServeArgs {
                     max_producers_per_stream: self.max_producers_per_stream,
                     ..SqliteOptions::default()
                 };
-                Arc::new(
+                let store = Arc::new(
                     SqliteStorage::open_with(&self.data, options)
                         .with_context(|| format!("opening the store in {}", self.data.display()))?,
-                )
+                );
+                let table = SqliteCheckpoints::new(Arc::clone(&store));
+                (store, Some(CheckpointTable(Arc::new(table))))
             }
             StorageKind::Postgres { url } => self.open_postgres(url, durability).await?,
         })
@@ -319,7 +330,7 @@ impl ServeArgs {
         &self,
         url: &str,
         durability: Durability,
-    ) -> anyhow::Result<Arc<dyn Storage>> {
+    ) -> anyhow::Result<(Arc<dyn Storage>, Option<CheckpointTable>)> {
         let options = eddy_streams::PgOptions {
             durability,
             max_append_bytes: self.max_body_bytes,
@@ -331,7 +342,8 @@ impl ServeArgs {
             .with_context(|| {
                 format!("opening the store in PostgreSQL schema {}", self.pg_schema)
             })?;
-        Ok(Arc::new(store))
+        let table = eddy_projection::PgCheckpoints::open(&store);
+        Ok((Arc::new(store), Some(CheckpointTable(Arc::new(table)))))
     }
 
     #[cfg(not(feature = "postgres"))]
@@ -339,7 +351,7 @@ impl ServeArgs {
         &self,
         _url: &str,
         _durability: Durability,
-    ) -> anyhow::Result<Arc<dyn Storage>> {
+    ) -> anyhow::Result<(Arc<dyn Storage>, Option<CheckpointTable>)> {
         bail!("this eddy was built without PostgreSQL support: build it with --features postgres")
     }
 }
@@ -349,9 +361,10 @@ impl ServeArgs {
 /// closes the store.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     logging::init(args.log.log_format);
-    let config = args.config()?;
+    let mut config = args.config()?;
     let stop = shutdown_signal()?;
-    let store = args.open_store().await?;
+    let (store, table) = args.open_store_with_table().await?;
+    config.checkpoint_table = table;
     let mut server = Server::bind(args.listen, Arc::clone(&store), config).await?;
     // The store's own metrics (commit groups, writer queue) go to the
     // `metrics` facade: show them on this server's page.
@@ -550,7 +563,7 @@ mod tests {
             let args = ["eddy", "--storage", storage, "--data", &data];
             let cli = Cli::try_parse_from(args.iter().chain(&["--max-producers-per-stream", "1"]))
                 .expect("args");
-            let store = cli.serve.open_store().await.expect("open");
+            let (store, _) = cli.serve.open_store_with_table().await.expect("open");
             let path = StreamPath::new(format!("limited-{storage}")).expect("path");
             store
                 .create(&path, StreamConfig::json(), Payload::empty())

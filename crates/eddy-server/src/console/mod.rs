@@ -54,10 +54,13 @@ async fn page() -> Response {
         .into_response()
 }
 
-/// `GET /_eddy/bindings`: every binding with checkpoints in the store, as
-/// JSON ([`eddy_projection::BindingReport`]s).
+/// `GET /_eddy/bindings`: every binding with checkpoints in the store (and
+/// in [`ServerConfig::checkpoint_table`](crate::ServerConfig)), as JSON
+/// ([`eddy_projection::BindingReport`]s).
 async fn bindings(State(state): State<AppState>) -> Response {
-    match eddy_projection::inspect(&state.store).await {
+    let table = state.config.checkpoint_table.as_ref();
+    let table = table.map(|t| t.0.as_ref());
+    match eddy_projection::inspect_with(&state.store, table).await {
         Ok(reports) => match serde_json::to_vec(&reports) {
             Ok(json) => (
                 StatusCode::OK,
