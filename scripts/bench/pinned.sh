@@ -8,14 +8,17 @@ load_core="${LOAD_CORE:-1}"
 # and the load run under SCHED_FIFO, so each has its core whatever else
 # runs (only while they measure: a few minutes in all).
 if [ "$(id -u)" = 0 ]; then pin() { chrt -f 10 taskset -c "$@"; }; else pin() { taskset -c "$@"; }; fi
+# The server runs in its own process (exec, not a child of a subshell), so
+# that `$!` is its pid and stopping it really stops it.
+exec_pinned() { if [ "$(id -u)" = 0 ]; then exec chrt -f 10 taskset -c "$@"; else exec taskset -c "$@"; fi; }
 pinned_connections="${PINNED_CONNECTIONS:-128}"
 fanout_readers="${FANOUT_READERS:-10000}"
 fanout_rounds="${FANOUT_ROUNDS:-3}"
 
 start_pinned() { # binary storage: starts a server and sets `base` (not in a subshell, so `pids` keeps it)
   local port; port="$(free_port)"
-  pin "$server_core" "$1" serve --listen "127.0.0.1:$port" --storage "$2" --data "$work/pinned-$2-$port" \
-    --long-poll-timeout 60s --max-live-readers $((fanout_readers * 2)) >/dev/null 2>&1 &
+  (exec_pinned "$server_core" "$1" serve --listen "127.0.0.1:$port" --storage "$2" --data "$work/pinned-$2-$port" \
+    --long-poll-timeout 60s --max-live-readers $((fanout_readers * 2)) >/dev/null 2>&1) &
   pids+=($!); base="http://127.0.0.1:$port"; wait_up "$base"
 }
 

@@ -31,13 +31,16 @@ trap cleanup EXIT
 # As root, server and client run under SCHED_FIFO so each keeps its core
 # while the machine builds beside them.
 if [ "$(id -u)" = 0 ]; then pin() { chrt -f 10 taskset -c "$@"; }; else pin() { taskset -c "$@"; }; fi
+# The server runs in its own process (exec, not a child of a subshell), so
+# that `$!` is its pid and stopping it really stops it.
+exec_pinned() { if [ "$(id -u)" = 0 ]; then exec chrt -f 10 taskset -c "$@"; else exec taskset -c "$@"; fi; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 wait_up() { for _ in $(seq 1 100); do curl -fsS -o /dev/null "$1/healthz" 2>/dev/null && return; sleep 0.1; done; echo "server at $1 did not start" >&2; exit 1; }
 
 start_pinned() { # binary storage: starts a server and sets `base` (not in a subshell, so `pids` keeps it)
   local port; port="$(free_port)"
-  pin "$server_core" "$1" serve --listen "127.0.0.1:$port" --storage "$2" --data "$work/$2-$port" \
-    --max-live-readers $((readers * 2)) --http2-max-streams $((readers / connections + 16)) >/dev/null 2>&1 &
+  (exec_pinned "$server_core" "$1" serve --listen "127.0.0.1:$port" --storage "$2" --data "$work/$2-$port" \
+    --max-live-readers $((readers * 2)) --http2-max-streams $((readers / connections + 16)) >/dev/null 2>&1) &
   pids+=($!); base="http://127.0.0.1:$port"; wait_up "$base"
 }
 
