@@ -9,10 +9,11 @@
 //! units, failures and lag, see [`eddy_projection::describe_metrics`])
 //! shows on the same page, with the help text each library describes.
 
-use std::sync::{Arc, Weak};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
-use metrics::{Counter, Gauge, Key, Label, Metadata, Recorder, SetRecorderError};
+use metrics::{Counter, Gauge, Histogram, Key, Label, Metadata, Recorder, SetRecorderError};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
 
 use crate::route_class::RouteClass;
@@ -64,6 +65,10 @@ pub struct Metrics {
     /// Requests whose handler has started and not yet answered (the
     /// `/metrics` request that reads this counts itself).
     pub requests_in_flight: Gauge,
+    /// The handles of `eddy_http_*` by route class and status, registered
+    /// on first use and kept, so that counting a request costs no key
+    /// building or registry look-up.
+    http: RwLock<HashMap<(RouteClass, u16), (Counter, Histogram)>>,
 }
 
 static METADATA: Metadata<'static> =
@@ -108,6 +113,7 @@ impl Metrics {
             live_readers: gauge("eddy_live_readers"),
             connections_open: gauge("eddy_connections_open"),
             requests_in_flight: gauge("eddy_requests_in_flight"),
+            http: RwLock::default(),
             recorder,
         }
     }
@@ -120,17 +126,36 @@ impl Metrics {
     /// Counts one answered request of `route` with `status`, which took
     /// `took` to its response head.
     pub(crate) fn request(&self, route: RouteClass, status: u16, took: Duration) {
-        let route = Label::new("route", route.as_str());
+        let seconds = took.as_secs_f64();
+        let known = self.http.read().unwrap_or_else(|e| e.into_inner());
+        if let Some((counter, histogram)) = known.get(&(route, status)) {
+            counter.increment(1);
+            histogram.record(seconds);
+            return;
+        }
+        drop(known);
+        let (counter, histogram) = self.register_http(route, status);
+        counter.increment(1);
+        histogram.record(seconds);
+    }
+
+    fn register_http(&self, route: RouteClass, status: u16) -> (Counter, Histogram) {
+        let label = Label::new("route", route.as_str());
         let counter = Key::from_parts(
             HTTP_REQUESTS,
-            vec![route.clone(), Label::new("status", status.to_string())],
+            vec![label.clone(), Label::new("status", status.to_string())],
         );
-        self.recorder
-            .register_counter(&counter, &METADATA)
-            .increment(1);
-        self.recorder
-            .register_histogram(&Key::from_parts(HTTP_SECONDS, vec![route]), &METADATA)
-            .record(took.as_secs_f64());
+        let handles = (
+            self.recorder.register_counter(&counter, &METADATA),
+            self.recorder
+                .register_histogram(&Key::from_parts(HTTP_SECONDS, vec![label]), &METADATA),
+        );
+        self.http
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((route, status))
+            .or_insert(handles)
+            .clone()
     }
 
     /// The metrics in the Prometheus text exposition format.

@@ -1,15 +1,16 @@
 //! Request ids and the request span: every request gets an `x-request-id`
-//! (the client's, or a new UUID), echoed on the response, and is handled
+//! (the client's, or a new random UUID), echoed on the response, and is handled
 //! inside a `request` span carrying that id, the method and the path (the
 //! stream path), so every log line the request causes names them.
 
 use axum::extract::Request;
 use axum::http::HeaderName;
+use axum::http::HeaderValue;
 use tower::layer::util::Stack;
 use tower::ServiceBuilder;
 use tower_http::classify::{ServerErrorsAsFailures, SharedClassifier};
 use tower_http::request_id::{
-    MakeRequestUuid, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
 };
 use tower_http::trace::{MakeSpan, TraceLayer};
 
@@ -36,6 +37,35 @@ impl<B> MakeSpan<B> for RequestSpan {
     }
 }
 
+/// Makes version-4 UUIDs from a fast thread-local generator: a request id
+/// only has to be unique, not secret, so it costs no system call (the
+/// OS random source is kept for tokens and secrets).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct MakeRequestUuid;
+
+impl MakeRequestId for MakeRequestUuid {
+    fn make_request_id<B>(&mut self, _request: &Request<B>) -> Option<RequestId> {
+        let value = HeaderValue::from_bytes(&uuid_v4(fastrand::u128(..))).ok()?;
+        Some(RequestId::new(value))
+    }
+}
+
+/// `random` as a version-4 UUID in its hyphenated lower-case form.
+fn uuid_v4(random: u128) -> [u8; 36] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bits = random & 0xFFFF_FFFF_FFFF_4FFF_BFFF_FFFF_FFFF_FFFF | 0x4000_8000_0000_0000_0000;
+    let mut out = [b'-'; 36];
+    let mut nibble = 0;
+    for (i, slot) in out.iter_mut().enumerate() {
+        if matches!(i, 8 | 13 | 18 | 23) {
+            continue;
+        }
+        *slot = HEX[((bits >> (124 - 4 * nibble)) & 0xF) as usize];
+        nibble += 1;
+    }
+    out
+}
+
 type Trace = TraceLayer<SharedClassifier<ServerErrorsAsFailures>, RequestSpan, (), (), (), (), ()>;
 
 /// The layers, outermost first: set the id, open the span, echo the id.
@@ -60,4 +90,17 @@ pub(crate) fn layers() -> ServiceBuilder<Layers> {
                 .on_failure(()),
         )
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::uuid_v4;
+
+    #[test]
+    fn request_ids_are_version_4_uuids() {
+        let id = uuid_v4(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
+        assert_eq!(&id, b"01234567-89ab-4def-8123-456789abcdef");
+        let id = uuid_v4(u128::MAX);
+        assert_eq!(&id, b"ffffffff-ffff-4fff-bfff-ffffffffffff");
+    }
 }

@@ -6,7 +6,7 @@ use axum::http::{Method, Request};
 use crate::{handlers, protocol};
 
 /// What kind of request this is, for the metrics.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum RouteClass {
     /// `/healthz`, `/readyz`.
     Probe,

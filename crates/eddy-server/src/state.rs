@@ -11,8 +11,15 @@ use crate::subscriptions::Registry;
 use crate::{Metrics, ServerConfig};
 
 /// The store, the configuration, the metrics and the live-reader cap.
+///
+/// One shared allocation: every layer and handler of every request takes
+/// a clone, which is one reference count, not one per field.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+/// What an [`AppState`] shares (its fields are the crate's own).
+#[doc(hidden)]
+pub struct Shared {
     pub(crate) store: Arc<dyn Storage>,
     pub(crate) config: Arc<ServerConfig>,
     pub(crate) metrics: Arc<Metrics>,
@@ -20,6 +27,14 @@ pub struct AppState {
     shutdown: watch::Receiver<bool>,
     pub(crate) subscriptions: Arc<OnceCell<Arc<Registry>>>,
     pub(crate) streams: Arc<StreamBudget>,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
 }
 
 impl AppState {
@@ -32,7 +47,7 @@ impl AppState {
     ) -> Self {
         let metrics = Arc::new(Metrics::default());
         metrics.keep_up();
-        AppState {
+        AppState(Arc::new(Shared {
             live_readers: Arc::new(Semaphore::new(config.max_live_readers)),
             streams: Arc::new(StreamBudget::new(config.max_streams)),
             store,
@@ -40,7 +55,7 @@ impl AppState {
             metrics,
             shutdown,
             subscriptions: Arc::new(OnceCell::new()),
-        }
+        }))
     }
 
     /// The server's metrics.

@@ -1,5 +1,6 @@
 //! Logging set-up: human text or JSON lines on standard error, filtered by
-//! `RUST_LOG` (`info` by default). Log lines of an HTTP request carry the
+//! `RUST_LOG` (`info` by default). Text is coloured only when standard
+//! error is a terminal, so log files and collectors get plain lines. Log lines of an HTTP request carry the
 //! `request` span (request id, method, stream path).
 
 /// How log lines are written.
@@ -26,6 +27,7 @@ pub fn init(format: LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),

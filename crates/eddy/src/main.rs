@@ -15,6 +15,12 @@ mod status;
 mod store;
 mod streams;
 
+/// mimalloc: the server allocates and frees many small buffers per request
+/// (header maps, response heads, futures), where glibc's allocator spends
+/// its time merging free chunks.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "eddy",

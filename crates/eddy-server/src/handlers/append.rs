@@ -45,7 +45,7 @@ pub(super) async fn append(
         metrics.appends.increment(1);
         metrics.append_bytes.increment(size as u64);
     }
-    let mut out = HeaderMap::new();
+    let mut out = super::response_headers();
     put(
         &mut out,
         protocol::NEXT_OFFSET,

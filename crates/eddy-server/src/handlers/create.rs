@@ -52,7 +52,7 @@ pub(super) async fn create(
     if let (true, Some(slot)) = (created.created, slot) {
         slot.kept();
     }
-    let mut out = HeaderMap::new();
+    let mut out = super::response_headers();
     describe(&mut out, &created.info);
     let host = parse::header(headers, header::HOST.as_str())?.unwrap_or("localhost");
     put(

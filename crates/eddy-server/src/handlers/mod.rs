@@ -88,7 +88,7 @@ pub(crate) fn reserved(uri_path: &str) -> Option<(&str, &str)> {
 
 async fn head(state: &AppState, path: &StreamPath) -> Result<Response, ApiError> {
     let info = state.store.head(path).await?;
-    let mut headers = HeaderMap::new();
+    let mut headers = response_headers();
     describe(&mut headers, &info);
     put(
         &mut headers,
@@ -96,6 +96,16 @@ async fn head(state: &AppState, path: &StreamPath) -> Result<Response, ApiError>
         "no-store".into(),
     );
     Ok((StatusCode::OK, headers, Body::empty()).into_response())
+}
+
+/// How many headers a response may carry without its map growing: the
+/// handler's own and those the middleware adds (security, CORS, request
+/// id, length). A map that grows reallocates on the hot path.
+const RESPONSE_HEADERS: usize = 24;
+
+/// An empty header map with room for a whole response's headers.
+fn response_headers() -> HeaderMap {
+    HeaderMap::with_capacity(RESPONSE_HEADERS)
 }
 
 /// The headers that describe a stream: content type, tail, expiry, close.
@@ -136,9 +146,16 @@ fn put(headers: &mut HeaderMap, name: &str, value: String) {
 /// An oversized body is still read to its end (up to [`DRAIN_LIMIT`]) and
 /// discarded before the 413 goes out, so the client sees the answer rather
 /// than a connection reset in the middle of its upload.
+///
+/// A body that has already arrived whole (small appends come in the same
+/// packets as their head) is taken without arming the timer.
 async fn read_body(state: &AppState, body: Body) -> Result<bytes::Bytes, ApiError> {
     let limit = state.config.max_body_bytes;
-    match tokio::time::timeout(state.config.body_timeout, collect(body, limit)).await {
+    let mut collecting = std::pin::pin!(collect(body, limit));
+    if let std::task::Poll::Ready(result) = futures::poll!(collecting.as_mut()) {
+        return result;
+    }
+    match tokio::time::timeout(state.config.body_timeout, collecting).await {
         Err(_) => Err(ApiError::BodyTimeout),
         Ok(result) => result,
     }

@@ -132,7 +132,7 @@ async fn long_poll(
 
 /// The headers of a read response.
 fn chunk_headers(chunk: &ReadChunk) -> HeaderMap {
-    let mut out = HeaderMap::new();
+    let mut out = super::response_headers();
     put(
         &mut out,
         header::CONTENT_TYPE.as_str(),

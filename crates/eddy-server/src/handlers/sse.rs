@@ -6,7 +6,7 @@ use std::convert::Infallible;
 use std::time::SystemTime;
 
 use axum::body::Body;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use eddy_streams::{Offset, ReadChunk, ReadFrom, StreamPath, Wait};
@@ -44,7 +44,7 @@ pub(super) async fn sse(
         let event = feed.next_event().await?;
         Some((Ok::<_, Infallible>(event), feed))
     });
-    let mut out = HeaderMap::new();
+    let mut out = super::response_headers();
     put(
         &mut out,
         header::CONTENT_TYPE.as_str(),
