@@ -71,6 +71,15 @@ pub trait Table: Send + Sync {
         single(self.transact_write_items(vec![delete.into()]).await)
     }
 
+    /// How many rows a projection batch applies at once when the projection
+    /// does not set its own `concurrency`. The default, 16, keeps a DynamoDB
+    /// client's connections (and a cold Lambda's TLS handshakes) few while
+    /// still overlapping round trips; a table whose concurrent writes are
+    /// cheaper together says more.
+    fn rows_at_once(&self) -> usize {
+        16
+    }
+
     /// The requests this table has served, by kind. A backend that does not
     /// count answers zeros.
     fn request_stats(&self) -> RequestStats {

@@ -106,6 +106,9 @@ macro_rules! forward_table {
             fn request_stats(&self) -> eddy_dynamo::RequestStats {
                 self.table.request_stats()
             }
+            fn rows_at_once(&self) -> usize {
+                self.table.rows_at_once()
+            }
             async fn get_item(
                 &self,
                 key: eddy_dynamo::Item,

@@ -290,6 +290,15 @@ impl Table for EmbeddedTable {
         self.requests.snapshot()
     }
 
+    /// The whole batch, up to the most writes one SQLite commit groups: on
+    /// SQLite the rows' writes queued together share the writer's group
+    /// commits (fewer fsyncs; more rows than one commit takes would only
+    /// hold blocking threads waiting for a read connection), and there are
+    /// no connections to spare.
+    fn rows_at_once(&self) -> usize {
+        sqlite::GROUP
+    }
+
     async fn get_item(&self, key: Item) -> Result<Option<Item>, TableError> {
         let (pk, sk) = encoded(&self.table, &key)?;
         let item = self.read(move |store, _| store.get(&pk, &sk)).await?;

@@ -42,9 +42,6 @@ type InitialFn<K, M> = dyn Fn(&K) -> M + Send + Sync;
 type MakeSource<M, K> =
     Box<dyn FnOnce(Option<EffectsFn<M>>) -> Result<Arc<dyn Source<M, K>>, Error> + Send>;
 
-/// Rows applied at once by default.
-const CONCURRENCY: usize = 16;
-
 /// Writes of a row retried by default: writers of several sources contend
 /// for hot rows by design, each loss costs one jittered backoff.
 const MAX_ATTEMPTS: u32 = 32;
@@ -249,7 +246,7 @@ pub struct MultiProjectionBuilder<M, K> {
     outbox: Option<OutboxDecl<M>>,
     sources_of: Option<Arc<SourcesOfFn<K>>>,
     max_attempts: u32,
-    concurrency: usize,
+    concurrency: Option<usize>,
 }
 
 impl<M, K> MultiProjection<M, K>
@@ -270,7 +267,7 @@ where
             outbox: None,
             sources_of: None,
             max_attempts: MAX_ATTEMPTS,
-            concurrency: CONCURRENCY,
+            concurrency: None,
         }
     }
 
@@ -538,9 +535,11 @@ where
         self
     }
 
-    /// How many rows a batch applies at once (default 16).
+    /// How many rows a batch applies at once. Without it, the read model's
+    /// table decides ([`Table::rows_at_once`](crate::Table::rows_at_once): 16 on DynamoDB, the whole
+    /// batch on the embedded table).
     pub fn concurrency(mut self, rows: usize) -> Self {
-        self.concurrency = rows.max(1);
+        self.concurrency = Some(rows.max(1));
         self
     }
 
@@ -608,6 +607,9 @@ where
         for (_, make) in self.sources {
             sources.push(make(effects.clone())?);
         }
+        let concurrency = self
+            .concurrency
+            .unwrap_or_else(|| self.read_model.table().rows_at_once());
         let core = RowCore {
             name,
             read_model: self.read_model,
@@ -619,7 +621,7 @@ where
             outbox: self.outbox.map(|o| o.commit),
             on_failure: OnFailure::DropInstance,
             max_attempts: self.max_attempts,
-            concurrency: self.concurrency,
+            concurrency,
         };
         Ok(MultiProjection {
             core: Arc::new(core),

@@ -24,9 +24,6 @@ type InitialFn<K, M> = dyn Fn(&K) -> M + Send + Sync;
 type EvolveFn<E, M> = dyn Fn(M, &StoredEvent<E>) -> Result<Step<M>, EvolveError> + Send + Sync;
 type TerminalFn = dyn Fn(&EvolveError) -> bool + Send + Sync;
 
-/// Rows applied at once by default.
-const CONCURRENCY: usize = 16;
-
 /// A projection of one event stream `E` into rows of the read model `M`,
 /// keyed by `K`: a serializable value holding the row's key composites (a
 /// struct with those fields, or a tuple of their values in composite order).
@@ -137,7 +134,7 @@ pub struct ProjectionBuilder<E, M, K> {
     checkpoint_field: String,
     revision_field: Option<Revision>,
     max_attempts: u32,
-    concurrency: usize,
+    concurrency: Option<usize>,
 }
 
 impl<E, M, K> Projection<E, M, K>
@@ -165,7 +162,7 @@ where
             checkpoint_field: "checkpoint".into(),
             revision_field: None,
             max_attempts: 20,
-            concurrency: CONCURRENCY,
+            concurrency: None,
         }
     }
 
@@ -310,10 +307,12 @@ where
         self
     }
 
-    /// How many rows a batch applies at once (default 16): their writes
-    /// overlap (and share group commits on the embedded SQLite table).
+    /// How many rows a batch applies at once: their writes overlap (and
+    /// share group commits on the embedded table). Without it, the read
+    /// model's table decides ([`Table::rows_at_once`](crate::Table::rows_at_once): 16 on DynamoDB, the
+    /// whole batch on the embedded table).
     pub fn concurrency(mut self, rows: usize) -> Self {
-        self.concurrency = rows.max(1);
+        self.concurrency = Some(rows.max(1));
         self
     }
 
@@ -327,6 +326,9 @@ where
             terminal: self.terminal,
             stream: self.stream,
         });
+        let concurrency = self
+            .concurrency
+            .unwrap_or_else(|| self.read_model.table().rows_at_once());
         let core = RowCore {
             initial: self.initial.clone().ok_or_else(|| missing("initial"))?,
             name: self.name,
@@ -340,7 +342,7 @@ where
             outbox: None,
             on_failure: OnFailure::KeepPrefix,
             max_attempts: self.max_attempts,
-            concurrency: self.concurrency,
+            concurrency,
         };
         Ok(Projection {
             core: Arc::new(core),

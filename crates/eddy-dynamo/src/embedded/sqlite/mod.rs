@@ -7,6 +7,8 @@ mod layout;
 mod readers;
 mod writer;
 
+pub(crate) use writer::GROUP;
+
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::mpsc::Sender;

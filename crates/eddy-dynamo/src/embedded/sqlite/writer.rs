@@ -14,7 +14,7 @@ use crate::error::TableError;
 use crate::item::Item;
 
 /// The most works one transaction groups.
-const GROUP: usize = 256;
+pub(crate) const GROUP: usize = 256;
 
 /// Starts the writer thread on `conn`; it stops when every sender is gone.
 pub(super) fn spawn(conn: Connection) -> Result<Sender<Work>, TableError> {
