@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::params::escape;
 use crate::{
-    wake_marks, Checkpoint, CheckpointKey, CheckpointStore, Failure, Pending, Result,
-    StreamCheckpoints, WakeMarkReport, CHECKPOINT_PREFIX,
+    wake_marks, Checkpoint, CheckpointStore, Failure, Pending, Result, StreamCheckpoints,
+    WakeMarkReport, CHECKPOINT_PREFIX,
 };
 
 /// The input name [`inspect`] gives the marked input of a binding that
@@ -133,7 +133,12 @@ pub async fn inspect_with(
             if matches!(&loaded, Ok(loaded) if in_table && loaded.checkpoint.is_none()) {
                 continue; // A forgotten row.
             }
-            let mut report = BindingReport::new(&key);
+            let mut report = BindingReport::new(
+                &key.projection,
+                key.version,
+                &key.params,
+                key.path.to_string(),
+            );
             report.checkpoint_table = in_table;
             let mark = marks.iter().position(|m| {
                 (m.projection.as_str(), m.version, m.params.as_str())
@@ -169,13 +174,13 @@ pub async fn inspect_with(
 }
 
 impl BindingReport {
-    /// The report of the binding at `key` before anything is known.
-    fn new(key: &CheckpointKey) -> Self {
+    /// The report of a binding before anything is known of it.
+    fn new(projection: &str, version: u32, params: &str, checkpoint_path: String) -> Self {
         BindingReport {
-            projection: key.projection.clone(),
-            version: key.version,
-            params: key.params.clone(),
-            checkpoint_path: key.path.to_string(),
+            projection: projection.to_owned(),
+            version,
+            params: params.to_owned(),
+            checkpoint_path,
             checkpoint_table: false,
             state: BindingHealth::CaughtUp,
             units: 0,
@@ -198,24 +203,11 @@ async fn never_committed(storage: &dyn Storage, mark: WakeMarkReport) -> Binding
         mark.version,
         mark.params
     );
-    let mut report = BindingReport {
-        projection: mark.projection.clone(),
-        version: mark.version,
-        params: mark.params.clone(),
-        checkpoint_path: path,
-        checkpoint_table: false,
-        state: if mark.deferred_until_ms.is_some() {
-            BindingHealth::Failed
-        } else {
-            BindingHealth::Behind
-        },
-        units: 0,
-        committed_at_ms: None,
-        pending: None,
-        inputs: Vec::new(),
-        failure: None,
-        error: None,
-        wake_mark: None,
+    let mut report = BindingReport::new(&mark.projection, mark.version, &mark.params, path);
+    report.state = if mark.deferred_until_ms.is_some() {
+        BindingHealth::Failed
+    } else {
+        BindingHealth::Behind
     };
     let mut lag = InputLag {
         name: NOT_RUN_YET.to_owned(),
