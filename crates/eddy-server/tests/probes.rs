@@ -96,6 +96,7 @@ async fn every_response_carries_a_request_id() {
 }
 
 /// A remote store is writable while its server is ready.
+#[cfg(feature = "remote")]
 #[tokio::test]
 async fn a_remote_store_is_writable_while_its_server_is_ready() {
     let dir = tempfile::tempdir().expect("tempdir");
