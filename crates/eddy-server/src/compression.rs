@@ -10,10 +10,12 @@ use crate::config::CompressionConfig;
 /// The compression layer for `config`: gzip, brotli and zstd, whichever
 /// the client's `Accept-Encoding` prefers.
 pub(crate) fn layer(config: &CompressionConfig) -> CompressionLayer<Compressible> {
-    CompressionLayer::new().compress_when(Compressible {
-        enabled: config.enabled,
-        min_bytes: config.min_bytes,
-    })
+    CompressionLayer::new()
+        .quality(config.level)
+        .compress_when(Compressible {
+            enabled: config.enabled,
+            min_bytes: config.min_bytes,
+        })
 }
 
 /// Which responses are compressed.

@@ -98,7 +98,9 @@ mod wire;
 
 #[cfg(feature = "remote")]
 pub use client::RemoteStorage;
-pub use config::{CacheConfig, CheckpointTable, CompressionConfig, Http2Config, ServerConfig};
+pub use config::{
+    CacheConfig, CheckpointTable, CompressionConfig, CompressionLevel, Http2Config, ServerConfig,
+};
 pub use error::ApiError;
 pub use metrics::Metrics;
 pub use protocol::RESERVED_STREAM_PREFIX;

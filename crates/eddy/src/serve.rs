@@ -9,8 +9,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use eddy_projection::SqliteCheckpoints;
 use eddy_server::{
-    CacheConfig, CheckpointTable, CompressionConfig, Http2Config, Server, ServerConfig,
-    TlsCertificates,
+    CacheConfig, CheckpointTable, CompressionConfig, CompressionLevel, Http2Config, Server,
+    ServerConfig, TlsCertificates,
 };
 use eddy_streams::{Durability, MemoryStorage, SqliteOptions, SqliteStorage, Storage};
 use ipnet::IpNet;
@@ -152,6 +152,13 @@ pub struct ServeArgs {
     /// as the client's Accept-Encoding prefers), in bytes.
     #[arg(long, default_value_t = CompressionConfig::default().min_bytes, env = "EDDY_COMPRESSION_MIN_BYTES")]
     pub compression_min_bytes: u64,
+    /// How hard compression works: `fastest`, `default` (each algorithm's
+    /// own default), `best`, or a number for every coding (clamped to each
+    /// one's range: gzip 1-9, brotli 0-11, zstd 1-22). Tail reads are
+    /// compressed anew for every client; 4 keeps gzip 2.4x faster than its
+    /// default for 5 % more bytes.
+    #[arg(long, default_value = "4", value_parser = parse_compression_level, env = "EDDY_COMPRESSION_LEVEL")]
+    pub compression_level: CompressionLevel,
     /// How long caches keep a historical chunk (one that ends before the
     /// tail and so never changes), as `60m` or `30s`.
     #[arg(long, default_value = "60m", value_parser = parse_duration, env = "EDDY_CACHE_MAX_AGE")]
@@ -199,6 +206,18 @@ pub fn parse_network(value: &str) -> Result<IpNet, String> {
         .parse::<IpNet>()
         .or_else(|_| value.parse::<IpAddr>().map(IpNet::from))
         .map_err(|_| format!("`{value}` is not a network like 10.0.0.0/8 or an address"))
+}
+
+/// Parses `fastest`, `default`, `best` or a level number.
+fn parse_compression_level(value: &str) -> Result<CompressionLevel, String> {
+    match value.trim() {
+        "fastest" => Ok(CompressionLevel::Fastest),
+        "default" => Ok(CompressionLevel::Default),
+        "best" => Ok(CompressionLevel::Best),
+        other => other.parse().map(CompressionLevel::Precise).map_err(|_| {
+            format!("`{value}` is not a compression level: fastest, default, best or a number")
+        }),
+    }
 }
 
 /// Parses `500ms`, `2s`, `1m` or a number of milliseconds.
@@ -274,6 +293,7 @@ impl ServeArgs {
             compression: CompressionConfig {
                 enabled: !self.no_compression,
                 min_bytes: self.compression_min_bytes,
+                level: self.compression_level,
             },
             cache: CacheConfig {
                 max_age: self.cache_max_age,
@@ -508,6 +528,17 @@ mod tests {
             ServerConfig::default().max_read_bytes
         );
         assert!(defaults.compression.enabled);
+        assert_eq!(defaults.compression.level, CompressionLevel::Precise(4));
+        for (flag, level) in [
+            ("best", CompressionLevel::Best),
+            ("default", CompressionLevel::Default),
+            ("fastest", CompressionLevel::Fastest),
+            ("9", CompressionLevel::Precise(9)),
+        ] {
+            let set = config(&["--compression-level", flag]).expect("config");
+            assert_eq!(set.compression.level, level, "{flag}");
+        }
+        assert!(config(&["--compression-level", "max"]).is_err());
         let set = config(&[
             "--max-read-bytes",
             "65536",
