@@ -1,11 +1,10 @@
 //! The change feed from DynamoDB Streams (`aws-sdk-dynamodbstreams`):
-//! shards in lineage order, records in the Lambda shape, and a follower with
-//! a durable checkpoint per shard that feeds [`process_batch`](crate::process_batch).
+//! shards in lineage order and records in the Lambda shape. The follower
+//! that feeds them to [`process_batch`](crate::process_batch) is in
+//! `follower.rs`.
 
 use std::collections::{HashMap, HashSet};
-use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_lambda_events::dynamodb::{StreamViewType, UserIdentity};
@@ -17,14 +16,11 @@ use chrono::DateTime;
 
 use super::errors::map_sdk;
 use super::options::DynamoOptions;
-use crate::batch::{process, BatchProjection, BatchResult};
 use crate::change_feed::{ChangeFeed, ChangeRecord};
 use crate::error::{TableError, ValidationError};
 use crate::item::{AttributeValue, Item};
-use crate::outbox::Deliver;
-use crate::request::{Put, UpdateItem};
+use crate::request::Put;
 use crate::table::Table;
-use crate::update::Update;
 
 /// Empty `GetRecords` pages in a row after which an open shard is taken to
 /// have nothing new (DynamoDB may answer empty pages before the data).
@@ -58,11 +54,11 @@ pub struct ShardRead {
 /// children) and keeps one position for the whole stream; checkpoints live
 /// as items of a checkpoint [`Table`]. That is exact while the stream has a
 /// single shard lineage; for a stream that splits, use a
-/// [`StreamsFollower`], which keeps one checkpoint per shard.
+/// [`StreamsFollower`](super::StreamsFollower), which keeps one checkpoint per shard.
 #[derive(Clone)]
 pub struct DynamoStreams {
     client: Client,
-    stream_arn: String,
+    pub(super) stream_arn: String,
     table: String,
     checkpoints: Option<Arc<dyn Table>>,
 }
@@ -72,16 +68,6 @@ impl std::fmt::Debug for DynamoStreams {
         f.debug_struct("DynamoStreams")
             .field("stream_arn", &self.stream_arn)
             .field("table", &self.table)
-            .finish_non_exhaustive()
-    }
-}
-
-impl std::fmt::Debug for StreamsFollower {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StreamsFollower")
-            .field("streams", &self.streams)
-            .field("name", &self.name)
-            .field("batch_size", &self.batch_size)
             .finish_non_exhaustive()
     }
 }
@@ -129,7 +115,7 @@ impl DynamoStreams {
         Ok(self)
     }
 
-    fn check_checkpoint_table(&self, table: &dyn Table) -> Result<(), TableError> {
+    pub(super) fn check_checkpoint_table(&self, table: &dyn Table) -> Result<(), TableError> {
         if table.schema().name == self.table {
             return Err(TableError::Misconfigured {
                 message: format!(
@@ -363,7 +349,7 @@ impl ChangeFeed for DynamoStreams {
 /// The key of a checkpoint item: partition `$eddy#streams#<consumer>`,
 /// sort `<stream ARN>#<shard>` (`*` for the whole stream). The ARN keeps
 /// the checkpoints of two tables (or of a re-enabled stream) apart.
-fn checkpoint_key(
+pub(super) fn checkpoint_key(
     table: &dyn Table,
     consumer: &str,
     stream_arn: &str,
@@ -385,204 +371,6 @@ fn checkpoint_key(
             AttributeValue::S(format!("{stream_arn}#{shard}")),
         ),
     ]))
-}
-
-/// Follows a table's DynamoDB Streams, shard by shard (parents before
-/// children), running [`process_batch`](crate::process_batch) on each batch (delivering
-/// outbox effects with [`deliver`](StreamsFollower::deliver)), with a durable
-/// checkpoint per shard stored as items of a checkpoint table: the
-/// equivalent of a Lambda trigger for a service that runs its own
-/// projections.
-///
-/// A shard's checkpoint moves to the last record before the first failed
-/// one, so a failed record and everything after it in that shard are read
-/// again; a child shard is read only once its parent is exhausted.
-#[derive(Clone)]
-pub struct StreamsFollower {
-    streams: DynamoStreams,
-    checkpoints: Arc<dyn Table>,
-    name: String,
-    batch_size: usize,
-    deliver: Option<Arc<dyn Deliver>>,
-}
-
-/// A shard's checkpoint.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ShardCheckpoint {
-    /// The last sequence number done.
-    pub sequence: Option<String>,
-    /// Every record of the (closed) shard is done.
-    pub finished: bool,
-}
-
-impl StreamsFollower {
-    /// A follower named `name` (the key of its checkpoints in
-    /// `checkpoints`: another table than the followed one, with string
-    /// partition and sort keys; [`TableError::Misconfigured`] otherwise).
-    pub fn new(
-        streams: DynamoStreams,
-        checkpoints: Arc<dyn Table>,
-        name: impl Into<String>,
-    ) -> Result<Self, TableError> {
-        streams.check_checkpoint_table(checkpoints.as_ref())?;
-        Ok(Self {
-            streams,
-            checkpoints,
-            name: name.into(),
-            batch_size: 100,
-            deliver: None,
-        })
-    }
-
-    /// Delivers each written row's outbox effects right after its write,
-    /// as [`process_batch_delivering`](crate::process_batch_delivering)
-    /// does.
-    pub fn deliver(mut self, deliver: impl Deliver + 'static) -> Self {
-        self.deliver = Some(Arc::new(deliver));
-        self
-    }
-
-    /// Sets the most records per batch (1 to 1000).
-    pub fn batch_size(mut self, size: usize) -> Self {
-        self.batch_size = size.clamp(1, 1000);
-        self
-    }
-
-    /// The checkpoint of one shard.
-    pub async fn checkpoint(&self, shard: &str) -> Result<ShardCheckpoint, TableError> {
-        let key = checkpoint_key(
-            self.checkpoints.as_ref(),
-            &self.name,
-            &self.streams.stream_arn,
-            shard,
-        )?;
-        let item = self.checkpoints.get_item(key).await?;
-        Ok(match item {
-            None => ShardCheckpoint::default(),
-            Some(item) => ShardCheckpoint {
-                sequence: crate::item::get_str(&item, "sequence").map(str::to_owned),
-                finished: matches!(item.get("finished"), Some(AttributeValue::Bool(true))),
-            },
-        })
-    }
-
-    async fn save(
-        &self,
-        shard: &str,
-        sequence: Option<&str>,
-        finished: bool,
-    ) -> Result<(), TableError> {
-        let key = checkpoint_key(
-            self.checkpoints.as_ref(),
-            &self.name,
-            &self.streams.stream_arn,
-            shard,
-        )?;
-        let mut update = Update::new().set("finished", AttributeValue::Bool(finished));
-        if let Some(sequence) = sequence {
-            update = update.set("sequence", AttributeValue::S(sequence.to_owned()));
-        }
-        self.checkpoints
-            .update_item(UpdateItem::new(key, update))
-            .await?;
-        Ok(())
-    }
-
-    /// Reads one batch from every shard whose parent is done, processes it,
-    /// and moves the shards' checkpoints. Returns the batches processed
-    /// (empty when nothing was new).
-    pub async fn poll_once(
-        &self,
-        projections: &[&dyn BatchProjection],
-    ) -> Result<Vec<BatchResult>, TableError> {
-        let shards = self.streams.shards().await?;
-        let mut finished: HashSet<String> = HashSet::new();
-        let present: HashSet<String> = shards.iter().map(|s| s.id.clone()).collect();
-        let mut results = Vec::new();
-        for shard in &shards {
-            let checkpoint = self.checkpoint(&shard.id).await?;
-            if checkpoint.finished {
-                finished.insert(shard.id.clone());
-                continue;
-            }
-            if let Some(parent) = shard.parent.as_ref().filter(|p| present.contains(*p)) {
-                if !finished.contains(parent) {
-                    continue; // parents before children
-                }
-            }
-            let read = self
-                .streams
-                .read_shard(&shard.id, checkpoint.sequence.as_deref(), self.batch_size)
-                .await?;
-            if read.records.is_empty() {
-                if read.exhausted {
-                    self.save(&shard.id, checkpoint.sequence.as_deref(), true)
-                        .await?;
-                    finished.insert(shard.id.clone());
-                }
-                continue;
-            }
-            let result = process(&read.records, projections, self.deliver.as_deref()).await;
-            let done = match result.first_failure() {
-                None => read.records.last(),
-                Some(0) => None,
-                Some(first) => read.records.get(first - 1),
-            };
-            let all_done = result.first_failure().is_none();
-            if let Some(sequence) = done.and_then(|r| r.change.sequence_number.as_deref()) {
-                self.save(&shard.id, Some(sequence), all_done && read.exhausted)
-                    .await?;
-            }
-            if all_done && read.exhausted {
-                finished.insert(shard.id.clone());
-            }
-            results.push(result);
-        }
-        Ok(results)
-    }
-
-    /// Polls until no shard has anything new (or a batch fails), and
-    /// returns how many records were processed.
-    pub async fn catch_up(
-        &self,
-        projections: &[&dyn BatchProjection],
-    ) -> Result<usize, TableError> {
-        let mut processed = 0;
-        loop {
-            let results = self.poll_once(projections).await?;
-            if results.is_empty() {
-                return Ok(processed);
-            }
-            let mut failed = false;
-            for result in &results {
-                processed += result.first_failure().unwrap_or(result.records);
-                failed |= result.first_failure().is_some();
-            }
-            if failed {
-                return Ok(processed);
-            }
-        }
-    }
-
-    /// Polls every `interval` until `shutdown` resolves. Failures are logged
-    /// and retried on the next tick.
-    pub async fn run(
-        &self,
-        projections: &[&dyn BatchProjection],
-        interval: Duration,
-        shutdown: impl Future<Output = ()>,
-    ) {
-        tokio::pin!(shutdown);
-        loop {
-            if let Err(e) = self.catch_up(projections).await {
-                tracing::warn!(follower = %self.name, error = %e, "following DynamoDB Streams failed; retrying");
-            }
-            tokio::select! {
-                _ = &mut shutdown => return,
-                _ = tokio::time::sleep(interval) => {}
-            }
-        }
-    }
 }
 
 /// A DynamoDB Streams record in the shape Lambda delivers.
