@@ -3,22 +3,12 @@
 //! store's metrics on the page, and the TLS certificate reloaded on SIGHUP.
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
-#[tokio::test]
-async fn json_logs_name_the_request_and_the_stream() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("eddy.toml");
-    std::fs::write(
-        &config,
-        "storage = \"memory\"\nlisten = \"127.0.0.1:0\"\nlog-format = \"json\"\n",
-    )
-    .expect("write config");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_eddy"))
-        .arg("serve")
-        .arg("--config")
-        .arg(&config)
-        .env("RUST_LOG", "debug")
+/// Starts `eddy serve` with its output piped and returns it with the URL
+/// its first line says it listens on.
+fn start(command: &mut Command) -> (Child, String) {
+    let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -32,6 +22,25 @@ async fn json_logs_name_the_request_and_the_stream() {
         .strip_prefix("listening on ")
         .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
         .to_owned();
+    (child, url)
+}
+
+#[tokio::test]
+async fn json_logs_name_the_request_and_the_stream() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("eddy.toml");
+    std::fs::write(
+        &config,
+        "storage = \"memory\"\nlisten = \"127.0.0.1:0\"\nlog-format = \"json\"\n",
+    )
+    .expect("write config");
+    let (mut child, url) = start(
+        Command::new(env!("CARGO_BIN_EXE_eddy"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .env("RUST_LOG", "debug"),
+    );
 
     let http = reqwest::Client::new();
     let ready = http
@@ -181,25 +190,18 @@ async fn sighup_reloads_the_tls_certificate() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (cert, key, old_pem) = certificate(dir.path(), "live");
     let (new_cert, new_key, new_pem) = certificate(dir.path(), "renewed");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_eddy"))
-        .args(["serve", "--storage", "memory", "--listen", "127.0.0.1:0"])
-        .arg("--tls-cert")
-        .arg(&cert)
-        .arg("--tls-key")
-        .arg(&key)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start eddy serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("read the listening line");
-    let addr: std::net::SocketAddr = line
-        .trim()
-        .strip_prefix("listening on https://")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+    let (mut child, url) = start(
+        Command::new(env!("CARGO_BIN_EXE_eddy"))
+            .args(["serve", "--storage", "memory", "--listen", "127.0.0.1:0"])
+            .arg("--tls-cert")
+            .arg(&cert)
+            .arg("--tls-key")
+            .arg(&key)
+            .env("RUST_LOG", "info"),
+    );
+    let addr: std::net::SocketAddr = url
+        .strip_prefix("https://")
+        .unwrap_or_else(|| panic!("not a TLS address: {url}"))
         .parse()
         .expect("address");
     // The log lines, as they come: each SIGHUP's outcome is awaited on them.
