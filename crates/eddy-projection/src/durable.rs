@@ -192,3 +192,22 @@ pub async fn wake_marks(storage: &dyn Storage) -> Result<Vec<WakeMarkReport>> {
         .map(|mark| WakeMarkReport::new(mark, now))
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_binding_waits_one_second_doubling_to_at_most_an_hour() {
+        let waits: Vec<u64> = (1..=4).map(|n| deferral(n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8]);
+        assert_eq!(deferral(12), Duration::from_secs(2048));
+        assert_eq!(deferral(13), MAX_DEFERRAL, "4096 s is over the hour");
+        assert_eq!(deferral(u32::MAX), MAX_DEFERRAL);
+        assert_eq!(
+            deferral(0),
+            FIRST_DEFERRAL,
+            "a first failure, however counted"
+        );
+    }
+}
