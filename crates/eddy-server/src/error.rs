@@ -1,6 +1,6 @@
 //! The server's error type and its one mapping to HTTP responses.
 
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use eddy_streams::{ErrorKind, StreamError};
 
@@ -105,7 +105,7 @@ impl ApiError {
     /// Protocol headers that go with the error.
     fn headers(&self) -> HeaderMap {
         let mut headers = HeaderMap::new();
-        let mut put = |name: &'static str, value: String| {
+        let mut put = |name: HeaderName, value: String| {
             if let Ok(value) = HeaderValue::try_from(value) {
                 headers.insert(name, value);
             }
@@ -136,13 +136,11 @@ impl ApiError {
             | ApiError::TooManyStreams { limit } => {
                 put(protocol::LIMIT, limit.to_string());
             }
-            ApiError::Unauthorized => put(header::WWW_AUTHENTICATE.as_str(), "Bearer".into()),
-            ApiError::TooManyLiveReaders { .. } => put(header::RETRY_AFTER.as_str(), "1".into()),
-            ApiError::Stream(err) if err.is_retryable() => {
-                put(header::RETRY_AFTER.as_str(), "1".into())
-            }
+            ApiError::Unauthorized => put(header::WWW_AUTHENTICATE, "Bearer".into()),
+            ApiError::TooManyLiveReaders { .. } => put(header::RETRY_AFTER, "1".into()),
+            ApiError::Stream(err) if err.is_retryable() => put(header::RETRY_AFTER, "1".into()),
             ApiError::MethodNotAllowed(_) => put(
-                header::ALLOW.as_str(),
+                header::ALLOW,
                 "GET, HEAD, PUT, POST, DELETE, OPTIONS".into(),
             ),
             _ => {}

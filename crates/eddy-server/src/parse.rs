@@ -6,7 +6,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName};
 use eddy_streams::{Expiry, Offset, ProducerPosition, ReadFrom, StreamPath};
 use percent_encoding::percent_decode_str;
 use time::format_description::well_known::Rfc3339;
@@ -16,8 +16,8 @@ use crate::error::ApiError;
 use crate::protocol;
 
 /// A header's value as text, if present.
-pub(crate) fn header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
-    match headers.get(name) {
+pub(crate) fn header(headers: &HeaderMap, name: HeaderName) -> Result<Option<&str>, ApiError> {
+    match headers.get(&name) {
         None => Ok(None),
         Some(value) => value
             .to_str()
@@ -366,7 +366,7 @@ mod tests {
             let mut headers = HeaderMap::new();
             for (name, value) in names.iter().zip(&values) {
                 if let Ok(value) = axum::http::HeaderValue::from_bytes(value) {
-                    headers.insert(*name, value);
+                    headers.insert(name.clone(), value);
                 }
             }
             let _ = closed(&headers);

@@ -1,46 +1,52 @@
 //! The protocol's header names and fixed values, in one place.
 //!
 //! Header names are case-insensitive on the wire; the `http` crate wants
-//! them lower-cased.
+//! them lower-cased. Names are [`HeaderName`] constants, so a lookup or an
+//! insert hashes them without parsing them again on every request.
+
+use axum::http::HeaderName;
 
 /// The offset after the data a response covers (or the tail).
-pub(crate) const NEXT_OFFSET: &str = "stream-next-offset";
+pub(crate) const NEXT_OFFSET: HeaderName = HeaderName::from_static("stream-next-offset");
 /// `true` when a read reached the tail.
-pub(crate) const UP_TO_DATE: &str = "stream-up-to-date";
+pub(crate) const UP_TO_DATE: HeaderName = HeaderName::from_static("stream-up-to-date");
 /// The long-poll / SSE cursor (an interval number).
-pub(crate) const CURSOR: &str = "stream-cursor";
+pub(crate) const CURSOR: HeaderName = HeaderName::from_static("stream-cursor");
 /// `true` when a stream is closed (request: close it).
-pub(crate) const CLOSED: &str = "stream-closed";
+pub(crate) const CLOSED: HeaderName = HeaderName::from_static("stream-closed");
 /// A sliding time to live, in decimal seconds.
-pub(crate) const TTL: &str = "stream-ttl";
+pub(crate) const TTL: HeaderName = HeaderName::from_static("stream-ttl");
 /// A fixed expiry time, RFC 3339.
-pub(crate) const EXPIRES_AT: &str = "stream-expires-at";
+pub(crate) const EXPIRES_AT: HeaderName = HeaderName::from_static("stream-expires-at");
 /// An opaque, strictly increasing writer sequence value.
-pub(crate) const STREAM_SEQ: &str = "stream-seq";
+pub(crate) const STREAM_SEQ: HeaderName = HeaderName::from_static("stream-seq");
 /// An optimistic append: the tail the writer expects.
-pub(crate) const EXPECTED_OFFSET: &str = "stream-expected-offset";
+pub(crate) const EXPECTED_OFFSET: HeaderName = HeaderName::from_static("stream-expected-offset");
 /// The idempotent producer's id.
-pub(crate) const PRODUCER_ID: &str = "producer-id";
+pub(crate) const PRODUCER_ID: HeaderName = HeaderName::from_static("producer-id");
 /// The idempotent producer's epoch.
-pub(crate) const PRODUCER_EPOCH: &str = "producer-epoch";
+pub(crate) const PRODUCER_EPOCH: HeaderName = HeaderName::from_static("producer-epoch");
 /// The idempotent producer's sequence number.
-pub(crate) const PRODUCER_SEQ: &str = "producer-seq";
+pub(crate) const PRODUCER_SEQ: HeaderName = HeaderName::from_static("producer-seq");
 /// On a sequence gap: the sequence number the server expects.
-pub(crate) const PRODUCER_EXPECTED_SEQ: &str = "producer-expected-seq";
+pub(crate) const PRODUCER_EXPECTED_SEQ: HeaderName =
+    HeaderName::from_static("producer-expected-seq");
 /// On a sequence gap: the sequence number the server received.
-pub(crate) const PRODUCER_RECEIVED_SEQ: &str = "producer-received-seq";
+pub(crate) const PRODUCER_RECEIVED_SEQ: HeaderName =
+    HeaderName::from_static("producer-received-seq");
 /// Create a fork of this stream path.
-pub(crate) const FORKED_FROM: &str = "stream-forked-from";
+pub(crate) const FORKED_FROM: HeaderName = HeaderName::from_static("stream-forked-from");
 /// Fork at this offset.
-pub(crate) const FORK_OFFSET: &str = "stream-fork-offset";
+pub(crate) const FORK_OFFSET: HeaderName = HeaderName::from_static("stream-fork-offset");
 /// Fork this far into the message at the fork offset.
-pub(crate) const FORK_SUB_OFFSET: &str = "stream-fork-sub-offset";
+pub(crate) const FORK_SUB_OFFSET: HeaderName = HeaderName::from_static("stream-fork-sub-offset");
 /// How SSE data events of binary streams are encoded (`base64`).
-pub(crate) const SSE_DATA_ENCODING: &str = "stream-sse-data-encoding";
+pub(crate) const SSE_DATA_ENCODING: HeaderName =
+    HeaderName::from_static("stream-sse-data-encoding");
 /// Eddy's extension: the stable error code of a failed request.
-pub(crate) const ERROR_CODE: &str = "eddy-error";
+pub(crate) const ERROR_CODE: HeaderName = HeaderName::from_static("eddy-error");
 /// Eddy's extension: the bytes a stream holds (on HEAD).
-pub(crate) const STREAM_BYTES: &str = "eddy-stream-bytes";
+pub(crate) const STREAM_BYTES: HeaderName = HeaderName::from_static("eddy-stream-bytes");
 
 /// The path prefix reserved for Eddy's own endpoints (listing).
 pub(crate) const RESERVED_PREFIX: &str = "_eddy/";
@@ -64,14 +70,14 @@ producer-epoch, producer-seq, stream-forked-from, stream-fork-offset, stream-for
 /// Eddy's extension (request): `messages` asks for a framed read body in
 /// which every message is a 4-byte big-endian length and its bytes, so a
 /// client keeps message boundaries on byte streams too.
-pub(crate) const FRAMING: &str = "eddy-framing";
+pub(crate) const FRAMING: HeaderName = HeaderName::from_static("eddy-framing");
 /// The value of [`FRAMING`] that asks for length-prefixed messages.
 pub(crate) const FRAMING_MESSAGES: &str = "messages";
 /// Eddy's extension (request): the most bytes of messages a read returns.
-pub(crate) const MAX_BYTES: &str = "eddy-max-bytes";
+pub(crate) const MAX_BYTES: HeaderName = HeaderName::from_static("eddy-max-bytes");
 /// Eddy's extension (response): the offset of the first message of a read.
-pub(crate) const READ_START: &str = "eddy-read-start";
+pub(crate) const READ_START: HeaderName = HeaderName::from_static("eddy-read-start");
 /// Eddy's extension (response): `true` when an append was a duplicate.
-pub(crate) const DUPLICATE: &str = "eddy-duplicate";
+pub(crate) const DUPLICATE: HeaderName = HeaderName::from_static("eddy-duplicate");
 /// Eddy's extension (error response): the limit that was exceeded.
-pub(crate) const LIMIT: &str = "eddy-limit";
+pub(crate) const LIMIT: HeaderName = HeaderName::from_static("eddy-limit");

@@ -1,37 +1,37 @@
 //! Reading protocol response headers back into store types.
 
 use eddy_streams::{Appended, Expiry, Offset, StreamConfig, StreamError, StreamInfo, StreamPath};
-use reqwest::header::HeaderMap;
+use reqwest::header::{HeaderMap, HeaderName};
 
 use crate::protocol;
 
-fn bad(name: &str) -> StreamError {
+fn bad(name: HeaderName) -> StreamError {
     StreamError::internal(format!(
         "the server sent a missing or malformed `{name}` header"
     ))
 }
 
 /// A header as text.
-pub(super) fn text(headers: &HeaderMap, name: &str) -> Result<String, StreamError> {
+pub(super) fn text(headers: &HeaderMap, name: HeaderName) -> Result<String, StreamError> {
     headers
-        .get(name)
+        .get(&name)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned)
         .ok_or_else(|| bad(name))
 }
 
 /// A header that must be an offset.
-pub(super) fn offset(headers: &HeaderMap, name: &str) -> Result<Offset, StreamError> {
-    text(headers, name)?.parse().map_err(|_| bad(name))
+pub(super) fn offset(headers: &HeaderMap, name: HeaderName) -> Result<Offset, StreamError> {
+    text(headers, name.clone())?.parse().map_err(|_| bad(name))
 }
 
 /// A header that must be a number.
-pub(super) fn number(headers: &HeaderMap, name: &str) -> Result<u64, StreamError> {
-    text(headers, name)?.parse().map_err(|_| bad(name))
+pub(super) fn number(headers: &HeaderMap, name: HeaderName) -> Result<u64, StreamError> {
+    text(headers, name.clone())?.parse().map_err(|_| bad(name))
 }
 
 /// Whether a flag header is `true`.
-pub(super) fn flag(headers: &HeaderMap, name: &str) -> bool {
+pub(super) fn flag(headers: &HeaderMap, name: HeaderName) -> bool {
     headers
         .get(name)
         .and_then(|v| v.to_str().ok())
@@ -51,7 +51,7 @@ pub(super) fn info(path: &StreamPath, headers: &HeaderMap) -> Result<StreamInfo,
     Ok(StreamInfo {
         path: path.to_string(),
         config: StreamConfig {
-            content_type: text(headers, reqwest::header::CONTENT_TYPE.as_str())?,
+            content_type: text(headers, reqwest::header::CONTENT_TYPE)?,
             expiry,
             // The protocol reports whether the stream is closed now, not
             // whether it was created closed.

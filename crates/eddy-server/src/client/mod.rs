@@ -337,7 +337,7 @@ impl Storage for RemoteStorage {
             .bytes()
             .await
             .map_err(|e| StreamError::unavailable_from("reading the response failed", e))?;
-        let content_type = headers::text(&headers, reqwest::header::CONTENT_TYPE.as_str())?;
+        let content_type = headers::text(&headers, reqwest::header::CONTENT_TYPE)?;
         self.remember(path, &content_type);
         let messages = if framed {
             unframe(body)?

@@ -23,7 +23,7 @@ pub(super) async fn append(
     let expected = parse::header(headers, protocol::EXPECTED_OFFSET)?
         .map(|v| parse::offset("Stream-Expected-Offset", v))
         .transpose()?;
-    let content_type = parse::header(headers, header::CONTENT_TYPE.as_str())?;
+    let content_type = parse::header(headers, header::CONTENT_TYPE)?;
     let body = read_body(state, body).await?;
     let size = body.len();
     let has_data = !body.is_empty();

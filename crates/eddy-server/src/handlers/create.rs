@@ -21,7 +21,7 @@ pub(super) async fn create(
 ) -> Result<Response, ApiError> {
     let closed = parse::closed(headers)?;
     let expiry = parse::expiry(headers)?;
-    let content_type = parse::header(headers, header::CONTENT_TYPE.as_str())?;
+    let content_type = parse::header(headers, header::CONTENT_TYPE)?;
     let fork = fork_request(headers)?;
     let body = read_body(state, body).await?;
     let slot = match state.streams.reserve(state.store.as_ref()).await {
@@ -54,10 +54,10 @@ pub(super) async fn create(
     }
     let mut out = super::response_headers();
     describe(&mut out, &created.info);
-    let host = parse::header(headers, header::HOST.as_str())?.unwrap_or("localhost");
+    let host = parse::header(headers, header::HOST)?.unwrap_or("localhost");
     put(
         &mut out,
-        header::LOCATION.as_str(),
+        header::LOCATION,
         format!("http://{host}{}", uri.path()),
     );
     let status = if created.created {

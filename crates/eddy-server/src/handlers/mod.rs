@@ -10,7 +10,7 @@ mod sse;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use eddy_streams::{Expiry, StreamInfo, StreamPath};
 
@@ -90,11 +90,7 @@ async fn head(state: &AppState, path: &StreamPath) -> Result<Response, ApiError>
     let info = state.store.head(path).await?;
     let mut headers = response_headers();
     describe(&mut headers, &info);
-    put(
-        &mut headers,
-        header::CACHE_CONTROL.as_str(),
-        "no-store".into(),
-    );
+    put(&mut headers, header::CACHE_CONTROL, "no-store".into());
     Ok((StatusCode::OK, headers, Body::empty()).into_response())
 }
 
@@ -112,7 +108,7 @@ fn response_headers() -> HeaderMap {
 fn describe(headers: &mut HeaderMap, info: &StreamInfo) {
     put(
         headers,
-        header::CONTENT_TYPE.as_str(),
+        header::CONTENT_TYPE,
         info.config.content_type.clone(),
     );
     put(headers, protocol::NEXT_OFFSET, info.tail.to_string());
@@ -129,15 +125,12 @@ fn describe(headers: &mut HeaderMap, info: &StreamInfo) {
 
 /// Sets a response header; a value that cannot be a header is dropped
 /// (values come from the store, which only holds what headers carried).
-fn put(headers: &mut HeaderMap, name: &str, value: String) {
-    match (
-        header::HeaderName::try_from(name),
-        HeaderValue::try_from(value),
-    ) {
-        (Ok(name), Ok(value)) => {
+fn put(headers: &mut HeaderMap, name: HeaderName, value: String) {
+    match HeaderValue::try_from(value) {
+        Ok(value) => {
             headers.insert(name, value);
         }
-        _ => tracing::warn!(header = name, "dropped a response header that is not valid"),
+        Err(_) => tracing::warn!(header = %name, "dropped a response header that is not valid"),
     }
 }
 

@@ -53,19 +53,19 @@ async fn catch_up(
     };
     put(
         &mut out,
-        header::CACHE_CONTROL.as_str(),
+        header::CACHE_CONTROL,
         cache::control(state, path, freshness),
     );
-    put(&mut out, header::VARY.as_str(), cache::READ_VARY.into());
-    if let Some(sent) = parse::header(headers, header::IF_NONE_MATCH.as_str())?
+    put(&mut out, header::VARY, cache::READ_VARY.into());
+    if let Some(sent) = parse::header(headers, header::IF_NONE_MATCH)?
         .and_then(|sent| cache::matching_tag(sent, &etag))
     {
         // The tag the client holds, so a compressed copy stays valid.
         let tag = if sent == "*" { etag } else { sent.to_owned() };
-        put(&mut out, header::ETAG.as_str(), tag);
+        put(&mut out, header::ETAG, tag);
         return Ok((StatusCode::NOT_MODIFIED, out).into_response());
     }
-    put(&mut out, header::ETAG.as_str(), etag);
+    put(&mut out, header::ETAG, etag);
     let framed = parse::header(headers, protocol::FRAMING)? == Some(protocol::FRAMING_MESSAGES);
     let body = if framed {
         put(
@@ -112,7 +112,7 @@ async fn long_poll(
     };
     put(
         &mut out,
-        header::CACHE_CONTROL.as_str(),
+        header::CACHE_CONTROL,
         cache::control(state, path, freshness),
     );
     if !chunk.closed {
@@ -125,7 +125,7 @@ async fn long_poll(
     if chunk.messages.is_empty() {
         return Ok((StatusCode::NO_CONTENT, out).into_response());
     }
-    put(&mut out, header::ETAG.as_str(), cache::etag(&chunk));
+    put(&mut out, header::ETAG, cache::etag(&chunk));
     let body = encode::body(&chunk.content_type, &chunk.messages);
     Ok((StatusCode::OK, out, body).into_response())
 }
@@ -133,11 +133,7 @@ async fn long_poll(
 /// The headers of a read response.
 fn chunk_headers(chunk: &ReadChunk) -> HeaderMap {
     let mut out = super::response_headers();
-    put(
-        &mut out,
-        header::CONTENT_TYPE.as_str(),
-        chunk.content_type.clone(),
-    );
+    put(&mut out, header::CONTENT_TYPE, chunk.content_type.clone());
     put(
         &mut out,
         protocol::NEXT_OFFSET,

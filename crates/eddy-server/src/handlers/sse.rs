@@ -6,7 +6,7 @@ use std::convert::Infallible;
 use std::time::SystemTime;
 
 use axum::body::Body;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use eddy_streams::{Offset, ReadChunk, ReadFrom, StreamPath, Wait};
@@ -45,14 +45,14 @@ pub(super) async fn sse(
         Some((Ok::<_, Infallible>(event), feed))
     });
     let mut out = super::response_headers();
+    put(&mut out, header::CONTENT_TYPE, "text/event-stream".into());
+    put(&mut out, header::CACHE_CONTROL, "no-cache".into());
+    // Proxies that buffer responses (nginx) pass each event on at once.
     put(
         &mut out,
-        header::CONTENT_TYPE.as_str(),
-        "text/event-stream".into(),
+        HeaderName::from_static("x-accel-buffering"),
+        "no".into(),
     );
-    put(&mut out, header::CACHE_CONTROL.as_str(), "no-cache".into());
-    // Proxies that buffer responses (nginx) pass each event on at once.
-    put(&mut out, "x-accel-buffering", "no".into());
     if encoding == SseEncoding::Base64 {
         put(&mut out, protocol::SSE_DATA_ENCODING, "base64".into());
     }
