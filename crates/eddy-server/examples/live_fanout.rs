@@ -1,15 +1,22 @@
 //! Fan-out of one append to many long-poll readers, against any Durable
 //! Streams server that reports `eddy_live_readers` at `/metrics`.
 //!
-//! Each round parks `readers` long-polls at the tail of one stream (each on
-//! its own connection, written by hand so that the client costs little),
-//! waits until the server counts them all as live, appends one message,
-//! and takes for each reader the time from just before the append is sent
-//! until the first byte of its answer. Prints
+//! Each round parks `readers` long-polls at the tail of one stream, waits
+//! until the server counts them all as live, appends one message, and
+//! takes for each reader the time from just before the append is sent
+//! until its answer arrives. Prints
 //! `p50_ms p99_ms max_ms served_within_100ms_percent samples`.
+//!
+//! By default each reader has its own HTTP/1.1 connection, written by hand
+//! so that the client costs little, and the time runs to the first byte of
+//! the answer. With a fourth argument `h2c:CONNECTIONS` the readers share
+//! that many cleartext HTTP/2 connections (prior knowledge; the server
+//! must allow `readers / CONNECTIONS` concurrent streams per connection),
+//! and the time runs to the answer's headers.
 //!
 //! ```sh
 //! cargo run --release -p eddy-server --example live_fanout -- http://127.0.0.1:4437 10000 3
+//! cargo run --release -p eddy-server --example live_fanout -- http://127.0.0.1:4437 10000 3 h2c:20
 //! ```
 
 use std::sync::Arc;
@@ -17,7 +24,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::{bail, ensure, Context};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
@@ -38,6 +45,10 @@ async fn main() -> anyhow::Result<()> {
         .transpose()?
         .unwrap_or(10_000);
     let rounds: usize = args.next().map(|r| r.parse()).transpose()?.unwrap_or(3);
+    let transport = match args.next() {
+        None => Transport::Http1,
+        Some(arg) => Transport::parse(&arg)?,
+    };
     let address = base
         .strip_prefix("http://")
         .context("the base URL must be http://host:port")?
@@ -68,9 +79,23 @@ async fn main() -> anyhow::Result<()> {
         let started = Arc::new(tokio::sync::OnceCell::<Instant>::new());
         let connecting = Arc::new(Semaphore::new(CONNECTING));
         let mut tasks = Vec::with_capacity(readers);
-        for _ in 0..readers {
-            let (address, request, started) =
-                (address.clone(), Arc::clone(&request), Arc::clone(&started));
+        let h2 = match &transport {
+            Transport::Http1 => Vec::new(),
+            Transport::H2c(connections) => h2c_clients(*connections)?,
+        };
+        let long_poll = format!("{url}?offset={tail}&live=long-poll");
+        for i in 0..readers {
+            let started = Arc::clone(&started);
+            if let Some(client) = h2.get(i % h2.len().max(1)) {
+                let (client, long_poll) = (client.clone(), long_poll.clone());
+                tasks.push(tokio::spawn(async move {
+                    let latency = h2_answer(&client, &long_poll, &started).await?;
+                    // The round keeps the clients, and so their connections, open.
+                    Ok::<_, anyhow::Error>((latency, None))
+                }));
+                continue;
+            }
+            let (address, request) = (address.clone(), Arc::clone(&request));
             let connecting = Arc::clone(&connecting);
             tasks.push(tokio::spawn(async move {
                 let mut stream = {
@@ -83,7 +108,7 @@ async fn main() -> anyhow::Result<()> {
                 // The connection stays open until the round is over, so
                 // that closing it costs the server nothing while it answers.
                 let latency = first_answer(&mut stream, &started).await?;
-                Ok::<_, anyhow::Error>((latency, stream))
+                Ok::<_, anyhow::Error>((latency, Some(stream)))
             }));
         }
         wait_for_live_readers(&http, &base, readers).await?;
@@ -114,10 +139,69 @@ async fn main() -> anyhow::Result<()> {
         if refused > 0 {
             bail!("{refused} of {readers} readers were not answered with data in round {round}");
         }
-        drop(open);
+        drop((open, h2));
     }
     support::print_summary(samples);
     Ok(())
+}
+
+/// How the readers reach the server.
+enum Transport {
+    /// One HTTP/1.1 connection per reader.
+    Http1,
+    /// Readers spread over this many HTTP/2 connections.
+    H2c(usize),
+}
+
+impl Transport {
+    fn parse(arg: &str) -> anyhow::Result<Self> {
+        let connections: usize = arg
+            .strip_prefix("h2c:")
+            .context("the fourth argument is h2c:CONNECTIONS")?
+            .parse()
+            .context("h2c:CONNECTIONS takes a number")?;
+        ensure!(connections > 0, "at least one HTTP/2 connection");
+        Ok(Transport::H2c(connections))
+    }
+}
+
+/// `connections` HTTP/2 clients; reqwest keeps one connection per client
+/// and host.
+fn h2c_clients(connections: usize) -> anyhow::Result<Vec<reqwest::Client>> {
+    (0..connections)
+        .map(|_| {
+            reqwest::Client::builder()
+                .http2_prior_knowledge()
+                .tcp_nodelay(true)
+                .build()
+                .context("building an HTTP/2 client")
+        })
+        .collect()
+}
+
+/// Sends one long-poll over HTTP/2 and returns how long after the append
+/// its answer's headers came; the answer must be `200` (data).
+async fn h2_answer(
+    client: &reqwest::Client,
+    url: &str,
+    started: &tokio::sync::OnceCell<Instant>,
+) -> anyhow::Result<Duration> {
+    let response = client.get(url).send().await?;
+    let arrived = Instant::now();
+    ensure!(
+        response.version() == reqwest::Version::HTTP_2,
+        "answered over {:?}, not HTTP/2",
+        response.version()
+    );
+    ensure!(
+        response.status() == reqwest::StatusCode::OK,
+        "answered {}, not 200",
+        response.status()
+    );
+    let Some(sent) = started.get() else {
+        bail!("answered before the append");
+    };
+    Ok(arrived.saturating_duration_since(*sent))
 }
 
 /// Waits for the first bytes of the answer and returns how long after the
