@@ -132,6 +132,7 @@ impl ApiError {
             }
             ApiError::Stream(StreamError::TooLarge { limit, .. })
             | ApiError::Stream(StreamError::TooManyProducers { limit, .. })
+            | ApiError::Stream(StreamError::TooManyStreams { limit })
             | ApiError::BodyTooLarge { limit }
             | ApiError::TooManyStreams { limit } => {
                 put(protocol::LIMIT, limit.to_string());

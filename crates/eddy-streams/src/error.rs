@@ -178,6 +178,16 @@ pub enum StreamError {
         /// The limit.
         limit: usize,
     },
+    /// A new stream on a server that holds as many as it allows (its
+    /// `max_streams`): a remote store's refusal, since stores themselves
+    /// set no such limit. Streams may still be created once others are
+    /// deleted.
+    #[error("the server holds {limit} streams, its limit (max_streams); delete some first")]
+    #[serde(rename = "limit/streams")]
+    TooManyStreams {
+        /// The limit.
+        limit: usize,
+    },
     /// Bad options or arguments given to a call.
     #[error("invalid argument: {0}")]
     #[serde(rename = "invalid-argument")]
@@ -344,6 +354,7 @@ impl StreamError {
             StreamError::ProducerFenced { .. } => "producer/fenced",
             StreamError::ProducerEpochStart { .. } => "producer/epoch-start",
             StreamError::TooManyProducers { .. } => "limit/producers",
+            StreamError::TooManyStreams { .. } => "limit/streams",
             StreamError::InvalidArgument(_) => "invalid-argument",
             StreamError::Route { .. } => "route/invalid",
             StreamError::InvalidItem { .. } => "item/invalid",
@@ -379,7 +390,9 @@ impl StreamError {
             | StreamError::InvalidItem { .. }
             | StreamError::InvalidState(_) => ErrorKind::Invalid,
             StreamError::Unauthorized(_) => ErrorKind::Unauthorized,
-            StreamError::TooManyProducers { .. } => ErrorKind::LimitReached,
+            StreamError::TooManyProducers { .. } | StreamError::TooManyStreams { .. } => {
+                ErrorKind::LimitReached
+            }
             StreamError::Unavailable { .. } => ErrorKind::Unavailable,
             StreamError::Internal { .. } => ErrorKind::Internal,
         }

@@ -75,6 +75,7 @@ mod snapshot;
 mod sqlite;
 mod state;
 mod storage;
+mod touches;
 
 pub use crate::metrics::describe_metrics;
 pub use append::{Append, Appended, ProducerPosition, DEFAULT_MAX_PRODUCERS_PER_STREAM};

@@ -3,7 +3,7 @@
 mod samples;
 
 use eddy_streams::{ErrorKind, StreamError};
-pub use samples::one_of_each;
+pub use samples::{every_code, one_of_each};
 
 /// The serde form carries the stable code as its tag and rebuilds the
 /// same error.
@@ -15,6 +15,18 @@ fn the_serde_form_is_tagged_by_the_code_and_round_trips() {
         let back: StreamError = serde_json::from_value(form).expect("deserialize");
         assert_eq!(back, err);
     }
+}
+
+/// There is a sample of every code the error type has, so the tests that
+/// walk the samples (here and in `eddy-server`'s remote client) walk every
+/// code: a new variant fails here until it gets one.
+#[test]
+fn the_samples_cover_every_code() {
+    let mut sampled: Vec<&str> = one_of_each().iter().map(StreamError::code).collect();
+    sampled.sort_unstable();
+    let mut codes = every_code().to_vec();
+    codes.sort_unstable();
+    assert_eq!(sampled, codes);
 }
 
 /// Only an unavailable backend is worth retrying; codes are unique.

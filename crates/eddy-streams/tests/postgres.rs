@@ -16,6 +16,7 @@ use eddy_streams::{Clock, PgOptions, PgStorage};
 
 mod processes;
 mod store;
+mod touches;
 
 /// The database the PostgreSQL cases use, if one is given.
 pub fn database_url() -> Option<String> {

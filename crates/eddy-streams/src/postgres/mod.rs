@@ -4,6 +4,7 @@
 //! protocol and its crash cases.
 
 mod error;
+mod flusher;
 mod listen;
 mod marks;
 mod records;
@@ -124,6 +125,14 @@ impl PgOptions {
 /// `LISTEN`/`NOTIFY` on a dedicated connection, and re-read their stream
 /// every [`PgOptions::recheck`] in case a notification was lost.
 ///
+/// A read of a stream with a sliding TTL moves its expiry at once for this
+/// store, and a task of the store writes the touches of all reads to the
+/// database at most a second later, one statement for them all ([`close`]
+/// and dropping the store write what is left). Other processes see a
+/// touch once it is written.
+///
+/// [`close`]: PgStorage::close
+///
 /// [`PgStorage::begin`] opens a [`PgTransaction`]: stream calls and SQL
 /// of the caller's own, committed together.
 pub struct PgStorage {
@@ -131,6 +140,8 @@ pub struct PgStorage {
     schema: String,
     recheck: Duration,
     listener: JoinHandle<()>,
+    /// Stores the TTL touches of reads, debounced.
+    flusher: JoinHandle<()>,
 }
 
 impl std::fmt::Debug for PgStorage {
@@ -201,12 +212,16 @@ impl PgStorage {
             instance,
             markers: Arc::default(),
             mark: marks::upsert(&options.schema).into(),
+            touches: Arc::default(),
         };
+        let wiring = Arc::new(wiring);
+        let flusher = tokio::spawn(flusher::run(Arc::clone(&wiring)));
         Ok(PgStorage {
-            wiring: Arc::new(wiring),
+            wiring,
             schema: options.schema,
             recheck: options.recheck,
             listener,
+            flusher,
         })
     }
 
@@ -227,9 +242,14 @@ impl PgStorage {
         &self.schema
     }
 
-    /// Closes every connection, waiting for calls in flight.
+    /// Stores the pending TTL touches, then closes every connection,
+    /// waiting for calls in flight.
     pub async fn close(&self) {
         self.listener.abort();
+        // A flush the abort interrupts is repeated by this one: its touches
+        // were not forgotten, and storing one twice changes nothing.
+        self.flusher.abort();
+        flusher::flush(&self.wiring).await;
         self.wiring.pool.close().await;
     }
 
@@ -286,8 +306,20 @@ impl PgStorage {
 }
 
 impl Drop for PgStorage {
+    /// Stops the store's tasks; pending TTL touches are stored by a last
+    /// flush when a runtime is there to run it and the store was not
+    /// closed (otherwise they are lost: their streams may expire earlier
+    /// than their reads said, never later).
     fn drop(&mut self) {
         self.listener.abort();
+        self.flusher.abort();
+        if self.wiring.pool.is_closed() {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let wiring = Arc::clone(&self.wiring);
+            runtime.spawn(async move { flusher::flush(&wiring).await });
+        }
     }
 }
 

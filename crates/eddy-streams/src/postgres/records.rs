@@ -19,13 +19,16 @@ use crate::fork::ForkOrigin;
 use crate::record::StreamRecord;
 use crate::record::{expiry_columns, expiry_from_columns, RecordReader, Records, Stored};
 use crate::rules::{Head, ProducerState};
+use crate::touches::Touches;
 use crate::{ProducerPosition, StreamConfig, StreamError};
 
 /// Record access inside one transaction. A stream's key is its row id (an
-/// identity, so never reused).
+/// identity, so never reused). Loads see this process's TTL touches not
+/// stored yet.
 pub(crate) struct PgRecords {
     tx: Transaction<'static, Postgres>,
     sql: Arc<Sql>,
+    touches: Arc<Touches>,
     /// Whether loads lock the stream rows (write transactions).
     lock: bool,
     /// Whether a statement failed because a concurrent transaction won a
@@ -35,10 +38,16 @@ pub(crate) struct PgRecords {
 
 impl PgRecords {
     /// Records in `tx`; `lock` for a transaction that writes.
-    pub fn new(tx: Transaction<'static, Postgres>, sql: Arc<Sql>, lock: bool) -> Self {
+    pub fn new(
+        tx: Transaction<'static, Postgres>,
+        sql: Arc<Sql>,
+        touches: Arc<Touches>,
+        lock: bool,
+    ) -> Self {
         PgRecords {
             tx,
             sql,
+            touches,
             lock,
             conflicted: false,
         }
@@ -127,7 +136,8 @@ impl RecordReader for PgRecords {
         };
         let row = self.fetch_optional(query(sql).bind(path)).await?;
         let Some(row) = row else { return Ok(None) };
-        let (key, _, record) = decode(&row).map_err(|e| self.fail(e))?;
+        let (key, _, mut record) = decode(&row).map_err(|e| self.fail(e))?;
+        record.accessed_ms = self.touches.accessed(key, record.accessed_ms);
         Ok(Some(Stored { key, record }))
     }
 
@@ -226,8 +236,14 @@ impl RecordReader for PgRecords {
     async fn list(&mut self, prefix: &str) -> Result<Vec<(String, StreamRecord)>, StreamError> {
         let sql = Arc::clone(&self.sql.list);
         let rows = self.fetch_all(query(&sql).bind(prefix)).await?;
+        let touches = &self.touches;
         rows.iter()
-            .map(|row| decode(row).map(|(_, path, record)| (path, record)))
+            .map(|row| {
+                decode(row).map(|(key, path, mut record)| {
+                    record.accessed_ms = touches.accessed(key, record.accessed_ms);
+                    (path, record)
+                })
+            })
             .collect::<Result<_, _>>()
             .map_err(|e| self.fail(e))
     }
@@ -339,7 +355,8 @@ impl Records for PgRecords {
 
     async fn slide(&mut self, key: &i64, at_ms: i64) -> Result<(), StreamError> {
         let sql = Arc::clone(&self.sql.slide);
-        self.execute(query(&sql).bind(key).bind(at_ms)).await?;
+        self.execute(query(&sql).bind(vec![*key]).bind(vec![at_ms]))
+            .await?;
         Ok(())
     }
 

@@ -103,8 +103,12 @@ impl Sql {
                       p AS (DELETE FROM {s}.producers WHERE stream_id = $1)
                  DELETE FROM {s}.streams WHERE id = $1"
             )),
+            // The touches of one flush, one row each: a later stored
+            // access (another process's) is never moved back.
             slide: sql(format!(
-                "UPDATE {s}.streams SET accessed_ms = greatest(accessed_ms, $2) WHERE id = $1"
+                "UPDATE {s}.streams AS s SET accessed_ms = t.at_ms
+                 FROM unnest($1::bigint[], $2::bigint[]) AS t(id, at_ms)
+                 WHERE s.id = t.id AND s.accessed_ms < t.at_ms"
             )),
             tombstone: sql(format!(
                 "INSERT INTO {s}.tombstones (path, deleted_ms) VALUES ($1, $2)

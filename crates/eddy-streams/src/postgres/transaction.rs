@@ -11,6 +11,7 @@ use super::records::PgRecords;
 use super::sql::Sql;
 use crate::engine::Engine;
 use crate::marks::Markers;
+use crate::touches::Touches;
 use crate::{
     Append, Appended, Committed, Created, Fork, Notifier, Offset, Payload, ReadChunk, ReadFrom,
     StreamConfig, StreamError, StreamInfo, StreamPath, StreamSnapshot,
@@ -32,6 +33,8 @@ pub(super) struct Wiring {
     pub markers: Arc<Markers>,
     /// The statement that writes a commit's wake-up marks.
     pub mark: Arc<str>,
+    /// The TTL touches of this process's reads not stored yet.
+    pub touches: Arc<Touches>,
 }
 
 /// A transaction on a [`PgStorage`](super::PgStorage)'s database that
@@ -73,9 +76,6 @@ pub struct PgTransaction {
     wiring: Arc<Wiring>,
     /// Changes to announce once committed.
     changes: Vec<Change>,
-    /// TTL touches of reads, stored after the commit so that a read never
-    /// holds a stream's row lock.
-    touches: Vec<(i64, i64)>,
     /// Stream write calls made in this transaction: a commit with any is
     /// measured (the store's metrics).
     calls: usize,
@@ -123,10 +123,14 @@ impl PgTransaction {
         .map_err(|e| StreamError::internal_from("a transaction's begin did not finish", e))?
         .map_err(|e| pg_error("cannot begin a transaction", e))?;
         Ok(PgTransaction {
-            records: PgRecords::new(tx, Arc::clone(&wiring.sql), false),
+            records: PgRecords::new(
+                tx,
+                Arc::clone(&wiring.sql),
+                Arc::clone(&wiring.touches),
+                false,
+            ),
             wiring,
             changes: Vec::new(),
-            touches: Vec::new(),
             calls: 0,
         })
     }
@@ -220,8 +224,10 @@ impl PgTransaction {
             .engine
             .read(&mut self.records, path, from, max_bytes)
             .await?;
+        // Debounced: the store's flusher writes it (see `flusher.rs`), and
+        // this process's loads see it meanwhile.
         if let Some(touch) = touch {
-            self.touches.push((touch.key, touch.at_ms));
+            self.wiring.touches.record(touch.key, touch.at_ms);
         }
         Ok(chunk)
     }
@@ -318,9 +324,6 @@ impl PgTransaction {
         for change in self.changes {
             change.raise(&self.wiring.notifier);
         }
-        for (key, at_ms) in self.touches {
-            slide(&self.wiring, key, at_ms).await;
-        }
         Ok(())
     }
 
@@ -330,18 +333,5 @@ impl PgTransaction {
             tail,
             closed,
         }));
-    }
-}
-
-/// Moves a stream's last access forward, outside any transaction. A lost
-/// touch only lets the stream expire earlier than its reads said.
-pub(super) async fn slide(wiring: &Wiring, key: i64, at_ms: i64) {
-    let stored = sqlx::query(sqlx::AssertSqlSafe(Arc::clone(&wiring.sql.slide)))
-        .bind(key)
-        .bind(at_ms)
-        .execute(&wiring.pool)
-        .await;
-    if let Err(err) = stored {
-        tracing::warn!(error = %err, "cannot store a stream's TTL touch");
     }
 }

@@ -17,9 +17,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
 
-use super::touches::Touches;
 use crate::record::{Op, RecordReader, Stored, StreamRecord};
 use crate::rules::{take_within, ProducerState};
+use crate::touches::Touches;
 use crate::StreamError;
 
 /// The most streams the cache describes (each costs its record).

@@ -8,7 +8,6 @@ mod marks;
 mod options;
 mod records;
 mod schema;
-mod touches;
 mod transaction;
 mod writer;
 
@@ -31,6 +30,7 @@ use tokio::sync::{oneshot, Semaphore};
 use crate::engine::{complete, Engine};
 use crate::marks::Markers;
 use crate::payload::Split;
+use crate::touches::Touches;
 use crate::{
     Append, Appended, Created, Fork, Notifier, Payload, ReadChunk, ReadFrom, Storage, StreamConfig,
     StreamError, StreamInfo, StreamPath, StreamSnapshot,
@@ -38,7 +38,6 @@ use crate::{
 use bytes::Bytes;
 use cache::{Cache, View};
 use records::SqliteRecords;
-use touches::Touches;
 use writer::{Event, Job};
 
 /// The writer's queue holds at most this many KiB of requests (each job

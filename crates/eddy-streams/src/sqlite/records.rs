@@ -10,12 +10,12 @@ use bytes::Bytes;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::cache::Change;
-use super::touches::Touches;
 use crate::fork::ForkOrigin;
 use crate::record::{
     expiry_columns, expiry_from_columns, Op, RecordReader, Records, Stored, StreamRecord,
 };
 use crate::rules::{Head, ProducerState};
+use crate::touches::Touches;
 use crate::{ProducerPosition, StreamConfig, StreamError};
 
 /// Record access through one connection. A stream's key is its row id

@@ -8,9 +8,9 @@ use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 use super::cache::Change;
 use super::records::SqliteRecords;
-use super::touches::Touches;
 use super::writer::{AloneTask, Event, Failure, Shared};
 use crate::engine::{complete, Engine};
+use crate::touches::Touches;
 use crate::{Append, Appended, StreamError, StreamPath};
 
 /// A write transaction on a [`SqliteStorage`](super::SqliteStorage)'s

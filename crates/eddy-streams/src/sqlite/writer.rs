@@ -17,9 +17,9 @@ use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 use super::cache::{Cache, Change};
 use super::records::{self, SqliteRecords};
-use super::touches::{Touches, FLUSH_INTERVAL};
 use crate::engine::Engine;
 use crate::marks::Markers;
+use crate::touches::{Touches, FLUSH_INTERVAL};
 use crate::{Notifier, StreamError, StreamInfo};
 
 /// The most jobs one transaction takes.

@@ -64,6 +64,7 @@ pub fn one_of_each() -> Vec<StreamError> {
             producer: "w".into(),
             limit: 8,
         },
+        StreamError::TooManyStreams { limit: 2 },
         StreamError::InvalidArgument("bad limit".into()),
         StreamError::Route {
             route: "facts/:id".into(),
@@ -78,4 +79,39 @@ pub fn one_of_each() -> Vec<StreamError> {
         StreamError::unavailable("the database is busy"),
         StreamError::internal("the database file is corrupt"),
     ]
+}
+
+/// Every code of [`StreamError`], read from the type itself rather than
+/// listed: deserializing an unknown code makes serde name the variants it
+/// expected, and this error type keeps that list instead of a message.
+pub fn every_code() -> &'static [&'static str] {
+    use serde::de::value::MapDeserializer;
+    use serde::Deserialize;
+
+    #[derive(Debug)]
+    struct Expected(Option<&'static [&'static str]>);
+
+    impl std::fmt::Display for Expected {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "expected one of {:?}", self.0)
+        }
+    }
+
+    impl std::error::Error for Expected {}
+
+    impl serde::de::Error for Expected {
+        fn custom<T: std::fmt::Display>(_: T) -> Self {
+            Expected(None)
+        }
+
+        fn unknown_variant(_: &str, expected: &'static [&'static str]) -> Self {
+            Expected(Some(expected))
+        }
+    }
+
+    let form = MapDeserializer::<_, Expected>::new([("code", "no/such-code")].into_iter());
+    match StreamError::deserialize(form) {
+        Err(Expected(Some(codes))) => codes,
+        other => panic!("serde did not name the codes: {other:?}"),
+    }
 }

@@ -1,5 +1,6 @@
-//! Sliding-TTL touches, debounced: a read records its time here at once
-//! and every load sees it, but the writer stores it only with its next
+//! Sliding-TTL touches, debounced, for the backends that store records
+//! (SQLite, PostgreSQL): a read records its time here at once and every
+//! load sees it, but the backend stores it only later, with SQLite's next
 //! group commit or at most [`FLUSH_INTERVAL`] later, one row update per
 //! stream however many reads came in between.
 
@@ -7,12 +8,12 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// How long a touch may wait before the writer stores it on its own.
-pub(super) const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a touch may wait before its backend stores it on its own.
+pub(crate) const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The latest read time of each stream whose touch is not stored yet.
 #[derive(Debug)]
-pub(super) struct Touches {
+pub(crate) struct Touches {
     pending: Mutex<Pending>,
 }
 

@@ -1,0 +1,210 @@
+//! Sliding-TTL touches: a read moves its stream's expiry at once, and the
+//! store writes the touches of many reads as one statement per flush.
+//!
+//! UPDATEs of the streams table are counted by triggers of the test's own
+//! (one per statement, one per row): the statements the store really
+//! sends, without a mock.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use eddy_streams::sqlx::{self, AssertSqlSafe, PgPool, Row};
+use eddy_streams::{Clock, ManualClock, Payload, ReadFrom, Storage, StreamConfig, StreamPath};
+
+use super::{run, Schema};
+
+fn path(s: &str) -> StreamPath {
+    StreamPath::new(s).expect("valid path")
+}
+
+/// Adds the triggers that count the UPDATE statements on the schema's
+/// `streams` table, and the rows they change.
+async fn count_updates(schema: &Schema) {
+    let s = &schema.name;
+    schema
+        .execute(&format!(
+            r#"
+            CREATE TABLE "{s}".update_counts (statements bigint NOT NULL, rows bigint NOT NULL);
+            INSERT INTO "{s}".update_counts VALUES (0, 0);
+            CREATE FUNCTION "{s}".count_statement() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN UPDATE "{s}".update_counts SET statements = statements + 1; RETURN NULL; END
+            $$;
+            CREATE FUNCTION "{s}".count_row() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN UPDATE "{s}".update_counts SET rows = rows + 1; RETURN NULL; END
+            $$;
+            CREATE TRIGGER count_statements AFTER UPDATE ON "{s}".streams
+                FOR EACH STATEMENT EXECUTE FUNCTION "{s}".count_statement();
+            CREATE TRIGGER count_rows AFTER UPDATE ON "{s}".streams
+                FOR EACH ROW EXECUTE FUNCTION "{s}".count_row();
+            "#
+        ))
+        .await;
+}
+
+/// The UPDATE statements and updated rows counted so far.
+async fn updates(pool: &PgPool, schema: &Schema) -> (i64, i64) {
+    let row = sqlx::query(AssertSqlSafe(format!(
+        r#"SELECT statements, rows FROM "{}".update_counts"#,
+        schema.name
+    )))
+    .fetch_one(pool)
+    .await
+    .expect("read the update counts");
+    (row.get(0), row.get(1))
+}
+
+/// The stored last access of the stream at `path`.
+async fn stored_access(pool: &PgPool, schema: &Schema, path: &StreamPath) -> i64 {
+    sqlx::query_scalar(AssertSqlSafe(format!(
+        r#"SELECT accessed_ms FROM "{}".streams WHERE path = $1"#,
+        schema.name
+    )))
+    .bind(path.as_str())
+    .fetch_one(pool)
+    .await
+    .expect("read the stored access")
+}
+
+/// Waits (at most 5 s) until the stored last access of `path` is `at_ms`.
+async fn await_stored(pool: &PgPool, schema: &Schema, path: &StreamPath, at_ms: i64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let stored = stored_access(pool, schema, path).await;
+        if stored == at_ms {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "`{path}`: the touch of {at_ms} was not stored, the row says {stored}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Regression: every read of a stream with a sliding TTL stored its touch
+/// with an UPDATE of its own (issue 12: touches are debounced, as SQLite's
+/// are). Hundreds of reads of two streams now cost at most one UPDATE
+/// statement (of both rows) per flush interval; the reads still slide the
+/// TTL at once, and the flushed touches reach the database, where another
+/// store sees them.
+#[test]
+fn sliding_ttl_reads_are_stored_debounced() {
+    let Some(schema) = Schema::fresh("debounced_touches") else {
+        return;
+    };
+    run(async move {
+        let clock = Arc::new(ManualClock::starting_now());
+        let store = schema.open(clock.clone()).await;
+        count_updates(&schema).await;
+        let paths = [path("ttl/a"), path("ttl/b")];
+        let config = StreamConfig::json().with_ttl(Duration::from_secs(10));
+        for p in &paths {
+            store
+                .create(p, config.clone(), Payload::empty())
+                .await
+                .expect("create");
+        }
+
+        const ROUNDS: u32 = 200;
+        let before = updates(store.pool(), &schema).await;
+        let started = Instant::now();
+        for _ in 0..ROUNDS {
+            // 200 s of store time under a 10 s TTL: only sliding keeps the
+            // streams, and only if each read sees the one before it.
+            clock.advance(Duration::from_secs(1));
+            for p in &paths {
+                store
+                    .read(p, ReadFrom::Beginning, 1024)
+                    .await
+                    .expect("a stream read within its TTL is alive");
+            }
+        }
+        let elapsed = started.elapsed();
+        let after = updates(store.pool(), &schema).await;
+        let (statements, rows) = (after.0 - before.0, after.1 - before.1);
+        eprintln!(
+            "{} reads in {elapsed:?}: {statements} UPDATE statements of {rows} rows",
+            2 * ROUNDS
+        );
+        // One flush a second at most, and one more under way at the end.
+        let flushes = i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX) + 2;
+        assert!(
+            statements <= flushes && rows <= 2 * flushes,
+            "{} reads in {elapsed:?} made {statements} UPDATE statements of {rows} rows",
+            2 * ROUNDS
+        );
+
+        let last_read = clock.now_ms();
+        for p in &paths {
+            await_stored(store.pool(), &schema, p, last_read).await;
+        }
+        let flushed = updates(store.pool(), &schema).await;
+        let (statements, rows) = (flushed.0 - before.0, flushed.1 - before.1);
+        assert!(
+            rows > statements,
+            "a flush stores the touches of both streams in one statement: \
+             {statements} statements of {rows} rows"
+        );
+
+        let other = schema.open(clock.clone()).await;
+        clock.advance(Duration::from_secs(9));
+        other
+            .head(&paths[0])
+            .await
+            .expect("another store sees the stored touch: read 9 s ago");
+        clock.advance(Duration::from_secs(2));
+        let expired = store.head(&paths[1]).await.err().map(|e| e.code());
+        assert_eq!(
+            expired,
+            Some("stream/not-found"),
+            "11 s after its last read the stream expired"
+        );
+        other.close().await;
+        store.close().await;
+        schema.drop().await;
+    });
+}
+
+/// The touch a read leaves is stored when the store closes, and when it
+/// is dropped, before its flush interval is over: no touch is lost to an
+/// orderly stop.
+#[test]
+fn pending_touches_are_stored_when_the_store_closes_or_drops() {
+    let Some(schema) = Schema::fresh("touches_at_close") else {
+        return;
+    };
+    run(async move {
+        let clock = Arc::new(ManualClock::starting_now());
+        let store = schema.open(clock.clone()).await;
+        let p = path("ttl/closing");
+        let config = StreamConfig::json().with_ttl(Duration::from_secs(10));
+        store
+            .create(&p, config, Payload::empty())
+            .await
+            .expect("create");
+        let pool = PgPool::connect(&schema.url).await.expect("connect");
+
+        clock.advance(Duration::from_secs(6));
+        store
+            .read(&p, ReadFrom::Beginning, 1024)
+            .await
+            .expect("read");
+        store.close().await;
+        assert_eq!(
+            stored_access(&pool, &schema, &p).await,
+            clock.now_ms(),
+            "stored by close"
+        );
+
+        let store = schema.open(clock.clone()).await;
+        clock.advance(Duration::from_secs(6));
+        store
+            .read(&p, ReadFrom::Beginning, 1024)
+            .await
+            .expect("read");
+        drop(store);
+        await_stored(&pool, &schema, &p, clock.now_ms()).await;
+        pool.close().await;
+        schema.drop().await;
+    });
+}
