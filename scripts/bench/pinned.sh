@@ -1,6 +1,9 @@
 # The `pinned` mode of server.sh (sourced by it): eddy against itself, the
 # server on core 0 and the load on core 1, and the ratios issue 12 sets
-# targets for. Uses server.sh's helpers and variables.
+# targets for. The long-poll fan-out runs over HTTP/1.1 (a connection per
+# reader) and over a few h2c connections, each beside the fan-out floor
+# (a bare hyper server, examples/fanout_floor.rs) under the same client.
+# Uses server.sh's helpers and variables.
 
 server_core="${SERVER_CORE:-0}"
 load_core="${LOAD_CORE:-1}"
@@ -14,12 +17,25 @@ exec_pinned() { if [ "$(id -u)" = 0 ]; then exec chrt -f 10 taskset -c "$@"; els
 pinned_connections="${PINNED_CONNECTIONS:-128}"
 fanout_readers="${FANOUT_READERS:-10000}"
 fanout_rounds="${FANOUT_ROUNDS:-3}"
+fanout_h2c="${FANOUT_H2C:-20}"
 
 start_pinned() { # binary storage: starts a server and sets `base` (not in a subshell, so `pids` keeps it)
   local port; port="$(free_port)"
   (exec_pinned "$server_core" "$1" serve --listen "127.0.0.1:$port" --storage "$2" --data "$work/pinned-$2-$port" \
-    --long-poll-timeout 60s --max-live-readers $((fanout_readers * 2)) >/dev/null 2>&1) &
+    --long-poll-timeout 60s --max-live-readers $((fanout_readers * 2)) \
+    --http2-max-streams $((fanout_readers / fanout_h2c + 16)) >/dev/null 2>&1) &
   pids+=($!); base="http://127.0.0.1:$port"; wait_up "$base"
+}
+
+# The fan-out floor: a bare hyper server (examples/fanout_floor.rs) that
+# answers parked long-polls with Eddy-shaped answers and does nothing else,
+# so its figures are what hyper and the kernel alone cost here.
+start_floor() {
+  local port; port="$(free_port)"
+  (exec_pinned "$server_core" "$floor" "127.0.0.1:$port" >/dev/null 2>&1) &
+  pids+=($!); base="http://127.0.0.1:$port"
+  for _ in $(seq 1 100); do curl -fsS -o /dev/null "$base/metrics" 2>/dev/null && return; sleep 0.1; done
+  echo "the fan-out floor at $base did not start" >&2; exit 1
 }
 
 stop_pinned() { # the last server started
@@ -42,15 +58,29 @@ prepare_kb_stream() { # base: a text stream of 200 messages of 1 KB, one append 
   for _ in $(seq 1 200); do curl -fsS -o /dev/null -X POST -H 'content-type: text/plain' --data "$msg" "$1/bench/kb"; done
 }
 
-measure_pinned() { # binary -> sets `figures` to "healthz mem_append sqlite_append mem_read sqlite_read fanout_p50 fanout_p99 fanout_max"
-  local bin="$1" h ma sa mr sr fan p50 p99 max
+fan_out() { # base [h2c:N] -> "p50/p99/max" (ms)
+  local p50 p99 max
+  read -r p50 p99 max _ <<<"$(pin "$load_core" "$fanout" "$1" "$fanout_readers" "$fanout_rounds" ${2:+"$2"})"
+  echo "$p50/$p99/$max"
+}
+
+measure_floor() { # -> sets `floor_h1` and `floor_h2` ("p50/p99/max")
+  start_floor
+  floor_h1="$(fan_out "$base")"
+  floor_h2="$(fan_out "$base" "h2c:$fanout_h2c")"
+  stop_pinned
+}
+
+measure_pinned() { # binary -> sets `figures` to "healthz mem_append sqlite_append mem_read sqlite_read fanout_h1 fanout_h2"
+  local bin="$1" h ma sa mr sr fan_h1 fan_h2
   start_pinned "$bin" memory
   curl -fsS -o /dev/null -X PUT -H 'content-type: text/plain' "$base/bench/append"
   prepare_kb_stream "$base"
   h="$(pinned_rps "$base/healthz")"
   ma="$(pinned_rps "$base/bench/append" -s "$here/append.lua")"
   mr="$(pinned_rps "$base/bench/kb?offset=-1")"
-  fan="$(pin "$load_core" "$fanout" "$base" "$fanout_readers" "$fanout_rounds")"
+  fan_h1="$(fan_out "$base")"
+  fan_h2="$(fan_out "$base" "h2c:$fanout_h2c")"
   stop_pinned
   start_pinned "$bin" sqlite
   curl -fsS -o /dev/null -X PUT -H 'content-type: text/plain' "$base/bench/append"
@@ -58,13 +88,12 @@ measure_pinned() { # binary -> sets `figures` to "healthz mem_append sqlite_appe
   sa="$(pinned_rps "$base/bench/append" -s "$here/append.lua")"
   sr="$(pinned_rps "$base/bench/kb?offset=-1")"
   stop_pinned
-  read -r p50 p99 max _ <<<"$fan"
-  figures="$h $ma $sa $mr $sr $p50 $p99 $max"
+  figures="$h $ma $sa $mr $sr $fan_h1 $fan_h2"
 }
 
 pinned_report() { # label figures
-  local h ma sa mr sr p50 p99 max
-  read -r h ma sa mr sr p50 p99 max <<<"$2"
+  local h ma sa mr sr fan_h1 fan_h2
+  read -r h ma sa mr sr fan_h1 fan_h2 <<<"$2"
   echo
   echo "== $1 (server on core $server_core, wrk -t1 -c$pinned_connections -d$duration on core $load_core) =="
   printf '%-52s %12s\n' "/healthz (req/s)" "$h"
@@ -75,11 +104,13 @@ pinned_report() { # label figures
   printf '%-52s %12s  (target >= 0.50)\n' "ratio SQLite / memory catch-up reads" "$(ratio2 "$sr" "$mr")"
   printf '%-52s %12s  (target >= 0.50)\n' "ratio SQLite / memory single appends" "$(ratio2 "$sa" "$ma")"
   printf '%-52s %12s  (target >= 0.85)\n' "ratio memory appends / healthz" "$(ratio2 "$ma" "$h")"
-  printf '%-52s %12s  (target: all <= 100 ms)\n' "$fanout_readers long-poll readers, p50 / p99 / max (ms)" "$p50 / $p99 / $max"
+  printf '%-52s %18s  (floor %s; target: all <= 100 ms)\n' "$fanout_readers long-poll readers, HTTP/1.1, p50/p99/max ms" "$fan_h1" "$floor_h1"
+  printf '%-52s %18s  (floor %s)\n' "  the same over $fanout_h2c h2c connections" "$fan_h2" "$floor_h2"
 }
 
 ratio2() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 
+measure_floor
 if [ -n "${BASELINE:-}" ]; then
   measure_pinned "$BASELINE"
   pinned_report "baseline: $BASELINE" "$figures"

@@ -24,7 +24,8 @@
 #   - durable (SQLite, fsync) single appends / memory ones, 128 connections (>= 0.5)
 #   - memory single appends / the server's own /healthz rate (>= 0.85)
 #   - 10 000 long-poll readers of one stream: p50/p99 from the append to each
-#     reader's answer (live_fanout, a Rust client; target: all within 100 ms)
+#     reader's answer (live_fanout, a Rust client; target: all within 100 ms),
+#     over HTTP/1.1 and over h2c, each beside a bare hyper server's (the floor)
 # With BASELINE=/path/to/an/older/eddy it measures that binary too, in the
 # same run, and prints both.
 #
@@ -42,10 +43,11 @@ threads="${THREADS:-2}"
 command -v wrk >/dev/null || { apt-get install -y wrk >/dev/null 2>&1 || { echo "install wrk first" >&2; exit 1; }; }
 [ "$mode" = pinned ] || [ "$mode" = postgres ] || (cd "$here" && [ -d node_modules/@durable-streams/server ] || npm install --no-audit --no-fund --loglevel=error >/dev/null)
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
-(cd "$root" && cargo build --quiet --release -p eddy --features postgres && cargo build --quiet --release -p eddy-server --example live_latency --example live_fanout)
+(cd "$root" && cargo build --quiet --release -p eddy --features postgres && cargo build --quiet --release -p eddy-server --example live_latency --example live_fanout --example fanout_floor)
 eddy="$CARGO_TARGET_DIR/release/eddy"
 latency="$CARGO_TARGET_DIR/release/examples/live_latency"
 fanout="$CARGO_TARGET_DIR/release/examples/live_fanout"
+floor="$CARGO_TARGET_DIR/release/examples/fanout_floor"
 
 work="$(mktemp -d)"
 pids=()

@@ -78,12 +78,15 @@ impl Notifier {
         if let Some(sender) = self.streams().get(&info.path) {
             sender.send_replace(Some(info.clone()));
         }
-        // No subscriber is not an error: nobody is listening yet.
-        let _ = self.committed.send(Committed {
-            path: info.path.clone(),
-            tail: info.tail,
-            closed: info.closed,
-        });
+        // Nobody listening is common (no projection runs in the process):
+        // then there is nothing to build.
+        if self.committed.receiver_count() > 0 {
+            let _ = self.committed.send(Committed {
+                path: info.path.clone(),
+                tail: info.tail,
+                closed: info.closed,
+            });
+        }
     }
 
     /// Reports a commit whose full state the caller does not know: its

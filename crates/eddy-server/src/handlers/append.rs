@@ -2,7 +2,7 @@
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use eddy_streams::{Append, Payload, StreamPath};
 
 use super::{put, read_body};
@@ -66,5 +66,5 @@ pub(super) async fn append(
     } else {
         StatusCode::NO_CONTENT
     };
-    Ok((status, out).into_response())
+    Ok(super::respond(status, out, Body::empty()))
 }

@@ -3,7 +3,7 @@
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, StatusCode, Uri};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use eddy_streams::{Expiry, Fork, Payload, StreamConfig, StreamPath, OCTET_STREAM};
 
 use super::{describe, put, read_body};
@@ -65,7 +65,7 @@ pub(super) async fn create(
     } else {
         StatusCode::OK
     };
-    Ok((status, out).into_response())
+    Ok(super::respond(status, out, Body::empty()))
 }
 
 /// The fork headers, if this create is a fork.

@@ -91,7 +91,7 @@ async fn head(state: &AppState, path: &StreamPath) -> Result<Response, ApiError>
     let mut headers = response_headers();
     describe(&mut headers, &info);
     put(&mut headers, header::CACHE_CONTROL, "no-store".into());
-    Ok((StatusCode::OK, headers, Body::empty()).into_response())
+    Ok(respond(StatusCode::OK, headers, Body::empty()))
 }
 
 /// How many headers a response may carry without its map growing: the
@@ -102,6 +102,15 @@ const RESPONSE_HEADERS: usize = 24;
 /// An empty header map with room for a whole response's headers.
 fn response_headers() -> HeaderMap {
     HeaderMap::with_capacity(RESPONSE_HEADERS)
+}
+
+/// A response built in place from its parts. (axum's `(status, headers,
+/// body)` form copies every header into a second map, on every request.)
+fn respond(status: StatusCode, headers: HeaderMap, body: Body) -> Response {
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    response
 }
 
 /// The headers that describe a stream: content type, tail, expiry, close.

@@ -2,12 +2,13 @@
 
 use std::time::SystemTime;
 
+use axum::body::Body;
 use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use eddy_streams::{ReadChunk, ReadFrom, StreamPath, Wait};
 
 use super::encode;
-use super::put;
+use super::{put, respond};
 use crate::cache::{self, Freshness};
 use crate::cursor;
 use crate::error::ApiError;
@@ -63,7 +64,7 @@ async fn catch_up(
         // The tag the client holds, so a compressed copy stays valid.
         let tag = if sent == "*" { etag } else { sent.to_owned() };
         put(&mut out, header::ETAG, tag);
-        return Ok((StatusCode::NOT_MODIFIED, out).into_response());
+        return Ok(respond(StatusCode::NOT_MODIFIED, out, Body::empty()));
     }
     put(&mut out, header::ETAG, etag);
     let framed = parse::header(headers, protocol::FRAMING)? == Some(protocol::FRAMING_MESSAGES);
@@ -77,7 +78,7 @@ async fn catch_up(
     } else {
         encode::body(&chunk.content_type, &chunk.messages)
     };
-    Ok((StatusCode::OK, out, body).into_response())
+    Ok(respond(StatusCode::OK, out, body.into()))
 }
 
 async fn long_poll(
@@ -123,11 +124,11 @@ async fn long_poll(
         );
     }
     if chunk.messages.is_empty() {
-        return Ok((StatusCode::NO_CONTENT, out).into_response());
+        return Ok(respond(StatusCode::NO_CONTENT, out, Body::empty()));
     }
     put(&mut out, header::ETAG, cache::etag(&chunk));
     let body = encode::body(&chunk.content_type, &chunk.messages);
-    Ok((StatusCode::OK, out, body).into_response())
+    Ok(respond(StatusCode::OK, out, body.into()))
 }
 
 /// The headers of a read response.
