@@ -149,7 +149,8 @@ async fn long_poll(floor: &Floor, seen: u64) -> Response<Full<Bytes>> {
 const EXPOSED: &str = "stream-next-offset, stream-up-to-date, stream-cursor, \
 stream-closed, stream-ttl, stream-expires-at, producer-epoch, producer-seq, \
 producer-expected-seq, producer-received-seq, stream-sse-data-encoding, etag, location, \
-content-type, eddy-error, eddy-stream-bytes";
+content-type, eddy-error, eddy-stream-bytes, eddy-read-start, eddy-duplicate, eddy-limit, \
+retry-after, x-request-id";
 
 /// An offset in Eddy's fixed-width text form.
 fn offset(count: u64) -> String {

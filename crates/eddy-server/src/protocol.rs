@@ -56,11 +56,13 @@ pub(crate) const RESERVED_PREFIX: &str = "_eddy/";
 /// under it.
 pub const RESERVED_STREAM_PREFIX: &str = "__eddy/";
 
-/// Every header a browser client may need to read.
+/// Every header a browser client may need to read: the protocol's, Eddy's
+/// extensions, when to retry, and the request id to quote in a report.
 pub(crate) const EXPOSED_HEADERS: &str = "stream-next-offset, stream-up-to-date, stream-cursor, \
 stream-closed, stream-ttl, stream-expires-at, producer-epoch, producer-seq, \
 producer-expected-seq, producer-received-seq, stream-sse-data-encoding, etag, location, \
-content-type, eddy-error, eddy-stream-bytes";
+content-type, eddy-error, eddy-stream-bytes, eddy-read-start, eddy-duplicate, eddy-limit, \
+retry-after, x-request-id";
 
 /// Every request header a browser client may send.
 pub(crate) const ALLOWED_HEADERS: &str = "authorization, content-type, if-none-match, stream-seq, \

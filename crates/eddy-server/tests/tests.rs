@@ -3,6 +3,7 @@
 mod caching;
 mod compression;
 mod console;
+mod cors;
 mod http2;
 mod limits;
 mod metrics_page;
