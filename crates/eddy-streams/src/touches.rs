@@ -145,4 +145,18 @@ mod tests {
         assert_eq!(touches.due(false, true, Instant::now()), [(2, 30)]);
         assert_eq!(touches.accessed(1, 0), 0);
     }
+
+    /// Only the touches marked stored are forgotten: a flush that skipped
+    /// a row another transaction held keeps its touch for the next one.
+    #[test]
+    fn touches_not_marked_stored_stay_pending() {
+        let touches = Touches::default();
+        touches.record(1, 10);
+        touches.record(2, 20);
+        let mut due = touches.due(false, true, Instant::now());
+        due.sort_unstable();
+        touches.stored(&due[..1]);
+        assert_eq!(touches.due(false, true, Instant::now()), [(2, 20)]);
+        assert_eq!(touches.accessed(2, 0), 20);
+    }
 }

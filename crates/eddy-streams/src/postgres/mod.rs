@@ -128,8 +128,10 @@ impl PgOptions {
 /// A read of a stream with a sliding TTL moves its expiry at once for this
 /// store, and a task of the store writes the touches of all reads to the
 /// database at most a second later, one statement for them all ([`close`]
-/// and dropping the store write what is left). Other processes see a
-/// touch once it is written.
+/// and dropping the store write what is left). That statement never waits
+/// for a row lock: the touch of a stream whose row another transaction
+/// holds is written by the first flush after it ends. Other processes see
+/// a touch once it is written.
 ///
 /// [`close`]: PgStorage::close
 ///

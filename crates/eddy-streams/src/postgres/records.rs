@@ -354,9 +354,10 @@ impl Records for PgRecords {
     }
 
     async fn slide(&mut self, key: &i64, at_ms: i64) -> Result<(), StreamError> {
-        let sql = Arc::clone(&self.sql.slide);
-        self.execute(query(&sql).bind(vec![*key]).bind(vec![at_ms]))
-            .await?;
+        // Debounced, as a read's touch (`PgTransaction::read`): an UPDATE
+        // here would make a read wait for the row lock of a writer, in the
+        // caller's transaction. The flusher stores it without waiting.
+        self.touches.record(*key, at_ms);
         Ok(())
     }
 

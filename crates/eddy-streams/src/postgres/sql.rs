@@ -104,11 +104,24 @@ impl Sql {
                  DELETE FROM {s}.streams WHERE id = $1"
             )),
             // The touches of one flush, one row each: a later stored
-            // access (another process's) is never moved back.
+            // access (another process's) is never moved back. Background
+            // bookkeeping never waits for a row lock (nor deadlocks with a
+            // caller's transaction): rows another transaction holds are
+            // skipped, and their ids returned, to stay pending; a stream
+            // removed meanwhile is neither locked nor returned.
             slide: sql(format!(
-                "UPDATE {s}.streams AS s SET accessed_ms = t.at_ms
-                 FROM unnest($1::bigint[], $2::bigint[]) AS t(id, at_ms)
-                 WHERE s.id = t.id AND s.accessed_ms < t.at_ms"
+                "WITH due AS (
+                     SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS t(id, at_ms)
+                 ), locked AS MATERIALIZED (
+                     SELECT s.id FROM {s}.streams AS s JOIN due ON s.id = due.id
+                     FOR NO KEY UPDATE OF s SKIP LOCKED
+                 ), slid AS (
+                     UPDATE {s}.streams AS s SET accessed_ms = due.at_ms
+                     FROM locked JOIN due ON due.id = locked.id
+                     WHERE s.id = locked.id AND s.accessed_ms < due.at_ms
+                 )
+                 SELECT due.id FROM due JOIN {s}.streams AS s ON s.id = due.id
+                 WHERE NOT EXISTS (SELECT 1 FROM locked WHERE locked.id = due.id)"
             )),
             tombstone: sql(format!(
                 "INSERT INTO {s}.tombstones (path, deleted_ms) VALUES ($1, $2)

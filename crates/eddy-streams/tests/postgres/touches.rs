@@ -208,3 +208,107 @@ fn pending_touches_are_stored_when_the_store_closes_or_drops() {
         schema.drop().await;
     });
 }
+
+/// Regression: the flush of TTL touches locked the rows of all its streams
+/// in one UPDATE and waited for each, so a transaction that held one of
+/// them (a writer, a projection host's `Commit::transaction`) stalled the
+/// background flush; had it then waited for a row the flush had already
+/// locked, PostgreSQL would have broken the deadlock after
+/// `deadlock_timeout`, perhaps by aborting the caller's transaction. The
+/// flush now skips the rows another transaction holds: it never waits,
+/// stores the other touches, and keeps the skipped ones for the next flush.
+#[test]
+fn a_flush_skips_the_stream_rows_another_transaction_holds() {
+    let Some(schema) = Schema::fresh("touches_skip_locked") else {
+        return;
+    };
+    run(async move {
+        let clock = Arc::new(ManualClock::starting_now());
+        let store = schema.open(clock.clone()).await;
+        let (free, held) = (path("ttl/free"), path("ttl/held"));
+        let config = StreamConfig::json().with_ttl(Duration::from_secs(10));
+        for p in [&free, &held] {
+            store
+                .create(p, config.clone(), Payload::empty())
+                .await
+                .expect("create");
+        }
+        let created = clock.now_ms();
+        let pool = PgPool::connect(&schema.url).await.expect("connect");
+        let lock_row = format!(
+            r#"SELECT id FROM "{}".streams WHERE path = $1 FOR UPDATE"#,
+            schema.name
+        );
+
+        clock.advance(Duration::from_secs(3));
+        for p in [&free, &held] {
+            store
+                .read(p, ReadFrom::Beginning, 1024)
+                .await
+                .expect("read");
+        }
+        let read_at = clock.now_ms();
+
+        // Another session's transaction holds `held`'s row, as a host's
+        // transaction that appended to it would.
+        let mut other = pool.begin().await.expect("begin");
+        let other_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut *other)
+            .await
+            .expect("the other session's pid");
+        sqlx::query(AssertSqlSafe(lock_row.clone()))
+            .bind(held.as_str())
+            .fetch_one(&mut *other)
+            .await
+            .expect("lock the held stream's row");
+
+        // The store's flusher runs every second. A flush that waited for
+        // the held row would store nothing (one statement) until the other
+        // transaction ends.
+        tokio::time::timeout(
+            Duration::from_secs(3),
+            await_stored(&pool, &schema, &free, read_at),
+        )
+        .await
+        .expect("the free stream's touch is stored while the other row is held");
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
+        )
+        .bind(other_pid)
+        .fetch_one(&pool)
+        .await
+        .expect("the sessions waiting for the other transaction");
+        assert_eq!(waiting, 0, "no flush waits for the held row");
+        assert_eq!(
+            stored_access(&pool, &schema, &held).await,
+            created,
+            "the held stream's touch is not stored under the other's lock"
+        );
+
+        // The other transaction now takes the free stream's row too: the
+        // flush holds none, so it neither waits nor deadlocks.
+        tokio::time::timeout(
+            Duration::from_millis(500),
+            sqlx::query(AssertSqlSafe(lock_row))
+                .bind(free.as_str())
+                .fetch_one(&mut *other),
+        )
+        .await
+        .expect("the other transaction does not wait for a flush")
+        .expect("the other transaction is not aborted");
+        other.commit().await.expect("the other transaction commits");
+
+        // The skipped touch stayed pending: the next flush (closing's)
+        // stores it, promptly.
+        tokio::time::timeout(Duration::from_millis(500), store.close())
+            .await
+            .expect("closing's flush returns promptly");
+        assert_eq!(
+            stored_access(&pool, &schema, &held).await,
+            read_at,
+            "the held stream's touch is stored once the other transaction committed"
+        );
+        pool.close().await;
+        schema.drop().await;
+    });
+}
