@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Instructions per request of `eddy serve` (memory storage) for /healthz and
+# for single-message appends, counted by valgrind's callgrind: the same
+# figure for the same binary whatever else the machine does, so a change of
+# a few hundred instructions per request shows where wrk's req/s cannot
+# (they move ±5 % from run to run on a shared VM). Kernel time is not
+# counted. The append figure minus the /healthz one is what an append
+# costs beyond the HTTP floor.
+#
+#   scripts/bench/instructions.sh                      # this checkout's release build
+#   scripts/bench/instructions.sh /tmp/eddy-before     # that binary, then this build's
+#   SECONDS_PER_ROUTE=4 scripts/bench/instructions.sh
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+seconds="${SECONDS_PER_ROUTE:-8}"
+command -v wrk >/dev/null || apt-get install -y wrk >/dev/null
+command -v valgrind >/dev/null || apt-get install -y valgrind >/dev/null
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
+# The features server.sh builds with, so the two share one binary.
+(cd "$root" && cargo build --quiet --release -p eddy --features postgres)
+work="$(mktemp -d)"
+server=""
+cleanup() { [ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+
+measure() { # binary -> prints "label healthz_ir append_ir difference"
+  local bin="$1" port label; port="$(free_port)"; label="$(basename "$bin")"
+  valgrind --tool=callgrind --callgrind-out-file="$work/cg.%p" \
+    "$bin" serve --listen "127.0.0.1:$port" --storage memory --data "$work/data-$port" >/dev/null 2>&1 &
+  server=$!
+  for _ in $(seq 1 200); do curl -fsS -o /dev/null "http://127.0.0.1:$port/healthz" 2>/dev/null && break; sleep 0.2; done
+  curl -fsS -o /dev/null -X PUT -H 'content-type: text/plain' "http://127.0.0.1:$port/bench/append"
+  local figures=()
+  for route in healthz append; do
+    local url="http://127.0.0.1:$port/healthz" script=()
+    if [ "$route" = append ]; then url="http://127.0.0.1:$port/bench/append"; script=(-s "$here/append.lua"); fi
+    wrk -t1 -c8 -d2s "${script[@]}" "$url" >/dev/null # warm up
+    callgrind_control -z "$server" >/dev/null 2>&1
+    local requests; requests="$(wrk -t1 -c8 -d"${seconds}s" "${script[@]}" "$url" | awk '/requests in/ {print $1}')"
+    callgrind_control -d "$route" "$server" >/dev/null 2>&1
+    local dump; dump="$(ls -t "$work"/cg."$server".* | head -1)"
+    local ir; ir="$(awk '/^(summary|totals):/ {print $2; exit}' "$dump")"
+    figures+=("$((ir / requests))")
+  done
+  kill "$server"; wait "$server" 2>/dev/null || true; server=""
+  printf '%-28s %12s %12s %12s\n' "$label" "${figures[0]}" "${figures[1]}" "$((figures[1] - figures[0]))"
+}
+
+printf '%-28s %12s %12s %12s\n' "instructions per request" "/healthz" "append" "difference"
+[ $# -gt 0 ] && measure "$1"
+measure "$CARGO_TARGET_DIR/release/eddy"
