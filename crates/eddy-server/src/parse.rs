@@ -44,9 +44,36 @@ pub(crate) fn decimal(name: &str, value: &str, strict: bool) -> Result<u64, ApiE
     value.parse().map_err(|_| bad())
 }
 
+/// The first value of each header of `names`, as text, found in one pass
+/// over the request's headers: a request carries a handful, and a lookup
+/// of each name would hash it. A value that is not visible ASCII is
+/// refused as [`header`] refuses it.
+pub(crate) fn pick<'a, const N: usize>(
+    headers: &'a HeaderMap,
+    names: &[HeaderName; N],
+) -> Result<[Option<&'a str>; N], ApiError> {
+    let mut found = [None; N];
+    for (name, value) in headers {
+        let Some(i) = names.iter().position(|wanted| wanted == name) else {
+            continue;
+        };
+        if found[i].is_none() {
+            found[i] = Some(value.to_str().map_err(|_| {
+                ApiError::bad_request(format!("header `{name}` is not visible ASCII"))
+            })?);
+        }
+    }
+    Ok(found)
+}
+
 /// `Stream-Closed`: `true` in any case closes; anything else is ignored.
 pub(crate) fn closed(headers: &HeaderMap) -> Result<bool, ApiError> {
-    Ok(header(headers, protocol::CLOSED)?.is_some_and(|v| v.trim().eq_ignore_ascii_case("true")))
+    Ok(is_true(header(headers, protocol::CLOSED)?))
+}
+
+/// Whether a flag header's value says `true` (in any case).
+pub(crate) fn is_true(value: Option<&str>) -> bool {
+    value.is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
 }
 
 /// `Stream-TTL` or `Stream-Expires-At` (not both).
@@ -96,11 +123,13 @@ pub(crate) fn format_rfc3339(at: SystemTime) -> String {
         .unwrap_or_default()
 }
 
-/// The idempotent producer headers: all three or none.
-pub(crate) fn producer(headers: &HeaderMap) -> Result<Option<ProducerPosition>, ApiError> {
-    let id = header(headers, protocol::PRODUCER_ID)?;
-    let epoch = header(headers, protocol::PRODUCER_EPOCH)?;
-    let seq = header(headers, protocol::PRODUCER_SEQ)?;
+/// The idempotent producer from the values of its three headers
+/// (`Producer-Id`, `-Epoch`, `-Seq`): all three or none.
+pub(crate) fn producer_of(
+    id: Option<&str>,
+    epoch: Option<&str>,
+    seq: Option<&str>,
+) -> Result<Option<ProducerPosition>, ApiError> {
     match (id, epoch, seq) {
         (None, None, None) => Ok(None),
         (Some(id), Some(epoch), Some(seq)) => {
@@ -371,9 +400,15 @@ mod tests {
             }
             let _ = closed(&headers);
             let _ = expiry(&headers);
-            let _ = producer(&headers);
-            for name in names {
-                let _ = header(&headers, name);
+            // One pass finds what a lookup of each name finds.
+            let picked = pick(&headers, &names);
+            let looked_up: Vec<_> = names.iter().map(|name| header(&headers, name.clone())).collect();
+            prop_assert_eq!(picked.is_err(), looked_up.iter().any(Result::is_err));
+            if let Ok(picked) = &picked {
+                for (one, all) in looked_up.iter().zip(picked) {
+                    prop_assert_eq!(one.as_ref().ok().copied().flatten(), *all);
+                }
+                let _ = producer_of(picked[3], picked[4], picked[5]);
             }
         }
     }

@@ -106,7 +106,8 @@ pub fn media_type(content_type: &str) -> String {
 
 /// The media type part of a content type, as written.
 fn essence(content_type: &str) -> &str {
-    content_type.split(';').next().unwrap_or_default().trim()
+    let end = content_type.find(';').unwrap_or(content_type.len());
+    content_type[..end].trim()
 }
 
 /// Whether a content type names JSON.

@@ -17,13 +17,24 @@ pub(super) async fn append(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let close = parse::closed(headers)?;
-    let producer = parse::producer(headers)?;
-    let stream_seq = parse::header(headers, protocol::STREAM_SEQ)?;
-    let expected = parse::header(headers, protocol::EXPECTED_OFFSET)?
+    let [closed, producer_id, producer_epoch, producer_seq, stream_seq, expected, content_type] =
+        parse::pick(
+            headers,
+            &[
+                protocol::CLOSED,
+                protocol::PRODUCER_ID,
+                protocol::PRODUCER_EPOCH,
+                protocol::PRODUCER_SEQ,
+                protocol::STREAM_SEQ,
+                protocol::EXPECTED_OFFSET,
+                header::CONTENT_TYPE,
+            ],
+        )?;
+    let close = parse::is_true(closed);
+    let producer = parse::producer_of(producer_id, producer_epoch, producer_seq)?;
+    let expected = expected
         .map(|v| parse::offset("Stream-Expected-Offset", v))
         .transpose()?;
-    let content_type = parse::header(headers, header::CONTENT_TYPE)?;
     let body = read_body(state, body).await?;
     let size = body.len();
     let has_data = !body.is_empty();

@@ -78,12 +78,18 @@ async fn dispatch(state: AppState, request: Request) -> Result<Response, ApiErro
 /// Splits `/<base>/__ds/<rest>` (the protocol's reserved API) into the
 /// base path and the rest.
 pub(crate) fn reserved(uri_path: &str) -> Option<(&str, &str)> {
+    const API: &str = "__ds/";
     let trimmed = uri_path.strip_prefix('/').unwrap_or(uri_path);
-    if let Some(rest) = trimmed.strip_prefix("__ds/") {
+    if let Some(rest) = trimmed.strip_prefix(API) {
         return Some(("", rest));
     }
-    let at = trimmed.find("/__ds/")?;
-    Some((&trimmed[..at], &trimmed[at + "/__ds/".len()..]))
+    // A look after each `/` (a byte search), not a substring searcher set
+    // up anew for every request.
+    trimmed.match_indices('/').find_map(|(at, _)| {
+        trimmed[at + 1..]
+            .strip_prefix(API)
+            .map(|rest| (&trimmed[..at], rest))
+    })
 }
 
 async fn head(state: &AppState, path: &StreamPath) -> Result<Response, ApiError> {
@@ -187,4 +193,27 @@ async fn collect(mut body: Body, limit: usize) -> Result<bytes::Bytes, ApiError>
         return Err(ApiError::BodyTooLarge { limit });
     }
     Ok(buffer.freeze())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reserved;
+
+    #[test]
+    fn the_reserved_api_is_found_after_the_first_segment_that_names_it() {
+        for (uri, expected) in [
+            ("/__ds/subscriptions", Some(("", "subscriptions"))),
+            ("__ds/x", Some(("", "x"))),
+            ("/a/b/__ds/x/y", Some(("a/b", "x/y"))),
+            ("/a/__ds/", Some(("a", ""))),
+            ("/a/__ds/b/__ds/c", Some(("a", "b/__ds/c"))),
+            ("/a__ds/x", None),
+            ("/a/__dsx/y", None),
+            ("/a/__ds", None),
+            ("/a/b", None),
+            ("/", None),
+        ] {
+            assert_eq!(reserved(uri), expected, "{uri}");
+        }
+    }
 }
