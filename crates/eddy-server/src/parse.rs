@@ -237,6 +237,10 @@ pub(crate) fn read_query(query: Option<&str>) -> Result<ReadQuery, ApiError> {
 /// percent-decoded and checked.
 pub(crate) fn stream_path(uri_path: &str) -> Result<StreamPath, ApiError> {
     let trimmed = uri_path.strip_prefix('/').unwrap_or(uri_path);
+    // Most paths have nothing to decode: skip the decoder's pass.
+    if !trimmed.contains('%') {
+        return Ok(StreamPath::new(trimmed)?);
+    }
     let decoded = percent_decode_str(trimmed)
         .decode_utf8()
         .map_err(|_| ApiError::bad_request("the stream path is not UTF-8"))?;
@@ -378,6 +382,14 @@ mod tests {
             let _ = stream_path(&s);
             let _ = fork_source(&s);
             let _ = rfc3339(&s);
+        }
+
+        #[test]
+        fn a_path_without_escapes_is_taken_as_the_decoder_would(path in "/?[a-z0-9./_ -]{0,24}") {
+            let decoded = percent_decode_str(path.strip_prefix('/').unwrap_or(&path))
+                .decode_utf8()
+                .map(|p| StreamPath::new(p.as_ref()).ok());
+            prop_assert_eq!(stream_path(&path).ok(), decoded.ok().flatten());
         }
 
         #[test]
