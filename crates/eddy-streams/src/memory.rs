@@ -179,10 +179,14 @@ impl Storage for MemoryStorage {
     }
 }
 
+/// A map keyed by stream paths, hashed with foldhash (randomly seeded per
+/// map) rather than SipHash: an append looks its stream up three times.
+type PathMap<V> = HashMap<String, V, foldhash::fast::RandomState>;
+
 /// The records of the memory backend. A stream's key is its path.
 #[derive(Debug, Default)]
 pub(crate) struct MemoryRecords {
-    streams: HashMap<String, MemoryStream>,
+    streams: PathMap<MemoryStream>,
     tombstones: HashSet<String>,
     /// The forks of each stream that has any.
     forks: HashMap<String, BTreeSet<String>>,

@@ -29,6 +29,10 @@ const COMMITTED_CAPACITY: usize = 4096;
 /// delete, a commit reported without its state).
 type Latest = Option<StreamInfo>;
 
+/// The waiters of each path with any, hashed with foldhash (randomly
+/// seeded) rather than SipHash: every commit looks its path up.
+type Waiters = HashMap<String, watch::Sender<Latest>, foldhash::fast::RandomState>;
+
 /// Signals that a backend raises after each commit.
 ///
 /// Waiters subscribe to a path ([`Notifier::watch`]) *before* they look at
@@ -40,7 +44,7 @@ type Latest = Option<StreamInfo>;
 /// waiters.
 #[derive(Debug)]
 pub struct Notifier {
-    streams: Arc<Mutex<HashMap<String, watch::Sender<Latest>>>>,
+    streams: Arc<Mutex<Waiters>>,
     committed: broadcast::Sender<Committed>,
 }
 
@@ -54,7 +58,7 @@ impl Default for Notifier {
 }
 
 impl Notifier {
-    fn streams(&self) -> MutexGuard<'_, HashMap<String, watch::Sender<Latest>>> {
+    fn streams(&self) -> MutexGuard<'_, Waiters> {
         self.streams.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -115,7 +119,7 @@ impl Notifier {
 pub struct Watcher {
     receiver: Option<watch::Receiver<Latest>>,
     path: String,
-    streams: Arc<Mutex<HashMap<String, watch::Sender<Latest>>>>,
+    streams: Arc<Mutex<Waiters>>,
 }
 
 impl Watcher {
