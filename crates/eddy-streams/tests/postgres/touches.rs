@@ -2,14 +2,19 @@
 //! store writes the touches of many reads as one statement per flush.
 //!
 //! UPDATEs of the streams table are counted by triggers of the test's own
-//! (one per statement, one per row): the statements the store really
-//! sends, without a mock.
+//! (one per statement, one per row), and another trigger notifies each
+//! stored access: the statements the store really sends, without a mock,
+//! and a signal for the background flush instead of polling for it.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use eddy_streams::sqlx::postgres::PgListener;
 use eddy_streams::sqlx::{self, AssertSqlSafe, PgPool, Row};
-use eddy_streams::{Clock, ManualClock, Payload, ReadFrom, Storage, StreamConfig, StreamPath};
+use eddy_streams::{
+    Clock, ManualClock, Payload, PgStorage, ReadFrom, Storage, StreamConfig, StreamPath,
+};
 
 use super::{run, Schema};
 
@@ -65,19 +70,73 @@ async fn stored_access(pool: &PgPool, schema: &Schema, path: &StreamPath) -> i64
     .expect("read the stored access")
 }
 
-/// Waits (at most 5 s) until the stored last access of `path` is `at_ms`.
-async fn await_stored(pool: &PgPool, schema: &Schema, path: &StreamPath, at_ms: i64) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let stored = stored_access(pool, schema, path).await;
-        if stored == at_ms {
-            return;
+/// The accesses the store writes to the schema's `streams` table, as a
+/// trigger of the test's own reports them (`NOTIFY`, sent at commit).
+struct StoredAccesses {
+    listener: PgListener,
+    seen: HashSet<String>,
+}
+
+impl StoredAccesses {
+    /// Starts listening; only accesses stored from now on are reported.
+    async fn listen(schema: &Schema) -> Self {
+        let s = &schema.name;
+        let channel = format!("stored_{s}");
+        schema
+            .execute(&format!(
+                r#"
+                CREATE OR REPLACE FUNCTION "{s}".notify_stored() RETURNS trigger LANGUAGE plpgsql AS $$
+                    BEGIN PERFORM pg_notify('{channel}', NEW.path || ' ' || NEW.accessed_ms); RETURN NULL; END
+                $$;
+                CREATE OR REPLACE TRIGGER notify_stored AFTER UPDATE ON "{s}".streams
+                    FOR EACH ROW EXECUTE FUNCTION "{s}".notify_stored();
+                "#
+            ))
+            .await;
+        let mut listener = PgListener::connect(&schema.url).await.expect("connect");
+        listener.listen(&channel).await.expect("listen");
+        StoredAccesses {
+            listener,
+            seen: HashSet::new(),
         }
+    }
+
+    /// Waits (at most 5 s) until the store has stored `at_ms` as the last
+    /// access of `path`.
+    async fn wait(&mut self, path: &StreamPath, at_ms: i64) {
+        let wanted = format!("{path} {at_ms}");
+        let arrived = tokio::time::timeout(Duration::from_secs(5), async {
+            while !self.seen.contains(&wanted) {
+                let stored = self.listener.recv().await.expect("a notification");
+                self.seen.insert(stored.payload().to_owned());
+            }
+        })
+        .await;
         assert!(
-            Instant::now() < deadline,
-            "`{path}`: the touch of {at_ms} was not stored, the row says {stored}"
+            arrived.is_ok(),
+            "`{path}`: the touch of {at_ms} was not stored"
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Creates JSON streams at `paths` whose TTL of 10 s slides with reads.
+async fn create_sliding(store: &PgStorage, paths: &[&StreamPath]) {
+    let config = StreamConfig::json().with_ttl(Duration::from_secs(10));
+    for p in paths {
+        store
+            .create(p, config.clone(), Payload::empty())
+            .await
+            .expect("create");
+    }
+}
+
+/// Reads each of `paths` once, which slides its TTL.
+async fn read_each(store: &PgStorage, paths: &[&StreamPath]) {
+    for p in paths {
+        store
+            .read(p, ReadFrom::Beginning, 1024)
+            .await
+            .expect("a stream read within its TTL is alive");
     }
 }
 
@@ -96,14 +155,9 @@ fn sliding_ttl_reads_are_stored_debounced() {
         let clock = Arc::new(ManualClock::starting_now());
         let store = schema.open(clock.clone()).await;
         count_updates(&schema).await;
+        let mut stored = StoredAccesses::listen(&schema).await;
         let paths = [path("ttl/a"), path("ttl/b")];
-        let config = StreamConfig::json().with_ttl(Duration::from_secs(10));
-        for p in &paths {
-            store
-                .create(p, config.clone(), Payload::empty())
-                .await
-                .expect("create");
-        }
+        create_sliding(&store, &[&paths[0], &paths[1]]).await;
 
         const ROUNDS: u32 = 200;
         let before = updates(store.pool(), &schema).await;
@@ -112,12 +166,7 @@ fn sliding_ttl_reads_are_stored_debounced() {
             // 200 s of store time under a 10 s TTL: only sliding keeps the
             // streams, and only if each read sees the one before it.
             clock.advance(Duration::from_secs(1));
-            for p in &paths {
-                store
-                    .read(p, ReadFrom::Beginning, 1024)
-                    .await
-                    .expect("a stream read within its TTL is alive");
-            }
+            read_each(&store, &[&paths[0], &paths[1]]).await;
         }
         let elapsed = started.elapsed();
         let after = updates(store.pool(), &schema).await;
@@ -136,7 +185,7 @@ fn sliding_ttl_reads_are_stored_debounced() {
 
         let last_read = clock.now_ms();
         for p in &paths {
-            await_stored(store.pool(), &schema, p, last_read).await;
+            stored.wait(p, last_read).await;
         }
         let flushed = updates(store.pool(), &schema).await;
         let (statements, rows) = (flushed.0 - before.0, flushed.1 - before.1);
@@ -177,18 +226,11 @@ fn pending_touches_are_stored_when_the_store_closes_or_drops() {
         let clock = Arc::new(ManualClock::starting_now());
         let store = schema.open(clock.clone()).await;
         let p = path("ttl/closing");
-        let config = StreamConfig::json().with_ttl(Duration::from_secs(10));
-        store
-            .create(&p, config, Payload::empty())
-            .await
-            .expect("create");
+        create_sliding(&store, &[&p]).await;
         let pool = PgPool::connect(&schema.url).await.expect("connect");
 
         clock.advance(Duration::from_secs(6));
-        store
-            .read(&p, ReadFrom::Beginning, 1024)
-            .await
-            .expect("read");
+        read_each(&store, &[&p]).await;
         store.close().await;
         assert_eq!(
             stored_access(&pool, &schema, &p).await,
@@ -197,13 +239,11 @@ fn pending_touches_are_stored_when_the_store_closes_or_drops() {
         );
 
         let store = schema.open(clock.clone()).await;
+        let mut stored = StoredAccesses::listen(&schema).await;
         clock.advance(Duration::from_secs(6));
-        store
-            .read(&p, ReadFrom::Beginning, 1024)
-            .await
-            .expect("read");
+        read_each(&store, &[&p]).await;
         drop(store);
-        await_stored(&pool, &schema, &p, clock.now_ms()).await;
+        stored.wait(&p, clock.now_ms()).await;
         pool.close().await;
         schema.drop().await;
     });
@@ -226,13 +266,7 @@ fn a_flush_skips_the_stream_rows_another_transaction_holds() {
         let clock = Arc::new(ManualClock::starting_now());
         let store = schema.open(clock.clone()).await;
         let (free, held) = (path("ttl/free"), path("ttl/held"));
-        let config = StreamConfig::json().with_ttl(Duration::from_secs(10));
-        for p in [&free, &held] {
-            store
-                .create(p, config.clone(), Payload::empty())
-                .await
-                .expect("create");
-        }
+        create_sliding(&store, &[&free, &held]).await;
         let created = clock.now_ms();
         let pool = PgPool::connect(&schema.url).await.expect("connect");
         let lock_row = format!(
@@ -240,17 +274,11 @@ fn a_flush_skips_the_stream_rows_another_transaction_holds() {
             schema.name
         );
 
-        clock.advance(Duration::from_secs(3));
-        for p in [&free, &held] {
-            store
-                .read(p, ReadFrom::Beginning, 1024)
-                .await
-                .expect("read");
-        }
-        let read_at = clock.now_ms();
+        let mut stored = StoredAccesses::listen(&schema).await;
 
         // Another session's transaction holds `held`'s row, as a host's
-        // transaction that appended to it would.
+        // transaction that appended to it would, from before the reads,
+        // so no flush can store `held`'s touch first.
         let mut other = pool.begin().await.expect("begin");
         let other_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
             .fetch_one(&mut *other)
@@ -261,16 +289,14 @@ fn a_flush_skips_the_stream_rows_another_transaction_holds() {
             .fetch_one(&mut *other)
             .await
             .expect("lock the held stream's row");
+        clock.advance(Duration::from_secs(3));
+        read_each(&store, &[&free, &held]).await;
+        let read_at = clock.now_ms();
 
         // The store's flusher runs every second. A flush that waited for
         // the held row would store nothing (one statement) until the other
         // transaction ends.
-        tokio::time::timeout(
-            Duration::from_secs(3),
-            await_stored(&pool, &schema, &free, read_at),
-        )
-        .await
-        .expect("the free stream's touch is stored while the other row is held");
+        stored.wait(&free, read_at).await;
         let waiting: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
         )
