@@ -6,7 +6,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use axum::http::{HeaderMap, HeaderName};
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use eddy_streams::{Expiry, Offset, ProducerPosition, ReadFrom, StreamPath};
 use percent_encoding::percent_decode_str;
 use time::format_description::well_known::Rfc3339;
@@ -17,13 +17,17 @@ use crate::protocol;
 
 /// A header's value as text, if present.
 pub(crate) fn header(headers: &HeaderMap, name: HeaderName) -> Result<Option<&str>, ApiError> {
-    match headers.get(&name) {
-        None => Ok(None),
-        Some(value) => value
-            .to_str()
-            .map(Some)
-            .map_err(|_| ApiError::bad_request(format!("header `{name}` is not visible ASCII"))),
-    }
+    headers
+        .get(&name)
+        .map(|value| as_text(&name, value))
+        .transpose()
+}
+
+/// A header value as text; one that is not visible ASCII is refused.
+fn as_text<'a>(name: &HeaderName, value: &'a HeaderValue) -> Result<&'a str, ApiError> {
+    value
+        .to_str()
+        .map_err(|_| ApiError::bad_request(format!("header `{name}` is not visible ASCII")))
 }
 
 /// A plain decimal number: digits only, without a sign, point or exponent.
@@ -47,7 +51,7 @@ pub(crate) fn decimal(name: &str, value: &str, strict: bool) -> Result<u64, ApiE
 /// The first value of each header of `names`, as text, found in one pass
 /// over the request's headers: a request carries a handful, and a lookup
 /// of each name would hash it. A value that is not visible ASCII is
-/// refused as [`header`] refuses it.
+/// refused, as [`header`] refuses it.
 pub(crate) fn pick<'a, const N: usize>(
     headers: &'a HeaderMap,
     names: &[HeaderName; N],
@@ -58,9 +62,7 @@ pub(crate) fn pick<'a, const N: usize>(
             continue;
         };
         if found[i].is_none() {
-            found[i] = Some(value.to_str().map_err(|_| {
-                ApiError::bad_request(format!("header `{name}` is not visible ASCII"))
-            })?);
+            found[i] = Some(as_text(name, value)?);
         }
     }
     Ok(found)
