@@ -240,7 +240,7 @@ pub(crate) fn read_query(query: Option<&str>) -> Result<ReadQuery, ApiError> {
 pub(crate) fn stream_path(uri_path: &str) -> Result<StreamPath, ApiError> {
     let trimmed = uri_path.strip_prefix('/').unwrap_or(uri_path);
     // Most paths have nothing to decode: skip the decoder's pass.
-    if !trimmed.contains('%') {
+    if !trimmed.bytes().any(|b| b == b'%') {
         return Ok(StreamPath::new(trimmed)?);
     }
     let decoded = percent_decode_str(trimmed)

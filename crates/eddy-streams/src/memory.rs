@@ -168,7 +168,7 @@ impl Storage for MemoryStorage {
         let mut records = self.lock();
         let info = complete(
             self.engine
-                .restore(&mut *records, snapshot, first, &messages),
+                .restore(&mut *records, snapshot, first, messages),
         )?;
         self.notifier.publish(&info);
         Ok(info)
@@ -181,9 +181,13 @@ impl Storage for MemoryStorage {
 
 /// A map keyed by stream paths, hashed with foldhash (randomly seeded per
 /// map) rather than SipHash: an append looks its stream up three times.
-type PathMap<V> = HashMap<String, V, foldhash::fast::RandomState>;
+/// The keys are shared so that handing one out costs no allocation.
+type PathMap<V> = HashMap<Key, V, foldhash::fast::RandomState>;
 
-/// The records of the memory backend. A stream's key is its path.
+/// A stream's key: its path.
+type Key = Arc<str>;
+
+/// The records of the memory backend.
 #[derive(Debug, Default)]
 pub(crate) struct MemoryRecords {
     streams: PathMap<MemoryStream>,
@@ -208,13 +212,16 @@ impl MemoryRecords {
 }
 
 impl RecordReader for MemoryRecords {
-    type Key = String;
+    type Key = Key;
 
-    async fn load(&mut self, path: &str) -> Result<Option<Stored<String>>, StreamError> {
-        Ok(self.streams.get(path).map(|stream| Stored {
-            key: path.to_owned(),
-            record: stream.record.clone(),
-        }))
+    async fn load(&mut self, path: &str) -> Result<Option<Stored<Key>>, StreamError> {
+        Ok(self
+            .streams
+            .get_key_value(path)
+            .map(|(key, stream)| Stored {
+                key: Arc::clone(key),
+                record: stream.record.clone(),
+            }))
     }
 
     async fn is_tombstoned(&mut self, path: &str) -> Result<bool, StreamError> {
@@ -229,10 +236,7 @@ impl RecordReader for MemoryRecords {
             .unwrap_or_default())
     }
 
-    async fn producers(
-        &mut self,
-        key: &String,
-    ) -> Result<Vec<(String, ProducerState)>, StreamError> {
+    async fn producers(&mut self, key: &Key) -> Result<Vec<(String, ProducerState)>, StreamError> {
         let mut producers: Vec<_> = self
             .stream(key)?
             .producers
@@ -245,19 +249,19 @@ impl RecordReader for MemoryRecords {
 
     async fn producer(
         &mut self,
-        key: &String,
+        key: &Key,
         producer: &str,
     ) -> Result<Option<ProducerState>, StreamError> {
         Ok(self.stream(key)?.producers.get(producer).copied())
     }
 
-    async fn producer_count(&mut self, key: &String) -> Result<u64, StreamError> {
+    async fn producer_count(&mut self, key: &Key) -> Result<u64, StreamError> {
         Ok(self.stream(key)?.producers.len() as u64)
     }
 
     async fn messages(
         &mut self,
-        key: &String,
+        key: &Key,
         range: Range<u64>,
         max_bytes: usize,
     ) -> Result<Vec<Bytes>, StreamError> {
@@ -272,7 +276,7 @@ impl RecordReader for MemoryRecords {
             .streams
             .iter()
             .filter(|(path, _)| path.starts_with(prefix))
-            .map(|(path, stream)| (path.clone(), stream.record.clone()))
+            .map(|(path, stream)| (path.to_string(), stream.record.clone()))
             .collect();
         listed.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(listed)
@@ -280,7 +284,7 @@ impl RecordReader for MemoryRecords {
 }
 
 impl Records for MemoryRecords {
-    async fn insert(&mut self, path: &str, record: &StreamRecord) -> Result<String, StreamError> {
+    async fn insert(&mut self, path: &str, record: &StreamRecord) -> Result<Key, StreamError> {
         self.tombstones.remove(path);
         if let Some(origin) = &record.origin {
             let forks = self.forks.entry(origin.source.clone()).or_default();
@@ -291,20 +295,21 @@ impl Records for MemoryRecords {
             producers: HashMap::new(),
             messages: Vec::new(),
         };
-        self.streams.insert(path.to_owned(), stream);
-        Ok(path.to_owned())
+        let key: Key = Arc::from(path);
+        self.streams.insert(Arc::clone(&key), stream);
+        Ok(key)
     }
 
-    async fn update(&mut self, key: &String, record: &StreamRecord) -> Result<(), StreamError> {
-        self.stream(key)?.record = record.clone();
+    async fn update(&mut self, key: &Key, record: StreamRecord) -> Result<(), StreamError> {
+        self.stream(key)?.record = record;
         Ok(())
     }
 
     async fn insert_messages(
         &mut self,
-        key: &String,
+        key: &Key,
         first: u64,
-        messages: &[Bytes],
+        messages: Vec<Bytes>,
     ) -> Result<(), StreamError> {
         let stream = self.stream(key)?;
         if first != stream.messages.len() as u64 {
@@ -313,16 +318,11 @@ impl Records for MemoryRecords {
                 stream.messages.len()
             )));
         }
-        stream.messages.extend_from_slice(messages);
+        stream.messages.extend(messages);
         Ok(())
     }
 
-    async fn copy_prefix(
-        &mut self,
-        from: &String,
-        to: &String,
-        count: u64,
-    ) -> Result<u64, StreamError> {
+    async fn copy_prefix(&mut self, from: &Key, to: &Key, count: u64) -> Result<u64, StreamError> {
         let count = usize::try_from(count).unwrap_or(usize::MAX);
         let prefix: Vec<Bytes> = self
             .stream(from)?
@@ -338,7 +338,7 @@ impl Records for MemoryRecords {
 
     async fn save_producer(
         &mut self,
-        key: &String,
+        key: &Key,
         producer: &str,
         state: ProducerState,
     ) -> Result<(), StreamError> {
@@ -348,8 +348,8 @@ impl Records for MemoryRecords {
         Ok(())
     }
 
-    async fn remove(&mut self, key: &String, path: &str) -> Result<(), StreamError> {
-        let Some(stream) = self.streams.remove(key) else {
+    async fn remove(&mut self, key: &Key, path: &str) -> Result<(), StreamError> {
+        let Some(stream) = self.streams.remove(&**key) else {
             return Ok(());
         };
         if let Some(origin) = stream.record.origin {
@@ -363,7 +363,7 @@ impl Records for MemoryRecords {
         Ok(())
     }
 
-    async fn slide(&mut self, key: &String, at_ms: i64) -> Result<(), StreamError> {
+    async fn slide(&mut self, key: &Key, at_ms: i64) -> Result<(), StreamError> {
         let record = &mut self.stream(key)?.record;
         record.accessed_ms = record.accessed_ms.max(at_ms);
         Ok(())

@@ -52,11 +52,16 @@ impl fmt::Display for Offset {
         if self.lineage > PART_MAX || self.position > PART_MAX {
             return write!(f, "{:016}_{:016}", self.lineage, self.position);
         }
-        // Written digit by digit: offsets go into several headers of every
-        // response, and the general integer formatting costs more.
-        let mut text = [b'_'; 33];
+        // Written digit by digit, and only the digits that are not leading
+        // zeros: offsets go into several headers of every response, and the
+        // general integer formatting costs more.
+        let mut text = [b'0'; 33];
+        text[16] = b'_';
         for (part, mut value) in [(0..16, self.lineage), (17..33, self.position)] {
             for digit in text[part].iter_mut().rev() {
+                if value == 0 {
+                    break;
+                }
                 *digit = b'0' + (value % 10) as u8;
                 value /= 10;
             }
@@ -148,6 +153,22 @@ mod tests {
             Offset::at(9_999_999_999_999_999).to_string(),
             "0000000000000000_9999999999999999"
         );
+    }
+
+    /// Small parts, parts that fill 16 digits, and parts too large for them.
+    fn part() -> impl proptest::strategy::Strategy<Value = u64> {
+        proptest::prop_oneof![0..1_000u64, 0..=PART_MAX, proptest::num::u64::ANY]
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn prints_what_integer_formatting_prints(lineage in part(), position in part()) {
+            let offset = Offset { lineage, position };
+            proptest::prop_assert_eq!(
+                offset.to_string(),
+                format!("{lineage:016}_{position:016}")
+            );
+        }
     }
 
     #[test]

@@ -149,11 +149,14 @@ pub(crate) trait Records: RecordReader {
     /// its key.
     fn insert(&mut self, path: &str, record: &StreamRecord) -> impl Op<Self::Key>;
 
-    /// Replaces a stream's record.
-    fn update(&mut self, key: &Self::Key, record: &StreamRecord) -> impl Op<()>;
+    /// Replaces a stream's record. It is passed by value so that a backend
+    /// that keeps records (memory) moves it in instead of copying it.
+    fn update(&mut self, key: &Self::Key, record: StreamRecord) -> impl Op<()>;
 
-    /// Stores messages at positions `first..`.
-    fn insert_messages(&mut self, key: &Self::Key, first: u64, messages: &[Bytes]) -> impl Op<()>;
+    /// Stores messages at positions `first..`, taken by value for the same
+    /// reason.
+    fn insert_messages(&mut self, key: &Self::Key, first: u64, messages: Vec<Bytes>)
+        -> impl Op<()>;
 
     /// Copies the first `count` messages of `from` to `to` (positions
     /// kept) and returns their size in bytes.

@@ -5,14 +5,17 @@
 //! commit. Keeping the rules here means memory, SQLite and later backends
 //! cannot disagree about them.
 
+use std::sync::Arc;
+
 use crate::config::same_media_type;
 use crate::{Append, Appended, Offset, ProducerPosition, StreamConfig, StreamError};
 
 /// The mutable metadata of a live stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Head {
-    /// The configuration the stream was created with.
-    pub config: StreamConfig,
+    /// The configuration the stream was created with; shared, since it
+    /// never changes and a head is copied on every append.
+    pub config: Arc<StreamConfig>,
     /// Whether the stream is closed now.
     pub closed: bool,
     /// Messages in the stream.
@@ -30,7 +33,7 @@ impl Head {
     pub fn new(config: StreamConfig) -> Self {
         Head {
             closed: config.closed,
-            config,
+            config: Arc::new(config),
             count: 0,
             bytes: 0,
             last_stream_seq: None,
@@ -47,7 +50,7 @@ impl Head {
     pub fn info(&self, path: &str) -> crate::StreamInfo {
         crate::StreamInfo {
             path: path.to_owned(),
-            config: self.config.clone(),
+            config: StreamConfig::clone(&self.config),
             closed: self.closed,
             tail: self.tail(),
             bytes: self.bytes,

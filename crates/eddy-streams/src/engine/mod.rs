@@ -91,12 +91,13 @@ impl Engine {
         }
         let mut record = StreamRecord::new(Head::new(config), None, now);
         let key = records.insert(path.as_str(), &record).await?;
-        records.insert_messages(&key, 0, &messages).await?;
         record.head.push(&messages);
-        records.update(&key, &record).await?;
+        let info = record.head.info(path.as_str());
+        records.insert_messages(&key, 0, messages).await?;
+        records.update(&key, record).await?;
         Ok(Created {
             created: true,
-            info: record.head.info(path.as_str()),
+            info,
         })
     }
 
@@ -137,7 +138,7 @@ impl Engine {
             Decision::Acknowledge(outcome) => {
                 // Even a duplicate slides the TTL.
                 if record.slides() {
-                    records.update(&key, &record).await?;
+                    records.update(&key, record).await?;
                 }
                 return Ok((outcome, None));
             }
@@ -147,18 +148,18 @@ impl Engine {
             self.check_producer_room(records, &key, path, &position.id)
                 .await?;
         }
-        records
-            .insert_messages(&key, record.head.count, &messages)
-            .await?;
+        let first = record.head.count;
         record.head.apply(&messages, &append, close);
-        records.update(&key, &record).await?;
+        let (appended, info) = (
+            record.head.appended(producer),
+            record.head.info(path.as_str()),
+        );
+        records.insert_messages(&key, first, messages).await?;
+        records.update(&key, record).await?;
         if let (Some(position), Some(state)) = (&append.producer, producer) {
             records.save_producer(&key, &position.id, state).await?;
         }
-        Ok((
-            record.head.appended(producer),
-            Some(record.head.info(path.as_str())),
-        ))
+        Ok((appended, Some(info)))
     }
 
     /// Refuses a new producer on a stream that keeps as many producers'
@@ -228,14 +229,15 @@ impl Engine {
             .copy_prefix(&source.key, &key, planned.inherit)
             .await?;
         let own: Vec<_> = planned.partial.into_iter().chain(initial).collect();
-        records.insert_messages(&key, planned.inherit, &own).await?;
         record.head.count = planned.inherit;
         record.head.bytes = inherited_bytes;
         record.head.push(&own);
-        records.update(&key, &record).await?;
+        let info = record.head.info(path.as_str());
+        records.insert_messages(&key, planned.inherit, own).await?;
+        records.update(&key, record).await?;
         Ok(Created {
             created: true,
-            info: record.head.info(path.as_str()),
+            info,
         })
     }
 
@@ -251,7 +253,7 @@ impl Engine {
         if has_live_descendant(records, path.as_str(), now).await? {
             let mut record = stored.record;
             record.soft_deleted = true;
-            records.update(&stored.key, &record).await
+            records.update(&stored.key, record).await
         } else {
             collect(records, path.as_str(), true, now).await
         }

@@ -1,13 +1,17 @@
 //! The backup primitives: a stream's state as of one commit, and its
 //! restore, chunk by chunk, into a store where the path is free.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use super::lifecycle::{existing_or_free, find};
 use super::Engine;
 use crate::record::{RecordReader, Records, StreamRecord};
 use crate::rules::{Head, ProducerState};
-use crate::{Offset, ProducerPosition, StreamError, StreamInfo, StreamPath, StreamSnapshot};
+use crate::{
+    Offset, ProducerPosition, StreamConfig, StreamError, StreamInfo, StreamPath, StreamSnapshot,
+};
 
 impl Engine {
     /// A live stream's state apart from its messages, with its producers,
@@ -23,7 +27,7 @@ impl Engine {
         let head = stored.record.head;
         Ok(StreamSnapshot {
             path: path.clone(),
-            config: head.config,
+            config: StreamConfig::clone(&head.config),
             closed: head.closed,
             count: head.count,
             bytes: head.bytes,
@@ -47,7 +51,7 @@ impl Engine {
         records: &mut R,
         snapshot: &StreamSnapshot,
         first: u64,
-        messages: &[Bytes],
+        messages: Vec<Bytes>,
     ) -> Result<StreamInfo, StreamError> {
         let now = self.now_ms();
         let path = &snapshot.path;
@@ -59,7 +63,7 @@ impl Engine {
                 });
             }
             let head = Head {
-                config: snapshot.config.clone(),
+                config: Arc::new(snapshot.config.clone()),
                 closed: snapshot.closed,
                 count: 0,
                 bytes: 0,
@@ -77,7 +81,7 @@ impl Engine {
             }
             (Some(stored.key), stored.record)
         };
-        record.head.push(messages);
+        record.head.push(&messages);
         record.accessed_ms = record.accessed_ms.max(now);
         let complete = record.head.count == snapshot.count;
         if record.head.count > snapshot.count || (complete && record.head.bytes != snapshot.bytes) {
@@ -104,8 +108,9 @@ impl Engine {
                 key
             }
         };
+        let info = record.head.info(path.as_str());
         records.insert_messages(&key, first, messages).await?;
-        records.update(&key, &record).await?;
-        Ok(record.head.info(path.as_str()))
+        records.update(&key, record).await?;
+        Ok(info)
     }
 }

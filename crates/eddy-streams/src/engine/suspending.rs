@@ -24,9 +24,9 @@ async fn pause() {
 }
 
 impl RecordReader for Suspending {
-    type Key = String;
+    type Key = Arc<str>;
 
-    async fn load(&mut self, path: &str) -> Result<Option<Stored<String>>, StreamError> {
+    async fn load(&mut self, path: &str) -> Result<Option<Stored<Arc<str>>>, StreamError> {
         pause().await;
         self.0.load(path).await
     }
@@ -43,7 +43,7 @@ impl RecordReader for Suspending {
 
     async fn producers(
         &mut self,
-        key: &String,
+        key: &Arc<str>,
     ) -> Result<Vec<(String, ProducerState)>, StreamError> {
         pause().await;
         self.0.producers(key).await
@@ -51,21 +51,21 @@ impl RecordReader for Suspending {
 
     async fn producer(
         &mut self,
-        key: &String,
+        key: &Arc<str>,
         producer: &str,
     ) -> Result<Option<ProducerState>, StreamError> {
         pause().await;
         self.0.producer(key, producer).await
     }
 
-    async fn producer_count(&mut self, key: &String) -> Result<u64, StreamError> {
+    async fn producer_count(&mut self, key: &Arc<str>) -> Result<u64, StreamError> {
         pause().await;
         self.0.producer_count(key).await
     }
 
     async fn messages(
         &mut self,
-        key: &String,
+        key: &Arc<str>,
         range: Range<u64>,
         max_bytes: usize,
     ) -> Result<Vec<Bytes>, StreamError> {
@@ -80,21 +80,21 @@ impl RecordReader for Suspending {
 }
 
 impl Records for Suspending {
-    async fn insert(&mut self, path: &str, record: &StreamRecord) -> Result<String, StreamError> {
+    async fn insert(&mut self, path: &str, record: &StreamRecord) -> Result<Arc<str>, StreamError> {
         pause().await;
         self.0.insert(path, record).await
     }
 
-    async fn update(&mut self, key: &String, record: &StreamRecord) -> Result<(), StreamError> {
+    async fn update(&mut self, key: &Arc<str>, record: StreamRecord) -> Result<(), StreamError> {
         pause().await;
         self.0.update(key, record).await
     }
 
     async fn insert_messages(
         &mut self,
-        key: &String,
+        key: &Arc<str>,
         first: u64,
-        messages: &[Bytes],
+        messages: Vec<Bytes>,
     ) -> Result<(), StreamError> {
         pause().await;
         self.0.insert_messages(key, first, messages).await
@@ -102,8 +102,8 @@ impl Records for Suspending {
 
     async fn copy_prefix(
         &mut self,
-        from: &String,
-        to: &String,
+        from: &Arc<str>,
+        to: &Arc<str>,
         count: u64,
     ) -> Result<u64, StreamError> {
         pause().await;
@@ -112,7 +112,7 @@ impl Records for Suspending {
 
     async fn save_producer(
         &mut self,
-        key: &String,
+        key: &Arc<str>,
         producer: &str,
         state: ProducerState,
     ) -> Result<(), StreamError> {
@@ -120,12 +120,12 @@ impl Records for Suspending {
         self.0.save_producer(key, producer, state).await
     }
 
-    async fn slide(&mut self, key: &String, at_ms: i64) -> Result<(), StreamError> {
+    async fn slide(&mut self, key: &Arc<str>, at_ms: i64) -> Result<(), StreamError> {
         pause().await;
         self.0.slide(key, at_ms).await
     }
 
-    async fn remove(&mut self, key: &String, path: &str) -> Result<(), StreamError> {
+    async fn remove(&mut self, key: &Arc<str>, path: &str) -> Result<(), StreamError> {
         pause().await;
         self.0.remove(key, path).await
     }

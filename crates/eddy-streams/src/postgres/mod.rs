@@ -422,7 +422,8 @@ impl Storage for PgStorage {
     ) -> Result<StreamInfo, StreamError> {
         let messages = &messages;
         self.write(|mut tx| async move {
-            let info = tx.restore(snapshot, first, messages).await;
+            // Each try of the transaction writes the chunk anew.
+            let info = tx.restore(snapshot, first, messages.clone()).await;
             (tx, info)
         })
         .await

@@ -275,11 +275,12 @@ impl Records for PgRecords {
             .ok_or_else(|| StreamError::internal("INSERT … RETURNING returned no row"))?
             .try_get(0)
             .map_err(|e| self.fail(e))?;
-        self.update(&id, record).await?;
+        // The row is inserted bare; its state columns are the update's.
+        self.update(&id, record.clone()).await?;
         Ok(id)
     }
 
-    async fn update(&mut self, key: &i64, record: &StreamRecord) -> Result<(), StreamError> {
+    async fn update(&mut self, key: &i64, record: StreamRecord) -> Result<(), StreamError> {
         let sql = Arc::clone(&self.sql.update);
         let head = &record.head;
         let closer = head.closed_by.as_ref();
@@ -304,7 +305,7 @@ impl Records for PgRecords {
         &mut self,
         key: &i64,
         first: u64,
-        messages: &[Bytes],
+        messages: Vec<Bytes>,
     ) -> Result<(), StreamError> {
         if messages.is_empty() {
             return Ok(());
@@ -389,11 +390,11 @@ fn decode(r: &PgRow) -> Result<(i64, String, StreamRecord), sqlx::Error> {
     };
     let record = StreamRecord {
         head: Head {
-            config: StreamConfig {
+            config: Arc::new(StreamConfig {
                 content_type: r.try_get(2)?,
                 expiry: expiry_from_columns(r.try_get(3)?, r.try_get(4)?),
                 closed: r.try_get(5)?,
-            },
+            }),
             closed: r.try_get(6)?,
             count: r.try_get::<i64, _>(7)? as u64,
             bytes: r.try_get::<i64, _>(8)? as u64,

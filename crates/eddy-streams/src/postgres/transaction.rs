@@ -254,7 +254,7 @@ impl PgTransaction {
         &mut self,
         snapshot: &StreamSnapshot,
         first: u64,
-        messages: &[Bytes],
+        messages: Vec<Bytes>,
     ) -> Result<StreamInfo, StreamError> {
         self.records.set_locking(true);
         self.calls += 1;

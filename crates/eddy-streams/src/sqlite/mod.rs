@@ -396,7 +396,7 @@ impl Storage for SqliteStorage {
         let snapshot = snapshot.clone();
         let size = messages.iter().map(Bytes::len).sum();
         self.submit(size, move |engine, records| {
-            let info = complete(engine.restore(records, &snapshot, first, &messages))?;
+            let info = complete(engine.restore(records, &snapshot, first, messages))?;
             Ok((info.clone(), Some(Event::Committed(info))))
         })
         .await

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::future::ready;
 use std::ops::Range;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -151,25 +152,23 @@ impl Records for SqliteRecords<'_> {
         ready(inserted)
     }
 
-    fn update(&mut self, key: &i64, record: &StreamRecord) -> impl Op<()> {
+    fn update(&mut self, key: &i64, record: StreamRecord) -> impl Op<()> {
         let key = *key;
-        self.log_write(key, |path| Change::Record {
-            key,
-            path,
-            record: record.clone(),
-        });
-        ready(update(self.conn, key, record))
+        let updated = update(self.conn, key, &record);
+        self.log_write(key, |path| Change::Record { key, path, record });
+        ready(updated)
     }
 
-    fn insert_messages(&mut self, key: &i64, first: u64, messages: &[Bytes]) -> impl Op<()> {
+    fn insert_messages(&mut self, key: &i64, first: u64, messages: Vec<Bytes>) -> impl Op<()> {
         let key = *key;
+        let inserted = insert_messages(self.conn, key, first, &messages);
         self.log_write(key, |path| Change::Messages {
             key,
             path,
             first,
-            messages: messages.to_vec(),
+            messages,
         });
-        ready(insert_messages(self.conn, key, first, messages))
+        ready(inserted)
     }
 
     fn copy_prefix(&mut self, from: &i64, to: &i64, count: u64) -> impl Op<u64> {
@@ -222,11 +221,11 @@ fn record(r: &Row<'_>) -> rusqlite::Result<StreamRecord> {
     };
     Ok(StreamRecord {
         head: Head {
-            config: StreamConfig {
+            config: Arc::new(StreamConfig {
                 content_type: r.get(2)?,
                 expiry,
                 closed: r.get(5)?,
-            },
+            }),
             closed: r.get(6)?,
             count: r.get::<_, i64>(7)? as u64,
             bytes: r.get::<_, i64>(8)? as u64,
