@@ -111,8 +111,8 @@ impl Storage for MemoryStorage {
     async fn append(&self, path: &StreamPath, append: Append) -> Result<Appended, StreamError> {
         let mut records = self.lock();
         let (appended, written) = complete(self.engine.append(&mut *records, path, append, None))?;
-        if let Some(info) = written {
-            self.notifier.publish(&info);
+        if let Some(head) = written {
+            self.notifier.publish_head(path.as_str(), &head);
         }
         Ok(appended)
     }

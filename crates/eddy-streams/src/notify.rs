@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{broadcast, watch};
 
+use crate::rules::Head;
 use crate::{Offset, StreamInfo};
 
 /// One commit, as reported on [`Notifier::committed`].
@@ -82,13 +83,26 @@ impl Notifier {
         if let Some(sender) = self.streams().get(&info.path) {
             sender.send_replace(Some(info.clone()));
         }
-        // Nobody listening is common (no projection runs in the process):
-        // then there is nothing to build.
+        self.feed(&info.path, info.tail, info.closed);
+    }
+
+    /// [`publish`](Self::publish) for a backend that holds the stream's
+    /// head: its description is only built when someone waits on it.
+    pub(crate) fn publish_head(&self, path: &str, head: &Head) {
+        if let Some(sender) = self.streams().get(path) {
+            sender.send_replace(Some(head.info(path)));
+        }
+        self.feed(path, head.tail(), head.closed);
+    }
+
+    /// Reports a commit on the `committed` feed. Nobody listening is
+    /// common (no projection runs in the process): then nothing is built.
+    fn feed(&self, path: &str, tail: Offset, closed: bool) {
         if self.committed.receiver_count() > 0 {
             let _ = self.committed.send(Committed {
-                path: info.path.clone(),
-                tail: info.tail,
-                closed: info.closed,
+                path: path.to_owned(),
+                tail,
+                closed,
             });
         }
     }

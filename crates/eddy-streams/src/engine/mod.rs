@@ -102,7 +102,7 @@ impl Engine {
     }
 
     /// Appends under the append's conditions. Returns the outcome and,
-    /// when the append wrote, the stream as it left it. `split` is the
+    /// when the append wrote, the stream's head as it left it. `split` is the
     /// payload split ahead by the caller, used when it was split for the
     /// stream's kind (JSON or not).
     pub async fn append<R: Records>(
@@ -111,7 +111,7 @@ impl Engine {
         path: &StreamPath,
         mut append: Append,
         split_ahead: Option<Split>,
-    ) -> Result<(Appended, Option<StreamInfo>), StreamError> {
+    ) -> Result<(Appended, Option<Head>), StreamError> {
         let now = self.now_ms();
         let stored = find(records, path.as_str(), now).await?.live(path)?;
         let (key, mut record) = (stored.key, stored.record);
@@ -150,16 +150,13 @@ impl Engine {
         }
         let first = record.head.count;
         record.head.apply(&messages, &append, close);
-        let (appended, info) = (
-            record.head.appended(producer),
-            record.head.info(path.as_str()),
-        );
+        let (appended, head) = (record.head.appended(producer), record.head.clone());
         records.insert_messages(&key, first, messages).await?;
         records.update(&key, record).await?;
         if let (Some(position), Some(state)) = (&append.producer, producer) {
             records.save_producer(&key, &position.id, state).await?;
         }
-        Ok((appended, Some(info)))
+        Ok((appended, Some(head)))
     }
 
     /// Refuses a new producer on a stream that keeps as many producers'

@@ -319,7 +319,8 @@ impl Storage for SqliteStorage {
         let path = path.clone();
         self.submit(append.payload.len(), move |engine, records| {
             let (outcome, written) = complete(engine.append(records, &path, append, split))?;
-            Ok((outcome, written.map(Event::Committed)))
+            let info = written.map(|head| head.info(path.as_str()));
+            Ok((outcome, info.map(Event::Committed)))
         })
         .await
     }

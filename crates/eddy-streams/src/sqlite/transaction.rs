@@ -69,7 +69,8 @@ impl<'t> SqliteTransaction<'t> {
             Ok((appended, written)) => {
                 self.tx.execute_batch("RELEASE eddy_append")?;
                 self.log.extend(log);
-                self.events.extend(written.map(Event::Committed));
+                let info = written.map(|head| head.info(path.as_str()));
+                self.events.extend(info.map(Event::Committed));
                 Ok(appended)
             }
             Err(err) => {
