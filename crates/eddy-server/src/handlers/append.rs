@@ -56,7 +56,7 @@ pub(super) async fn append(
         metrics.appends.increment(1);
         metrics.append_bytes.increment(size as u64);
     }
-    let mut out = super::response_headers();
+    let mut out = HeaderMap::with_capacity(super::APPEND_RESPONSE_HEADERS);
     put(
         &mut out,
         protocol::NEXT_OFFSET,
