@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Instructions per request of `eddy serve` (memory storage) for /healthz and
+# Instructions per request of `eddy serve` (memory storage, or STORAGE) for /healthz and
 # for single-message appends, counted by valgrind's callgrind: the same
 # figure for the same binary whatever else the machine does, so a change of
 # a few hundred instructions per request shows where wrk's req/s cannot
@@ -10,11 +10,13 @@
 #   scripts/bench/instructions.sh                      # this checkout's release build
 #   scripts/bench/instructions.sh /tmp/eddy-before     # that binary, then this build's
 #   SECONDS_PER_ROUTE=4 scripts/bench/instructions.sh
+#   STORAGE=sqlite scripts/bench/instructions.sh   # the durable store (its writer thread counts too)
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 seconds="${SECONDS_PER_ROUTE:-8}"
+storage="${STORAGE:-memory}"
 command -v wrk >/dev/null || apt-get install -y wrk >/dev/null
 command -v valgrind >/dev/null || apt-get install -y valgrind >/dev/null
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
@@ -30,7 +32,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 measure() { # binary -> prints "label healthz_ir append_ir difference"
   local bin="$1" port label; port="$(free_port)"; label="$(basename "$bin")"
   valgrind --tool=callgrind --callgrind-out-file="$work/cg.%p" \
-    "$bin" serve --listen "127.0.0.1:$port" --storage memory --data "$work/data-$port" >/dev/null 2>&1 &
+    "$bin" serve --listen "127.0.0.1:$port" --storage "$storage" --data "$work/data-$port" >/dev/null 2>&1 &
   server=$!
   for _ in $(seq 1 200); do curl -fsS -o /dev/null "http://127.0.0.1:$port/healthz" 2>/dev/null && break; sleep 0.2; done
   curl -fsS -o /dev/null -X PUT -H 'content-type: text/plain' "http://127.0.0.1:$port/bench/append"
@@ -50,6 +52,6 @@ measure() { # binary -> prints "label healthz_ir append_ir difference"
   printf '%-28s %12s %12s %12s\n' "$label" "${figures[0]}" "${figures[1]}" "$((figures[1] - figures[0]))"
 }
 
-printf '%-28s %12s %12s %12s\n' "instructions per request" "/healthz" "append" "difference"
+printf '%-28s %12s %12s %12s\n' "instructions per request ($storage)" "/healthz" "append" "difference"
 [ $# -gt 0 ] && measure "$1"
 measure "$CARGO_TARGET_DIR/release/eddy"

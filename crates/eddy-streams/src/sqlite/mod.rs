@@ -7,6 +7,7 @@ mod cache;
 mod marks;
 mod options;
 mod records;
+mod savepoint;
 mod schema;
 mod transaction;
 mod writer;
@@ -282,8 +283,14 @@ fn open_connection(file: &Path, read_only: bool) -> Result<Connection, StreamErr
     let conn = Connection::open_with_flags(file, flags)
         .map_err(|e| StreamError::unavailable_from(format!("cannot open {}", file.display()), e))?;
     conn.busy_timeout(Duration::from_secs(10))?;
+    // Room for every statement the store prepares (rusqlite keeps 16): a
+    // statement pushed out of the cache is parsed again on its next use.
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     Ok(conn)
 }
+
+/// How many prepared statements each connection keeps.
+const STATEMENT_CACHE: usize = 64;
 
 /// The event of a call that created a stream (or found it).
 fn created(created: &Created) -> Option<Event> {

@@ -8,6 +8,7 @@ use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 use super::cache::Change;
 use super::records::SqliteRecords;
+use super::savepoint;
 use super::writer::{AloneTask, Event, Failure, Shared};
 use crate::engine::{complete, Engine};
 use crate::touches::Touches;
@@ -61,21 +62,20 @@ impl<'t> SqliteTransaction<'t> {
     /// the transaction. A refused append writes nothing, and the
     /// transaction goes on.
     pub fn append(&mut self, path: &StreamPath, append: Append) -> Result<Appended, StreamError> {
-        self.tx.execute_batch("SAVEPOINT eddy_append")?;
+        savepoint::APPEND.begin(self.tx)?;
         let mut records = SqliteRecords::logging(self.tx, self.touches);
         let result = complete(self.engine.append(&mut records, path, append, None));
         let log = records.take_log();
         match result {
             Ok((appended, written)) => {
-                self.tx.execute_batch("RELEASE eddy_append")?;
+                savepoint::APPEND.release(self.tx)?;
                 self.log.extend(log);
                 let info = written.map(|head| head.info(path.as_str()));
                 self.events.extend(info.map(Event::Committed));
                 Ok(appended)
             }
             Err(err) => {
-                self.tx
-                    .execute_batch("ROLLBACK TO eddy_append; RELEASE eddy_append")?;
+                savepoint::APPEND.roll_back(self.tx)?;
                 Err(err)
             }
         }

@@ -17,6 +17,7 @@ use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 use super::cache::{Cache, Change};
 use super::records::{self, SqliteRecords};
+use super::savepoint;
 use crate::engine::Engine;
 use crate::marks::Markers;
 use crate::touches::{Touches, FLUSH_INTERVAL};
@@ -265,7 +266,7 @@ fn commit_group(
         cache,
         markers,
     } = shared;
-    let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+    let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(err) => {
             let err = StreamError::from(err);
@@ -282,25 +283,22 @@ fn commit_group(
             job.refuse(err);
             continue;
         }
-        let mut savepoint = match tx.savepoint() {
-            Ok(savepoint) => savepoint,
-            Err(err) => {
-                let err = StreamError::from(err);
-                job.refuse(&err);
-                written = Err(err);
-                continue;
-            }
-        };
-        let mut records = SqliteRecords::logging(&savepoint, touches);
+        if let Err(err) = savepoint::JOB.begin(&tx) {
+            let err = StreamError::from(err);
+            job.refuse(&err);
+            written = Err(err);
+            continue;
+        }
+        let mut records = SqliteRecords::logging(&tx, touches);
         let done = job.run(engine, &mut records);
         if done.keep {
             changes.extend(records.take_log());
         }
         drop(records);
         let ended = if done.keep {
-            savepoint.commit()
+            savepoint::JOB.release(&tx)
         } else {
-            savepoint.rollback().and_then(|()| savepoint.commit())
+            savepoint::JOB.roll_back(&tx)
         };
         applied.push(done);
         written = ended.map_err(StreamError::from);
