@@ -75,6 +75,7 @@ measure_floor() { # -> sets `floor_h1` and `floor_h2` ("p50/p99/max")
 }
 
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+two_places() { awk '{ printf "%.2f", $1 }'; }
 range() { tr ' ' '\n' | grep -v '^$' | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.2f-%.2f", lo, hi }'; }
 
 measure_pinned() { # binary -> sets `figures` (see pinned_report)
@@ -103,7 +104,7 @@ measure_pinned() { # binary -> sets `figures` (see pinned_report)
   fan_h2="$(fan_out "$mem" "h2c:$fanout_h2c")"
   stop_pinned; stop_pinned
   figures="$(median <<<"$hs") $(median <<<"$mas") $(median <<<"$sas") $mr $sr $fan_h1 $fan_h2"
-  figures="$figures $(median <<<"$r_sa") $(range <<<"$r_sa") $(median <<<"$r_ma") $(range <<<"$r_ma")"
+  figures="$figures $(median <<<"$r_sa" | two_places) $(range <<<"$r_sa") $(median <<<"$r_ma" | two_places) $(range <<<"$r_ma")"
 }
 
 pinned_report() { # label figures

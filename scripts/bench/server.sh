@@ -26,6 +26,10 @@
 #   - 10 000 long-poll readers of one stream: p50/p99 from the append to each
 #     reader's answer (live_fanout, a Rust client; target: all within 100 ms),
 #     over HTTP/1.1 and over h2c, each beside a bare hyper server's (the floor)
+# The two append ratios are taken within alternating slices (RATIO_SLICES,
+# default 8, of SLICE_DURATION, default 2s) against both stores' servers
+# side by side, and printed as the median with the slices' range: on a
+# shared VM a rate drifts by several percent from second to second.
 # With BASELINE=/path/to/an/older/eddy it measures that binary too, in the
 # same run, and prints both.
 #
