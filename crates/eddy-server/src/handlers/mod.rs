@@ -85,8 +85,8 @@ pub(crate) fn reserved(uri_path: &str) -> Option<(&str, &str)> {
     }
     // A look after each `/`, found by a plain byte loop: a searcher set up
     // anew for every request costs more than the scan of a short path.
-    let slashes = trimmed.bytes().enumerate().filter(|&(_, b)| b == b'/');
-    slashes.map(|(at, _)| at).find_map(|at| {
+    let mut slashes = trimmed.bytes().enumerate().filter(|&(_, b)| b == b'/');
+    slashes.find_map(|(at, _)| {
         trimmed[at + 1..]
             .strip_prefix(API)
             .map(|rest| (&trimmed[..at], rest))
