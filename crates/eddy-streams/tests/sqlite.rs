@@ -1,4 +1,4 @@
-//! SQLite-specific behaviour: files written by older builds.
+//! SQLite-specific behaviour: files written by older builds, caller transactions, and several openers of one directory.
 
 use eddy_streams::{Append, Fork, ReadFrom, SqliteStorage, Storage, StreamPath};
 use rusqlite::Connection;
@@ -157,4 +157,54 @@ fn application_sql_and_appends_commit_or_roll_back_together() {
         let read = store.read(&out, ReadFrom::Beginning, 1 << 20).await;
         assert_eq!(read.expect("read").messages, [r#"{"id":"o-1"}"#]);
     });
+}
+
+/// Two openers of one data directory (two processes, say `eddy serve` and
+/// an `eddy streams append` beside it) each read what the other wrote: a
+/// store's cache of recent messages never stands in for the stream's head
+/// in the database.
+///
+/// Regression: a read that the cache could answer returned the stream as
+/// this opener last wrote it, missing the other's appends, and a stream
+/// the other deleted still answered.
+#[tokio::test]
+async fn each_opener_of_a_directory_reads_what_the_other_wrote() {
+    use eddy_streams::{Payload, StreamConfig};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (here, there) = (
+        SqliteStorage::open(dir.path()).expect("open"),
+        SqliteStorage::open(dir.path()).expect("open again"),
+    );
+    let path = StreamPath::new("shared/log").expect("path");
+    here.create(&path, StreamConfig::bytes("text/plain"), Payload::empty())
+        .await
+        .expect("create");
+    here.append(&path, Append::body("one"))
+        .await
+        .expect("append");
+    let first = here
+        .read(&path, ReadFrom::Beginning, 1 << 20)
+        .await
+        .expect("read");
+    assert_eq!(first.messages.len(), 1);
+
+    there
+        .append(&path, Append::body("two"))
+        .await
+        .expect("append there");
+    let seen = here
+        .read(&path, ReadFrom::Beginning, 1 << 20)
+        .await
+        .expect("read again");
+    let texts: Vec<&[u8]> = seen.messages.iter().map(|m| m.as_ref()).collect();
+    assert_eq!(texts, [&b"one"[..], &b"two"[..]]);
+    assert_eq!(seen.next_offset, here.head(&path).await.expect("head").tail);
+    assert_eq!(seen.next_offset.position(), 2);
+
+    there.delete(&path).await.expect("delete there");
+    assert!(here
+        .read(&path, ReadFrom::Beginning, 1 << 20)
+        .await
+        .is_err());
+    assert!(here.head(&path).await.is_err());
 }

@@ -1,26 +1,28 @@
-//! Recently written streams, in memory: each one's record and its latest
-//! messages, so that reads of recent data (catch-up reads, live readers
-//! woken by an append, heads) need no SQL and no row-by-row copying.
+//! Recently written streams' messages, in memory, so that reads of recent
+//! data (catch-up reads, live readers woken by an append) need no
+//! row-by-row copying out of SQLite.
 //!
-//! Only the writer fills the cache, from the record writes of a group
-//! after its `COMMIT`, so the cache never holds what is not committed; a
-//! read takes a consistent view under one lock. Whatever the cache cannot
-//! answer (a path it does not hold, messages older than it keeps, forks,
-//! tombstones) is a miss, and the caller reads from SQLite instead. The
-//! cache holds at most its byte budget of messages: a stream keeps at most
-//! an eighth of it, the least recently used streams go first.
+//! Only the writer fills the cache, from the writes of a group after its
+//! `COMMIT`, so the cache never holds what is not committed. It answers for
+//! messages only, never for a stream's head: a read takes the head (tail,
+//! closed, expiry) from SQLite in its read transaction and then asks the
+//! cache for the messages up to that tail. A message at a position of a
+//! stream (a row id, never reused) never changes once committed, so the
+//! answer is exact even when another process writes the same database; the
+//! messages the cache does not hold are read from SQLite. The cache holds
+//! at most its byte budget of messages: a stream keeps at most an eighth of
+//! it, the least recently used streams go first. It also keeps each
+//! stream's record, to know where its messages end and whether it holds
+//! JSON.
 
 use std::collections::{HashMap, VecDeque};
-use std::future::ready;
 use std::ops::Range;
 use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
 
-use crate::record::{Op, RecordReader, Stored, StreamRecord};
-use crate::rules::{take_within, ProducerState};
-use crate::touches::Touches;
-use crate::StreamError;
+use crate::record::StreamRecord;
+use crate::rules::take_within;
 
 /// The most streams the cache describes (each costs its record).
 const MAX_STREAMS: usize = 65_536;
@@ -163,13 +165,22 @@ impl Cache {
         Some(entry.record.as_ref()?.head.config.is_json())
     }
 
-    /// A locked view for one engine read; see [`View::missed`].
-    pub fn view<'a>(&'a self, touches: &'a Touches) -> View<'a> {
-        View {
-            inner: self.lock(),
-            touches,
-            missed: false,
-        }
+    /// The messages of stream `key` at positions `range` (stopping before
+    /// their total passes `max_bytes`, but at least one), when the cache
+    /// holds them all.
+    pub fn messages(&self, key: i64, range: Range<u64>, max_bytes: usize) -> Option<Vec<Bytes>> {
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        inner.reads += 1;
+        let entry = inner
+            .streams
+            .get_mut(&key)
+            .filter(|e| range.start >= e.first && range.end <= e.end())?;
+        entry.used = inner.reads;
+        let skip = usize::try_from(range.start - entry.first).ok()?;
+        let take = usize::try_from(range.end - range.start).ok()?;
+        let wanted = entry.messages.iter().skip(skip).take(take).cloned();
+        Some(take_within(wanted, max_bytes))
     }
 }
 
@@ -223,103 +234,5 @@ impl Inner {
                 None => break,
             }
         }
-    }
-}
-
-/// The cache, locked for one engine read. Whatever it does not hold makes
-/// the read fail with [`View::missed`] set; the caller then reads from
-/// SQLite.
-pub(super) struct View<'a> {
-    inner: MutexGuard<'a, Inner>,
-    touches: &'a Touches,
-    missed: bool,
-}
-
-impl View<'_> {
-    /// Whether the read asked for something the cache does not hold.
-    pub fn missed(&self) -> bool {
-        self.missed
-    }
-
-    fn miss<T>(&mut self) -> Result<T, StreamError> {
-        self.missed = true;
-        Err(StreamError::internal("not in the stream cache"))
-    }
-}
-
-impl View<'_> {
-    fn load(&mut self, path: &str) -> Result<Option<Stored<i64>>, StreamError> {
-        let inner = &mut *self.inner;
-        inner.reads += 1;
-        let reads = inner.reads;
-        let cached = inner.by_path.get(path).and_then(|key| {
-            let entry = inner.streams.get_mut(key)?;
-            entry.used = reads;
-            Some((*key, entry.record.clone()?))
-        });
-        match cached {
-            Some((key, mut record)) => {
-                record.accessed_ms = self.touches.accessed(key, record.accessed_ms);
-                Ok(Some(Stored { key, record }))
-            }
-            None => self.miss(),
-        }
-    }
-
-    fn messages(
-        &mut self,
-        key: i64,
-        range: Range<u64>,
-        max_bytes: usize,
-    ) -> Result<Vec<Bytes>, StreamError> {
-        let held = self
-            .inner
-            .streams
-            .get(&key)
-            .filter(|e| range.start >= e.first && range.end <= e.end());
-        let Some(entry) = held else {
-            return self.miss();
-        };
-        let skip = usize::try_from(range.start - entry.first).unwrap_or(usize::MAX);
-        let take = usize::try_from(range.end - range.start).unwrap_or(usize::MAX);
-        let wanted = entry.messages.iter().skip(skip).take(take).cloned();
-        Ok(take_within(wanted, max_bytes))
-    }
-}
-
-// The view holds a lock, so its futures are ready ones (see `record.rs`).
-impl RecordReader for View<'_> {
-    type Key = i64;
-
-    fn load(&mut self, path: &str) -> impl Op<Option<Stored<i64>>> {
-        ready(View::load(self, path))
-    }
-
-    fn is_tombstoned(&mut self, _: &str) -> impl Op<bool> {
-        ready(self.miss())
-    }
-
-    fn forks_of(&mut self, _: &str) -> impl Op<Vec<String>> {
-        ready(self.miss())
-    }
-
-    fn producers(&mut self, _: &i64) -> impl Op<Vec<(String, ProducerState)>> {
-        ready(self.miss())
-    }
-
-    fn producer(&mut self, _: &i64, _: &str) -> impl Op<Option<ProducerState>> {
-        ready(self.miss())
-    }
-
-    fn producer_count(&mut self, _: &i64) -> impl Op<u64> {
-        ready(self.miss())
-    }
-
-    fn messages(&mut self, key: &i64, range: Range<u64>, max_bytes: usize) -> impl Op<Vec<Bytes>> {
-        ready(View::messages(self, *key, range, max_bytes))
-    }
-
-    fn list(&mut self, _: &str) -> impl Op<Vec<(String, StreamRecord)>> {
-        ready(self.miss())
     }
 }

@@ -37,7 +37,7 @@ use crate::{
     StreamError, StreamInfo, StreamPath, StreamSnapshot,
 };
 use bytes::Bytes;
-use cache::{Cache, View};
+use cache::Cache;
 use records::SqliteRecords;
 use writer::{Event, Job};
 
@@ -213,7 +213,7 @@ impl SqliteStorage {
     }
 
     /// Runs `f` on a read connection inside one read transaction, off the
-    /// async runtime.
+    /// async runtime, with the messages the cache holds taken from it.
     async fn with_reader<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Engine, &mut SqliteRecords<'_>) -> Result<T, StreamError> + Send + 'static,
@@ -225,6 +225,7 @@ impl SqliteStorage {
         let readers = Arc::clone(&self.readers);
         let file = self.file.clone();
         let (engine, touches) = (self.engine.clone(), Arc::clone(&self.touches));
+        let cache = Arc::clone(&self.cache);
         tokio::task::spawn_blocking(move || {
             let _turn = turn;
             let pooled = readers.lock().unwrap_or_else(|e| e.into_inner()).pop();
@@ -235,23 +236,15 @@ impl SqliteStorage {
             let result = conn
                 .transaction()
                 .map_err(StreamError::from)
-                .and_then(|tx| f(&engine, &mut SqliteRecords::new(&tx, &touches)));
-            readers.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
+                .and_then(|tx| f(&engine, &mut SqliteRecords::cached(&tx, &touches, &cache)));
+            // A connection whose transaction did not end is not reused.
+            if conn.is_autocommit() {
+                readers.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
+            }
             result
         })
         .await
         .map_err(|e| StreamError::internal_from("a read task failed", e))?
-    }
-
-    /// Runs `f` on the cache; `None` when it needs what the cache does not
-    /// hold.
-    fn cached<T>(
-        &self,
-        f: impl FnOnce(&Engine, &mut View<'_>) -> Result<T, StreamError>,
-    ) -> Option<Result<T, StreamError>> {
-        let mut view = self.cache.view(&self.touches);
-        let result = f(&self.engine, &mut view);
-        (!view.missed()).then_some(result)
     }
 
     /// Stops the writer after it has committed every queued job.
@@ -338,17 +331,14 @@ impl Storage for SqliteStorage {
         from: ReadFrom,
         max_bytes: usize,
     ) -> Result<ReadChunk, StreamError> {
-        let cached = self.cached(|engine, view| complete(engine.read(view, path, from, max_bytes)));
-        let (chunk, touch) = match cached {
-            Some(read) => read?,
-            None => {
-                let path = path.clone();
-                self.with_reader(move |engine, records| {
-                    complete(engine.read(records, &path, from, max_bytes))
-                })
-                .await?
-            }
-        };
+        // The head comes from SQLite even when the cache holds every
+        // message: another process may have written since.
+        let path = path.clone();
+        let (chunk, touch) = self
+            .with_reader(move |engine, records| {
+                complete(engine.read(records, &path, from, max_bytes))
+            })
+            .await?;
         if let Some(touch) = touch {
             self.touches.record(touch.key, touch.at_ms);
         }
@@ -356,9 +346,6 @@ impl Storage for SqliteStorage {
     }
 
     async fn head(&self, path: &StreamPath) -> Result<StreamInfo, StreamError> {
-        if let Some(head) = self.cached(|engine, view| complete(engine.head(view, path))) {
-            return head;
-        }
         let path = path.clone();
         self.with_reader(move |engine, records| complete(engine.head(records, &path)))
             .await

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
-use super::cache::Change;
+use super::cache::{Cache, Change};
 use crate::fork::ForkOrigin;
 use crate::record::{
     expiry_columns, expiry_from_columns, Op, RecordReader, Records, Stored, StreamRecord,
@@ -22,10 +22,13 @@ use crate::{ProducerPosition, StreamConfig, StreamError};
 /// Record access through one connection. A stream's key is its row id
 /// (`AUTOINCREMENT`, so never reused). Loaded records include the TTL
 /// touches not stored yet. In the writer it also logs its record writes
-/// for the [cache](super::cache), which learns them after the commit.
+/// for the [cache](super::cache), which learns them after the commit; a
+/// reader takes the messages the cache holds from it.
 pub(super) struct SqliteRecords<'c> {
     conn: &'c Connection,
     touches: &'c Touches,
+    /// Where a reader finds recent messages without SQL.
+    cache: Option<&'c Cache>,
     /// The writes so far, when logging.
     log: Option<Vec<Change>>,
     /// The path of each stream loaded or inserted, for the log.
@@ -38,8 +41,17 @@ impl<'c> SqliteRecords<'c> {
         SqliteRecords {
             conn,
             touches,
+            cache: None,
             log: None,
             paths: HashMap::new(),
+        }
+    }
+
+    /// Records for reading that take recent messages from `cache`.
+    pub fn cached(conn: &'c Connection, touches: &'c Touches, cache: &'c Cache) -> Self {
+        SqliteRecords {
+            cache: Some(cache),
+            ..SqliteRecords::new(conn, touches)
         }
     }
 
@@ -130,7 +142,10 @@ impl RecordReader for SqliteRecords<'_> {
     }
 
     fn messages(&mut self, key: &i64, range: Range<u64>, max_bytes: usize) -> impl Op<Vec<Bytes>> {
-        ready(messages(self.conn, *key, range, max_bytes))
+        let cached = self
+            .cache
+            .and_then(|cache| cache.messages(*key, range.clone(), max_bytes));
+        ready(cached.map_or_else(|| messages(self.conn, *key, range, max_bytes), Ok))
     }
 
     fn list(&mut self, prefix: &str) -> impl Op<Vec<(String, StreamRecord)>> {
