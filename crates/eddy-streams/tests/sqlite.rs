@@ -176,35 +176,26 @@ async fn each_opener_of_a_directory_reads_what_the_other_wrote() {
         SqliteStorage::open(dir.path()).expect("open again"),
     );
     let path = StreamPath::new("shared/log").expect("path");
+    let read_all = || here.read(&path, ReadFrom::Beginning, 1 << 20);
     here.create(&path, StreamConfig::bytes("text/plain"), Payload::empty())
         .await
         .expect("create");
     here.append(&path, Append::body("one"))
         .await
         .expect("append");
-    let first = here
-        .read(&path, ReadFrom::Beginning, 1 << 20)
-        .await
-        .expect("read");
-    assert_eq!(first.messages.len(), 1);
+    assert_eq!(read_all().await.expect("read").messages.len(), 1);
 
     there
         .append(&path, Append::body("two"))
         .await
         .expect("append there");
-    let seen = here
-        .read(&path, ReadFrom::Beginning, 1 << 20)
-        .await
-        .expect("read again");
+    let seen = read_all().await.expect("read again");
     let texts: Vec<&[u8]> = seen.messages.iter().map(|m| m.as_ref()).collect();
     assert_eq!(texts, [&b"one"[..], &b"two"[..]]);
     assert_eq!(seen.next_offset, here.head(&path).await.expect("head").tail);
     assert_eq!(seen.next_offset.position(), 2);
 
     there.delete(&path).await.expect("delete there");
-    assert!(here
-        .read(&path, ReadFrom::Beginning, 1 << 20)
-        .await
-        .is_err());
+    assert!(read_all().await.is_err());
     assert!(here.head(&path).await.is_err());
 }
