@@ -36,7 +36,8 @@ pub struct SqliteOptions {
     /// Where the store reads the time (for expiry).
     pub clock: Arc<dyn Clock>,
     /// How many bytes of recently written messages the store keeps in
-    /// memory to serve reads without SQL (see `DESIGN-sqlite.md`).
+    /// memory, so that a read of them costs one query for the stream's
+    /// head instead of a row per message (see `DESIGN-sqlite.md`).
     pub cache_bytes: usize,
     /// While set, every `COMMIT` fails (through SQLite's commit hook).
     #[cfg(test)]

@@ -27,7 +27,7 @@ use crate::{ProducerPosition, StreamConfig, StreamError};
 pub(super) struct SqliteRecords<'c> {
     conn: &'c Connection,
     touches: &'c Touches,
-    /// Where a reader finds recent messages without SQL.
+    /// Where a reader finds recent messages without reading their rows.
     cache: Option<&'c Cache>,
     /// The writes so far, when logging.
     log: Option<Vec<Change>>,
