@@ -166,7 +166,8 @@ fn application_sql_and_appends_commit_or_roll_back_together() {
 ///
 /// Regression: a read that the cache could answer returned the stream as
 /// this opener last wrote it, missing the other's appends, and a stream
-/// the other deleted still answered.
+/// the other deleted still answered. The writer's own copy of the records
+/// must not miss the other's writes either.
 #[tokio::test]
 async fn each_opener_of_a_directory_reads_what_the_other_wrote() {
     use eddy_streams::{Payload, StreamConfig};
@@ -194,6 +195,18 @@ async fn each_opener_of_a_directory_reads_what_the_other_wrote() {
     assert_eq!(texts, [&b"one"[..], &b"two"[..]]);
     assert_eq!(seen.next_offset, here.head(&path).await.expect("head").tail);
     assert_eq!(seen.next_offset.position(), 2);
+
+    // Each writer appends after what the other wrote.
+    here.append(&path, Append::body("three"))
+        .await
+        .expect("append here after there");
+    there
+        .append(&path, Append::body("four"))
+        .await
+        .expect("append there after here");
+    let seen = read_all().await.expect("read all four");
+    let texts: Vec<&[u8]> = seen.messages.iter().map(|m| m.as_ref()).collect();
+    assert_eq!(texts, [&b"one"[..], b"two", b"three", b"four"]);
 
     there.delete(&path).await.expect("delete there");
     assert!(read_all().await.is_err());

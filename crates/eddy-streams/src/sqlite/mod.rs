@@ -4,6 +4,7 @@
 //! protocol.
 
 mod cache;
+mod heads;
 mod marks;
 mod options;
 mod records;

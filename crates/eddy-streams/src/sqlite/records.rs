@@ -11,6 +11,7 @@ use bytes::Bytes;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::cache::{Cache, Change};
+use super::heads::Heads;
 use crate::fork::ForkOrigin;
 use crate::record::{
     expiry_columns, expiry_from_columns, Op, RecordReader, Records, Stored, StreamRecord,
@@ -29,6 +30,8 @@ pub(super) struct SqliteRecords<'c> {
     touches: &'c Touches,
     /// Where a reader finds recent messages without reading their rows.
     cache: Option<&'c Cache>,
+    /// The writer's copy of the records, kept in step with its writes.
+    heads: Option<&'c mut Heads>,
     /// The writes so far, when logging.
     log: Option<Vec<Change>>,
     /// The path of each stream loaded or inserted, for the log.
@@ -42,6 +45,7 @@ impl<'c> SqliteRecords<'c> {
             conn,
             touches,
             cache: None,
+            heads: None,
             log: None,
             paths: HashMap::new(),
         }
@@ -60,6 +64,15 @@ impl<'c> SqliteRecords<'c> {
         SqliteRecords {
             log: Some(Vec::new()),
             ..SqliteRecords::new(conn, touches)
+        }
+    }
+
+    /// These records, finding records in `heads` and keeping it in step
+    /// with every write.
+    pub fn with_heads(self, heads: &'c mut Heads) -> Self {
+        SqliteRecords {
+            heads: Some(heads),
+            ..self
         }
     }
 
@@ -84,11 +97,19 @@ impl<'c> SqliteRecords<'c> {
     }
 
     fn load(&mut self, path: &str) -> Result<Option<Stored<i64>>, StreamError> {
+        if let Some((key, mut record)) = self.heads.as_ref().and_then(|heads| heads.get(path)) {
+            record.accessed_ms = self.touches.accessed(key, record.accessed_ms);
+            self.paths.insert(key, path.to_owned());
+            return Ok(Some(Stored { key, record }));
+        }
         let sql = format!("SELECT {STREAM_COLUMNS} FROM streams WHERE path = ?1");
         let mut stmt = self.conn.prepare_cached(&sql)?;
         let row = stmt.query_row([path], |r| self.record(r)).optional()?;
-        if let Some((_, key, _)) = &row {
+        if let Some((_, key, record)) = &row {
             self.paths.insert(*key, path.to_owned());
+            if let Some(heads) = &mut self.heads {
+                heads.put(path, *key, record.clone());
+            }
         }
         Ok(row.map(|(_, key, record)| Stored { key, record }))
     }
@@ -156,6 +177,10 @@ impl RecordReader for SqliteRecords<'_> {
 impl Records for SqliteRecords<'_> {
     fn insert(&mut self, path: &str, record: &StreamRecord) -> impl Op<i64> {
         let inserted = insert(self.conn, path, record);
+        if let Some(heads) = &mut self.heads {
+            // The new row is kept once its record is written (`update`).
+            heads.forget_path(path);
+        }
         if let Ok(key) = inserted {
             self.paths.insert(key, path.to_owned());
             self.log_write(key, |path| Change::Record {
@@ -170,6 +195,12 @@ impl Records for SqliteRecords<'_> {
     fn update(&mut self, key: &i64, record: StreamRecord) -> impl Op<()> {
         let key = *key;
         let updated = update(self.conn, key, &record);
+        if let Some(heads) = &mut self.heads {
+            match self.paths.get(&key) {
+                Some(path) if updated.is_ok() => heads.put(path, key, record.clone()),
+                _ => heads.forget(key),
+            }
+        }
         self.log_write(key, |path| Change::Record { key, path, record });
         ready(updated)
     }
@@ -197,12 +228,18 @@ impl Records for SqliteRecords<'_> {
     fn remove(&mut self, key: &i64, _path: &str) -> impl Op<()> {
         let key = *key;
         self.log(|_| Change::Removed { key });
+        if let Some(heads) = &mut self.heads {
+            heads.forget(key);
+        }
         ready(remove(self.conn, key))
     }
 
     fn slide(&mut self, key: &i64, at_ms: i64) -> impl Op<()> {
         let key = *key;
         self.log(|_| Change::Slide { key, at_ms });
+        if let Some(heads) = &mut self.heads {
+            heads.slide(key, at_ms);
+        }
         ready(slide(self.conn, key, at_ms))
     }
 

@@ -16,6 +16,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 use super::cache::{Cache, Change};
+use super::heads::Heads;
 use super::records::{self, SqliteRecords};
 use super::savepoint;
 use crate::engine::Engine;
@@ -183,6 +184,7 @@ pub(super) fn run(mut conn: Connection, jobs: Receiver<Job>, owned: Owned) {
         markers,
     } = owned;
     let mut poisoned: Option<StreamError> = None;
+    let mut heads = Heads::default();
     let mut open = true;
     while open {
         let mut group = Vec::new();
@@ -222,7 +224,7 @@ pub(super) fn run(mut conn: Connection, jobs: Receiver<Job>, owned: Owned) {
             markers: &markers,
         };
         if !grouped.is_empty() || !due.is_empty() {
-            match commit_group(&mut conn, grouped, &due, shared) {
+            match commit_group(&mut conn, grouped, &due, shared, &mut heads) {
                 Ok(()) => touches.stored(&due),
                 Err(Failure::Transient(_)) => {}
                 Err(Failure::Commit(err)) => poisoned = Some(err),
@@ -232,6 +234,8 @@ pub(super) fn run(mut conn: Connection, jobs: Receiver<Job>, owned: Owned) {
             match &poisoned {
                 Some(err) => task.refuse(err),
                 None => {
+                    // The caller's own SQL may change any row.
+                    heads.clear();
                     if let Err(Failure::Commit(err)) = task.run(&mut conn, shared) {
                         poisoned = Some(err);
                     }
@@ -258,6 +262,7 @@ fn commit_group(
     group: Vec<Box<dyn Task>>,
     due: &[(i64, i64)],
     shared: Shared<'_>,
+    heads: &mut Heads,
 ) -> Result<(), Failure> {
     let Shared {
         notifier,
@@ -274,6 +279,9 @@ fn commit_group(
             return Err(Failure::Transient(err));
         }
     };
+    if heads.check(&tx).is_err() {
+        heads.clear();
+    }
     let calls = group.len();
     let mut applied = Vec::with_capacity(calls);
     let mut changes = Vec::new();
@@ -289,7 +297,7 @@ fn commit_group(
             written = Err(err);
             continue;
         }
-        let mut records = SqliteRecords::logging(&tx, touches);
+        let mut records = SqliteRecords::logging(&tx, touches).with_heads(heads);
         let done = job.run(engine, &mut records);
         if done.keep {
             changes.extend(records.take_log());
@@ -298,6 +306,8 @@ fn commit_group(
         let ended = if done.keep {
             savepoint::JOB.release(&tx)
         } else {
+            // What the job wrote before it failed is undone.
+            heads.clear();
             savepoint::JOB.roll_back(&tx)
         };
         applied.push(done);
@@ -311,8 +321,10 @@ fn commit_group(
             super::marks::write(&tx, &markers.marks(paths))
         })
         .and_then(|()| {
-            due.iter()
-                .try_for_each(|&(key, at_ms)| records::slide(&tx, key, at_ms))
+            due.iter().try_for_each(|&(key, at_ms)| {
+                heads.slide(key, at_ms);
+                records::slide(&tx, key, at_ms)
+            })
         });
     let failure = match written {
         Err(err) => Some(Failure::Transient(err)),
@@ -330,6 +342,10 @@ fn commit_group(
             })
         }
     };
+    if failure.is_some() {
+        // The group rolled back, or its outcome is unknown.
+        heads.clear();
+    }
     let refusal = match &failure {
         None => None,
         Some(Failure::Transient(err) | Failure::Commit(err)) => {
