@@ -170,6 +170,12 @@ fn application_sql_and_appends_commit_or_roll_back_together() {
 /// must not miss the other's writes either.
 #[tokio::test]
 async fn each_opener_of_a_directory_reads_what_the_other_wrote() {
+    async fn append(store: &SqliteStorage, path: &StreamPath, text: &'static str) {
+        store
+            .append(path, Append::body(text))
+            .await
+            .expect("append");
+    }
     use eddy_streams::{Payload, StreamConfig};
     let dir = tempfile::tempdir().expect("tempdir");
     let (here, there) = (
@@ -177,36 +183,32 @@ async fn each_opener_of_a_directory_reads_what_the_other_wrote() {
         SqliteStorage::open(dir.path()).expect("open again"),
     );
     let path = StreamPath::new("shared/log").expect("path");
-    let read_all = || here.read(&path, ReadFrom::Beginning, 1 << 20);
+    let read_all = || async {
+        let chunk = here.read(&path, ReadFrom::Beginning, 1 << 20).await?;
+        let texts: Vec<String> = chunk
+            .messages
+            .iter()
+            .map(|m| String::from_utf8_lossy(m).into_owned())
+            .collect();
+        Ok::<_, eddy_streams::StreamError>((texts, chunk.next_offset))
+    };
     here.create(&path, StreamConfig::bytes("text/plain"), Payload::empty())
         .await
         .expect("create");
-    here.append(&path, Append::body("one"))
-        .await
-        .expect("append");
-    assert_eq!(read_all().await.expect("read").messages.len(), 1);
+    append(&here, &path, "one").await;
+    assert_eq!(read_all().await.expect("read").0, ["one"]);
 
-    there
-        .append(&path, Append::body("two"))
-        .await
-        .expect("append there");
-    let seen = read_all().await.expect("read again");
-    let texts: Vec<&[u8]> = seen.messages.iter().map(|m| m.as_ref()).collect();
-    assert_eq!(texts, [&b"one"[..], &b"two"[..]]);
-    assert_eq!(seen.next_offset, here.head(&path).await.expect("head").tail);
-    assert_eq!(seen.next_offset.position(), 2);
+    append(&there, &path, "two").await;
+    let (texts, tail) = read_all().await.expect("read again");
+    assert_eq!(texts, ["one", "two"]);
+    assert_eq!(tail, here.head(&path).await.expect("head").tail);
+    assert_eq!(tail.position(), 2);
 
     // Each writer appends after what the other wrote.
-    here.append(&path, Append::body("three"))
-        .await
-        .expect("append here after there");
-    there
-        .append(&path, Append::body("four"))
-        .await
-        .expect("append there after here");
-    let seen = read_all().await.expect("read all four");
-    let texts: Vec<&[u8]> = seen.messages.iter().map(|m| m.as_ref()).collect();
-    assert_eq!(texts, [&b"one"[..], b"two", b"three", b"four"]);
+    append(&here, &path, "three").await;
+    append(&there, &path, "four").await;
+    let (texts, _) = read_all().await.expect("read all four");
+    assert_eq!(texts, ["one", "two", "three", "four"]);
 
     there.delete(&path).await.expect("delete there");
     assert!(read_all().await.is_err());
