@@ -119,8 +119,11 @@ impl StoredAccesses {
     }
 }
 
-/// Creates JSON streams at `paths` whose TTL of 10 s slides with reads.
-async fn create_sliding(store: &PgStorage, paths: &[&StreamPath]) {
+/// A store on `schema` that reads the time from a manual clock, with JSON
+/// streams at `paths` whose TTL of 10 s slides with reads.
+async fn open_sliding(schema: &Schema, paths: &[&StreamPath]) -> (Arc<ManualClock>, PgStorage) {
+    let clock = Arc::new(ManualClock::starting_now());
+    let store = schema.open(clock.clone()).await;
     let config = StreamConfig::json().with_ttl(Duration::from_secs(10));
     for p in paths {
         store
@@ -128,6 +131,7 @@ async fn create_sliding(store: &PgStorage, paths: &[&StreamPath]) {
             .await
             .expect("create");
     }
+    (clock, store)
 }
 
 /// Reads each of `paths` once, which slides its TTL.
@@ -152,12 +156,10 @@ fn sliding_ttl_reads_are_stored_debounced() {
         return;
     };
     run(async move {
-        let clock = Arc::new(ManualClock::starting_now());
-        let store = schema.open(clock.clone()).await;
+        let paths = [path("ttl/a"), path("ttl/b")];
+        let (clock, store) = open_sliding(&schema, &[&paths[0], &paths[1]]).await;
         count_updates(&schema).await;
         let mut stored = StoredAccesses::listen(&schema).await;
-        let paths = [path("ttl/a"), path("ttl/b")];
-        create_sliding(&store, &[&paths[0], &paths[1]]).await;
 
         const ROUNDS: u32 = 200;
         let before = updates(store.pool(), &schema).await;
@@ -223,10 +225,8 @@ fn pending_touches_are_stored_when_the_store_closes_or_drops() {
         return;
     };
     run(async move {
-        let clock = Arc::new(ManualClock::starting_now());
-        let store = schema.open(clock.clone()).await;
         let p = path("ttl/closing");
-        create_sliding(&store, &[&p]).await;
+        let (clock, store) = open_sliding(&schema, &[&p]).await;
         let pool = PgPool::connect(&schema.url).await.expect("connect");
 
         clock.advance(Duration::from_secs(6));
@@ -263,10 +263,8 @@ fn a_flush_skips_the_stream_rows_another_transaction_holds() {
         return;
     };
     run(async move {
-        let clock = Arc::new(ManualClock::starting_now());
-        let store = schema.open(clock.clone()).await;
         let (free, held) = (path("ttl/free"), path("ttl/held"));
-        create_sliding(&store, &[&free, &held]).await;
+        let (clock, store) = open_sliding(&schema, &[&free, &held]).await;
         let created = clock.now_ms();
         let pool = PgPool::connect(&schema.url).await.expect("connect");
         let lock_row = format!(
