@@ -103,7 +103,8 @@ fn a_database_of_a_newer_build_is_refused() {
 /// A caller's transaction (`SqliteStorage::transaction`): the
 /// application's rows and the appends commit together when the closure
 /// returns `Ok`, and neither stays when it returns `Err`; a refused append
-/// inside it writes nothing and the transaction goes on.
+/// inside it writes nothing and the transaction goes on; an append outside
+/// it afterwards comes after what it wrote.
 #[test]
 fn application_sql_and_appends_commit_or_roll_back_together() {
     use eddy_streams::{Payload, StreamConfig, StreamError};
@@ -156,6 +157,16 @@ fn application_sql_and_appends_commit_or_roll_back_together() {
         assert_eq!(count().await.expect("count"), 1);
         let read = store.read(&out, ReadFrom::Beginning, 1 << 20).await;
         assert_eq!(read.expect("read").messages, [r#"{"id":"o-1"}"#]);
+        // An append outside comes after what the transaction wrote.
+        store
+            .append(&out, Append::body(r#"{"id":"o-2"}"#))
+            .await
+            .expect("append after the transaction");
+        let read = store.read(&out, ReadFrom::Beginning, 1 << 20).await;
+        assert_eq!(
+            read.expect("read").messages,
+            [r#"{"id":"o-1"}"#, r#"{"id":"o-2"}"#]
+        );
     });
 }
 
