@@ -18,6 +18,9 @@ use crate::error::ApiError;
 use crate::protocol;
 use crate::state::{AppState, LiveReader};
 
+/// nginx's header that turns off its buffering of one response.
+const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
+
 pub(super) async fn sse(
     state: &AppState,
     path: &StreamPath,
@@ -48,11 +51,7 @@ pub(super) async fn sse(
     put(&mut out, header::CONTENT_TYPE, "text/event-stream".into());
     put(&mut out, header::CACHE_CONTROL, "no-cache".into());
     // Proxies that buffer responses (nginx) pass each event on at once.
-    put(
-        &mut out,
-        HeaderName::from_static("x-accel-buffering"),
-        "no".into(),
-    );
+    put(&mut out, X_ACCEL_BUFFERING, "no".into());
     if encoding == SseEncoding::Base64 {
         put(&mut out, protocol::SSE_DATA_ENCODING, "base64".into());
     }
