@@ -80,24 +80,29 @@ impl Notifier {
     /// Publishes a commit: its waiters get the stream's new state, the
     /// `committed` feed the new tail. Backends call this in commit order.
     pub fn publish(&self, info: &StreamInfo) {
-        if let Some(sender) = self.streams().get(&info.path) {
-            sender.send_replace(Some(info.clone()));
-        }
-        self.feed(&info.path, info.tail, info.closed);
+        self.publish_with(&info.path, info.tail, info.closed, || info.clone());
     }
 
     /// [`publish`](Self::publish) for a backend that holds the stream's
     /// head: its description is only built when someone waits on it.
     pub(crate) fn publish_head(&self, path: &str, head: &Head) {
-        if let Some(sender) = self.streams().get(path) {
-            sender.send_replace(Some(head.info(path)));
-        }
-        self.feed(path, head.tail(), head.closed);
+        self.publish_with(path, head.tail(), head.closed, || head.info(path));
     }
 
-    /// Reports a commit on the `committed` feed. Nobody listening is
-    /// common (no projection runs in the process): then nothing is built.
-    fn feed(&self, path: &str, tail: Offset, closed: bool) {
+    /// Hands the waiters on `path` the stream's state (`info`, built only
+    /// for them) and reports the commit on the `committed` feed. Nobody
+    /// listening to the feed is common (no projection runs in the
+    /// process): then nothing is built for it either.
+    fn publish_with(
+        &self,
+        path: &str,
+        tail: Offset,
+        closed: bool,
+        info: impl FnOnce() -> StreamInfo,
+    ) {
+        if let Some(sender) = self.streams().get(path) {
+            sender.send_replace(Some(info()));
+        }
         if self.committed.receiver_count() > 0 {
             let _ = self.committed.send(Committed {
                 path: path.to_owned(),
