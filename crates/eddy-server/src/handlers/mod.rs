@@ -40,14 +40,16 @@ async fn dispatch(state: AppState, request: Request) -> Result<Response, ApiErro
     if let Some((base, rest)) = reserved(parts.uri.path()) {
         let body = read_body(&state, body).await?;
         let (base, rest) = (base.to_owned(), rest.to_owned());
-        return Ok(crate::subscriptions::handle(
+        // Boxed: its future is the largest of all, and every stream request's
+        // future would otherwise be as large and be copied whole.
+        return Ok(Box::pin(crate::subscriptions::handle(
             &state,
             &parts.method,
             &base,
             &rest,
             &parts.headers,
             body,
-        )
+        ))
         .await);
     }
     let path = parse::stream_path(parts.uri.path())?;
