@@ -92,7 +92,7 @@ pub use json_stream::{JsonStream, TypedChunk};
 pub use marks::{MarkOwner, Marker, MarkerGuard, WakeMark, WakeMarks};
 pub use memory::MemoryStorage;
 pub use notify::{Committed, Notifier, Watcher};
-pub use offset::{Offset, ReadFrom};
+pub use offset::{Offset, OffsetText, ReadFrom};
 pub use path::{StreamPath, MAX_PATH_LEN};
 pub use payload::{Payload, DEFAULT_MAX_APPEND_BYTES};
 #[cfg(feature = "postgres")]

@@ -45,20 +45,25 @@ impl Offset {
     pub fn lineage(self) -> u64 {
         self.lineage
     }
-}
 
-impl fmt::Display for Offset {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    /// The canonical text, formed without the general formatting machinery:
+    /// offsets go into several headers of every response.
+    pub fn text(self) -> OffsetText {
+        let mut text = OffsetText {
+            bytes: [b'0'; OffsetText::MAX],
+            len: 33,
+        };
         if self.lineage > PART_MAX || self.position > PART_MAX {
-            return write!(f, "{:016}_{:016}", self.lineage, self.position);
+            // A part past 16 digits prints wider than the fixed form.
+            let wide = format!("{:016}_{:016}", self.lineage, self.position);
+            text.len = wide.len();
+            text.bytes[..wide.len()].copy_from_slice(wide.as_bytes());
+            return text;
         }
-        // Written digit by digit, and only the digits that are not leading
-        // zeros: offsets go into several headers of every response, and the
-        // general integer formatting costs more.
-        let mut text = [b'0'; 33];
-        text[16] = b'_';
+        // Digit by digit, and only the digits that are not leading zeros.
+        text.bytes[16] = b'_';
         for (part, mut value) in [(0..16, self.lineage), (17..33, self.position)] {
-            for digit in text[part].iter_mut().rev() {
+            for digit in text.bytes[part].iter_mut().rev() {
                 if value == 0 {
                     break;
                 }
@@ -66,7 +71,36 @@ impl fmt::Display for Offset {
                 value /= 10;
             }
         }
-        f.write_str(std::str::from_utf8(&text).map_err(|_| fmt::Error)?)
+        text
+    }
+}
+
+/// An offset's canonical text, held on the stack (see [`Offset::text`]).
+#[derive(Clone, Copy, Debug)]
+pub struct OffsetText {
+    bytes: [u8; OffsetText::MAX],
+    len: usize,
+}
+
+impl OffsetText {
+    /// Two parts of a `u64`'s 20 digits at most, and the `_`.
+    const MAX: usize = 41;
+
+    /// The text's bytes (ASCII digits and one `_`).
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+impl fmt::Display for OffsetText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(std::str::from_utf8(self.as_bytes()).map_err(|_| fmt::Error)?)
+    }
+}
+
+impl fmt::Display for Offset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.text().fmt(f)
     }
 }
 
@@ -164,10 +198,10 @@ mod tests {
         #[test]
         fn prints_what_integer_formatting_prints(lineage in part(), position in part()) {
             let offset = Offset { lineage, position };
-            proptest::prop_assert_eq!(
-                offset.to_string(),
-                format!("{lineage:016}_{position:016}")
-            );
+            let expected = format!("{lineage:016}_{position:016}");
+            proptest::prop_assert_eq!(offset.to_string(), expected.as_str());
+            let text = offset.text();
+            proptest::prop_assert_eq!(text.as_bytes(), expected.as_bytes());
         }
     }
 

@@ -5,7 +5,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::Response;
 use eddy_streams::{Append, Payload, StreamPath};
 
-use super::{put, read_body};
+use super::{put, put_offset, read_body};
 use crate::error::ApiError;
 use crate::parse;
 use crate::protocol;
@@ -57,11 +57,7 @@ pub(super) async fn append(
         metrics.append_bytes.increment(size as u64);
     }
     let mut out = HeaderMap::with_capacity(super::APPEND_RESPONSE_HEADERS);
-    put(
-        &mut out,
-        protocol::NEXT_OFFSET,
-        appended.next_offset.to_string(),
-    );
+    put_offset(&mut out, protocol::NEXT_OFFSET, appended.next_offset);
     if appended.duplicate {
         put(&mut out, protocol::DUPLICATE, "true".into());
     }

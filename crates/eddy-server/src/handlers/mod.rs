@@ -12,7 +12,7 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use eddy_streams::{Expiry, StreamInfo, StreamPath};
+use eddy_streams::{Expiry, Offset, StreamInfo, StreamPath};
 
 use crate::error::ApiError;
 use crate::parse;
@@ -135,7 +135,7 @@ fn describe(headers: &mut HeaderMap, info: &StreamInfo) {
         header::CONTENT_TYPE,
         info.config.content_type.clone(),
     );
-    put(headers, protocol::NEXT_OFFSET, info.tail.to_string());
+    put_offset(headers, protocol::NEXT_OFFSET, info.tail);
     match info.config.expiry {
         Expiry::Never => {}
         Expiry::Ttl(secs) => put(headers, protocol::TTL, secs.to_string()),
@@ -155,6 +155,17 @@ fn put(headers: &mut HeaderMap, name: HeaderName, value: String) {
             headers.insert(name, value);
         }
         Err(_) => tracing::warn!(header = %name, "dropped a response header that is not valid"),
+    }
+}
+
+/// Sets a header to an offset: its text goes into the value directly,
+/// without a `String` in between.
+fn put_offset(headers: &mut HeaderMap, name: HeaderName, offset: Offset) {
+    match HeaderValue::from_bytes(offset.text().as_bytes()) {
+        Ok(value) => {
+            headers.insert(name, value);
+        }
+        Err(_) => tracing::warn!(header = %name, "dropped an offset header that is not valid"),
     }
 }
 

@@ -8,7 +8,7 @@ use axum::response::Response;
 use eddy_streams::{ReadChunk, ReadFrom, StreamPath, Wait};
 
 use super::encode;
-use super::{put, respond};
+use super::{put, put_offset, respond};
 use crate::cache::{self, Freshness};
 use crate::cursor;
 use crate::error::ApiError;
@@ -135,12 +135,8 @@ async fn long_poll(
 fn chunk_headers(chunk: &ReadChunk) -> HeaderMap {
     let mut out = super::response_headers();
     put(&mut out, header::CONTENT_TYPE, chunk.content_type.clone());
-    put(
-        &mut out,
-        protocol::NEXT_OFFSET,
-        chunk.next_offset.to_string(),
-    );
-    put(&mut out, protocol::READ_START, chunk.start.to_string());
+    put_offset(&mut out, protocol::NEXT_OFFSET, chunk.next_offset);
+    put_offset(&mut out, protocol::READ_START, chunk.start);
     if chunk.up_to_date {
         put(&mut out, protocol::UP_TO_DATE, "true".into());
     }
