@@ -74,6 +74,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod app;
 mod cache;
 #[cfg(feature = "remote")]
 mod client;
@@ -96,6 +97,7 @@ mod stream_budget;
 mod subscriptions;
 mod wire;
 
+pub use app::{app, App};
 #[cfg(feature = "remote")]
 pub use client::RemoteStorage;
 pub use config::{
@@ -104,7 +106,6 @@ pub use config::{
 pub use error::ApiError;
 pub use metrics::Metrics;
 pub use protocol::RESERVED_STREAM_PREFIX;
-pub use router::app;
 pub use server::{RunningServer, Server, TlsCertificates, TlsError};
 pub use state::AppState;
 pub use wire::ListedStream;

@@ -3,7 +3,7 @@
 
 use axum::http::{Method, Request};
 
-use crate::{handlers, protocol};
+use crate::{handlers, protocol, router};
 
 /// What kind of request this is, for the metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -45,8 +45,8 @@ impl RouteClass {
             return RouteClass::Preflight;
         }
         match path {
-            "/healthz" | "/readyz" => return RouteClass::Probe,
-            "/metrics" => return RouteClass::Metrics,
+            router::HEALTHZ | router::READYZ => return RouteClass::Probe,
+            router::METRICS => return RouteClass::Metrics,
             _ => {}
         }
         if crate::console::serves(path) {

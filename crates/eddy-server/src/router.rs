@@ -1,10 +1,10 @@
-//! The axum router: operational endpoints, the stream fallback, and the
+//! The operational endpoints' router (probes, metrics, console) and the
 //! middleware every response passes through (auth, security and CORS
-//! headers, caching defaults, compression, metrics).
+//! headers, caching defaults).
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
-use axum::middleware::{from_fn_with_state, map_response, Next};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -15,21 +15,32 @@ use crate::handlers;
 use crate::protocol;
 use crate::route_class::RouteClass;
 use crate::state::AppState;
-use crate::{cache, compression, console, observe, probes};
+use crate::{console, probes};
 
-/// The whole HTTP application over `state`.
-pub fn app(state: AppState) -> Router {
+/// The liveness probe's path.
+pub(crate) const HEALTHZ: &str = "/healthz";
+/// The readiness probe's path.
+pub(crate) const READYZ: &str = "/readyz";
+/// The Prometheus metrics' path.
+pub(crate) const METRICS: &str = "/metrics";
+
+/// The operational endpoints. A path they do not serve (the console's,
+/// when it is off) goes to the stream handler, as every path that
+/// [`routes`] does not name does.
+pub(crate) fn operational(state: &AppState) -> Router {
     Router::new()
-        .route("/healthz", get(probes::healthz))
-        .route("/readyz", get(probes::readyz))
-        .route("/metrics", get(metrics))
-        .merge(console::routes(&state))
+        .route(HEALTHZ, get(probes::healthz))
+        .route(READYZ, get(probes::readyz))
+        .route(METRICS, get(metrics))
+        .merge(console::routes(state))
         .fallback(handlers::stream)
-        .layer(compression::layer(&state.config.compression))
-        .layer(map_response(cache::tag_encoding))
-        .layer(from_fn_with_state(state.clone(), guard))
-        .layer(observe::layers())
-        .with_state(state)
+        .with_state(state.clone())
+}
+
+/// Whether `path` may be an operational endpoint's; every other path names
+/// a stream.
+pub(crate) fn routes(path: &str) -> bool {
+    matches!(path, HEALTHZ | READYZ | METRICS) || console::serves(path)
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
@@ -49,7 +60,7 @@ const CROSS_ORIGIN_RESOURCE_POLICY: HeaderName =
 /// and CORS headers to every response, errors included. A response that
 /// does not say how it may be cached (writes, errors) is `no-store`, so no
 /// cache keeps a 404 for a stream about to be created.
-async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub(crate) async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let started = std::time::Instant::now();
     let route = RouteClass::of(&request);
     let traced = tracing::enabled!(tracing::Level::DEBUG)
@@ -140,7 +151,7 @@ fn authorized(state: &AppState, request: &Request) -> bool {
         return true;
     };
     // The console page holds no data; its API calls carry the token.
-    if matches!(request.uri().path(), "/healthz" | "/readyz" | console::PAGE) {
+    if matches!(request.uri().path(), HEALTHZ | READYZ | console::PAGE) {
         return true;
     }
     bearer_is(request.headers(), token) || administrative(state, request.headers())

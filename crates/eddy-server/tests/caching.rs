@@ -21,7 +21,7 @@ fn paged(mut config: ServerConfig) -> ServerConfig {
     config
 }
 
-async fn create_with_four_messages(app: &axum::Router, path: &str, token: Option<&str>) {
+async fn create_with_four_messages(app: &eddy_server::App, path: &str, token: Option<&str>) {
     let request = |method: &str, body: String| {
         let mut builder = req(method, path).header("content-type", "text/plain");
         if let Some(token) = token {

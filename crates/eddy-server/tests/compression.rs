@@ -53,7 +53,7 @@ fn message(content_type: &str, size: usize) -> Vec<u8> {
 }
 
 async fn read_raw(
-    app: &axum::Router,
+    app: &eddy_server::App,
     path: &str,
     accept: Option<&str>,
 ) -> (axum::http::Response<Body>, Vec<u8>) {
@@ -74,7 +74,7 @@ async fn read_raw(
     )
 }
 
-async fn create(app: &axum::Router, path: &str, content_type: &str, body: Vec<u8>) {
+async fn create(app: &eddy_server::App, path: &str, content_type: &str, body: Vec<u8>) {
     let (created, _) = send(
         app,
         req("PUT", path)

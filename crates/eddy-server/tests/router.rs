@@ -1,4 +1,4 @@
-//! The router without a socket: requests go straight to the axum app with
+//! The application without a socket: requests go straight to `eddy_server::app` with
 //! `tower::ServiceExt::oneshot`, over a real memory store.
 
 use std::sync::Arc;
@@ -11,8 +11,8 @@ use eddy_streams::MemoryStorage;
 use http_body_util::BodyExt;
 use tower::ServiceExt;
 
-/// A router over a fresh memory store.
-pub(crate) fn router(config: ServerConfig) -> axum::Router {
+/// The application over a fresh memory store.
+pub(crate) fn router(config: ServerConfig) -> eddy_server::App {
     let (_stop, stopping) = tokio::sync::watch::channel(false);
     // Keep the sender alive for the router's lifetime.
     std::mem::forget(_stop);
@@ -30,7 +30,10 @@ pub(crate) fn fast() -> ServerConfig {
     }
 }
 
-pub(crate) async fn send(app: &axum::Router, request: Request<Body>) -> (Response<Body>, String) {
+pub(crate) async fn send(
+    app: &eddy_server::App,
+    request: Request<Body>,
+) -> (Response<Body>, String) {
     let response = app.clone().oneshot(request).await.expect("infallible");
     let (parts, body) = response.into_parts();
     let bytes = body.collect().await.expect("body").to_bytes();
@@ -42,7 +45,7 @@ pub(crate) async fn send(app: &axum::Router, request: Request<Body>) -> (Respons
 
 /// Sends a request without headers or body.
 pub(crate) async fn send_empty(
-    app: &axum::Router,
+    app: &eddy_server::App,
     method: &str,
     uri: &str,
 ) -> (Response<Body>, String) {
@@ -505,4 +508,68 @@ async fn pull_wake_claims_are_leased_and_acks_fenced() {
     .await;
     assert_eq!(stale.status(), StatusCode::CONFLICT);
     assert_eq!(json_body(&body)["error"]["code"], "FENCED");
+}
+
+/// Every response passes the middleware, whichever endpoint answers it.
+fn assert_through_the_middleware(response: &Response<Body>, path: &str) {
+    assert!(header(response, "x-request-id").is_some(), "{path}");
+    assert_eq!(
+        header(response, "x-content-type-options"),
+        Some("nosniff"),
+        "{path}"
+    );
+}
+
+/// `path` names a stream: a PUT creates it and a GET reads it back.
+async fn assert_names_a_stream(app: &eddy_server::App, path: &str) {
+    let (created, _) = send(
+        app,
+        req("PUT", path)
+            .header("content-type", "text/plain")
+            .body(Body::from("hello"))
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(created.status(), StatusCode::CREATED, "{path}");
+    assert_through_the_middleware(&created, path);
+    let (read, body) = send_empty(app, "GET", &format!("{path}?offset=-1")).await;
+    assert_eq!(
+        (read.status(), body.as_str()),
+        (StatusCode::OK, "hello"),
+        "{path}"
+    );
+}
+
+#[tokio::test]
+async fn operational_paths_reach_their_endpoints_and_all_others_name_streams() {
+    let app = router(fast());
+    for (path, content_type) in [
+        ("/healthz", "text/plain; charset=utf-8"),
+        ("/readyz", "text/plain; charset=utf-8"),
+        ("/metrics", "text/plain; version=0.0.4"),
+        ("/console", "text/html; charset=utf-8"),
+        ("/_eddy/bindings", "application/json"),
+    ] {
+        let (response, _) = send_empty(&app, "GET", path).await;
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        assert_eq!(
+            header(&response, "content-type"),
+            Some(content_type),
+            "{path}"
+        );
+        assert_through_the_middleware(&response, path);
+    }
+    for path in ["/healthz/x", "/metricsx", "/console/page", "/readyz_"] {
+        assert_names_a_stream(&app, path).await;
+    }
+}
+
+#[tokio::test]
+async fn with_the_console_off_its_page_path_names_a_stream() {
+    let app = router(ServerConfig {
+        console: false,
+        ..fast()
+    });
+    // (Its bindings path is under `/_eddy/`, which is never a stream's.)
+    assert_names_a_stream(&app, "/console").await;
 }

@@ -16,8 +16,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{HeaderName, HeaderValue, Request, StatusCode};
-use axum::Router;
-use eddy_server::{app, AppState, ServerConfig};
+use eddy_server::{app, App, AppState, ServerConfig};
 use eddy_streams::MemoryStorage;
 use http_body_util::BodyExt;
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
@@ -49,7 +48,7 @@ fn run<F: Future<Output = ()>>(f: F) {
 }
 
 /// A router over a fresh memory store, with a short long-poll.
-fn fresh_app() -> Router {
+fn fresh_app() -> App {
     let (stop, stopping) = tokio::sync::watch::channel(false);
     // The server never stops while the harness runs.
     std::mem::forget(stop);
@@ -85,7 +84,7 @@ fn request(
 }
 
 /// Sends a request and checks the answer; returns the status and body.
-async fn send(app: &Router, request: Option<Request<Body>>) -> Option<(StatusCode, Vec<u8>)> {
+async fn send(app: &App, request: Option<Request<Body>>) -> Option<(StatusCode, Vec<u8>)> {
     let request = request?;
     let live = request
         .uri()

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::Watcher;
@@ -15,12 +14,12 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
 use super::tls::{self, Opening};
-use crate::{Metrics, ServerConfig};
+use crate::{App, Metrics, ServerConfig};
 
 /// What every connection of one server shares.
 pub(crate) struct Connections {
     builder: auto::Builder<TokioExecutor>,
-    service: TowerToHyperService<Router>,
+    service: TowerToHyperService<App>,
     tls: Option<TlsAcceptor>,
     header_timeout: Duration,
     metrics: Arc<Metrics>,
@@ -29,7 +28,7 @@ pub(crate) struct Connections {
 impl Connections {
     pub(crate) fn new(
         config: &ServerConfig,
-        app: Router,
+        app: App,
         tls: Option<Arc<rustls::ServerConfig>>,
         metrics: Arc<Metrics>,
     ) -> Self {
