@@ -1,48 +1,85 @@
 //! The writer's copy of the stream records it has read or written, so that
-//! an append finds its stream's record without a `SELECT` of its row (a
-//! third of the writer's work for a small append).
+//! an append finds its stream's record without a `SELECT` of its row, and
+//! its group writes the row once instead of once per append (the two were
+//! half of the writer's work for a small append).
 //!
-//! It follows the writer's transaction write by write and is dropped
-//! whenever the database may hold something else: when a job's savepoint
-//! or a group rolls back, after a caller's transaction (its own SQL may
-//! touch anything), and when another connection has committed since the
-//! writer last looked. SQLite tells the last with `PRAGMA data_version`,
-//! which changes exactly when another connection commits; the writer asks
-//! it once per group, inside the group's write transaction, where no other
-//! connection can commit.
+//! A record written by a job is kept *unwritten*: its row is brought up to
+//! date by [`Heads::flush`], which the writer calls before the group
+//! commits and which a listing (the only SQL that reads rows the copy may
+//! hold) calls first. While a job runs, the copy journals every entry the
+//! job changes, so that a job rolled back to its savepoint takes back its
+//! changes to the copy too, and the unwritten records of the jobs before it
+//! stay. The copy is dropped whenever the database may hold something
+//! else: when a group rolls back, before a caller's transaction (its own
+//! SQL may touch anything), and when another connection has committed
+//! since the writer last looked. SQLite tells the last with `PRAGMA
+//! data_version`, which changes exactly when another connection commits;
+//! the writer asks it once per group, inside the group's write
+//! transaction, where no other connection can commit.
 
 use std::collections::HashMap;
 
 use rusqlite::Connection;
 
+use super::records;
 use crate::record::StreamRecord;
+use crate::StreamError;
 
-/// The most records kept; beyond, the copy starts over.
+/// The most records kept; beyond, the written ones are dropped.
 const MAX_HEADS: usize = 65_536;
+
+/// One kept record.
+#[derive(Clone, Debug)]
+struct Kept {
+    key: i64,
+    record: StreamRecord,
+    /// Whether its row still lacks it.
+    unwritten: bool,
+}
 
 /// Stream records by path, as the writer's transaction holds them.
 #[derive(Debug, Default)]
 pub(super) struct Heads {
-    by_path: HashMap<String, (i64, StreamRecord)>,
+    by_path: HashMap<String, Kept>,
     paths: HashMap<i64, String>,
     /// `PRAGMA data_version` when the writer last looked.
     version: Option<i64>,
+    /// While a job runs: each entry it changed, as it was before.
+    journal: Option<HashMap<String, Option<Kept>>>,
 }
 
 impl Heads {
     /// The record at `path`, if kept.
     pub fn get(&self, path: &str) -> Option<(i64, StreamRecord)> {
-        self.by_path.get(path).cloned()
+        self.by_path
+            .get(path)
+            .map(|kept| (kept.key, kept.record.clone()))
     }
 
-    /// Keeps `record` as stream `key`'s, at `path`.
-    pub fn put(&mut self, path: &str, key: i64, record: StreamRecord) {
+    /// Keeps `record`, read from stream `key`'s row, at `path`.
+    pub fn keep(&mut self, path: &str, key: i64, record: StreamRecord) {
+        self.put(path, key, record, false);
+    }
+
+    /// Keeps `record` as written to stream `key`, whose row is updated at
+    /// the next [`flush`](Heads::flush).
+    pub fn write(&mut self, path: &str, key: i64, record: StreamRecord) {
+        self.put(path, key, record, true);
+    }
+
+    fn put(&mut self, path: &str, key: i64, record: StreamRecord, unwritten: bool) {
         if self.by_path.len() >= MAX_HEADS && !self.by_path.contains_key(path) {
-            self.clear();
+            self.drop_written();
         }
-        if let Some(old) = self.by_path.insert(path.to_owned(), (key, record)) {
-            if old.0 != key {
-                self.paths.remove(&old.0);
+        self.save(path);
+        let kept = Kept {
+            key,
+            record,
+            unwritten,
+        };
+        if let Some(old) = self.by_path.insert(path.to_owned(), kept) {
+            if old.key != key {
+                self.paths.remove(&old.key);
             }
         }
         self.paths.insert(key, path.to_owned());
@@ -50,35 +87,104 @@ impl Heads {
 
     /// Forgets whatever stream was kept at `path`.
     pub fn forget_path(&mut self, path: &str) {
-        if let Some((key, _)) = self.by_path.remove(path) {
-            self.paths.remove(&key);
+        self.save(path);
+        if let Some(kept) = self.by_path.remove(path) {
+            self.paths.remove(&kept.key);
         }
     }
 
-    /// Forgets stream `key`.
+    /// Forgets stream `key` (its row is gone, or its path unknown).
     pub fn forget(&mut self, key: i64) {
-        if let Some(path) = self.paths.remove(&key) {
-            self.by_path.remove(&path);
+        if let Some(path) = self.paths.get(&key).cloned() {
+            self.forget_path(&path);
         }
     }
 
     /// Moves stream `key`'s last access forward to `at_ms`, if kept.
     pub fn slide(&mut self, key: i64, at_ms: i64) {
-        if let Some(path) = self.paths.get(&key) {
-            if let Some((_, record)) = self.by_path.get_mut(path) {
-                record.accessed_ms = record.accessed_ms.max(at_ms);
+        if let Some(path) = self.paths.get(&key).cloned() {
+            self.save(&path);
+            if let Some(kept) = self.by_path.get_mut(&path) {
+                kept.record.accessed_ms = kept.record.accessed_ms.max(at_ms);
             }
         }
     }
 
-    /// Forgets everything.
+    /// Writes every unwritten record to its row.
+    pub fn flush(&mut self, conn: &Connection) -> Result<(), StreamError> {
+        let unwritten: Vec<String> = self
+            .by_path
+            .iter()
+            .filter(|(_, kept)| kept.unwritten)
+            .map(|(path, _)| path.clone())
+            .collect();
+        for path in unwritten {
+            // Journaled: a rollback to the job's savepoint undoes the row.
+            self.save(&path);
+            if let Some(kept) = self.by_path.get_mut(&path) {
+                records::update(conn, kept.key, &kept.record)?;
+                kept.unwritten = false;
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts journaling a job's changes.
+    pub fn begin_job(&mut self) {
+        self.journal = Some(HashMap::new());
+    }
+
+    /// Ends a job: its changes stay when it is kept, and are undone when
+    /// it rolled back to its savepoint.
+    pub fn end_job(&mut self, kept: bool) {
+        let Some(journal) = self.journal.take() else {
+            return;
+        };
+        if kept {
+            return;
+        }
+        for (path, before) in journal {
+            if let Some(now) = self.by_path.remove(&path) {
+                self.paths.remove(&now.key);
+            }
+            if let Some(before) = before {
+                self.paths.insert(before.key, path.clone());
+                self.by_path.insert(path, before);
+            }
+        }
+    }
+
+    /// Notes `path`'s entry as it was before the running job first changed it.
+    fn save(&mut self, path: &str) {
+        if let Some(journal) = &mut self.journal {
+            if !journal.contains_key(path) {
+                journal.insert(path.to_owned(), self.by_path.get(path).cloned());
+            }
+        }
+    }
+
+    /// Drops the records whose rows hold them; a later read selects them
+    /// again.
+    fn drop_written(&mut self) {
+        let paths = &mut self.paths;
+        self.by_path.retain(|_, kept| {
+            if !kept.unwritten {
+                paths.remove(&kept.key);
+            }
+            kept.unwritten
+        });
+    }
+
+    /// Forgets everything, unwritten records too: for when the
+    /// transaction that holds them rolls back, or none is open.
     pub fn clear(&mut self) {
         self.by_path.clear();
         self.paths.clear();
+        self.journal = None;
     }
 
     /// Forgets everything when another connection has committed since the
-    /// last look. Call it inside a write transaction.
+    /// last look. Call it inside a write transaction, before any job.
     pub fn check(&mut self, conn: &Connection) -> rusqlite::Result<()> {
         let version: i64 = conn
             .prepare_cached("PRAGMA data_version")?

@@ -108,13 +108,16 @@ impl<'c> SqliteRecords<'c> {
         if let Some((_, key, record)) = &row {
             self.paths.insert(*key, path.to_owned());
             if let Some(heads) = &mut self.heads {
-                heads.put(path, *key, record.clone());
+                heads.keep(path, *key, record.clone());
             }
         }
         Ok(row.map(|(_, key, record)| Stored { key, record }))
     }
 
-    fn list(&self, prefix: &str) -> Result<Vec<(String, StreamRecord)>, StreamError> {
+    fn list(&mut self, prefix: &str) -> Result<Vec<(String, StreamRecord)>, StreamError> {
+        if let Some(heads) = &mut self.heads {
+            heads.flush(self.conn)?;
+        }
         let sql = format!(
             "SELECT {STREAM_COLUMNS} FROM streams
              WHERE substr(path, 1, length(?1)) = ?1 ORDER BY path"
@@ -194,13 +197,20 @@ impl Records for SqliteRecords<'_> {
 
     fn update(&mut self, key: &i64, record: StreamRecord) -> impl Op<()> {
         let key = *key;
-        let updated = update(self.conn, key, &record);
-        if let Some(heads) = &mut self.heads {
-            match self.paths.get(&key) {
-                Some(path) if updated.is_ok() => heads.put(path, key, record.clone()),
-                _ => heads.forget(key),
+        // The writer's copy takes the record, and the group writes the row
+        // once (see `heads`); without a copy, the row is written now.
+        let updated = match (&mut self.heads, self.paths.get(&key)) {
+            (Some(heads), Some(path)) => {
+                heads.write(path, key, record.clone());
+                Ok(())
             }
-        }
+            (heads, _) => {
+                if let Some(heads) = heads {
+                    heads.forget(key);
+                }
+                update(self.conn, key, &record)
+            }
+        };
         self.log_write(key, |path| Change::Record { key, path, record });
         ready(updated)
     }
@@ -328,7 +338,7 @@ fn insert(conn: &Connection, path: &str, record: &StreamRecord) -> Result<i64, S
     Ok(id)
 }
 
-fn update(conn: &Connection, id: i64, record: &StreamRecord) -> Result<(), StreamError> {
+pub(super) fn update(conn: &Connection, id: i64, record: &StreamRecord) -> Result<(), StreamError> {
     let head = &record.head;
     let closer = head.closed_by.as_ref();
     conn.prepare_cached(

@@ -106,3 +106,79 @@ async fn pending_ttl_touches_are_stored_when_the_store_closes() {
         "10 s after the last read it expired"
     );
 }
+
+/// Jobs of one group commit together, each under its own savepoint: a job
+/// that fails in the middle of a group takes back only its own writes.
+/// The appends before it and after it stay, in memory and in the file.
+#[tokio::test]
+async fn a_job_failing_inside_a_group_keeps_the_appends_around_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = std::sync::Arc::new(SqliteStorage::open(dir.path()).expect("open"));
+    let path = StreamPath::new("grouped").expect("path");
+    store
+        .create(&path, StreamConfig::bytes("text/plain"), Payload::empty())
+        .await
+        .expect("create");
+
+    // A caller's transaction holds the writer while three appends queue up
+    // behind it; the writer then takes them as one group.
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let (entered, writer_held) = tokio::sync::oneshot::channel::<()>();
+    let holding = tokio::spawn({
+        let store = std::sync::Arc::clone(&store);
+        async move {
+            store
+                .transaction(move |_| {
+                    let _ = entered.send(());
+                    let _ = held.recv();
+                    Ok::<_, crate::StreamError>(())
+                })
+                .await
+        }
+    });
+    writer_held.await.expect("the writer runs the transaction");
+    let free = store.queue.available_permits();
+    let append = |body: &'static str, expected: Option<crate::Offset>| {
+        let (store, path) = (std::sync::Arc::clone(&store), path.clone());
+        tokio::spawn(async move {
+            let mut append = Append::body(body).with_content_type("text/plain");
+            append.expected_tail = expected;
+            store.append(&path, append).await
+        })
+    };
+    let first = append("a", None);
+    let failing = append("b", Some(crate::Offset::at(99)));
+    let last = append("c", None);
+    // The test runs on one thread: a job that holds its queue room has
+    // been sent.
+    while store.queue.available_permits() > free - 3 {
+        tokio::task::yield_now().await;
+    }
+    release.send(()).expect("release the writer");
+    holding
+        .await
+        .expect("join")
+        .expect("the transaction commits");
+
+    first.await.expect("join").expect("the first append stays");
+    let err = failing
+        .await
+        .expect("join")
+        .expect_err("a wrong expected offset");
+    assert_eq!(err.kind(), ErrorKind::Conflict);
+    let last = last.await.expect("join").expect("the last append stays");
+    assert_eq!(last.next_offset, crate::Offset::at(2));
+    assert_eq!(messages(&store, &path).await, ["a", "c"]);
+
+    drop(store);
+    let store = SqliteStorage::open(dir.path()).expect("reopen");
+    assert_eq!(
+        store.head(&path).await.expect("head").tail,
+        crate::Offset::at(2)
+    );
+    store
+        .append(&path, Append::body("d").with_content_type("text/plain"))
+        .await
+        .expect("append after reopening");
+    assert_eq!(messages(&store, &path).await, ["a", "c", "d"]);
+}

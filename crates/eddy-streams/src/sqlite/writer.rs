@@ -297,23 +297,26 @@ fn commit_group(
             written = Err(err);
             continue;
         }
+        heads.begin_job();
         let mut records = SqliteRecords::logging(&tx, touches).with_heads(heads);
         let done = job.run(engine, &mut records);
         if done.keep {
             changes.extend(records.take_log());
         }
         drop(records);
+        // What the job wrote before it failed is undone, in the rows and
+        // in the copy.
+        heads.end_job(done.keep);
         let ended = if done.keep {
             savepoint::JOB.release(&tx)
         } else {
-            // What the job wrote before it failed is undone.
-            heads.clear();
             savepoint::JOB.roll_back(&tx)
         };
         applied.push(done);
         written = ended.map_err(StreamError::from);
     }
     let written = written
+        .and_then(|()| heads.flush(&tx))
         .and_then(|()| {
             let paths = applied
                 .iter()
