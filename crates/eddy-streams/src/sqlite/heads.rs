@@ -44,8 +44,11 @@ pub(super) struct Heads {
     paths: HashMap<i64, String>,
     /// `PRAGMA data_version` when the writer last looked.
     version: Option<i64>,
-    /// While a job runs: each entry it changed, as it was before.
-    journal: Option<HashMap<String, Option<Kept>>>,
+    /// While a job runs: each entry it changed, as it was before (a job
+    /// changes one or two; the room is kept from job to job).
+    journal: Vec<(String, Option<Kept>)>,
+    /// Whether a job runs.
+    journaling: bool,
 }
 
 impl Heads {
@@ -68,19 +71,25 @@ impl Heads {
     }
 
     fn put(&mut self, path: &str, key: i64, record: StreamRecord, unwritten: bool) {
-        if self.by_path.len() >= MAX_HEADS && !self.by_path.contains_key(path) {
-            self.drop_written();
-        }
         self.save(path);
         let kept = Kept {
             key,
             record,
             unwritten,
         };
-        if let Some(old) = self.by_path.insert(path.to_owned(), kept) {
-            if old.key != key {
-                self.paths.remove(&old.key);
+        // The same stream again (every append after the first): in place,
+        // without new copies of its path.
+        if let Some(old) = self.by_path.get_mut(path) {
+            if old.key == key {
+                *old = kept;
+                return;
             }
+        }
+        if self.by_path.len() >= MAX_HEADS && !self.by_path.contains_key(path) {
+            self.drop_written();
+        }
+        if let Some(old) = self.by_path.insert(path.to_owned(), kept) {
+            self.paths.remove(&old.key);
         }
         self.paths.insert(key, path.to_owned());
     }
@@ -131,19 +140,18 @@ impl Heads {
 
     /// Starts journaling a job's changes.
     pub fn begin_job(&mut self) {
-        self.journal = Some(HashMap::new());
+        self.journal.clear();
+        self.journaling = true;
     }
 
     /// Ends a job: its changes stay when it is kept, and are undone when
     /// it rolled back to its savepoint.
     pub fn end_job(&mut self, kept: bool) {
-        let Some(journal) = self.journal.take() else {
-            return;
-        };
+        self.journaling = false;
         if kept {
             return;
         }
-        for (path, before) in journal {
+        for (path, before) in self.journal.drain(..) {
             if let Some(now) = self.by_path.remove(&path) {
                 self.paths.remove(&now.key);
             }
@@ -156,10 +164,9 @@ impl Heads {
 
     /// Notes `path`'s entry as it was before the running job first changed it.
     fn save(&mut self, path: &str) {
-        if let Some(journal) = &mut self.journal {
-            if !journal.contains_key(path) {
-                journal.insert(path.to_owned(), self.by_path.get(path).cloned());
-            }
+        if self.journaling && !self.journal.iter().any(|(saved, _)| saved == path) {
+            let before = self.by_path.get(path).cloned();
+            self.journal.push((path.to_owned(), before));
         }
     }
 
@@ -180,7 +187,8 @@ impl Heads {
     pub fn clear(&mut self) {
         self.by_path.clear();
         self.paths.clear();
-        self.journal = None;
+        self.journal.clear();
+        self.journaling = false;
     }
 
     /// Forgets everything when another connection has committed since the
@@ -194,5 +202,69 @@ impl Heads {
             self.version = Some(version);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Heads;
+    use crate::record::StreamRecord;
+    use crate::rules::Head;
+    use crate::StreamConfig;
+
+    fn record(count: u64) -> StreamRecord {
+        let mut record = StreamRecord::new(Head::new(StreamConfig::default()), None, 0);
+        record.head.count = count;
+        record
+    }
+
+    fn kept(heads: &Heads, path: &str) -> Option<(i64, u64, bool)> {
+        let kept = heads.by_path.get(path)?;
+        Some((kept.key, kept.record.head.count, kept.unwritten))
+    }
+
+    #[test]
+    fn a_job_rolled_back_leaves_the_copy_as_the_jobs_before_it_left_it() {
+        let mut heads = Heads::default();
+        heads.begin_job();
+        heads.write("a", 1, record(1));
+        heads.end_job(true);
+        heads.begin_job();
+        heads.keep("c", 3, record(7));
+        heads.end_job(true);
+
+        heads.begin_job();
+        heads.write("a", 1, record(2));
+        heads.write("a", 1, record(3));
+        heads.write("b", 2, record(5));
+        heads.forget(3);
+        heads.end_job(false);
+
+        assert_eq!(kept(&heads, "a"), Some((1, 1, true)), "still to be written");
+        assert_eq!(kept(&heads, "b"), None);
+        assert_eq!(kept(&heads, "c"), Some((3, 7, false)));
+        assert_eq!(heads.paths.len(), 2);
+
+        heads.begin_job();
+        heads.write("a", 1, record(4));
+        heads.end_job(true);
+        assert_eq!(kept(&heads, "a"), Some((1, 4, true)));
+    }
+
+    #[test]
+    fn a_flush_inside_a_job_that_rolls_back_leaves_its_records_unwritten() {
+        let conn = rusqlite::Connection::open_in_memory().expect("open");
+        super::super::schema::migrate(&conn).expect("schema");
+        let mut heads = Heads::default();
+        heads.begin_job();
+        heads.write("a", 1, record(1));
+        heads.end_job(true);
+
+        heads.begin_job();
+        heads.flush(&conn).expect("flush");
+        assert_eq!(kept(&heads, "a"), Some((1, 1, false)));
+        // The savepoint's rollback undoes the row's update: so is the flag.
+        heads.end_job(false);
+        assert_eq!(kept(&heads, "a"), Some((1, 1, true)));
     }
 }
