@@ -40,7 +40,7 @@ use crate::{
 use bytes::Bytes;
 use cache::Cache;
 use records::SqliteRecords;
-use writer::{Event, Job};
+use writer::{Containment, Event, Job};
 
 /// The writer's queue holds at most this many KiB of requests (each job
 /// counts its payload, at least 1 KiB); a caller waits while it is full.
@@ -159,6 +159,7 @@ impl SqliteStorage {
     async fn submit<T: Send + 'static>(
         &self,
         bytes: usize,
+        containment: Containment,
         op: impl FnOnce(&Engine, &mut SqliteRecords<'_>) -> Result<(T, Option<Event>), StreamError>
             + Send
             + 'static,
@@ -169,7 +170,7 @@ impl SqliteStorage {
             .await
             .map_err(|_| StreamError::internal("the stream store is closed"))?;
         let (reply, answer) = oneshot::channel();
-        self.send(Job::new(op, reply, room))?;
+        self.send(Job::new(op, containment, reply, room))?;
         answer
             .await
             .map_err(|_| StreamError::internal("the stream store's writer thread stopped"))?
@@ -302,11 +303,15 @@ impl Storage for SqliteStorage {
         initial: Payload,
     ) -> Result<Created, StreamError> {
         let path = path.clone();
-        self.submit(initial.len(), move |engine, records| {
-            let outcome = complete(engine.create(records, &path, config, initial))?;
-            let event = created(&outcome);
-            Ok((outcome, event))
-        })
+        self.submit(
+            initial.len(),
+            Containment::Savepoint,
+            move |engine, records| {
+                let outcome = complete(engine.create(records, &path, config, initial))?;
+                let event = created(&outcome);
+                Ok((outcome, event))
+            },
+        )
         .await
     }
 
@@ -318,11 +323,16 @@ impl Storage for SqliteStorage {
             .is_json(path.as_str())
             .and_then(|json| Split::ahead(&append.payload, json, self.engine.max_append_bytes));
         let path = path.clone();
-        self.submit(append.payload.len(), move |engine, records| {
-            let (outcome, written) = complete(engine.append(records, &path, append, split))?;
-            let info = written.map(|head| head.info(path.as_str()));
-            Ok((outcome, info.map(Event::Committed)))
-        })
+        // An append checks everything before it writes: no savepoint.
+        self.submit(
+            append.payload.len(),
+            Containment::WritesLast,
+            move |engine, records| {
+                let (outcome, written) = complete(engine.append(records, &path, append, split))?;
+                let info = written.map(|head| head.info(path.as_str()));
+                Ok((outcome, info.map(Event::Committed)))
+            },
+        )
         .await
     }
 
@@ -354,7 +364,7 @@ impl Storage for SqliteStorage {
 
     async fn delete(&self, path: &StreamPath) -> Result<(), StreamError> {
         let path = path.clone();
-        self.submit(0, move |engine, records| {
+        self.submit(0, Containment::Savepoint, move |engine, records| {
             complete(engine.delete(records, &path))?;
             Ok(((), Some(Event::Deleted(path.to_string()))))
         })
@@ -369,11 +379,15 @@ impl Storage for SqliteStorage {
 
     async fn fork(&self, path: &StreamPath, fork: Fork) -> Result<Created, StreamError> {
         let path = path.clone();
-        self.submit(fork.initial.len(), move |engine, records| {
-            let outcome = complete(engine.fork(records, &path, fork))?;
-            let event = created(&outcome);
-            Ok((outcome, event))
-        })
+        self.submit(
+            fork.initial.len(),
+            Containment::Savepoint,
+            move |engine, records| {
+                let outcome = complete(engine.fork(records, &path, fork))?;
+                let event = created(&outcome);
+                Ok((outcome, event))
+            },
+        )
         .await
     }
 
@@ -391,7 +405,7 @@ impl Storage for SqliteStorage {
     ) -> Result<StreamInfo, StreamError> {
         let snapshot = snapshot.clone();
         let size = messages.iter().map(Bytes::len).sum();
-        self.submit(size, move |engine, records| {
+        self.submit(size, Containment::Savepoint, move |engine, records| {
             let info = complete(engine.restore(records, &snapshot, first, messages))?;
             Ok((info.clone(), Some(Event::Committed(info))))
         })
@@ -401,7 +415,8 @@ impl Storage for SqliteStorage {
     /// An empty job through the writer: it answers only once a group
     /// holding it committed.
     async fn writable(&self) -> Result<(), StreamError> {
-        self.submit(0, |_, _| Ok(((), None))).await
+        self.submit(0, Containment::Savepoint, |_, _| Ok(((), None)))
+            .await
     }
 
     fn notifier(&self) -> &Notifier {

@@ -36,6 +36,8 @@ pub(super) struct SqliteRecords<'c> {
     log: Option<Vec<Change>>,
     /// The path of each stream loaded or inserted, for the log.
     paths: HashMap<i64, String>,
+    /// Whether a statement that writes has run (or begun to).
+    wrote: bool,
 }
 
 impl<'c> SqliteRecords<'c> {
@@ -48,6 +50,7 @@ impl<'c> SqliteRecords<'c> {
             heads: None,
             log: None,
             paths: HashMap::new(),
+            wrote: false,
         }
     }
 
@@ -74,6 +77,12 @@ impl<'c> SqliteRecords<'c> {
             heads: Some(heads),
             ..self
         }
+    }
+
+    /// Whether a statement that writes has run, or begun to: a write the
+    /// writer's copy took instead of the row does not count.
+    pub fn wrote(&self) -> bool {
+        self.wrote
     }
 
     /// The writes logged so far.
@@ -116,6 +125,7 @@ impl<'c> SqliteRecords<'c> {
 
     fn list(&mut self, prefix: &str) -> Result<Vec<(String, StreamRecord)>, StreamError> {
         if let Some(heads) = &mut self.heads {
+            self.wrote = true;
             heads.flush(self.conn)?;
         }
         let sql = format!(
@@ -179,6 +189,7 @@ impl RecordReader for SqliteRecords<'_> {
 
 impl Records for SqliteRecords<'_> {
     fn insert(&mut self, path: &str, record: &StreamRecord) -> impl Op<i64> {
+        self.wrote = true;
         let inserted = insert(self.conn, path, record);
         if let Some(heads) = &mut self.heads {
             // The new row is kept once its record is written (`update`).
@@ -208,6 +219,7 @@ impl Records for SqliteRecords<'_> {
                 if let Some(heads) = heads {
                     heads.forget(key);
                 }
+                self.wrote = true;
                 update(self.conn, key, &record)
             }
         };
@@ -217,6 +229,7 @@ impl Records for SqliteRecords<'_> {
 
     fn insert_messages(&mut self, key: &i64, first: u64, messages: Vec<Bytes>) -> impl Op<()> {
         let key = *key;
+        self.wrote = true;
         let inserted = insert_messages(self.conn, key, first, &messages);
         self.log_write(key, |path| Change::Messages {
             key,
@@ -228,15 +241,18 @@ impl Records for SqliteRecords<'_> {
     }
 
     fn copy_prefix(&mut self, from: &i64, to: &i64, count: u64) -> impl Op<u64> {
+        self.wrote = true;
         ready(copy_prefix(self.conn, *from, *to, count))
     }
 
     fn save_producer(&mut self, key: &i64, producer: &str, state: ProducerState) -> impl Op<()> {
+        self.wrote = true;
         ready(save_producer(self.conn, *key, producer, state))
     }
 
     fn remove(&mut self, key: &i64, _path: &str) -> impl Op<()> {
         let key = *key;
+        self.wrote = true;
         self.log(|_| Change::Removed { key });
         if let Some(heads) = &mut self.heads {
             heads.forget(key);
@@ -246,6 +262,7 @@ impl Records for SqliteRecords<'_> {
 
     fn slide(&mut self, key: &i64, at_ms: i64) -> impl Op<()> {
         let key = *key;
+        self.wrote = true;
         self.log(|_| Change::Slide { key, at_ms });
         if let Some(heads) = &mut self.heads {
             heads.slide(key, at_ms);
@@ -254,6 +271,7 @@ impl Records for SqliteRecords<'_> {
     }
 
     fn tombstone(&mut self, path: &str, now_ms: i64) -> impl Op<()> {
+        self.wrote = true;
         ready(tombstone(self.conn, path, now_ms))
     }
 }

@@ -107,25 +107,17 @@ async fn pending_ttl_touches_are_stored_when_the_store_closes() {
     );
 }
 
-/// Jobs of one group commit together, each under its own savepoint: a job
-/// that fails in the middle of a group takes back only its own writes.
-/// The appends before it and after it stay, in memory and in the file.
-#[tokio::test]
-async fn a_job_failing_inside_a_group_keeps_the_appends_around_it() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = std::sync::Arc::new(SqliteStorage::open(dir.path()).expect("open"));
-    let path = StreamPath::new("grouped").expect("path");
-    store
-        .create(&path, StreamConfig::bytes("text/plain"), Payload::empty())
-        .await
-        .expect("create");
-
-    // A caller's transaction holds the writer while three appends queue up
-    // behind it; the writer then takes them as one group.
+/// Runs `appends` to `path` as one group commit: a caller's transaction
+/// holds the writer while they queue up behind it.
+async fn as_one_group(
+    store: &std::sync::Arc<SqliteStorage>,
+    path: &StreamPath,
+    appends: Vec<Append>,
+) -> Vec<Result<crate::Appended, crate::StreamError>> {
     let (release, held) = std::sync::mpsc::channel::<()>();
     let (entered, writer_held) = tokio::sync::oneshot::channel::<()>();
     let holding = tokio::spawn({
-        let store = std::sync::Arc::clone(&store);
+        let store = std::sync::Arc::clone(store);
         async move {
             store
                 .transaction(move |_| {
@@ -138,20 +130,17 @@ async fn a_job_failing_inside_a_group_keeps_the_appends_around_it() {
     });
     writer_held.await.expect("the writer runs the transaction");
     let free = store.queue.available_permits();
-    let append = |body: &'static str, expected: Option<crate::Offset>| {
-        let (store, path) = (std::sync::Arc::clone(&store), path.clone());
-        tokio::spawn(async move {
-            let mut append = Append::body(body).with_content_type("text/plain");
-            append.expected_tail = expected;
-            store.append(&path, append).await
+    let count = appends.len();
+    let calls: Vec<_> = appends
+        .into_iter()
+        .map(|append| {
+            let (store, path) = (std::sync::Arc::clone(store), path.clone());
+            tokio::spawn(async move { store.append(&path, append).await })
         })
-    };
-    let first = append("a", None);
-    let failing = append("b", Some(crate::Offset::at(99)));
-    let last = append("c", None);
+        .collect();
     // The test runs on one thread: a job that holds its queue room has
     // been sent.
-    while store.queue.available_permits() > free - 3 {
+    while store.queue.available_permits() > free - count {
         tokio::task::yield_now().await;
     }
     release.send(()).expect("release the writer");
@@ -159,14 +148,41 @@ async fn a_job_failing_inside_a_group_keeps_the_appends_around_it() {
         .await
         .expect("join")
         .expect("the transaction commits");
+    let mut results = Vec::new();
+    for call in calls {
+        results.push(call.await.expect("join"));
+    }
+    results
+}
 
-    first.await.expect("join").expect("the first append stays");
-    let err = failing
+fn text(body: &'static str) -> Append {
+    Append::body(body).with_content_type("text/plain")
+}
+
+async fn text_stream(name: &str) -> (tempfile::TempDir, std::sync::Arc<SqliteStorage>, StreamPath) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = std::sync::Arc::new(SqliteStorage::open(dir.path()).expect("open"));
+    let path = StreamPath::new(name).expect("path");
+    store
+        .create(&path, StreamConfig::bytes("text/plain"), Payload::empty())
         .await
-        .expect("join")
-        .expect_err("a wrong expected offset");
-    assert_eq!(err.kind(), ErrorKind::Conflict);
-    let last = last.await.expect("join").expect("the last append stays");
+        .expect("create");
+    (dir, store, path)
+}
+
+/// Jobs of one group commit together: an append refused by its checks
+/// has written nothing, and the appends before it and after it stay, in
+/// memory and in the file.
+#[tokio::test]
+async fn an_append_refused_inside_a_group_keeps_the_appends_around_it() {
+    let (dir, store, path) = text_stream("grouped").await;
+    let mut refused = text("b");
+    refused.expected_tail = Some(crate::Offset::at(99));
+    let results = as_one_group(&store, &path, vec![text("a"), refused, text("c")]).await;
+    assert!(results[0].is_ok(), "{:?}", results[0]);
+    let kind = results[1].as_ref().err().map(|e| e.kind());
+    assert_eq!(kind, Some(ErrorKind::Conflict));
+    let last = results[2].as_ref().expect("the last append stays");
     assert_eq!(last.next_offset, crate::Offset::at(2));
     assert_eq!(messages(&store, &path).await, ["a", "c"]);
 
@@ -177,8 +193,42 @@ async fn a_job_failing_inside_a_group_keeps_the_appends_around_it() {
         crate::Offset::at(2)
     );
     store
-        .append(&path, Append::body("d").with_content_type("text/plain"))
+        .append(&path, text("d"))
         .await
         .expect("append after reopening");
     assert_eq!(messages(&store, &path).await, ["a", "c", "d"]);
+}
+
+/// Appends run without a savepoint of their own: one whose write fails
+/// (here a trigger refuses its message) fails its whole group, every
+/// append of it is refused as retryable, and none is written.
+#[tokio::test]
+async fn an_append_whose_write_fails_fails_its_group_and_nothing_of_it_is_written() {
+    let (dir, store, path) = text_stream("refusing").await;
+    store
+        .transaction(|tx| {
+            tx.sql()
+                .execute_batch(
+                    "CREATE TRIGGER refuse_b BEFORE INSERT ON messages WHEN NEW.data = X'62'
+                     BEGIN SELECT RAISE(ABORT, 'no b'); END;",
+                )
+                .map_err(crate::StreamError::from)
+        })
+        .await
+        .expect("a trigger");
+    let results = as_one_group(&store, &path, vec![text("a"), text("b"), text("c")]).await;
+    for result in &results {
+        let kind = result.as_ref().err().map(|e| e.kind());
+        assert_eq!(kind, Some(ErrorKind::Unavailable), "{result:?}");
+    }
+    assert!(messages(&store, &path).await.is_empty());
+
+    store.append(&path, text("a")).await.expect("a retry alone");
+    drop(store);
+    let store = SqliteStorage::open(dir.path()).expect("reopen");
+    assert_eq!(messages(&store, &path).await, ["a"]);
+    assert_eq!(
+        store.head(&path).await.expect("head").tail,
+        crate::Offset::at(1)
+    );
 }
