@@ -6,6 +6,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+target_dir="${CARGO_TARGET_DIR:-$root/target}"
 
 log_dir="$(mktemp -d)"
 summary=()
@@ -19,12 +20,6 @@ apt_install() {
     exit 1
   fi
 }
-need curl || apt_install curl
-need node || apt_install nodejs npm
-python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
-# Headless Chromium and its WebDriver for the console's browser test.
-[ -x /usr/bin/chromedriver ] || apt_install chromium chromium-driver
-export EDDY_REQUIRE_CHROMIUM=1
 
 step() {
   local name="$1"; shift
@@ -45,19 +40,41 @@ print_summary() {
   printf '  %s\n' "${summary[@]}"
 }
 
-# The local DynamoDB-compatible server (moto) for the DynamoDB backend tests.
-eval "$(scripts/moto.sh start)"
-trap 'scripts/moto.sh stop >/dev/null 2>&1 || true' EXIT
-echo "moto: $EDDY_DYNAMODB_ENDPOINT"
-
-# A throwaway PostgreSQL cluster for the PostgreSQL backend, unless
-# DATABASE_URL names a database to use.
-if [ -z "${DATABASE_URL:-}" ]; then
-  eval "$(scripts/postgres.sh start)"
-  trap 'scripts/moto.sh stop >/dev/null 2>&1 || true; scripts/postgres.sh stop >/dev/null 2>&1 || true' EXIT
-fi
-echo "postgres: $DATABASE_URL"
-export EDDY_REQUIRE_POSTGRES=1
+# What the tests need besides Rust, installed where missing and started:
+# Node, Python's venv, headless Chromium and its WebDriver (the console's
+# browser test), the local DynamoDB-compatible server (moto) and, unless
+# DATABASE_URL names a database, a throwaway PostgreSQL cluster. This is
+# downloads and disk more than CPU, so it runs in the background while the
+# lint steps compile; the tests wait for it.
+prepare_services() {
+  need curl || apt_install curl
+  need node || apt_install nodejs npm
+  python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
+  [ -x /usr/bin/chromedriver ] || apt_install chromium chromium-driver
+  scripts/moto.sh start >"$log_dir/services.env"
+  [ -z "$own_postgres" ] || scripts/postgres.sh start >>"$log_dir/services.env"
+}
+own_postgres=""
+[ -n "${DATABASE_URL:-}" ] || own_postgres=1
+# On an early failure the background set-up is cut short rather than awaited.
+stop_services() {
+  kill "$services_pid" 2>/dev/null || true
+  scripts/moto.sh stop >/dev/null 2>&1 || true
+  [ -z "$own_postgres" ] || scripts/postgres.sh stop >/dev/null 2>&1 || true
+}
+trap stop_services EXIT
+(set -e; prepare_services) >"$log_dir/services.log" 2>&1 &
+services_pid=$!
+services_ready() {
+  if ! wait "$services_pid"; then
+    cat "$log_dir/services.log" >&2
+    return 1
+  fi
+  eval "$(cat "$log_dir/services.env")"
+  echo "moto: $EDDY_DYNAMODB_ENDPOINT"
+  echo "postgres: $DATABASE_URL"
+}
+export EDDY_REQUIRE_CHROMIUM=1 EDDY_REQUIRE_POSTGRES=1
 
 # The AWS SDK and PostgreSQL backends are behind features; the test run
 # enables them so the same suites run on the embedded stores, moto and
@@ -83,6 +100,14 @@ step "cargo doc -D warnings" env RUSTDOCFLAGS="-D warnings" cargo doc --workspac
 step "cargo clippy -D warnings (aws, lambda)" \
   cargo clippy --workspace --all-targets --features "$features" -- -D warnings
 step "each feature alone" each_feature
+
+# The tests, and the binaries the end-to-end steps below run (built with
+# the same features, so nothing is compiled twice), build while the
+# background set-up may still be going on.
+step "build the tests and binaries" bash -c "cargo test --workspace --features '$features' --no-run --quiet \
+  && cargo build --workspace --features '$features' --bin eddy --example freight --quiet"
+export EDDY_BIN="$target_dir/debug/eddy"
+step "services: moto, PostgreSQL, Chromium" services_ready
 
 # Every crate's tests: memory, SQLite and moto backends, contract suites,
 # crash tests, examples and doctests.
@@ -118,8 +143,7 @@ summary+=("      cargo test: $passed passed, $failed failed ($moto_ran of them o
 # damaged on purpose (sh-1 rebuilt from its scans only).
 freight_on_moto() {
   local table="freight-$$-$RANDOM"
-  local freight=(cargo run -q -p eddy-dynamo-cli --features aws --example freight --
-    --dynamodb-endpoint "$EDDY_DYNAMODB_ENDPOINT")
+  local freight=("$target_dir/debug/examples/freight" --dynamodb-endpoint "$EDDY_DYNAMODB_ENDPOINT")
   export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1
   "${freight[@]}" --table-name "$table" demo --batch 1 || return 1
   "${freight[@]}" --table-name "$table" verify --batch 1 || return 1

@@ -5,6 +5,7 @@
 # the database at DATABASE_URL, in a schema of its own that it drops afterwards.
 #
 #   scripts/conformance/run.sh [memory|sqlite|postgres ...]
+#   EDDY_BIN=target/debug/eddy scripts/conformance/run.sh memory
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -12,14 +13,19 @@ root="$(cd "$here/../.." && pwd)"
 if [ $# -gt 0 ]; then backends=("$@"); else backends=(memory sqlite); fi
 long_poll_ms="${EDDY_LONG_POLL_MS:-500}"
 
+# EDDY_BIN names a binary already built (with the postgres feature for that
+# backend); otherwise the release build.
+eddy="${EDDY_BIN:+$(realpath "$EDDY_BIN")}"
+if [ -z "$eddy" ]; then
+  export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
+  (cd "$root" && cargo build --quiet --release -p eddy --features postgres)
+  eddy="$CARGO_TARGET_DIR/release/eddy"
+fi
+
 cd "$here"
 if [ ! -d node_modules/@durable-streams/server-conformance-tests ]; then
   npm install --no-audit --no-fund --loglevel=error >/dev/null
 fi
-
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
-(cd "$root" && cargo build --quiet --release -p eddy --features postgres)
-eddy="$CARGO_TARGET_DIR/release/eddy"
 
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
@@ -44,10 +50,14 @@ run_backend() {
     --long-poll-timeout "${long_poll_ms}ms" \
     --webhook-allow-network 127.0.0.1 >"$log" 2>&1 &
   server=$!
-  for _ in $(seq 1 100); do
-    curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
-    sleep 0.1
-  done
+  up() { curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1; }
+  for _ in $(seq 1 100); do up && break; sleep 0.1; done
+  if ! up; then
+    echo "conformance ($backend): the server did not start; its log:"
+    cat "$log"
+    kill "$server" 2>/dev/null || true
+    return 1
+  fi
   report="$(mktemp)"
   set +e
   EDDY_BASE_URL="http://127.0.0.1:$port" EDDY_LONG_POLL_MS="$long_poll_ms" \
