@@ -57,14 +57,23 @@ pub fn app(state: AppState) -> App {
     // wants axum's own body, so the bodies that tower-http's layers wrap
     // theirs in are turned back into it.
     let stack = ServiceBuilder::new()
-        .map_response(|response: axum::http::Response<_>| response.map(Body::new))
+        .map_response(into_axum_body)
         .layer(observe::layers())
         .layer(from_fn_with_state(state.clone(), router::guard))
         .layer(map_response(cache::tag_encoding))
-        .map_response(|response: axum::http::Response<_>| response.map(Body::new))
+        .map_response(into_axum_body)
         .layer(compression::layer(&state.config.compression))
         .service(endpoints);
     App(BoxCloneSyncService::new(stack))
+}
+
+/// A response with its body, whatever wraps it, as axum's body.
+fn into_axum_body<B>(response: axum::http::Response<B>) -> Response
+where
+    B: HttpBody<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    response.map(Body::new)
 }
 
 impl<B> Service<axum::http::Request<B>> for App

@@ -59,10 +59,10 @@ pub(super) async fn append(
     let mut out = HeaderMap::with_capacity(super::APPEND_RESPONSE_HEADERS);
     put_offset(&mut out, protocol::NEXT_OFFSET, appended.next_offset);
     if appended.duplicate {
-        put(&mut out, protocol::DUPLICATE, "true".into());
+        put(&mut out, protocol::DUPLICATE, "true");
     }
     if appended.closed {
-        put(&mut out, protocol::CLOSED, "true".into());
+        put(&mut out, protocol::CLOSED, "true");
     }
     if let Some((epoch, seq)) = appended.producer {
         put(&mut out, protocol::PRODUCER_EPOCH, epoch.to_string());

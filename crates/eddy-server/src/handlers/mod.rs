@@ -99,7 +99,7 @@ async fn head(state: &AppState, path: &StreamPath) -> Result<Response, ApiError>
     let info = state.store.head(path).await?;
     let mut headers = response_headers();
     describe(&mut headers, &info);
-    put(&mut headers, header::CACHE_CONTROL, "no-store".into());
+    put(&mut headers, header::CACHE_CONTROL, "no-store");
     Ok(respond(StatusCode::OK, headers, Body::empty()))
 }
 
@@ -142,14 +142,17 @@ fn describe(headers: &mut HeaderMap, info: &StreamInfo) {
         Expiry::At(at) => put(headers, protocol::EXPIRES_AT, parse::format_rfc3339(at)),
     }
     if info.closed {
-        put(headers, protocol::CLOSED, "true".into());
+        put(headers, protocol::CLOSED, "true");
     }
     put(headers, protocol::STREAM_BYTES, info.bytes.to_string());
 }
 
 /// Sets a response header; a value that cannot be a header is dropped
 /// (values come from the store, which only holds what headers carried).
-fn put(headers: &mut HeaderMap, name: HeaderName, value: String) {
+fn put<V>(headers: &mut HeaderMap, name: HeaderName, value: V)
+where
+    HeaderValue: TryFrom<V>,
+{
     match HeaderValue::try_from(value) {
         Ok(value) => {
             headers.insert(name, value);
@@ -158,15 +161,9 @@ fn put(headers: &mut HeaderMap, name: HeaderName, value: String) {
     }
 }
 
-/// Sets a header to an offset: its text goes into the value directly,
-/// without a `String` in between.
+/// Sets a header to an offset, its text taken from the stack.
 fn put_offset(headers: &mut HeaderMap, name: HeaderName, offset: Offset) {
-    match HeaderValue::from_bytes(offset.text().as_bytes()) {
-        Ok(value) => {
-            headers.insert(name, value);
-        }
-        Err(_) => tracing::warn!(header = %name, "dropped an offset header that is not valid"),
-    }
+    put(headers, name, offset.text().as_bytes());
 }
 
 /// Reads a request body within the size limit and the body timeout.

@@ -57,7 +57,7 @@ async fn catch_up(
         header::CACHE_CONTROL,
         cache::control(state, path, freshness),
     );
-    put(&mut out, header::VARY, cache::READ_VARY.into());
+    put(&mut out, header::VARY, cache::READ_VARY);
     if let Some(sent) = parse::header(headers, header::IF_NONE_MATCH)?
         .and_then(|sent| cache::matching_tag(sent, &etag))
     {
@@ -69,11 +69,7 @@ async fn catch_up(
     put(&mut out, header::ETAG, etag);
     let framed = parse::header(headers, protocol::FRAMING)? == Some(protocol::FRAMING_MESSAGES);
     let body = if framed {
-        put(
-            &mut out,
-            protocol::FRAMING,
-            protocol::FRAMING_MESSAGES.into(),
-        );
+        put(&mut out, protocol::FRAMING, protocol::FRAMING_MESSAGES);
         encode::framed(&chunk.messages)
     } else {
         encode::body(&chunk.content_type, &chunk.messages)
@@ -138,10 +134,10 @@ fn chunk_headers(chunk: &ReadChunk) -> HeaderMap {
     put_offset(&mut out, protocol::NEXT_OFFSET, chunk.next_offset);
     put_offset(&mut out, protocol::READ_START, chunk.start);
     if chunk.up_to_date {
-        put(&mut out, protocol::UP_TO_DATE, "true".into());
+        put(&mut out, protocol::UP_TO_DATE, "true");
     }
     if chunk.closed {
-        put(&mut out, protocol::CLOSED, "true".into());
+        put(&mut out, protocol::CLOSED, "true");
     }
     out
 }

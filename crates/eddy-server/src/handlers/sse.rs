@@ -48,12 +48,12 @@ pub(super) async fn sse(
         Some((Ok::<_, Infallible>(event), feed))
     });
     let mut out = super::response_headers();
-    put(&mut out, header::CONTENT_TYPE, "text/event-stream".into());
-    put(&mut out, header::CACHE_CONTROL, "no-cache".into());
+    put(&mut out, header::CONTENT_TYPE, "text/event-stream");
+    put(&mut out, header::CACHE_CONTROL, "no-cache");
     // Proxies that buffer responses (nginx) pass each event on at once.
-    put(&mut out, X_ACCEL_BUFFERING, "no".into());
+    put(&mut out, X_ACCEL_BUFFERING, "no");
     if encoding == SseEncoding::Base64 {
-        put(&mut out, protocol::SSE_DATA_ENCODING, "base64".into());
+        put(&mut out, protocol::SSE_DATA_ENCODING, "base64");
     }
     Ok((StatusCode::OK, out, Body::from_stream(events)).into_response())
 }

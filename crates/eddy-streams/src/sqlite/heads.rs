@@ -121,19 +121,13 @@ impl Heads {
 
     /// Writes every unwritten record to its row.
     pub fn flush(&mut self, conn: &Connection) -> Result<(), StreamError> {
-        let unwritten: Vec<String> = self
-            .by_path
-            .iter()
-            .filter(|(_, kept)| kept.unwritten)
-            .map(|(path, _)| path.clone())
-            .collect();
-        for path in unwritten {
+        for (path, kept) in self.by_path.iter_mut().filter(|(_, kept)| kept.unwritten) {
             // Journaled: a rollback to the job's savepoint undoes the row.
-            self.save(&path);
-            if let Some(kept) = self.by_path.get_mut(&path) {
-                records::update(conn, kept.key, &kept.record)?;
-                kept.unwritten = false;
+            if self.journaling {
+                note(&mut self.journal, path, Some(kept));
             }
+            records::update(conn, kept.key, &kept.record)?;
+            kept.unwritten = false;
         }
         Ok(())
     }
@@ -164,9 +158,8 @@ impl Heads {
 
     /// Notes `path`'s entry as it was before the running job first changed it.
     fn save(&mut self, path: &str) {
-        if self.journaling && !self.journal.iter().any(|(saved, _)| saved == path) {
-            let before = self.by_path.get(path).cloned();
-            self.journal.push((path.to_owned(), before));
+        if self.journaling {
+            note(&mut self.journal, path, self.by_path.get(path));
         }
     }
 
@@ -202,6 +195,13 @@ impl Heads {
             self.version = Some(version);
         }
         Ok(())
+    }
+}
+
+/// Journals `before` as `path`'s entry unless the job already changed it.
+fn note(journal: &mut Vec<(String, Option<Kept>)>, path: &str, before: Option<&Kept>) {
+    if !journal.iter().any(|(saved, _)| saved == path) {
+        journal.push((path.to_owned(), before.cloned()));
     }
 }
 

@@ -99,9 +99,7 @@ type Answer = Box<dyn FnOnce(Option<&StreamError>) + Send>;
 
 /// A job after it ran, before the commit.
 pub(super) struct Applied {
-    /// Whether its writes stay (otherwise its savepoint rolls back).
-    keep: bool,
-    /// Why it failed, when it did.
+    /// Why it failed, when it did; its writes stay only when it did not.
     error: Option<StreamError>,
     event: Option<Event>,
     answer: Answer,
@@ -128,7 +126,6 @@ where
         };
         let reply = self.reply;
         Applied {
-            keep: result.is_ok(),
             error: result.as_ref().err().cloned(),
             event,
             answer: Box::new(move |failed| {
@@ -330,21 +327,24 @@ fn commit_group(
         heads.begin_job();
         let mut records = SqliteRecords::logging(&tx, touches).with_heads(heads);
         let done = job.run(engine, &mut records);
-        if done.keep {
+        let keep = done.error.is_none();
+        if keep {
             changes.extend(records.take_log());
         }
         let wrote = records.wrote();
         drop(records);
         // What the job wrote before it failed is undone, in the rows and
         // in the copy.
-        heads.end_job(done.keep);
-        written = match containment {
-            Containment::Savepoint if done.keep => {
+        heads.end_job(keep);
+        written = match (containment, &done.error) {
+            (Containment::Savepoint, None) => {
                 savepoint::JOB.release(&tx).map_err(StreamError::from)
             }
-            Containment::Savepoint => savepoint::JOB.roll_back(&tx).map_err(StreamError::from),
-            Containment::WritesLast if !done.keep && wrote => Err(partway(done.error.clone())),
-            Containment::WritesLast => Ok(()),
+            (Containment::Savepoint, Some(_)) => {
+                savepoint::JOB.roll_back(&tx).map_err(StreamError::from)
+            }
+            (Containment::WritesLast, Some(cause)) if wrote => Err(partway(cause.clone())),
+            (Containment::WritesLast, _) => Ok(()),
         };
         applied.push(done);
     }
@@ -406,14 +406,12 @@ fn commit_group(
     failure.map_or(Ok(()), Err)
 }
 
-/// The refusal of a group whose job without a savepoint failed after it
-/// had begun to write: nothing of the group is kept, and a retry may
-/// succeed.
-fn partway(cause: Option<StreamError>) -> StreamError {
-    const MESSAGE: &str =
-        "a write of the group commit failed partway, so the whole group was rolled back";
-    match cause {
-        Some(cause) => StreamError::unavailable_from(MESSAGE, cause),
-        None => StreamError::unavailable(MESSAGE),
-    }
+/// The refusal of a group whose job without a savepoint failed, for
+/// `cause`, after it had begun to write: nothing of the group is kept, and
+/// a retry may succeed.
+fn partway(cause: StreamError) -> StreamError {
+    StreamError::unavailable_from(
+        "a write of the group commit failed partway, so the whole group was rolled back",
+        cause,
+    )
 }
