@@ -15,6 +15,9 @@
 //! - [`Storage::wait`] waits for changes without losing wake-ups, and
 //!   [`Storage::committed`] reports every commit of the process.
 //!
+//! A backend outside this crate implements the record-level seam of
+//! [`backend`] and leaves every rule to the store's one engine.
+//!
 //! Typed declarations ([`JsonStream`], [`StateStream`]) bind a route
 //! template such as `facts/:workspaceId` to serde types.
 //!
@@ -52,6 +55,7 @@
 #![deny(missing_docs)]
 
 mod append;
+pub mod backend;
 mod backup;
 mod clock;
 mod config;
@@ -69,6 +73,7 @@ mod payload;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod record;
+mod record_form;
 mod route;
 mod rules;
 mod snapshot;

@@ -1,5 +1,5 @@
 //! The record-level seam: what a backend stores, and the few operations
-//! the [engine](crate::engine) needs from it.
+//! the engine needs from it. Public through [`crate::backend`].
 //!
 //! A backend stores, per stream path, one [`StreamRecord`] (the head and
 //! its lifecycle fields), the messages by position, and the idempotent
@@ -10,7 +10,7 @@
 //! The methods return futures so that a backend on an asynchronous driver
 //! (PostgreSQL) implements them directly; backends that answer at once
 //! (memory, SQLite) return ready futures and drive the engine with
-//! [`complete`](crate::engine::complete). Each future is `Send`, so the
+//! `engine::complete`. Each future is `Send`, so the
 //! engine's futures are `Send` whenever the backend's handle is.
 
 use std::future::Future;
@@ -25,21 +25,53 @@ use crate::{Expiry, StreamError};
 
 /// Everything the engine keeps about a stream besides its messages and
 /// producers.
+///
+/// A backend outside this crate treats it as a value: it stores its serde
+/// form (every field the engine keeps, so a backend never misses one that
+/// a later version adds) and gives it back as loaded. It reads only what
+/// its own bookkeeping needs: the last access ([`accessed_ms`], which a
+/// read's TTL touch moves without a full write) and the fork source
+/// ([`fork_source`], to find a stream's forks).
+///
+/// [`accessed_ms`]: StreamRecord::accessed_ms
+/// [`fork_source`]: StreamRecord::fork_source
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct StreamRecord {
+pub struct StreamRecord {
     /// Configuration, tail, close and `Stream-Seq` state.
-    pub head: Head,
+    pub(crate) head: Head,
     /// When the stream was last read or written (for sliding TTLs).
-    pub accessed_ms: i64,
+    pub(crate) accessed_ms: i64,
     /// Where the stream was forked from, if it is a fork.
-    pub origin: Option<ForkOrigin>,
+    pub(crate) origin: Option<ForkOrigin>,
     /// Deleted while forks still read from it.
-    pub soft_deleted: bool,
+    pub(crate) soft_deleted: bool,
 }
 
 impl StreamRecord {
+    /// When the stream was last read or written, in unix milliseconds.
+    pub fn accessed_ms(&self) -> i64 {
+        self.accessed_ms
+    }
+
+    /// Moves the last access forward to `at_ms`, never back: how a
+    /// backend that stores read touches apart from the record merges them
+    /// in when it loads it.
+    pub fn slide(&mut self, at_ms: i64) {
+        self.accessed_ms = self.accessed_ms.max(at_ms);
+    }
+
+    /// The path this stream was forked from, if it is a fork.
+    pub fn fork_source(&self) -> Option<&str> {
+        self.origin.as_ref().map(|origin| origin.source.as_str())
+    }
+
+    /// The number of messages in the stream.
+    pub fn count(&self) -> u64 {
+        self.head.count
+    }
+
     /// A new stream's record.
-    pub fn new(head: Head, origin: Option<ForkOrigin>, now_ms: i64) -> Self {
+    pub(crate) fn new(head: Head, origin: Option<ForkOrigin>, now_ms: i64) -> Self {
         StreamRecord {
             head,
             accessed_ms: now_ms,
@@ -49,17 +81,17 @@ impl StreamRecord {
     }
 
     /// Whether the stream has expired at `now_ms`.
-    pub fn expired(&self, now_ms: i64) -> bool {
+    pub(crate) fn expired(&self, now_ms: i64) -> bool {
         expired(&self.head.config, self.accessed_ms, now_ms)
     }
 
     /// Whether the stream is readable and writable at `now_ms`.
-    pub fn is_live(&self, now_ms: i64) -> bool {
+    pub(crate) fn is_live(&self, now_ms: i64) -> bool {
         !self.soft_deleted && !self.expired(now_ms)
     }
 
     /// Whether reads and appends move the expiry (a sliding TTL).
-    pub fn slides(&self) -> bool {
+    pub(crate) fn slides(&self) -> bool {
         matches!(self.head.config.expiry, Expiry::Ttl(_))
     }
 }
@@ -94,19 +126,20 @@ fn from_unix_ms(ms: i64) -> std::time::SystemTime {
 
 /// A record as loaded, with the backend's key for its stream.
 #[derive(Clone, Debug)]
-pub(crate) struct Stored<K> {
+pub struct Stored<K> {
     /// The backend's handle on this stream's rows.
     pub key: K,
     /// The record.
     pub record: StreamRecord,
 }
 
-/// Shorthand for the futures of record operations.
-pub(crate) trait Op<T>: Future<Output = Result<T, StreamError>> + Send {}
+/// Shorthand for the futures of record operations: `Send`, and failing
+/// with a [`StreamError`].
+pub trait Op<T>: Future<Output = Result<T, StreamError>> + Send {}
 impl<T, F: Future<Output = Result<T, StreamError>> + Send> Op<T> for F {}
 
 /// Reads records.
-pub(crate) trait RecordReader {
+pub trait RecordReader {
     /// The backend's handle on one stream's rows. A key is never reused for
     /// another stream, even at the same path.
     type Key: Clone + Send + Sync;
@@ -144,7 +177,7 @@ pub(crate) trait RecordReader {
 
 /// Writes records. Each method is one step of the caller's atomic unit:
 /// the engine only starts writing once every check has passed.
-pub(crate) trait Records: RecordReader {
+pub trait Records: RecordReader {
     /// Stores a new stream at `path` (dropping its tombstone) and returns
     /// its key.
     fn insert(&mut self, path: &str, record: &StreamRecord) -> impl Op<Self::Key>;

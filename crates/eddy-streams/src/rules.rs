@@ -128,10 +128,13 @@ impl Head {
     }
 }
 
-/// A producer's last accepted position on one stream.
+/// An idempotent producer's last accepted position on one stream, as a
+/// backend stores it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ProducerState {
+pub struct ProducerState {
+    /// The producer's current epoch.
     pub epoch: u64,
+    /// The last sequence number accepted in that epoch.
     pub seq: u64,
 }
 
