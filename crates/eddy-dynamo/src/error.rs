@@ -119,6 +119,37 @@ pub enum Error {
     /// Invalid arguments to an operation.
     #[error("{0}")]
     InvalidArgument(String),
+    /// A stream instance of a row waited for another instance of the same
+    /// row that failed in the same write: with removal declared, a row's
+    /// instances apply in fold order, and never a removal beside a failed
+    /// instance (the retry decides both). Retryable when the failure it
+    /// waits for is.
+    #[error("stream instance {instance} of row {row} waits for {failed}, which failed ({cause}): a projection with removal applies a row's instances in fold order only")]
+    Deferred {
+        /// The row key.
+        row: String,
+        /// The instance that waited.
+        instance: String,
+        /// The instance that failed.
+        failed: String,
+        /// The stable code of its failure.
+        cause: &'static str,
+        /// Whether its failure was retryable.
+        retryable: bool,
+    },
+    /// Every stream instance of a row failed, so nothing was written; each
+    /// instance's outcome holds its own failure.
+    #[error("every stream instance of row {row} failed ({count}); the first: {first}")]
+    InstancesFailed {
+        /// The row key.
+        row: String,
+        /// How many instances failed.
+        count: usize,
+        /// The first failure, with its causes.
+        first: String,
+        /// Whether the first failure was retryable.
+        retryable: bool,
+    },
     /// One row write would commit more outbox effects than a transaction
     /// holds beside the row (99); nothing was written.
     #[error("row {row} would commit {count} outbox effects in one write; a transaction holds at most 99 besides the row: produce fewer effects per event batch")]
@@ -149,6 +180,8 @@ impl Error {
             Error::WriteContention { .. } => "WriteContention",
             Error::InvalidArgument(_) => "InvalidArgument",
             Error::TooManyEffects { .. } => "TooManyEffects",
+            Error::Deferred { .. } => "Deferred",
+            Error::InstancesFailed { .. } => "InstancesFailed",
         }
     }
 }
@@ -159,6 +192,9 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Table(e) => e.is_retryable(),
+            Error::Deferred { retryable, .. } | Error::InstancesFailed { retryable, .. } => {
+                *retryable
+            }
             Error::VersionConflict { .. }
             | Error::WriteContention { .. }
             | Error::HistoryIncomplete { .. } => true,

@@ -106,6 +106,11 @@
 //!   feed produces that shape too, so no `source` option is needed.
 //! - DynamoDB Streams records are converted to the Lambda shape as they are
 //!   read, so the follower and Lambda share one decoding path.
+//! - With removal declared, one instance's failure is not quite its own: it
+//!   holds back the instances folded after it in its row (and all of them
+//!   when a removal was folded before it), reported as `Deferred`, so the
+//!   retry folds them in the spec's order. A removal does not commute with
+//!   other sources' events, and a fault must not change what a row holds.
 //! - `StreamsFollower` keeps its per-shard checkpoints as items of another
 //!   table (refused in the followed table, whose stream would then carry
 //!   its own checkpoints).

@@ -425,6 +425,27 @@ pub async fn one_instance_failure_is_its_own(t: TestTable) {
     );
 }
 
+/// Regression (issue 25): when every instance of a row failed, nothing was
+/// written and the row outcome had no `failure`: a caller that looked at
+/// the row saw no reason. Now the row reports `InstancesFailed`, naming the
+/// first, and each instance keeps its own.
+pub async fn a_row_whose_every_instance_failed_reports_it(t: TestTable) {
+    let f = freight(&t);
+    let p = picky_scans(&f);
+    let bad = append(&f.scans, &scan_id(&f, "sh-1"), &[scanned("!")]).await;
+    let out = p.apply_batch(bad).await.unwrap();
+    assert!(!out[0].written);
+    let failure = out[0].failure.as_ref().expect("the row's failure");
+    assert_eq!(failure.code(), "InstancesFailed");
+    assert!(failure.to_string().contains("bad scan: !"), "{failure}");
+    assert!(!failure.is_retryable(), "as its first instance's failure");
+    assert_eq!(
+        out[0].first_failure().unwrap().code(),
+        "EvolveFailed",
+        "the first instance's own failure"
+    );
+}
+
 pub async fn a_removed_row_keeps_a_tombstone_with_its_checkpoints(t: TestTable) {
     let f = freight(&t);
     let p = f.projection(None).unwrap();
@@ -762,6 +783,7 @@ crate::backend_tests!(
     latest_mode_falls_back_past_rejections_and_skips,
     skipped_events_alone_never_write_and_never_create_a_row,
     one_instance_failure_is_its_own,
+    a_row_whose_every_instance_failed_reports_it,
     a_removed_row_keeps_a_tombstone_with_its_checkpoints,
     revision_initial_sets_the_first_write,
     a_declaration_that_does_not_hold_together_is_refused,

@@ -16,13 +16,14 @@ use crate::common::{sqlite_table, table, TestTable};
 use crate::freight::{shipment, Freight, OrderEvent, ScanEvent, ShipmentNotice, WeighEvent};
 use crate::multi::append;
 
-/// One event of the scenario. Cancellations are left out: a removal resets
-/// every source's part of the row, so it does not commute with the other
-/// sources' events of the same write (the spec folds sources in
-/// declaration order within a write); single-row removal is tested on its
-/// own.
+/// One event of the scenario. These properties leave cancellations out: a
+/// removal resets every source's part of the row, so it does not commute
+/// with the other sources' events of the same write (the spec folds
+/// sources in declaration order within a write), and no sequential fold is
+/// the reference. `fault_props.rs` includes them, with faults, against the
+/// same delivery without faults.
 #[derive(Debug, Clone)]
-enum Op {
+pub enum Op {
     Parcels {
         order: usize,
         shipment: usize,
@@ -37,9 +38,14 @@ enum Op {
         shipment: usize,
         kg: u64,
     },
+    /// An order cancels one of its shipments: the row is removed.
+    Cancel {
+        order: usize,
+        shipment: usize,
+    },
 }
 
-fn op() -> impl Strategy<Value = Op> {
+pub fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         (0..2usize, 0..3usize, 1..5u64).prop_map(|(order, shipment, parcels)| Op::Parcels {
             order,
@@ -55,7 +61,7 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-async fn append_ops(f: &Freight, ops: &[Op]) {
+pub async fn append_ops(f: &Freight, ops: &[Op]) {
     for op in ops {
         match *op {
             Op::Parcels {
@@ -88,6 +94,13 @@ async fn append_ops(f: &Freight, ops: &[Op]) {
                 )
                 .await;
             }
+            Op::Cancel { order, shipment } => {
+                let id = f.orders.id([("orderId", format!("o-{order}"))]).unwrap();
+                let cancel = OrderEvent::OrderCancelled {
+                    shipment_id: format!("sh-{shipment}"),
+                };
+                append(&f.orders, &id, &[cancel]).await;
+            }
             Op::Weigh {
                 session,
                 shipment,
@@ -114,7 +127,7 @@ async fn append_ops(f: &Freight, ops: &[Op]) {
 /// A delivery plan: the records cut into batches at `cuts`, with the
 /// records at `duplicates` delivered twice in their batch and the batch at
 /// `redeliver` delivered again at the end.
-fn deliveries(
+pub fn deliveries(
     records: &[ChangeRecord],
     cuts: &[usize],
     duplicates: &[usize],
@@ -231,6 +244,22 @@ proptest! {
     }
 }
 
+/// Runs one property case on a fresh moto table (unless moto is skipped).
+#[cfg(feature = "aws")]
+pub fn on_dynamodb<F>(case: impl FnOnce(TestTable) -> F) -> Result<(), TestCaseError>
+where
+    F: std::future::Future<Output = Result<(), TestCaseError>>,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    match runtime.block_on(crate::moto::test_table(crate::common::schema())) {
+        Some(t) => runtime.block_on(case(t)),
+        None => Ok(()),
+    }
+}
+
 #[cfg(feature = "aws")]
 proptest! {
     // Each case creates a table on moto: a few cases.
@@ -240,18 +269,14 @@ proptest! {
     fn multi_source_rows_are_independent_of_interleaving_batching_and_redelivery_on_dynamodb(
         (ops, cuts, duplicates, redeliver) in plan(),
     ) {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let Some(t) = runtime.block_on(crate::moto::test_table(crate::common::schema())) else {
-            return Ok(());
-        };
-        runtime.block_on(scenario(t, ops, cuts, duplicates, redeliver))?;
+        on_dynamodb(|t| scenario(t, ops, cuts, duplicates, redeliver))?;
     }
 }
 
 /// Every applied event leaves one notice naming its source, so the
 /// effects of all three sources are compared (the spec's example only
 /// notifies scans).
-fn every_event(
+pub fn every_event(
     event: &eddy_dynamo::EffectEvent<'_>,
     next: Option<&crate::freight::ShipmentSummary>,
 ) -> Vec<ShipmentNotice> {
@@ -268,35 +293,35 @@ fn every_event(
 
 /// One delivery as the consumer saw it.
 #[derive(Debug, Clone, PartialEq)]
-struct Seen {
-    shipment: String,
-    source: String,
-    stream: String,
-    version: u64,
+pub struct Seen {
+    pub shipment: String,
+    pub source: String,
+    pub stream: String,
+    pub version: u64,
     /// Where the outbox committed it in its row: (revision, position).
-    at: (u64, u32),
-    kind: String,
+    pub at: (u64, u32),
+    pub kind: String,
 }
 
 /// A consumer whose deliveries fail as `plan` says, in turn: 0 fails
 /// before the consumer has the effect, 1 after (the ack is lost: a
 /// duplicate follows), anything else succeeds.
 #[derive(Clone)]
-struct FlakyConsumer {
+pub struct FlakyConsumer {
     seen: Arc<std::sync::Mutex<Vec<Seen>>>,
     plan: Arc<Vec<u8>>,
     calls: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl FlakyConsumer {
-    fn new(plan: Vec<u8>) -> Self {
+    pub fn new(plan: Vec<u8>) -> Self {
         Self {
             seen: Arc::default(),
             plan: Arc::new(plan),
             calls: Arc::default(),
         }
     }
-    fn deliver(
+    pub fn deliver(
         &self,
     ) -> impl Fn(
         eddy_dynamo::Effect,
@@ -333,13 +358,42 @@ impl FlakyConsumer {
             })
         }
     }
-    fn seen(&self) -> Vec<Seen> {
+    /// The same consumer (what it saw so far), no longer failing.
+    pub fn steady(&self) -> Self {
+        Self {
+            plan: Arc::new(Vec::new()),
+            ..self.clone()
+        }
+    }
+    pub fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
     }
 }
 
+/// Sweeps what failed deliveries left pending to `consumer`, no longer
+/// failing, until none is left.
+pub async fn sweep(
+    p: &crate::multi::Shipments,
+    consumer: &FlakyConsumer,
+) -> Result<(), TestCaseError> {
+    p.drain_pending(&consumer.steady().deliver()).await.unwrap();
+    prop_assert!(p.pending_rows().await.unwrap().is_empty());
+    Ok(())
+}
+
+/// Whether a row's first deliveries came in the order the outbox
+/// committed them: (revision, position) ascending.
+pub fn in_commit_order(firsts: &[Seen], row: &str) -> Result<(), TestCaseError> {
+    let commits: Vec<(u64, u32)> = firsts.iter().map(|g| g.at).collect();
+    let mut sorted = commits.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    prop_assert_eq!(&commits, &sorted, "{} delivered out of order", row);
+    Ok(())
+}
+
 /// The first delivery of each effect of a shipment, in delivery order.
-fn first_deliveries(seen: &[Seen], shipment: &str) -> Vec<Seen> {
+pub fn first_deliveries(seen: &[Seen], shipment: &str) -> Vec<Seen> {
     let mut firsts: Vec<Seen> = Vec::new();
     for s in seen.iter().filter(|s| s.shipment == shipment) {
         let again = firsts
@@ -392,13 +446,7 @@ async fn scenario_with_effects(
         let result = process_batch_delivering(&batch, &mine, &flaky.deliver()).await;
         prop_assert!(result.failures.is_empty(), "{:?}", result.failures);
     }
-    // What failed deliveries left pending: swept until none is left.
-    let steady = FlakyConsumer {
-        plan: Arc::new(Vec::new()),
-        ..flaky.clone()
-    };
-    batched.drain_pending(&steady.deliver()).await.unwrap();
-    prop_assert!(batched.pending_rows().await.unwrap().is_empty());
+    sweep(&batched, &flaky).await?;
 
     let (want_all, got_all) = (reliable.seen(), flaky.seen());
     for s in 0..3 {
@@ -415,12 +463,7 @@ async fn scenario_with_effects(
         );
         let want = first_deliveries(&want_all, &id);
         let got = first_deliveries(&got_all, &id);
-        // In order per row: the order the outbox committed them in.
-        let commits: Vec<(u64, u32)> = got.iter().map(|g| g.at).collect();
-        let mut sorted = commits.clone();
-        sorted.sort_unstable();
-        sorted.dedup();
-        prop_assert_eq!(&commits, &sorted, "{} delivered out of order", id);
+        in_commit_order(&got, &id)?;
         // At least once, and the same effects as the sequential fold:
         // every fold-mode event's; of the scans (latest mode), the ones
         // a batch applied, always including the last.
@@ -470,7 +513,7 @@ fn run_with_effects(
 
 /// Delivery fates: mostly successes, some failures before and after the
 /// consumer has the effect.
-fn fates() -> impl Strategy<Value = Vec<u8>> {
+pub fn fates() -> impl Strategy<Value = Vec<u8>> {
     proptest::collection::vec(0..6u8, 0..12)
 }
 
@@ -507,10 +550,6 @@ proptest! {
         plan in plan(),
         fates in fates(),
     ) {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let Some(t) = runtime.block_on(crate::moto::test_table(crate::common::schema())) else {
-            return Ok(());
-        };
-        runtime.block_on(scenario_with_effects(t, plan.0, plan.1, plan.2, plan.3, fates))?;
+        on_dynamodb(|t| scenario_with_effects(t, plan.0, plan.1, plan.2, plan.3, fates))?;
     }
 }

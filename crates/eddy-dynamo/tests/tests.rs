@@ -7,6 +7,8 @@ mod contract;
 mod dynamo_faults;
 mod embedded;
 mod entity;
+mod fault_props;
+mod faults;
 mod follower;
 /// The freight scenario, shared with the example of `eddy-dynamo-cli`.
 #[path = "../../eddy-dynamo-cli/examples/freight/model.rs"]
@@ -22,6 +24,7 @@ mod multi_props;
 mod outbox;
 mod projection;
 mod props;
+mod removal;
 mod series;
 mod stream;
 mod tables;

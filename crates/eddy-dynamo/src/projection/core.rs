@@ -414,6 +414,7 @@ where
         written: bool,
     ) -> (RowOutcome<M>, Vec<RecordFailure>) {
         let failures = uncovered(work, &plan.instances, None);
+        let failure = every_instance_failed(work, &plan.instances);
         let state = if written {
             Some(plan.state)
         } else {
@@ -432,7 +433,7 @@ where
             removed: written && plan.removed,
             enqueued: if written { plan.effects.len() } else { 0 },
             state: if written && plan.removed { None } else { state },
-            failure: None,
+            failure,
             delivery: None,
         };
         (outcome, failures)
@@ -544,6 +545,25 @@ fn uncovered<M, K>(
         }
     }
     failures
+}
+
+/// The row's failure when every instance failed (nothing was written):
+/// each instance keeps its own, the row's names the first.
+fn every_instance_failed<M, K>(
+    work: &RowWork<M, K>,
+    instances: &[super::InstanceOutcome],
+) -> Option<Error> {
+    let failures: Vec<&Error> = instances
+        .iter()
+        .map(|i| i.failure.as_ref())
+        .collect::<Option<_>>()?;
+    let first = failures.first()?;
+    Some(Error::InstancesFailed {
+        row: work.id.clone(),
+        count: failures.len(),
+        first: crate::table_error::error_chain(*first),
+        retryable: first.is_retryable(),
+    })
 }
 
 /// A printable identity of a table key: `pk=<value>|sk=<value>`, in key

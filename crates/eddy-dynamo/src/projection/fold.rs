@@ -68,7 +68,51 @@ enum Planned<M> {
 struct Folding<M> {
     state: M,
     removed: bool,
+    /// How many removals were applied.
+    removals: usize,
     effects: Vec<PendingEffect>,
+}
+
+/// The first instance of a row that failed in a write, which the instances
+/// after it wait for when the projection declares removal.
+struct Failed {
+    instance: String,
+    cause: &'static str,
+    retryable: bool,
+}
+
+impl Failed {
+    fn of(instance: &StreamId, error: &Error) -> Self {
+        Self {
+            instance: instance.to_string(),
+            cause: error.code(),
+            retryable: error.is_retryable(),
+        }
+    }
+
+    /// The failure of an instance that waits for this one.
+    fn deferring<M, K>(&self, work: &RowWork<M, K>, instance: &StreamId) -> Error {
+        Error::Deferred {
+            row: work.id.clone(),
+            instance: instance.to_string(),
+            failed: self.instance.clone(),
+            cause: self.cause,
+            retryable: self.retryable,
+        }
+    }
+}
+
+/// The versions of a batch at or below an instance's checkpoint: delivered
+/// again.
+fn already_applied<M>(events: &[Pending<M>], checkpoint: u64) -> Vec<u64> {
+    let mut already: Vec<u64> = events
+        .iter()
+        .map(|e| e.version)
+        .filter(|v| *v <= checkpoint)
+        .collect();
+    already.sort_unstable();
+    already.dedup();
+    already
 }
 
 impl<M, K> RowCore<M, K>
@@ -100,23 +144,23 @@ where
                 })?,
             }),
         };
-        let mut row = Folding {
-            state: match &read_state {
-                Some(state) => state.clone(),
-                None => (self.initial)(&work.row),
-            },
-            removed: false,
-            effects: Vec::new(),
-        };
+        let mut row = self.folding(work, &read_state);
         let mut slots = read.item().cloned().unwrap_or_default();
         let (mut instances, mut checkpoints_read) = (Vec::new(), Vec::new());
         let (mut moved, mut applied) = (false, false);
+        // With removal declared, the first failed instance: the instances
+        // after it in fold order wait for it.
+        let holds_back = self.removal.is_some() && self.on_failure == OnFailure::DropInstance;
+        let mut failed: Option<Failed> = None;
         for ((source, instance), events) in &work.instances {
             let src = &self.sources[*source];
             let mut outcome = InstanceOutcome::new(src.name(), instance.clone(), 0);
             let checkpoint = match self.slots.read(&slots, src.name(), instance, &work.id) {
                 Ok(checkpoint) => checkpoint.unwrap_or(0),
                 Err(e) => {
+                    if holds_back && failed.is_none() {
+                        failed = Some(Failed::of(instance, &e));
+                    }
                     outcome.failure = Some(e);
                     checkpoints_read.push(0);
                     instances.push(outcome);
@@ -124,9 +168,19 @@ where
                 }
             };
             outcome.checkpoint = checkpoint;
+            outcome.already_applied = already_applied(events, checkpoint);
             checkpoints_read.push(checkpoint);
-            let (before, removed_before, effects_before) =
-                (row.state.clone(), row.removed, row.effects.len());
+            if let Some(first) = &failed {
+                outcome.failure = Some(first.deferring(work, instance));
+                instances.push(outcome);
+                continue;
+            }
+            let (before, removed_before, removals_before, effects_before) = (
+                row.state.clone(),
+                row.removed,
+                row.removals,
+                row.effects.len(),
+            );
             let folded = self
                 .fold_instance(
                     work,
@@ -139,10 +193,14 @@ where
                 )
                 .await;
             if let Err(e) = folded {
+                if holds_back {
+                    failed = Some(Failed::of(instance, &e));
+                }
                 outcome.failure = Some(e);
                 if self.on_failure == OnFailure::DropInstance {
                     row.state = before;
                     row.removed = removed_before;
+                    row.removals = removals_before;
                     row.effects.truncate(effects_before);
                     clear(&mut outcome);
                     outcome.checkpoint = checkpoint;
@@ -156,6 +214,21 @@ where
             applied |= !outcome.applied.is_empty();
             instances.push(outcome);
         }
+        if let (Some(first), true) = (&failed, row.removals > 0) {
+            // A removal before the failed instance: nothing of the row is
+            // written, so the retry folds the removal and the failed
+            // instance together, in order.
+            for (outcome, checkpoint) in instances.iter_mut().zip(&checkpoints_read) {
+                if outcome.failure.is_none() {
+                    outcome.failure = Some(first.deferring(work, &outcome.instance));
+                    clear(outcome);
+                    outcome.checkpoint = *checkpoint;
+                }
+            }
+            row = self.folding(work, &read_state);
+            slots = read.item().cloned().unwrap_or_default();
+            (moved, applied) = (false, false);
+        }
         Ok(RowPlan {
             write: moved && (read.row().is_some() || applied),
             read_state,
@@ -168,6 +241,19 @@ where
             checkpoints_read,
             effects: row.effects,
         })
+    }
+
+    /// The fold's start: the row as read, or `initial` when there is none.
+    fn folding(&self, work: &RowWork<M, K>, read_state: &Option<M>) -> Folding<M> {
+        Folding {
+            state: match read_state {
+                Some(state) => state.clone(),
+                None => (self.initial)(&work.row),
+            },
+            removed: false,
+            removals: 0,
+            effects: Vec::new(),
+        }
     }
 
     /// Folds one instance's events above its checkpoint into `row`,
@@ -185,14 +271,6 @@ where
         outcome: &mut InstanceOutcome,
     ) -> Result<(), Error> {
         let checkpoint = outcome.checkpoint;
-        let mut already: Vec<u64> = events
-            .iter()
-            .map(|e| e.version)
-            .filter(|v| *v <= checkpoint)
-            .collect();
-        already.sort_unstable();
-        already.dedup();
-        outcome.already_applied = already;
         if src.mode() == Mode::Latest {
             return self.fold_latest(work, src, instance, events, row, outcome);
         }
@@ -312,6 +390,7 @@ where
                 // A later event starts the row again from `initial`.
                 row.state = (self.initial)(&work.row);
                 row.removed = true;
+                row.removals += 1;
             }
         }
         Ok(Decided::Applied)

@@ -79,8 +79,9 @@ pub struct RowOutcome<M> {
     pub enqueued: usize,
     /// The row's state afterwards (absent when there is no row).
     pub state: Option<M>,
-    /// Why the whole row failed (its read or its write), if it did: no
-    /// instance's events were applied.
+    /// Why the whole row failed, if it did: its read or its write, or
+    /// every instance failed ([`Error::InstancesFailed`]). No instance's
+    /// events were applied.
     pub failure: Option<Error>,
     /// What delivering the row's effects right after its write did, when
     /// a `deliver` was given and the write enqueued effects: how many were
@@ -99,11 +100,16 @@ impl<M> RowOutcome<M> {
         self.failure.is_none() && self.instances.iter().all(|i| i.failure.is_none())
     }
 
-    /// The first failure, of the row or of one of its instances.
+    /// The first failure, of the row or of one of its instances. When
+    /// every instance failed, the row's failure only sums them up: the
+    /// first instance's own is returned.
     pub fn first_failure(&self) -> Option<&Error> {
-        self.failure
-            .as_ref()
-            .or_else(|| self.instances.iter().find_map(|i| i.failure.as_ref()))
+        let instances = || self.instances.iter().find_map(|i| i.failure.as_ref());
+        match &self.failure {
+            Some(Error::InstancesFailed { .. }) => instances().or(self.failure.as_ref()),
+            Some(row) => Some(row),
+            None => instances(),
+        }
     }
 
     /// The effect left at the head of the row's outbox by a failed
