@@ -104,6 +104,12 @@ pub struct Pending {
     pub key: String,
     /// The pinned range of each input.
     pub ranges: BTreeMap<String, Range>,
+    /// For each output the unit writes in more than one append (its items
+    /// are over the store's append limit): how many items each append
+    /// holds, in order, so that a replay sends the same appends with the
+    /// same producer positions. An output not listed is one append.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub appends: BTreeMap<String, Vec<u64>>,
 }
 
 /// Why a binding's last run failed, kept in its checkpoint for operators

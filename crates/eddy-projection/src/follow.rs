@@ -111,7 +111,11 @@ impl<P: Params, S: State> Follower<P, S> {
         loop {
             let outcome = match self.session.as_mut() {
                 Some(session) => session
-                    .pass(self.options.limit, self.options.unit_size, &mut tally)
+                    .pass(
+                        self.options.limit,
+                        self.options.run_options().bounds(),
+                        &mut tally,
+                    )
                     .await
                     .map(Some),
                 None => Session::load(self.host.clone(), self.bound.clone())

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use eddy_streams::Storage;
+use eddy_streams::{Storage, DEFAULT_MAX_APPEND_BYTES};
 
 use crate::{CheckpointStore, Retry, StreamCheckpoints};
 
@@ -14,6 +14,7 @@ pub struct Host {
     pub(crate) storage: Arc<dyn Storage>,
     pub(crate) checkpoints: Arc<dyn CheckpointStore>,
     pub(crate) retry: Retry,
+    pub(crate) append_limit: usize,
 }
 
 impl fmt::Debug for Host {
@@ -32,6 +33,7 @@ impl Host {
             checkpoints: Arc::new(StreamCheckpoints::new(Arc::clone(&storage))),
             storage,
             retry: Retry::default(),
+            append_limit: DEFAULT_MAX_APPEND_BYTES,
         }
     }
 
@@ -44,6 +46,7 @@ impl Host {
             storage,
             checkpoints,
             retry: Retry::default(),
+            append_limit: DEFAULT_MAX_APPEND_BYTES,
         }
     }
 
@@ -51,6 +54,19 @@ impl Host {
     /// attached projections.
     pub fn with_retry(mut self, retry: Retry) -> Self {
         self.retry = retry;
+        self
+    }
+
+    /// This host with another append limit: the most bytes one append of
+    /// a unit's output may carry (each item's bytes plus one, plus one).
+    /// A unit whose output is larger writes it in several appends of its
+    /// producer. Defaults to the store's default limit
+    /// ([`DEFAULT_MAX_APPEND_BYTES`]); give a lower one when the store's
+    /// (or its server's body) limit is lower. A store that refuses an
+    /// append as too large teaches the host its limit too: the rest of the
+    /// unit is split again, recorded in its pin, and sent on.
+    pub fn with_append_limit(mut self, bytes: usize) -> Self {
+        self.append_limit = bytes.max(1);
         self
     }
 

@@ -5,6 +5,8 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use eddy_streams::{Offset, ReadFrom, Storage, StreamError, StreamPath};
 
+use crate::progress::UnitBounds;
+
 /// Bytes asked for per read call.
 const READ_BYTES: usize = 4 << 20;
 
@@ -28,26 +30,28 @@ pub(crate) struct ReadAhead {
     closed_at_end: bool,
 }
 
-/// Reads at most `max` messages of `path` from `from`, using and refilling
-/// `ahead` when given.
+/// Reads what one input contributes to a unit from `from`: at most
+/// `bounds.items` messages and, beyond the first, at most `bounds.bytes`
+/// bytes; using and refilling `ahead` when given.
 pub(crate) async fn read_range(
     storage: &dyn Storage,
     path: &StreamPath,
     from: Offset,
-    max: usize,
+    bounds: UnitBounds,
     mut ahead: Option<&mut ReadAhead>,
 ) -> Result<Raw, StreamError> {
-    let mut messages = Vec::new();
+    let mut taken = Taken::new(bounds);
     if let Some(buffer) = ahead.as_deref_mut() {
         if buffer.next == from && !buffer.messages.is_empty() {
-            let take = buffer.messages.len().min(max);
-            messages.extend(buffer.messages.drain(..take));
+            let take = taken.fitting(buffer.messages.iter());
+            taken.extend(buffer.messages.drain(..take));
             buffer.next = Offset::at(from.position() + take as u64);
-            if messages.len() >= max || buffer.closed_at_end && buffer.messages.is_empty() {
+            let bounded = !buffer.messages.is_empty();
+            if bounded || taken.full() || buffer.closed_at_end {
                 let closed = buffer.closed_at_end && buffer.messages.is_empty();
                 return Ok(Raw {
                     to: buffer.next,
-                    messages,
+                    messages: taken.messages,
                     closed,
                 });
             }
@@ -57,27 +61,75 @@ pub(crate) async fn read_range(
         }
     }
     loop {
-        let next = Offset::at(from.position() + messages.len() as u64);
+        let next = Offset::at(from.position() + taken.messages.len() as u64);
         let chunk = storage
             .read(path, ReadFrom::Offset(next), READ_BYTES)
             .await?;
-        let room = max.saturating_sub(messages.len());
         let got = chunk.messages.len();
+        let room = taken.fitting(chunk.messages.iter());
         let mut rest = chunk.messages.into_iter();
-        messages.extend(rest.by_ref().take(room));
-        let to = Offset::at(from.position() + messages.len() as u64);
+        taken.extend(rest.by_ref().take(room));
+        let to = Offset::at(from.position() + taken.messages.len() as u64);
         let reached_end = chunk.up_to_date && got <= room;
         if let Some(buffer) = ahead.as_deref_mut() {
             buffer.next = to;
             buffer.messages = rest.collect();
             buffer.closed_at_end = chunk.up_to_date && chunk.closed;
         }
-        if messages.len() >= max || chunk.up_to_date || got == 0 {
+        if taken.full() || room < got || chunk.up_to_date || got == 0 {
             return Ok(Raw {
-                messages,
+                messages: taken.messages,
                 to,
                 closed: reached_end && chunk.closed,
             });
         }
+    }
+}
+
+/// The messages taken so far for one unit, against its bounds.
+struct Taken {
+    bounds: UnitBounds,
+    messages: Vec<Bytes>,
+    bytes: usize,
+}
+
+impl Taken {
+    fn new(bounds: UnitBounds) -> Self {
+        Taken {
+            bounds,
+            messages: Vec::new(),
+            bytes: 0,
+        }
+    }
+
+    /// How many of `next` still fit: items up to the count, and bytes up
+    /// to the byte bound, the first message of a unit always.
+    fn fitting<'a>(&self, next: impl Iterator<Item = &'a Bytes>) -> usize {
+        let (mut count, mut bytes) = (self.messages.len(), self.bytes);
+        let mut fit = 0;
+        for message in next {
+            if count >= self.bounds.items {
+                break;
+            }
+            bytes = bytes.saturating_add(message.len());
+            if count > 0 && bytes > self.bounds.bytes {
+                break;
+            }
+            count += 1;
+            fit += 1;
+        }
+        fit
+    }
+
+    fn extend(&mut self, messages: impl Iterator<Item = Bytes>) {
+        for message in messages {
+            self.bytes = self.bytes.saturating_add(message.len());
+            self.messages.push(message);
+        }
+    }
+
+    /// Whether the item bound is reached.
+    fn full(&self) -> bool {
+        self.messages.len() >= self.bounds.items
     }
 }

@@ -134,7 +134,11 @@
 //! - **`follow` is a `futures::Stream`** that runs a cycle per pull;
 //!   dropping it stops the follower.
 //! - **`limit` counts units**; `unit_size` (default 1000) bounds the items
-//!   one input contributes to a unit.
+//!   one input contributes to a unit, and `unit_bytes` (default 4 MiB) its
+//!   bytes beyond the first item. A unit's output larger than one append
+//!   ([`Host::with_append_limit`], the store's 8 MiB by default) is written
+//!   in several appends of its producer, recorded in the unit's pin so that
+//!   a replay sends the same ones.
 //!
 //! # Checkpoints
 //!
@@ -215,7 +219,8 @@ pub use inspect::{
     inspect, inspect_with, BindingHealth, BindingReport, InputLag, LAG_SCAN_BYTES, NOT_RUN_YET,
 };
 pub use progress::{
-    FollowOptions, Pass, Progress, RunOptions, Status, DEFAULT_REPAIR_INTERVAL, DEFAULT_UNIT_SIZE,
+    FollowOptions, Pass, Progress, RunOptions, Status, DEFAULT_REPAIR_INTERVAL, DEFAULT_UNIT_BYTES,
+    DEFAULT_UNIT_SIZE,
 };
 pub use retry::{Retry, MAX_INTERVAL};
 pub use step::Step;

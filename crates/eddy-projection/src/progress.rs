@@ -58,6 +58,27 @@ pub struct Progress<S> {
 /// The default number of items one input contributes to a unit.
 pub const DEFAULT_UNIT_SIZE: usize = 1000;
 
+/// The default number of bytes one input contributes to a unit (at least
+/// one item, whatever its size): 4 MiB, half the store's default append
+/// limit, so that a unit's output usually fits one append.
+pub const DEFAULT_UNIT_BYTES: usize = 4 << 20;
+
+/// How much one input contributes to a unit: at most `items` items and,
+/// beyond its first item, at most `bytes` bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct UnitBounds {
+    pub items: usize,
+    pub bytes: usize,
+}
+
+impl UnitBounds {
+    /// The defaults ([`DEFAULT_UNIT_SIZE`], [`DEFAULT_UNIT_BYTES`]).
+    pub const DEFAULT: UnitBounds = UnitBounds {
+        items: DEFAULT_UNIT_SIZE,
+        bytes: DEFAULT_UNIT_BYTES,
+    };
+}
+
 /// The default bound on one wait of a follower: 30 s.
 pub const DEFAULT_REPAIR_INTERVAL: Duration = Duration::from_millis(30_000);
 
@@ -69,6 +90,10 @@ pub struct RunOptions {
     pub limit: Option<usize>,
     /// The most items one input contributes to a unit. Must be at least 1.
     pub unit_size: usize,
+    /// The most bytes one input contributes to a unit beyond its first
+    /// item (an item larger than this is a unit of its own). Must be at
+    /// least 1. Defaults to [`DEFAULT_UNIT_BYTES`].
+    pub unit_bytes: usize,
 }
 
 impl Default for RunOptions {
@@ -76,6 +101,7 @@ impl Default for RunOptions {
         RunOptions {
             limit: None,
             unit_size: DEFAULT_UNIT_SIZE,
+            unit_bytes: DEFAULT_UNIT_BYTES,
         }
     }
 }
@@ -95,12 +121,29 @@ impl RunOptions {
         self
     }
 
+    /// These options with another bound on the bytes of a unit's input.
+    pub fn with_unit_bytes(mut self, unit_bytes: usize) -> Self {
+        self.unit_bytes = unit_bytes;
+        self
+    }
+
+    /// The bounds of one input's share of a unit.
+    pub(crate) fn bounds(&self) -> UnitBounds {
+        UnitBounds {
+            items: self.unit_size,
+            bytes: self.unit_bytes,
+        }
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         if self.limit == Some(0) {
             return Err(ProjectionError::invalid("limit must be at least 1"));
         }
         if self.unit_size == 0 {
             return Err(ProjectionError::invalid("unit_size must be at least 1"));
+        }
+        if self.unit_bytes == 0 {
+            return Err(ProjectionError::invalid("unit_bytes must be at least 1"));
         }
         Ok(())
     }
@@ -114,6 +157,9 @@ pub struct FollowOptions {
     pub limit: Option<usize>,
     /// The most items one input contributes to a unit. Must be at least 1.
     pub unit_size: usize,
+    /// The most bytes one input contributes to a unit beyond its first
+    /// item. Must be at least 1. Defaults to [`DEFAULT_UNIT_BYTES`].
+    pub unit_bytes: usize,
     /// The bound on each wait for new input (the repair interval). Must be
     /// more than zero and at most [`MAX_INTERVAL`](crate::MAX_INTERVAL).
     /// Defaults to 30 s.
@@ -129,6 +175,7 @@ impl Default for FollowOptions {
         FollowOptions {
             limit: None,
             unit_size: DEFAULT_UNIT_SIZE,
+            unit_bytes: DEFAULT_UNIT_BYTES,
             repair_interval: DEFAULT_REPAIR_INTERVAL,
             retry: None,
         }
@@ -155,18 +202,29 @@ impl FollowOptions {
         self
     }
 
+    /// These options with another bound on the bytes of a unit's input.
+    pub fn with_unit_bytes(mut self, unit_bytes: usize) -> Self {
+        self.unit_bytes = unit_bytes;
+        self
+    }
+
     /// These options with a retry schedule.
     pub fn with_retry(mut self, retry: Retry) -> Self {
         self.retry = Some(retry);
         self
     }
 
-    pub(crate) fn validate(&self) -> Result<()> {
+    /// The run options of one cycle.
+    pub(crate) fn run_options(&self) -> RunOptions {
         RunOptions {
             limit: self.limit,
             unit_size: self.unit_size,
+            unit_bytes: self.unit_bytes,
         }
-        .validate()?;
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        self.run_options().validate()?;
         if self.repair_interval.is_zero() || self.repair_interval > MAX_INTERVAL {
             return Err(ProjectionError::invalid(format!(
                 "repair_interval (repairIntervalMs) must be more than zero and at most {MAX_INTERVAL:?} (got {:?})",

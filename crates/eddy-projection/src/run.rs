@@ -19,7 +19,7 @@ impl Host {
         let mut session = Session::load(self.clone(), bound.clone()).await?;
         let mut tally = Tally::default();
         let pass = session
-            .pass(options.limit, options.unit_size, &mut tally)
+            .pass(options.limit, options.bounds(), &mut tally)
             .await?;
         Ok(session.progress(tally, pass))
     }

@@ -98,7 +98,7 @@ async fn runs(handle: &PrometheusHandle) {
         .expect("bind");
     let pairs = |limit| RunOptions {
         limit,
-        unit_size: 2,
+        ..RunOptions::default().with_unit_size(2)
     };
     host.run(&sum, pairs(Some(1))).await.expect("run");
     assert_eq!(binding(handle, "sum"), [1.0, 2.0, 0.0, 0.0, 3.0]);

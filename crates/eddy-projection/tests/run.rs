@@ -426,7 +426,7 @@ mod cases {
                 &bound,
                 RunOptions {
                     limit: Some(0),
-                    unit_size: 10,
+                    ..RunOptions::default().with_unit_size(10)
                 },
             )
             .await;

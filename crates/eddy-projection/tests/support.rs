@@ -223,9 +223,18 @@ pub enum When {
 /// back its `committed` feed to release it in one burst.
 pub struct Faulty {
     inner: Arc<dyn Storage>,
-    plan: Mutex<Vec<(Option<Op>, usize, When)>>,
+    plan: Mutex<Vec<Fault>>,
     held: Option<HeldFeed>,
     deaf: bool,
+}
+
+/// One planned failure: the `nth` call of `op` (any op with `None`) on a
+/// path starting with `path` (any path with `None`).
+struct Fault {
+    op: Option<Op>,
+    path: Option<String>,
+    nth: usize,
+    when: When,
 }
 
 /// A `committed` feed of two slots whose events wait for
@@ -289,21 +298,41 @@ impl Faulty {
     /// Fails the `nth` (from 0) call of `op` (of any op with `None`)
     /// counted from now.
     pub fn fail_nth(&self, op: Option<Op>, nth: usize, when: When) {
-        self.plan.lock().expect("plan").push((op, nth, when));
+        self.plan.lock().expect("plan").push(Fault {
+            op,
+            path: None,
+            nth,
+            when,
+        });
     }
 
-    fn check(&self, op: Op) -> Option<When> {
+    /// Fails the `nth` (from 0) call of `op` on a path that starts with
+    /// `path`, counted from now.
+    pub fn fail_nth_on(&self, path: &str, op: Op, nth: usize, when: When) {
+        self.plan.lock().expect("plan").push(Fault {
+            op: Some(op),
+            path: Some(path.to_owned()),
+            nth,
+            when,
+        });
+    }
+
+    fn check(&self, op: Op, path: &StreamPath) -> Option<When> {
         let mut plan = self.plan.lock().expect("plan");
         let mut fired = None;
-        plan.retain_mut(|(o, remaining, when)| {
-            if o.is_some_and(|o| o != op) || fired.is_some() {
+        plan.retain_mut(|fault| {
+            let other_path = fault
+                .path
+                .as_ref()
+                .is_some_and(|p| !path.as_str().starts_with(p.as_str()));
+            if fault.op.is_some_and(|o| o != op) || other_path || fired.is_some() {
                 return true;
             }
-            if *remaining == 0 {
-                fired = Some(*when);
+            if fault.nth == 0 {
+                fired = Some(fault.when);
                 return false;
             }
-            *remaining -= 1;
+            fault.nth -= 1;
             true
         });
         fired
@@ -312,9 +341,10 @@ impl Faulty {
     async fn guard<T>(
         &self,
         op: Op,
+        path: &StreamPath,
         call: impl Future<Output = Result<T, StreamError>>,
     ) -> Result<T, StreamError> {
-        match self.check(op) {
+        match self.check(op, path) {
             None => call.await,
             Some(When::Before) => Err(StreamError::unavailable(format!("injected {op:?} failure"))),
             Some(When::After) => {
@@ -336,7 +366,7 @@ impl Storage for Faulty {
         initial: Payload,
     ) -> Result<Created, StreamError> {
         let created = self
-            .guard(Op::Create, self.inner.create(path, config, initial))
+            .guard(Op::Create, path, self.inner.create(path, config, initial))
             .await?;
         self.hold(path, created.info.tail, created.info.closed);
         Ok(created)
@@ -344,7 +374,7 @@ impl Storage for Faulty {
 
     async fn append(&self, path: &StreamPath, append: Append) -> Result<Appended, StreamError> {
         let appended = self
-            .guard(Op::Append, self.inner.append(path, append))
+            .guard(Op::Append, path, self.inner.append(path, append))
             .await?;
         self.hold(path, appended.next_offset, appended.closed);
         Ok(appended)
@@ -356,16 +386,16 @@ impl Storage for Faulty {
         from: ReadFrom,
         max_bytes: usize,
     ) -> Result<ReadChunk, StreamError> {
-        self.guard(Op::Read, self.inner.read(path, from, max_bytes))
+        self.guard(Op::Read, path, self.inner.read(path, from, max_bytes))
             .await
     }
 
     async fn head(&self, path: &StreamPath) -> Result<StreamInfo, StreamError> {
-        self.guard(Op::Head, self.inner.head(path)).await
+        self.guard(Op::Head, path, self.inner.head(path)).await
     }
 
     async fn delete(&self, path: &StreamPath) -> Result<(), StreamError> {
-        self.guard(Op::Delete, self.inner.delete(path)).await
+        self.guard(Op::Delete, path, self.inner.delete(path)).await
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<StreamInfo>, StreamError> {

@@ -12,6 +12,7 @@ mod inspect;
 mod metrics;
 mod properties;
 mod run;
+mod sizes;
 mod spec;
 mod terminal;
 mod transaction;

@@ -4,7 +4,9 @@
 mod outputs;
 mod read;
 
-pub(crate) use outputs::{append_error, encode_outputs};
+pub(crate) use outputs::{append_error, encode_outputs, split_appends};
+
+use outputs::OutputAppends;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,6 +17,7 @@ use crate::checkpoint::{Checkpoint, Failure, Pending, Token};
 use crate::declare::{Params, State};
 use crate::inputs::ReadAhead;
 use crate::metrics::BindingMetrics;
+use crate::progress::UnitBounds;
 use crate::transaction::{race_retry, Failed, UnitTransaction};
 use crate::{
     Batch, Bound, CommitKind, Emits, Host, Pass, Progress, ProjectionError, Range, Result, Status,
@@ -46,6 +49,9 @@ pub(crate) struct Session<P, S> {
     /// How a SQL host commits a unit of a transaction projection.
     transaction: Option<Arc<dyn UnitTransaction<P>>>,
     metrics: BindingMetrics,
+    /// The most bytes of one output append: the host's, lowered when the
+    /// store refuses an append as too large.
+    append_limit: usize,
 }
 
 impl<P: Params, S: State> Session<P, S> {
@@ -71,6 +77,7 @@ impl<P: Params, S: State> Session<P, S> {
             outputs_checked: false,
             ahead: std::sync::Mutex::new(Vec::new()),
             transaction: None,
+            append_limit: host.append_limit,
             host,
             bound,
         };
@@ -166,10 +173,10 @@ impl<P: Params, S: State> Session<P, S> {
     pub(crate) async fn pass(
         &mut self,
         limit: Option<usize>,
-        unit_size: usize,
+        bounds: UnitBounds,
         tally: &mut Tally,
     ) -> Result<Pass> {
-        let pass = self.units(limit, unit_size, tally).await;
+        let pass = self.units(limit, bounds, tally).await;
         if let Err(error) = &pass {
             self.metrics.failed();
             self.record_failure(error).await;
@@ -188,7 +195,7 @@ impl<P: Params, S: State> Session<P, S> {
     async fn units(
         &mut self,
         limit: Option<usize>,
-        unit_size: usize,
+        bounds: UnitBounds,
         tally: &mut Tally,
     ) -> Result<Pass> {
         let mut units = 0u64;
@@ -204,7 +211,7 @@ impl<P: Params, S: State> Session<P, S> {
             if self.all_closed() && self.checkpoint.pending.is_none() {
                 break Status::Closed;
             }
-            let Some(done) = self.unit(unit_size).await? else {
+            let Some(done) = self.unit(bounds).await? else {
                 break Status::CaughtUp;
             };
             self.metrics.committed(done.items);
@@ -289,7 +296,7 @@ impl<P: Params, S: State> Session<P, S> {
 
     /// Folds up to the tails in memory, writing nothing.
     pub(crate) async fn fold_in_memory(&mut self) -> Result<S> {
-        while let Some((slices, _)) = self.next_slices(crate::DEFAULT_UNIT_SIZE).await? {
+        while let Some((slices, _)) = self.next_slices(UnitBounds::DEFAULT).await? {
             let unit = self.make_unit(&slices);
             let batch = self.batch(slices);
             let (state, _) = self.run_kernel(&batch, &unit).await?;
@@ -304,13 +311,11 @@ impl<P: Params, S: State> Session<P, S> {
 
     /// Runs one unit: the pending one, or a fresh one. `None` when there is
     /// nothing to do.
-    pub(crate) async fn unit(&mut self, unit_size: usize) -> Result<Option<UnitDone>> {
+    pub(crate) async fn unit(&mut self, bounds: UnitBounds) -> Result<Option<UnitDone>> {
         if let Some(transaction) = self.transaction.clone() {
-            return self
-                .unit_in_transaction(transaction.as_ref(), unit_size)
-                .await;
+            return self.unit_in_transaction(transaction.as_ref(), bounds).await;
         }
-        let Some((slices, replay)) = self.next_slices(unit_size).await? else {
+        let Some((slices, replay)) = self.next_slices(bounds).await? else {
             return Ok(None);
         };
         let unit = self.make_unit(&slices);
@@ -337,13 +342,13 @@ impl<P: Params, S: State> Session<P, S> {
     async fn unit_in_transaction(
         &mut self,
         transaction: &dyn UnitTransaction<P>,
-        unit_size: usize,
+        bounds: UnitBounds,
     ) -> Result<Option<UnitDone>> {
         self.check_outputs().await?;
         let retry = race_retry();
         let mut attempt = 0;
         loop {
-            let Some((slices, _)) = self.next_slices(unit_size).await? else {
+            let Some((slices, _)) = self.next_slices(bounds).await? else {
                 return Ok(None);
             };
             let unit = self.make_unit(&slices);
@@ -419,12 +424,13 @@ impl<P: Params, S: State> Session<P, S> {
         if self.bound.projection.commit_kind() == CommitKind::Producer {
             self.check_outputs().await?;
             let (state, emits) = self.run_kernel(batch, unit).await?;
-            let encoded = self.encode_outputs(&emits)?;
-            if !replay {
-                self.pin(unit).await?;
-            }
             let settled = async {
-                let emitted = self.append_outputs(encoded).await?;
+                let encoded = self.encode_outputs(&emits)?;
+                let mut plan = self.plan(encoded, replay)?;
+                if !replay {
+                    self.pin(unit, &plan).await?;
+                }
+                let emitted = self.append_outputs(&mut plan, unit, !replay).await?;
                 let next = self.settled(&unit.ranges, &state, &emitted)?;
                 self.save(next).await
             }
@@ -432,7 +438,7 @@ impl<P: Params, S: State> Session<P, S> {
             return self.conclude(state, emits, settled, unit).await;
         }
         if !replay {
-            self.pin(unit).await?;
+            self.pin(unit, &[]).await?;
         }
         let (state, emits) = self.run_kernel(batch, unit).await?;
         let settled = async {
@@ -443,12 +449,18 @@ impl<P: Params, S: State> Session<P, S> {
         self.conclude(state, emits, settled, unit).await
     }
 
-    async fn pin(&mut self, unit: &Unit<P>) -> Result<()> {
+    /// Pins the unit's ranges and how it writes each output (`plan`).
+    async fn pin(&mut self, unit: &Unit<P>, plan: &[OutputAppends]) -> Result<()> {
         let mut pinned = self.checkpoint.clone();
         self.record_paths(&mut pinned);
+        let outputs = self.bound.projection.outputs();
         pinned.pending = Some(Pending {
             key: unit.key.clone(),
             ranges: unit.ranges.clone(),
+            appends: plan
+                .iter()
+                .filter_map(|o| Some((outputs[o.index].name.clone(), o.counts()?)))
+                .collect(),
         });
         self.save(pinned).await
     }
@@ -520,7 +532,7 @@ impl<P: Params, S: State> Session<P, S> {
         &self,
         ranges: &BTreeMap<String, Range>,
         state: &S,
-        emitted: &[String],
+        emitted: &[(String, u64)],
     ) -> Result<Checkpoint> {
         let mut next = self.checkpoint.clone();
         next.state = encode_state(&self.bound, state)?;
@@ -531,8 +543,8 @@ impl<P: Params, S: State> Session<P, S> {
             mark.gone |= range.gone;
         }
         self.record_paths(&mut next);
-        for output in emitted {
-            *next.next_seq.entry(output.clone()).or_insert(0) += 1;
+        for (output, used) in emitted {
+            *next.next_seq.entry(output.clone()).or_insert(0) += used;
         }
         next.pending = None;
         next.failure = None;

@@ -11,7 +11,7 @@ use super::Session;
 use crate::declare::{Params, State};
 use crate::emits::{Items, OutputItem};
 use crate::handles::{OutputKind, OutputSpec};
-use crate::{Emits, ProjectionError, Result};
+use crate::{Emits, ProjectionError, Result, Unit};
 
 impl<P: Params, S: State> Session<P, S> {
     /// Creates absent outputs on this owner; refuses closed, gone and
@@ -61,30 +61,99 @@ impl<P: Params, S: State> Session<P, S> {
         encode_outputs(self.bound.projection.outputs(), &self.bound.outputs, emits)
     }
 
-    /// Appends each output's encoded items with its producer position;
-    /// returns the outputs that used a sequence number.
-    pub(super) async fn append_outputs(
+    /// How the unit writes its encoded outputs: the appends of each. A
+    /// replay takes the appends its pin recorded; a fresh unit splits each
+    /// output's items into appends within the append limit (an item that
+    /// fits no append fails the unit with `pin/invalid-output`).
+    pub(super) fn plan(
         &self,
         encoded: Vec<(usize, Vec<Bytes>)>,
-    ) -> Result<Vec<String>> {
+        replay: bool,
+    ) -> Result<Vec<OutputAppends>> {
         let declared = self.bound.projection.outputs();
+        let recorded = self.checkpoint.pending.as_ref().map(|p| &p.appends);
+        encoded
+            .into_iter()
+            .map(|(index, messages)| {
+                let (output, path) = (&declared[index], &self.bound.outputs[index]);
+                let invalid = |reason: String| ProjectionError::InvalidOutput {
+                    output: output.name.clone(),
+                    path: path.to_string(),
+                    reason,
+                };
+                let appends = match recorded.and_then(|r| r.get(&output.name)) {
+                    Some(counts) if replay => split_as(messages, counts).ok_or_else(|| {
+                        invalid(format!(
+                            "the replayed unit wrote other items than its pin recorded \
+                             (appends of {counts:?} items): the handler must be deterministic"
+                        ))
+                    })?,
+                    _ if replay => vec![messages],
+                    _ => split_appends(messages, self.append_limit)
+                        .map_err(|size| invalid(too_large(size, self.append_limit)))?,
+                };
+                Ok(OutputAppends { index, appends })
+            })
+            .collect()
+    }
+
+    /// Appends each output's planned appends with consecutive producer
+    /// positions; returns how many sequence numbers each output used.
+    ///
+    /// An append the store refuses as too large is split again when the
+    /// store cannot hold its position yet (`fresh`: the unit was pinned by
+    /// this attempt, or the append before it reported the position
+    /// before): the rest of that output is split within the store's limit,
+    /// pinned again, and sent on. Otherwise it fails the unit.
+    pub(super) async fn append_outputs(
+        &mut self,
+        plan: &mut [OutputAppends],
+        unit: &Unit<P>,
+        fresh: bool,
+    ) -> Result<Vec<(String, u64)>> {
         let mut emitted = Vec::new();
-        for (index, messages) in encoded {
-            let (output, path) = (&declared[index], &self.bound.outputs[index]);
-            let seq = self
-                .checkpoint
-                .next_seq
-                .get(&output.name)
-                .copied()
-                .unwrap_or(0);
-            let position = ProducerPosition::new(self.producer_id(&output.name), 0, seq);
-            let append = Append::messages(messages).with_producer(position);
-            self.host
-                .storage
-                .append(path, append)
-                .await
-                .map_err(|e| append_error(&output.name, path, e))?;
-            emitted.push(output.name.clone());
+        for at in 0..plan.len() {
+            let index = plan[at].index;
+            let output = self.bound.projection.outputs()[index].name.clone();
+            let path = self.bound.outputs[index].clone();
+            let base = self.checkpoint.next_seq.get(&output).copied().unwrap_or(0);
+            let mut previous: Option<u64> = None;
+            let mut i = 0;
+            while i < plan[at].appends.len() {
+                let seq = base + i as u64;
+                let position = ProducerPosition::new(self.producer_id(&output), 0, seq);
+                let messages = plan[at].appends[i].clone();
+                let size = append_size(&messages);
+                let append = Append::messages(messages).with_producer(position);
+                match self.host.storage.append(&path, append).await {
+                    Ok(appended) => {
+                        previous = appended.producer.map(|(_, highest)| highest);
+                        i += 1;
+                    }
+                    Err(StreamError::TooLarge { limit, .. })
+                        if (i == 0 && fresh) || previous == seq.checked_sub(1) =>
+                    {
+                        let learned = if limit > 0 && limit < size {
+                            limit
+                        } else {
+                            size / 2
+                        };
+                        self.append_limit = self.append_limit.min(learned).max(1);
+                        let rest: Vec<Bytes> = plan[at].appends.drain(i..).flatten().collect();
+                        let again = split_appends(rest, self.append_limit).map_err(|size| {
+                            ProjectionError::InvalidOutput {
+                                output: output.clone(),
+                                path: path.to_string(),
+                                reason: too_large(size, self.append_limit),
+                            }
+                        })?;
+                        plan[at].appends.extend(again);
+                        self.pin(unit, plan).await?;
+                    }
+                    Err(e) => return Err(append_error(&output, &path, e)),
+                }
+            }
+            emitted.push((output, plan[at].appends.len() as u64));
         }
         Ok(emitted)
     }
@@ -100,6 +169,78 @@ impl<P: Params, S: State> Session<P, S> {
             self.checkpoint.generation
         )
     }
+}
+
+/// One output's items for a unit, in the appends that write them (each
+/// within the append limit).
+pub(crate) struct OutputAppends {
+    /// The output's index in the declaration.
+    pub index: usize,
+    /// The appends, in order; each takes the next producer position.
+    pub appends: Vec<Vec<Bytes>>,
+}
+
+impl OutputAppends {
+    /// How many items each append holds, when there is more than one.
+    pub fn counts(&self) -> Option<Vec<u64>> {
+        (self.appends.len() > 1).then(|| self.appends.iter().map(|a| a.len() as u64).collect())
+    }
+}
+
+/// The bytes an append of `messages` counts against a limit: each item
+/// and a separator, and the brackets of a JSON array body (as a remote
+/// store sends them).
+pub(crate) fn append_size(messages: &[Bytes]) -> usize {
+    messages
+        .iter()
+        .fold(1usize, |size, m| size.saturating_add(m.len() + 1))
+}
+
+/// Splits `messages` into consecutive appends of at most `limit` bytes
+/// each ([`append_size`]); `Err` with the size of an item that is over the
+/// limit on its own.
+pub(crate) fn split_appends(messages: Vec<Bytes>, limit: usize) -> Result<Vec<Vec<Bytes>>, usize> {
+    let mut appends: Vec<Vec<Bytes>> = Vec::new();
+    let mut current: Vec<Bytes> = Vec::new();
+    let mut size = 1usize;
+    for message in messages {
+        let cost = message.len().saturating_add(1);
+        if cost.saturating_add(1) > limit {
+            return Err(message.len());
+        }
+        if !current.is_empty() && size.saturating_add(cost) > limit {
+            appends.push(std::mem::take(&mut current));
+            size = 1;
+        }
+        size = size.saturating_add(cost);
+        current.push(message);
+    }
+    if !current.is_empty() {
+        appends.push(current);
+    }
+    Ok(appends)
+}
+
+/// Splits `messages` into appends of `counts` items each; `None` when the
+/// counts do not add up to the messages.
+fn split_as(messages: Vec<Bytes>, counts: &[u64]) -> Option<Vec<Vec<Bytes>>> {
+    let total: u64 = counts.iter().sum();
+    if total != messages.len() as u64 {
+        return None;
+    }
+    let mut rest = messages.into_iter();
+    Some(
+        counts
+            .iter()
+            .map(|&count| rest.by_ref().take(count as usize).collect())
+            .collect(),
+    )
+}
+
+fn too_large(size: usize, limit: usize) -> String {
+    format!(
+        "an item of {size} bytes is over the append limit of {limit} bytes: no append can carry it"
+    )
 }
 
 /// Encodes the items of every output of a unit, checking each against
@@ -207,4 +348,36 @@ fn encode_item(
     }
     .map_err(|e| e.to_string())?;
     message.encode().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn items(sizes: &[usize]) -> Vec<Bytes> {
+        sizes.iter().map(|&n| Bytes::from(vec![b'1'; n])).collect()
+    }
+
+    fn counts(appends: &[Vec<Bytes>]) -> Vec<usize> {
+        appends.iter().map(Vec::len).collect()
+    }
+
+    #[test]
+    fn appends_hold_what_fits_their_limit_with_its_framing() {
+        // Each item costs its bytes and a separator, each append two brackets.
+        let split = split_appends(items(&[3, 3, 3, 3, 3]), 9).expect("fits");
+        assert_eq!(counts(&split), [2, 2, 1]);
+        assert!(split.iter().all(|a| append_size(a) <= 9));
+        let whole = split_appends(items(&[3, 3, 3]), 13).expect("fits");
+        assert_eq!(counts(&whole), [3]);
+        assert_eq!(split_appends(items(&[3, 8]), 9), Err(8));
+        assert!(split_appends(Vec::new(), 9).expect("nothing").is_empty());
+    }
+
+    #[test]
+    fn recorded_counts_split_the_same_items_again() {
+        let split = split_as(items(&[1, 2, 3, 4]), &[1, 3]).expect("adds up");
+        assert_eq!(counts(&split), [1, 3]);
+        assert!(split_as(items(&[1, 2]), &[1, 3]).is_none());
+    }
 }

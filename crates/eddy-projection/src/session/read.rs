@@ -12,6 +12,7 @@ use crate::checkpoint::Pending;
 use crate::declare::{Params, State};
 use crate::handles::InputSpec;
 use crate::inputs::{read_range, ReadAhead};
+use crate::progress::UnitBounds;
 use crate::unit_key::unit_key;
 use crate::{ProjectionError, Range, Result, Unit};
 
@@ -20,11 +21,11 @@ impl<P: Params, S: State> Session<P, S> {
     /// one. `None` when there is nothing to do.
     pub(super) async fn next_slices(
         &self,
-        unit_size: usize,
+        bounds: UnitBounds,
     ) -> Result<Option<(Vec<AnySlice>, bool)>> {
         Ok(match self.checkpoint.pending.clone() {
             Some(pending) => Some((self.read_pinned(&pending).await?, true)),
-            None => self.read_fresh(unit_size).await?.map(|s| (s, false)),
+            None => self.read_fresh(bounds).await?.map(|s| (s, false)),
         })
     }
 
@@ -48,7 +49,7 @@ impl<P: Params, S: State> Session<P, S> {
             .zip(&self.bound.inputs)
     }
 
-    async fn read_fresh(&self, unit_size: usize) -> Result<Option<Vec<AnySlice>>> {
+    async fn read_fresh(&self, bounds: UnitBounds) -> Result<Option<Vec<AnySlice>>> {
         let mut slices = Vec::new();
         let mut work = false;
         for (index, (input, path)) in self.inputs().enumerate() {
@@ -70,7 +71,7 @@ impl<P: Params, S: State> Session<P, S> {
                 self.host.storage.as_ref(),
                 path,
                 mark.offset,
-                unit_size,
+                bounds,
                 Some(&mut ahead),
             )
             .await;
@@ -151,7 +152,11 @@ impl<P: Params, S: State> Session<P, S> {
             let messages = if range.gone || len == 0 {
                 Vec::new()
             } else {
-                match read_range(self.host.storage.as_ref(), path, range.from, len, None).await {
+                let exact = UnitBounds {
+                    items: len,
+                    bytes: usize::MAX,
+                };
+                match read_range(self.host.storage.as_ref(), path, range.from, exact, None).await {
                     Ok(raw) if raw.messages.len() == len => raw.messages,
                     Ok(raw) => {
                         return Err(unreproducible(format!(

@@ -344,16 +344,17 @@ pub(crate) struct OutputWrite {
     pub name: String,
     /// Its stream for this binding.
     pub path: eddy_streams::StreamPath,
-    /// The encoded items, in order.
-    pub messages: Vec<bytes::Bytes>,
+    /// The encoded items, in appends within the host's append limit.
+    pub appends: Vec<Vec<bytes::Bytes>>,
 }
 
 impl OutputWrite {
-    /// The append of these messages. No producer position: the append
-    /// commits with the checkpoint or not at all, so a retry never
-    /// repeats it.
-    pub fn append(&self) -> eddy_streams::Append {
-        eddy_streams::Append::messages(self.messages.clone())
+    /// The appends of these messages. No producer position: they commit
+    /// with the checkpoint or not at all, so a retry never repeats them.
+    pub fn appends(&self) -> impl Iterator<Item = eddy_streams::Append> + '_ {
+        self.appends
+            .iter()
+            .map(|messages| eddy_streams::Append::messages(messages.clone()))
     }
 
     /// The unit's error when the append fails.
@@ -362,22 +363,36 @@ impl OutputWrite {
     }
 }
 
-/// What a unit's handler wrote to `bound`'s outputs, encoded; a mistake
-/// fails with `pin/invalid-output` before anything is written.
+/// What a unit's handler wrote to `bound`'s outputs, encoded and split
+/// into appends of at most `limit` bytes; a mistake (or an item over the
+/// limit) fails with `pin/invalid-output` before anything is written.
 pub(crate) fn output_writes<P: Params>(
     bound: &Bound<P, ()>,
     emits: &Emits,
+    limit: usize,
 ) -> Result<Vec<OutputWrite>> {
     let declared = bound.projection.outputs();
     let encoded = crate::session::encode_outputs(declared, &bound.outputs, emits)?;
-    Ok(encoded
+    encoded
         .into_iter()
-        .map(|(index, messages)| OutputWrite {
-            name: declared[index].name.clone(),
-            path: bound.outputs[index].clone(),
-            messages,
+        .map(|(index, messages)| {
+            let (name, path) = (declared[index].name.clone(), bound.outputs[index].clone());
+            let appends = crate::session::split_appends(messages, limit).map_err(|size| {
+                ProjectionError::InvalidOutput {
+                    output: name.clone(),
+                    path: path.to_string(),
+                    reason: format!(
+                        "an item of {size} bytes is over the append limit of {limit} bytes"
+                    ),
+                }
+            })?;
+            Ok(OutputWrite {
+                name,
+                path,
+                appends,
+            })
         })
-        .collect())
+        .collect()
 }
 
 /// How a SQL host commits one unit: prepare, begin, run the handler,

@@ -322,6 +322,7 @@ impl PgHost {
         options.validate()?;
         let unit = PgUnit {
             store: Arc::clone(&self.store),
+            append_limit: self.host.append_limit,
             checkpoints: Arc::clone(&self.checkpoints),
             handlers: bound.handlers.clone(),
             projection: bound.bound.projection().id().to_owned(),
@@ -332,7 +333,7 @@ impl PgHost {
             .with_transaction(Arc::new(unit));
         let mut tally = Tally::default();
         let pass = session
-            .pass(options.limit, options.unit_size, &mut tally)
+            .pass(options.limit, options.bounds(), &mut tally)
             .await?;
         Ok(session.progress(tally, pass))
     }
@@ -340,6 +341,7 @@ impl PgHost {
 
 struct PgUnit<P, T> {
     store: Arc<PgStorage>,
+    append_limit: usize,
     checkpoints: Arc<PgCheckpoints>,
     handlers: Handlers<P, PgTx, T>,
     projection: String,
@@ -397,14 +399,17 @@ impl<P: Params, T: Send + Sync + 'static> UnitTransaction<P> for PgUnit<P, T> {
                     self.projection
                 ))));
             }
-            let writes = output_writes(&self.bound, &emits).map_err(Failed::Fault)?;
-            for write in writes {
-                if let Err(e) = tx.append(&write.path, write.append()).await {
-                    return Err(if lost_race(&e) {
-                        Failed::Race(e.into())
-                    } else {
-                        Failed::Fault(write.failed(e))
-                    });
+            let writes =
+                output_writes(&self.bound, &emits, self.append_limit).map_err(Failed::Fault)?;
+            for write in &writes {
+                for append in write.appends() {
+                    if let Err(e) = tx.append(&write.path, append).await {
+                        return Err(if lost_race(&e) {
+                            Failed::Race(e.into())
+                        } else {
+                            Failed::Fault(write.failed(e))
+                        });
+                    }
                 }
             }
             let saved = self

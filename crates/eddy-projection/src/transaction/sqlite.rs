@@ -285,6 +285,7 @@ impl SqliteHost {
         options.validate()?;
         let unit = SqliteUnit {
             store: Arc::clone(&self.store),
+            append_limit: self.host.append_limit,
             handlers: bound.handlers.clone(),
             bound: bound.bound.clone(),
         };
@@ -293,7 +294,7 @@ impl SqliteHost {
             .with_transaction(Arc::new(unit));
         let mut tally = Tally::default();
         let pass = session
-            .pass(options.limit, options.unit_size, &mut tally)
+            .pass(options.limit, options.bounds(), &mut tally)
             .await?;
         Ok(session.progress(tally, pass))
     }
@@ -301,6 +302,7 @@ impl SqliteHost {
 
 struct SqliteUnit<P, T> {
     store: Arc<SqliteStorage>,
+    append_limit: usize,
     handlers: Handlers<P, SqliteTx, T>,
     bound: Bound<P, ()>,
 }
@@ -351,6 +353,7 @@ impl<P: Params, T: Send + Sync + 'static> UnitTransaction<P> for SqliteUnit<P, T
             let process = Arc::clone(process);
             let (unit, key, next) = (unit.clone(), key.clone(), next.clone());
             let bound = self.bound.clone();
+            let limit = self.append_limit;
             let committed = self
                 .store
                 .transaction(move |tx| {
@@ -368,14 +371,17 @@ impl<P: Params, T: Send + Sync + 'static> UnitTransaction<P> for SqliteUnit<P, T
                             bound.projection.id()
                         ))));
                     }
-                    for write in output_writes(&bound, &emits).map_err(Outcome::Fault)? {
-                        tx.append(&write.path, write.append()).map_err(|e| {
-                            if e.is_retryable() {
-                                Outcome::Store(e)
-                            } else {
-                                Outcome::Fault(write.failed(e))
-                            }
-                        })?;
+                    let writes = output_writes(&bound, &emits, limit).map_err(Outcome::Fault)?;
+                    for write in &writes {
+                        for append in write.appends() {
+                            tx.append(&write.path, append).map_err(|e| {
+                                if e.is_retryable() {
+                                    Outcome::Store(e)
+                                } else {
+                                    Outcome::Fault(write.failed(e))
+                                }
+                            })?;
+                        }
                     }
                     save_on(tx.sql(), &key, expected, Some(&next))
                         .map_err(Outcome::Fault)?

@@ -1,0 +1,164 @@
+//! Production sizes: units and outputs that do not fit one append, large
+//! checkpoint state, and shared outputs with many producers.
+
+use std::sync::Arc;
+
+use eddy_projection::{Commit, Declare, Host, Projection, RunOptions, Status};
+use eddy_streams::{JsonStream, MemoryStorage, SqliteOptions, SqliteStorage, Storage};
+
+use crate::support::{read_all, Faulty, Op, When};
+
+/// Items of about 9 KB: the default 1 000 of them make a unit of 9 MB,
+/// over the store's 8 MiB append limit.
+fn blobs() -> JsonStream<String> {
+    JsonStream::new("Test/Blobs", "blobs").expect("route")
+}
+
+fn copies() -> JsonStream<String> {
+    JsonStream::new("Test/Copies", "copies").expect("route")
+}
+
+/// The `n`th blob: its number, padded to `size` bytes.
+fn blob(n: usize, size: usize) -> String {
+    format!("{n:08}{}", "x".repeat(size.saturating_sub(8)))
+}
+
+/// `copy`: each blob, unchanged, on `copies`, with the producer commit.
+fn copy() -> Projection<(), ()> {
+    let mut declare = Declare::<()>::new("copy");
+    let input = declare.input("blobs", &blobs());
+    let output = declare.output("copies", &copies());
+    declare
+        .emit(Commit::producer())
+        .on(input, move |entry, _, emits| emits.push(output, entry.item))
+        .build()
+        .expect("declare")
+}
+
+async fn seed_blobs(store: &dyn Storage, count: usize, size: usize) -> Vec<String> {
+    let stream = blobs();
+    stream.create(store, &()).await.expect("create");
+    let items: Vec<String> = (0..count).map(|n| blob(n, size)).collect();
+    for chunk in items.chunks(40) {
+        stream.append(store, &(), chunk).await.expect("append");
+    }
+    items
+}
+
+mod cases {
+    use super::*;
+
+    /// Issue 26: a unit of the default 1 000 items of ~9 KB wrote one
+    /// append of 9 MB, refused as too large after the unit was pinned, so
+    /// every later run replayed the same refused append.
+    pub async fn a_unit_larger_than_one_append_is_written_whole(store: Arc<dyn Storage>) {
+        let items = seed_blobs(store.as_ref(), 1_000, 9_000).await;
+        let host = Host::new(store.clone());
+        let bound = copy().at(()).expect("bind");
+        let first = host.run(&bound, RunOptions::default()).await;
+        let second = host.run(&bound, RunOptions::default()).await;
+        let progress = first.or(second).expect("the run fits the store's limit");
+        assert_eq!(progress.status, Status::CaughtUp);
+        assert_eq!(read_all(store.as_ref(), &copies(), &()).await, items);
+    }
+
+    /// Each input contributes at most `unit_bytes` to a unit beyond its
+    /// first item.
+    pub async fn units_are_bounded_by_bytes(store: Arc<dyn Storage>) {
+        let items = seed_blobs(store.as_ref(), 100, 10_000).await;
+        let host = Host::new(store.clone());
+        let bound = copy().at(()).expect("bind");
+        let options = RunOptions::default().with_unit_bytes(25_000);
+        let progress = host.run(&bound, options).await.expect("run");
+        assert_eq!((progress.units, progress.items), (50, 100));
+        let one_each = RunOptions::default().with_unit_bytes(1);
+        let bound = copy().at(()).expect("bind");
+        host.forget(&bound).await.expect("forget");
+        let singles = host.run(&bound, one_each).await.expect("run");
+        assert_eq!(singles.units, 100, "an item over the bound is a unit alone");
+        assert_eq!(read_all(store.as_ref(), &copies(), &()).await.len(), 200);
+        assert_eq!(read_all(store.as_ref(), &copies(), &()).await[..100], items);
+    }
+
+    /// A unit written in several appends that fails midway, its append
+    /// landed or not, is replayed with the appends its pin recorded, even
+    /// by a host with another append limit: each item once, in order.
+    pub async fn an_interrupted_split_unit_replays_exactly(store: Arc<dyn Storage>) {
+        let items = seed_blobs(store.as_ref(), 300, 1_000).await;
+        let faulty = Arc::new(Faulty::new(store.clone()));
+        let output = copies().path(&()).expect("path");
+        faulty.fail_nth_on(output.as_str(), Op::Append, 2, When::After);
+        let small = Host::new(faulty.clone()).with_append_limit(64 << 10);
+        let bound = copy().at(()).expect("bind");
+        let failed = small.run(&bound, RunOptions::default()).await;
+        assert_eq!(failed.expect_err("injected").code(), "storage-failure");
+        faulty.fail_nth_on(output.as_str(), Op::Append, 1, When::Before);
+        let failed = small.run(&bound, RunOptions::default()).await;
+        assert_eq!(failed.expect_err("injected").code(), "storage-failure");
+        let large = Host::new(faulty.clone());
+        let progress = large
+            .run(&bound, RunOptions::default())
+            .await
+            .expect("replay");
+        assert_eq!(progress.status, Status::CaughtUp);
+        assert_eq!(read_all(store.as_ref(), &copies(), &()).await, items);
+        let appends = store.head(&output).await.expect("head");
+        assert_eq!(appends.tail.position(), 300);
+    }
+
+    /// An item that no append can carry fails its unit with
+    /// `pin/invalid-output` before anything is pinned or written.
+    pub async fn an_item_over_the_append_limit_fails_before_the_pin(store: Arc<dyn Storage>) {
+        seed_blobs(store.as_ref(), 3, 2_000).await;
+        let host = Host::new(store.clone()).with_append_limit(1_000);
+        let bound = copy().at(()).expect("bind");
+        let failed = host.run(&bound, RunOptions::default()).await;
+        let error = failed.expect_err("too large");
+        assert_eq!(error.code(), "pin/invalid-output", "{error}");
+        let loaded = host
+            .checkpoints()
+            .load(bound.checkpoint_key())
+            .await
+            .expect("load");
+        assert!(loaded.checkpoint.is_none(), "nothing pinned");
+        assert!(read_all(store.as_ref(), &copies(), &()).await.is_empty());
+    }
+}
+
+crate::on_backends!(
+    a_unit_larger_than_one_append_is_written_whole,
+    units_are_bounded_by_bytes,
+    an_interrupted_split_unit_replays_exactly,
+    an_item_over_the_append_limit_fails_before_the_pin,
+);
+
+/// A store that refuses appends over 64 KiB teaches a host that assumed
+/// 8 MiB: the unit's output is split again, pinned again and written once.
+#[test]
+fn a_store_with_a_lower_limit_teaches_the_host_its_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = SqliteOptions {
+        max_append_bytes: 64 << 10,
+        ..SqliteOptions::default()
+    };
+    let sqlite = SqliteStorage::open_with(dir.path(), options).expect("open");
+    let stores: [(&str, Arc<dyn Storage>); 2] = [
+        (
+            "memory",
+            Arc::new(MemoryStorage::with_max_append_bytes(64 << 10)),
+        ),
+        ("sqlite", Arc::new(sqlite)),
+    ];
+    let runtime = crate::support::runtime();
+    for (backend, store) in stores {
+        eprintln!("on {backend}");
+        runtime.block_on(async {
+            let items = seed_blobs(store.as_ref(), 300, 1_000).await;
+            let host = Host::new(store.clone());
+            let bound = copy().at(()).expect("bind");
+            let progress = host.run(&bound, RunOptions::default()).await.expect("run");
+            assert_eq!((progress.units, progress.status), (1, Status::CaughtUp));
+            assert_eq!(read_all(store.as_ref(), &copies(), &()).await, items);
+        });
+    }
+}
