@@ -78,6 +78,26 @@ pub enum ProjectionError {
         /// The checkpoint's path.
         checkpoint: String,
     },
+    /// A binding's checkpoint is larger than its checkpoint store saves
+    /// in one write (`checkpoint/too-large`): for the default store, one
+    /// append of its slot stream, the store's append limit. Nothing was
+    /// written; keep less state (move bulky data to an output stream or a
+    /// table and keep a reference), or use a SQL host's checkpoint table.
+    #[error(
+        "the checkpoint of projection `{projection}`, binding `{binding}` ({checkpoint}), is {size} bytes: over the checkpoint limit of {limit} bytes (one append of its slot stream); keep less state"
+    )]
+    CheckpointTooLarge {
+        /// The checkpoint's path.
+        checkpoint: String,
+        /// The projection id.
+        projection: String,
+        /// The binding's parameter key.
+        binding: String,
+        /// The bytes the save would write.
+        size: usize,
+        /// The most bytes one save may write.
+        limit: usize,
+    },
     /// A stored checkpoint cannot be decoded (`checkpoint/invalid`).
     #[error("checkpoint `{checkpoint}` is invalid: {reason}")]
     InvalidCheckpoint {
@@ -123,6 +143,7 @@ impl ProjectionError {
             ProjectionError::Storage(_) => "storage-failure",
             ProjectionError::CheckpointConflict { .. } => "checkpoint/conflict",
             ProjectionError::CheckpointVanished { .. } => "checkpoint/vanished",
+            ProjectionError::CheckpointTooLarge { .. } => "checkpoint/too-large",
             ProjectionError::InvalidCheckpoint { .. } => "checkpoint/invalid",
             ProjectionError::InvalidItem { .. } => "input/invalid-item",
             ProjectionError::Handler { .. } => "handler/failed",

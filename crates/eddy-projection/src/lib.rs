@@ -147,8 +147,11 @@
 //! nothing is overwritten. [`StreamCheckpoints`], the default, keeps it in
 //! two slot streams under `__eddy/checkpoints/<id>/<version>/<params>/`
 //! that take turns: a binding's checkpoint storage stays at most two slots
-//! of [`SLOT_RECORDS`] records, however many units it commits
-//! (`ARCHITECTURE.md` has the protocol and its crash cases). A checkpoint
+//! of [`SLOT_RECORDS`] messages, however many units it commits
+//! (`ARCHITECTURE.md` has the protocol and its crash cases). Each save is
+//! one append, so a checkpoint must fit the store's append limit (8 MiB by
+//! default): a larger one fails with `checkpoint/too-large`, naming the
+//! binding, and writes nothing. A checkpoint
 //! deleted behind the engine's back fails with `checkpoint/vanished` rather
 //! than being rebuilt; [`Host::forget`] forgets a binding on purpose.
 //! `eddy serve` takes writes under [`RESERVED_PREFIX`] only with its admin
@@ -156,15 +159,16 @@
 //!
 //! Producer ids are derived from the binding, the output and a generation
 //! fixed when the checkpoint is first written; sequence numbers count the
-//! units that wrote to each output.
+//! appends to each output (one per unit that wrote to it, more when its
+//! items were over the append limit).
 //!
 //! # Error codes
 //!
 //! [`ProjectionError::code`] gives `load/invalid-options`,
 //! `pin/invalid-output`, `history-unavailable`, `range-unreproducible`,
 //! `storage-failure`, `checkpoint/conflict`, `checkpoint/vanished`,
-//! `checkpoint/invalid`, `input/invalid-item`, `handler/failed`, or the
-//! store's own code.
+//! `checkpoint/too-large`, `checkpoint/invalid`, `input/invalid-item`,
+//! `handler/failed`, or the store's own code.
 #![deny(missing_docs)]
 
 mod attach;
@@ -224,7 +228,7 @@ pub use progress::{
 };
 pub use retry::{Retry, MAX_INTERVAL};
 pub use step::Step;
-pub use stream_checkpoints::{StreamCheckpoints, SLOT_BYTES, SLOT_RECORDS};
+pub use stream_checkpoints::{StreamCheckpoints, SLOT_BYTES, SLOT_MIN_RECORDS, SLOT_RECORDS};
 #[cfg(feature = "postgres")]
 pub use transaction::postgres::{PgCheckpoints, PgHost, PgTx};
 pub use transaction::{

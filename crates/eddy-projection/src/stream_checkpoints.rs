@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use eddy_streams::{
     Append, Offset, Payload, ReadFrom, Storage, StreamConfig, StreamError, StreamInfo, StreamPath,
+    DEFAULT_MAX_APPEND_BYTES,
 };
 use serde::{Deserialize, Serialize};
 
@@ -22,12 +23,25 @@ use crate::{
 };
 
 /// By default a slot is sealed by the save that makes it hold this many
-/// records...
+/// messages (its header and its records)...
 pub const SLOT_RECORDS: u64 = 64;
-/// ...or this many bytes, whichever comes first.
+/// ...or this many bytes once it holds [`SLOT_MIN_RECORDS`] records,
+/// whichever comes first.
 pub const SLOT_BYTES: u64 = 1 << 20;
+/// The fewest records a slot takes before its bytes seal it: a binding
+/// whose state is over [`SLOT_BYTES`] changes slot every eighth save (a
+/// slot change costs a create and a delete besides the save's append),
+/// not on every save.
+pub const SLOT_MIN_RECORDS: u64 = 8;
 /// The most bytes a read of one record asks for.
 const READ_BYTES: usize = 1 << 24;
+
+/// The first message of a slot stream: its epoch, so that a writer checks
+/// whose a slot is by reading a few bytes, never a large record.
+#[derive(Debug, Serialize, Deserialize)]
+struct Header {
+    epoch: u64,
+}
 
 /// One message of a slot stream: a save (or a forget) of the binding.
 /// ([`encode`] writes the same fields from borrowed parts.)
@@ -67,6 +81,7 @@ pub struct StreamCheckpoints {
     storage: Arc<dyn Storage>,
     slot_records: u64,
     slot_bytes: u64,
+    append_limit: usize,
 }
 
 impl fmt::Debug for StreamCheckpoints {
@@ -83,6 +98,7 @@ impl StreamCheckpoints {
             storage,
             slot_records: SLOT_RECORDS,
             slot_bytes: SLOT_BYTES,
+            append_limit: DEFAULT_MAX_APPEND_BYTES,
         }
     }
 
@@ -93,6 +109,54 @@ impl StreamCheckpoints {
         self.slot_records = records.max(1);
         self.slot_bytes = bytes.max(1);
         self
+    }
+
+    /// These checkpoints with another limit on one save: the bytes of
+    /// its append, as [`Host::with_append_limit`](crate::Host::with_append_limit)
+    /// counts them (the store's default, 8 MiB, unless changed). A save
+    /// over it fails with `checkpoint/too-large` and writes nothing.
+    pub fn with_append_limit(mut self, bytes: usize) -> Self {
+        self.append_limit = bytes.max(1);
+        self
+    }
+
+    /// Whether a slot of `tail` messages and `bytes` bytes is full.
+    fn fills(&self, tail: u64, bytes: u64) -> bool {
+        let records = tail.saturating_sub(1);
+        tail >= self.slot_records
+            || bytes >= self.slot_bytes && records >= SLOT_MIN_RECORDS.min(self.slot_records)
+    }
+
+    /// Refuses a save whose append would carry `messages` over the limit.
+    fn check_size(&self, key: &CheckpointKey, messages: &[Bytes]) -> Result<()> {
+        let size = crate::session::append_size(messages);
+        if size <= self.append_limit {
+            return Ok(());
+        }
+        Err(ProjectionError::CheckpointTooLarge {
+            checkpoint: key.path.to_string(),
+            projection: key.projection.clone(),
+            binding: key.params.clone(),
+            size,
+            limit: self.append_limit,
+        })
+    }
+
+    /// The epoch of a slot, read from its first message (its header, or
+    /// in a slot written before headers, its first record); `None` when
+    /// the slot is empty, absent or deleted.
+    async fn first_epoch(&self, key: &CheckpointKey, path: &StreamPath) -> Result<Option<u64>> {
+        let chunk = match self.storage.read(path, ReadFrom::Beginning, 1).await {
+            Ok(chunk) => chunk,
+            Err(StreamError::NotFound { .. } | StreamError::Gone { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let Some(first) = chunk.messages.first() else {
+            return Ok(None);
+        };
+        let header: Header =
+            serde_json::from_slice(first).map_err(|e| invalid(key, e.to_string()))?;
+        Ok(Some(header.epoch))
     }
 
     /// The path of the slot stream of `epoch`.
@@ -113,10 +177,14 @@ impl StreamCheckpoints {
         }
     }
 
-    /// The last record of a slot whose tail is `info.tail` (at least 1).
-    async fn last_record(&self, key: &CheckpointKey, path: &StreamPath) -> Result<Record> {
-        let info = self.storage.head(path).await?;
-        let mut from = Offset::at(info.tail.position().saturating_sub(1));
+    /// The last record of a slot whose tail is `tail` (at least 1).
+    async fn last_record(
+        &self,
+        key: &CheckpointKey,
+        path: &StreamPath,
+        tail: Offset,
+    ) -> Result<Record> {
+        let mut from = Offset::at(tail.position().saturating_sub(1));
         loop {
             let chunk = self
                 .storage
@@ -143,7 +211,7 @@ impl StreamCheckpoints {
             // Created by a save that did not get to write: not a record yet.
             return Ok(None);
         }
-        let record = self.last_record(key, &path).await?;
+        let record = self.last_record(key, &path, info.tail).await?;
         if record.epoch % 2 != epoch_parity {
             return Err(invalid(
                 key,
@@ -173,10 +241,10 @@ impl StreamCheckpoints {
         let save = expected.saves + 1;
         match expected.slot {
             Some(slot) if !slot.sealed => {
-                let body = encode(key, slot.epoch, save, checkpoint)?;
-                let bytes = body.len() as u64;
-                let fills =
-                    slot.tail + 1 >= self.slot_records || slot.bytes + bytes >= self.slot_bytes;
+                let body = vec![encode(key, slot.epoch, save, checkpoint)?];
+                self.check_size(key, &body)?;
+                let bytes = body[0].len() as u64;
+                let fills = self.fills(slot.tail + 1, slot.bytes + bytes);
                 let path = Self::slot(key, slot.epoch)?;
                 let tail = self
                     .append(key, &path, body, Offset::at(slot.tail), save, seal || fills)
@@ -217,14 +285,18 @@ impl StreamCheckpoints {
         seal: bool,
         sealed: Option<Slot>,
     ) -> Result<Token> {
+        let header = serde_json::to_vec(&Header { epoch })
+            .map(Bytes::from)
+            .map_err(|e| invalid(key, e.to_string()))?;
+        let messages = vec![header, encode(key, epoch, save, checkpoint)?];
+        self.check_size(key, &messages)?;
+        let bytes = messages.iter().map(|m| m.len() as u64).sum();
+        let seal = seal || self.fills(messages.len() as u64, bytes);
         self.check_before(key, epoch, sealed).await?;
         let path = Self::slot(key, epoch)?;
         self.make_room(key, &path, epoch).await?;
-        let body = encode(key, epoch, save, checkpoint)?;
-        let bytes = body.len() as u64;
-        let seal = seal || self.slot_records <= 1 || bytes >= self.slot_bytes;
         let tail = self
-            .append(key, &path, body, Offset::ZERO, save, seal)
+            .append(key, &path, messages, Offset::ZERO, save, seal)
             .await?;
         if let Err(e) = self.check_before(key, epoch, sealed).await {
             if matches!(e, ProjectionError::CheckpointConflict { .. }) {
@@ -268,7 +340,7 @@ impl StreamCheckpoints {
             (Some(slot), SlotHead::Live(info))
                 if info.closed && info.tail.position() == slot.tail =>
             {
-                self.last_record(key, &before).await?.epoch == slot.epoch
+                self.first_epoch(key, &before).await? == Some(slot.epoch)
             }
             (Some(_), _) => false,
         };
@@ -291,7 +363,11 @@ impl StreamCheckpoints {
         if created.created || created.info.tail == Offset::ZERO {
             return Ok(());
         }
-        if self.last_record(key, path).await?.epoch >= epoch {
+        if self
+            .first_epoch(key, path)
+            .await?
+            .is_some_and(|older| older >= epoch)
+        {
             return Err(conflict(key));
         }
         self.delete(path).await?;
@@ -313,11 +389,10 @@ impl StreamCheckpoints {
     async fn clear_older(&self, key: &CheckpointKey, epoch: u64, token: &mut Token) {
         let cleared = async {
             let other = Self::slot(key, epoch + 1)?;
-            if let Some(found) = self.found(key, (epoch + 1) % 2).await? {
-                if found.epoch >= epoch {
-                    return Ok(false);
-                }
-                self.delete(&other).await?;
+            match self.first_epoch(key, &other).await? {
+                Some(older) if older >= epoch => return Ok(false),
+                Some(_) => self.delete(&other).await?,
+                None => {}
             }
             Ok::<_, ProjectionError>(true)
         }
@@ -355,18 +430,19 @@ impl StreamCheckpoints {
         Ok(false)
     }
 
-    /// Appends one record expecting `tail`, with `save` as `Stream-Seq`;
-    /// returns the new tail.
+    /// Appends `messages` (one record, after a header when it starts the
+    /// slot) expecting `tail`, with `save` as `Stream-Seq`; returns the new
+    /// tail.
     async fn append(
         &self,
         key: &CheckpointKey,
         path: &StreamPath,
-        body: Bytes,
+        messages: Vec<Bytes>,
         tail: Offset,
         save: u64,
         close: bool,
     ) -> Result<u64> {
-        let mut append = Append::messages(vec![body])
+        let mut append = Append::messages(messages)
             .expecting_tail(tail)
             .with_stream_seq(format!("{save:020}"));
         append.close = close;

@@ -39,7 +39,7 @@ async fn seed_blobs(store: &dyn Storage, count: usize, size: usize) -> Vec<Strin
     let stream = blobs();
     stream.create(store, &()).await.expect("create");
     let items: Vec<String> = (0..count).map(|n| blob(n, size)).collect();
-    for chunk in items.chunks(40) {
+    for chunk in items.chunks((40_000 / size.max(1)).max(1)) {
         stream.append(store, &(), chunk).await.expect("append");
     }
     items
@@ -60,6 +60,50 @@ mod cases {
         let progress = first.or(second).expect("the run fits the store's limit");
         assert_eq!(progress.status, Status::CaughtUp);
         assert_eq!(read_all(store.as_ref(), &copies(), &()).await, items);
+    }
+
+    /// Issue 26: a checkpoint is one append to its slot stream, so a state
+    /// over the store's append limit failed with the store's
+    /// `append/too-large`, naming no binding, and kept failing. It is
+    /// refused at its first save with `checkpoint/too-large`, naming the
+    /// binding and the limit, before anything is written; a state under
+    /// the limit saves.
+    pub async fn a_state_over_the_checkpoint_limit_is_refused_at_its_first_save(
+        store: Arc<dyn Storage>,
+    ) {
+        seed_blobs(store.as_ref(), 12, 1_000_000).await;
+        let mut declare = Declare::<()>::new("hoard");
+        let input = declare.input("blobs", &blobs());
+        let hoard = declare
+            .fold(Vec::<String>::new())
+            .on(input, |mut all, entry, _| {
+                all.push(entry.item.clone());
+                all
+            })
+            .build()
+            .expect("declare");
+        let host = Host::new(store.clone());
+        let bound = hoard.at(()).expect("bind");
+        let whole = RunOptions::default().with_unit_bytes(64 << 20);
+        let five = RunOptions {
+            limit: Some(1),
+            ..whole.clone().with_unit_size(5)
+        };
+        let small = host.run(&bound, five).await;
+        assert_eq!(small.expect("5 MB fits").units, 1);
+        let failed = host.run(&bound, whole).await;
+        let error = failed.expect_err("over the limit");
+        assert_eq!(error.code(), "checkpoint/too-large", "{error}");
+        let message = error.to_string();
+        assert!(
+            message.contains("hoard") && message.contains("8388608"),
+            "{message}"
+        );
+        assert_eq!(
+            host.read(&bound).await.expect("read").len(),
+            5,
+            "nothing saved"
+        );
     }
 
     /// Each input contributes at most `unit_bytes` to a unit beyond its
@@ -128,6 +172,7 @@ mod cases {
 crate::on_backends!(
     a_unit_larger_than_one_append_is_written_whole,
     units_are_bounded_by_bytes,
+    a_state_over_the_checkpoint_limit_is_refused_at_its_first_save,
     an_interrupted_split_unit_replays_exactly,
     an_item_over_the_append_limit_fails_before_the_pin,
 );

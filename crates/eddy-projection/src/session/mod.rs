@@ -4,7 +4,7 @@
 mod outputs;
 mod read;
 
-pub(crate) use outputs::{append_error, encode_outputs, split_appends};
+pub(crate) use outputs::{append_error, append_size, encode_outputs, split_appends};
 
 use outputs::OutputAppends;
 
