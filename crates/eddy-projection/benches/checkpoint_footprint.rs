@@ -5,99 +5,15 @@
 //!
 //! `cargo bench -p eddy-projection --bench checkpoint_footprint`
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use async_trait::async_trait;
-use eddy_projection::{Commit, Declare, Host, Projection, RunOptions, RESERVED_PREFIX};
-use eddy_streams::{
-    Append, Appended, Created, Durability, JsonStream, MemoryStorage, Notifier, Offset, Payload,
-    ReadChunk, ReadFrom, SqliteOptions, SqliteStorage, Storage, StreamConfig, StreamError,
-    StreamInfo, StreamPath, Wait,
-};
+use eddy_projection::{Commit, Declare, Host, Projection, RunOptions};
+use eddy_streams::{Durability, JsonStream, MemoryStorage, SqliteOptions, SqliteStorage, Storage};
 
-/// Counts the records and bytes appended to Eddy's own streams.
-struct Counting {
-    inner: Arc<dyn Storage>,
-    records: AtomicU64,
-    bytes: AtomicU64,
-    calls: AtomicU64,
-}
-
-impl Counting {
-    fn count(&self, path: &StreamPath, payload: &Payload) {
-        if path.as_str().starts_with(RESERVED_PREFIX) {
-            self.calls.fetch_add(1, Ordering::Relaxed);
-            if !payload.is_empty() {
-                self.records.fetch_add(1, Ordering::Relaxed);
-                self.bytes
-                    .fetch_add(payload.len() as u64, Ordering::Relaxed);
-            }
-        }
-    }
-
-    fn checkpoint_call(&self, path: &StreamPath) {
-        if path.as_str().starts_with(RESERVED_PREFIX) {
-            self.calls.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
-#[async_trait]
-impl Storage for Counting {
-    async fn create(
-        &self,
-        path: &StreamPath,
-        config: StreamConfig,
-        initial: Payload,
-    ) -> Result<Created, StreamError> {
-        self.count(path, &initial);
-        self.inner.create(path, config, initial).await
-    }
-
-    async fn append(&self, path: &StreamPath, append: Append) -> Result<Appended, StreamError> {
-        self.count(path, &append.payload);
-        self.inner.append(path, append).await
-    }
-
-    async fn read(
-        &self,
-        path: &StreamPath,
-        from: ReadFrom,
-        max_bytes: usize,
-    ) -> Result<ReadChunk, StreamError> {
-        self.checkpoint_call(path);
-        self.inner.read(path, from, max_bytes).await
-    }
-
-    async fn head(&self, path: &StreamPath) -> Result<StreamInfo, StreamError> {
-        self.checkpoint_call(path);
-        self.inner.head(path).await
-    }
-
-    async fn delete(&self, path: &StreamPath) -> Result<(), StreamError> {
-        self.checkpoint_call(path);
-        self.inner.delete(path).await
-    }
-
-    async fn list(&self, prefix: &str) -> Result<Vec<StreamInfo>, StreamError> {
-        self.inner.list(prefix).await
-    }
-
-    fn notifier(&self) -> &Notifier {
-        self.inner.notifier()
-    }
-
-    async fn wait(
-        &self,
-        path: &StreamPath,
-        after: Offset,
-        timeout: Duration,
-    ) -> Result<Wait, StreamError> {
-        self.inner.wait(path, after, timeout).await
-    }
-}
+#[path = "support/counting.rs"]
+mod counting;
+use counting::Counting;
 
 fn numbers() -> JsonStream<u64> {
     JsonStream::new("Bench/Numbers", "numbers").expect("route")
@@ -137,12 +53,7 @@ async fn measure(
     projection: Projection<(), u64>,
     units: usize,
 ) {
-    let counting = Arc::new(Counting {
-        inner: store.clone(),
-        records: AtomicU64::new(0),
-        bytes: AtomicU64::new(0),
-        calls: AtomicU64::new(0),
-    });
+    let counting = Arc::new(Counting::new(store.clone()));
     let host = Host::new(counting.clone());
     let bound = projection.at(()).expect("bind");
     let started = Instant::now();
@@ -161,9 +72,9 @@ async fn measure(
     let per_thousand = |n: u64| n * 1000 / units as u64;
     println!(
         "{backend:6} {name:10} {units:>7} units: written {:>9} B/1000 units in {:>5} records/1000 ({:>5} checkpoint calls/1000); kept {kept_bytes:>7} B in {kept_records:>3} records, {} streams; {:.1} units/ms",
-        per_thousand(counting.bytes.load(Ordering::Relaxed)),
-        per_thousand(counting.records.load(Ordering::Relaxed)),
-        per_thousand(counting.calls.load(Ordering::Relaxed)),
+        per_thousand(Counting::get(&counting.bytes)),
+        per_thousand(Counting::get(&counting.records)),
+        per_thousand(Counting::get(&counting.calls)),
         kept.len(),
         units as f64 / elapsed.as_secs_f64() / 1000.0,
     );

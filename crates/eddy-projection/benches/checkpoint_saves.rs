@@ -6,80 +6,16 @@
 //!
 //! `cargo bench -p eddy-projection --bench checkpoint_saves`
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use eddy_projection::{Checkpoint, CheckpointKey, CheckpointStore, StreamCheckpoints, Token};
-use eddy_streams::{
-    Append, Appended, Created, MemoryStorage, Notifier, Offset, Payload, ReadChunk, ReadFrom,
-    SqliteStorage, Storage, StreamConfig, StreamError, StreamInfo, StreamPath, Wait,
-};
+use eddy_streams::{MemoryStorage, SqliteStorage, Storage};
 
-/// Counts writes and bytes read.
-struct Counting {
-    inner: Arc<dyn Storage>,
-    writes: AtomicU64,
-    read_bytes: AtomicU64,
-}
-
-#[async_trait]
-impl Storage for Counting {
-    async fn create(
-        &self,
-        path: &StreamPath,
-        config: StreamConfig,
-        initial: Payload,
-    ) -> Result<Created, StreamError> {
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        self.inner.create(path, config, initial).await
-    }
-
-    async fn append(&self, path: &StreamPath, append: Append) -> Result<Appended, StreamError> {
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        self.inner.append(path, append).await
-    }
-
-    async fn read(
-        &self,
-        path: &StreamPath,
-        from: ReadFrom,
-        max_bytes: usize,
-    ) -> Result<ReadChunk, StreamError> {
-        let chunk = self.inner.read(path, from, max_bytes).await?;
-        let bytes: usize = chunk.messages.iter().map(|m| m.len()).sum();
-        self.read_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
-        Ok(chunk)
-    }
-
-    async fn head(&self, path: &StreamPath) -> Result<StreamInfo, StreamError> {
-        self.inner.head(path).await
-    }
-
-    async fn delete(&self, path: &StreamPath) -> Result<(), StreamError> {
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        self.inner.delete(path).await
-    }
-
-    async fn list(&self, prefix: &str) -> Result<Vec<StreamInfo>, StreamError> {
-        self.inner.list(prefix).await
-    }
-
-    fn notifier(&self) -> &Notifier {
-        self.inner.notifier()
-    }
-
-    async fn wait(
-        &self,
-        path: &StreamPath,
-        after: Offset,
-        timeout: Duration,
-    ) -> Result<Wait, StreamError> {
-        self.inner.wait(path, after, timeout).await
-    }
-}
+#[path = "support/counting.rs"]
+mod counting;
+use counting::Counting;
 
 const SIZES: [(&str, usize); 3] = [("10KB", 10_000), ("1MiB", 1 << 20), ("4MiB", 4 << 20)];
 
@@ -111,11 +47,7 @@ fn bench(c: &mut Criterion) {
     group.measurement_time(Duration::from_secs(5));
     group.throughput(Throughput::Elements(1));
     for (backend, store) in backends {
-        let counting = Arc::new(Counting {
-            inner: store,
-            writes: AtomicU64::new(0),
-            read_bytes: AtomicU64::new(0),
-        });
+        let counting = Arc::new(Counting::new(store));
         let checkpoints = StreamCheckpoints::new(counting.clone());
         for (label, size) in SIZES {
             let key = CheckpointKey::new(&format!("saves-{label}"), 1, &serde_json::Value::Null)
@@ -134,8 +66,8 @@ fn bench(c: &mut Criterion) {
                 }
             });
             let (writes, read) = (
-                counting.writes.load(Ordering::Relaxed),
-                counting.read_bytes.load(Ordering::Relaxed),
+                Counting::get(&counting.writes),
+                Counting::get(&counting.read_bytes),
             );
             let mut saves = 0u64;
             group.bench_function(format!("{backend}/{label}"), |b| {
@@ -154,8 +86,8 @@ fn bench(c: &mut Criterion) {
                     start.elapsed()
                 })
             });
-            let writes = counting.writes.load(Ordering::Relaxed) - writes;
-            let read = counting.read_bytes.load(Ordering::Relaxed) - read;
+            let writes = Counting::get(&counting.writes) - writes;
+            let read = Counting::get(&counting.read_bytes) - read;
             println!(
                 "checkpoint-saves {backend}/{label}: {:.2} store writes and {:.0} bytes read per save ({saves} saves)",
                 writes as f64 / saves as f64,

@@ -49,10 +49,7 @@ async fn seed(dir: &Path) {
         .on(input, |sum, entry, _| sum + entry.item)
         .build()
         .expect("declare");
-    let two = RunOptions {
-        limit: Some(1),
-        unit_size: 2,
-    };
+    let two = RunOptions::limit(1).with_unit_size(2);
     host.run(&sum.at(()).expect("bind"), two)
         .await
         .expect("run");
