@@ -124,10 +124,8 @@ pub enum Error {
     /// instances apply in fold order, and never a removal beside a failed
     /// instance (the retry decides both). Retryable when the failure it
     /// waits for is.
-    #[error("stream instance {instance} of row {row} waits for {failed}, which failed ({cause}): a projection with removal applies a row's instances in fold order only")]
+    #[error("stream instance {instance} waits for {failed}, which failed in the same row write ({cause}): a projection with removal applies a row's instances in fold order only")]
     Deferred {
-        /// The row key.
-        row: String,
         /// The instance that waited.
         instance: String,
         /// The instance that failed.

@@ -91,9 +91,8 @@ impl Failed {
     }
 
     /// The failure of an instance that waits for this one.
-    fn deferring<M, K>(&self, work: &RowWork<M, K>, instance: &StreamId) -> Error {
+    fn deferring(&self, instance: &StreamId) -> Error {
         Error::Deferred {
-            row: work.id.clone(),
             instance: instance.to_string(),
             failed: self.instance.clone(),
             cause: self.cause,
@@ -171,7 +170,7 @@ where
             outcome.already_applied = already_applied(events, checkpoint);
             checkpoints_read.push(checkpoint);
             if let Some(first) = &failed {
-                outcome.failure = Some(first.deferring(work, instance));
+                outcome.failure = Some(first.deferring(instance));
                 instances.push(outcome);
                 continue;
             }
@@ -220,7 +219,7 @@ where
             // instance together, in order.
             for (outcome, checkpoint) in instances.iter_mut().zip(&checkpoints_read) {
                 if outcome.failure.is_none() {
-                    outcome.failure = Some(first.deferring(work, &outcome.instance));
+                    outcome.failure = Some(first.deferring(&outcome.instance));
                     clear(outcome);
                     outcome.checkpoint = *checkpoint;
                 }
