@@ -112,6 +112,28 @@ impl Notifier {
         }
     }
 
+    /// The paths that have waiters now.
+    pub(crate) fn watched(&self) -> Vec<String> {
+        self.streams().keys().cloned().collect()
+    }
+
+    /// Publishes a stream's state that was read rather than committed
+    /// here (another process's commit, seen by polling), unless its
+    /// waiters already hold this state or a later one: a poll that read
+    /// before a local commit must not hand them an older tail.
+    pub(crate) fn publish_observed(&self, info: &StreamInfo) {
+        let fresh = match self.streams().get(&info.path) {
+            Some(sender) => match &*sender.borrow() {
+                Some(held) => supersedes(info, held),
+                None => true,
+            },
+            None => false,
+        };
+        if fresh {
+            self.publish(info);
+        }
+    }
+
     /// Reports a commit whose full state the caller does not know: its
     /// waiters look again, the `committed` feed gets it.
     pub fn commit(&self, event: Committed) {
@@ -130,6 +152,15 @@ impl Notifier {
     pub fn committed(&self) -> broadcast::Receiver<Committed> {
         self.committed.subscribe()
     }
+}
+
+/// Whether `new` is a later state of the stream than `held`: more
+/// messages, or closed since. A stream with another configuration is a
+/// stream created again at the path, so it supersedes too.
+fn supersedes(new: &StreamInfo, held: &StreamInfo) -> bool {
+    new.config != held.config
+        || new.tail > held.tail
+        || (new.tail == held.tail && new.closed && !held.closed)
 }
 
 /// A subscription to one path's commits ([`Notifier::watch`]). Dropping
@@ -188,6 +219,25 @@ mod tests {
             tail: Offset::at(tail),
             bytes: 0,
         }
+    }
+
+    #[tokio::test]
+    async fn an_observed_state_older_than_the_published_one_is_not_handed_out() {
+        let notifier = Notifier::default();
+        notifier.publish_observed(&info(5));
+        let mut waiter = notifier.watch("p");
+        assert_eq!(notifier.watched(), ["p"]);
+        notifier.publish_observed(&info(3));
+        assert_eq!(waiter.latest(), Some(info(3)), "the first state is taken");
+        notifier.publish(&info(4));
+        assert_eq!(waiter.changed().await, Some(info(4)));
+        notifier.publish_observed(&info(3));
+        notifier.publish_observed(&info(4));
+        assert_eq!(waiter.latest(), Some(info(4)), "a stale poll is dropped");
+        let mut closed = info(4);
+        closed.closed = true;
+        notifier.publish_observed(&closed);
+        assert_eq!(waiter.changed().await, Some(closed));
     }
 
     #[tokio::test]

@@ -70,6 +70,11 @@ impl StreamRecord {
         self.head.count
     }
 
+    /// The size of the stream's messages, in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.head.bytes
+    }
+
     /// A new stream's record.
     pub(crate) fn new(head: Head, origin: Option<ForkOrigin>, now_ms: i64) -> Self {
         StreamRecord {

@@ -1,0 +1,206 @@
+//! [`DynamoBackend`]: the record backend on one table.
+
+use std::sync::Arc;
+
+use eddy_dynamo::{AttributeValue, Condition, Delete, Query, Table, UpdateItem};
+use eddy_streams::backend::{Backend, Commit, Op, StreamRecord};
+use eddy_streams::StreamError;
+
+use crate::errors::table_error;
+use crate::keys::Keys;
+use crate::path_item::{self, PathState};
+use crate::unit::{DynamoUnit, StreamKey};
+
+/// The default size of a pack of messages: see [`DynamoBackend::with_pack_bytes`].
+pub const DEFAULT_PACK_BYTES: usize = 64 * 1024;
+
+/// What the backend's units share.
+pub(crate) struct Shared {
+    pub table: Arc<dyn Table>,
+    pub keys: Keys,
+    pub pack_bytes: usize,
+}
+
+/// The stream store's records on one DynamoDB table (any
+/// [`Table`]: Amazon DynamoDB, or eddy-dynamo's embedded table). See the
+/// crate's `DESIGN.md` for the item layout and the commit protocol.
+#[derive(Clone)]
+pub struct DynamoBackend {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for DynamoBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DynamoBackend")
+            .field("table", &self.shared.table.schema().name)
+            .field("pack_bytes", &self.shared.pack_bytes)
+            .finish()
+    }
+}
+
+impl DynamoBackend {
+    /// The backend on `table`, whose key must be a string partition key
+    /// and a string sort key (the single-table layout of `eddy dynamo
+    /// create-table`; other items of the table are left alone).
+    pub fn new(table: Arc<dyn Table>) -> Result<Self, StreamError> {
+        let keys = Keys::of(table.schema())?;
+        Ok(DynamoBackend {
+            shared: Arc::new(Shared {
+                table,
+                keys,
+                pack_bytes: DEFAULT_PACK_BYTES,
+            }),
+        })
+    }
+
+    /// This backend, packing a commit's messages of one stream into items
+    /// of up to `bytes` (at least 1 KiB, at most 350 000): larger packs
+    /// make fewer items per catch-up read; a live reader reads whole
+    /// items, so smaller ones cost it less.
+    pub fn with_pack_bytes(self, bytes: usize) -> Self {
+        let shared = Shared {
+            table: Arc::clone(&self.shared.table),
+            keys: self.shared.keys.clone(),
+            pack_bytes: bytes.clamp(1024, crate::pack::PART_BYTES),
+        };
+        DynamoBackend {
+            shared: Arc::new(shared),
+        }
+    }
+
+    /// The table.
+    pub fn table(&self) -> &Arc<dyn Table> {
+        &self.shared.table
+    }
+
+    /// Deletes the data items of streams removed earlier whose deletion a
+    /// crash interrupted (listed in the garbage partition). Returns how
+    /// many streams it finished.
+    pub async fn purge_pending(&self) -> Result<usize, StreamError> {
+        let keys = &self.shared.keys;
+        let mut query = Query::partition(keys.garbage());
+        let mut ids = Vec::new();
+        loop {
+            let page = self
+                .shared
+                .table
+                .query(query.clone())
+                .await
+                .map_err(|e| table_error("listing removed streams", e))?;
+            ids.extend(
+                page.items
+                    .iter()
+                    .filter_map(|item| keys.sort_of(item).map(Arc::from)),
+            );
+            match page.last_evaluated_key {
+                Some(last) => query = query.start_after(Some(last)),
+                None => break,
+            }
+        }
+        for id in &ids {
+            purge(&self.shared, id).await?;
+        }
+        Ok(ids.len())
+    }
+}
+
+/// Deletes the data items of removed streams in a task of its own; a
+/// failure leaves them listed for [`DynamoBackend::purge_pending`].
+pub(crate) fn purge_later(shared: &Arc<Shared>, ids: Vec<Arc<str>>) {
+    let shared = Arc::clone(shared);
+    tokio::spawn(async move {
+        for id in ids {
+            if let Err(error) = purge(&shared, &id).await {
+                tracing::warn!(%error, stream = %id, "deleting a removed stream's items; `purge_pending` finishes it");
+            }
+        }
+    });
+}
+
+/// Deletes every data item of the removed stream `id`, then its garbage
+/// entry, in transactions of up to 100 deletes.
+async fn purge(shared: &Shared, id: &str) -> Result<(), StreamError> {
+    let keys = &shared.keys;
+    loop {
+        let page = shared
+            .table
+            .query(Query::partition(keys.data(id)).limit(crate::commit::MAX_ITEMS))
+            .await
+            .map_err(|e| table_error("reading a removed stream's items", e))?;
+        if page.items.is_empty() {
+            break;
+        }
+        let deletes = page
+            .items
+            .iter()
+            .filter_map(|item| {
+                let sort = keys.sort_of(item)?;
+                Some(Delete::new(keys.data_item(id, sort.to_owned())).into())
+            })
+            .collect();
+        shared
+            .table
+            .transact_write_items(deletes)
+            .await
+            .map_err(|e| table_error("deleting a removed stream's items", e))?;
+    }
+    shared
+        .table
+        .delete_item(Delete::new(keys.garbage_entry(id)))
+        .await
+        .map_err(|e| table_error("deleting a garbage entry", e))
+}
+
+impl Backend for DynamoBackend {
+    type Unit = DynamoUnit;
+
+    fn open(&self) -> DynamoUnit {
+        DynamoUnit::new(Arc::clone(&self.shared))
+    }
+
+    fn commit(&self, unit: DynamoUnit) -> impl Op<Commit> {
+        unit.commit()
+    }
+
+    async fn slide(&self, key: &StreamKey, at_ms: i64) -> Result<(), StreamError> {
+        let at = AttributeValue::N(at_ms.max(0).to_string());
+        let touch = UpdateItem::new(
+            self.shared.keys.path(key.path()),
+            eddy_dynamo::Update::new().set("acc", at.clone()),
+        )
+        .when(
+            Condition::eq("id", AttributeValue::S(key.id().to_owned())).and(
+                Condition::not_exists("acc").or(Condition::compare(
+                    "acc",
+                    eddy_dynamo::Comparator::Lt,
+                    at,
+                )),
+            ),
+        );
+        match self.shared.table.update_item(touch).await {
+            Ok(_) => Ok(()),
+            // Removed, or touched later already.
+            Err(e) if e.is_condition_failure() => Ok(()),
+            Err(e) => Err(table_error("storing a read's TTL touch", e)),
+        }
+    }
+
+    async fn records(&self, paths: &[String]) -> Result<Vec<Option<StreamRecord>>, StreamError> {
+        let keys = &self.shared.keys;
+        let items = self
+            .shared
+            .table
+            .batch_get_item(paths.iter().map(|path| keys.path(path)).collect())
+            .await
+            .map_err(|e| table_error("polling stream records", e))?;
+        let mut found = std::collections::HashMap::with_capacity(items.len());
+        for item in items {
+            if let Some(path) = keys.path_of(&item) {
+                if let PathState::Stream(stream) = path_item::decode(&item)?.state {
+                    found.insert(path, stream.record);
+                }
+            }
+        }
+        Ok(paths.iter().map(|path| found.remove(path)).collect())
+    }
+}

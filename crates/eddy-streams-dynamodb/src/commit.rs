@@ -1,0 +1,172 @@
+//! A unit's commit: one `TransactWriteItems`.
+//!
+//! Each path the unit read or wrote is one item of the transaction,
+//! conditioned on the write token it had when loaded (or on having no
+//! item): a written path is put (or deleted) with a new token, a path
+//! only read gets a condition check. Then the data items: packs of new
+//! messages, producers' states, directory entries, garbage entries of
+//! removed streams. DynamoDB applies all or nothing; a failed condition
+//! means another writer got there first, and the store runs the call
+//! again.
+
+use std::sync::Arc;
+
+use eddy_dynamo::{
+    item_size, AttributeValue, Condition, ConditionCheck, Delete, Item, Put, TableErrorKind,
+    TransactWriteItem,
+};
+use eddy_streams::backend::{Commit, ProducerState};
+use eddy_streams::StreamError;
+
+use crate::backend::{purge_later, Shared};
+use crate::errors::table_error;
+use crate::keys::{self, Keys};
+use crate::pack::{self, ITEM_OVERHEAD};
+use crate::path_item::{self, new_token};
+use crate::unit::State;
+
+/// The most items of one transaction (DynamoDB's limit).
+pub(crate) const MAX_ITEMS: usize = 100;
+
+/// The most bytes of one transaction's items: DynamoDB's 4 MB less a
+/// margin for what the estimates leave out.
+pub(crate) const MAX_BYTES: usize = 4_000_000;
+
+/// Whether the unit writes anything.
+fn writes(state: &State) -> bool {
+    state.paths.values().any(|entry| entry.dirty)
+        || !state.data.is_empty()
+        || !state.directory.is_empty()
+        || !state.removed.is_empty()
+}
+
+/// Why the unit cannot be one transaction, if it cannot.
+pub(crate) fn overflow(keys: &Keys, state: &State) -> Option<StreamError> {
+    if !writes(state) {
+        return None;
+    }
+    let mut items = state.paths.len() + state.directory.len() + state.removed.len();
+    let mut bytes = ITEM_OVERHEAD * items;
+    for (path, entry) in &state.paths {
+        if entry.dirty {
+            if let Ok(Some(item)) = path_item::encode(keys, path, "0000000000000000", &entry.state)
+            {
+                bytes += item_size(&item);
+            }
+        }
+    }
+    for data in state.data.values() {
+        items += data.producers.len();
+        bytes += data
+            .producers
+            .keys()
+            .map(|id| id.len() + ITEM_OVERHEAD)
+            .sum::<usize>();
+        items += data.packs.iter().map(pack::Pack::items).sum::<usize>();
+        bytes += data.packs.iter().map(pack::Pack::size).sum::<usize>();
+    }
+    if bytes > MAX_BYTES {
+        return Some(StreamError::TooLarge {
+            size: bytes,
+            limit: MAX_BYTES,
+        });
+    }
+    if items > MAX_ITEMS {
+        return Some(StreamError::internal(format!(
+            "the call writes {items} items, more than the {MAX_ITEMS} one DynamoDB transaction holds"
+        )));
+    }
+    None
+}
+
+/// A producer's state from its item.
+pub(crate) fn producer_state(item: &Item) -> Result<ProducerState, StreamError> {
+    let number = |name: &str| match item.get(name) {
+        Some(AttributeValue::N(n)) => n
+            .parse()
+            .map_err(|_| StreamError::internal("a producer item has a bad number")),
+        _ => Err(StreamError::internal(
+            "a producer item lacks its epoch or seq",
+        )),
+    };
+    Ok(ProducerState {
+        epoch: number("e")?,
+        seq: number("s")?,
+    })
+}
+
+/// The transaction's items.
+fn transaction(keys: &Keys, state: &State) -> Result<Vec<TransactWriteItem>, StreamError> {
+    let mut items = Vec::new();
+    for (path, entry) in &state.paths {
+        let condition = match &entry.token {
+            Some(token) => Condition::eq("v", AttributeValue::S(token.clone())),
+            None => Condition::not_exists(keys.pk.clone()),
+        };
+        let key = keys.path(path);
+        items.push(if !entry.dirty {
+            ConditionCheck { key, condition }.into()
+        } else {
+            match path_item::encode(keys, path, &new_token(), &entry.state)? {
+                Some(item) => Put::new(item).when(condition).into(),
+                None if entry.token.is_some() => Delete::new(key).when(condition).into(),
+                None => ConditionCheck { key, condition }.into(),
+            }
+        });
+    }
+    for (path, live) in &state.directory {
+        let key = keys.directory_entry(path);
+        items.push(if *live {
+            Put::new(key).into()
+        } else {
+            Delete::new(key).into()
+        });
+    }
+    for id in &state.removed {
+        items.push(Put::new(keys.garbage_entry(id)).into());
+    }
+    for (id, data) in &state.data {
+        for pack in &data.packs {
+            items.extend(
+                pack::items(keys, id, pack)
+                    .into_iter()
+                    .map(|item| Put::new(item).into()),
+            );
+        }
+        for (producer, position) in &data.producers {
+            let mut item = keys.data_item(id, keys::producer(producer));
+            item.insert("e".into(), AttributeValue::N(position.epoch.to_string()));
+            item.insert("s".into(), AttributeValue::N(position.seq.to_string()));
+            items.push(Put::new(item).into());
+        }
+    }
+    Ok(items)
+}
+
+/// Commits a unit's state.
+pub(crate) async fn commit(shared: &Arc<Shared>, state: State) -> Result<Commit, StreamError> {
+    if !writes(&state) {
+        return Ok(Commit::Done);
+    }
+    if let Some(overflow) = overflow(&shared.keys, &state) {
+        return Err(overflow);
+    }
+    let items = transaction(&shared.keys, &state)?;
+    match shared.table.transact_write_items(items).await {
+        Ok(()) => {
+            if !state.removed.is_empty() {
+                purge_later(shared, state.removed);
+            }
+            Ok(Commit::Done)
+        }
+        Err(e)
+            if matches!(
+                e.kind(),
+                TableErrorKind::ConditionFailed | TableErrorKind::Conflict
+            ) =>
+        {
+            Ok(Commit::Conflict)
+        }
+        Err(e) => Err(table_error("committing", e)),
+    }
+}

@@ -1,0 +1,382 @@
+//! Messages packed into items.
+//!
+//! A commit's new messages of one stream go into as few items as they
+//! fit: a *pack* holds consecutive messages up to `pack_bytes` together
+//! (attributes `f` the first position, `b` the stream's bytes before it,
+//! `m` the messages as a list of binaries). A message larger than that
+//! gets a pack of its own, and one larger than an item can hold is cut
+//! into *parts* (`f`, `b`, `z` the message's size, `k` the part, `n` the
+//! parts, `d` the bytes). Items are written once and never rewritten: a
+//! later append starts a new pack rather than grow the last one, since
+//! DynamoDB bills a rewrite for the whole item (see DESIGN.md).
+
+use bytes::Bytes;
+use eddy_dynamo::{AttributeValue, Item};
+use eddy_streams::StreamError;
+
+use crate::keys::{self, Keys};
+
+/// The most bytes of one message in one part item: an item holds
+/// 400 KB, keys and attribute names included.
+pub(crate) const PART_BYTES: usize = 350_000;
+
+/// What an item holds beyond its messages' bytes, at most (keys,
+/// attribute names, numbers).
+pub(crate) const ITEM_OVERHEAD: usize = 200;
+
+/// What DynamoDB counts for each element of a list, besides its bytes.
+const ELEMENT_OVERHEAD: usize = 3;
+
+/// Messages of one stream at positions `first..`, to be written as one
+/// item (or as parts, when it is one large message).
+#[derive(Clone, Debug)]
+pub(crate) struct Pack {
+    pub first: u64,
+    /// The stream's bytes before `first`.
+    pub before: u64,
+    pub messages: Vec<Bytes>,
+    pub bytes: usize,
+}
+
+impl Pack {
+    /// The position after the last message.
+    pub fn end(&self) -> u64 {
+        self.first + self.messages.len() as u64
+    }
+
+    /// About how large its items are, in bytes.
+    pub fn size(&self) -> usize {
+        let items = self.bytes.div_ceil(PART_BYTES).max(1);
+        self.bytes + ELEMENT_OVERHEAD * self.messages.len() + ITEM_OVERHEAD * items
+    }
+
+    /// How many items it is written as.
+    pub fn items(&self) -> usize {
+        match self.messages.as_slice() {
+            [one] => one.len().div_ceil(PART_BYTES).max(1),
+            _ => 1,
+        }
+    }
+}
+
+/// Adds `messages` at positions `first..` (the stream holding `before`
+/// bytes before them) to the packs of one stream's commit.
+pub(crate) fn push(
+    packs: &mut Vec<Pack>,
+    pack_bytes: usize,
+    first: u64,
+    before: u64,
+    messages: Vec<Bytes>,
+) {
+    let (mut position, mut before) = (first, before);
+    for message in messages {
+        let len = message.len();
+        let joins = packs.last().is_some_and(|last| {
+            last.end() == position && last.bytes + len <= pack_bytes && !last.messages.is_empty()
+        });
+        if !joins {
+            packs.push(Pack {
+                first: position,
+                before,
+                messages: Vec::new(),
+                bytes: 0,
+            });
+        }
+        if let Some(last) = packs.last_mut() {
+            last.messages.push(message);
+            last.bytes += len;
+        }
+        position += 1;
+        before += len as u64;
+    }
+}
+
+/// The items of `pack` in the data partition of stream `id`.
+pub(crate) fn items(keys: &Keys, id: &str, pack: &Pack) -> Vec<Item> {
+    let number = |n: u64| AttributeValue::N(n.to_string());
+    match pack.messages.as_slice() {
+        [large] if large.len() > PART_BYTES => {
+            let parts = large.len().div_ceil(PART_BYTES);
+            large
+                .chunks(PART_BYTES)
+                .enumerate()
+                .map(|(k, chunk)| {
+                    let mut item = keys.data_item(id, keys::part(pack.end(), k));
+                    item.insert("f".into(), number(pack.first));
+                    item.insert("b".into(), number(pack.before));
+                    item.insert("z".into(), number(large.len() as u64));
+                    item.insert("k".into(), number(k as u64));
+                    item.insert("n".into(), number(parts as u64));
+                    item.insert("d".into(), AttributeValue::B(chunk.to_vec()));
+                    item
+                })
+                .collect()
+        }
+        messages => {
+            let mut item = keys.data_item(id, keys::pack(pack.end()));
+            item.insert("f".into(), number(pack.first));
+            item.insert("b".into(), number(pack.before));
+            let list = messages
+                .iter()
+                .map(|m| AttributeValue::B(m.to_vec()))
+                .collect();
+            item.insert("m".into(), AttributeValue::L(list));
+            vec![item]
+        }
+    }
+}
+
+fn corrupt(what: &str) -> StreamError {
+    StreamError::internal(format!("a message item of the streams table has {what}"))
+}
+
+fn number(item: &Item, name: &str) -> Result<u64, StreamError> {
+    match item.get(name) {
+        Some(AttributeValue::N(n)) => n.parse().map_err(|_| corrupt("a bad number")),
+        _ => Err(corrupt(&format!("no number `{name}`"))),
+    }
+}
+
+/// One message item as read.
+pub(crate) enum Piece {
+    /// Messages at positions `first..`.
+    Pack { first: u64, messages: Vec<Bytes> },
+    /// Part `part` of `parts` of the message at `position`.
+    Part {
+        position: u64,
+        part: u64,
+        parts: u64,
+        data: Bytes,
+    },
+}
+
+/// Reads a message item.
+pub(crate) fn piece(item: Item) -> Result<Piece, StreamError> {
+    let first = number(&item, "f")?;
+    if let Some(AttributeValue::L(list)) = item.get("m") {
+        let messages = list
+            .iter()
+            .map(|m| match m {
+                AttributeValue::B(b) => Ok(Bytes::copy_from_slice(b)),
+                _ => Err(corrupt("a message that is not binary")),
+            })
+            .collect::<Result<_, _>>()?;
+        return Ok(Piece::Pack { first, messages });
+    }
+    let data = match item.get("d") {
+        Some(AttributeValue::B(b)) => Bytes::copy_from_slice(b),
+        _ => return Err(corrupt("neither messages nor a part")),
+    };
+    Ok(Piece::Part {
+        position: first,
+        part: number(&item, "k")?,
+        parts: number(&item, "n")?,
+        data,
+    })
+}
+
+/// The stream's bytes before position `position`, from the message item
+/// that holds position `position - 1`.
+pub(crate) fn bytes_before(item: &Item, position: u64) -> Result<u64, StreamError> {
+    let before = number(item, "b")?;
+    let first = number(item, "f")?;
+    match item.get("m") {
+        Some(AttributeValue::L(list)) => {
+            let take = usize::try_from(position.saturating_sub(first)).unwrap_or(usize::MAX);
+            let sizes = list.iter().take(take).map(|m| match m {
+                AttributeValue::B(b) => b.len() as u64,
+                _ => 0,
+            });
+            Ok(before + sizes.sum::<u64>())
+        }
+        _ => Ok(before + number(item, "z")?),
+    }
+}
+
+/// Collects messages from pieces in position order, within a range and a
+/// byte budget.
+pub(crate) struct Collect {
+    /// The next position wanted.
+    pub next: u64,
+    /// The position to stop before.
+    pub end: u64,
+    max_bytes: usize,
+    taken: usize,
+    /// The budget stopped the read.
+    full: bool,
+    pub messages: Vec<Bytes>,
+    /// The parts of a large message read so far.
+    partial: Vec<Bytes>,
+}
+
+impl Collect {
+    /// Collects positions `start..end`, stopping before the total passes
+    /// `max_bytes` (but taking at least one message).
+    pub fn new(start: u64, end: u64, max_bytes: usize) -> Self {
+        Collect {
+            next: start,
+            end,
+            max_bytes,
+            taken: 0,
+            full: false,
+            messages: Vec::new(),
+            partial: Vec::new(),
+        }
+    }
+
+    /// Whether nothing more is wanted.
+    pub fn done(&self) -> bool {
+        self.full || self.next >= self.end
+    }
+
+    /// Takes a message at position `self.next`, if the budget allows.
+    /// Returns whether it did.
+    fn take(&mut self, message: Bytes) -> bool {
+        if !self.messages.is_empty() && self.taken + message.len() > self.max_bytes {
+            self.full = true;
+            return false;
+        }
+        self.taken += message.len();
+        self.messages.push(message);
+        self.next += 1;
+        true
+    }
+
+    /// Takes what it wants of `piece`. A gap before the next wanted
+    /// position is an error: the stream changed while it was read.
+    pub fn add(&mut self, piece: Piece) -> Result<(), StreamError> {
+        match piece {
+            Piece::Pack { first, messages } => {
+                if first > self.next {
+                    return Err(gap());
+                }
+                for (position, message) in (first..).zip(messages) {
+                    if self.done() {
+                        break;
+                    }
+                    if position == self.next && !self.take(message) {
+                        break;
+                    }
+                }
+            }
+            Piece::Part {
+                position,
+                part,
+                parts,
+                data,
+            } => {
+                if self.done() || position < self.next {
+                    return Ok(());
+                }
+                if position > self.next || part != self.partial.len() as u64 {
+                    return Err(gap());
+                }
+                self.partial.push(data);
+                if part + 1 == parts {
+                    let whole: Vec<u8> = self.partial.drain(..).flatten().collect();
+                    self.take(Bytes::from(whole));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The error of a read that found messages missing.
+pub(crate) fn gap() -> StreamError {
+    StreamError::unavailable(
+        "the stream's messages changed while they were read (it was deleted meanwhile?); read again",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys() -> Keys {
+        Keys {
+            pk: "pk".into(),
+            sk: "sk".into(),
+        }
+    }
+
+    fn message(n: usize) -> Bytes {
+        Bytes::from(vec![b'x'; n])
+    }
+
+    #[test]
+    fn one_commit_fills_packs_in_order_and_a_large_message_is_cut_into_parts() {
+        let mut packs = Vec::new();
+        push(
+            &mut packs,
+            100,
+            5,
+            40,
+            vec![message(60), message(30), message(20)],
+        );
+        push(
+            &mut packs,
+            100,
+            8,
+            150,
+            vec![message(PART_BYTES * 2 + 1), message(1)],
+        );
+        let shape: Vec<(u64, u64, usize)> = packs
+            .iter()
+            .map(|p| (p.first, p.before, p.messages.len()))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                (5, 40, 2),
+                (7, 130, 1),
+                (8, 150, 1),
+                (9, 150 + 2 * PART_BYTES as u64 + 1, 1)
+            ]
+        );
+        let parts = items(&keys(), "s", &packs[2]);
+        assert_eq!(parts.len(), 3);
+        let mut collect = Collect::new(8, 10, usize::MAX);
+        for item in parts.into_iter().chain(items(&keys(), "s", &packs[3])) {
+            collect.add(piece(item).expect("piece")).expect("in order");
+        }
+        assert_eq!(collect.messages.len(), 2);
+        assert_eq!(collect.messages[0].len(), PART_BYTES * 2 + 1);
+        assert_eq!(
+            bytes_before(&items(&keys(), "s", &packs[0])[0], 6).expect("bytes"),
+            100
+        );
+    }
+
+    #[test]
+    fn a_read_stops_at_its_budget_but_takes_one_message() {
+        let mut packs = Vec::new();
+        push(
+            &mut packs,
+            1000,
+            0,
+            0,
+            vec![message(10), message(10), message(10)],
+        );
+        let mut collect = Collect::new(1, 3, 5);
+        collect
+            .add(piece(items(&keys(), "s", &packs[0]).remove(0)).expect("piece"))
+            .expect("add");
+        assert_eq!(
+            collect.messages.len(),
+            1,
+            "one message even over the budget"
+        );
+        assert!(collect.done());
+        let mut gap_read = Collect::new(0, 3, 100);
+        let later = Pack {
+            first: 2,
+            before: 20,
+            messages: vec![message(1)],
+            bytes: 1,
+        };
+        assert!(gap_read
+            .add(piece(items(&keys(), "s", &later).remove(0)).expect("piece"))
+            .is_err());
+    }
+}

@@ -1,0 +1,611 @@
+//! One atomic unit: records loaded from the table, writes kept until
+//! the commit (see `commit.rs`).
+//!
+//! Every path the unit loads is kept with the write token it had, so
+//! that the engine's later loads in the unit see the unit's own writes,
+//! and the commit is conditioned on each token: the unit commits only if
+//! every path item it read or wrote is still as it read it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use eddy_dynamo::{AttributeValue, Item, Query, SortCondition};
+use eddy_streams::backend::{ProducerState, RecordReader, Records, Stored, StreamRecord, Unit};
+use eddy_streams::StreamError;
+
+use crate::backend::Shared;
+use crate::commit::{self, overflow};
+use crate::errors::table_error;
+use crate::keys;
+use crate::pack::{self, Collect, Pack, Piece};
+use crate::path_item::{self, PathState, Segment, Stream};
+
+/// The key of a stream in a unit: its path and its data partition's id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamKey {
+    path: Arc<str>,
+    id: Arc<str>,
+}
+
+impl StreamKey {
+    /// The stream's path.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The stream's data partition id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+/// A unit of the DynamoDB backend.
+pub struct DynamoUnit {
+    shared: Arc<Shared>,
+    pub(crate) state: State,
+}
+
+/// Everything a unit read and wrote; cloned for a savepoint.
+#[derive(Clone, Default)]
+pub(crate) struct State {
+    /// Each path the unit loaded, as it stands in the unit.
+    pub paths: BTreeMap<String, Entry>,
+    /// Data items to write, per stream id.
+    pub data: BTreeMap<Arc<str>, Data>,
+    /// Producers' states read, per (stream id, producer).
+    pub producers_read: HashMap<(Arc<str>, String), Option<ProducerState>>,
+    /// Directory entries to write (`true`) or delete.
+    pub directory: BTreeMap<String, bool>,
+    /// Streams removed: their data items are deleted after the commit.
+    pub removed: Vec<Arc<str>>,
+}
+
+/// A path in a unit.
+#[derive(Clone)]
+pub(crate) struct Entry {
+    /// Its write token as loaded; `None` when it had no item.
+    pub token: Option<String>,
+    pub state: PathState,
+    /// Whether the unit changed it.
+    pub dirty: bool,
+}
+
+/// A stream's data items to write.
+#[derive(Clone, Default)]
+pub(crate) struct Data {
+    pub packs: Vec<Pack>,
+    pub producers: BTreeMap<String, ProducerState>,
+    /// The bytes a fork inherited, before its own first message.
+    pub inherited_bytes: Option<u64>,
+}
+
+impl DynamoUnit {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        DynamoUnit {
+            shared,
+            state: State::default(),
+        }
+    }
+
+    /// The path's entry, loaded from the table on first use.
+    async fn entry(&mut self, path: &str) -> Result<&mut Entry, StreamError> {
+        if !self.state.paths.contains_key(path) {
+            let key = self.shared.keys.path(path);
+            let item = self
+                .shared
+                .table
+                .get_item(key)
+                .await
+                .map_err(|e| table_error("reading a stream record", e))?;
+            let entry = match item {
+                None => Entry {
+                    token: None,
+                    state: PathState::Absent,
+                    dirty: false,
+                },
+                Some(item) => {
+                    let loaded = path_item::decode(&item)?;
+                    Entry {
+                        token: Some(loaded.token),
+                        state: loaded.state,
+                        dirty: false,
+                    }
+                }
+            };
+            self.state.paths.insert(path.to_owned(), entry);
+        }
+        self.state
+            .paths
+            .get_mut(path)
+            .ok_or_else(|| StreamError::internal("a loaded path vanished from its unit"))
+    }
+
+    /// The stream `key` names, as the unit holds it.
+    fn stream(&self, key: &StreamKey) -> Result<&Stream, StreamError> {
+        match self.state.paths.get(&*key.path).map(|entry| &entry.state) {
+            Some(PathState::Stream(stream)) if stream.id == key.id => Ok(stream),
+            _ => Err(StreamError::internal(format!(
+                "no record for stream `{}` in its unit",
+                key.path
+            ))),
+        }
+    }
+
+    /// The stream `key` names, to change it.
+    fn stream_mut(&mut self, key: &StreamKey) -> Result<&mut Stream, StreamError> {
+        match self.state.paths.get_mut(&*key.path) {
+            Some(entry) => match &mut entry.state {
+                PathState::Stream(stream) if stream.id == key.id => {
+                    entry.dirty = true;
+                    Ok(stream)
+                }
+                _ => Err(StreamError::internal(format!(
+                    "no record for stream `{}` in its unit",
+                    key.path
+                ))),
+            },
+            None => Err(StreamError::internal(format!(
+                "stream `{}` was not loaded in its unit",
+                key.path
+            ))),
+        }
+    }
+
+    /// The segments a stream's messages come from: its inherited prefix,
+    /// then its own partition from there on.
+    fn segments(&self, key: &StreamKey) -> Result<Vec<(Segment, u64)>, StreamError> {
+        let stream = self.stream(key)?;
+        let mut start = 0;
+        let mut segments = Vec::with_capacity(stream.base.len() + 1);
+        for segment in &stream.base {
+            segments.push((segment.clone(), start));
+            start = segment.end;
+        }
+        let own = Segment {
+            id: Arc::clone(&stream.id),
+            end: u64::MAX,
+        };
+        segments.push((own, start));
+        Ok(segments)
+    }
+
+    /// Reads positions `collect.next..collect.end` of the stored data
+    /// partition `id` into `collect`.
+    async fn read_stored(&self, id: &str, collect: &mut Collect) -> Result<(), StreamError> {
+        let mut query = Query::partition(self.shared.keys.data(id)).sort(SortCondition::Between(
+            AttributeValue::S(keys::pack(collect.next + 1)),
+            AttributeValue::S(keys::AFTER_MESSAGES.into()),
+        ));
+        while !collect.done() {
+            let page = self
+                .shared
+                .table
+                .query(query.clone())
+                .await
+                .map_err(|e| table_error("reading messages", e))?;
+            for item in page.items {
+                if collect.done() {
+                    break;
+                }
+                collect.add(pack::piece(item)?)?;
+            }
+            match page.last_evaluated_key {
+                Some(last) if !collect.done() => query = query.start_after(Some(last)),
+                _ => break,
+            }
+        }
+        if collect.done() {
+            Ok(())
+        } else {
+            Err(pack::gap())
+        }
+    }
+
+    /// The stream's bytes before `position` of segment `id`.
+    async fn bytes_before(&self, id: &str, position: u64) -> Result<u64, StreamError> {
+        if position == 0 {
+            return Ok(0);
+        }
+        if let Some(data) = self.state.data.get(id) {
+            if let Some(pack) = data
+                .packs
+                .iter()
+                .find(|p| p.end() >= position && p.first < position)
+            {
+                let inside = usize::try_from(position - pack.first).unwrap_or(usize::MAX);
+                let sizes = pack.messages.iter().take(inside).map(|m| m.len() as u64);
+                return Ok(pack.before + sizes.sum::<u64>());
+            }
+        }
+        let query = Query::partition(self.shared.keys.data(id))
+            .sort(SortCondition::Between(
+                AttributeValue::S(keys::pack(position)),
+                AttributeValue::S(keys::AFTER_MESSAGES.into()),
+            ))
+            .limit(1);
+        let page = self
+            .shared
+            .table
+            .query(query)
+            .await
+            .map_err(|e| table_error("reading a fork's prefix", e))?;
+        match page.items.first() {
+            Some(item) => pack::bytes_before(item, position),
+            None => Err(pack::gap()),
+        }
+    }
+
+    /// The stored producers of stream `id`, by producer id.
+    async fn stored_producers(
+        &self,
+        id: &str,
+    ) -> Result<BTreeMap<String, ProducerState>, StreamError> {
+        let mut query = Query::partition(self.shared.keys.data(id)).sort(
+            SortCondition::BeginsWith(AttributeValue::S(keys::PRODUCERS.into())),
+        );
+        let mut producers = BTreeMap::new();
+        loop {
+            let page = self
+                .shared
+                .table
+                .query(query.clone())
+                .await
+                .map_err(|e| table_error("reading producers", e))?;
+            for item in &page.items {
+                let Some(producer) = self
+                    .shared
+                    .keys
+                    .sort_of(item)
+                    .and_then(|sk| sk.strip_prefix(keys::PRODUCERS))
+                else {
+                    continue;
+                };
+                producers.insert(producer.to_owned(), commit::producer_state(item)?);
+            }
+            match page.last_evaluated_key {
+                Some(last) => query = query.start_after(Some(last)),
+                None => return Ok(producers),
+            }
+        }
+    }
+}
+
+impl RecordReader for DynamoUnit {
+    type Key = StreamKey;
+
+    async fn load(&mut self, path: &str) -> Result<Option<Stored<StreamKey>>, StreamError> {
+        Ok(match &self.entry(path).await?.state {
+            PathState::Stream(stream) => Some(Stored {
+                key: StreamKey {
+                    path: path.into(),
+                    id: Arc::clone(&stream.id),
+                },
+                record: stream.record.clone(),
+            }),
+            PathState::Absent | PathState::Tombstone => None,
+        })
+    }
+
+    async fn is_tombstoned(&mut self, path: &str) -> Result<bool, StreamError> {
+        Ok(matches!(
+            self.entry(path).await?.state,
+            PathState::Tombstone
+        ))
+    }
+
+    async fn forks_of(&mut self, path: &str) -> Result<Vec<String>, StreamError> {
+        Ok(match &self.entry(path).await?.state {
+            PathState::Stream(stream) => stream.forks.iter().cloned().collect(),
+            PathState::Absent | PathState::Tombstone => Vec::new(),
+        })
+    }
+
+    async fn producer(
+        &mut self,
+        key: &StreamKey,
+        producer: &str,
+    ) -> Result<Option<ProducerState>, StreamError> {
+        if let Some(state) = self
+            .state
+            .data
+            .get(&key.id)
+            .and_then(|data| data.producers.get(producer))
+        {
+            return Ok(Some(*state));
+        }
+        let cached = (Arc::clone(&key.id), producer.to_owned());
+        if let Some(state) = self.state.producers_read.get(&cached) {
+            return Ok(*state);
+        }
+        let item = self
+            .shared
+            .table
+            .get_item(
+                self.shared
+                    .keys
+                    .data_item(&key.id, keys::producer(producer)),
+            )
+            .await
+            .map_err(|e| table_error("reading a producer", e))?;
+        let state = item.as_ref().map(commit::producer_state).transpose()?;
+        self.state.producers_read.insert(cached, state);
+        Ok(state)
+    }
+
+    async fn producers(
+        &mut self,
+        key: &StreamKey,
+    ) -> Result<Vec<(String, ProducerState)>, StreamError> {
+        let mut producers = self.stored_producers(&key.id).await?;
+        if let Some(data) = self.state.data.get(&key.id) {
+            producers.extend(
+                data.producers
+                    .iter()
+                    .map(|(id, state)| (id.clone(), *state)),
+            );
+        }
+        Ok(producers.into_iter().collect())
+    }
+
+    async fn producer_count(&mut self, key: &StreamKey) -> Result<u64, StreamError> {
+        Ok(self.stream(key)?.producers)
+    }
+
+    async fn messages(
+        &mut self,
+        key: &StreamKey,
+        range: Range<u64>,
+        max_bytes: usize,
+    ) -> Result<Vec<Bytes>, StreamError> {
+        let pending = self
+            .state
+            .data
+            .get(&key.id)
+            .map(|data| data.packs.clone())
+            .unwrap_or_default();
+        let stored_end = pending.first().map_or(u64::MAX, |pack| pack.first);
+        let mut collect = Collect::new(range.start, range.end, max_bytes);
+        for (segment, start) in self.segments(key)? {
+            let end = if segment.id == key.id {
+                segment.end.min(stored_end)
+            } else {
+                segment.end
+            };
+            if collect.next >= end || range.end <= start {
+                continue;
+            }
+            collect.end = range.end.min(end);
+            if collect.done() {
+                break;
+            }
+            self.read_stored(&segment.id, &mut collect).await?;
+        }
+        collect.end = range.end;
+        for pack in pending {
+            if collect.done() {
+                break;
+            }
+            collect.add(Piece::Pack {
+                first: pack.first,
+                messages: pack.messages,
+            })?;
+        }
+        Ok(collect.messages)
+    }
+
+    async fn list(&mut self, prefix: &str) -> Result<Vec<(String, StreamRecord)>, StreamError> {
+        let keys = &self.shared.keys;
+        let mut query = Query::partition(keys.directory());
+        if !prefix.is_empty() {
+            query = query.sort(SortCondition::BeginsWith(AttributeValue::S(prefix.into())));
+        }
+        let mut paths = Vec::new();
+        loop {
+            let page = self
+                .shared
+                .table
+                .query(query.clone())
+                .await
+                .map_err(|e| table_error("listing streams", e))?;
+            paths.extend(
+                page.items
+                    .iter()
+                    .filter_map(|item| keys.sort_of(item).map(str::to_owned)),
+            );
+            match page.last_evaluated_key {
+                Some(last) => query = query.start_after(Some(last)),
+                None => break,
+            }
+        }
+        let items: Vec<Item> = self
+            .shared
+            .table
+            .batch_get_item(paths.iter().map(|path| keys.path(path)).collect())
+            .await
+            .map_err(|e| table_error("listing streams", e))?;
+        let mut listed = Vec::with_capacity(items.len());
+        for item in items {
+            let Some(path) = keys.path_of(&item) else {
+                continue;
+            };
+            if let PathState::Stream(stream) = path_item::decode(&item)?.state {
+                listed.push((path, stream.record));
+            }
+        }
+        listed.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(listed)
+    }
+}
+
+impl Records for DynamoUnit {
+    async fn insert(
+        &mut self,
+        path: &str,
+        record: &StreamRecord,
+    ) -> Result<StreamKey, StreamError> {
+        let id: Arc<str> = keys::new_id().into();
+        let entry = self.entry(path).await?;
+        entry.state = PathState::Stream(Box::new(Stream {
+            id: Arc::clone(&id),
+            record: record.clone(),
+            base: Vec::new(),
+            forks: Default::default(),
+            producers: 0,
+        }));
+        entry.dirty = true;
+        self.state.directory.insert(path.to_owned(), true);
+        if let Some(source) = record.fork_source() {
+            let entry = self.entry(source).await?;
+            if let PathState::Stream(stream) = &mut entry.state {
+                stream.forks.insert(path.to_owned());
+                entry.dirty = true;
+            }
+        }
+        Ok(StreamKey {
+            path: path.into(),
+            id,
+        })
+    }
+
+    async fn update(&mut self, key: &StreamKey, record: StreamRecord) -> Result<(), StreamError> {
+        self.stream_mut(key)?.record = record;
+        Ok(())
+    }
+
+    async fn insert_messages(
+        &mut self,
+        key: &StreamKey,
+        first: u64,
+        messages: Vec<Bytes>,
+    ) -> Result<(), StreamError> {
+        let recorded = self.stream(key)?.record.bytes();
+        let pack_bytes = self.shared.pack_bytes;
+        let data = self.state.data.entry(Arc::clone(&key.id)).or_default();
+        let before = match data.packs.last() {
+            Some(last) if last.end() == first => last.before + last.bytes as u64,
+            Some(_) => {
+                return Err(StreamError::internal(
+                    "messages inserted out of order in one unit",
+                ))
+            }
+            None => data.inherited_bytes.unwrap_or(recorded),
+        };
+        pack::push(&mut data.packs, pack_bytes, first, before, messages);
+        Ok(())
+    }
+
+    async fn copy_prefix(
+        &mut self,
+        from: &StreamKey,
+        to: &StreamKey,
+        count: u64,
+    ) -> Result<u64, StreamError> {
+        let mut base = Vec::new();
+        let mut holder = None;
+        for (segment, start) in self.segments(from)? {
+            if start >= count {
+                break;
+            }
+            let end = segment.end.min(count);
+            if end >= count {
+                holder = Some(Arc::clone(&segment.id));
+            }
+            base.push(Segment {
+                id: segment.id,
+                end,
+            });
+        }
+        let bytes = match holder {
+            Some(id) => self.bytes_before(&id, count).await?,
+            None => 0,
+        };
+        self.stream_mut(to)?.base = base;
+        self.state
+            .data
+            .entry(Arc::clone(&to.id))
+            .or_default()
+            .inherited_bytes = Some(bytes);
+        Ok(bytes)
+    }
+
+    async fn save_producer(
+        &mut self,
+        key: &StreamKey,
+        producer: &str,
+        state: ProducerState,
+    ) -> Result<(), StreamError> {
+        if self.producer(key, producer).await?.is_none() {
+            self.stream_mut(key)?.producers += 1;
+        }
+        self.state
+            .data
+            .entry(Arc::clone(&key.id))
+            .or_default()
+            .producers
+            .insert(producer.to_owned(), state);
+        Ok(())
+    }
+
+    async fn remove(&mut self, key: &StreamKey, path: &str) -> Result<(), StreamError> {
+        let entry = self.entry(path).await?;
+        let source = match &entry.state {
+            PathState::Stream(stream) if stream.id == key.id => {
+                stream.record.fork_source().map(str::to_owned)
+            }
+            _ => return Ok(()),
+        };
+        entry.state = PathState::Absent;
+        entry.dirty = true;
+        self.state.directory.insert(path.to_owned(), false);
+        self.state.data.remove(&key.id);
+        self.state.removed.push(Arc::clone(&key.id));
+        if let Some(source) = source {
+            let entry = self.entry(&source).await?;
+            if let PathState::Stream(stream) = &mut entry.state {
+                stream.forks.remove(path);
+                entry.dirty = true;
+            }
+        }
+        Ok(())
+    }
+
+    async fn slide(&mut self, key: &StreamKey, at_ms: i64) -> Result<(), StreamError> {
+        self.stream_mut(key)?.record.slide(at_ms);
+        Ok(())
+    }
+
+    async fn tombstone(&mut self, path: &str, _now_ms: i64) -> Result<(), StreamError> {
+        let entry = self.entry(path).await?;
+        entry.state = PathState::Tombstone;
+        entry.dirty = true;
+        Ok(())
+    }
+}
+
+/// A savepoint of a [`DynamoUnit`]: what it had read and written.
+pub struct Savepoint(State);
+
+impl Unit for DynamoUnit {
+    type Mark = Savepoint;
+
+    fn mark(&self) -> Savepoint {
+        Savepoint(self.state.clone())
+    }
+
+    fn rollback(&mut self, mark: Savepoint) {
+        self.state = mark.0;
+    }
+
+    fn overflow(&self) -> Option<StreamError> {
+        overflow(&self.shared.keys, &self.state)
+    }
+}
+
+impl DynamoUnit {
+    /// Commits the unit (see `commit.rs`).
+    pub(crate) async fn commit(self) -> Result<eddy_streams::backend::Commit, StreamError> {
+        commit::commit(&self.shared, self.state).await
+    }
+}

@@ -1,0 +1,7 @@
+//! Integration tests of `eddy-streams-dynamodb`: one binary, one module
+//! per area. Every suite runs on eddy-dynamo's embedded table and, with
+//! the `aws` feature, on moto (`EDDY_DYNAMODB_ENDPOINT`).
+
+mod common;
+mod contract;
+mod stores;

@@ -1,0 +1,295 @@
+//! [`RecordStorage`]: a whole `Storage` over any [`Backend`].
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tokio::task::JoinHandle;
+
+use super::{group, poll, Backend, Commit, RecordOptions, Unit};
+use crate::engine::Engine;
+use crate::storage::wait_rechecking;
+use crate::{
+    Append, Appended, Created, Fork, Notifier, Offset, Payload, ReadChunk, ReadFrom, Storage,
+    StreamConfig, StreamError, StreamInfo, StreamPath, StreamSnapshot, Wait,
+};
+
+/// The stream store over a [`Backend`]: the engine decides, the backend
+/// stores.
+///
+/// Each call runs the engine on one unit of the backend and commits it
+/// once; a call whose unit lost a race to another writer (in this process
+/// or another) runs again on a new unit after a jittered pause (1 ms
+/// doubling to 100 ms), at most [`RecordOptions::max_attempts`] times,
+/// and then fails with a retryable error having written nothing.
+/// Concurrent appends to one stream queue up and are committed together,
+/// up to [`RecordOptions::max_group`] per unit. Readers of this process
+/// wake at its commits, and at other processes' within
+/// [`RecordOptions::poll`]: a task reads the records of the streams that
+/// have waiters, all in one backend call, at that interval.
+pub struct RecordStorage<B: Backend> {
+    inner: Arc<Inner<B>>,
+    poller: OnceLock<JoinHandle<()>>,
+}
+
+/// What the store's calls and tasks share.
+pub(super) struct Inner<B: Backend> {
+    pub backend: B,
+    pub engine: Engine,
+    pub notifier: Notifier,
+    pub options: RecordOptions,
+    pub queues: group::Queues,
+}
+
+impl<B: Backend> std::fmt::Debug for RecordStorage<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordStorage")
+            .field("options", &self.inner.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend> RecordStorage<B> {
+    /// The store over `backend`.
+    pub fn new(backend: B, options: RecordOptions) -> Self {
+        let engine = Engine {
+            max_append_bytes: options.max_append_bytes,
+            max_producers: options.max_producers_per_stream,
+            clock: Arc::clone(&options.clock),
+        };
+        RecordStorage {
+            inner: Arc::new(Inner {
+                backend,
+                engine,
+                notifier: Notifier::default(),
+                options,
+                queues: group::Queues::default(),
+            }),
+            poller: OnceLock::new(),
+        }
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.inner.backend
+    }
+
+    /// Runs a call that writes until it commits, loses too many races, or
+    /// fails.
+    async fn write(&self, call: &Write) -> Result<Written, StreamError> {
+        let inner = &self.inner;
+        let mut pause = group::FIRST_PAUSE;
+        let mut attempt = 1;
+        loop {
+            let mut unit = inner.backend.open();
+            let written = call.run(&inner.engine, &mut unit).await?;
+            if let Some(overflow) = unit.overflow() {
+                return Err(overflow);
+            }
+            match inner.backend.commit(unit).await? {
+                Commit::Done => return Ok(written),
+                Commit::Conflict if attempt < inner.options.max_attempts => {
+                    attempt += 1;
+                    pause = group::pause(pause).await;
+                }
+                Commit::Conflict => return Err(group::contended(attempt)),
+            }
+        }
+    }
+
+    /// Starts the task that polls other processes' commits, once.
+    fn start_poller(&self) {
+        self.poller
+            .get_or_init(|| tokio::spawn(poll::run(Arc::downgrade(&self.inner))));
+    }
+}
+
+impl<B: Backend> Drop for RecordStorage<B> {
+    fn drop(&mut self) {
+        if let Some(poller) = self.poller.get() {
+            poller.abort();
+        }
+    }
+}
+
+/// A call that writes, as data, so that it can run again on a new unit.
+enum Write {
+    Create {
+        path: StreamPath,
+        config: StreamConfig,
+        initial: Payload,
+    },
+    Fork {
+        path: StreamPath,
+        fork: Fork,
+    },
+    Delete {
+        path: StreamPath,
+    },
+    Restore {
+        snapshot: StreamSnapshot,
+        first: u64,
+        messages: Vec<Bytes>,
+    },
+}
+
+/// What a [`Write`] returns.
+enum Written {
+    Created(Created),
+    Deleted,
+    Restored(StreamInfo),
+}
+
+impl Write {
+    async fn run<U: Unit>(&self, engine: &Engine, unit: &mut U) -> Result<Written, StreamError> {
+        Ok(match self {
+            Write::Create {
+                path,
+                config,
+                initial,
+            } => Written::Created(
+                engine
+                    .create(unit, path, config.clone(), initial.clone())
+                    .await?,
+            ),
+            Write::Fork { path, fork } => {
+                Written::Created(engine.fork(unit, path, fork.clone()).await?)
+            }
+            Write::Delete { path } => {
+                engine.delete(unit, path).await?;
+                Written::Deleted
+            }
+            Write::Restore {
+                snapshot,
+                first,
+                messages,
+            } => Written::Restored(
+                engine
+                    .restore(unit, snapshot, *first, messages.clone())
+                    .await?,
+            ),
+        })
+    }
+}
+
+impl<B: Backend> RecordStorage<B> {
+    async fn create_or_fork(&self, call: Write) -> Result<Created, StreamError> {
+        match self.write(&call).await? {
+            Written::Created(created) => {
+                if created.created {
+                    self.inner.notifier.publish(&created.info);
+                }
+                Ok(created)
+            }
+            Written::Deleted | Written::Restored(_) => {
+                Err(StreamError::internal("a create answered as another call"))
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl<B: Backend> Storage for RecordStorage<B> {
+    async fn create(
+        &self,
+        path: &StreamPath,
+        config: StreamConfig,
+        initial: Payload,
+    ) -> Result<Created, StreamError> {
+        self.create_or_fork(Write::Create {
+            path: path.clone(),
+            config,
+            initial,
+        })
+        .await
+    }
+
+    async fn append(&self, path: &StreamPath, append: Append) -> Result<Appended, StreamError> {
+        group::append(&self.inner, path, append).await
+    }
+
+    async fn read(
+        &self,
+        path: &StreamPath,
+        from: ReadFrom,
+        max_bytes: usize,
+    ) -> Result<ReadChunk, StreamError> {
+        let inner = &self.inner;
+        let mut unit = inner.backend.open();
+        let (chunk, touch) = inner.engine.read(&mut unit, path, from, max_bytes).await?;
+        if let Some(touch) = touch {
+            // A lost touch lets the stream expire earlier than this read
+            // said, never later; the read itself succeeded.
+            if let Err(error) = inner.backend.slide(&touch.key, touch.at_ms).await {
+                tracing::debug!(%error, path = %path, "storing a read's TTL touch");
+            }
+        }
+        Ok(chunk)
+    }
+
+    async fn fork(&self, path: &StreamPath, fork: Fork) -> Result<Created, StreamError> {
+        self.create_or_fork(Write::Fork {
+            path: path.clone(),
+            fork,
+        })
+        .await
+    }
+
+    async fn head(&self, path: &StreamPath) -> Result<StreamInfo, StreamError> {
+        let mut unit = self.inner.backend.open();
+        self.inner.engine.head(&mut unit, path).await
+    }
+
+    async fn delete(&self, path: &StreamPath) -> Result<(), StreamError> {
+        self.write(&Write::Delete { path: path.clone() }).await?;
+        self.inner.notifier.touch(path.as_str());
+        Ok(())
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<StreamInfo>, StreamError> {
+        let mut unit = self.inner.backend.open();
+        self.inner.engine.list(&mut unit, prefix).await
+    }
+
+    async fn snapshot(&self, path: &StreamPath) -> Result<StreamSnapshot, StreamError> {
+        let mut unit = self.inner.backend.open();
+        self.inner.engine.snapshot(&mut unit, path).await
+    }
+
+    async fn restore(
+        &self,
+        snapshot: &StreamSnapshot,
+        first: u64,
+        messages: Vec<Bytes>,
+    ) -> Result<StreamInfo, StreamError> {
+        let call = Write::Restore {
+            snapshot: snapshot.clone(),
+            first,
+            messages,
+        };
+        match self.write(&call).await? {
+            Written::Restored(info) => {
+                self.inner.notifier.publish(&info);
+                Ok(info)
+            }
+            Written::Created(_) | Written::Deleted => {
+                Err(StreamError::internal("a restore answered as another call"))
+            }
+        }
+    }
+
+    fn notifier(&self) -> &Notifier {
+        &self.inner.notifier
+    }
+
+    async fn wait(
+        &self,
+        path: &StreamPath,
+        after: Offset,
+        timeout: Duration,
+    ) -> Result<Wait, StreamError> {
+        self.start_poller();
+        wait_rechecking(self, path, after, timeout, None).await
+    }
+}
