@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A local DynamoDB-compatible server for the eddy-dynamo tests: moto's server
 # from PyPI, in a virtual environment this script creates, bound to 127.0.0.1
-# on a free port.
+# on a free port, serving one request at a time (scripts/moto_serial.py:
+# moto's transactions are not safe under concurrent requests).
 #
 #   scripts/moto.sh start   # install if missing, start, wait until it answers;
 #                           # prints `export EDDY_DYNAMODB_ENDPOINT=http://127.0.0.1:PORT`
@@ -61,7 +62,8 @@ start() {
     mkdir -p "$state"
     for _attempt in 1 2 3; do
         port="$(free_port)"
-        nohup "$venv/bin/moto_server" -H 127.0.0.1 -p "$port" >"$state/log" 2>&1 &
+        # One request at a time: see moto_serial.py.
+        nohup "$venv/bin/python" "$root/scripts/moto_serial.py" 127.0.0.1 "$port" >"$state/log" 2>&1 &
         echo $! >"$state/pid"
         echo "$port" >"$state/port"
         for _ in $(seq 1 150); do

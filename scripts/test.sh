@@ -79,7 +79,7 @@ export EDDY_REQUIRE_CHROMIUM=1 EDDY_REQUIRE_POSTGRES=1
 # The AWS SDK and PostgreSQL backends are behind features; the test run
 # enables them so the same suites run on the embedded stores, moto and
 # PostgreSQL.
-features="eddy/aws,eddy-dynamo/aws,eddy-dynamo/lambda,eddy-dynamo-cli/aws,eddy/postgres,eddy-projection/postgres"
+features="eddy/aws,eddy-dynamo/aws,eddy-dynamo/lambda,eddy-dynamo-cli/aws,eddy-streams-dynamodb/aws,eddy/postgres,eddy-projection/postgres"
 
 # Each optional feature of the server and the binary builds (and lints) on
 # its own, and with none.

@@ -10,9 +10,9 @@
 //! and readers wake at other processes' commits by polling the records of
 //! the streams they wait on.
 //!
-//! The table is any eddy-dynamo [`Table`](eddy_dynamo::Table) with a
+//! The table is any eddy-dynamo `Table` with a
 //! string partition and sort key: Amazon DynamoDB (feature `aws`,
-//! [`connect`]), or eddy-dynamo's embedded table (for tests, or one
+//! `connect`), or eddy-dynamo's embedded table (for tests, or one
 //! process). Items of other kinds in the same table are left alone. The
 //! item layout, the commit protocol and its crash cases are in the
 //! crate's `DESIGN.md`.
@@ -21,7 +21,7 @@
 //!
 //! | feature | adds |
 //! | --- | --- |
-//! | `aws` | [`connect`]: the store on Amazon DynamoDB through `aws-sdk-dynamodb` |
+//! | `aws` | `connect`: the store on Amazon DynamoDB through `aws-sdk-dynamodb` |
 //!
 //! # Example
 //!

@@ -173,11 +173,21 @@ impl DynamoUnit {
 
     /// Reads positions `collect.next..collect.end` of the stored data
     /// partition `id` into `collect`.
-    async fn read_stored(&self, id: &str, collect: &mut Collect) -> Result<(), StreamError> {
-        let mut query = Query::partition(self.shared.keys.data(id)).sort(SortCondition::Between(
-            AttributeValue::S(keys::pack(collect.next + 1)),
-            AttributeValue::S(keys::AFTER_MESSAGES.into()),
-        ));
+    /// Asks for at most `items` items per page: each holds one message or
+    /// more, so a read that wants few messages does not read a whole 1 MB
+    /// page of a long stream.
+    async fn read_stored(
+        &self,
+        id: &str,
+        collect: &mut Collect,
+        items: usize,
+    ) -> Result<(), StreamError> {
+        let mut query = Query::partition(self.shared.keys.data(id))
+            .sort(SortCondition::Between(
+                AttributeValue::S(keys::pack(collect.next + 1)),
+                AttributeValue::S(keys::AFTER_MESSAGES.into()),
+            ))
+            .limit(items.max(1));
         while !collect.done() {
             let page = self
                 .shared
@@ -366,6 +376,13 @@ impl RecordReader for DynamoUnit {
             .map(|data| data.packs.clone())
             .unwrap_or_default();
         let stored_end = pending.first().map_or(u64::MAX, |pack| pack.first);
+        // At most the messages the budget holds at the stream's average
+        // size, and a part item or two more.
+        let record = &self.stream(key)?.record;
+        let average = (record.bytes() / record.count().max(1)).max(1);
+        let wanted = (max_bytes as u64 / average).saturating_add(2);
+        let items = usize::try_from(wanted.min(range.end.saturating_sub(range.start)) + 2)
+            .unwrap_or(usize::MAX);
         let mut collect = Collect::new(range.start, range.end, max_bytes);
         for (segment, start) in self.segments(key)? {
             let end = if segment.id == key.id {
@@ -380,7 +397,7 @@ impl RecordReader for DynamoUnit {
             if collect.done() {
                 break;
             }
-            self.read_stored(&segment.id, &mut collect).await?;
+            self.read_stored(&segment.id, &mut collect, items).await?;
         }
         collect.end = range.end;
         for pack in pending {

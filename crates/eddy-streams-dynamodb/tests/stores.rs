@@ -1,1 +1,264 @@
+//! Several stores on one table (as several processes would be), group
+//! commit, and what removals leave behind: on the embedded table, and
+//! (feature `aws`) on moto.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use eddy_dynamo::{AttributeValue, Query, Table};
+use eddy_streams::backend::RecordOptions;
+use eddy_streams::{
+    Append, Offset, Payload, ProducerPosition, ReadFrom, Storage, StreamConfig, StreamPath, Wait,
+};
+use eddy_streams_dynamodb::DynamoStorage;
+
+use crate::common;
+
+fn store(table: &Arc<dyn Table>) -> DynamoStorage {
+    let options = RecordOptions {
+        poll: Duration::from_millis(20),
+        ..eddy_streams_dynamodb::options()
+    };
+    eddy_streams_dynamodb::open(Arc::clone(table), options).expect("open")
+}
+
+fn path(s: &str) -> StreamPath {
+    StreamPath::new(s).expect("path")
+}
+
+/// Runs `case` on a fresh embedded table, then on a fresh moto table.
+macro_rules! on_every_table {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[test]
+                fn embedded() {
+                    crate::common::runtime().block_on(super::$name(crate::common::embedded()));
+                }
+
+                #[cfg(feature = "aws")]
+                #[test]
+                fn moto() {
+                    crate::common::runtime().block_on(async {
+                        if let Some(table) = crate::common::moto().await {
+                            super::$name(table).await;
+                        }
+                    });
+                }
+            }
+        )*
+    };
+}
+
+on_every_table!(
+    a_reader_of_one_store_wakes_at_another_stores_append,
+    producers_through_two_stores_append_each_message_once_in_one_order,
+    a_removed_stream_leaves_no_data_items,
+);
+
+async fn a_reader_of_one_store_wakes_at_another_stores_append(table: Arc<dyn Table>) {
+    let (writer, reader) = (store(&table), store(&table));
+    let p = path("live/one");
+    reader
+        .create(&p, StreamConfig::json(), Payload::empty())
+        .await
+        .expect("create");
+    let waiting = tokio::spawn(async move {
+        let waited = reader
+            .wait(&path("live/one"), Offset::ZERO, Duration::from_secs(20))
+            .await;
+        (reader, waited)
+    });
+    writer.append(&p, Append::body("1")).await.expect("append");
+    let (reader, waited) = waiting.await.expect("join");
+    match waited.expect("wait") {
+        Wait::Changed(info) => assert_eq!(info.tail, Offset::at(1)),
+        Wait::TimedOut(info) => panic!("the reader never saw the other store's append: {info:?}"),
+    }
+    let chunk = reader
+        .read(&p, ReadFrom::Beginning, 1 << 20)
+        .await
+        .expect("read");
+    assert_eq!(chunk.messages, vec![Bytes::from("1")]);
+}
+
+/// Appends `count` messages as producer `id`, each retried while the
+/// store answers a retryable error (lost races, as a client would).
+async fn produce(store: Arc<DynamoStorage>, p: StreamPath, id: String, count: u64) {
+    for seq in 0..count {
+        let body = format!(r#"{{"p":"{id}","n":{seq}}}"#);
+        loop {
+            let append =
+                Append::body(body.clone()).with_producer(ProducerPosition::new(id.clone(), 0, seq));
+            match store.append(&p, append).await {
+                Ok(_) => break,
+                Err(e) if e.is_retryable() => continue,
+                Err(e) => panic!("{id} seq {seq}: {e}"),
+            }
+        }
+    }
+}
+
+async fn producers_through_two_stores_append_each_message_once_in_one_order(table: Arc<dyn Table>) {
+    let stores = [Arc::new(store(&table)), Arc::new(store(&table))];
+    let p = path("shared/log");
+    stores[0]
+        .create(&p, StreamConfig::json(), Payload::empty())
+        .await
+        .expect("create");
+    let count = 30;
+    let mut tasks = Vec::new();
+    for n in 0..4 {
+        let store = Arc::clone(&stores[n % 2]);
+        tasks.push(tokio::spawn(produce(
+            store,
+            p.clone(),
+            format!("w{n}"),
+            count,
+        )));
+    }
+    for task in tasks {
+        task.await.expect("producer");
+    }
+    let mut orders = Vec::new();
+    for store in &stores {
+        let chunk = store
+            .read(&p, ReadFrom::Beginning, usize::MAX)
+            .await
+            .expect("read");
+        let mut next: HashMap<String, u64> = HashMap::new();
+        for message in &chunk.messages {
+            let value: serde_json::Value = serde_json::from_slice(message).expect("json");
+            let producer = value["p"].as_str().expect("producer").to_owned();
+            let expected = next.entry(producer.clone()).or_default();
+            assert_eq!(
+                value["n"].as_u64(),
+                Some(*expected),
+                "{producer} out of order or twice"
+            );
+            *expected += 1;
+        }
+        assert_eq!(
+            chunk.messages.len() as u64,
+            4 * count,
+            "every acknowledged message once"
+        );
+        orders.push(chunk.messages);
+    }
+    assert_eq!(orders[0], orders[1], "both stores read one order");
+}
+
+async fn a_removed_stream_leaves_no_data_items(table: Arc<dyn Table>) {
+    let store = store(&table);
+    let p = path("gone/soon");
+    store
+        .create(&p, StreamConfig::json(), Payload::empty())
+        .await
+        .expect("create");
+    for seq in 0..3 {
+        let append = Append::body("[1,2,3]").with_producer(ProducerPosition::new("w", 0, seq));
+        store.append(&p, append).await.expect("append");
+    }
+    let record = table
+        .get_item(key("ds|s|gone/soon", "-"))
+        .await
+        .expect("get")
+        .expect("the path item");
+    let Some(AttributeValue::S(id)) = record.get("id") else {
+        panic!("no stream id in {record:?}");
+    };
+    assert_eq!(
+        items(&table, &format!("ds|d|{id}")).await,
+        4,
+        "three packs and a producer"
+    );
+    store.delete(&p).await.expect("delete");
+    store.backend().purge_pending().await.expect("purge");
+    assert_eq!(
+        items(&table, &format!("ds|d|{id}")).await,
+        0,
+        "its data items"
+    );
+    assert_eq!(items(&table, "ds|g").await, 0, "its garbage entry");
+    assert_eq!(items(&table, "ds|l").await, 0, "its directory entry");
+    let err = store.head(&p).await.expect_err("gone");
+    assert_eq!(err.code(), "stream/gone", "the tombstone stays");
+}
+
+fn key(pk: &str, sk: &str) -> eddy_dynamo::Item {
+    eddy_dynamo::Item::from([
+        ("pk".to_owned(), AttributeValue::S(pk.into())),
+        ("sk".to_owned(), AttributeValue::S(sk.into())),
+    ])
+}
+
+/// How many items the partition `pk` holds.
+async fn items(table: &Arc<dyn Table>, pk: &str) -> usize {
+    let mut query = Query::partition(AttributeValue::S(pk.into()));
+    let mut count = 0;
+    loop {
+        let page = table.query(query.clone()).await.expect("query");
+        count += page.items.len();
+        match page.last_evaluated_key {
+            Some(last) => query = query.start_after(Some(last)),
+            None => return count,
+        }
+    }
+}
+
+/// Concurrent appends to one stream share one transaction; one that does
+/// not fit with the others goes into the next.
+#[test]
+fn concurrent_appends_share_transactions_and_the_overflow_goes_next() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let table = common::embedded();
+        let store = store(&table);
+        let p = path("group");
+        store
+            .create(
+                &p,
+                StreamConfig::bytes("application/octet-stream"),
+                Payload::empty(),
+            )
+            .await
+            .expect("create");
+        let before = table.request_stats();
+        // On one thread every append is queued before the runner runs.
+        let appends = (0..40).map(|n| store.append(&p, Append::body(format!("m{n:02}"))));
+        for appended in futures::future::join_all(appends).await {
+            appended.expect("append");
+        }
+        let small = table.request_stats() - before;
+        assert_eq!(small.transactions, 1, "40 appends, one commit: {small:?}");
+        assert_eq!(small.reads, 1, "one read of the stream's record: {small:?}");
+
+        let before = table.request_stats();
+        let large = (0..3).map(|_| store.append(&p, Append::body(vec![b'x'; 1_500_000])));
+        for appended in futures::future::join_all(large).await {
+            appended.expect("a large append fits a commit of its own");
+        }
+        let large = table.request_stats() - before;
+        assert_eq!(
+            large.transactions, 2,
+            "two fit in 4 MB, the third goes next: {large:?}"
+        );
+        let info = store.head(&p).await.expect("head");
+        assert_eq!(info.tail, Offset::at(43));
+        assert_eq!(info.bytes, 40 * 3 + 3 * 1_500_000);
+        let chunk = store
+            .read(&p, ReadFrom::Offset(Offset::at(38)), usize::MAX)
+            .await
+            .expect("read");
+        assert_eq!(
+            chunk.messages[..2],
+            [Bytes::from("m38"), Bytes::from("m39")]
+        );
+        assert!(chunk.messages[2..].iter().all(|m| m.len() == 1_500_000));
+    });
+}

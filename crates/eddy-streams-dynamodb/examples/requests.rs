@@ -1,0 +1,122 @@
+//! Prints the DynamoDB requests the store makes per single append, per
+//! 100-message producer batch and per catch-up read of 200 × 1 KB, and
+//! the wall time of each, on moto (`EDDY_DYNAMODB_ENDPOINT`, feature
+//! `aws`) or else on the embedded table.
+//!
+//!     cargo run -p eddy-streams-dynamodb --features aws --example requests
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use eddy_dynamo::{RequestStats, Table};
+use eddy_streams::{
+    Append, Payload, ProducerPosition, ReadFrom, Storage, StreamConfig, StreamPath,
+};
+
+fn unique() -> String {
+    format!("requests-{}-{:08x}", std::process::id(), fastrand::u32(..))
+}
+
+async fn table() -> Arc<dyn Table> {
+    #[cfg(feature = "aws")]
+    if let Ok(endpoint) = std::env::var("EDDY_DYNAMODB_ENDPOINT") {
+        let options = eddy_dynamo::DynamoOptions::from_env()
+            .endpoint(endpoint)
+            .region("us-east-1")
+            .credentials("testing", "testing");
+        let name = unique();
+        eddy_streams_dynamodb::create_table(&options, &name)
+            .await
+            .expect("create the table");
+        let table =
+            eddy_dynamo::DynamoTable::connect(&options, eddy_streams_dynamodb::layout(name))
+                .await
+                .expect("connect");
+        println!("table: moto");
+        return Arc::new(table);
+    }
+    println!("table: embedded (memory)");
+    Arc::new(eddy_dynamo::EmbeddedTable::memory(
+        eddy_streams_dynamodb::layout(unique()),
+    ))
+}
+
+fn show(what: &str, calls: u64, stats: RequestStats, started: Instant) {
+    let per = |n: u64| n as f64 / calls as f64;
+    println!(
+        "{what}: {:.2} requests per call ({:.2} reads, {:.2} transactions, {:.2} single writes), \
+         {:.1} items read, {:.1} items written; {:.2} ms per call",
+        per(stats.reads + stats.transactions + stats.writes),
+        per(stats.reads),
+        per(stats.transactions),
+        per(stats.writes),
+        per(stats.items_read),
+        per(stats.items_written),
+        started.elapsed().as_secs_f64() * 1000.0 / calls as f64,
+    );
+}
+
+#[tokio::main]
+async fn main() -> Result<(), eddy_streams::StreamError> {
+    let table = table().await;
+    let store = eddy_streams_dynamodb::open(Arc::clone(&table), eddy_streams_dynamodb::options())?;
+    let one_kb = format!(r#"{{"pad":"{}"}}"#, "x".repeat(1012));
+
+    let singles = StreamPath::new("singles")?;
+    store
+        .create(&singles, StreamConfig::json(), Payload::empty())
+        .await?;
+    let (before, started) = (table.request_stats(), Instant::now());
+    for _ in 0..200 {
+        store.append(&singles, Append::body(one_kb.clone())).await?;
+    }
+    show(
+        "single append of 1 KB",
+        200,
+        table.request_stats() - before,
+        started,
+    );
+
+    let batches = StreamPath::new("batches")?;
+    store
+        .create(&batches, StreamConfig::json(), Payload::empty())
+        .await?;
+    let batch = format!("[{}]", vec![one_kb.as_str(); 100].join(","));
+    let (before, started) = (table.request_stats(), Instant::now());
+    for seq in 0..20 {
+        let append = Append::body(batch.clone()).with_producer(ProducerPosition::new("p", 0, seq));
+        store.append(&batches, append).await?;
+    }
+    show(
+        "producer batch of 100 × 1 KB",
+        20,
+        table.request_stats() - before,
+        started,
+    );
+
+    let catch_up = StreamPath::new("catch-up")?;
+    store
+        .create(&catch_up, StreamConfig::json(), Payload::empty())
+        .await?;
+    for seq in 0..2 {
+        let append = Append::body(batch.clone()).with_producer(ProducerPosition::new("p", 0, seq));
+        store.append(&catch_up, append).await?;
+    }
+    for (name, path) in [
+        ("appended one by one", &singles),
+        ("appended in batches of 100", &catch_up),
+    ] {
+        let (before, started) = (table.request_stats(), Instant::now());
+        for _ in 0..20 {
+            let chunk = store.read(path, ReadFrom::Beginning, 1 << 20).await?;
+            assert_eq!(chunk.messages.len(), 200);
+        }
+        show(
+            &format!("catch-up read of 200 × 1 KB {name}"),
+            20,
+            table.request_stats() - before,
+            started,
+        );
+    }
+    Ok(())
+}
