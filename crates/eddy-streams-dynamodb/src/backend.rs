@@ -9,6 +9,7 @@ use eddy_streams::StreamError;
 use crate::errors::table_error;
 use crate::keys::Keys;
 use crate::path_item::{self, PathState};
+use crate::query::all_items;
 use crate::unit::{DynamoUnit, StreamKey};
 
 /// The default size of a pack of messages: see [`DynamoBackend::with_pack_bytes`].
@@ -78,25 +79,12 @@ impl DynamoBackend {
     /// many streams it finished.
     pub async fn purge_pending(&self) -> Result<usize, StreamError> {
         let keys = &self.shared.keys;
-        let mut query = Query::partition(keys.garbage());
-        let mut ids = Vec::new();
-        loop {
-            let page = self
-                .shared
-                .table
-                .query(query.clone())
-                .await
-                .map_err(|e| table_error("listing removed streams", e))?;
-            ids.extend(
-                page.items
-                    .iter()
-                    .filter_map(|item| keys.sort_of(item).map(Arc::from)),
-            );
-            match page.last_evaluated_key {
-                Some(last) => query = query.start_after(Some(last)),
-                None => break,
-            }
-        }
+        let garbage = Query::partition(keys.garbage());
+        let entries = all_items(&*self.shared.table, garbage, "listing removed streams").await?;
+        let ids: Vec<Arc<str>> = entries
+            .iter()
+            .filter_map(|item| keys.sort_of(item).map(Arc::from))
+            .collect();
         for id in &ids {
             purge(&self.shared, id).await?;
         }

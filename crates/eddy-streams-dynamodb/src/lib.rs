@@ -50,6 +50,7 @@ mod errors;
 mod keys;
 mod pack;
 mod path_item;
+mod query;
 mod unit;
 
 use std::sync::Arc;

@@ -21,6 +21,7 @@ use crate::errors::table_error;
 use crate::keys;
 use crate::pack::{self, Collect, Pack, Piece};
 use crate::path_item::{self, PathState, Segment, Stream};
+use crate::query::all_items;
 
 /// The key of a stream in a unit: its path and its data partition's id.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -252,33 +253,18 @@ impl DynamoUnit {
         &self,
         id: &str,
     ) -> Result<BTreeMap<String, ProducerState>, StreamError> {
-        let mut query = Query::partition(self.shared.keys.data(id)).sort(
-            SortCondition::BeginsWith(AttributeValue::S(keys::PRODUCERS.into())),
-        );
+        let query = Query::partition(self.shared.keys.data(id)).sort(SortCondition::BeginsWith(
+            AttributeValue::S(keys::PRODUCERS.into()),
+        ));
+        let items = all_items(&*self.shared.table, query, "reading producers").await?;
         let mut producers = BTreeMap::new();
-        loop {
-            let page = self
-                .shared
-                .table
-                .query(query.clone())
-                .await
-                .map_err(|e| table_error("reading producers", e))?;
-            for item in &page.items {
-                let Some(producer) = self
-                    .shared
-                    .keys
-                    .sort_of(item)
-                    .and_then(|sk| sk.strip_prefix(keys::PRODUCERS))
-                else {
-                    continue;
-                };
+        for item in &items {
+            let sort = self.shared.keys.sort_of(item);
+            if let Some(producer) = sort.and_then(|sk| sk.strip_prefix(keys::PRODUCERS)) {
                 producers.insert(producer.to_owned(), commit::producer_state(item)?);
             }
-            match page.last_evaluated_key {
-                Some(last) => query = query.start_after(Some(last)),
-                None => return Ok(producers),
-            }
         }
+        Ok(producers)
     }
 }
 
@@ -418,24 +404,11 @@ impl RecordReader for DynamoUnit {
         if !prefix.is_empty() {
             query = query.sort(SortCondition::BeginsWith(AttributeValue::S(prefix.into())));
         }
-        let mut paths = Vec::new();
-        loop {
-            let page = self
-                .shared
-                .table
-                .query(query.clone())
-                .await
-                .map_err(|e| table_error("listing streams", e))?;
-            paths.extend(
-                page.items
-                    .iter()
-                    .filter_map(|item| keys.sort_of(item).map(str::to_owned)),
-            );
-            match page.last_evaluated_key {
-                Some(last) => query = query.start_after(Some(last)),
-                None => break,
-            }
-        }
+        let entries = all_items(&*self.shared.table, query, "listing streams").await?;
+        let paths: Vec<String> = entries
+            .iter()
+            .filter_map(|item| keys.sort_of(item).map(str::to_owned))
+            .collect();
         let items: Vec<Item> = self
             .shared
             .table
