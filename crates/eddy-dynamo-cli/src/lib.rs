@@ -14,7 +14,8 @@
 //! - `command.rs`: the clap group and its arguments.
 //! - `repair.rs`: [`RowRepair`], what a projection offers the group
 //!   (implemented for every [`MultiProjection`](eddy_dynamo::MultiProjection)
-//!   whose key deserializes from JSON).
+//!   and single-source [`Projection`](eddy_dynamo::Projection) whose key
+//!   deserializes from JSON).
 //! - `run.rs`: [`run`], which executes a command and prints its report.
 //!
 //! # Example

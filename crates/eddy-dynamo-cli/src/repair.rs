@@ -3,8 +3,8 @@
 
 use async_trait::async_trait;
 use eddy_dynamo::{
-    Deliver, DrainReport, Error, MultiProjection, PendingReport, RebuildInstances, RowOutcome,
-    RowPending, StreamId,
+    Deliver, DrainReport, Error, MultiProjection, PendingReport, Projection, RebuildInstances,
+    RowOutcome, RowPending, StreamId,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -134,4 +134,83 @@ where
     async fn drain_pending(&self, deliver: &dyn Deliver) -> Result<PendingReport, Error> {
         MultiProjection::drain_pending(self, deliver).await
     }
+}
+
+/// A single-source projection: one instance per row, no outbox.
+#[async_trait]
+impl<E, M, K> RowRepair for Projection<E, M, K>
+where
+    E: Serialize + DeserializeOwned + Send + Sync + 'static,
+    M: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    K: Serialize + DeserializeOwned + Send + Sync + 'static,
+{
+    fn name(&self) -> &str {
+        Projection::name(self)
+    }
+
+    /// Rebuilds from the one instance named, or the one the row's
+    /// checkpoint names when none is.
+    async fn rebuild(
+        &self,
+        row: serde_json::Value,
+        instances: RebuildInstances,
+    ) -> Result<RowReport, Error> {
+        let row: K = key(row)?;
+        let named: Vec<(&str, &StreamId)> = instances.iter().collect();
+        let instance = match named.as_slice() {
+            [(_, instance)] => (*instance).clone(),
+            [] => match Projection::checkpoints(self, &row).await?.pop() {
+                Some((_, instance, _)) => instance,
+                None => {
+                    return Err(Error::InvalidArgument(format!(
+                    "projection {}: the row names no stream instance; name the one to rebuild from",
+                    self.name()
+                )))
+                }
+            },
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "projection {} folds one stream instance per row; name one",
+                    self.name()
+                )))
+            }
+        };
+        Ok(Projection::rebuild(self, row, &instance).await?.into())
+    }
+
+    async fn catch_up(&self, row: serde_json::Value) -> Result<RowReport, Error> {
+        Ok(Projection::catch_up(self, key(row)?).await?.into())
+    }
+
+    async fn checkpoints(
+        &self,
+        row: serde_json::Value,
+    ) -> Result<Vec<(String, StreamId, u64)>, Error> {
+        Projection::checkpoints(self, &key(row)?).await
+    }
+
+    async fn pending(&self, row: serde_json::Value) -> Result<Option<RowPending>, Error> {
+        key::<K>(row)?;
+        Ok(None)
+    }
+
+    async fn pending_rows(&self) -> Result<Vec<RowPending>, Error> {
+        Ok(Vec::new())
+    }
+
+    async fn drain(
+        &self,
+        _row: serde_json::Value,
+        _deliver: &dyn Deliver,
+    ) -> Result<DrainReport, Error> {
+        Err(no_outbox(self.name()))
+    }
+
+    async fn drain_pending(&self, _deliver: &dyn Deliver) -> Result<PendingReport, Error> {
+        Err(no_outbox(self.name()))
+    }
+}
+
+fn no_outbox(projection: &str) -> Error {
+    Error::InvalidArgument(format!("projection {projection} declares no outbox"))
 }

@@ -270,3 +270,74 @@ async fn errors_are_one_line() {
     }
     assert!(f.delivered.lock().unwrap().is_empty());
 }
+
+/// A scan count per shipment: a single-source projection.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ScanCount {
+    shipment_id: String,
+    scans: u64,
+}
+
+/// Regression (issue 25): single-source projections had no repair, so the
+/// command group could not mount them. Now `rebuild` (from the instance the
+/// row names, or the one given) and `catch-up` work on them as on
+/// multi-source rows.
+#[tokio::test]
+async fn single_source_projections_are_repaired_from_the_command_line() {
+    let f = Fixture::new();
+    let counts = eddy_dynamo::Entity::<ScanCount>::new(
+        f.freight.summaries.table().clone(),
+        model::app(),
+        "ScanCount",
+        eddy_dynamo::KeyComposite::new(&["shipmentId"], &[]),
+    );
+    let scan_counts =
+        eddy_dynamo::Projection::builder("scan-counts", counts.clone(), f.freight.scans.clone())
+            .key(|id, _| id.get("shipmentId").map(model::shipment))
+            .initial(|k: &ShipmentKey| ScanCount {
+                shipment_id: k.shipment_id.clone(),
+                scans: 0,
+            })
+            .evolve(|mut row, _| {
+                row.scans += 1;
+                Ok(row)
+            })
+            .revision("revision")
+            .build()
+            .unwrap();
+    f.scan("sh-1", "depot").await;
+    f.scan("sh-1", "port").await;
+    let id = f.freight.scans.id([("shipmentId", "sh-1")]).unwrap();
+    scan_counts
+        .apply_batch(f.freight.scans.read(&id).await.unwrap()[..1].to_vec())
+        .await
+        .unwrap();
+    let mounted: [&dyn RowRepair; 1] = [&scan_counts];
+    let run = |args: Vec<String>| {
+        let app = App::try_parse_from(std::iter::once("freight".to_owned()).chain(args)).unwrap();
+        async move {
+            let mut out = Vec::new();
+            let result = eddy_dynamo_cli::run(&app.command, &mounted, None, &mut out).await;
+            (String::from_utf8(out).unwrap(), result)
+        }
+    };
+    let args = |verb: &str| {
+        [verb, "--projection", "scan-counts", "--key", SH1]
+            .map(str::to_owned)
+            .to_vec()
+    };
+    let (_, result) = run(args("catch-up")).await;
+    result.unwrap();
+    let count = counts.get(&model::shipment("sh-1")).await.unwrap().unwrap();
+    assert_eq!(count.scans, 2, "catch-up applied the second scan");
+
+    let (_, result) = run(args("rebuild")).await;
+    result.unwrap();
+    let mut named = args("rebuild");
+    named.extend(["--instance".to_owned(), format!("Scan={id}")]);
+    let (_, result) = run(named).await;
+    result.unwrap();
+    let count = counts.get(&model::shipment("sh-1")).await.unwrap().unwrap();
+    assert_eq!(count.scans, 2, "rebuilt from both scans");
+}

@@ -1,6 +1,8 @@
 //! A table that fails chosen calls with a transient error, in front of any
 //! backend: gap-fill reads, row reads, row writes, and writes whose
-//! acknowledgement is lost (they happen, the caller hears an error).
+//! acknowledgement is lost (they happen, the caller hears an error); and
+//! that runs a hook right before a chosen read, to let a concurrent writer
+//! in at a known point.
 
 use std::sync::{Arc, Mutex};
 
@@ -41,11 +43,16 @@ impl Fault {
     }
 }
 
-/// The table, with faults armed by [`Faulty::arm`].
+/// A future run once, at a chosen call.
+pub type Hook = futures::future::BoxFuture<'static, ()>;
+
+/// The table, with faults armed by [`Faulty::arm`] and a hook set by
+/// [`Faulty::before`].
 pub struct Faulty {
     table: Arc<dyn Table>,
     armed: Mutex<Vec<Fault>>,
     hits: Mutex<usize>,
+    hook: Mutex<Option<(Call, String, Hook)>>,
 }
 
 impl Faulty {
@@ -54,7 +61,37 @@ impl Faulty {
             table,
             armed: Mutex::new(Vec::new()),
             hits: Mutex::new(0),
+            hook: Mutex::new(None),
         })
+    }
+
+    /// Runs `hook` right before the next `call` (`Query` or `GetItem`) of
+    /// a partition containing `partition`: a deterministic place to let a
+    /// concurrent writer in (no sleeps).
+    pub fn before(&self, call: Call, partition: impl Into<String>, hook: Hook) {
+        *self.hook.lock().unwrap() = Some((call, partition.into(), hook));
+    }
+
+    /// Whether the hook ran.
+    pub fn ran(&self) -> bool {
+        self.hook.lock().unwrap().is_none()
+    }
+
+    async fn hooked(&self, call: Call, pk: Option<&eddy_dynamo::AttributeValue>) {
+        let pk = match pk {
+            Some(eddy_dynamo::AttributeValue::S(text)) => text.as_str(),
+            _ => "",
+        };
+        let hook = {
+            let mut slot = self.hook.lock().unwrap();
+            match slot.as_ref() {
+                Some((c, p, _)) if *c == call && pk.contains(p.as_str()) => slot.take(),
+                _ => None,
+            }
+        };
+        if let Some((_, _, hook)) = hook {
+            hook.await;
+        }
     }
 
     pub fn arm(&self, fault: Fault) {
@@ -145,6 +182,7 @@ impl Table for Faulty {
         self.table.rows_at_once()
     }
     async fn get_item(&self, key: Item) -> Result<Option<Item>, TableError> {
+        self.hooked(Call::GetItem, key.get("pk")).await;
         if self.strikes(Call::GetItem, Some(&key)) {
             return Err(Self::transient(Call::GetItem));
         }
@@ -154,6 +192,7 @@ impl Table for Faulty {
         self.table.transact_get_items(keys).await
     }
     async fn query(&self, query: Query) -> Result<QueryPage, TableError> {
+        self.hooked(Call::Query, Some(&query.partition)).await;
         let partition = Item::from([("pk".to_owned(), query.partition.clone())]);
         if self.strikes(Call::Query, Some(&partition)) {
             return Err(Self::transient(Call::Query));

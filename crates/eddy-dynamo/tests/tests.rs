@@ -25,6 +25,7 @@ mod outbox;
 mod projection;
 mod props;
 mod removal;
+mod repair;
 mod series;
 mod stream;
 mod tables;

@@ -243,71 +243,98 @@ where
         &self,
         work: RowWork<M, K>,
     ) -> (RowOutcome<M>, Vec<RecordFailure>) {
-        self.apply_row_with(work, false).await
-    }
-
-    /// [`apply_row`](Self::apply_row); `fresh` folds from `initial` with no
-    /// checkpoints (a rebuild), keeping only the revision of the row read.
-    pub(crate) async fn apply_row_with(
-        &self,
-        work: RowWork<M, K>,
-        fresh: bool,
-    ) -> (RowOutcome<M>, Vec<RecordFailure>) {
-        let table = self.read_model.table();
         // The row as the last failed condition returned it: no re-read.
         let mut known: Option<Option<Item>> = None;
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let read = match known.take() {
-                Some(item) => Ok(item),
-                None => table.get_item(work.key.clone()).await.map_err(Error::from),
-            };
-            let read = match read {
-                Ok(item) => self.classify(item),
+            let read = match self.read_row(&work, known.take()).await {
+                Ok(read) => read,
                 Err(e) => return self.row_failed(&work, None, e),
             };
-            let read = match read {
-                ReadRow::Row(mut item) | ReadRow::Tombstone(mut item) if fresh => {
-                    self.slots.clear(&mut item);
-                    ReadRow::Tombstone(item)
+            match self.attempt(&work, &read, false).await {
+                Ok(done) => return done,
+                Err(lost) => {
+                    if let Err(e) = self.lost_race(&work, attempt).await {
+                        return self.row_failed(&work, Some(*lost.plan), e);
+                    }
+                    known = Some(lost.item);
                 }
-                read => read,
-            };
-            let plan = match self.plan(&work, &read).await {
-                Ok(plan) => plan,
-                Err(e) => return self.row_failed(&work, None, e),
-            };
-            if !plan.write {
-                return self.finish(&work, plan, false);
-            }
-            let write = match self.row_write(&work, &plan, &read) {
-                Ok(write) => write,
-                Err(e) => return self.row_failed(&work, Some(plan), e),
-            };
-            match write_row(table.as_ref(), write).await {
-                Ok(()) => {
-                    crate::metrics::enqueued(self.read_model.entity_type(), plan.effects.len());
-                    return self.finish(&work, plan, true);
-                }
-                Err(TableError::ConditionalCheckFailed { item }) if attempt < self.max_attempts => {
-                    crate::metrics::write_conflict(&self.name);
-                    // Without the row (a backend that does not return it), read again.
-                    known = item.map(|i| Some(*i));
-                    let ceiling = 2u64 << attempt.min(8);
-                    tokio::time::sleep(Duration::from_millis(fastrand::u64(1..=ceiling))).await;
-                }
-                Err(TableError::ConditionalCheckFailed { .. }) => {
-                    crate::metrics::write_conflict(&self.name);
-                    let e = Error::WriteContention {
-                        target: work.id.clone(),
-                        attempts: attempt,
-                    };
-                    return self.row_failed(&work, Some(plan), e);
-                }
-                Err(e) => return self.row_failed(&work, Some(plan), e.into()),
             }
         }
+    }
+
+    /// The row at the work's key: `known` when a failed condition returned
+    /// it, else read.
+    pub(crate) async fn read_row(
+        &self,
+        work: &RowWork<M, K>,
+        known: Option<Option<Item>>,
+    ) -> Result<ReadRow, Error> {
+        let item = match known {
+            Some(item) => item,
+            None => self.read_model.table().get_item(work.key.clone()).await?,
+        };
+        Ok(self.classify(item))
+    }
+
+    /// Plans the row from `read` and writes it once. `fresh` plans from
+    /// `initial` with every checkpoint cleared (a rebuild), keeping only
+    /// the revision; the write is still conditioned on the row as read.
+    pub(crate) async fn attempt(
+        &self,
+        work: &RowWork<M, K>,
+        read: &ReadRow,
+        fresh: bool,
+    ) -> Attempt<M> {
+        let cleared;
+        let from = match read {
+            ReadRow::Row(item) | ReadRow::Tombstone(item) if fresh => {
+                let mut item = item.clone();
+                self.slots.clear(&mut item);
+                cleared = ReadRow::Tombstone(item);
+                &cleared
+            }
+            read => read,
+        };
+        let plan = match self.plan(work, from).await {
+            Ok(plan) => plan,
+            Err(e) => return Ok(self.row_failed(work, None, e)),
+        };
+        if !plan.write {
+            return Ok(self.finish(work, plan, false));
+        }
+        let write = match self.row_write(work, &plan, read) {
+            Ok(write) => write,
+            Err(e) => return Ok(self.row_failed(work, Some(plan), e)),
+        };
+        match write_row(self.read_model.table().as_ref(), write).await {
+            Ok(()) => {
+                crate::metrics::enqueued(self.read_model.entity_type(), plan.effects.len());
+                Ok(self.finish(work, plan, true))
+            }
+            // Without the row (a backend that does not return it), read again.
+            Err(TableError::ConditionalCheckFailed { item }) => Err(LostRace {
+                item: item.map(|i| *i),
+                plan: Box::new(plan),
+            }),
+            Err(e) => Ok(self.row_failed(work, Some(plan), e.into())),
+        }
+    }
+
+    /// Counts a lost race and waits a jittered backoff before the next
+    /// attempt; after `max_attempts`, the row fails with `WriteContention`.
+    pub(crate) async fn lost_race(&self, work: &RowWork<M, K>, attempt: u32) -> Result<(), Error> {
+        crate::metrics::write_conflict(&self.name);
+        if attempt >= self.max_attempts {
+            return Err(Error::WriteContention {
+                target: work.id.clone(),
+                attempts: attempt,
+            });
+        }
+        let ceiling = 2u64 << attempt.min(8);
+        tokio::time::sleep(Duration::from_millis(fastrand::u64(1..=ceiling))).await;
+        Ok(())
     }
 
     /// What a read found at the row's key: the row, its tombstone, or
@@ -467,6 +494,18 @@ where
         (outcome, failures)
     }
 }
+
+/// A planned write of a row that another writer got to first.
+pub(crate) struct LostRace<M> {
+    /// The row as it is now, when the backend returned it.
+    pub item: Option<Item>,
+    /// The plan that lost.
+    pub plan: Box<RowPlan<M>>,
+}
+
+/// What one planned write of a row came to: the row's outcome (written,
+/// nothing to write, or failed), or a lost race.
+pub(crate) type Attempt<M> = Result<(RowOutcome<M>, Vec<RecordFailure>), LostRace<M>>;
 
 /// What a read found at a row's key.
 pub(crate) enum ReadRow {

@@ -4,10 +4,11 @@
 
 use std::collections::BTreeMap;
 
-use super::core::{Pending, RowCore, RowWork};
+use super::core::{Pending, ReadRow, RowCore, RowWork};
 use super::RowOutcome;
 use crate::error::Error;
 use crate::event_item::{EventItem, StreamId};
+use crate::item::Item;
 
 /// The stream instances a row is rebuilt from, by source name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -36,8 +37,9 @@ impl RebuildInstances {
 /// Where a row's events are read from before it is applied.
 pub(crate) enum Repair {
     /// From scratch: the named instances' whole histories.
-    Rebuild,
-    /// From each instance's checkpoint on.
+    Rebuild(Vec<(usize, StreamId)>),
+    /// From each instance's checkpoint on, for every instance the row's
+    /// checkpoints know.
     CatchUp,
 }
 
@@ -54,32 +56,14 @@ where
     ) -> Result<RowOutcome<M>, Error> {
         let mut named = Vec::new();
         for (source, instance) in instances.iter() {
-            named.push((self.source_index(source)?, instance.clone(), 0));
+            named.push((self.source_index(source)?, instance.clone()));
         }
-        self.repair(row, named, Repair::Rebuild).await
+        self.repair(row, Repair::Rebuild(named)).await
     }
 
     /// Brings every instance the row's checkpoints know up to its head.
     pub(crate) async fn catch_up(&self, row: K) -> Result<RowOutcome<M>, Error> {
-        let key = self.read_model.key(&row)?;
-        let id = super::core::row_id(self.read_model.table().schema(), &key);
-        let read = self.read_model.table().get_item(key).await?;
-        let slots = self.classify(read).item().cloned().unwrap_or_default();
-        let mut known = Vec::new();
-        for (source, instance) in self.slots.instances(&slots) {
-            // A single-source row names no source: its only one.
-            let at = if source.is_empty() {
-                0
-            } else {
-                self.source_index(&source)?
-            };
-            let checkpoint = self
-                .slots
-                .read(&slots, self.sources[at].name(), &instance, &id)?
-                .unwrap_or(0);
-            known.push((at, instance, checkpoint));
-        }
-        self.repair(row, known, Repair::CatchUp).await
+        self.repair(row, Repair::CatchUp).await
     }
 
     /// The (source, instance) pairs a row's checkpoints know, with their
@@ -91,18 +75,39 @@ where
         let key = self.read_model.key(row)?;
         let id = super::core::row_id(self.read_model.table().schema(), &key);
         let read = self.read_model.table().get_item(key).await?;
-        let slots = self.classify(read).item().cloned().unwrap_or_default();
-        let mut found = Vec::new();
-        for (source, instance) in self.slots.instances(&slots) {
-            let name = if source.is_empty() {
-                self.sources[0].name().to_owned()
+        let known = self.known_instances(&self.classify(read), &id)?;
+        Ok(known
+            .into_iter()
+            .map(|(at, instance, checkpoint)| {
+                (self.sources[at].name().to_owned(), instance, checkpoint)
+            })
+            .collect())
+    }
+
+    /// The instances the slots of a row as read know: (source, instance,
+    /// checkpoint).
+    fn known_instances(
+        &self,
+        read: &ReadRow,
+        id: &str,
+    ) -> Result<Vec<(usize, StreamId, u64)>, Error> {
+        let empty = Item::new();
+        let slots = read.item().unwrap_or(&empty);
+        let mut known = Vec::new();
+        for (source, instance) in self.slots.instances(slots) {
+            // A single-source row names no source: its only one.
+            let at = if source.is_empty() {
+                0
             } else {
-                source
+                self.source_index(&source)?
             };
-            let checkpoint = self.slots.read(&slots, &name, &instance, &id)?.unwrap_or(0);
-            found.push((name, instance, checkpoint));
+            let checkpoint = self
+                .slots
+                .read(slots, self.sources[at].name(), &instance, id)?
+                .unwrap_or(0);
+            known.push((at, instance, checkpoint));
         }
-        Ok(found)
+        Ok(known)
     }
 
     fn source_index(&self, name: &str) -> Result<usize, Error> {
@@ -114,16 +119,55 @@ where
             })
     }
 
-    /// Reads each instance's events above `from` and applies those keyed to
-    /// the row (events of other rows are considered by the gap fill).
-    async fn repair(
-        &self,
-        row: K,
-        instances: Vec<(usize, StreamId, u64)>,
-        how: Repair,
-    ) -> Result<RowOutcome<M>, Error> {
+    /// Repairs one row. The row is read first and the histories after it,
+    /// and the write is conditioned on the row as read (its revision, or
+    /// its checkpoints): an event that live delivery applied before the
+    /// row was read is in the row's checkpoints (catch-up) or in the
+    /// history read after it (rebuild), and one it applied after that
+    /// moved the row, so the write fails and the repair plans again from
+    /// the row as it is now, reading the histories again.
+    async fn repair(&self, row: K, how: Repair) -> Result<RowOutcome<M>, Error> {
         let key = self.read_model.key(&row)?;
         let id = super::core::row_id(self.read_model.table().schema(), &key);
+        let mut work = RowWork {
+            key,
+            id,
+            row,
+            instances: BTreeMap::new(),
+        };
+        let mut known: Option<Option<Item>> = None;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let read = self.read_row(&work, known.take()).await?;
+            let from = match &how {
+                Repair::Rebuild(named) => named.iter().map(|(at, i)| (*at, i.clone(), 0)).collect(),
+                Repair::CatchUp => self.known_instances(&read, &work.id)?,
+            };
+            work.instances = self.events_of(&work, from).await?;
+            let fresh = matches!(how, Repair::Rebuild(_));
+            match self.attempt(&work, &read, fresh).await {
+                Ok((outcome, _)) => {
+                    return match outcome.failure {
+                        Some(e) => Err(e),
+                        None => Ok(outcome),
+                    }
+                }
+                Err(lost) => {
+                    self.lost_race(&work, attempt).await?;
+                    known = Some(lost.item);
+                }
+            }
+        }
+    }
+
+    /// Each instance's stored events above its `from` that are keyed to
+    /// the row (events of other rows are considered by the gap fill).
+    async fn events_of(
+        &self,
+        work: &RowWork<M, K>,
+        instances: Vec<(usize, StreamId, u64)>,
+    ) -> Result<BTreeMap<(usize, StreamId), Vec<Pending<M>>>, Error> {
         let mut events: BTreeMap<(usize, StreamId), Vec<Pending<M>>> = BTreeMap::new();
         for (at, instance, from) in instances {
             let source = &self.sources[at];
@@ -135,7 +179,7 @@ where
                     continue;
                 };
                 let event_key = self.read_model.key(event_row)?;
-                if super::core::row_id(self.read_model.table().schema(), &event_key) == id {
+                if super::core::row_id(self.read_model.table().schema(), &event_key) == work.id {
                     mine.push(Pending {
                         index: None,
                         version: prepared.version,
@@ -145,17 +189,6 @@ where
             }
         }
         events.retain(|_, e| !e.is_empty());
-        let work = RowWork {
-            key,
-            id,
-            row,
-            instances: events,
-        };
-        let fresh = matches!(how, Repair::Rebuild);
-        let (outcome, _) = self.apply_row_with(work, fresh).await;
-        match outcome.failure {
-            Some(e) => Err(e),
-            None => Ok(outcome),
-        }
+        Ok(events)
     }
 }

@@ -214,6 +214,34 @@ where
         Ok(self.core.apply(indexed, None).await.0)
     }
 
+    /// The row's checkpoint as (source, instance, version): the stream
+    /// instance that owns the row, empty when there is no row (or it was
+    /// written before the projection).
+    pub async fn checkpoints(&self, key: &K) -> Result<Vec<(String, StreamId, u64)>, Error> {
+        self.core.checkpoints_of(key).await
+    }
+
+    /// Re-derives the row `key` from its stream instance `instance`: folds
+    /// every event of the instance keyed to the row from `initial` and
+    /// writes the checkpoint (and the owner) from scratch. Safe beside live
+    /// delivery: the row is read before the history, and the write is
+    /// conditioned on the revision (or, without one, the checkpoint) read,
+    /// so a write that lost to a live one plans again from both. A row
+    /// owned by another instance is rebuilt from `instance` (the repair of
+    /// a wrong owner).
+    pub async fn rebuild(&self, key: K, instance: &StreamId) -> Result<RowOutcome<M>, Error> {
+        let instances =
+            super::RebuildInstances::new().add(self.core.sources[0].name(), instance.clone());
+        self.core.rebuild(key, &instances).await
+    }
+
+    /// Brings the row `key` up to its stream instance's head: reads the
+    /// events above its checkpoint (never delivered, or lost with a
+    /// trimmed change feed) and applies them like a delivery.
+    pub async fn catch_up(&self, key: K) -> Result<RowOutcome<M>, Error> {
+        self.core.catch_up(key).await
+    }
+
     /// Decodes stored events (with their batch positions) and applies
     /// them; reports the positions that were not applied.
     pub(crate) async fn apply_items(
@@ -294,8 +322,8 @@ where
 
     /// A revision attribute (a field name, or a [`Revision`] with its
     /// initial value), incremented by every write and used as its guard
-    /// instead of the checkpoint; it also makes `rebuild` safe alongside
-    /// live delivery.
+    /// instead of the checkpoint. (Without it, [`Projection::rebuild`] is
+    /// guarded by the checkpoint it read.)
     pub fn revision(mut self, field: impl Into<Revision>) -> Self {
         self.revision_field = Some(field.into());
         self
