@@ -135,6 +135,17 @@ impl Storage for MemoryStorage {
         complete(self.engine.head(&mut *self.lock(), path))
     }
 
+    async fn release_producer(
+        &self,
+        path: &StreamPath,
+        producer: &str,
+    ) -> Result<bool, StreamError> {
+        complete(
+            self.engine
+                .release_producer(&mut *self.lock(), path, producer),
+        )
+    }
+
     async fn delete(&self, path: &StreamPath) -> Result<(), StreamError> {
         let mut records = self.lock();
         complete(self.engine.delete(&mut *records, path))?;
@@ -346,6 +357,10 @@ impl Records for MemoryRecords {
             .producers
             .insert(producer.to_owned(), state);
         Ok(())
+    }
+
+    async fn remove_producer(&mut self, key: &Key, producer: &str) -> Result<bool, StreamError> {
+        Ok(self.stream(key)?.producers.remove(producer).is_some())
     }
 
     async fn remove(&mut self, key: &Key, path: &str) -> Result<(), StreamError> {

@@ -208,6 +208,15 @@ pub trait Records: RecordReader {
         state: ProducerState,
     ) -> impl Op<()>;
 
+    /// Drops one producer's state on a stream; whether it had one. A
+    /// backend that cannot keeps this default, which refuses.
+    fn remove_producer(&mut self, key: &Self::Key, producer: &str) -> impl Op<bool> {
+        let _ = (key, producer);
+        std::future::ready(Err(StreamError::InvalidArgument(
+            "this stream store cannot release producer state".into(),
+        )))
+    }
+
     /// Removes a stream with its messages and producers.
     fn remove(&mut self, key: &Self::Key, path: &str) -> impl Op<()>;
 

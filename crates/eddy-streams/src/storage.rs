@@ -89,6 +89,26 @@ pub trait Storage: Send + Sync + 'static {
         ))
     }
 
+    /// Releases idempotent producer `producer` on the live stream at
+    /// `path`: the store drops its state, so it no longer counts against
+    /// the stream's producer limit, and its next append is a new
+    /// producer's (sequence 0). A retry of an append it made before is
+    /// then no longer recognised as one: release a producer only when no
+    /// one can still retry its appends (its writer is done for good).
+    /// Returns whether the store kept state for it.
+    ///
+    /// Backends that cannot keep this default, which refuses.
+    async fn release_producer(
+        &self,
+        path: &StreamPath,
+        producer: &str,
+    ) -> Result<bool, StreamError> {
+        let _ = (path, producer);
+        Err(StreamError::InvalidArgument(
+            "this stream store cannot release producer state".into(),
+        ))
+    }
+
     /// Describes a live stream.
     async fn head(&self, path: &StreamPath) -> Result<StreamInfo, StreamError>;
 

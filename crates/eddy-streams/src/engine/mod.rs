@@ -238,6 +238,20 @@ impl Engine {
         })
     }
 
+    /// Drops `producer`'s state on the live stream at `path` (see
+    /// [`Storage::release_producer`](crate::Storage::release_producer));
+    /// whether it had any.
+    pub async fn release_producer<R: Records>(
+        &self,
+        records: &mut R,
+        path: &StreamPath,
+        producer: &str,
+    ) -> Result<bool, StreamError> {
+        let now = self.now_ms();
+        let stored = find(records, path.as_str(), now).await?.live(path)?;
+        records.remove_producer(&stored.key, producer).await
+    }
+
     /// Deletes a stream; one that forks still read from is only retired
     /// (soft-deleted) until they are gone.
     pub async fn delete<R: Records>(

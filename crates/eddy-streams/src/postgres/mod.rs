@@ -390,6 +390,18 @@ impl Storage for PgStorage {
         .await
     }
 
+    async fn release_producer(
+        &self,
+        path: &StreamPath,
+        producer: &str,
+    ) -> Result<bool, StreamError> {
+        self.write(|mut tx| async move {
+            let released = tx.release_producer(path, producer).await;
+            (tx, released)
+        })
+        .await
+    }
+
     async fn delete(&self, path: &StreamPath) -> Result<(), StreamError> {
         self.write(|mut tx| async move {
             let deleted = tx.delete(path).await;

@@ -348,6 +348,12 @@ impl Records for PgRecords {
         Ok(())
     }
 
+    async fn remove_producer(&mut self, key: &i64, producer: &str) -> Result<bool, StreamError> {
+        let sql = Arc::clone(&self.sql.remove_producer);
+        let removed = self.execute(query(&sql).bind(key).bind(producer)).await?;
+        Ok(removed > 0)
+    }
+
     async fn remove(&mut self, key: &i64, _path: &str) -> Result<(), StreamError> {
         let sql = Arc::clone(&self.sql.remove);
         self.execute(query(&sql).bind(key)).await?;

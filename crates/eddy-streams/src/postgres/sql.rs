@@ -30,6 +30,7 @@ pub(crate) struct Sql {
     pub insert_messages: Arc<str>,
     pub copy_prefix: Arc<str>,
     pub save_producer: Arc<str>,
+    pub remove_producer: Arc<str>,
     pub remove: Arc<str>,
     pub slide: Arc<str>,
     pub tombstone: Arc<str>,
@@ -92,6 +93,9 @@ impl Sql {
                     SELECT $2, seq, data FROM {s}.messages WHERE stream_id = $1 AND seq < $3
                     RETURNING length(data) AS size)
                  SELECT coalesce(sum(size), 0)::bigint FROM copied"
+            )),
+            remove_producer: sql(format!(
+                "DELETE FROM {s}.producers WHERE stream_id = $1 AND producer = $2"
             )),
             save_producer: sql(format!(
                 "INSERT INTO {s}.producers (stream_id, producer, epoch, seq) VALUES ($1, $2, $3, $4)

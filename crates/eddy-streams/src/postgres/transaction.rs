@@ -201,6 +201,21 @@ impl PgTransaction {
         Ok(created)
     }
 
+    /// Releases a producer (see
+    /// [`Storage::release_producer`](crate::Storage::release_producer)).
+    pub async fn release_producer(
+        &mut self,
+        path: &StreamPath,
+        producer: &str,
+    ) -> Result<bool, StreamError> {
+        self.records.set_locking(true);
+        self.calls += 1;
+        let engine = &self.wiring.engine;
+        engine
+            .release_producer(&mut self.records, path, producer)
+            .await
+    }
+
     /// Deletes a stream (see [`Storage::delete`](crate::Storage::delete)).
     pub async fn delete(&mut self, path: &StreamPath) -> Result<(), StreamError> {
         self.records.set_locking(true);

@@ -362,6 +362,19 @@ impl Storage for SqliteStorage {
             .await
     }
 
+    async fn release_producer(
+        &self,
+        path: &StreamPath,
+        producer: &str,
+    ) -> Result<bool, StreamError> {
+        let (path, producer) = (path.clone(), producer.to_owned());
+        self.submit(0, Containment::Savepoint, move |engine, records| {
+            let released = complete(engine.release_producer(records, &path, &producer))?;
+            Ok((released, None))
+        })
+        .await
+    }
+
     async fn delete(&self, path: &StreamPath) -> Result<(), StreamError> {
         let path = path.clone();
         self.submit(0, Containment::Savepoint, move |engine, records| {

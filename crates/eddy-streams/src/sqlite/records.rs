@@ -250,6 +250,11 @@ impl Records for SqliteRecords<'_> {
         ready(save_producer(self.conn, *key, producer, state))
     }
 
+    fn remove_producer(&mut self, key: &i64, producer: &str) -> impl Op<bool> {
+        self.wrote = true;
+        ready(remove_producer(self.conn, *key, producer))
+    }
+
     fn remove(&mut self, key: &i64, _path: &str) -> impl Op<()> {
         let key = *key;
         self.wrote = true;
@@ -494,6 +499,13 @@ fn producer_state(
 fn producer_count(conn: &Connection, id: i64) -> Result<u64, StreamError> {
     let mut stmt = conn.prepare_cached("SELECT count(*) FROM producers WHERE stream_id = ?1")?;
     Ok(stmt.query_row([id], |r| r.get::<_, i64>(0))? as u64)
+}
+
+fn remove_producer(conn: &Connection, id: i64, producer: &str) -> Result<bool, StreamError> {
+    let removed = conn
+        .prepare_cached("DELETE FROM producers WHERE stream_id = ?1 AND producer = ?2")?
+        .execute(params![id, producer])?;
+    Ok(removed > 0)
 }
 
 fn save_producer(

@@ -33,6 +33,7 @@ macro_rules! every_case {
             producer_new_epoch_starts_at_zero,
             producer_state_is_per_stream_and_producer,
             producers_beyond_the_limit_are_refused_known_ones_append,
+            released_producers_make_room_and_start_again,
             expected_tail_mismatch_writes_nothing,
             stream_seq_must_increase,
             close_alone_and_with_final_append,
@@ -550,6 +551,43 @@ pub async fn producers_beyond_the_limit_are_refused_known_ones_append(store: Arc
         .append(&p, at("late", 0))
         .await
         .expect("a recreated stream starts without producers");
+}
+
+/// A released producer's state is dropped: it no longer counts against
+/// the limit, and its next append starts it again at sequence 0. A store
+/// that cannot release (a remote one) refuses and changes nothing.
+pub async fn released_producers_make_room_and_start_again(store: Arc<dyn Storage>) {
+    let p = json_stream(&*store, "released").await;
+    let at = |id: &str, seq| Append::body("1").with_producer(ProducerPosition::new(id, 0, seq));
+    for n in 0..MAX_PRODUCERS {
+        store
+            .append(&p, at(&format!("w{n}"), 0))
+            .await
+            .expect("room for a new producer");
+    }
+    let released = match store.release_producer(&p, "w0").await {
+        Err(StreamError::InvalidArgument(_)) => {
+            let refused = store.append(&p, at("late", 0)).await;
+            assert!(matches!(refused, Err(StreamError::TooManyProducers { .. })));
+            return;
+        }
+        released => released.expect("release"),
+    };
+    assert!(released);
+    store.append(&p, at("late", 0)).await.expect("room again");
+    let gap = store.append(&p, at("w0", 1)).await.expect_err("w0 is new");
+    assert!(
+        matches!(gap, StreamError::ProducerSeqGap { expected: 0, .. }),
+        "{gap:?}"
+    );
+    assert!(!store.release_producer(&p, "never").await.expect("unknown"));
+    let missing = StreamPath::new("released/missing").expect("path");
+    let absent = store.release_producer(&missing, "w1").await;
+    assert!(
+        matches!(absent, Err(StreamError::NotFound { .. })),
+        "{absent:?}"
+    );
+    assert_eq!(read_all(&*store, &p).await.len(), MAX_PRODUCERS + 1);
 }
 
 pub async fn expected_tail_mismatch_writes_nothing(store: Arc<dyn Storage>) {
