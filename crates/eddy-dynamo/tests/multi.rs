@@ -552,6 +552,70 @@ pub async fn a_declaration_that_does_not_hold_together_is_refused(t: TestTable) 
     assert_eq!(ttl_without_attribute.unwrap_err().code(), "InvalidArgument");
 }
 
+/// Regression (issue 25): two sources declared on one scalar checkpoint
+/// field (or a field that is also the map, an instance field or the
+/// revision) were accepted, and each source then took the other's
+/// checkpoint for its own and dropped its events as already applied. Now
+/// `build` refuses every attribute the layout would use twice.
+pub async fn clashing_checkpoint_fields_are_refused(t: TestTable) {
+    use eddy_dynamo::SourceField;
+    let f = freight(&t);
+    let build = |checkpoints: Checkpoints, revision: &str| {
+        MultiProjection::builder("clash", f.summaries.clone())
+            .initial(empty)
+            .source("scan", f.scans.clone(), |s| {
+                s.key(|_, _| None).evolve(|row, _, _| Ok(row))
+            })
+            .source("weigh", f.weighings.clone(), |s| {
+                s.key(|_, _| None).evolve(|row, _, _| Ok(row))
+            })
+            .checkpoints(checkpoints)
+            .revision(revision)
+            .build()
+    };
+    let clashes = [
+        Checkpoints::fields()
+            .source("scan", SourceField::new("version"))
+            .source("weigh", SourceField::new("version")),
+        Checkpoints::map("checkpoints").source("scan", SourceField::new("checkpoints")),
+        Checkpoints::map("checkpoints")
+            .source(
+                "scan",
+                SourceField::new("scanVersion").instance_field("owner"),
+            )
+            .source("weigh", SourceField::new("owner")),
+        Checkpoints::map("checkpoints").source(
+            "scan",
+            SourceField::new("scanVersion").instance_field("scanVersion"),
+        ),
+    ];
+    for checkpoints in clashes {
+        let refused = build(checkpoints.clone(), "revision");
+        let error = refused.expect_err(&format!("{checkpoints:?} is refused"));
+        assert_eq!(error.code(), "InvalidArgument");
+        assert!(error.to_string().contains("twice"), "{error}");
+    }
+    let on_revision = build(Checkpoints::map("revision"), "revision").unwrap_err();
+    assert!(on_revision.to_string().contains("twice"), "{on_revision}");
+    // Distinct fields are fine.
+    let distinct = Checkpoints::map("checkpoints")
+        .source(
+            "scan",
+            SourceField::new("scanVersion").instance_field("scanOwner"),
+        )
+        .source("weigh", SourceField::new("weighVersion"));
+    assert!(build(distinct, "revision").is_ok());
+    // A single-source projection's checkpoint cannot be its revision either.
+    let single = eddy_dynamo::Projection::builder("clash", f.summaries.clone(), f.scans.clone())
+        .key(|id, _| id.get("shipmentId").map(shipment))
+        .initial(empty)
+        .evolve(|row, _| Ok(row))
+        .checkpoint("revision")
+        .revision("revision")
+        .build();
+    assert_eq!(single.unwrap_err().code(), "InvalidArgument");
+}
+
 pub async fn rebuild_rederives_a_row_and_catch_up_reaches_the_heads(t: TestTable) {
     let f = freight(&t);
     let p = f.projection(None).unwrap();
@@ -787,6 +851,7 @@ crate::backend_tests!(
     a_removed_row_keeps_a_tombstone_with_its_checkpoints,
     revision_initial_sets_the_first_write,
     a_declaration_that_does_not_hold_together_is_refused,
+    clashing_checkpoint_fields_are_refused,
     rebuild_rederives_a_row_and_catch_up_reaches_the_heads,
     concurrent_writers_of_different_sources_lose_nothing,
 );

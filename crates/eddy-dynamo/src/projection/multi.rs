@@ -585,10 +585,24 @@ where
                 "checkpoint field for unknown source {unknown}"
             )));
         }
+        // One attribute for two purposes: each would take the other's value
+        // for its own (a checkpoint read as another instance's, events
+        // dropped as already applied).
+        let mut used = std::collections::HashSet::new();
+        let attributes = checkpoints.attributes();
+        if let Some(twice) = attributes
+            .iter()
+            .copied()
+            .chain([revision.field.as_str()])
+            .find(|a| !used.insert(*a))
+        {
+            return Err(invalid(format!(
+                "attribute {twice} is declared twice among the checkpoint map, the sources' checkpoint and instance fields and the revision"
+            )));
+        }
         let schema = self.read_model.table().schema();
         let reserved: Vec<&str> = schema.key.names().collect();
-        if let Some(clash) = checkpoints
-            .attributes()
+        if let Some(clash) = attributes
             .into_iter()
             .chain([revision.field.as_str()])
             .find(|a| reserved.contains(a))

@@ -354,6 +354,15 @@ where
             terminal: self.terminal,
             stream: self.stream,
         });
+        let checkpoint = self.checkpoint_field.as_str();
+        let revision = self.revision_field.as_ref().map(Revision::field);
+        if checkpoint == super::SOURCE_ATTRIBUTE || revision == Some(checkpoint) {
+            return Err(Error::InvalidArgument(format!(
+                "projection {}: attribute {checkpoint} is declared twice, as the checkpoint and as the {}",
+                self.name,
+                if revision == Some(checkpoint) { "revision" } else { "row's owner" }
+            )));
+        }
         let concurrency = self
             .concurrency
             .unwrap_or_else(|| self.read_model.table().rows_at_once());
