@@ -160,7 +160,14 @@
 //! Producer ids are derived from the binding, the output and a generation
 //! fixed when the checkpoint is first written; sequence numbers count the
 //! appends to each output (one per unit that wrote to it, more when its
-//! items were over the append limit).
+//! items were over the append limit). A binding that is forgotten (by
+//! [`Host::forget`], or after the final unit of a gone input) releases its
+//! producer on each output first ([`Storage::release_producer`](eddy_streams::Storage::release_producer)),
+//! so a shared output such as a wake stream stays under the store's
+//! producer cap however many bindings came and went. A binding kept after
+//! its input is gone ([`Declare::keep_gone`]) keeps its producers until it
+//! is forgotten; a remote store keeps them all (the protocol cannot
+//! release one).
 //!
 //! # Error codes
 //!

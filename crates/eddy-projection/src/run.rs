@@ -1,8 +1,10 @@
 //! Bounded runners: `run`, `read`, `current` and `decide`.
 
 use crate::declare::{Params, State};
-use crate::session::{Session, Tally};
-use crate::{Bound, CommitKind, Host, Kind, Progress, ProjectionError, Result, RunOptions, Token};
+use crate::session::{release_producers, Session, Tally};
+use crate::{
+    Bound, CommitKind, Host, Kind, Loaded, Progress, ProjectionError, Result, RunOptions, Token,
+};
 
 impl Host {
     /// Runs `bound` until its inputs are caught up, closed, gone, or
@@ -37,16 +39,26 @@ impl Host {
 
     /// Forgets `bound` on purpose: its checkpoint is dropped, so
     /// [`read`](Host::read) gives the initial state and the next run starts
-    /// from the beginning with new producer ids (a new generation). Clean
-    /// up its outputs first, and stop its writer: a writer that still holds
-    /// the old token fails with `checkpoint/conflict`.
+    /// from the beginning with new producer ids (a new generation), and its
+    /// outputs release the old producers' state (on a store that can, see
+    /// [`Storage::release_producer`](eddy_streams::Storage::release_producer)).
+    /// Clean up its outputs first, and stop its writer: a writer that still
+    /// holds the old token fails with `checkpoint/conflict`, and one that
+    /// replays a pinned unit after the release writes its outputs again.
     ///
     /// This is also how to accept a checkpoint that vanished
     /// (`checkpoint/vanished`): the binding then starts over.
     pub async fn forget<P: Params, S: State>(&self, bound: &Bound<P, S>) -> Result<()> {
         let token = match self.checkpoints.load(&bound.key).await {
-            Ok(loaded) if loaded.checkpoint.is_none() => return Ok(()),
-            Ok(loaded) => loaded.token,
+            Ok(Loaded {
+                checkpoint: Some(checkpoint),
+                token,
+            }) => {
+                let storage = self.storage.as_ref();
+                release_producers(storage, bound, &checkpoint.generation).await?;
+                token
+            }
+            Ok(_) => return Ok(()),
             Err(ProjectionError::CheckpointVanished { .. }) => Token::NONE,
             Err(e) => return Err(e),
         };

@@ -30,7 +30,9 @@ pub fn wake_stream(id: &str, route: &str) -> Result<StateStream, StreamError> {
 
 /// Declares a wake projection: for each binding it keeps one row
 /// `{ stream, offset, closed? }` for its source in `output`, and deletes
-/// the row when the source is gone. It commits with the producer commit,
+/// the row when the source is gone; the binding is then forgotten and
+/// its producer on `output` released, so sources can come and go without
+/// end under the store's producer cap. It commits with the producer commit,
 /// so a missing wake stream is created on this owner; declare `output`
 /// with [`wake_stream`]. The source's items are not decoded, so any stream
 /// can be a source.

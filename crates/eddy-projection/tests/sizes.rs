@@ -3,8 +3,12 @@
 
 use std::sync::Arc;
 
-use eddy_projection::{Commit, Declare, Host, Projection, RunOptions, Status};
-use eddy_streams::{JsonStream, MemoryStorage, SqliteOptions, SqliteStorage, Storage};
+use eddy_projection::{
+    wake, wake_stream, Commit, Declare, Host, Projection, RunOptions, Status, WakeRow,
+    WAKE_COLLECTION,
+};
+use eddy_streams::{JsonStream, MemoryStorage, Route, SqliteOptions, SqliteStorage, Storage};
+use serde::{Deserialize, Serialize};
 
 use crate::support::{read_all, Faulty, Op, When};
 
@@ -106,6 +110,23 @@ mod cases {
         );
     }
 
+    /// Forgetting a binding on purpose releases its producer on each output.
+    pub async fn forget_releases_the_bindings_producers(store: Arc<dyn Storage>) {
+        seed_blobs(store.as_ref(), 3, 10).await;
+        let host = Host::new(store.clone());
+        let bound = copy().at(()).expect("bind");
+        host.run(&bound, RunOptions::default()).await.expect("run");
+        let output = copies().path(&()).expect("path");
+        let producers = || async { store.snapshot(&output).await.expect("snapshot").producers };
+        assert_eq!(producers().await.len(), 1);
+        host.forget(&bound).await.expect("forget");
+        assert!(producers().await.is_empty());
+        host.run(&bound, RunOptions::default())
+            .await
+            .expect("rebuild");
+        assert_eq!(producers().await.len(), 1, "the new generation's");
+    }
+
     /// Each input contributes at most `unit_bytes` to a unit beyond its
     /// first item.
     pub async fn units_are_bounded_by_bytes(store: Arc<dyn Storage>) {
@@ -172,6 +193,7 @@ mod cases {
 crate::on_backends!(
     a_unit_larger_than_one_append_is_written_whole,
     units_are_bounded_by_bytes,
+    forget_releases_the_bindings_producers,
     a_state_over_the_checkpoint_limit_is_refused_at_its_first_save,
     an_interrupted_split_unit_replays_exactly,
     an_item_over_the_append_limit_fails_before_the_pin,
@@ -206,4 +228,77 @@ fn a_store_with_a_lower_limit_teaches_the_host_its_limit() {
             assert_eq!(read_all(store.as_ref(), &copies(), &()).await, items);
         });
     }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+struct File {
+    file_id: String,
+}
+
+/// A wake projection over `files/:fileId` sources: `sources` files come
+/// and go `live` at a time, each written once and then deleted, each
+/// binding run after each change. Every binding is its own producer on the
+/// shared wake stream.
+async fn wake_over_files(store: Arc<dyn Storage>, sources: usize, live: usize) {
+    let wakes = wake_stream("Files/Wake", "files-wake").expect("wake stream");
+    let route = Route::new("files/:fileId").expect("route");
+    let projection = wake::<File>("files-wake", route, &wakes).expect("declare");
+    let file = JsonStream::<u64>::new("Files/File", "files/:fileId").expect("route");
+    let host = Host::new(store.clone());
+    for batch in 0..sources.div_ceil(live) {
+        let ids = (batch * live..sources.min(batch * live + live)).map(|n| File {
+            file_id: format!("f{n}"),
+        });
+        let bounds: Vec<_> = ids.map(|p| projection.at(p).expect("bind")).collect();
+        for bound in &bounds {
+            file.create(store.as_ref(), bound.params())
+                .await
+                .expect("create");
+            file.append(store.as_ref(), bound.params(), &[1])
+                .await
+                .expect("append");
+            let run = host.run(bound, RunOptions::default()).await;
+            let progress = run.unwrap_or_else(|e| panic!("{:?}: {e}", bound.params()));
+            assert_eq!(progress.units, 1);
+        }
+        for bound in &bounds {
+            store.delete(&bound.input_paths()[0]).await.expect("delete");
+            let run = host.run(bound, RunOptions::default()).await;
+            let progress = run.unwrap_or_else(|e| panic!("{:?}: {e}", bound.params()));
+            assert_eq!(progress.status, Status::Forgotten);
+        }
+    }
+    let rows = wakes
+        .materialize(store.as_ref(), &())
+        .await
+        .expect("materialize");
+    assert!(rows
+        .rows::<WakeRow>(WAKE_COLLECTION)
+        .expect("rows")
+        .is_empty());
+}
+
+/// Issue 26: each binding of a wake projection is a producer on the
+/// shared wake stream, and the store kept every producer's state, forgotten
+/// bindings' included: at the store's 10 000-producer cap, new sources
+/// failed with `limit/producers`. A binding forgotten after its source is
+/// gone releases its producer state, so 20 000 files over time keep working.
+#[test]
+fn a_wake_over_twenty_thousand_files_over_time_keeps_working_on_memory() {
+    let store: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+    crate::support::runtime().block_on(wake_over_files(store, 20_000, 100));
+}
+
+/// The same on SQLite, with a cap of 50 producers per stream and 300
+/// files, 20 at a time.
+#[test]
+fn a_wake_over_more_files_than_the_producer_cap_keeps_working_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = SqliteOptions {
+        max_producers_per_stream: 50,
+        ..SqliteOptions::default()
+    };
+    let store = SqliteStorage::open_with(dir.path(), options).expect("open");
+    crate::support::runtime().block_on(wake_over_files(Arc::new(store), 300, 20));
 }

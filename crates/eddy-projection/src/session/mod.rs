@@ -4,7 +4,9 @@
 mod outputs;
 mod read;
 
-pub(crate) use outputs::{append_error, append_size, encode_outputs, split_appends};
+pub(crate) use outputs::{
+    append_error, append_size, encode_outputs, release_producers, split_appends,
+};
 
 use outputs::OutputAppends;
 
@@ -284,7 +286,11 @@ impl<P: Params, S: State> Session<P, S> {
             && self.checkpoint.inputs.values().any(|mark| mark.gone)
     }
 
+    /// Forgets the binding, its producers released first: a forget that
+    /// fails after them is simply due again.
     async fn forget(&mut self) -> Result<()> {
+        let generation = &self.checkpoint.generation;
+        release_producers(self.host.storage.as_ref(), &self.bound, generation).await?;
         self.token = self
             .host
             .checkpoints

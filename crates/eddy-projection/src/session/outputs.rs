@@ -4,14 +4,15 @@
 
 use bytes::Bytes;
 use eddy_streams::{
-    Append, Payload, ProducerPosition, StateMessage, StreamConfig, StreamError, StreamPath,
+    Append, Payload, ProducerPosition, StateMessage, Storage, StreamConfig, StreamError, StreamPath,
 };
 
 use super::Session;
+use crate::checkpoint::CheckpointKey;
 use crate::declare::{Params, State};
 use crate::emits::{Items, OutputItem};
 use crate::handles::{OutputKind, OutputSpec};
-use crate::{Emits, ProjectionError, Result, Unit};
+use crate::{Bound, CommitKind, Emits, ProjectionError, Result, Unit};
 
 impl<P: Params, S: State> Session<P, S> {
     /// Creates absent outputs on this owner; refuses closed, gone and
@@ -158,17 +159,48 @@ impl<P: Params, S: State> Session<P, S> {
         Ok(emitted)
     }
 
-    /// The producer id of one output of this binding: stable across
-    /// retries, new when the binding is rebuilt.
+    /// The producer id of one output of this binding.
     fn producer_id(&self, output: &str) -> String {
-        format!(
-            "eddy-projection/{}/{}/{}/{output}/{}",
-            self.bound.key.projection,
-            self.bound.key.version,
-            self.bound.key.params,
-            self.checkpoint.generation
-        )
+        producer_id(&self.bound.key, output, &self.checkpoint.generation)
     }
+}
+
+/// The producer id of `output` of the binding `key` in `generation`:
+/// stable across retries, new when the binding is rebuilt.
+fn producer_id(key: &CheckpointKey, output: &str, generation: &str) -> String {
+    format!(
+        "eddy-projection/{}/{}/{}/{output}/{generation}",
+        key.projection, key.version, key.params
+    )
+}
+
+/// Releases the producer state of every output of `bound` in
+/// `generation` (see [`Storage::release_producer`]): for a binding about
+/// to be forgotten, whose producers no one can retry any more. A store
+/// failure that may pass is the caller's error, so that the forget waits
+/// for it; a store that cannot release, or an output that is gone, only
+/// keeps the state.
+pub(crate) async fn release_producers<P: Params, S: State>(
+    storage: &dyn Storage,
+    bound: &Bound<P, S>,
+    generation: &str,
+) -> Result<()> {
+    if bound.projection.commit_kind() != CommitKind::Producer {
+        return Ok(());
+    }
+    for (output, path) in bound.projection.outputs().iter().zip(&bound.outputs) {
+        let id = producer_id(&bound.key, &output.name, generation);
+        match storage.release_producer(path, &id).await {
+            Ok(_) | Err(StreamError::NotFound { .. } | StreamError::Gone { .. }) => {}
+            Err(e) if e.is_retryable() => return Err(e.into()),
+            Err(e) => tracing::debug!(
+                projection = bound.projection.id(),
+                output = output.name,
+                "the output keeps the forgotten binding's producer state: {e}"
+            ),
+        }
+    }
+    Ok(())
 }
 
 /// One output's items for a unit, in the appends that write them (each
