@@ -92,7 +92,8 @@ pub struct FailedRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IgnoreReason {
     /// Not the insert of an event item (a read-model row, an outbox item, a
-    /// modification or a removal).
+    /// modification or a removal, each with its new image where it has
+    /// one).
     NotAnEvent,
     /// An event of a stream none of the projections reads: another stream,
     /// another application, or another schema version of this one.
@@ -139,7 +140,9 @@ impl BatchResult {
 /// Each record is decoded once; an INSERT of an event item is routed to
 /// every projection that reads its stream: the same application, schema
 /// version and stream name. Other records are ignored, and the result says
-/// why. A record that cannot be decoded, or whose row failed, is reported;
+/// why; an INSERT or MODIFY record without its new image (a stream that
+/// keeps keys or old images only) fails with `MissingNewImage`, since it
+/// may be an event no projection can read. A record that cannot be decoded, or whose row failed, is reported;
 /// the response names the first such record, and everything after it will
 /// be delivered again (the projections recognise what they already applied).
 pub async fn process_batch(
@@ -165,6 +168,24 @@ pub async fn process_batch_delivering(
     process(records, projections, Some(deliver)).await
 }
 
+/// The failure of an INSERT or MODIFY record without its new image (a
+/// `KEYS_ONLY` or `OLD_IMAGE` stream): never "not an event", which would
+/// drop every event of such a stream without a word.
+fn missing_new_image(record: &ChangeRecord) -> crate::error::Error {
+    crate::error::Error::MissingNewImage {
+        record: record
+            .change
+            .sequence_number
+            .clone()
+            .unwrap_or_else(|| record.event_id.clone()),
+        event: record.event_name.clone(),
+        view: match &record.change.stream_view_type {
+            Some(view) => view.to_string(),
+            None => "not given".to_owned(),
+        },
+    }
+}
+
 /// [`process_batch`], or [`process_batch_delivering`] with a `deliver`.
 pub(crate) async fn process(
     records: &[ChangeRecord],
@@ -177,6 +198,9 @@ pub(crate) async fn process(
     let mut cache = ImageCache::default();
     for (index, record) in records.iter().enumerate() {
         let event = match record.event_name.as_str() {
+            "INSERT" | "MODIFY" if record.change.new_image.is_empty() => {
+                Err(missing_new_image(record))
+            }
             "INSERT" => {
                 EventItem::from_image(&record.change.new_image, &record.change.keys, &mut cache)
             }

@@ -119,6 +119,19 @@ pub enum Error {
     /// Invalid arguments to an operation.
     #[error("{0}")]
     InvalidArgument(String),
+    /// A change record that must carry its item's new image (an INSERT or
+    /// MODIFY) has none: the table's stream, or the trigger feeding it,
+    /// is not `NEW_IMAGE` or `NEW_AND_OLD_IMAGES`. Not retryable: the
+    /// record will never carry one.
+    #[error("change record {record} ({event}) carries no new image (stream view type {view}): projections need NEW_IMAGE or NEW_AND_OLD_IMAGES; give the table a stream with NEW_AND_OLD_IMAGES (eddy dynamo create-table checks it) and replay from the table")]
+    MissingNewImage {
+        /// The record's sequence number (its event id when it has none).
+        record: String,
+        /// Its event name (`INSERT`, `MODIFY`).
+        event: String,
+        /// The stream view type the record names, if any.
+        view: String,
+    },
     /// A stream instance of a row waited for another instance of the same
     /// row that failed in the same write: with removal declared, a row's
     /// instances apply in fold order, and never a removal beside a failed
@@ -179,6 +192,7 @@ impl Error {
             Error::InvalidArgument(_) => "InvalidArgument",
             Error::TooManyEffects { .. } => "TooManyEffects",
             Error::Deferred { .. } => "Deferred",
+            Error::MissingNewImage { .. } => "MissingNewImage",
             Error::InstancesFailed { .. } => "InstancesFailed",
         }
     }
@@ -206,6 +220,7 @@ impl Error {
             | Error::Evolve { .. }
             | Error::CounterOverflow { .. }
             | Error::InvalidArgument(_)
+            | Error::MissingNewImage { .. }
             | Error::TooManyEffects { .. } => false,
         }
     }

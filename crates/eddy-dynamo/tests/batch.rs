@@ -279,7 +279,53 @@ pub async fn records_of_another_application_are_ignored_and_reported(t: TestTabl
     );
 }
 
+/// Regression (issue 25): records of a stream without new images
+/// (`KEYS_ONLY`, `OLD_IMAGE`) were acknowledged as "not an event", so a
+/// projection on such a stream lost every event without a word. Now an
+/// INSERT or MODIFY without its new image fails, not retryably, and says
+/// which stream view type is needed; a REMOVE needs none.
+pub async fn records_without_a_new_image_are_refused(t: TestTable) {
+    use eddy_dynamo::ChangeRecord;
+    crate::common::place_order(&t, "o-1").await;
+    let records = t.read_changes(None, 100).await.unwrap();
+    assert_eq!(records.len(), 2);
+    let keys_only: Vec<ChangeRecord> = records
+        .into_iter()
+        .map(|mut r| {
+            r.change.new_image = Default::default();
+            r.change.stream_view_type = Some(aws_lambda_events::dynamodb::StreamViewType::KeysOnly);
+            r
+        })
+        .collect();
+    let p = summary_projection(&t, false);
+    let result = process_batch(&keys_only, &[&p as &dyn BatchProjection]).await;
+    assert!(result.ignored.is_empty(), "{:?}", result.ignored);
+    let codes: Vec<&str> = result.failures.iter().map(|f| f.code.as_str()).collect();
+    assert_eq!(codes, ["MissingNewImage", "MissingNewImage"]);
+    assert!(
+        result.failures[0].message.contains("NEW_AND_OLD_IMAGES"),
+        "{}",
+        result.failures[0].message
+    );
+    assert_eq!(result.first_failure(), Some(0));
+
+    // A modification without its new image is refused the same way; a
+    // removal never has one.
+    let mut modify = keys_only[0].clone();
+    modify.event_name = "MODIFY".into();
+    let mut remove = keys_only[0].clone();
+    remove.event_name = "REMOVE".into();
+    let result = process_batch(&[remove, modify], &[&p as &dyn BatchProjection]).await;
+    assert_eq!(result.ignored.len(), 1);
+    assert_eq!(result.failures.len(), 1);
+    assert_eq!(
+        (result.failures[0].index, result.failures[0].code.as_str()),
+        (1, "MissingNewImage")
+    );
+}
+
 crate::backend_tests!(
+    records_without_a_new_image_are_refused,
     a_poison_record_is_reported_and_nothing_after_it_in_its_stream_is_done,
     an_empty_batch_or_one_without_events_needs_no_retry,
     embedded_records_round_trip_through_the_lambda_json_shape,

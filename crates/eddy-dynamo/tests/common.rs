@@ -322,6 +322,16 @@ pub async fn summary_of(table: &TestTable, order_id: &str) -> OrderSummary {
     summaries(table).get(&key(order_id)).await.unwrap().unwrap()
 }
 
+/// Appends to order `order_id`: placed by ann, one line of 10 cents.
+pub async fn place_order(table: &TestTable, order_id: &str) {
+    let stream = orders(table);
+    let id = stream.id([("orderId", order_id)]).unwrap();
+    stream
+        .append(&id, &[placed("ann"), line(1, 10)], 0)
+        .await
+        .unwrap();
+}
+
 pub fn placed(customer: &str) -> OrderEvent {
     OrderEvent::Placed {
         customer: customer.into(),

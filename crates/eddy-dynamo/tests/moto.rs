@@ -308,46 +308,56 @@ mod dynamodb_only {
         assert!(err.to_string().contains("key"), "{err}");
     }
 
+    /// Creates a single table `name` with the SDK alone, with a stream of
+    /// `view` if given.
+    async fn create_raw(
+        client: &aws_sdk_dynamodb::Client,
+        name: &str,
+        view: Option<aws_sdk_dynamodb::types::StreamViewType>,
+    ) {
+        use aws_sdk_dynamodb::types::{
+            AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+            StreamSpecification,
+        };
+        let mut request = client
+            .create_table()
+            .table_name(name)
+            .billing_mode(BillingMode::PayPerRequest);
+        for (attribute, kind) in [("pk", KeyType::Hash), ("sk", KeyType::Range)] {
+            request = request
+                .attribute_definitions(
+                    AttributeDefinition::builder()
+                        .attribute_name(attribute)
+                        .attribute_type(ScalarAttributeType::S)
+                        .build()
+                        .unwrap(),
+                )
+                .key_schema(
+                    KeySchemaElement::builder()
+                        .attribute_name(attribute)
+                        .key_type(kind)
+                        .build()
+                        .unwrap(),
+                );
+        }
+        if let Some(view) = view {
+            request = request.stream_specification(
+                StreamSpecification::builder()
+                    .stream_enabled(true)
+                    .stream_view_type(view)
+                    .build()
+                    .unwrap(),
+            );
+        }
+        request.send().await.unwrap();
+    }
+
     #[tokio::test]
     async fn a_table_without_a_stream_is_refused_by_the_streams_reader() {
         let Some(endpoint) = endpoint() else { return };
         let client = client(&endpoint).await;
         let name = unique("nostream");
-        client
-            .create_table()
-            .table_name(&name)
-            .billing_mode(aws_sdk_dynamodb::types::BillingMode::PayPerRequest)
-            .attribute_definitions(
-                aws_sdk_dynamodb::types::AttributeDefinition::builder()
-                    .attribute_name("pk")
-                    .attribute_type(aws_sdk_dynamodb::types::ScalarAttributeType::S)
-                    .build()
-                    .unwrap(),
-            )
-            .attribute_definitions(
-                aws_sdk_dynamodb::types::AttributeDefinition::builder()
-                    .attribute_name("sk")
-                    .attribute_type(aws_sdk_dynamodb::types::ScalarAttributeType::S)
-                    .build()
-                    .unwrap(),
-            )
-            .key_schema(
-                aws_sdk_dynamodb::types::KeySchemaElement::builder()
-                    .attribute_name("pk")
-                    .key_type(aws_sdk_dynamodb::types::KeyType::Hash)
-                    .build()
-                    .unwrap(),
-            )
-            .key_schema(
-                aws_sdk_dynamodb::types::KeySchemaElement::builder()
-                    .attribute_name("sk")
-                    .key_type(aws_sdk_dynamodb::types::KeyType::Range)
-                    .build()
-                    .unwrap(),
-            )
-            .send()
-            .await
-            .unwrap();
+        create_raw(&client, &name, None).await;
         let options = options(&endpoint);
         let table = DynamoTable::connect(&options, TableSchema::single_table(name))
             .await
@@ -355,6 +365,90 @@ mod dynamodb_only {
         let err = DynamoStreams::connect(&options, &table).await.unwrap_err();
         assert_eq!(err.code(), "table/misconfigured");
         assert!(err.to_string().contains("NEW_AND_OLD_IMAGES"), "{err}");
+    }
+
+    /// Regression (issue 25): on a stream without new images (`KEYS_ONLY`),
+    /// every event record was acknowledged as "not an event", and every
+    /// projection silently fell behind. Now `create_table` and the streams
+    /// follower refuse such a stream (`table/misconfigured`), and a record
+    /// without its new image fails, not retryably, with `MissingNewImage`.
+    #[tokio::test]
+    async fn a_stream_without_new_images_is_refused() {
+        use aws_sdk_dynamodb::types::StreamViewType;
+        let Some(endpoint) = endpoint() else { return };
+        let client = client(&endpoint).await;
+        let name = unique("keysonly");
+        create_raw(&client, &name, Some(StreamViewType::KeysOnly)).await;
+        let schema = TableSchema::single_table(name.clone());
+        let err = create_table(&client, &schema).await.unwrap_err();
+        assert_eq!(err.code(), "table/misconfigured");
+        assert!(
+            err.to_string().contains("KEYS_ONLY") || err.to_string().contains("KeysOnly"),
+            "{err}"
+        );
+
+        let options = options(&endpoint);
+        let table = DynamoTable::connect(&options, schema).await.unwrap();
+        let arn = client
+            .describe_table()
+            .table_name(&name)
+            .send()
+            .await
+            .unwrap()
+            .table
+            .and_then(|t| t.latest_stream_arn)
+            .unwrap();
+        let config = options.sdk_config().await.unwrap();
+        let streams = DynamoStreams::new(aws_sdk_dynamodbstreams::Client::new(&config), arn, name);
+        let t = TestTable::new(
+            Arc::new(table.clone()),
+            Arc::new(crate::common::table()),
+            "dynamodb",
+        );
+        let stream = orders(&t);
+        let id = stream.id([("orderId", "o-1")]).unwrap();
+        stream.append(&id, &[placed("ann")], 0).await.unwrap();
+        let p = summary_projection(&t, false);
+
+        let checkpoints = super::MotoTable::create(crate::common::schema())
+            .await
+            .unwrap();
+        let follower = StreamsFollower::new(
+            streams.clone(),
+            Arc::new(checkpoints.checkpoints.clone()),
+            "keys-only",
+        )
+        .unwrap();
+        let err = follower
+            .poll_once(&[&p as &dyn BatchProjection])
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "table/misconfigured");
+        assert!(err.to_string().contains("KEYS_ONLY"), "{err}");
+
+        let err = streams.shards().await.unwrap_err();
+        assert_eq!(err.code(), "table/misconfigured");
+        // Read with the SDK's shard list, the records carry keys only.
+        let described = aws_sdk_dynamodbstreams::Client::new(&config)
+            .describe_stream()
+            .stream_arn(streams.stream_arn())
+            .send()
+            .await
+            .unwrap();
+        let shard = described.stream_description.unwrap().shards()[0]
+            .shard_id()
+            .unwrap()
+            .to_owned();
+        let read = streams.read_shard(&shard, None, 100).await.unwrap();
+        assert_eq!(read.records.len(), 1);
+        let result = eddy_dynamo::process_batch(&read.records, &[&p as &dyn BatchProjection]).await;
+        assert_eq!(result.failures.len(), 1, "{:?}", result.ignored);
+        assert_eq!(result.failures[0].code, "MissingNewImage");
+        assert!(
+            result.failures[0].message.contains("KEYS_ONLY"),
+            "{}",
+            result.failures[0].message
+        );
     }
 
     #[tokio::test]

@@ -10,7 +10,9 @@ use async_trait::async_trait;
 use aws_lambda_events::dynamodb::{StreamViewType, UserIdentity};
 use aws_sdk_dynamodbstreams::operation::get_records::GetRecordsError;
 use aws_sdk_dynamodbstreams::primitives::Blob;
-use aws_sdk_dynamodbstreams::types::{AttributeValue as Sdk, Record, ShardIteratorType};
+use aws_sdk_dynamodbstreams::types::{
+    AttributeValue as Sdk, Record, ShardIteratorType, StreamViewType as StreamViewTypeSdk,
+};
 use aws_sdk_dynamodbstreams::Client;
 use chrono::DateTime;
 
@@ -149,6 +151,7 @@ impl DynamoStreams {
             let Some(description) = out.stream_description else {
                 break;
             };
+            self.check_view(description.stream_view_type())?;
             for shard in description.shards() {
                 let Some(id) = shard.shard_id() else { continue };
                 all.push(ShardInfo {
@@ -166,6 +169,21 @@ impl DynamoStreams {
             }
         }
         Ok(lineage_order(all))
+    }
+
+    /// Refuses a stream whose records carry no new image (`KEYS_ONLY`,
+    /// `OLD_IMAGE`): every event record would be unreadable.
+    fn check_view(&self, view: Option<&StreamViewTypeSdk>) -> Result<(), TableError> {
+        match view {
+            Some(StreamViewTypeSdk::NewImage | StreamViewTypeSdk::NewAndOldImages) | None => Ok(()),
+            Some(other) => Err(TableError::Misconfigured {
+                message: format!(
+                    "the stream of table {} has view type {}: projections need NEW_IMAGE or NEW_AND_OLD_IMAGES; disable the stream and enable it again with NEW_AND_OLD_IMAGES (its records so far carry keys only: rebuild from the table)",
+                    self.table,
+                    other.as_str()
+                ),
+            }),
+        }
     }
 
     /// Up to `limit` records of one shard after the sequence number `after`
@@ -402,7 +420,13 @@ fn to_change_record(record: Record, stream_arn: &str) -> Result<ChangeRecord, Ta
         out.change.old_image = from_item(change.old_image)?.into();
         out.change.sequence_number = change.sequence_number;
         out.change.size_bytes = change.size_bytes.unwrap_or_default();
-        out.change.stream_view_type = Some(StreamViewType::NewAndOldImages);
+        out.change.stream_view_type = change.stream_view_type.and_then(|view| match view {
+            StreamViewTypeSdk::NewImage => Some(StreamViewType::NewImage),
+            StreamViewTypeSdk::OldImage => Some(StreamViewType::OldImage),
+            StreamViewTypeSdk::NewAndOldImages => Some(StreamViewType::NewAndOldImages),
+            StreamViewTypeSdk::KeysOnly => Some(StreamViewType::KeysOnly),
+            _ => None,
+        });
     }
     Ok(out)
 }
