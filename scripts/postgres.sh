@@ -12,7 +12,9 @@
 # Typical use:  eval "$(scripts/postgres.sh start)" && cargo test -p eddy-streams --features postgres
 #
 # Environment: EDDY_PG_STATE (default <repo>/target/pg-run: the cluster's
-# directory path and port).
+# directory path and port); EDDY_PG_OPTIONS, more `-c name=value` server
+# options; EDDY_PG_WRAP, a command the server starts under (as root), such
+# as `taskset -c 0` to pin it to a core (the benchmarks do).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -40,6 +42,16 @@ as_owner() {
         su postgres -s /bin/sh -c "$*"
     else
         sh -c "$*"
+    fi
+}
+
+# As `as_owner`, under EDDY_PG_WRAP when set.
+as_owner_wrapped() {
+    if [[ -n "${EDDY_PG_WRAP:-}" ]]; then
+        # shellcheck disable=SC2086 # the wrapper is a command line
+        if [[ "$(id -u)" = 0 ]]; then $EDDY_PG_WRAP su postgres -s /bin/sh -c "$*"; else $EDDY_PG_WRAP sh -c "$*"; fi
+    else
+        as_owner "$@"
     fi
 }
 
@@ -72,8 +84,8 @@ start() {
     [[ "$(id -u)" = 0 ]] && chown postgres "$dir"
     port="$(free_port)"
     as_owner "'$bin/initdb' -D '$dir/db' -A trust -U postgres >'$dir/initdb.log' 2>&1"
-    as_owner "'$bin/pg_ctl' -D '$dir/db' -w -t 60 -l '$dir/log' \
-        -o \"-p $port -k '$dir' -c listen_addresses=127.0.0.1 -c max_connections=300\" start >/dev/null"
+    as_owner_wrapped "'$bin/pg_ctl' -D '$dir/db' -w -t 60 -l '$dir/log' \
+        -o \"-p $port -k '$dir' -c listen_addresses=127.0.0.1 -c max_connections=300 ${EDDY_PG_OPTIONS:-}\" start >/dev/null"
     mkdir -p "$state"
     echo "$dir" >"$state/dir"
     echo "$port" >"$state/port"

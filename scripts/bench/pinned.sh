@@ -3,23 +3,13 @@
 # targets for. The long-poll fan-out runs over HTTP/1.1 (a connection per
 # reader) and over a few h2c connections, each beside the fan-out floor
 # (a bare hyper server, examples/fanout_floor.rs) under the same client.
-# Uses server.sh's helpers and variables.
+# Uses server.sh's helpers and variables, and pin.sh's.
 
-server_core="${SERVER_CORE:-0}"
-load_core="${LOAD_CORE:-1}"
-# A shared machine keeps building beside the benchmark: as root, the server
-# and the load run under SCHED_FIFO, so each has its core whatever else
-# runs (only while they measure: a few minutes in all).
-if [ "$(id -u)" = 0 ]; then pin() { chrt -f 10 taskset -c "$@"; }; else pin() { taskset -c "$@"; }; fi
-# The server runs in its own process (exec, not a child of a subshell), so
-# that `$!` is its pid and stopping it really stops it.
-exec_pinned() { if [ "$(id -u)" = 0 ]; then exec chrt -f 10 taskset -c "$@"; else exec taskset -c "$@"; fi; }
+. "$here/pin.sh"
 pinned_connections="${PINNED_CONNECTIONS:-128}"
 fanout_readers="${FANOUT_READERS:-10000}"
 fanout_rounds="${FANOUT_ROUNDS:-3}"
 fanout_h2c="${FANOUT_H2C:-20}"
-ratio_slices="${RATIO_SLICES:-8}"
-slice_duration="${SLICE_DURATION:-2s}"
 
 start_pinned() { # binary storage: starts a server and sets `base` (not in a subshell, so `pids` keeps it)
   local port; port="$(free_port)"
@@ -47,19 +37,7 @@ stop_pinned() { # the last server started that still runs
   unset 'pids[-1]'
 }
 
-pinned_rps() { # url [wrk args...]
-  local url="$1"; shift
-  local out; out="$(pin "$load_core" wrk -t1 -c"$pinned_connections" -d"$duration" "$@" "$url" 2>&1)"
-  local bad; bad="$(grep -o 'Non-2xx or 3xx responses: [0-9]*' <<<"$out" | grep -o '[0-9]*$' || true)"
-  [ -n "$bad" ] && echo "  warning: $bad non-2xx responses from $url" >&2
-  grep 'Requests/sec' <<<"$out" | awk '{print $2}'
-}
 
-prepare_kb_stream() { # base: a text stream of 200 messages of 1 KB, one append each
-  curl -fsS -o /dev/null -X PUT -H 'content-type: text/plain' "$1/bench/kb"
-  local msg; msg="$(head -c 1024 /dev/zero | tr '\0' 'x')"
-  for _ in $(seq 1 200); do curl -fsS -o /dev/null -X POST -H 'content-type: text/plain' --data "$msg" "$1/bench/kb"; done
-}
 
 fan_out() { # base [h2c:N] -> "p50/p99/max" (ms)
   local p50 p99 max
@@ -74,9 +52,6 @@ measure_floor() { # -> sets `floor_h1` and `floor_h2` ("p50/p99/max")
   stop_pinned
 }
 
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-two_places() { awk '{ printf "%.2f", $1 }'; }
-range() { tr ' ' '\n' | grep -v '^$' | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.2f-%.2f", lo, hi }'; }
 
 measure_pinned() { # binary -> sets `figures` (see pinned_report)
   local bin="$1" mem sql h ma sa mr sr fan_h1 fan_h2 hs="" mas="" sas="" r_ma="" r_sa=""
@@ -125,7 +100,6 @@ pinned_report() { # label figures
   printf '%-52s %18s  (floor %s)\n' "  the same over $fanout_h2c h2c connections" "$fan_h2" "$floor_h2"
 }
 
-ratio2() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 
 measure_floor
 if [ -n "${BASELINE:-}" ]; then

@@ -35,6 +35,14 @@
 #
 #   scripts/bench/server.sh pinned
 #   BASELINE=/tmp/eddy-before DURATION=5s scripts/bench/server.sh pinned
+#
+# `postgres-pinned` mode measures eddy on PostgreSQL beside eddy on SQLite
+# per core (servers and PostgreSQL on one core, the load on the other):
+# the issue 27 targets, statements and transactions per request, and two
+# servers on one database against one (see pg-pinned.sh).
+#
+#   BASELINE=/tmp/eddy-before scripts/bench/server.sh postgres-pinned
+#   EDDY_BIN=/tmp/eddy-before scripts/bench/server.sh postgres-pinned
 set -euo pipefail
 mode="${1:-side-by-side}"
 
@@ -45,10 +53,15 @@ connections="${CONNECTIONS:-32}"
 threads="${THREADS:-2}"
 
 command -v wrk >/dev/null || { apt-get install -y wrk >/dev/null 2>&1 || { echo "install wrk first" >&2; exit 1; }; }
-[ "$mode" = pinned ] || [ "$mode" = postgres ] || (cd "$here" && [ -d node_modules/@durable-streams/server ] || npm install --no-audit --no-fund --loglevel=error >/dev/null)
+[ "$mode" = pinned ] || [ "$mode" = postgres ] || [ "$mode" = postgres-pinned ] || (cd "$here" && [ -d node_modules/@durable-streams/server ] || npm install --no-audit --no-fund --loglevel=error >/dev/null)
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
-(cd "$root" && cargo build --quiet --release -p eddy --features postgres && cargo build --quiet --release -p eddy-server --example live_latency --example live_fanout --example fanout_floor)
-eddy="$CARGO_TARGET_DIR/release/eddy"
+# EDDY_BIN names an eddy already built (with the postgres feature).
+eddy="${EDDY_BIN:+$(realpath "$EDDY_BIN")}"
+if [ -z "$eddy" ]; then
+  (cd "$root" && cargo build --quiet --release -p eddy --features postgres)
+  eddy="$CARGO_TARGET_DIR/release/eddy"
+fi
+[ "$mode" = postgres-pinned ] || (cd "$root" && cargo build --quiet --release -p eddy-server --example live_latency --example live_fanout --example fanout_floor)
 latency="$CARGO_TARGET_DIR/release/examples/live_latency"
 fanout="$CARGO_TARGET_DIR/release/examples/live_fanout"
 floor="$CARGO_TARGET_DIR/release/examples/fanout_floor"
@@ -119,6 +132,10 @@ report() { # title eddy-figures ref-figures
 
 if [ "$mode" = pinned ]; then
   . "$here/pinned.sh"
+  exit 0
+fi
+if [ "$mode" = postgres-pinned ]; then
+  . "$here/pg-pinned.sh"
   exit 0
 fi
 
