@@ -57,6 +57,7 @@
 mod append;
 pub mod backend;
 mod backup;
+mod cache;
 mod clock;
 mod config;
 mod engine;

@@ -122,16 +122,42 @@ impl Notifier {
     /// waiters already hold this state or a later one: a poll that read
     /// before a local commit must not hand them an older tail.
     pub(crate) fn publish_observed(&self, info: &StreamInfo) {
-        let fresh = match self.streams().get(&info.path) {
-            Some(sender) => match &*sender.borrow() {
-                Some(held) => supersedes(info, held),
-                None => true,
-            },
-            None => false,
-        };
-        if fresh {
-            self.publish(info);
+        if self.refresh(info) {
+            self.report(Committed {
+                path: info.path.clone(),
+                tail: info.tail,
+                closed: info.closed,
+            });
         }
+    }
+
+    /// Hands the waiters on `info.path` a state that was read rather than
+    /// committed here, as [`publish_observed`](Self::publish_observed)
+    /// does, without reporting it on the `committed` feed (for a caller
+    /// that reported the commit already). Returns whether it handed it.
+    pub(crate) fn refresh(&self, info: &StreamInfo) -> bool {
+        match self.streams().get(&info.path) {
+            Some(sender) => sender.send_if_modified(|latest| {
+                let fresh = latest.as_ref().is_none_or(|held| supersedes(info, held));
+                if fresh {
+                    *latest = Some(info.clone());
+                }
+                fresh
+            }),
+            None => false,
+        }
+    }
+
+    /// Reports a commit on the `committed` feed only.
+    pub(crate) fn report(&self, event: Committed) {
+        if self.committed.receiver_count() > 0 {
+            let _ = self.committed.send(event);
+        }
+    }
+
+    /// Whether anyone waits on `path`.
+    pub(crate) fn is_watched(&self, path: &str) -> bool {
+        self.streams().contains_key(path)
     }
 
     /// Reports a commit whose full state the caller does not know: its

@@ -59,7 +59,7 @@ impl From<Vec<Bytes>> for Payload {
 
 /// A payload split and validated ahead, off the thread that commits, for
 /// a stream assumed to be JSON or not.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Split {
     /// Whether it was split as JSON.
     pub json: bool,

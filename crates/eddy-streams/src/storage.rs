@@ -177,7 +177,7 @@ pub trait Storage: Send + Sync + 'static {
         after: Offset,
         timeout: Duration,
     ) -> Result<Wait, StreamError> {
-        wait_rechecking(self, path, after, timeout, None).await
+        wait_for(self, path, after, timeout).await
     }
 
     /// Every later commit of this store in this process, as
@@ -194,20 +194,17 @@ pub trait Storage: Send + Sync + 'static {
     }
 }
 
-/// [`Storage::wait`], re-reading the stream at least every `recheck` when
-/// given: for a backend whose change signals can be lost (they come from
-/// another process), so that a lost one delays the waiter, never hangs it.
-///
-/// The waiter looks at the stream once (unless a commit already published
-/// its state) and then decides from what each commit publishes, without
-/// asking the store again; a delete, a commit reported without its state,
-/// or a re-check makes it look again.
-pub(crate) async fn wait_rechecking<S: Storage + ?Sized>(
+/// [`Storage::wait`]: the waiter looks at the stream once (unless a commit
+/// already published its state) and then decides from what each commit
+/// publishes, without asking the store again; a delete or a commit
+/// reported without its state makes it look again. (A backend whose
+/// signals can be lost, as PostgreSQL's from other processes, publishes
+/// the state of waited-on streams again itself.)
+pub(crate) async fn wait_for<S: Storage + ?Sized>(
     store: &S,
     path: &StreamPath,
     after: Offset,
     timeout: Duration,
-    recheck: Option<Duration>,
 ) -> Result<Wait, StreamError> {
     let mut watcher = store.notifier().watch(path.as_str());
     let deadline = tokio::time::Instant::now() + timeout;
@@ -223,13 +220,10 @@ pub(crate) async fn wait_rechecking<S: Storage + ?Sized>(
         if now >= deadline {
             return Ok(Wait::TimedOut(info));
         }
-        let until = recheck.map_or(deadline, |recheck| (now + recheck).min(deadline));
-        info = match tokio::time::timeout_at(until, watcher.changed()).await {
+        info = match tokio::time::timeout_at(deadline, watcher.changed()).await {
             Ok(Some(published)) => published,
-            Err(_) if tokio::time::Instant::now() >= deadline => {
-                return Ok(Wait::TimedOut(info));
-            }
-            Ok(None) | Err(_) => store.head(path).await?,
+            Err(_) => return Ok(Wait::TimedOut(info)),
+            Ok(None) => store.head(path).await?,
         };
     }
 }

@@ -11,10 +11,13 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use eddy_streams::sqlx::{self, Executor};
+use eddy_streams::sqlx::{self, Connection, Executor};
 use eddy_streams::{Clock, PgOptions, PgStorage};
 
+mod group;
 mod processes;
+mod proxy;
+mod round_trips;
 mod store;
 mod touches;
 
@@ -92,4 +95,76 @@ pub fn run<F: std::future::Future<Output = ()>>(case: F) {
         .build()
         .expect("runtime")
         .block_on(case);
+}
+
+/// Every stream row of a schema, locked by a session of its own: a group
+/// commit waits for it, and the appends that come meanwhile queue for the
+/// next group.
+pub struct RowLock {
+    holder: sqlx::PgConnection,
+    watcher: sqlx::PgConnection,
+    /// How the schema's tables appear in a statement's text.
+    tables: String,
+}
+
+impl RowLock {
+    /// Locks every stream row of `schema` until [`release`](Self::release).
+    pub async fn hold(schema: &Schema) -> RowLock {
+        let mut holder = sqlx::PgConnection::connect(&schema.url)
+            .await
+            .expect("connect");
+        holder.execute("BEGIN").await.expect("begin");
+        holder
+            .execute(sqlx::AssertSqlSafe(format!(
+                "SELECT id FROM \"{}\".streams FOR UPDATE",
+                schema.name
+            )))
+            .await
+            .expect("lock");
+        let watcher = sqlx::PgConnection::connect(&schema.url)
+            .await
+            .expect("connect");
+        RowLock {
+            holder,
+            watcher,
+            tables: format!("%\"{}\".%", schema.name),
+        }
+    }
+
+    /// Polls `call` until a statement on the schema waits for a lock: a
+    /// signal from the server's own view of its sessions, not a sleep.
+    /// Panics if `call` finishes first.
+    pub async fn until_waited_on<F>(&mut self, call: &mut std::pin::Pin<&mut F>)
+    where
+        F: std::future::Future,
+        F::Output: std::fmt::Debug,
+    {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            tokio::select! {
+                done = call.as_mut() => panic!("the call did not wait for the lock: {done:?}"),
+                () = tokio::time::sleep(std::time::Duration::from_millis(10)) => {}
+            }
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE wait_event_type = 'Lock' AND query LIKE $1",
+            )
+            .bind(&self.tables)
+            .fetch_one(&mut self.watcher)
+            .await
+            .expect("activity");
+            if waiting > 0 {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no statement waits for the lock"
+            );
+        }
+    }
+
+    /// Ends the locking session's transaction.
+    pub async fn release(mut self) {
+        self.holder.execute("ROLLBACK").await.expect("release");
+    }
 }

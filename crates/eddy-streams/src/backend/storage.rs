@@ -9,7 +9,7 @@ use tokio::task::JoinHandle;
 
 use super::{group, poll, Backend, Commit, RecordOptions, Unit};
 use crate::engine::Engine;
-use crate::storage::wait_rechecking;
+use crate::storage::wait_for;
 use crate::{
     Append, Appended, Created, Fork, Notifier, Offset, Payload, ReadChunk, ReadFrom, Storage,
     StreamConfig, StreamError, StreamInfo, StreamPath, StreamSnapshot, Wait,
@@ -290,6 +290,6 @@ impl<B: Backend> Storage for RecordStorage<B> {
         timeout: Duration,
     ) -> Result<Wait, StreamError> {
         self.start_poller();
-        wait_rechecking(self, path, after, timeout, None).await
+        wait_for(self, path, after, timeout).await
     }
 }

@@ -3,10 +3,13 @@
 //! See `DESIGN-postgres.md` in the crate for the record layout, the commit
 //! protocol and its crash cases.
 
+mod connections;
 mod error;
 mod flusher;
+mod group;
 mod listen;
 mod marks;
+mod read;
 mod records;
 mod schema;
 mod sql;
@@ -22,20 +25,26 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, PgPool};
 use tokio::task::JoinHandle;
 
+use crate::cache::Cache;
 use crate::engine::Engine;
-use crate::payload::DEFAULT_MAX_APPEND_BYTES;
+use crate::payload::{Split, DEFAULT_MAX_APPEND_BYTES};
 use crate::DEFAULT_MAX_PRODUCERS_PER_STREAM;
 use crate::{
     Append, Appended, Clock, Created, Durability, Fork, Notifier, Payload, ReadChunk, ReadFrom,
-    Storage, StreamConfig, StreamError, StreamInfo, StreamPath, StreamSnapshot, SystemClock, Wait,
+    Storage, StreamConfig, StreamError, StreamInfo, StreamPath, StreamSnapshot, SystemClock,
 };
+use connections::Connections;
 use error::pg_error;
+use group::{Outcome, Writer};
 use sql::Sql;
 pub use transaction::PgTransaction;
 use transaction::Wiring;
 
 /// The schema a store's tables live in unless told otherwise.
 pub const DEFAULT_SCHEMA: &str = "eddy";
+
+/// The memory a store keeps for recently written messages by default.
+const DEFAULT_CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 /// Options for [`PgStorage::open`].
 #[derive(Clone, Debug)]
@@ -46,7 +55,10 @@ pub struct PgOptions {
     /// The schema that holds the store's tables (created when missing).
     /// Stores on different schemas of one database are independent.
     pub schema: String,
-    /// The most connections the store opens (one more is its listener).
+    /// The most connections the store opens for reads, and as many for
+    /// transactions (creates, deletes, forks, host transactions); besides
+    /// them it keeps one for the writer of its appends and one for its
+    /// listener.
     pub max_connections: u32,
     /// When a commit counts as done: [`Durability::Sync`] waits for
     /// PostgreSQL's WAL flush (`synchronous_commit = on`);
@@ -62,9 +74,14 @@ pub struct PgOptions {
     /// Where the store reads the time (for expiry). Processes that share a
     /// database should have their clocks in sync.
     pub clock: Arc<dyn Clock>,
-    /// How often a live wait re-reads its stream when no notification
-    /// came: the longest a lost notification can delay a reader.
+    /// How often the store reads the heads of the streams its live
+    /// readers wait on, in one statement, in case a notification was lost:
+    /// the longest a lost notification can delay a reader.
     pub recheck: Duration,
+    /// The most bytes of recently written messages the store keeps in
+    /// memory for reads (it writes them, so a read of recent data fetches
+    /// only its head).
+    pub cache_bytes: usize,
 }
 
 impl PgOptions {
@@ -79,6 +96,7 @@ impl PgOptions {
             max_producers_per_stream: DEFAULT_MAX_PRODUCERS_PER_STREAM,
             clock: Arc::new(SystemClock),
             recheck: Duration::from_secs(1),
+            cache_bytes: DEFAULT_CACHE_BYTES,
         }
     }
 
@@ -118,12 +136,19 @@ impl PgOptions {
 /// A stream store in a PostgreSQL database, shared by any number of
 /// processes.
 ///
-/// Each call is one transaction on a connection of the store's pool, with
-/// the same engine and rules as every other backend. Writers of one stream
-/// take turns on its row lock; writers of different streams never wait
-/// for each other. Live waits wake up across processes through
-/// `LISTEN`/`NOTIFY` on a dedicated connection, and re-read their stream
-/// every [`PgOptions::recheck`] in case a notification was lost.
+/// The rules are the engine's, as for every backend. Appends go to one
+/// writer task that commits every append waiting, to one stream or to
+/// many, in one statement (group commit: one `COMMIT`, one WAL flush),
+/// deciding each from its copy of the stream records and writing a stream
+/// only where its row has not changed since (another process's writes take
+/// turns with it). Reads are one statement each, and take the messages the
+/// store wrote lately from memory. Creates, deletes and forks are one
+/// transaction each, which locks the rows it decides on. Live waits wake up
+/// across processes through `LISTEN`/`NOTIFY` on a dedicated connection:
+/// one notification per commit, and one query per notification for all the
+/// readers waiting in this process; the store also reads the heads of the
+/// waited-on streams every [`PgOptions::recheck`], in case a notification
+/// was lost.
 ///
 /// A read of a stream with a sliding TTL moves its expiry at once for this
 /// store, and a task of the store writes the touches of all reads to the
@@ -140,8 +165,11 @@ impl PgOptions {
 pub struct PgStorage {
     wiring: Arc<Wiring>,
     schema: String,
-    recheck: Duration,
+    /// Writes appends in group commits.
+    writer: Writer,
     listener: JoinHandle<()>,
+    /// Reads the heads of waited-on streams every `recheck`.
+    rechecker: JoinHandle<()>,
     /// Stores the TTL touches of reads, debounced.
     flusher: JoinHandle<()>,
 }
@@ -190,17 +218,11 @@ impl PgStorage {
             .max_connections(1)
             .idle_timeout(None)
             .max_lifetime(None)
-            .connect_lazy_with(connect);
+            .connect_lazy_with(connect.clone());
         let listener = listen::listen(&listen_pool, &channel)
             .await
             .map_err(|e| pg_error("cannot LISTEN for other processes' changes", e))?;
-        let listener = tokio::spawn(listen::run(
-            listener,
-            listen_pool,
-            channel.clone(),
-            Arc::clone(&notifier),
-            instance,
-        ));
+        let reads = Connections::new(connect.clone(), options.max_connections as usize);
         let wiring = Wiring {
             pool,
             sql: Arc::new(Sql::new(&options.schema)),
@@ -215,14 +237,21 @@ impl PgStorage {
             markers: Arc::default(),
             mark: marks::upsert(&options.schema).into(),
             touches: Arc::default(),
+            reads: Arc::new(reads),
+            cache: Arc::new(Cache::new(options.cache_bytes)),
+            notice_prefix: listen::notice_prefix(instance),
         };
         let wiring = Arc::new(wiring);
+        let listener = tokio::spawn(listen::run(listener, listen_pool, Arc::clone(&wiring)));
+        let rechecker = tokio::spawn(recheck(Arc::clone(&wiring), options.recheck));
         let flusher = tokio::spawn(flusher::run(Arc::clone(&wiring)));
+        let writer = Writer::start(Arc::clone(&wiring), Arc::new(Connections::new(connect, 1)));
         Ok(PgStorage {
             wiring,
             schema: options.schema,
-            recheck: options.recheck,
+            writer,
             listener,
+            rechecker,
             flusher,
         })
     }
@@ -244,14 +273,17 @@ impl PgStorage {
         &self.schema
     }
 
-    /// Stores the pending TTL touches, then closes every connection,
-    /// waiting for calls in flight.
+    /// Answers the appends queued, stores the pending TTL touches, then
+    /// closes every connection, waiting for calls in flight.
     pub async fn close(&self) {
+        self.writer.close().await;
         self.listener.abort();
+        self.rechecker.abort();
         // A flush the abort interrupts is repeated by this one: its touches
         // were not forgotten, and storing one twice changes nothing.
         self.flusher.abort();
         flusher::flush(&self.wiring).await;
+        self.wiring.reads.close().await;
         self.wiring.pool.close().await;
     }
 
@@ -314,6 +346,7 @@ impl Drop for PgStorage {
     /// than their reads said, never later).
     fn drop(&mut self) {
         self.listener.abort();
+        self.rechecker.abort();
         self.flusher.abort();
         if self.wiring.pool.is_closed() {
             return;
@@ -322,6 +355,17 @@ impl Drop for PgStorage {
             let wiring = Arc::clone(&self.wiring);
             runtime.spawn(async move { flusher::flush(&wiring).await });
         }
+    }
+}
+
+/// Every `period`, reads the heads of the streams with waiting readers
+/// (in case a notification was lost), until aborted.
+async fn recheck(wiring: Arc<Wiring>, period: Duration) {
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        listen::recheck(&wiring).await;
     }
 }
 
@@ -351,7 +395,22 @@ impl Storage for PgStorage {
         .await
     }
 
+    /// In the writer's next group commit; an append whose stream kept
+    /// changing under the group runs in a transaction of its own, which
+    /// locks the stream's row before it decides.
     async fn append(&self, path: &StreamPath, append: Append) -> Result<Appended, StreamError> {
+        // Split and validated here, not on the writer, when the cache
+        // says what the stream holds.
+        let max = self.wiring.engine.max_append_bytes;
+        let split = self
+            .wiring
+            .cache
+            .is_json(path.as_str())
+            .and_then(|json| Split::ahead(&append.payload, json, max));
+        let append = match self.writer.append(path, append, split).await? {
+            Outcome::Done(appended) => return appended,
+            Outcome::Contended(append) => append,
+        };
         let append = &append;
         self.write(|mut tx| async move {
             let appended = tx.append(path, append.clone()).await;
@@ -360,12 +419,23 @@ impl Storage for PgStorage {
         .await
     }
 
+    /// In one statement (the messages this store wrote lately come from
+    /// memory); in a read-only transaction when the stream needs more
+    /// (one that is not live, say).
     async fn read(
         &self,
         path: &StreamPath,
         from: ReadFrom,
         max_bytes: usize,
     ) -> Result<ReadChunk, StreamError> {
+        if let Some((chunk, touch)) = read::read(&self.wiring, path, from, max_bytes).await? {
+            // Debounced: the store's flusher writes it (see `flusher.rs`),
+            // and this process's loads see it meanwhile.
+            if let Some(touch) = touch {
+                self.wiring.touches.record(touch.key, touch.at_ms);
+            }
+            return Ok(chunk);
+        }
         self.read_only(|mut tx| async move {
             let chunk = tx.read(path, from, max_bytes).await;
             (tx, chunk)
@@ -383,6 +453,9 @@ impl Storage for PgStorage {
     }
 
     async fn head(&self, path: &StreamPath) -> Result<StreamInfo, StreamError> {
+        if let Some(info) = read::head(&self.wiring, path).await? {
+            return Ok(info);
+        }
         self.read_only(|mut tx| async move {
             let info = tx.head(path).await;
             (tx, info)
@@ -465,17 +538,5 @@ impl Storage for PgStorage {
 
     fn notifier(&self) -> &Notifier {
         &self.wiring.notifier
-    }
-
-    /// Waits as every store does, but also re-reads the stream every
-    /// [`PgOptions::recheck`]: a notification lost while the listener
-    /// reconnected delays a reader by at most that long.
-    async fn wait(
-        &self,
-        path: &StreamPath,
-        after: crate::Offset,
-        timeout: Duration,
-    ) -> Result<Wait, StreamError> {
-        crate::storage::wait_rechecking(self, path, after, timeout, Some(self.recheck)).await
     }
 }

@@ -115,7 +115,9 @@ impl PgRecords {
 }
 
 /// A statement of this store.
-fn query(sql: &Arc<str>) -> sqlx::query::Query<'static, Postgres, sqlx::postgres::PgArguments> {
+pub(super) fn query(
+    sql: &Arc<str>,
+) -> sqlx::query::Query<'static, Postgres, sqlx::postgres::PgArguments> {
     sqlx::query(AssertSqlSafe(Arc::clone(sql)))
 }
 
@@ -377,7 +379,7 @@ impl Records for PgRecords {
 
 /// The key, path and record in a row selected with
 /// [`STREAM_COLUMNS`](super::sql::STREAM_COLUMNS).
-fn decode(r: &PgRow) -> Result<(i64, String, StreamRecord), sqlx::Error> {
+pub(super) fn decode(r: &PgRow) -> Result<(i64, String, StreamRecord), sqlx::Error> {
     let closed_by = match r.try_get::<Option<String>, _>(10)? {
         Some(id) => Some(ProducerPosition::new(
             id,

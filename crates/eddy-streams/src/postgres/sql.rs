@@ -12,6 +12,115 @@ pub(super) const STREAM_COLUMNS: &str = "id, path, content_type, ttl_secs, expir
     created_closed, closed, count, bytes, last_stream_seq, closed_by_id, closed_by_epoch,
     closed_by_seq, accessed_ms, fork_source, fork_position, fork_sub, soft_deleted";
 
+/// A group commit in one statement (see `group/statement.rs`). Each
+/// stream of the group ($1) is checked at the version the group decided
+/// on: its count ($2) and close ($3), not soft-deleted, the producer
+/// states it read ($32–$35) unchanged, none of the producers it took as
+/// absent ($20, $21) present, and, where it refused a producer at the cap,
+/// its producer count ($36, $37). A stream it writes ($4) is locked first,
+/// in id order (so that two groups never wait for each other in a cycle),
+/// and so are the producer rows it read, and it is checked once locked;
+/// then its record ($5–$12), messages ($13–$15), producers ($16–$19) and
+/// wake-up marks ($26–$31) are written and its notification lines ($24,
+/// $25) sent on channel $22, prefixed with $23, in notifications of at
+/// most ~7 KB. Returns the id of every stream that passed its check, and a
+/// null per notification.
+fn group_commit(s: &str) -> String {
+    format!(
+        "WITH g AS (
+             SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bool[], $4::bool[],
+                 $5::bigint[], $6::bigint[], $7::bool[], $8::text[], $9::text[],
+                 $10::bigint[], $11::bigint[], $12::bigint[])
+             AS g(id, was_count, was_closed, write, count, bytes, closed, last_stream_seq,
+                 closed_by_id, closed_by_epoch, closed_by_seq, accessed_ms)
+         ), relied AS (
+             SELECT * FROM unnest($32::bigint[], $33::text[], $34::bigint[], $35::bigint[])
+                 AS r(id, producer, epoch, seq)
+         ), held AS MATERIALIZED (
+             SELECT s.id FROM {s}.streams AS s JOIN g ON g.id = s.id
+             WHERE g.write AND s.count = g.was_count AND s.closed = g.was_closed
+                 AND NOT s.soft_deleted
+             ORDER BY s.id
+             FOR NO KEY UPDATE OF s
+         ), kept AS MATERIALIZED (
+             SELECT p.stream_id AS id, p.producer FROM {s}.producers AS p
+             JOIN relied AS r ON p.stream_id = r.id AND p.producer = r.producer
+             WHERE p.epoch = r.epoch AND p.seq = r.seq AND p.stream_id IN (SELECT id FROM held)
+             ORDER BY p.stream_id, p.producer
+             FOR KEY SHARE OF p
+         ), unsure AS (
+             SELECT a.id FROM unnest($20::bigint[], $21::text[]) AS a(id, producer)
+             JOIN {s}.producers AS p ON p.stream_id = a.id AND p.producer = a.producer
+             UNION
+             SELECT r.id FROM relied AS r
+             WHERE r.id IN (SELECT id FROM held) AND NOT EXISTS (
+                 SELECT 1 FROM kept AS k WHERE k.id = r.id AND k.producer = r.producer)
+             UNION
+             SELECT r.id FROM relied AS r
+             WHERE r.id NOT IN (SELECT id FROM held) AND NOT EXISTS (
+                 SELECT 1 FROM {s}.producers AS p WHERE p.stream_id = r.id
+                     AND p.producer = r.producer AND p.epoch = r.epoch AND p.seq = r.seq)
+             UNION
+             SELECT c.id FROM unnest($36::bigint[], $37::bigint[]) AS c(id, n)
+             WHERE (SELECT count(*) FROM {s}.producers AS p WHERE p.stream_id = c.id) <> c.n
+         ), written AS (
+             UPDATE {s}.streams AS s SET count = g.count, bytes = g.bytes, closed = g.closed,
+                 last_stream_seq = g.last_stream_seq, closed_by_id = g.closed_by_id,
+                 closed_by_epoch = g.closed_by_epoch, closed_by_seq = g.closed_by_seq,
+                 accessed_ms = greatest(s.accessed_ms, g.accessed_ms)
+             FROM g JOIN held ON held.id = g.id
+             WHERE s.id = g.id AND s.id NOT IN (SELECT id FROM unsure)
+             RETURNING s.id
+         ), checked AS (
+             SELECT s.id FROM {s}.streams AS s JOIN g ON g.id = s.id
+             WHERE NOT g.write AND s.count = g.was_count AND s.closed = g.was_closed
+                 AND NOT s.soft_deleted AND s.id NOT IN (SELECT id FROM unsure)
+         ), messages AS (
+             INSERT INTO {s}.messages (stream_id, seq, data)
+             SELECT m.id, m.seq, m.data
+             FROM unnest($13::bigint[], $14::bigint[], $15::bytea[]) AS m(id, seq, data)
+             WHERE m.id IN (SELECT id FROM written)
+         ), producers AS (
+             INSERT INTO {s}.producers (stream_id, producer, epoch, seq)
+             SELECT p.id, p.producer, p.epoch, p.seq
+             FROM unnest($16::bigint[], $17::text[], $18::bigint[], $19::bigint[])
+                 AS p(id, producer, epoch, seq)
+             WHERE p.id IN (SELECT id FROM written)
+             ON CONFLICT (stream_id, producer)
+             DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq
+         ), marks AS (
+             INSERT INTO {s}.wake_marks
+                 (projection, version, params, path, commits, attempts, due_ms)
+             SELECT k.projection, k.version, k.params, (array_agg(k.path ORDER BY k.ord DESC))[1],
+                 sum(k.commits)::bigint, 0, 0
+             FROM unnest($26::bigint[], $27::text[], $28::bigint[], $29::text[], $30::text[],
+                 $31::bigint[]) WITH ORDINALITY AS k(id, projection, version, params, path, commits, ord)
+             WHERE k.id IN (SELECT id FROM written)
+             GROUP BY k.projection, k.version, k.params
+             ORDER BY k.projection, k.version, k.params
+             ON CONFLICT (projection, version, params)
+             DO UPDATE SET commits = wake_marks.commits + excluded.commits, path = excluded.path
+         ), noted AS (
+             SELECT pg_notify($22, $23 || string_agg(n.line, E'\\n' ORDER BY n.ord))
+             FROM (
+                 SELECT n.line, n.ord,
+                     sum(octet_length(n.line) + 1) OVER (ORDER BY n.ord) / 6000 AS part
+                 FROM unnest($24::bigint[], $25::text[]) WITH ORDINALITY AS n(id, line, ord)
+                 WHERE n.id IN (SELECT id FROM written)
+             ) AS n
+             GROUP BY n.part
+         )
+         SELECT id FROM written
+         UNION ALL SELECT id FROM checked
+         UNION ALL SELECT NULL::bigint FROM noted"
+    )
+}
+
+/// The most message rows [`Sql::read`] takes, from its byte budget `$3`
+/// and the stream `s`'s average message size.
+const READ_CAP: &str =
+    "least(16384, greatest(64, 2 * ($3 / greatest(s.bytes / greatest(s.count, 1), 1)) + 1))";
+
 /// Every statement of a store on one schema.
 #[derive(Debug)]
 pub(crate) struct Sql {
@@ -34,6 +143,10 @@ pub(crate) struct Sql {
     pub remove: Arc<str>,
     pub slide: Arc<str>,
     pub tombstone: Arc<str>,
+    pub read: Arc<str>,
+    pub heads: Arc<str>,
+    pub group_load: Arc<str>,
+    pub group_commit: Arc<str>,
 }
 
 impl Sql {
@@ -131,6 +244,50 @@ impl Sql {
                 "INSERT INTO {s}.tombstones (path, deleted_ms) VALUES ($1, $2)
                  ON CONFLICT (path) DO UPDATE SET deleted_ms = excluded.deleted_ms"
             )),
+            // A read in one statement (one snapshot): the stream's record
+            // (or whether its path is a tombstone), and its messages from
+            // position $2 while their total stays within $3 bytes (the
+            // first one whatever its size when $4), at most `cap` rows:
+            // about twice what the budget holds at the stream's average
+            // message size, so a read of a long stream scans little more
+            // than it returns.
+            read: sql(format!(
+                "SELECT {STREAM_COLUMNS}, m.data, {READ_CAP} AS cap,
+                     s.id IS NULL AND EXISTS (SELECT 1 FROM {s}.tombstones AS t WHERE t.path = $1)
+                 FROM (SELECT 1) AS one
+                 LEFT JOIN {s}.streams AS s ON s.path = $1
+                 LEFT JOIN LATERAL (
+                     SELECT array_agg(w.data ORDER BY w.seq) AS data FROM (
+                         SELECT seq, data, sum(octet_length(data)) OVER (ORDER BY seq) AS upto
+                         FROM {s}.messages
+                         WHERE stream_id = s.id AND seq >= $2 AND seq < s.count
+                         ORDER BY seq
+                         LIMIT {READ_CAP}
+                     ) AS w
+                     WHERE w.upto <= $3 OR (w.seq = $2 AND $4)
+                 ) AS m ON s.id IS NOT NULL"
+            )),
+            heads: sql(format!(
+                "SELECT {STREAM_COLUMNS} FROM {s}.streams WHERE path = ANY($1)"
+            )),
+            // The streams at paths $1 with how many producers each keeps,
+            // and the states of the producers ($3) named for each ($2).
+            group_load: sql(format!(
+                "SELECT {STREAM_COLUMNS},
+                     (SELECT count(*) FROM {s}.producers AS c WHERE c.stream_id = s.id),
+                     p.names, p.epochs, p.seqs
+                 FROM {s}.streams AS s
+                 LEFT JOIN LATERAL (
+                     SELECT array_agg(pr.producer) AS names, array_agg(pr.epoch) AS epochs,
+                         array_agg(pr.seq) AS seqs
+                     FROM {s}.producers AS pr
+                     WHERE pr.stream_id = s.id AND pr.producer IN (
+                         SELECT w.producer FROM unnest($2::text[], $3::text[]) AS w(path, producer)
+                         WHERE w.path = s.path)
+                 ) AS p ON true
+                 WHERE s.path = ANY($1)"
+            )),
+            group_commit: sql(group_commit(&s)),
         }
     }
 }

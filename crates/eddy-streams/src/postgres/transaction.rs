@@ -5,16 +5,18 @@ use std::sync::Arc;
 
 use sqlx::{PgPool, Postgres, Transaction};
 
+use super::connections::Connections;
 use super::error::{is_conflict, pg_error};
-use super::listen::Change;
+use super::listen::{notices, Change};
 use super::records::PgRecords;
 use super::sql::Sql;
+use crate::cache::Cache;
 use crate::engine::Engine;
 use crate::marks::Markers;
 use crate::touches::Touches;
 use crate::{
-    Append, Appended, Committed, Created, Fork, Notifier, Offset, Payload, ReadChunk, ReadFrom,
-    StreamConfig, StreamError, StreamInfo, StreamPath, StreamSnapshot,
+    Append, Appended, Created, Fork, Notifier, Payload, ReadChunk, ReadFrom, StreamConfig,
+    StreamError, StreamInfo, StreamPath, StreamSnapshot,
 };
 use bytes::Bytes;
 
@@ -35,6 +37,12 @@ pub(super) struct Wiring {
     pub mark: Arc<str>,
     /// The TTL touches of this process's reads not stored yet.
     pub touches: Arc<Touches>,
+    /// Connections for reads of one statement.
+    pub reads: Arc<Connections>,
+    /// Messages this store wrote lately, for reads.
+    pub cache: Arc<Cache>,
+    /// The start of this store's notifications.
+    pub notice_prefix: String,
 }
 
 /// A transaction on a [`PgStorage`](super::PgStorage)'s database that
@@ -162,7 +170,7 @@ impl PgTransaction {
             .create(&mut self.records, path, config, initial)
             .await?;
         if created.created {
-            self.committed(path, created.info.tail, created.info.closed);
+            self.changes.push(Change::Committed(created.info.clone()));
         }
         Ok(created)
     }
@@ -180,8 +188,9 @@ impl PgTransaction {
             .engine
             .append(&mut self.records, path, append, None)
             .await?;
-        if written.is_some() {
-            self.committed(path, appended.next_offset, appended.closed);
+        if let Some(head) = written {
+            self.changes
+                .push(Change::Committed(head.info(path.as_str())));
         }
         Ok(appended)
     }
@@ -196,7 +205,7 @@ impl PgTransaction {
             .fork(&mut self.records, path, fork)
             .await?;
         if created.created {
-            self.committed(path, created.info.tail, created.info.closed);
+            self.changes.push(Change::Committed(created.info.clone()));
         }
         Ok(created)
     }
@@ -278,7 +287,7 @@ impl PgTransaction {
             .engine
             .restore(&mut self.records, snapshot, first, messages)
             .await?;
-        self.committed(&snapshot.path, info.tail, info.closed);
+        self.changes.push(Change::Committed(info.clone()));
         Ok(info)
     }
 
@@ -315,11 +324,10 @@ impl PgTransaction {
             .await
             .map_err(|e| failed(e, "cannot write the wake-up marks"))?;
         if !self.changes.is_empty() {
-            let payloads: Vec<String> = self
-                .changes
-                .iter()
-                .map(|change| change.payload(self.wiring.instance))
-                .collect();
+            let payloads = notices(
+                &self.wiring.notice_prefix,
+                self.changes.iter().map(Change::line),
+            );
             sqlx::query("SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload")
                 .bind(&self.wiring.channel)
                 .bind(payloads)
@@ -340,13 +348,5 @@ impl PgTransaction {
             change.raise(&self.wiring.notifier);
         }
         Ok(())
-    }
-
-    fn committed(&mut self, path: &StreamPath, tail: Offset, closed: bool) {
-        self.changes.push(Change::Committed(Committed {
-            path: path.to_string(),
-            tail,
-            closed,
-        }));
     }
 }

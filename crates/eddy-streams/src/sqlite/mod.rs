@@ -3,7 +3,6 @@
 //! See `DESIGN-sqlite.md` in the crate for the record layout and the commit
 //! protocol.
 
-mod cache;
 mod heads;
 mod marks;
 mod options;
@@ -29,6 +28,7 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{oneshot, Semaphore};
 
+use crate::cache::Cache;
 use crate::engine::{complete, Engine};
 use crate::marks::Markers;
 use crate::payload::Split;
@@ -38,7 +38,6 @@ use crate::{
     StreamError, StreamInfo, StreamPath, StreamSnapshot,
 };
 use bytes::Bytes;
-use cache::Cache;
 use records::SqliteRecords;
 use writer::{Containment, Event, Job};
 

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
-use super::cache::{Cache, Change};
 use super::heads::Heads;
+use crate::cache::{Cache, Change};
 use crate::fork::ForkOrigin;
 use crate::record::{
     expiry_columns, expiry_from_columns, Op, RecordReader, Records, Stored, StreamRecord,

@@ -6,10 +6,10 @@ use std::panic::{self, AssertUnwindSafe};
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
-use super::cache::Change;
 use super::records::SqliteRecords;
 use super::savepoint;
 use super::writer::{AloneTask, Event, Failure, Shared};
+use crate::cache::Change;
 use crate::engine::{complete, Engine};
 use crate::touches::Touches;
 use crate::{Append, Appended, StreamError, StreamPath};

@@ -17,10 +17,10 @@ use std::time::Instant;
 use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
-use super::cache::{Cache, Change};
 use super::heads::Heads;
 use super::records::{self, SqliteRecords};
 use super::savepoint;
+use crate::cache::{Cache, Change};
 use crate::engine::Engine;
 use crate::marks::Markers;
 use crate::touches::{Touches, FLUSH_INTERVAL};

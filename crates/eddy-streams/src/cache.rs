@@ -1,15 +1,15 @@
 //! Recently written streams' messages, in memory, so that reads of recent
 //! data (catch-up reads, live readers woken by an append) need no
-//! row-by-row copying out of SQLite.
+//! row-by-row copying out of the database (SQLite, PostgreSQL).
 //!
-//! Only the writer fills the cache, from the writes of a group after its
-//! `COMMIT`, so the cache never holds what is not committed. It answers for
-//! messages only, never for a stream's head: a read takes the head (tail,
-//! closed, expiry) from SQLite in its read transaction and then asks the
-//! cache for the messages up to that tail. A message at a position of a
-//! stream (a row id, never reused) never changes once committed, so the
-//! answer is exact even when another process writes the same database; the
-//! messages the cache does not hold are read from SQLite. The cache holds
+//! Only the store's writer fills the cache, from the writes of a group
+//! after its commit, so the cache never holds what is not committed. It
+//! answers for messages only, never for a stream's head: a read takes the
+//! head (tail, closed, expiry) from the database and then the messages up
+//! to that tail from the cache. A message at a position of a stream (a row
+//! id, never reused) never changes once committed, so the answer is exact
+//! even when another process writes the same database; the messages the
+//! cache does not hold are read from the database. The cache holds
 //! at most its byte budget of messages: a stream keeps at most an eighth of
 //! it, the least recently used streams go first. It also keeps each
 //! stream's record, to know where its messages end and whether it holds
@@ -29,7 +29,7 @@ const MAX_STREAMS: usize = 65_536;
 
 /// A record write of a committed group, as the cache learns it.
 #[derive(Debug)]
-pub(super) enum Change {
+pub(crate) enum Change {
     /// A stream's record after an insert or update.
     Record {
         key: i64,
@@ -51,7 +51,7 @@ pub(super) enum Change {
 
 /// The cache of one store.
 #[derive(Debug)]
-pub(super) struct Cache {
+pub(crate) struct Cache {
     inner: Mutex<Inner>,
     budget: usize,
 }
@@ -181,6 +181,50 @@ impl Cache {
         let take = usize::try_from(range.end - range.start).ok()?;
         let wanted = entry.messages.iter().skip(skip).take(take).cloned();
         Some(take_within(wanted, max_bytes))
+    }
+}
+
+/// What the cache holds of a stream from some position on.
+#[derive(Debug)]
+pub(crate) struct Held {
+    /// The stream's key.
+    pub key: i64,
+    /// Its messages from the position asked for, within the byte budget.
+    pub messages: Vec<Bytes>,
+    /// Their size in bytes.
+    pub bytes: usize,
+    /// Whether the budget stopped them before the cache's end: a read
+    /// needs nothing more.
+    pub full: bool,
+    /// The position after the last message the cache holds of the stream.
+    pub end: u64,
+}
+
+impl Cache {
+    /// The messages the cache holds of the stream at `path` from position
+    /// `start` on, stopping before their total passes `max_bytes` (at
+    /// least one), if it holds the stream at `start`. The stream's head
+    /// may have moved past [`Held::end`] since: the rest is the database's.
+    pub fn from(&self, path: &str, start: u64, max_bytes: usize) -> Option<Held> {
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        inner.reads += 1;
+        let key = *inner.by_path.get(path)?;
+        let entry = inner.streams.get_mut(&key)?;
+        if start < entry.first || start > entry.end() {
+            return None;
+        }
+        entry.used = inner.reads;
+        let skip = usize::try_from(start - entry.first).ok()?;
+        let available = entry.messages.len() - skip;
+        let messages = take_within(entry.messages.iter().skip(skip).cloned(), max_bytes);
+        Some(Held {
+            key,
+            bytes: messages.iter().map(Bytes::len).sum(),
+            full: messages.len() < available,
+            messages,
+            end: entry.end(),
+        })
     }
 }
 

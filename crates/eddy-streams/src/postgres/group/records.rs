@@ -1,0 +1,299 @@
+//! The records a group's appends run on: the writer's copy, with each
+//! stream's changes kept aside (a draft) until the group's statement
+//! confirms them. What the copy does not hold (a stream that is not
+//! live, its forks, a tombstone) is read from the database, on the
+//! writer's connection.
+
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use sqlx::{PgConnection, Row};
+
+use super::super::error::statement_error;
+use super::super::records::query;
+use super::super::sql::Sql;
+use super::copy::{Copy, Known};
+use super::statement::load;
+use crate::record::{RecordReader, Records, Stored, StreamRecord};
+use crate::rules::ProducerState;
+use crate::touches::Touches;
+use crate::StreamError;
+
+/// One stream's changes in a group, not yet confirmed.
+#[derive(Debug)]
+pub(super) struct Draft {
+    /// The stream's path.
+    pub path: String,
+    /// The copy's record as the group found it: the version the
+    /// statement checks.
+    pub base: Known,
+    /// The record as the group's appends left it.
+    pub record: StreamRecord,
+    /// Producer states the group saved.
+    pub saved: HashMap<String, ProducerState>,
+    /// Producers the group took as absent (the statement checks them).
+    pub absent: HashSet<String>,
+    /// Producer states the group read from the copy (the statement
+    /// checks them: another process may have released one).
+    pub relied: HashMap<String, ProducerState>,
+    /// The producer count the group read, if it read one.
+    pub counted: Option<u64>,
+    /// Messages written, from position `base.record.head.count` on.
+    pub messages: Vec<Bytes>,
+    /// Whether the record was written (data, a close, or a TTL slide).
+    pub written: bool,
+    /// How many appends wrote data or a close.
+    pub changes: u64,
+}
+
+impl Draft {
+    fn new(path: String, base: Known) -> Self {
+        Draft {
+            path,
+            record: base.record.clone(),
+            base,
+            saved: HashMap::new(),
+            absent: HashSet::new(),
+            relied: HashMap::new(),
+            counted: None,
+            messages: Vec::new(),
+            written: false,
+            changes: 0,
+        }
+    }
+
+    /// The copy's new entry once the statement confirmed this draft.
+    pub fn confirmed(self) -> (String, Known) {
+        let mut known = self.base;
+        let added = self
+            .saved
+            .keys()
+            .filter(|name| !known.producers.contains_key(*name))
+            .count() as u64;
+        known.producer_count += added;
+        known.producers.extend(self.saved);
+        known.record = self.record;
+        (self.path, known)
+    }
+}
+
+/// The drafts of one group, by stream key and by path.
+#[derive(Debug, Default)]
+pub(super) struct Drafts {
+    pub by_key: HashMap<i64, Draft>,
+    keys: HashMap<String, i64>,
+}
+
+impl Drafts {
+    fn by_path(&self, path: &str) -> Option<&Draft> {
+        self.by_key.get(self.keys.get(path)?)
+    }
+
+    /// The key of the stream drafted at `path`, if any.
+    pub fn key(&self, path: &str) -> Option<i64> {
+        self.keys.get(path).copied()
+    }
+
+    fn insert(&mut self, draft: Draft) {
+        self.keys.insert(draft.path.clone(), draft.base.key);
+        self.by_key.insert(draft.base.key, draft);
+    }
+
+    /// The drafts, emptied out.
+    pub fn take(&mut self) -> Vec<Draft> {
+        self.keys.clear();
+        self.by_key.drain().map(|(_, draft)| draft).collect()
+    }
+}
+
+/// The records of one group.
+pub(super) struct GroupRecords<'g> {
+    pub copy: &'g Copy,
+    pub drafts: &'g mut Drafts,
+    pub conn: &'g mut PgConnection,
+    pub sql: &'g Arc<Sql>,
+    pub touches: &'g Touches,
+}
+
+impl GroupRecords<'_> {
+    fn draft(&mut self, key: i64) -> Result<&mut Draft, StreamError> {
+        self.drafts
+            .by_key
+            .get_mut(&key)
+            .ok_or_else(|| StreamError::internal("a group wrote a stream it had not loaded"))
+    }
+
+    /// A statement outside the copy, on the writer's connection.
+    async fn fetch_all(
+        &mut self,
+        query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> Result<Vec<sqlx::postgres::PgRow>, StreamError> {
+        query
+            .fetch_all(&mut *self.conn)
+            .await
+            .map_err(statement_error)
+    }
+
+    /// Refuses a record operation an append never makes.
+    fn unused<T>(&self, what: &str) -> Result<T, StreamError> {
+        Err(StreamError::internal(format!(
+            "a group of appends does not {what}"
+        )))
+    }
+}
+
+impl RecordReader for GroupRecords<'_> {
+    type Key = i64;
+
+    /// From the group's drafts, the copy, or else the database (a stream
+    /// created since the group loaded, the forks of one that is not live):
+    /// each record loaded is drafted, so the statement checks that the
+    /// group decided on its current version.
+    async fn load(&mut self, path: &str) -> Result<Option<Stored<i64>>, StreamError> {
+        if let Some(draft) = self.drafts.by_path(path) {
+            return Ok(Some(Stored {
+                key: draft.base.key,
+                record: draft.record.clone(),
+            }));
+        }
+        let mut known = match self.copy.get(path) {
+            Some(known) => known.clone(),
+            None => {
+                let loaded = load(self.conn, self.sql, &[path.to_owned()], &[]).await?;
+                match loaded.into_iter().next() {
+                    Some((_, known)) => known,
+                    None => return Ok(None),
+                }
+            }
+        };
+        known.record.accessed_ms = self.touches.accessed(known.key, known.record.accessed_ms);
+        let stored = Stored {
+            key: known.key,
+            record: known.record.clone(),
+        };
+        self.drafts.insert(Draft::new(path.to_owned(), known));
+        Ok(Some(stored))
+    }
+
+    async fn is_tombstoned(&mut self, path: &str) -> Result<bool, StreamError> {
+        let sql = Arc::clone(&self.sql.is_tombstoned);
+        Ok(!self.fetch_all(query(&sql).bind(path)).await?.is_empty())
+    }
+
+    async fn forks_of(&mut self, path: &str) -> Result<Vec<String>, StreamError> {
+        let sql = Arc::clone(&self.sql.forks_of);
+        let rows = self.fetch_all(query(&sql).bind(path)).await?;
+        rows.iter()
+            .map(|row| row.try_get(0))
+            .collect::<Result<_, _>>()
+            .map_err(statement_error)
+    }
+
+    async fn producer(
+        &mut self,
+        key: &i64,
+        producer: &str,
+    ) -> Result<Option<ProducerState>, StreamError> {
+        let draft = self.draft(*key)?;
+        if let Some(state) = draft.saved.get(producer) {
+            return Ok(Some(*state));
+        }
+        if let Some(state) = draft.base.producers.get(producer) {
+            draft.relied.insert(producer.to_owned(), *state);
+            return Ok(Some(*state));
+        }
+        draft.absent.insert(producer.to_owned());
+        Ok(None)
+    }
+
+    async fn producers(&mut self, _key: &i64) -> Result<Vec<(String, ProducerState)>, StreamError> {
+        self.unused("list producers")
+    }
+
+    async fn producer_count(&mut self, key: &i64) -> Result<u64, StreamError> {
+        let draft = self.draft(*key)?;
+        let added = draft
+            .saved
+            .keys()
+            .filter(|name| !draft.base.producers.contains_key(*name))
+            .count() as u64;
+        let count = draft.base.producer_count + added;
+        draft.counted = Some(draft.counted.unwrap_or(0).max(count));
+        Ok(count)
+    }
+
+    async fn messages(
+        &mut self,
+        _key: &i64,
+        _range: Range<u64>,
+        _max_bytes: usize,
+    ) -> Result<Vec<Bytes>, StreamError> {
+        self.unused("read messages")
+    }
+
+    async fn list(&mut self, _prefix: &str) -> Result<Vec<(String, StreamRecord)>, StreamError> {
+        self.unused("list streams")
+    }
+}
+
+impl Records for GroupRecords<'_> {
+    async fn insert(&mut self, _path: &str, _record: &StreamRecord) -> Result<i64, StreamError> {
+        self.unused("create streams")
+    }
+
+    async fn update(&mut self, key: &i64, record: StreamRecord) -> Result<(), StreamError> {
+        let draft = self.draft(*key)?;
+        draft.record = record;
+        draft.written = true;
+        Ok(())
+    }
+
+    async fn insert_messages(
+        &mut self,
+        key: &i64,
+        first: u64,
+        messages: Vec<Bytes>,
+    ) -> Result<(), StreamError> {
+        let draft = self.draft(*key)?;
+        if first != draft.base.record.head.count + draft.messages.len() as u64 {
+            return Err(StreamError::internal(
+                "a group's messages do not follow each other",
+            ));
+        }
+        draft.messages.extend(messages);
+        Ok(())
+    }
+
+    async fn copy_prefix(
+        &mut self,
+        _from: &i64,
+        _to: &i64,
+        _count: u64,
+    ) -> Result<u64, StreamError> {
+        self.unused("fork streams")
+    }
+
+    async fn save_producer(
+        &mut self,
+        key: &i64,
+        producer: &str,
+        state: ProducerState,
+    ) -> Result<(), StreamError> {
+        self.draft(*key)?.saved.insert(producer.to_owned(), state);
+        Ok(())
+    }
+
+    async fn remove(&mut self, _key: &i64, _path: &str) -> Result<(), StreamError> {
+        self.unused("remove streams")
+    }
+
+    async fn slide(&mut self, _key: &i64, _at_ms: i64) -> Result<(), StreamError> {
+        self.unused("slide a TTL outside a write")
+    }
+
+    async fn tombstone(&mut self, _path: &str, _now_ms: i64) -> Result<(), StreamError> {
+        self.unused("delete streams")
+    }
+}
