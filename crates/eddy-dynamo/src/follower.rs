@@ -62,7 +62,8 @@ impl<F: ChangeFeed> Follower<F> {
         self
     }
 
-    /// The sequence number of the last record done, if any.
+    /// The position of the last record done, if any (for the embedded
+    /// table its sequence number).
     pub async fn checkpoint(&self) -> Result<Option<String>, TableError> {
         self.feed.load_checkpoint(&self.name).await
     }
@@ -73,18 +74,18 @@ impl<F: ChangeFeed> Follower<F> {
         projections: &[&dyn BatchProjection],
     ) -> Result<Option<BatchResult>, TableError> {
         let after = self.feed.load_checkpoint(&self.name).await?;
-        let records = self.feed.read_changes(after, self.batch_size).await?;
-        if records.is_empty() {
+        let read = self.feed.read_positioned(after, self.batch_size).await?;
+        if read.records.is_empty() {
             return Ok(None);
         }
-        let result = process(&records, projections, self.deliver.as_deref()).await;
+        let result = process(&read.records, projections, self.deliver.as_deref()).await;
         let done = match result.first_failure() {
-            None => records.last(),
+            None => read.positions.last(),
             Some(0) => None,
-            Some(first) => records.get(first - 1),
+            Some(first) => read.positions.get(first - 1),
         };
-        if let Some(sequence) = done.and_then(|r| r.change.sequence_number.as_deref()) {
-            self.feed.save_checkpoint(&self.name, sequence).await?;
+        if let Some(position) = done {
+            self.feed.save_checkpoint(&self.name, position).await?;
         }
         Ok(Some(result))
     }

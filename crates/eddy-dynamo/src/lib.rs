@@ -150,7 +150,7 @@ pub use batch::{
     process_batch, process_batch_delivering, BatchProjection, BatchResult, FailedRecord,
     IgnoreReason, IgnoredRecord,
 };
-pub use change_feed::{ChangeFeed, ChangeRecord};
+pub use change_feed::{ChangeFeed, ChangeRecord, FeedRead};
 pub use command::CommandError;
 pub use condition::{AttributeType, Comparator, Condition};
 #[cfg(feature = "aws")]

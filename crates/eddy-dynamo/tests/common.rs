@@ -175,6 +175,13 @@ impl ChangeFeed for TestTable {
     ) -> Result<Vec<ChangeRecord>, TableError> {
         self.feed.read_changes(after, limit).await
     }
+    async fn read_positioned(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> Result<eddy_dynamo::FeedRead, TableError> {
+        self.feed.read_positioned(after, limit).await
+    }
     async fn load_checkpoint(&self, consumer: &str) -> Result<Option<String>, TableError> {
         self.feed.load_checkpoint(consumer).await
     }

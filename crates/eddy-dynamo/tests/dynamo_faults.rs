@@ -11,7 +11,7 @@ use tokio::net::TcpListener;
 
 /// What the fault server answers: status and JSON body, given the
 /// operation (`X-Amz-Target`) and the request body.
-type Handler = Arc<dyn Fn(&str, &str) -> (u16, String) + Send + Sync>;
+pub type Handler = Arc<dyn Fn(&str, &str) -> (u16, String) + Send + Sync>;
 
 /// Starts a server that answers every request with `error_type`; returns
 /// its URL and the request counter.
@@ -29,7 +29,7 @@ async fn failing_server(error_type: &'static str) -> (String, Arc<AtomicUsize>) 
 
 /// Starts a server that answers with `handler`; returns its URL and the
 /// request counter.
-async fn server(handler: Handler) -> (String, Arc<AtomicUsize>) {
+pub async fn server(handler: Handler) -> (String, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let count = Arc::new(AtomicUsize::new(0));

@@ -127,10 +127,22 @@ impl ChangeFeed for MotoTable {
         after: Option<String>,
         limit: usize,
     ) -> Result<Vec<ChangeRecord>, TableError> {
-        let mut records = self.streams.read_changes(after, usize::MAX).await?;
-        records.retain(|r| !moto_noop(r));
-        records.truncate(limit);
-        Ok(records)
+        Ok(self.read_positioned(after, limit).await?.records)
+    }
+    async fn read_positioned(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> Result<eddy_dynamo::FeedRead, TableError> {
+        let read = self.streams.read_positioned(after, usize::MAX).await?;
+        let (mut records, mut positions) = (Vec::new(), Vec::new());
+        for (record, position) in read.records.into_iter().zip(read.positions) {
+            if !moto_noop(&record) && records.len() < limit {
+                records.push(record);
+                positions.push(position);
+            }
+        }
+        Ok(eddy_dynamo::FeedRead { records, positions })
     }
     async fn load_checkpoint(&self, consumer: &str) -> Result<Option<String>, TableError> {
         self.streams.load_checkpoint(consumer).await

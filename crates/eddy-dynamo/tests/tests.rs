@@ -27,6 +27,8 @@ mod props;
 mod removal;
 mod repair;
 mod series;
+#[cfg(feature = "aws")]
+mod shards;
 mod stream;
 mod tables;
 mod tombstone;

@@ -6,6 +6,7 @@ mod errors;
 mod expr;
 mod follower;
 mod options;
+mod position;
 mod provision;
 mod streams;
 mod table;

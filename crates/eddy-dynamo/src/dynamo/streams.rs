@@ -18,8 +18,9 @@ use chrono::DateTime;
 
 use super::errors::map_sdk;
 use super::options::DynamoOptions;
-use crate::change_feed::{ChangeFeed, ChangeRecord};
-use crate::error::{TableError, ValidationError};
+use super::position::StreamPosition;
+use crate::change_feed::{ChangeFeed, ChangeRecord, FeedRead};
+use crate::error::TableError;
 use crate::item::{AttributeValue, Item};
 use crate::request::Put;
 use crate::table::Table;
@@ -53,10 +54,12 @@ pub struct ShardRead {
 /// The stream of one table, read with `aws-sdk-dynamodbstreams`.
 ///
 /// As a [`ChangeFeed`] it reads the shards in lineage order (parents before
-/// children) and keeps one position for the whole stream; checkpoints live
-/// as items of a checkpoint [`Table`]. That is exact while the stream has a
-/// single shard lineage; for a stream that splits, use a
-/// [`StreamsFollower`](super::StreamsFollower), which keeps one checkpoint per shard.
+/// children) and keeps a position per shard (records are ordered within a
+/// shard only); checkpoints live as items of a checkpoint [`Table`]. It
+/// lists the shards and reads each open one on every call, so it suits
+/// tests and tools; a service follows with a
+/// [`StreamsFollower`](super::StreamsFollower), which reads only the shards
+/// with something new and keeps one checkpoint item per shard.
 #[derive(Clone)]
 pub struct DynamoStreams {
     client: Client,
@@ -312,36 +315,57 @@ impl ChangeFeed for DynamoStreams {
         after: Option<String>,
         limit: usize,
     ) -> Result<Vec<ChangeRecord>, TableError> {
-        let after_number = match &after {
-            None => None,
-            Some(text) => Some(text.parse::<u128>().map_err(|_| {
-                ValidationError::InvalidQuery(format!(
-                    "{text} is not a DynamoDB Streams sequence number"
-                ))
-            })?),
-        };
-        let mut out = Vec::new();
-        for shard in self.shards().await? {
-            if out.len() >= limit {
+        Ok(self.read_positioned(after, limit).await?.records)
+    }
+
+    /// Reads shard by shard, parents before children: each shard from its
+    /// own position, a child only once its parent is done (or trimmed).
+    /// A record's position is the consumer's position in every shard as of
+    /// that record. Sequence numbers are compared within a shard only.
+    async fn read_positioned(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> Result<FeedRead, TableError> {
+        let mut position = StreamPosition::parse(after.as_deref())?;
+        let shards = self.shards().await?;
+        position.keep_only(shards.iter().map(|s| s.id.as_str()));
+        let listed: HashSet<&str> = shards.iter().map(|s| s.id.as_str()).collect();
+        let mut out = FeedRead::default();
+        for shard in &shards {
+            if out.records.len() >= limit {
                 break;
             }
-            // Within a lineage, a later shard's records come after its parent's.
-            let read = self.read_shard(&shard.id, None, usize::MAX).await?;
-            out.extend(read.records.into_iter().filter(|r| {
-                match (
-                    after_number,
-                    r.change
-                        .sequence_number
-                        .as_deref()
-                        .and_then(|s| s.parse::<u128>().ok()),
-                ) {
-                    (None, _) => true,
-                    (Some(a), Some(seq)) => seq > a,
-                    (Some(_), None) => false,
+            if position.done(&shard.id) {
+                continue;
+            }
+            let parent = shard.parent.as_deref().filter(|p| listed.contains(p));
+            if parent.is_some_and(|p| !position.done(p)) {
+                continue; // parents before children
+            }
+            let (start, floor) = position.start(&shard.id);
+            let start = start.map(str::to_owned);
+            let read = self
+                .read_shard(&shard.id, start.as_deref(), limit - out.records.len())
+                .await?;
+            for record in read.records {
+                let Some(sequence) = record.change.sequence_number.clone() else {
+                    continue;
+                };
+                position.advance(&shard.id, &sequence);
+                let older = floor.is_some_and(|f| sequence.parse::<u128>().is_ok_and(|s| s <= f));
+                if !older {
+                    out.records.push(record);
+                    out.positions.push(position.render());
                 }
-            }));
+            }
+            if read.exhausted && shard.closed {
+                position.finish(&shard.id);
+                if let Some(last) = out.positions.last_mut() {
+                    *last = position.render();
+                }
+            }
         }
-        out.truncate(limit);
         Ok(out)
     }
 
@@ -356,10 +380,10 @@ impl ChangeFeed for DynamoStreams {
         Ok(item.and_then(|i| crate::item::get_str(&i, "sequence").map(str::to_owned)))
     }
 
-    async fn save_checkpoint(&self, consumer: &str, sequence: &str) -> Result<(), TableError> {
+    async fn save_checkpoint(&self, consumer: &str, position: &str) -> Result<(), TableError> {
         let table = self.checkpoint_table()?;
         let mut item = checkpoint_key(table.as_ref(), consumer, &self.stream_arn, "*")?;
-        item.insert("sequence".into(), AttributeValue::S(sequence.to_owned()));
+        item.insert("sequence".into(), AttributeValue::S(position.to_owned()));
         table.put_item(Put::new(item)).await
     }
 }
