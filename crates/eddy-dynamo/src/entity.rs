@@ -367,24 +367,33 @@ impl<M: Serialize + DeserializeOwned> Entity<M> {
     }
 
     /// Updates attributes of an existing model and returns it; fails with
-    /// `ConditionalCheckFailed` when it does not exist.
+    /// `ConditionalCheckFailed` when it does not exist. A tombstone at its
+    /// key (a row a projection removed) does not count: it is left as it
+    /// is.
     pub async fn update<K: Serialize + ?Sized>(
         &self,
         input: &K,
         update: Update,
     ) -> Result<M, Error> {
         let (pk, _) = self.key_names();
-        let request = UpdateItem::new(self.key(input)?, update).when(Condition::exists(pk));
+        let mine = Condition::eq(ENTITY_ATTRIBUTE, s(self.entity_type.clone()));
+        let request =
+            UpdateItem::new(self.key(input)?, update).when(Condition::exists(pk).and(mine));
         let item = self.table.update_item(request).await?;
         self.decode(item)
     }
 
-    /// Deletes the model these attributes name (nothing happens when absent).
+    /// Deletes the model these attributes name (nothing happens when
+    /// absent). A tombstone at its key stays, with the checkpoints that
+    /// keep a replayed event from making the removed row again.
     pub async fn delete<K: Serialize + ?Sized>(&self, input: &K) -> Result<(), Error> {
-        Ok(self
-            .table
-            .delete_item(Delete::new(self.key(input)?))
-            .await?)
+        let marker = s(tombstone::tombstone_marker(&self.entity_type));
+        let not_tombstone = Condition::eq(ENTITY_ATTRIBUTE, marker).not();
+        let request = Delete::new(self.key(input)?).when(not_tombstone);
+        match self.table.delete_item(request).await {
+            Ok(()) | Err(TableError::ConditionalCheckFailed { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Every model in the partition the attributes name, in sort key order,

@@ -7,7 +7,8 @@
 //! model attribute and no index key, so no index lists it. Every entity
 //! read (get, batch get, transactional get, queries) reports it as absent;
 //! `Entity::create` may write over it, carrying its checkpoints with the
-//! revision one higher, so a late redelivery still reads as applied.
+//! revision one higher, so a late redelivery still reads as applied;
+//! `Entity::update` and `Entity::delete` leave it alone.
 
 use crate::app_schema::ENTITY_ATTRIBUTE;
 use crate::condition::Condition;
