@@ -10,7 +10,7 @@ use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
 use crate::declare::{Params, State};
-use crate::dispatch::Dispatcher;
+use crate::dispatch::{Dispatcher, Settings};
 use crate::durable::Durable;
 use crate::{
     Host, Progress, Projection, ProjectionError, Result, Retry, RunOptions, WakeMarkReport,
@@ -20,8 +20,14 @@ use crate::{
 /// before it gets [`AttachError::Missed`].
 const ERROR_CAPACITY: usize = 256;
 
+/// The default number of bindings an attachment runs at once.
+pub const DEFAULT_CONCURRENCY: usize = 16;
+
+/// The default number of bindings an attachment's status keeps.
+pub const DEFAULT_STATUS_CAPACITY: usize = 1024;
+
 /// Options of [`Host::attach`].
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct AttachOptions {
     /// The options of each run. A run cut by `limit` is followed by another
     /// at once, so `limit` bounds the work between status updates, not the
@@ -36,6 +42,72 @@ pub struct AttachOptions {
     /// own mark (1 s, doubling, at most 1 h) and runs again when it is
     /// due. Needs a store that writes marks (SQLite, PostgreSQL).
     pub durable: bool,
+    /// The most bindings that run at once; the others wait for a free
+    /// run, in the order their commits arrived. At least 1; defaults to
+    /// [`DEFAULT_CONCURRENCY`].
+    pub concurrency: usize,
+    /// The most bindings [`Attached::status`] keeps: beyond it, the
+    /// bindings that finished longest ago leave it (idle ones before
+    /// failed ones; running ones stay). Every binding is still in the
+    /// store: [`inspect`](crate::inspect()) and `eddy status` show them
+    /// all. At least 1; defaults to [`DEFAULT_STATUS_CAPACITY`].
+    pub status_capacity: usize,
+}
+
+impl Default for AttachOptions {
+    fn default() -> Self {
+        AttachOptions {
+            run: RunOptions::default(),
+            retry: None,
+            durable: false,
+            concurrency: DEFAULT_CONCURRENCY,
+            status_capacity: DEFAULT_STATUS_CAPACITY,
+        }
+    }
+}
+
+impl AttachOptions {
+    /// These options with the pending set kept in the store (see
+    /// [`durable`](AttachOptions::durable)).
+    pub fn with_durable(mut self) -> Self {
+        self.durable = true;
+        self
+    }
+
+    /// These options with another bound on the runs at once.
+    pub fn with_concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency;
+        self
+    }
+
+    /// These options with another status capacity.
+    pub fn with_status_capacity(mut self, capacity: usize) -> Self {
+        self.status_capacity = capacity;
+        self
+    }
+
+    /// These options with other run options.
+    pub fn with_run(mut self, run: RunOptions) -> Self {
+        self.run = run;
+        self
+    }
+
+    /// These options with a retry schedule.
+    pub fn with_retry(mut self, retry: Retry) -> Self {
+        self.retry = Some(retry);
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        self.run.validate()?;
+        if self.concurrency == 0 || self.status_capacity == 0 {
+            return Err(ProjectionError::invalid(format!(
+                "attach: concurrency and status_capacity must be at least 1 (got {} and {})",
+                self.concurrency, self.status_capacity
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// What an attached binding is doing.
@@ -47,8 +119,10 @@ pub enum BindingState {
     /// The last run caught up; no task is kept for the binding until its
     /// next commit.
     Idle,
-    /// The last run failed; the next commit on one of its inputs runs it
-    /// again (and, when durable, its deferred mark when it is due).
+    /// The last run failed. It waits (1 s after its first failure in a
+    /// row, doubling to 1 h): a commit on one of its inputs meanwhile runs
+    /// it again when the wait is over, a commit after that at once; when
+    /// durable, its deferred mark runs it when it is due.
     Failed(Arc<ProjectionError>),
 }
 
@@ -64,7 +138,8 @@ pub struct BindingStatus<P, S> {
     pub last: Option<Progress<S>>,
 }
 
-/// Every binding an attachment has seen, by its parameter key
+/// The bindings an attachment has seen (at most its
+/// [`status_capacity`](AttachOptions::status_capacity)), by parameter key
 /// (`workspaceId=ws-42`, the last segment of its checkpoint path).
 pub type AttachStatus<P, S> = BTreeMap<String, BindingStatus<P, S>>;
 
@@ -127,7 +202,8 @@ impl<P, S> fmt::Debug for Attached<P, S> {
 }
 
 impl<P: Params, S: State> Attached<P, S> {
-    /// The status of every binding seen so far.
+    /// The status of the bindings seen so far: every running one, and the
+    /// most recently finished others up to the status capacity.
     pub fn status(&self) -> AttachStatus<P, S> {
         self.status.borrow().clone()
     }
@@ -205,7 +281,7 @@ impl Host {
         projection: &Projection<P, S>,
         options: AttachOptions,
     ) -> Result<Attached<P, S>> {
-        options.run.validate()?;
+        options.validate()?;
         let retry = options.retry.unwrap_or(self.retry);
         retry.validate()?;
         if let Some(names) = projection.param_names() {
@@ -235,8 +311,12 @@ impl Host {
         let dispatcher = Dispatcher::new(
             self.clone(),
             projection.clone(),
-            options.run,
-            retry,
+            Settings {
+                run: options.run,
+                retry,
+                concurrency: options.concurrency,
+                status_capacity: options.status_capacity,
+            },
             status_tx,
             errors.clone(),
             durable,

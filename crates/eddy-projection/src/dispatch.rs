@@ -5,7 +5,7 @@
 //! arrives while a binding's run ends can never be lost between them: the
 //! commit marks the binding for another run, or starts one.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,10 +13,11 @@ use eddy_streams::{Committed, Route};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, watch};
 use tokio::task::{Id, JoinSet};
+use tokio::time::Instant;
 
 use crate::attach::{AttachError, AttachStatus, BindingState, BindingStatus};
 use crate::declare::{Params, State};
-use crate::durable::Durable;
+use crate::durable::{deferral, Durable};
 use crate::metrics::BindingMetrics;
 use crate::{
     Bound, Host, Progress, Projection, ProjectionError, Result, Retry, RunOptions, Status,
@@ -33,28 +34,59 @@ struct InFlight<P, S> {
     again: bool,
 }
 
+/// A binding whose last run failed: it waits until `until` before it runs
+/// again, whatever commits arrive meanwhile.
+struct Backoff {
+    /// Failed runs in a row.
+    failures: u32,
+    /// When it may run again.
+    until: Instant,
+    /// A commit arrived while it waited: run it at `until`.
+    waiting: bool,
+    /// The `until` of the timer set for it, if one is.
+    timer: Option<Instant>,
+}
+
+/// How an attachment runs its bindings: each run's options, the retry
+/// schedule of `storage-failure`, the runs at once, and the bindings its
+/// status keeps.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub run: RunOptions,
+    pub retry: Retry,
+    pub concurrency: usize,
+    pub status_capacity: usize,
+}
+
 pub(crate) struct Dispatcher<P, S> {
     host: Host,
     projection: Projection<P, S>,
-    run: RunOptions,
-    retry: Retry,
+    settings: Settings,
     status: watch::Sender<AttachStatus<P, S>>,
     errors: broadcast::Sender<AttachError>,
     in_flight: HashMap<String, InFlight<P, S>>,
     tasks: JoinSet<RunDone<S>>,
     task_keys: HashMap<Id, String>,
+    /// Bindings waiting for a free run, in arrival order, each once.
+    queue: VecDeque<String>,
+    queued: HashMap<String, Bound<P, S>>,
+    /// Bindings whose last run failed.
+    backoff: HashMap<String, Backoff>,
+    /// When each binding in the status that is not running last finished:
+    /// the status sheds the oldest first when it is over its capacity.
+    finished_at: HashMap<String, Instant>,
     /// The durable marks, when attached with `durable`.
     durable: Option<Arc<Durable>>,
-    /// Deferred bindings, each returned when it is due.
-    timers: JoinSet<Bound<P, S>>,
+    /// Backoff timers: each returns its binding and the `until` it was
+    /// set for.
+    timers: JoinSet<(Bound<P, S>, Instant)>,
 }
 
 impl<P: Params, S: State> Dispatcher<P, S> {
     pub(crate) fn new(
         host: Host,
         projection: Projection<P, S>,
-        run: RunOptions,
-        retry: Retry,
+        settings: Settings,
         status: watch::Sender<AttachStatus<P, S>>,
         errors: broadcast::Sender<AttachError>,
         durable: Option<Durable>,
@@ -62,13 +94,16 @@ impl<P: Params, S: State> Dispatcher<P, S> {
         Dispatcher {
             host,
             projection,
-            run,
-            retry,
+            settings,
             status,
             errors,
             in_flight: HashMap::new(),
             tasks: JoinSet::new(),
             task_keys: HashMap::new(),
+            queue: VecDeque::new(),
+            queued: HashMap::new(),
+            backoff: HashMap::new(),
+            finished_at: HashMap::new(),
             durable: durable.map(Arc::new),
             timers: JoinSet::new(),
         }
@@ -91,8 +126,8 @@ impl<P: Params, S: State> Dispatcher<P, S> {
                 },
                 Some(done) = self.tasks.join_next_with_id() => self.finished(done),
                 Some(due) = self.timers.join_next() => {
-                    if let Ok(bound) = due {
-                        self.schedule(bound);
+                    if let Ok((bound, until)) = due {
+                        self.due(bound, until);
                     }
                 }
             }
@@ -120,7 +155,20 @@ impl<P: Params, S: State> Dispatcher<P, S> {
                 .and_then(|params| self.projection.at(params));
             match bound {
                 Ok(bound) if due.is_zero() => self.schedule(bound),
-                Ok(bound) => self.defer(bound, due),
+                Ok(bound) => {
+                    let until = Instant::now() + due;
+                    let key = bound.key.params.clone();
+                    self.backoff.insert(
+                        key,
+                        Backoff {
+                            failures: 0,
+                            until,
+                            waiting: true,
+                            timer: Some(until),
+                        },
+                    );
+                    self.set_timer(bound, until);
+                }
                 Err(error) => self.report(AttachError::Unroutable {
                     path,
                     error: Arc::new(error),
@@ -129,12 +177,30 @@ impl<P: Params, S: State> Dispatcher<P, S> {
         }
     }
 
-    /// Runs `bound` again in `delay`.
-    fn defer(&mut self, bound: Bound<P, S>, delay: Duration) {
+    fn set_timer(&mut self, bound: Bound<P, S>, until: Instant) {
         self.timers.spawn(async move {
-            tokio::time::sleep(delay).await;
-            bound
+            tokio::time::sleep_until(until).await;
+            (bound, until)
         });
+    }
+
+    /// A backoff timer set for `until` rang: the binding runs if a commit
+    /// (or its durable mark) waits for it, unless a later failure moved
+    /// its backoff on (that one set its own timer).
+    fn due(&mut self, bound: Bound<P, S>, until: Instant) {
+        let key = bound.key.params.clone();
+        let durable = self.durable.is_some();
+        let Some(backoff) = self.backoff.get_mut(&key) else {
+            return;
+        };
+        if backoff.timer != Some(until) {
+            return;
+        }
+        backoff.timer = None;
+        if backoff.waiting || durable {
+            backoff.waiting = false;
+            self.enqueue(key, bound);
+        }
     }
 
     /// A commit on `path`: run the binding it selects, if any.
@@ -178,17 +244,56 @@ impl<P: Params, S: State> Dispatcher<P, S> {
         }
     }
 
+    /// Something for `bound` to do: run it once more after its run in
+    /// flight, or when its backoff ends, or now (when a run is free).
     fn schedule(&mut self, bound: Bound<P, S>) {
         let key = bound.key.params.clone();
         if let Some(in_flight) = self.in_flight.get_mut(&key) {
             in_flight.again = true;
             return;
         }
-        self.start(key, bound);
+        if self.queued.contains_key(&key) {
+            return;
+        }
+        if let Some(backoff) = self.backoff.get_mut(&key) {
+            if Instant::now() < backoff.until {
+                backoff.waiting = true;
+                if backoff.timer != Some(backoff.until) {
+                    backoff.timer = Some(backoff.until);
+                    let until = backoff.until;
+                    self.set_timer(bound, until);
+                }
+                return;
+            }
+        }
+        self.enqueue(key, bound);
+    }
+
+    /// Starts `bound` when a run is free, else queues it.
+    fn enqueue(&mut self, key: String, bound: Bound<P, S>) {
+        if self.in_flight.len() < self.settings.concurrency {
+            self.start(key, bound);
+        } else if !self.queued.contains_key(&key) {
+            self.queue.push_back(key.clone());
+            self.queued.insert(key, bound);
+        }
+    }
+
+    /// Starts queued bindings while runs are free.
+    fn start_queued(&mut self) {
+        while self.in_flight.len() < self.settings.concurrency {
+            let Some(key) = self.queue.pop_front() else {
+                return;
+            };
+            if let Some(bound) = self.queued.remove(&key) {
+                self.start(key, bound);
+            }
+        }
     }
 
     fn start(&mut self, key: String, bound: Bound<P, S>) {
-        let (host, options, retry) = (self.host.clone(), self.run.clone(), self.retry);
+        let (host, options) = (self.host.clone(), self.settings.run.clone());
+        let retry = self.settings.retry;
         let task_bound = bound.clone();
         let task_key = key.clone();
         let durable = self.durable.clone();
@@ -201,6 +306,7 @@ impl<P: Params, S: State> Dispatcher<P, S> {
             (task_key, result, deferred)
         });
         self.task_keys.insert(handle.id(), key.clone());
+        self.finished_at.remove(&key);
         self.status.send_modify(|status| {
             status
                 .entry(key.clone())
@@ -238,6 +344,7 @@ impl<P: Params, S: State> Dispatcher<P, S> {
             }
         };
         let more = matches!(&result, Ok(progress) if progress.status == Status::Limited);
+        let failed = result.is_err();
         let (state, last, error) = match result {
             Ok(progress) => (BindingState::Idle, Some(progress), None),
             Err(error) => {
@@ -245,6 +352,7 @@ impl<P: Params, S: State> Dispatcher<P, S> {
                 (BindingState::Failed(error.clone()), None, Some(error))
             }
         };
+        self.finished_at.insert(key.clone(), Instant::now());
         self.status.send_modify(|status| {
             if let Some(binding) = status.get_mut(&key) {
                 binding.state = state;
@@ -259,13 +367,74 @@ impl<P: Params, S: State> Dispatcher<P, S> {
                 error,
             });
         }
-        let Some(in_flight) = self.in_flight.remove(&key) else {
+        if let Some(in_flight) = self.in_flight.remove(&key) {
+            if failed {
+                self.back_off(key, in_flight, deferred);
+            } else {
+                self.backoff.remove(&key);
+                if in_flight.again || more {
+                    self.enqueue(key, in_flight.bound);
+                }
+            }
+        }
+        self.start_queued();
+        self.trim_status();
+    }
+
+    /// After a failed run: the binding waits, longer after each failure in
+    /// a row (its durable deferral, else 1 s doubling to 1 h), and runs
+    /// again then if a commit arrived (or its durable mark waits).
+    fn back_off(&mut self, key: String, in_flight: InFlight<P, S>, deferred: Option<Duration>) {
+        let backoff = self.backoff.entry(key).or_insert(Backoff {
+            failures: 0,
+            until: Instant::now(),
+            waiting: false,
+            timer: None,
+        });
+        backoff.failures = backoff.failures.saturating_add(1);
+        let delay = deferred.unwrap_or_else(|| deferral(backoff.failures));
+        backoff.until = Instant::now() + delay;
+        backoff.waiting = in_flight.again;
+        if backoff.waiting || self.durable.is_some() {
+            backoff.timer = Some(backoff.until);
+            let until = backoff.until;
+            self.set_timer(in_flight.bound, until);
+        } else {
+            backoff.timer = None;
+        }
+    }
+
+    /// Keeps the status within its capacity: the bindings that finished
+    /// longest ago leave first, idle ones before failed ones; running
+    /// ones stay. The store still has every binding (`inspect`).
+    fn trim_status(&mut self) {
+        let over = self
+            .status
+            .borrow()
+            .len()
+            .saturating_sub(self.settings.status_capacity);
+        if over == 0 {
             return;
-        };
-        if in_flight.again || more {
-            self.start(key, in_flight.bound);
-        } else if let Some(delay) = deferred {
-            self.defer(in_flight.bound, delay);
+        }
+        let status = self.status.borrow();
+        let mut leaving: Vec<(bool, Instant, String)> = self
+            .finished_at
+            .iter()
+            .filter_map(|(key, at)| {
+                let failed = matches!(status.get(key)?.state, BindingState::Failed(_));
+                Some((failed, *at, key.clone()))
+            })
+            .collect();
+        drop(status);
+        leaving.sort();
+        leaving.truncate(over);
+        self.status.send_modify(|status| {
+            for (_, _, key) in &leaving {
+                status.remove(key);
+            }
+        });
+        for (_, _, key) in leaving {
+            self.finished_at.remove(&key);
         }
     }
 

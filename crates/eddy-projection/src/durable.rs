@@ -127,7 +127,7 @@ fn owner<P: Params, S: State>(projection: &Projection<P, S>) -> MarkOwner {
 
 /// How long a binding waits after its `attempts`-th failed run in a row:
 /// 1 s, doubling, at most 1 h.
-fn deferral(attempts: u32) -> Duration {
+pub(crate) fn deferral(attempts: u32) -> Duration {
     Retry::exponential(FIRST_DEFERRAL, MAX_DEFERRAL)
         .delay(attempts.saturating_sub(1))
         .unwrap_or(MAX_DEFERRAL)

@@ -208,7 +208,10 @@ mod unit_key;
 mod wake;
 
 pub use crate::metrics::describe_metrics;
-pub use attach::{AttachError, AttachOptions, AttachStatus, Attached, BindingState, BindingStatus};
+pub use attach::{
+    AttachError, AttachOptions, AttachStatus, Attached, BindingState, BindingStatus,
+    DEFAULT_CONCURRENCY, DEFAULT_STATUS_CAPACITY,
+};
 pub use batch::{Batch, Entry, Range, Slice, Unit};
 pub use bind::Bound;
 pub use build::{EachEntries, EmitEntries, Entries, FoldEntries, MapAccumEntries};

@@ -2,6 +2,7 @@
 
 mod support;
 
+mod attach_load;
 mod checkpoints;
 mod declare;
 mod durability;

@@ -235,16 +235,22 @@ impl<P: Params, S: State> Session<P, S> {
     /// storage failure the runner retries, and not a checkpoint this
     /// writer may no longer move. A binding without a checkpoint gets
     /// none: a failed first run writes nothing. A failure to keep it is
-    /// logged; the run's error is what the caller gets either way.
+    /// logged; the run's error is what the caller gets either way. The
+    /// same failure as the one kept is not written again.
     async fn record_failure(&mut self, error: &ProjectionError) {
         let code = error.code();
         if !self.exists || error.is_retryable() || code.starts_with("checkpoint/") {
             return;
         }
+        let message = error.to_string();
+        let kept = self.checkpoint.failure.as_ref();
+        if kept.is_some_and(|kept| kept.code == code && kept.message == message) {
+            return;
+        }
         let mut next = self.checkpoint.clone();
         next.failure = Some(Failure {
             code: code.to_owned(),
-            message: error.to_string(),
+            message,
             at_ms: now_ms().unwrap_or_default(),
         });
         if let Err(e) = self.save(next).await {
