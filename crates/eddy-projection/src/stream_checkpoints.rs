@@ -177,19 +177,25 @@ impl StreamCheckpoints {
         }
     }
 
-    /// The last record of a slot whose tail is `tail` (at least 1).
+    /// The last record of a slot whose tail is `tail` (at least 1);
+    /// `None` when the slot was deleted since its tail was seen.
     async fn last_record(
         &self,
         key: &CheckpointKey,
         path: &StreamPath,
         tail: Offset,
-    ) -> Result<Record> {
+    ) -> Result<Option<Record>> {
         let mut from = Offset::at(tail.position().saturating_sub(1));
         loop {
-            let chunk = self
+            let read = self
                 .storage
                 .read(path, ReadFrom::Offset(from), READ_BYTES)
-                .await?;
+                .await;
+            let chunk = match read {
+                Ok(chunk) => chunk,
+                Err(StreamError::NotFound { .. } | StreamError::Gone { .. }) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
             if !chunk.up_to_date && chunk.next_offset > from {
                 from = Offset::at(chunk.next_offset.position().saturating_sub(1));
                 continue;
@@ -197,7 +203,9 @@ impl StreamCheckpoints {
             let Some(last) = chunk.messages.last() else {
                 return Err(invalid(key, "a checkpoint slot has no record".into()));
             };
-            return serde_json::from_slice(last).map_err(|e| invalid(key, e.to_string()));
+            return serde_json::from_slice(last)
+                .map(Some)
+                .map_err(|e| invalid(key, e.to_string()));
         }
     }
 
@@ -211,7 +219,9 @@ impl StreamCheckpoints {
             // Created by a save that did not get to write: not a record yet.
             return Ok(None);
         }
-        let record = self.last_record(key, &path, info.tail).await?;
+        let Some(record) = self.last_record(key, &path, info.tail).await? else {
+            return Ok(None);
+        };
         if record.epoch % 2 != epoch_parity {
             return Err(invalid(
                 key,
@@ -519,7 +529,41 @@ impl CheckpointStore for StreamCheckpoints {
         list_keys(self.storage.as_ref()).await
     }
 
+    /// Loads the binding's checkpoint. A writer's slot change between the
+    /// looks at the two slots can hide both (the new one looked at before
+    /// it was written, the old one after it was deleted), which looks like
+    /// a vanished checkpoint: so a load that finds it vanished looks once
+    /// more.
     async fn load(&self, key: &CheckpointKey) -> Result<Loaded> {
+        match self.load_once(key).await {
+            Err(ProjectionError::CheckpointVanished { .. }) => self.load_once(key).await,
+            loaded => loaded,
+        }
+    }
+
+    async fn save(
+        &self,
+        key: &CheckpointKey,
+        expected: Token,
+        checkpoint: &Checkpoint,
+    ) -> Result<Token> {
+        self.write(key, expected, Some(checkpoint), false).await
+    }
+
+    /// Forgets the binding. With [`Token::NONE`] it forgets nothing,
+    /// unless the checkpoint vanished: then it records that the binding is
+    /// forgotten, so that loads stop failing with `checkpoint/vanished`.
+    async fn forget(&self, key: &CheckpointKey, expected: Token) -> Result<Token> {
+        if expected == Token::NONE && !self.vanished(key).await? {
+            return Ok(expected);
+        }
+        self.write(key, expected, None, true).await
+    }
+}
+
+impl StreamCheckpoints {
+    /// One look at both slots (see [`CheckpointStore::load`]).
+    async fn load_once(&self, key: &CheckpointKey) -> Result<Loaded> {
         let (even, odd) = (self.found(key, 0).await?, self.found(key, 1).await?);
         let (current, older) = match (even, odd) {
             (Some(a), Some(b)) if a.epoch > b.epoch => (a, Some(b)),
@@ -551,25 +595,6 @@ impl CheckpointStore for StreamCheckpoints {
             checkpoint: current.record.checkpoint,
             token,
         })
-    }
-
-    async fn save(
-        &self,
-        key: &CheckpointKey,
-        expected: Token,
-        checkpoint: &Checkpoint,
-    ) -> Result<Token> {
-        self.write(key, expected, Some(checkpoint), false).await
-    }
-
-    /// Forgets the binding. With [`Token::NONE`] it forgets nothing,
-    /// unless the checkpoint vanished: then it records that the binding is
-    /// forgotten, so that loads stop failing with `checkpoint/vanished`.
-    async fn forget(&self, key: &CheckpointKey, expected: Token) -> Result<Token> {
-        if expected == Token::NONE && !self.vanished(key).await? {
-            return Ok(expected);
-        }
-        self.write(key, expected, None, true).await
     }
 }
 

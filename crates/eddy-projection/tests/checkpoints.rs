@@ -14,7 +14,7 @@ use eddy_projection::{
 use eddy_streams::{MemoryStorage, SqliteStorage, Storage};
 
 use crate::run::seed;
-use crate::support::{Faulty, When};
+use crate::support::{Faulty, Op, When};
 
 #[path = "contract/checkpoints.rs"]
 mod contract;
@@ -186,6 +186,52 @@ mod cases {
                 assert!(streams <= 2);
             }
         }
+    }
+}
+
+/// A reader's load beside a writer whose saves change slot at every
+/// save, interleaved by `op` on slot 1 of the reader: the writer moves the
+/// checkpoint from slot 1 to slot 0 (deleting slot 1) just before the
+/// reader heads (or reads) slot 1, after it found slot 0 empty. The load
+/// must find the new slot.
+async fn load_during_a_slot_change(storage: Arc<dyn Storage>, op: Op) {
+    let key = contract::key(&format!("switching-{op:?}"));
+    let writer = StreamCheckpoints::new(storage.clone()).with_slot_limits(2, 1 << 20);
+    let mut token = Token::NONE;
+    for n in 1..=2 {
+        token = writer
+            .save(&key, token, &contract::checkpoint(n))
+            .await
+            .expect("save");
+    }
+    let faulty = Arc::new(Faulty::new(storage.clone()));
+    let slot1 = eddy_streams::StreamPath::new(format!("{}/1", key.path)).expect("path");
+    let (moving, moved) = (key.clone(), writer.clone());
+    faulty.before(
+        op,
+        &slot1,
+        Box::pin(async move {
+            moved
+                .save(&moving, token, &contract::checkpoint(3))
+                .await
+                .expect("save");
+        }),
+    );
+    let reader = StreamCheckpoints::new(faulty).with_slot_limits(2, 1 << 20);
+    let loaded = reader.load(&key).await.expect("a load beside a writer");
+    assert_eq!(loaded.checkpoint, Some(contract::checkpoint(3)));
+}
+
+/// Issue 26: a load that found slot 0 gone and then slot 1 deleted by the
+/// writer's slot change failed with `checkpoint/vanished` (`read`,
+/// `current`, `decide` and the console beside a running writer).
+#[test]
+fn a_load_during_a_slot_change_finds_the_new_slot() {
+    for op in [Op::Head, Op::Read] {
+        on_every_storage(
+            "a_load_during_a_slot_change_finds_the_new_slot",
+            |storage| Box::pin(load_during_a_slot_change(storage, op)),
+        );
     }
 }
 

@@ -224,9 +224,14 @@ pub enum When {
 pub struct Faulty {
     inner: Arc<dyn Storage>,
     plan: Mutex<Vec<Fault>>,
+    /// Work to run, once, before the first call of an op on a path.
+    hooks: Mutex<Vec<(Op, StreamPath, Hook)>>,
     held: Option<HeldFeed>,
     deaf: bool,
 }
+
+/// What a hook runs: another writer's moves, say.
+pub type Hook = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// One planned failure: the `nth` call of `op` (any op with `None`) on a
 /// path starting with `path` (any path with `None`).
@@ -250,6 +255,7 @@ impl Faulty {
         Faulty {
             inner,
             plan: Mutex::new(Vec::new()),
+            hooks: Mutex::new(Vec::new()),
             held: None,
             deaf: false,
         }
@@ -317,6 +323,21 @@ impl Faulty {
         });
     }
 
+    /// Runs `hook` before the next call of `op` on `path` reaches the
+    /// store: an interleaving of another writer, at an exact point.
+    pub fn before(&self, op: Op, path: &StreamPath, hook: Hook) {
+        self.hooks
+            .lock()
+            .expect("hooks")
+            .push((op, path.clone(), hook));
+    }
+
+    fn hook(&self, op: Op, path: &StreamPath) -> Option<Hook> {
+        let mut hooks = self.hooks.lock().expect("hooks");
+        let at = hooks.iter().position(|(o, p, _)| *o == op && p == path)?;
+        Some(hooks.remove(at).2)
+    }
+
     fn check(&self, op: Op, path: &StreamPath) -> Option<When> {
         let mut plan = self.plan.lock().expect("plan");
         let mut fired = None;
@@ -344,6 +365,9 @@ impl Faulty {
         path: &StreamPath,
         call: impl Future<Output = Result<T, StreamError>>,
     ) -> Result<T, StreamError> {
+        if let Some(hook) = self.hook(op, path) {
+            hook.await;
+        }
         match self.check(op, path) {
             None => call.await,
             Some(When::Before) => Err(StreamError::unavailable(format!("injected {op:?} failure"))),
