@@ -18,6 +18,9 @@ pub type Item = HashMap<String, AttributeValue>;
 /// The largest item DynamoDB stores: 400 KB, names and values included.
 pub const MAX_ITEM_SIZE: usize = 400 * 1024;
 
+/// The most a transaction's items may total: 4 MB.
+pub const MAX_TRANSACTION_SIZE: usize = 4 * 1024 * 1024;
+
 /// The scalar type of a key attribute, as declared in a table's key schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ScalarType {
@@ -42,19 +45,22 @@ impl ScalarType {
 }
 
 /// The size DynamoDB bills and limits for an item: attribute name bytes plus
-/// value sizes.
+/// value sizes, as its documentation states them.
 ///
-/// Strings and binaries count their bytes; a number counts roughly one byte
-/// per two significant digits plus one; booleans and nulls one byte; lists and
-/// maps three bytes plus one per element plus their elements (map names
-/// included).
+/// Strings and binaries count their bytes; a number one byte per two
+/// significant digits (leading and trailing zeros, the sign, the decimal
+/// point and the exponent do not count) plus one; booleans and nulls one
+/// byte; lists and maps three bytes, plus one byte per element, plus their
+/// elements (map names included).
 pub fn item_size(item: &Item) -> usize {
     item.iter().map(|(k, v)| k.len() + value_size(v)).sum()
 }
 
 fn number_size(n: &str) -> usize {
-    let digits = n.chars().filter(|c| c.is_ascii_digit()).count();
-    digits.div_ceil(2) + 1
+    let mantissa = n.trim().split(['e', 'E']).next().unwrap_or_default();
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let significant = digits.trim_start_matches('0').trim_end_matches('0');
+    significant.len().div_ceil(2) + 1
 }
 
 /// The size of one attribute value, as [`item_size`] counts it.

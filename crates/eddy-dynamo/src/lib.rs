@@ -5,7 +5,8 @@
 //! # Map
 //!
 //! - **Item model**: [`AttributeValue`] (serde_dynamo's, the type Lambda
-//!   events carry), [`Item`], [`item_size`] and the 400 KB [`MAX_ITEM_SIZE`].
+//!   events carry), [`Item`], [`item_size`] (DynamoDB's count), the 400 KB
+//!   [`MAX_ITEM_SIZE`] and the 4 MB [`MAX_TRANSACTION_SIZE`].
 //! - **The [`Table`] trait**: `GetItem`, `TransactGetItems`, `Query`,
 //!   `TransactWriteItems`, and defaulted `PutItem` / `UpdateItem` /
 //!   `DeleteItem` / `BatchGetItem`, with typed [`Condition`]s and
@@ -166,7 +167,7 @@ pub use event_stream::{make_stream, EventStream, StoredEvent, MAX_APPEND};
 pub use follower::Follower;
 pub use item::{
     compare_values, get_present, get_str, get_u64, item_size, items_equal, n, s, value_size,
-    values_equal, AttributeValue, Item, ScalarType, MAX_ITEM_SIZE,
+    values_equal, AttributeValue, Item, ScalarType, MAX_ITEM_SIZE, MAX_TRANSACTION_SIZE,
 };
 pub use key_schema::{IndexDefinition, KeyAttribute, KeyDefinition, TableSchema};
 pub use lambda::{

@@ -25,6 +25,12 @@ pub enum ValidationError {
         /// The number of items given.
         count: usize,
     },
+    /// A transaction's items total more than 4 MB.
+    #[error("a transaction's items total {size} bytes, over DynamoDB's 4 MB limit (4 194 304 bytes); split the work")]
+    TransactionTooLarge {
+        /// The items' total size in bytes.
+        size: usize,
+    },
     /// A transaction holds no item.
     #[error("a transaction needs at least one item")]
     EmptyTransaction,
@@ -223,9 +229,9 @@ impl TableError {
             TableError::ConditionalCheckFailed { .. } => TableErrorKind::ConditionFailed,
             TableError::TransactionCanceled { reasons } => cancellation_kind(reasons),
             TableError::TransactionConflict { .. } => TableErrorKind::Conflict,
-            TableError::Validation(ValidationError::ItemTooLarge { .. }) => {
-                TableErrorKind::TooLarge
-            }
+            TableError::Validation(
+                ValidationError::ItemTooLarge { .. } | ValidationError::TransactionTooLarge { .. },
+            ) => TableErrorKind::TooLarge,
             TableError::Validation(_) => TableErrorKind::Invalid,
             TableError::TableNotFound { .. } => TableErrorKind::NotFound,
             TableError::Misconfigured { .. } => TableErrorKind::Misconfigured,

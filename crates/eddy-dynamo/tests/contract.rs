@@ -313,6 +313,136 @@ pub async fn items_over_the_limit_are_refused<T: Table + ChangeFeed>(t: &T, larg
     );
 }
 
+/// Regression (issue 25): an item is sized as DynamoDB sizes it: names at
+/// every level, a number by its significant digits (leading and trailing
+/// zeros do not count), one byte per element of a list or map. A number
+/// was sized by all its digits, so an item DynamoDB stores could be
+/// refused. Exactly 400 KB is stored, one byte more refused.
+pub async fn items_are_sized_as_dynamodb_sizes_them<T: Table + ChangeFeed>(t: &T) {
+    let mut nested = Item::new();
+    nested.insert("a".into(), s("xy"));
+    nested.insert("b".into(), n("5"));
+    let parts = [
+        // 1 + (1 significant digit: 1 + 1)
+        ("n", n("1000000000")),
+        // 1 + (123: 2 + 1)
+        ("d", n("-0.00012300")),
+        // 1 + 3 + (1 + 1 + 2) + (1 + 1 + 2)
+        ("m", AttributeValue::M(nested)),
+        // 1 + 3 + (1 + 1) + (1 + 1)
+        (
+            "l",
+            AttributeValue::L(vec![AttributeValue::Bool(true), AttributeValue::Null(true)]),
+        ),
+    ];
+    let sized = |filler: usize| {
+        let mut attrs: Vec<(&str, AttributeValue)> = parts.to_vec();
+        attrs.push(("blob", s("x".repeat(filler))));
+        item("p", "s", &attrs)
+    };
+    let fixed = 3 + 4 + 12 + 8 + "pk".len() + 1 + "sk".len() + 1 + "blob".len();
+    assert_eq!(eddy_dynamo::item_size(&sized(0)), fixed);
+    let exact = sized(400 * 1024 - fixed);
+    assert_eq!(eddy_dynamo::item_size(&exact), 400 * 1024);
+    t.put_item(Put::new(exact)).await.unwrap();
+    let err = t
+        .put_item(Put::new(sized(400 * 1024 - fixed + 1)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            TableError::Validation(ValidationError::ItemTooLarge { size: 409_601 })
+        ),
+        "{err:?}"
+    );
+}
+
+/// Regression (issue 25): a transaction's items may total 4 MB
+/// (4 194 304 bytes), as on DynamoDB; the embedded table accepted any
+/// total, so a write that worked locally was refused in production. Puts
+/// are checked before anything is read (the DynamoDB backend too, before
+/// sending); nothing of a refused transaction is written.
+pub async fn transactions_over_4_mb_are_refused<T: Table + ChangeFeed>(t: &T) {
+    let big = |sk: &str, size: usize| {
+        let base = item("q", sk, &[("blob", s(""))]);
+        let overhead = eddy_dynamo::item_size(&base);
+        item("q", sk, &[("blob", s("x".repeat(size - overhead)))])
+    };
+    let puts = |last: usize| -> Vec<TransactWriteItem> {
+        let mut items: Vec<TransactWriteItem> = (0..10)
+            .map(|i| Put::new(big(&format!("{i:02}"), 400_000)).into())
+            .collect();
+        items.push(Put::new(big("10", last)).into());
+        items
+    };
+    let err = t.transact_write_items(puts(194_305)).await.unwrap_err();
+    assert_eq!(err.kind(), TableErrorKind::TooLarge);
+    assert!(
+        matches!(
+            err,
+            TableError::Validation(ValidationError::TransactionTooLarge { size: 4_194_305 })
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("4 MB"), "{err}");
+    assert!(t
+        .query(Query::partition(s("q")))
+        .await
+        .unwrap()
+        .items
+        .is_empty());
+    t.transact_write_items(puts(194_304)).await.unwrap();
+    let mut stored = 0;
+    let mut start = None;
+    loop {
+        // Pages stop at 1 MB.
+        let page = t
+            .query(Query::partition(s("q")).start_after(start))
+            .await
+            .unwrap();
+        stored += page.items.len();
+        match page.last_evaluated_key {
+            Some(key) => start = Some(key),
+            None => break,
+        }
+    }
+    assert_eq!(stored, 11);
+}
+
+/// The same limit on items as an update leaves them, which only the table
+/// knows once it has read them (DynamoDB checks it as the embedded table
+/// does).
+pub async fn updates_that_make_a_transaction_over_4_mb_are_refused<T: Table + ChangeFeed>(t: &T) {
+    for i in 0..11 {
+        t.put_item(Put::new(item("u", &format!("{i:02}"), &[])))
+            .await
+            .unwrap();
+    }
+    let updates: Vec<TransactWriteItem> = (0..11)
+        .map(|i| {
+            UpdateItem::new(
+                key("u", &format!("{i:02}")),
+                Update::new().set("blob", s("y".repeat(390_000))),
+            )
+            .into()
+        })
+        .collect();
+    let err = t.transact_write_items(updates).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            TableError::Validation(ValidationError::TransactionTooLarge { .. })
+        ),
+        "{err:?}"
+    );
+    let stored = t.get_item(key("u", "00")).await.unwrap().unwrap();
+    assert!(
+        !stored.contains_key("blob"),
+        "a refused transaction wrote nothing"
+    );
+}
+
 pub async fn keys_are_validated<T: Table + ChangeFeed>(t: &T) {
     let wrong_type = HashMap::from([("pk".to_owned(), n(1)), ("sk".to_owned(), s("s"))]);
     assert_eq!(

@@ -173,6 +173,7 @@ mod contract {
         conditional_delete,
         transaction_is_all_or_nothing_with_reasons,
         transaction_holds_at_most_100_items,
+        transactions_over_4_mb_are_refused,
         transaction_refuses_two_operations_on_one_item,
         keys_are_validated,
         index_membership_is_sparse,

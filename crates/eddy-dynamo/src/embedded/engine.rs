@@ -13,7 +13,10 @@ use super::records::change_record;
 use super::store::{in_write, IndexEntry, LoggedChange, Store, Txn, Write};
 use super::tables::{Namespace, TableRef};
 use crate::error::{CancellationReason, TableError, ValidationError};
-use crate::item::{compare_values, item_size, items_equal, AttributeValue, Item, MAX_ITEM_SIZE};
+use crate::item::{
+    compare_values, item_size, items_equal, AttributeValue, Item, MAX_ITEM_SIZE,
+    MAX_TRANSACTION_SIZE,
+};
 use crate::key_schema::{IndexDefinition, TableSchema};
 use crate::request::TransactWriteItem;
 
@@ -89,6 +92,7 @@ fn decide_and_commit(
     let mut reasons = Vec::with_capacity(writes.len());
     let mut failed = false;
     let mut changes = Vec::new();
+    let mut total = 0;
     for ((table, request), (key, (pk, sk))) in writes.into_iter().zip(keys) {
         let old = txn.get(&pk, &sk)?;
         let holds = request.condition().is_none_or(|c| c.evaluate(old.as_ref()));
@@ -105,16 +109,26 @@ fn decide_and_commit(
             item: None,
         });
         let new = match request {
-            TransactWriteItem::Put(put) => Some(put.item),
+            TransactWriteItem::Put(put) => {
+                total += item_size(&put.item);
+                Some(put.item)
+            }
             TransactWriteItem::Update(update) => {
                 let mut item = old.clone().unwrap_or(key);
                 update.update.apply(&mut item)?;
                 table.schema.validate_item(&item)?;
                 check_size(&item)?;
+                total += item_size(&item);
                 Some(item)
             }
-            TransactWriteItem::Delete(_) => None,
-            TransactWriteItem::ConditionCheck(_) => continue,
+            TransactWriteItem::Delete(_) => {
+                total += item_size(&key);
+                None
+            }
+            TransactWriteItem::ConditionCheck(_) => {
+                total += item_size(&key);
+                continue;
+            }
         };
         let unchanged = match (&old, &new) {
             (Some(a), Some(b)) => items_equal(a, b),
@@ -134,6 +148,7 @@ fn decide_and_commit(
     if failed {
         return Err(TableError::TransactionCanceled { reasons });
     }
+    check_transaction_size(total)?;
     commit(txn, changes, clock, false)
 }
 
@@ -168,12 +183,14 @@ pub(crate) fn validate_writes(writes: &Writes) -> Result<Vec<(Item, EncodedKey)>
     }
     let mut seen = HashSet::new();
     let mut keys = Vec::with_capacity(writes.len());
+    let mut total = 0;
     for (table, request) in writes {
         let schema = &table.schema;
         let key = match request {
             TransactWriteItem::Put(put) => {
                 schema.validate_item(&put.item)?;
                 check_size(&put.item)?;
+                total += item_size(&put.item);
                 schema
                     .key
                     .extract(&put.item)
@@ -202,6 +219,10 @@ pub(crate) fn validate_writes(writes: &Writes) -> Result<Vec<(Item, EncodedKey)>
                 check.key.clone()
             }
         };
+        if !matches!(request, TransactWriteItem::Put(_)) {
+            // What an update leaves is known once the item is read.
+            total += item_size(&key);
+        }
         let encoded = table
             .encode_key(&key)
             .ok_or_else(|| ValidationError::InvalidKey("missing key".into()))?;
@@ -210,7 +231,17 @@ pub(crate) fn validate_writes(writes: &Writes) -> Result<Vec<(Item, EncodedKey)>
         }
         keys.push((key, encoded));
     }
+    check_transaction_size(total)?;
     Ok(keys)
+}
+
+/// A transaction's items may total 4 MB: a put its item, an update the
+/// item it leaves, a delete or a condition check its key.
+fn check_transaction_size(total: usize) -> Result<(), ValidationError> {
+    if total > MAX_TRANSACTION_SIZE {
+        return Err(ValidationError::TransactionTooLarge { size: total });
+    }
+    Ok(())
 }
 
 /// Deletes the items whose TTL attribute is at or before `now_secs`,
