@@ -272,7 +272,11 @@ async fn measure(storage: &dyn Storage, path: &str, lag: &mut InputLag) -> Resul
     let path = StreamPath::new(path)?;
     let info = match storage.head(&path).await {
         Ok(info) => info,
-        Err(StreamError::NotFound { .. } | StreamError::Gone { .. }) => return Ok(()),
+        Err(
+            StreamError::NotFound { .. }
+            | StreamError::Gone { .. }
+            | StreamError::SoftDeleted { .. },
+        ) => return Ok(()),
         Err(err) => return Err(err),
     };
     lag.tail = Some(info.tail);

@@ -106,6 +106,44 @@ mod cases {
         assert_eq!(err.code(), "history-unavailable");
     }
 
+    /// Issue 26: an input deleted while a fork still reads from it is
+    /// soft-deleted; the binding failed on it instead of getting its final
+    /// unit.
+    pub async fn a_soft_deleted_input_makes_a_final_unit_then_forgets(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..3).await;
+        let (projection, seen) = recorder();
+        let host = Host::new(store.clone());
+        let bound = projection.at(()).expect("bind");
+        host.run(&bound, RunOptions::default()).await.expect("run");
+        let input = bound.input_paths().first().expect("input").clone();
+        let fork = eddy_streams::StreamPath::new("orders-fork").expect("path");
+        store
+            .fork(&fork, eddy_streams::Fork::of(input.clone()))
+            .await
+            .expect("fork");
+        store.delete(&input).await.expect("soft delete");
+        let soft = store.head(&input).await.expect_err("soft-deleted");
+        assert_eq!(
+            soft.code(),
+            eddy_streams::StreamError::SoftDeleted {
+                path: String::new()
+            }
+            .code()
+        );
+        let last = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect("final");
+        assert_eq!(
+            (last.units, last.status, last.state),
+            (1, Status::Forgotten, Some(3.0))
+        );
+        assert_eq!(
+            *seen.lock().expect("seen"),
+            [(3, false, false), (0, false, true)]
+        );
+    }
+
     pub async fn a_missing_input_without_checkpoint_is_history_unavailable(
         store: Arc<dyn Storage>,
     ) {
@@ -265,6 +303,7 @@ mod cases {
 crate::on_backends!(
     a_closed_input_makes_one_closed_unit,
     a_gone_input_makes_a_final_unit_then_forgets,
+    a_soft_deleted_input_makes_a_final_unit_then_forgets,
     a_missing_input_without_checkpoint_is_history_unavailable,
     a_removed_pinned_range_is_unreproducible_and_the_pin_stays,
     an_unreproducible_pin_blocks_the_gone_unit,

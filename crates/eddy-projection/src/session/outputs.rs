@@ -47,7 +47,7 @@ impl<P: Params, S: State> Session<P, S> {
                         "a foreign output must exist before the first append".into(),
                     ))
                 }
-                Err(StreamError::Gone { .. }) => {
+                Err(StreamError::Gone { .. } | StreamError::SoftDeleted { .. }) => {
                     return Err(invalid("the stream was deleted".into()))
                 }
                 Err(e) => return Err(e.into()),
@@ -191,7 +191,12 @@ pub(crate) async fn release_producers<P: Params, S: State>(
     for (output, path) in bound.projection.outputs().iter().zip(&bound.outputs) {
         let id = producer_id(&bound.key, &output.name, generation);
         match storage.release_producer(path, &id).await {
-            Ok(_) | Err(StreamError::NotFound { .. } | StreamError::Gone { .. }) => {}
+            Ok(_)
+            | Err(
+                StreamError::NotFound { .. }
+                | StreamError::Gone { .. }
+                | StreamError::SoftDeleted { .. },
+            ) => {}
             Err(e) if e.is_retryable() => return Err(e.into()),
             Err(e) => tracing::debug!(
                 projection = bound.projection.id(),
@@ -320,13 +325,14 @@ pub(crate) fn encode_outputs(
 /// closed, gone or absent cannot take the unit (`pin/invalid-output`).
 pub(crate) fn append_error(output: &str, path: &StreamPath, err: StreamError) -> ProjectionError {
     match err {
-        StreamError::Closed { .. } | StreamError::Gone { .. } | StreamError::NotFound { .. } => {
-            ProjectionError::InvalidOutput {
-                output: output.to_owned(),
-                path: path.to_string(),
-                reason: err.to_string(),
-            }
-        }
+        StreamError::Closed { .. }
+        | StreamError::Gone { .. }
+        | StreamError::SoftDeleted { .. }
+        | StreamError::NotFound { .. } => ProjectionError::InvalidOutput {
+            output: output.to_owned(),
+            path: path.to_string(),
+            reason: err.to_string(),
+        },
         other => other.into(),
     }
 }

@@ -82,12 +82,15 @@ impl<P: Params, S: State> Session<P, S> {
                     work |= !raw.messages.is_empty() || closed;
                     slices.push(slice(&raw.messages, raw.to, closed, false)?);
                 }
-                Err(StreamError::Gone { .. }) if self.exists => {
+                // Deleted, or deleted while forks still read it: either
+                // way the binding's final unit.
+                Err(StreamError::Gone { .. } | StreamError::SoftDeleted { .. }) if self.exists => {
                     work = true;
                     slices.push(slice(&[], mark.offset, false, true)?);
                 }
                 Err(
                     e @ (StreamError::Gone { .. }
+                    | StreamError::SoftDeleted { .. }
                     | StreamError::NotFound { .. }
                     | StreamError::OffsetBeyondTail { .. }),
                 ) => {
@@ -166,6 +169,7 @@ impl<P: Params, S: State> Session<P, S> {
                     }
                     Err(
                         e @ (StreamError::Gone { .. }
+                        | StreamError::SoftDeleted { .. }
                         | StreamError::NotFound { .. }
                         | StreamError::OffsetBeyondTail { .. }),
                     ) => return Err(unreproducible(e.to_string())),
