@@ -238,8 +238,10 @@ impl<K: CommitStrategy, P: 'static, S: 'static> Commit<K, P, S> {
     }
 
     /// Calls `f(result, cause, unit)` when the handler succeeded but the
-    /// commit failed. The commit error is still returned; compensation does
-    /// not make external effects atomic.
+    /// commit failed (its pin, its outputs or its checkpoint). The commit's
+    /// error is still returned, together with the compensation's when that
+    /// fails too (`compensation/failed`); compensation does not make
+    /// external effects atomic.
     pub fn with_compensation<F, R>(mut self, f: F) -> Self
     where
         F: Fn(&UnitResult<S>, &ProjectionError, &Unit<P>) -> R + Send + Sync + 'static,

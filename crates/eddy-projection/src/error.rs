@@ -127,6 +127,20 @@ pub enum ProjectionError {
         #[source]
         source: HandlerError,
     },
+    /// The unit's commit failed after its handler ran, and the
+    /// compensation the commit called failed too
+    /// (`compensation/failed`). The commit's error is
+    /// [`cause`](ProjectionError::Compensation::cause), and decides whether
+    /// the unit may be retried; the compensation's is the
+    /// [`source`](std::error::Error::source).
+    #[error("{cause}; its compensation failed too: {source}")]
+    Compensation {
+        /// Why the commit failed.
+        cause: Box<ProjectionError>,
+        /// Why the compensation failed.
+        #[source]
+        source: HandlerError,
+    },
     /// Another stream store error (its own code).
     #[error(transparent)]
     Stream(StreamError),
@@ -147,13 +161,19 @@ impl ProjectionError {
             ProjectionError::InvalidCheckpoint { .. } => "checkpoint/invalid",
             ProjectionError::InvalidItem { .. } => "input/invalid-item",
             ProjectionError::Handler { .. } => "handler/failed",
+            ProjectionError::Compensation { .. } => "compensation/failed",
             ProjectionError::Stream(err) => err.code(),
         }
     }
 
-    /// Whether retrying may succeed: only `storage-failure`.
+    /// Whether retrying may succeed: only `storage-failure` (also as the
+    /// cause of a failed compensation).
     pub fn is_retryable(&self) -> bool {
-        matches!(self, ProjectionError::Storage(_))
+        match self {
+            ProjectionError::Storage(_) => true,
+            ProjectionError::Compensation { cause, .. } => cause.is_retryable(),
+            _ => false,
+        }
     }
 
     pub(crate) fn invalid(message: impl Into<String>) -> Self {

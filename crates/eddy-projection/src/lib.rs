@@ -175,7 +175,7 @@
 //! `pin/invalid-output`, `history-unavailable`, `range-unreproducible`,
 //! `storage-failure`, `checkpoint/conflict`, `checkpoint/vanished`,
 //! `checkpoint/too-large`, `checkpoint/invalid`, `input/invalid-item`,
-//! `handler/failed`, or the store's own code.
+//! `handler/failed`, `compensation/failed`, or the store's own code.
 #![deny(missing_docs)]
 
 mod attach;

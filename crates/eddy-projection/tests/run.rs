@@ -55,6 +55,41 @@ pub fn running_totals(id: &str) -> Projection<(), f64> {
         .expect("declare")
 }
 
+/// What a compensation saw: the items written, the cause's code and the
+/// unit's input range.
+type Compensations = Arc<Mutex<Vec<(usize, &'static str, u64)>>>;
+
+/// `order-totals` with a compensation that records its calls and answers
+/// `answer`.
+fn compensated(answer: Step<()>) -> (Projection<(), ()>, Compensations) {
+    let calls: Compensations = Arc::default();
+    let seen = calls.clone();
+    let answer = Mutex::new(Some(answer));
+    let mut declare = Declare::<()>::new("compensated");
+    let input = declare.input("input", &orders());
+    let totals = declare.output("totals", &totals());
+    let commit = Commit::producer().with_compensation(move |result, cause, unit| {
+        seen.lock().expect("calls").push((
+            result.emits.len(totals),
+            cause.code(),
+            unit.ranges["input"].len(),
+        ));
+        answer
+            .lock()
+            .expect("answer")
+            .take()
+            .unwrap_or(Step::from(()))
+    });
+    let projection = declare
+        .emit(commit)
+        .on(input, move |entry, _, emits| {
+            emits.push(totals, total_of(entry.item))
+        })
+        .build()
+        .expect("declare");
+    (projection, calls)
+}
+
 pub async fn seed(store: &dyn Storage, range: std::ops::Range<usize>) {
     let items: Vec<Order> = range.map(|i| order(i, i as f64)).collect();
     orders().create(store, &()).await.expect("create");
@@ -297,6 +332,52 @@ mod cases {
             calls.lock().expect("calls").clone(),
             vec![(2, "storage-failure", 2)]
         );
+    }
+
+    /// Issue 26: when the producer's pin failed after the handler ran, the
+    /// compensation was skipped.
+    pub async fn compensation_runs_when_the_pin_fails_after_the_handler(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..2).await;
+        let (projection, calls) = compensated(Step::from(()));
+        let faulty = Arc::new(Faulty::new(store.clone()));
+        let host = Host::new(faulty.clone());
+        let bound = projection.at(()).expect("bind");
+        faulty.fail_nth(Some(Op::Append), 0, When::Before);
+        let err = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect_err("fails");
+        assert_eq!(err.code(), "storage-failure");
+        assert_eq!(
+            calls.lock().expect("calls").clone(),
+            vec![(2, "storage-failure", 2)]
+        );
+    }
+
+    /// Issue 26: a compensation that failed was only logged; the unit's
+    /// error now carries it (`compensation/failed`), keeping the commit's
+    /// cause and whether it may be retried.
+    pub async fn a_failed_compensation_is_part_of_the_units_error(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..2).await;
+        let (projection, calls) = compensated(Step::fail("the undo failed too"));
+        let faulty = Arc::new(Faulty::new(store.clone()));
+        let host = Host::new(faulty.clone());
+        let bound = projection.at(()).expect("bind");
+        faulty.fail_nth(Some(Op::Append), 1, When::Before);
+        let err = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect_err("fails");
+        assert_eq!(calls.lock().expect("calls").len(), 1);
+        assert_eq!(err.code(), "compensation/failed", "{err}");
+        assert!(err.is_retryable(), "its cause, a storage failure, is");
+        let message = err.to_string();
+        assert!(
+            message.contains("the undo failed too") && message.contains("storage failure"),
+            "{message}"
+        );
+        let source = std::error::Error::source(&err).map(ToString::to_string);
+        assert_eq!(source.as_deref(), Some("the undo failed too"));
     }
 
     pub async fn current_and_decide_fold_in_memory_and_never_write(store: Arc<dyn Storage>) {
@@ -1039,6 +1120,8 @@ crate::on_backends!(
     a_second_writer_gets_a_checkpoint_conflict,
     at_least_once_retries_keep_the_unit_key,
     compensation_runs_when_the_commit_fails,
+    compensation_runs_when_the_pin_fails_after_the_handler,
+    a_failed_compensation_is_part_of_the_units_error,
     current_and_decide_fold_in_memory_and_never_write,
     map_accum_batch_writes_state_and_json_outputs,
     a_closed_output_fails_with_invalid_output,

@@ -239,7 +239,11 @@ impl<P: Params, S: State> Session<P, S> {
     /// same failure as the one kept is not written again.
     async fn record_failure(&mut self, error: &ProjectionError) {
         let code = error.code();
-        if !self.exists || error.is_retryable() || code.starts_with("checkpoint/") {
+        let cause = match error {
+            ProjectionError::Compensation { cause, .. } => cause,
+            error => error,
+        };
+        if !self.exists || error.is_retryable() || cause.code().starts_with("checkpoint/") {
             return;
         }
         let message = error.to_string();
@@ -495,6 +499,9 @@ impl<P: Params, S: State> Session<P, S> {
         }
     }
 
+    /// Calls the commit's compensation, if any, after the commit failed
+    /// with `cause`: the unit's error is `cause`, or both when the
+    /// compensation fails too.
     async fn compensate(
         &self,
         state: S,
@@ -502,20 +509,20 @@ impl<P: Params, S: State> Session<P, S> {
         cause: ProjectionError,
         unit: &Unit<P>,
     ) -> ProjectionError {
-        if let Some(compensation) = &self.bound.projection.inner.compensation {
-            let result = UnitResult {
-                state: self.bound.projection.has_state().then_some(state),
-                emits,
-            };
-            if let Err(e) = compensation(&result, &cause, unit).await {
-                tracing::warn!(
-                    projection = self.bound.projection.id(),
-                    unit = unit.key,
-                    "compensation failed: {e}"
-                );
-            }
+        let Some(compensation) = &self.bound.projection.inner.compensation else {
+            return cause;
+        };
+        let result = UnitResult {
+            state: self.bound.projection.has_state().then_some(state),
+            emits,
+        };
+        match compensation(&result, &cause, unit).await {
+            Ok(()) => cause,
+            Err(source) => ProjectionError::Compensation {
+                cause: Box::new(cause),
+                source,
+            },
         }
-        cause
     }
 
     async fn save(&mut self, next: Checkpoint) -> Result<()> {
