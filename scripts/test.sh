@@ -162,8 +162,9 @@ freight_on_moto() {
 }
 step "freight example on moto, checked through the AWS SDK" freight_on_moto
 
-# The public Durable Streams conformance suite, on every storage backend.
-step "conformance suite" bash -o pipefail -c "scripts/conformance/run.sh memory sqlite postgres | tee '$log_dir/conformance.log'"
+# The public Durable Streams conformance suite, on every storage backend side
+# by side (DynamoDB on a fresh table of moto).
+step "conformance suite" bash -o pipefail -c "scripts/conformance/run.sh memory sqlite postgres dynamodb | tee '$log_dir/conformance.log'"
 while read -r line; do summary+=("      $line"); done < <(grep '^conformance' "$log_dir/conformance.log")
 
 # nginx with proxy_cache in front of `eddy serve`: one upstream read for 200

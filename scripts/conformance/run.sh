@@ -2,9 +2,12 @@
 # Runs the public Durable Streams conformance suite against `eddy serve`, on
 # each storage backend given (default: memory sqlite), side by side, and
 # prints the pass counts. Exits non-zero if any test fails. `postgres` runs on
-# the database at DATABASE_URL, in a schema of its own that it drops afterwards.
+# the database at DATABASE_URL, in a schema of its own that it drops afterwards;
+# `dynamodb` on a fresh table of the DynamoDB-compatible server at
+# EDDY_DYNAMODB_ENDPOINT (moto: scripts/moto.sh start), made by `eddy dynamo
+# create-table` (the binary needs the aws feature).
 #
-#   scripts/conformance/run.sh [memory|sqlite|postgres ...]
+#   scripts/conformance/run.sh [memory|sqlite|postgres|dynamodb ...]
 #   EDDY_BIN=target/debug/eddy scripts/conformance/run.sh memory
 set -euo pipefail
 
@@ -13,12 +16,12 @@ root="$(cd "$here/../.." && pwd)"
 if [ $# -gt 0 ]; then backends=("$@"); else backends=(memory sqlite); fi
 long_poll_ms="${EDDY_LONG_POLL_MS:-500}"
 
-# EDDY_BIN names a binary already built (with the postgres feature for that
-# backend); otherwise the release build.
+# EDDY_BIN names a binary already built (with the postgres and aws features
+# for those backends); otherwise the release build.
 eddy="${EDDY_BIN:+$(realpath "$EDDY_BIN")}"
 if [ -z "$eddy" ]; then
   export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
-  (cd "$root" && cargo build --quiet --release -p eddy --features postgres)
+  (cd "$root" && cargo build --quiet --release -p eddy --features postgres,aws)
   eddy="$CARGO_TARGET_DIR/release/eddy"
 fi
 
@@ -43,6 +46,18 @@ run_backend() {
     : "${DATABASE_URL:?postgres needs DATABASE_URL}"
     schema="conformance_$$"
     storage=("--storage" "$DATABASE_URL" "--pg-schema" "$schema")
+  fi
+  if [ "$backend" = dynamodb ]; then
+    : "${EDDY_DYNAMODB_ENDPOINT:?dynamodb needs EDDY_DYNAMODB_ENDPOINT}"
+    export AWS_ENDPOINT_URL="$EDDY_DYNAMODB_ENDPOINT" AWS_REGION=us-east-1 \
+      AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing
+    local table="conformance-$$-$RANDOM"
+    "$eddy" dynamo create-table --table "$table" >"$log" 2>&1 || {
+      echo "conformance ($backend): could not create the table; its log:"
+      cat "$log"
+      return 1
+    }
+    storage=("--storage" "dynamodb://$table")
   fi
   # The suite's webhook receivers listen on 127.0.0.1, an internal address
   # that webhooks may not reach unless allowed.

@@ -362,6 +362,10 @@ impl RecordReader for DynamoUnit {
             .map(|data| data.packs.clone())
             .unwrap_or_default();
         let stored_end = pending.first().map_or(u64::MAX, |pack| pack.first);
+        // Positions past the tail hold nothing (the engine may ask).
+        let count = self.stream(key)?.record.count();
+        let tail = pending.last().map_or(count, |pack| pack.end().max(count));
+        let range = range.start.min(tail)..range.end.min(tail);
         // At most the messages the budget holds at the stream's average
         // size, and a part item or two more.
         let record = &self.stream(key)?.record;

@@ -31,6 +31,12 @@ pub enum StorageKind {
         /// The database URL.
         url: String,
     },
+    /// A DynamoDB table that several `eddy serve` processes may share
+    /// (feature `aws`), reached through the standard AWS environment.
+    Dynamodb {
+        /// The table name.
+        table: String,
+    },
 }
 
 impl std::str::FromStr for StorageKind {
@@ -47,8 +53,14 @@ impl std::str::FromStr for StorageKind {
             url if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
                 Ok(StorageKind::Postgres { url: url.into() })
             }
+            url if url.starts_with("dynamodb://") => match &url["dynamodb://".len()..] {
+                "" => Err("`dynamodb://` needs a table name: dynamodb://TABLE".into()),
+                table => Ok(StorageKind::Dynamodb {
+                    table: table.into(),
+                }),
+            },
             other => Err(format!(
-                "`{other}`: expected memory, sqlite, postgres or a postgres:// URL"
+                "`{other}`: expected memory, sqlite, postgres, a postgres:// URL or dynamodb://TABLE"
             )),
         }
     }
@@ -61,6 +73,7 @@ impl std::fmt::Debug for StorageKind {
             StorageKind::Memory => "memory",
             StorageKind::Sqlite => "sqlite",
             StorageKind::Postgres { .. } => "postgres",
+            StorageKind::Dynamodb { .. } => "dynamodb",
         })
     }
 }
@@ -78,9 +91,11 @@ pub struct ServeArgs {
     /// The data directory of the SQLite store.
     #[arg(long, default_value = "./eddy-data", env = "EDDY_DATA")]
     pub data: PathBuf,
-    /// The stream store: `memory`, `sqlite` (under `--data`), or a
+    /// The stream store: `memory`, `sqlite` (under `--data`), a
     /// PostgreSQL database as `postgres://user:password@host/database`
-    /// (`postgres` alone reads the URL from `DATABASE_URL`).
+    /// (`postgres` alone reads the URL from `DATABASE_URL`), or a DynamoDB
+    /// table as `dynamodb://TABLE` (the standard AWS environment:
+    /// `AWS_REGION`, credentials, `AWS_ENDPOINT_URL`).
     #[arg(
         long,
         default_value = "sqlite",
@@ -92,6 +107,11 @@ pub struct ServeArgs {
     /// database and a schema serve one set of streams.
     #[arg(long, default_value = "eddy", env = "EDDY_PG_SCHEMA")]
     pub pg_schema: String,
+    /// On DynamoDB: how often the streams live readers wait on are read
+    /// again for other servers' appends (the most a reader here waits
+    /// beyond one read after an append elsewhere), as `100ms`.
+    #[arg(long, default_value = "100ms", value_parser = parse_duration, env = "EDDY_DYNAMODB_POLL")]
+    pub dynamodb_poll: Duration,
     /// How long a long-poll waits for data: `500ms`, `20s`, or milliseconds.
     #[arg(long, default_value = "20s", value_parser = parse_duration, env = "EDDY_LONG_POLL_TIMEOUT")]
     pub long_poll_timeout: Duration,
@@ -342,7 +362,31 @@ impl ServeArgs {
                 (store, Some(CheckpointTable(Arc::new(table))))
             }
             StorageKind::Postgres { url } => self.open_postgres(url, durability).await?,
+            StorageKind::Dynamodb { table } => (self.open_dynamodb(table).await?, None),
         })
+    }
+
+    #[cfg(feature = "aws")]
+    async fn open_dynamodb(&self, table: &str) -> anyhow::Result<Arc<dyn Storage>> {
+        if self.dynamodb_poll.is_zero() {
+            bail!("--dynamodb-poll must be positive");
+        }
+        let options = eddy_streams::backend::RecordOptions {
+            max_append_bytes: self.max_body_bytes,
+            max_producers_per_stream: self.max_producers_per_stream,
+            poll: self.dynamodb_poll,
+            ..eddy_streams_dynamodb::options()
+        };
+        let connection = eddy_dynamo::DynamoOptions::from_env();
+        let store = eddy_streams_dynamodb::connect(&connection, table, options)
+            .await
+            .with_context(|| format!("opening the store in DynamoDB table {table}"))?;
+        Ok(Arc::new(store))
+    }
+
+    #[cfg(not(feature = "aws"))]
+    async fn open_dynamodb(&self, _table: &str) -> anyhow::Result<Arc<dyn Storage>> {
+        bail!("this eddy was built without DynamoDB support: build it with --features aws")
     }
 
     #[cfg(feature = "postgres")]

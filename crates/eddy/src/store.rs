@@ -1,5 +1,6 @@
 //! Where the tools find a stream store: the SQLite store under `--data`,
-//! a PostgreSQL database (`--storage postgres://…`), or a running
+//! a PostgreSQL database (`--storage postgres://…`), a DynamoDB table
+//! (`--storage dynamodb://TABLE`), or a running
 //! `eddy serve` (`--server URL`, over the Durable Streams protocol).
 
 use std::path::PathBuf;
@@ -12,15 +13,31 @@ use eddy_streams::{SqliteStorage, Storage};
 
 use crate::serve::StorageKind;
 
+#[cfg(feature = "aws")]
+async fn dynamodb(table: &str) -> anyhow::Result<Arc<dyn Storage>> {
+    let connection = eddy_dynamo::DynamoOptions::from_env();
+    let options = eddy_streams_dynamodb::options();
+    let store = eddy_streams_dynamodb::connect(&connection, table, options)
+        .await
+        .with_context(|| format!("opening the store in DynamoDB table {table}"))?;
+    Ok(Arc::new(store))
+}
+
+#[cfg(not(feature = "aws"))]
+async fn dynamodb(_table: &str) -> anyhow::Result<Arc<dyn Storage>> {
+    bail!("this eddy was built without DynamoDB support: build it with --features aws")
+}
+
 /// The options that name a store.
 #[derive(clap::Args, Clone, Debug)]
 pub struct StoreArgs {
     /// The data directory of the SQLite store.
     #[arg(long, global = true, default_value = "./eddy-data", env = "EDDY_DATA")]
     pub data: PathBuf,
-    /// The stream store: `sqlite` (under `--data`) or a PostgreSQL database
+    /// The stream store: `sqlite` (under `--data`), a PostgreSQL database
     /// as `postgres://user:password@host/database` (`postgres` alone reads
-    /// the URL from `DATABASE_URL`).
+    /// the URL from `DATABASE_URL`), or a DynamoDB table as
+    /// `dynamodb://TABLE`.
     #[arg(
         long,
         global = true,
@@ -80,6 +97,7 @@ impl StoreArgs {
                 Ok((store, Some(table)))
             }
             StorageKind::Postgres { url } => postgres(url, &self.pg_schema).await,
+            StorageKind::Dynamodb { table } => Ok((dynamodb(table).await?, None)),
         }
     }
 }

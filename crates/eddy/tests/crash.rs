@@ -34,9 +34,15 @@ fn start(binary: &Path, data: &Path) -> (Child, String) {
 /// Starts `eddy serve` with `args` on a free port; returns the child and
 /// its base URL.
 pub(crate) fn serve(binary: &Path, args: &[&str]) -> (Child, String) {
+    serve_with(binary, args, &[])
+}
+
+/// [`serve`] with these environment variables set for the child.
+pub(crate) fn serve_with(binary: &Path, args: &[&str], env: &[(&str, &str)]) -> (Child, String) {
     let mut child = Command::new(binary)
         .args(["serve", "--listen", "127.0.0.1:0"])
         .args(args)
+        .envs(env.iter().copied())
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -3,6 +3,7 @@
 
 mod crash;
 mod dynamo_cli;
+mod dynamodb;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod serve_cli;

@@ -119,6 +119,11 @@ async fn route(
             )
         }
         (Method::POST, "claim") => {
+            // A held lease is refused before the refresh, which lists the
+            // store's streams and may take longer than a short lease.
+            if let Some(sub) = registry.lock().get(id) {
+                unclaimed(sub)?;
+            }
             wake::refresh(&registry, id).await;
             claim(&registry, id, &body)
         }
@@ -382,6 +387,27 @@ fn add_explicit(sub: &mut Subscription, tails: Vec<(String, Offset)>) {
     }
 }
 
+/// Refuses a claim while a worker holds the subscription's lease.
+fn unclaimed(sub: &Subscription) -> Result<(), SubscriptionError> {
+    let holder = sub
+        .wake
+        .as_ref()
+        .filter(|w| w.expires > Instant::now())
+        .and_then(|w| w.holder.clone());
+    match holder {
+        None => Ok(()),
+        Some(holder) => {
+            let mut err = SubscriptionError::new(
+                StatusCode::CONFLICT,
+                "ALREADY_CLAIMED",
+                format!("worker `{holder}` holds the lease"),
+            );
+            err.body["error"]["current_holder"] = holder.into();
+            Err(err)
+        }
+    }
+}
+
 fn claim(registry: &Arc<Registry>, id: &str, body: &[u8]) -> Result<Response, SubscriptionError> {
     let request: ClaimRequest = json(body)?;
     let mut subscriptions = registry.lock();
@@ -393,20 +419,7 @@ fn claim(registry: &Arc<Registry>, id: &str, body: &[u8]) -> Result<Response, Su
             "only pull-wake subscriptions are claimed",
         ));
     }
-    if let Some(holder) = sub
-        .wake
-        .as_ref()
-        .filter(|w| w.expires > Instant::now())
-        .and_then(|w| w.holder.clone())
-    {
-        let mut err = SubscriptionError::new(
-            StatusCode::CONFLICT,
-            "ALREADY_CLAIMED",
-            format!("worker `{holder}` holds the lease"),
-        );
-        err.body["error"]["current_holder"] = holder.into();
-        return Err(err);
-    }
+    unclaimed(sub)?;
     let pending = sub.pending();
     if pending.is_empty() {
         return Ok(StatusCode::NO_CONTENT.into_response());

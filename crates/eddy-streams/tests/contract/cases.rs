@@ -977,6 +977,12 @@ pub async fn fork_sub_offsets_and_bad_offsets(store: Arc<dyn Storage>) {
         )
         .await;
     assert_eq!(over.err().map(|e| e.code()), Some("invalid-argument"));
+    // At the tail there is no message to keep part of (the DynamoDB
+    // backend answered a storage failure).
+    let at_tail = store
+        .fork(&path("sub/at-tail"), Fork::of(text.clone()).sub_offset(1))
+        .await;
+    assert_eq!(at_tail.err().map(|e| e.code()), Some("invalid-argument"));
 
     let json = json_stream(&*store, "sub/json").await;
     store

@@ -1,0 +1,192 @@
+//! `eddy serve --storage dynamodb://TABLE` on the local DynamoDB-compatible
+//! server (moto, `EDDY_DYNAMODB_ENDPOINT`): the crash test, and two servers
+//! on one table (live reads across them; concurrent producers through
+//! both, every acknowledged message read once, in one order, by both).
+//! Each test makes a table of its own with `eddy dynamo create-table`.
+#![cfg(feature = "aws")]
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::crash::{client, crash_under_load, create, eddy_binary, runtime, serve_with};
+
+/// A fresh table on moto, or `None` when `EDDY_SKIP_MOTO` says to skip.
+struct Table {
+    name: String,
+    env: Vec<(&'static str, String)>,
+}
+
+impl Table {
+    fn fresh(test: &str) -> Option<Table> {
+        let endpoint = match std::env::var("EDDY_DYNAMODB_ENDPOINT") {
+            Ok(url) => url,
+            Err(_) if std::env::var("EDDY_SKIP_MOTO").is_ok() => {
+                eprintln!("`{test}` on dynamodb: skipped, EDDY_SKIP_MOTO is set");
+                return None;
+            }
+            Err(_) => panic!(
+                "EDDY_DYNAMODB_ENDPOINT is not set: run `eval \"$(scripts/moto.sh start)\"` \
+                 first, or set EDDY_SKIP_MOTO=1"
+            ),
+        };
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let table = Table {
+            name: format!("serve-{test}-{}-{nanos}", std::process::id()),
+            env: vec![
+                ("AWS_ENDPOINT_URL", endpoint),
+                ("AWS_REGION", "us-east-1".into()),
+                ("AWS_ACCESS_KEY_ID", "testing".into()),
+                ("AWS_SECRET_ACCESS_KEY", "testing".into()),
+            ],
+        };
+        let created = Command::new(eddy_binary())
+            .args(["dynamo", "create-table", "--table", &table.name])
+            .envs(table.env.iter().map(|(k, v)| (k, v)))
+            .output()
+            .expect("run eddy dynamo create-table");
+        assert!(
+            created.status.success(),
+            "create-table: {}",
+            String::from_utf8_lossy(&created.stderr)
+        );
+        Some(table)
+    }
+
+    fn serve(&self) -> (Child, String) {
+        let storage = format!("dynamodb://{}", self.name);
+        let env: Vec<(&str, &str)> = self.env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        serve_with(eddy_binary(), &["--storage", &storage], &env)
+    }
+}
+
+fn stop(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn sigkill_under_load_loses_and_duplicates_nothing() {
+    let Some(table) = Table::fresh("sigkill") else {
+        return;
+    };
+    crash_under_load(&|| table.serve());
+}
+
+/// Appends `count` messages as producer `id` through `url`, retrying one
+/// the server refused as retryable (503: it lost too many races with the
+/// other server) with the same seq. Returns how many were duplicates.
+async fn produce(http: reqwest::Client, url: String, id: usize, count: u64) -> u64 {
+    let mut duplicates = 0;
+    for seq in 0..count {
+        loop {
+            let response = http
+                .post(&url)
+                .header("content-type", "application/json")
+                .header("producer-id", format!("w{id}"))
+                .header("producer-epoch", "0")
+                .header("producer-seq", seq.to_string())
+                .body(format!("\"{id}-{seq}\""))
+                .send()
+                .await
+                .expect("the server answers");
+            if response.status() == 503 {
+                continue;
+            }
+            assert!(
+                response.status().is_success(),
+                "w{id} seq {seq}: {}",
+                response.status()
+            );
+            if response.headers().contains_key("eddy-duplicate") {
+                duplicates += 1;
+            }
+            break;
+        }
+    }
+    duplicates
+}
+
+#[test]
+fn two_servers_on_one_table_serve_one_set_of_streams() {
+    let Some(table) = Table::fresh("two") else {
+        return;
+    };
+    let (a, a_url) = table.serve();
+    let (b, b_url) = table.serve();
+    let http = client();
+    runtime().block_on(async {
+        // An append through A wakes a long-poll on B.
+        let (on_a, on_b) = (format!("{a_url}/live/s"), format!("{b_url}/live/s"));
+        create(&http, &on_a).await;
+        let live = {
+            let (http, on_b) = (http.clone(), on_b.clone());
+            tokio::spawn(async move {
+                http.get(format!("{on_b}?offset=-1&live=long-poll"))
+                    .send()
+                    .await
+                    .expect("long-poll")
+            })
+        };
+        let appended = http
+            .post(&on_a)
+            .header("content-type", "application/json")
+            .body("\"hello\"")
+            .send()
+            .await
+            .expect("append");
+        assert!(appended.status().is_success(), "{}", appended.status());
+        let read = live.await.expect("join");
+        assert_eq!(read.status(), 200);
+        assert_eq!(read.text().await.expect("body"), "[\"hello\"]");
+
+        // Producers through both servers at once.
+        let (log_a, log_b) = (format!("{a_url}/shared/log"), format!("{b_url}/shared/log"));
+        create(&http, &log_a).await;
+        let count = 40;
+        let tasks: Vec<_> = (0..6)
+            .map(|id| {
+                let url = if id % 2 == 0 { &log_a } else { &log_b };
+                tokio::spawn(produce(http.clone(), url.clone(), id, count))
+            })
+            .collect();
+        for task in tasks {
+            assert_eq!(
+                task.await.expect("producer"),
+                0,
+                "no first attempt was a duplicate"
+            );
+        }
+        let mut bodies = Vec::new();
+        for url in [&log_a, &log_b] {
+            let body = http
+                .get(format!("{url}?offset=-1"))
+                .send()
+                .await
+                .expect("read")
+                .text()
+                .await
+                .expect("body");
+            let messages: Vec<String> = serde_json::from_str(&body).expect("a JSON array");
+            let mut next: BTreeMap<&str, u64> = BTreeMap::new();
+            for message in &messages {
+                let (writer, seq) = message.split_once('-').expect("id-seq");
+                let expected = next.entry(writer).or_default();
+                assert_eq!(seq.parse::<u64>().ok(), Some(*expected), "writer {writer}");
+                *expected += 1;
+            }
+            assert_eq!(
+                messages.len() as u64,
+                6 * count,
+                "each acknowledged message once"
+            );
+            bodies.push(body);
+        }
+        assert_eq!(bodies[0], bodies[1], "both servers read one order");
+    });
+    stop(a);
+    stop(b);
+}
