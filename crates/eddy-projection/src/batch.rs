@@ -88,11 +88,11 @@ pub struct Slice<'a, T> {
 impl<'a, T> Slice<'a, T> {
     /// Every item with its offset.
     pub fn entries(&self) -> impl Iterator<Item = Entry<'a, T>> + 'a {
-        let start = self.from.position();
+        let start = self.from;
         let items: &'a [T] = self.items;
         items.iter().enumerate().map(move |(i, item)| Entry {
             item,
-            offset: Offset::at(start + i as u64),
+            offset: start.advanced(i as u64),
         })
     }
 }

@@ -173,8 +173,9 @@ pub(crate) struct Slot {
     /// The slot's epoch: it counts the slot streams the binding has used;
     /// the slot's path ends in `epoch % 2`.
     pub epoch: u64,
-    /// Records in the slot (its tail).
-    pub tail: u64,
+    /// The slot's tail: its records are the positions before it. Its
+    /// incarnation fences a slot stream created again at the same path.
+    pub tail: Offset,
     /// Bytes in the slot.
     pub bytes: u64,
     /// The slot is closed: the next save starts the next slot.
@@ -212,7 +213,9 @@ impl fmt::Display for Token {
             Some(slot) => write!(
                 f,
                 "version {} (slot epoch {}, {} records)",
-                self.saves, slot.epoch, slot.tail
+                self.saves,
+                slot.epoch,
+                slot.tail.position()
             ),
         }
     }

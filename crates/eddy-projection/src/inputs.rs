@@ -45,7 +45,7 @@ pub(crate) async fn read_range(
         if buffer.next == from && !buffer.messages.is_empty() {
             let take = taken.fitting(buffer.messages.iter());
             taken.extend(buffer.messages.drain(..take));
-            buffer.next = Offset::at(from.position() + take as u64);
+            buffer.next = from.advanced(take as u64);
             let bounded = !buffer.messages.is_empty();
             if bounded || taken.full() || buffer.closed_at_end {
                 let closed = buffer.closed_at_end && buffer.messages.is_empty();
@@ -60,16 +60,20 @@ pub(crate) async fn read_range(
             buffer.closed_at_end = false;
         }
     }
+    let mut next = from.advanced(taken.messages.len() as u64);
     loop {
-        let next = Offset::at(from.position() + taken.messages.len() as u64);
         let chunk = storage
             .read(path, ReadFrom::Offset(next), READ_BYTES)
             .await?;
         let got = chunk.messages.len();
         let room = taken.fitting(chunk.messages.iter());
         let mut rest = chunk.messages.into_iter();
+        let before = taken.messages.len();
         taken.extend(rest.by_ref().take(room));
-        let to = Offset::at(from.position() + taken.messages.len() as u64);
+        // The chunk's offsets carry the stream's own incarnation, also when
+        // `from` was the zero offset or an offset of a fork's source.
+        let to = chunk.start.advanced((taken.messages.len() - before) as u64);
+        next = to;
         let reached_end = chunk.up_to_date && got <= room;
         if let Some(buffer) = ahead.as_deref_mut() {
             buffer.next = to;

@@ -185,7 +185,7 @@ impl StreamCheckpoints {
         path: &StreamPath,
         tail: Offset,
     ) -> Result<Option<Record>> {
-        let mut from = Offset::at(tail.position().saturating_sub(1));
+        let mut from = tail.with_position(tail.position().saturating_sub(1));
         loop {
             let read = self
                 .storage
@@ -197,7 +197,9 @@ impl StreamCheckpoints {
                 Err(e) => return Err(e.into()),
             };
             if !chunk.up_to_date && chunk.next_offset > from {
-                from = Offset::at(chunk.next_offset.position().saturating_sub(1));
+                from = chunk
+                    .next_offset
+                    .with_position(chunk.next_offset.position().saturating_sub(1));
                 continue;
             }
             let Some(last) = chunk.messages.last() else {
@@ -215,7 +217,7 @@ impl StreamCheckpoints {
         let SlotHead::Live(info) = self.head(&path).await? else {
             return Ok(None);
         };
-        if info.tail == Offset::ZERO {
+        if info.tail.position() == 0 {
             // Created by a save that did not get to write: not a record yet.
             return Ok(None);
         }
@@ -254,10 +256,10 @@ impl StreamCheckpoints {
                 let body = vec![encode(key, slot.epoch, save, checkpoint)?];
                 self.check_size(key, &body)?;
                 let bytes = body[0].len() as u64;
-                let fills = self.fills(slot.tail + 1, slot.bytes + bytes);
+                let fills = self.fills(slot.tail.position() + 1, slot.bytes + bytes);
                 let path = Self::slot(key, slot.epoch)?;
                 let tail = self
-                    .append(key, &path, body, Offset::at(slot.tail), save, seal || fills)
+                    .append(key, &path, body, slot.tail, save, seal || fills)
                     .await?;
                 let mut token = Token {
                     saves: save,
@@ -347,9 +349,7 @@ impl StreamCheckpoints {
         let still = match (sealed, self.head(&before).await?) {
             // A deleted slot is what a vanished checkpoint left.
             (None, head) => !matches!(head, SlotHead::Live(_)),
-            (Some(slot), SlotHead::Live(info))
-                if info.closed && info.tail.position() == slot.tail =>
-            {
+            (Some(slot), SlotHead::Live(info)) if info.closed && info.tail == slot.tail => {
                 self.first_epoch(key, &before).await? == Some(slot.epoch)
             }
             (Some(_), _) => false,
@@ -370,7 +370,7 @@ impl StreamCheckpoints {
             .create(path, StreamConfig::json(), Payload::empty())
             .await
             .map_err(|e| write_error(key, e))?;
-        if created.created || created.info.tail == Offset::ZERO {
+        if created.created || created.info.tail.position() == 0 {
             return Ok(());
         }
         if self
@@ -451,7 +451,7 @@ impl StreamCheckpoints {
         tail: Offset,
         save: u64,
         close: bool,
-    ) -> Result<u64> {
+    ) -> Result<Offset> {
         let mut append = Append::messages(messages)
             .expecting_tail(tail)
             .with_stream_seq(format!("{save:020}"));
@@ -461,7 +461,7 @@ impl StreamCheckpoints {
             .append(path, append)
             .await
             .map_err(|e| write_error(key, e))?;
-        Ok(appended.next_offset.position())
+        Ok(appended.next_offset)
     }
 }
 
@@ -585,7 +585,7 @@ impl StreamCheckpoints {
             saves: current.record.save,
             slot: Some(Slot {
                 epoch: current.epoch,
-                tail: current.info.tail.position(),
+                tail: current.info.tail,
                 bytes: current.info.bytes,
                 sealed: current.info.closed,
                 leftover: older.is_some(),

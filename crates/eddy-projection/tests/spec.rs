@@ -1,6 +1,6 @@
 //! Spec rules that each get a test of their own: the default retry
 //! schedule and repair interval, a repair pass that picks up a missed
-//! wake-up, missing history on a live input, and `keep_gone`.
+//! wake-up, an input created again, and `keep_gone`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -86,31 +86,44 @@ fn a_repair_pass_picks_up_a_missed_wake_up_on_memory_and_sqlite() {
     runtime().block_on(a_repair_pass_picks_up_a_missed_wake_up(Arc::new(sqlite)));
 }
 
-/// An input whose history no longer reaches the checkpoint (deleted and
-/// created again, shorter) is a fault: `history-unavailable`, for `run`
-/// and `follow` alike, and the checkpoint stays.
+/// An input deleted and created again is a new stream: the stream the
+/// binding read is gone. Its final unit commits (here on memory and
+/// SQLite, with the new stream longer and shorter than the old), the
+/// binding is forgotten, and the next run reads the new stream from its
+/// beginning. Before stream incarnations, a longer new stream was read on
+/// from the old offset: the binding mixed the two streams' items.
 #[test]
-fn missing_history_on_a_live_input_is_a_fault() {
-    runtime().block_on(async {
-        let store: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
-        seed(store.as_ref(), 0..5).await;
-        let host = Host::new(store.clone());
-        let bound = total_fold().at(()).expect("bind");
-        host.run(&bound, RunOptions::default()).await.expect("run");
-        let path = orders().path(&()).expect("path");
-        store.delete(&path).await.expect("delete");
-        seed(store.as_ref(), 0..2).await;
-        let err = host
-            .run(&bound, RunOptions::default())
-            .await
-            .expect_err("history is missing");
-        assert_eq!(err.code(), "history-unavailable", "{err}");
-        let follow = host.follow(&bound, FollowOptions::default());
-        futures::pin_mut!(follow);
-        let err = follow.next().await.expect("element").expect_err("fault");
-        assert_eq!(err.code(), "history-unavailable");
-        assert_eq!(host.read(&bound).await.expect("read"), 10.0, "kept");
-    });
+fn an_input_created_again_is_gone_for_its_binding() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sqlite: Arc<dyn Storage> = Arc::new(SqliteStorage::open(dir.path()).expect("open"));
+    for store in [Arc::new(MemoryStorage::new()) as Arc<dyn Storage>, sqlite] {
+        for again in [10..17, 10..12] {
+            runtime().block_on(async {
+                let path = orders().path(&()).expect("path");
+                let _ = store.delete(&path).await;
+                seed(store.as_ref(), 0..5).await;
+                let host = Host::new(store.clone());
+                let bound = total_fold().at(()).expect("bind");
+                host.forget(&bound).await.expect("a fresh binding");
+                host.run(&bound, RunOptions::default()).await.expect("run");
+                store.delete(&path).await.expect("delete");
+                seed(store.as_ref(), again.clone()).await;
+                let last = host
+                    .run(&bound, RunOptions::default())
+                    .await
+                    .expect("the final unit");
+                assert_eq!(
+                    (last.status, last.units, last.state),
+                    (Status::Forgotten, 1, Some(10.0)),
+                    "{again:?}"
+                );
+                assert_eq!(host.read(&bound).await.expect("read"), 0.0, "forgotten");
+                let fresh = host.run(&bound, RunOptions::default()).await.expect("run");
+                let expected: f64 = again.clone().map(|i| i as f64).sum();
+                assert_eq!(fresh.state, Some(expected), "{again:?}");
+            });
+        }
+    }
 }
 
 /// With `keep_gone`, the final unit of a gone input commits and the

@@ -187,6 +187,75 @@ mod cases {
             "the pin stays"
         );
     }
+    /// A pinned range of an input deleted and created again, with more
+    /// items than the range: the replay refuses the new stream's items
+    /// (before stream incarnations it replayed them as the pinned ones).
+    pub async fn a_pinned_range_of_an_input_created_again_is_unreproducible(
+        store: Arc<dyn Storage>,
+    ) {
+        seed(store.as_ref(), 0..2).await;
+        let faulty = Arc::new(Faulty::new(store.clone()));
+        let host = Host::new(faulty.clone());
+        let bound = order_totals().at(()).expect("bind");
+        faulty.fail_nth(Some(Op::Append), 1, When::Before);
+        host.run(&bound, RunOptions::default())
+            .await
+            .expect_err("fails");
+        let input = bound.input_paths().first().expect("input").clone();
+        store.delete(&input).await.expect("delete");
+        seed(store.as_ref(), 10..15).await;
+        let err = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect_err("replay");
+        assert_eq!(err.code(), "range-unreproducible", "{err}");
+        let loaded = host
+            .checkpoints()
+            .load(&bound_key(&bound))
+            .await
+            .expect("load");
+        assert!(
+            loaded.checkpoint.and_then(|c| c.pending).is_some(),
+            "the pin stays"
+        );
+    }
+
+    /// An output deleted and created again under a binding does not know
+    /// the binding's producer: the next unit fails with a clear error
+    /// naming the output (before, a bare `producer/seq-gap` wedged it), and
+    /// forgetting the binding writes its outputs again from the start.
+    pub async fn an_output_created_again_is_an_invalid_output(store: Arc<dyn Storage>) {
+        seed(store.as_ref(), 0..2).await;
+        let host = Host::new(store.clone());
+        let bound = order_totals().at(()).expect("bind");
+        host.run(&bound, RunOptions::default()).await.expect("run");
+        let output = crate::support::totals().path(&()).expect("path");
+        store.delete(&output).await.expect("delete");
+        crate::support::totals()
+            .create(store.as_ref(), &())
+            .await
+            .expect("create again");
+        orders()
+            .append(store.as_ref(), &(), &[crate::support::order(2, 2.0)])
+            .await
+            .expect("append");
+        let err = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect_err("the output lost the producer");
+        assert_eq!(err.code(), "pin/invalid-output", "{err}");
+        assert!(err.to_string().contains("totals"), "{err}");
+        host.forget(&bound).await.expect("forget");
+        host.run(&bound, RunOptions::default())
+            .await
+            .expect("a forgotten binding writes anew");
+        let written = crate::support::totals()
+            .read(store.as_ref(), &(), eddy_streams::ReadFrom::Beginning)
+            .await
+            .expect("read");
+        assert_eq!(written.items.len(), 3);
+    }
+
     /// After a pinned range became unreproducible, later runs keep failing
     /// the same way: the pin stays and the final gone unit never runs.
     pub async fn an_unreproducible_pin_blocks_the_gone_unit(store: Arc<dyn Storage>) {
@@ -307,6 +376,8 @@ crate::on_backends!(
     a_missing_input_without_checkpoint_is_history_unavailable,
     a_removed_pinned_range_is_unreproducible_and_the_pin_stays,
     an_unreproducible_pin_blocks_the_gone_unit,
+    a_pinned_range_of_an_input_created_again_is_unreproducible,
+    an_output_created_again_is_an_invalid_output,
     a_closed_input_gives_per_item_handlers_no_entries,
     a_failed_forget_is_retried_until_it_lands,
 );

@@ -2,9 +2,9 @@
 //! response carries, the strong `ETag` of a chunk and `If-None-Match`.
 //! The rules are stated on [`CacheConfig`](crate::CacheConfig).
 
-use axum::http::{header, HeaderValue};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
-use eddy_streams::{ReadChunk, StreamPath};
+use eddy_streams::{Offset, ReadChunk, StreamPath};
 
 use crate::cursor;
 use crate::state::AppState;
@@ -48,8 +48,35 @@ pub(crate) fn control(state: &AppState, path: &StreamPath, freshness: Freshness)
     }
 }
 
+/// The answer to a catch-up read whose URL names no offset of the stream
+/// the path holds now (`-1`, the zero offset, a fork source's offset): a
+/// temporary redirect to the same read at the stream's own offset `start`,
+/// never stored, so that a cache keeps chunks only under URLs that name one
+/// stream's bytes forever. The location is relative (the query alone), so
+/// it keeps the path as the client sent it.
+pub(crate) fn to_own_offset(query: Option<&str>, start: Offset) -> Response {
+    let mut location = format!("?offset={start}");
+    for pair in query.unwrap_or("").split('&') {
+        let key = pair.split_once('=').map_or(pair, |(key, _)| key);
+        if !pair.is_empty() && key != "offset" {
+            location.push('&');
+            location.push_str(pair);
+        }
+    }
+    let mut response = Response::new(axum::body::Body::empty());
+    *response.status_mut() = StatusCode::TEMPORARY_REDIRECT;
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if let Ok(location) = HeaderValue::try_from(location) {
+        headers.insert(header::LOCATION, location);
+    }
+    response
+}
+
 /// A strong validator for exactly this range of this stream's data, and
-/// whether it reached a closed tail.
+/// whether it reached a closed tail. Offsets carry the stream's
+/// incarnation, so a stream created again at the path never matches an
+/// older stream's tag.
 pub(crate) fn etag(chunk: &ReadChunk) -> String {
     let closed = if chunk.closed { ":c" } else { "" };
     format!("\"{}:{}{closed}\"", chunk.start, chunk.next_offset)

@@ -114,6 +114,14 @@ async fn long_poll_data_is_cacheable_per_cursor_and_timeouts_are_not() {
     let (data, body) = send_empty(&app, "GET", "/lp?offset=-1&live=long-poll").await;
     assert_eq!(data.status(), StatusCode::OK);
     assert_eq!(body, "message0message1");
+    assert_eq!(
+        header(&data, "cache-control"),
+        Some("no-store"),
+        "`-1` names whichever stream the path holds now"
+    );
+    let own = header(&data, "eddy-read-start").expect("start").to_owned();
+    let (data, body) = send_empty(&app, "GET", &format!("/lp?offset={own}&live=long-poll")).await;
+    assert_eq!(body, "message0message1");
     assert_eq!(header(&data, "cache-control"), Some("public, max-age=20"));
     assert!(header(&data, "stream-cursor").is_some());
     assert!(header(&data, "etag").is_some());
@@ -212,4 +220,89 @@ async fn a_slow_sse_reader_makes_the_server_read_one_chunk_at_a_time() {
         seen.push_str(&String::from_utf8_lossy(frame.data_ref().expect("data")));
     }
     assert_eq!(reads(&metrics) - before, 50.0);
+}
+
+/// What a cache may keep stays right when a stream is deleted and created
+/// again (issue 24 §1): a read from `-1` or the zero offset, whose bytes
+/// depend on the stream the path holds now, is a redirect that is never
+/// stored, to the same read at the stream's own offset, whose chunk is
+/// immutable. The old stream's chunk URLs and tags never name the new
+/// stream's bytes: its offsets are refused as stale (never stored), and a
+/// revalidation with its tag is answered in full.
+#[tokio::test]
+async fn a_stream_created_again_never_answers_for_the_old_one() {
+    let app = router(paged(fast()));
+    create_with_four_messages(&app, "/again", None).await;
+    for sentinel in ["-1", "0000000000000000_0000000000000000"] {
+        let (redirect, body) = crate::router::send_raw(
+            &app,
+            req("GET", &format!("/again?offset={sentinel}&eddy=1"))
+                .body(Body::empty())
+                .expect("request"),
+        )
+        .await;
+        assert_eq!(
+            redirect.status(),
+            StatusCode::TEMPORARY_REDIRECT,
+            "{sentinel}"
+        );
+        assert_eq!(header(&redirect, "cache-control"), Some("no-store"));
+        let location = header(&redirect, "location").expect("location");
+        assert!(
+            location.starts_with("?offset=") && location.ends_with("_0000000000000000&eddy=1"),
+            "{location}"
+        );
+        assert!(
+            !location.starts_with("?offset=0000000000000000_"),
+            "{location}"
+        );
+        assert_eq!(body, "");
+    }
+    let (old, old_body) = send_empty(&app, "GET", "/again?offset=-1").await;
+    let old_url = format!(
+        "/again?offset={}",
+        header(&old, "eddy-read-start").expect("start")
+    );
+    let old_tag = header(&old, "etag").expect("etag").to_owned();
+    assert_eq!(old_body, "message0message1");
+
+    send_empty(&app, "DELETE", "/again").await;
+    let (created, _) = send(
+        &app,
+        req("PUT", "/again")
+            .header("content-type", "text/plain")
+            .body(Body::from("fresh000fresh001fresh002"))
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+
+    let (stale, body) = send_empty(&app, "GET", &old_url).await;
+    assert_eq!(stale.status(), StatusCode::GONE);
+    assert_eq!(header(&stale, "eddy-error"), Some("offset/stale"));
+    assert_eq!(header(&stale, "cache-control"), Some("no-store"));
+    assert!(!body.contains("fresh"), "{body}");
+
+    let (new, new_body) = send_empty(&app, "GET", "/again?offset=-1").await;
+    assert_eq!(new_body, "fresh000fresh001fresh002");
+    let new_url = format!(
+        "/again?offset={}",
+        header(&new, "eddy-read-start").expect("start")
+    );
+    assert_ne!(new_url, old_url);
+    let (revalidated, body) = send(
+        &app,
+        req("GET", &new_url)
+            .header("if-none-match", &old_tag)
+            .body(Body::empty())
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(
+        revalidated.status(),
+        StatusCode::OK,
+        "the old tag is not this chunk's"
+    );
+    assert_eq!(body, "fresh000fresh001fresh002");
+    assert_ne!(header(&revalidated, "etag"), Some(old_tag.as_str()));
 }

@@ -6,9 +6,7 @@
 use axum::body::Body;
 use axum::http::StatusCode;
 use eddy_server::{CompressionConfig, ServerConfig};
-use http_body_util::BodyExt;
 use tokio::io::AsyncReadExt;
-use tower::ServiceExt;
 
 use crate::router::{fast, header, req, router, send};
 
@@ -61,17 +59,7 @@ async fn read_raw(
     if let Some(accept) = accept {
         request = request.header("accept-encoding", accept);
     }
-    let response = app
-        .clone()
-        .oneshot(request.body(Body::empty()).expect("request"))
-        .await
-        .expect("infallible");
-    let (parts, body) = response.into_parts();
-    let bytes = body.collect().await.expect("body").to_bytes().to_vec();
-    (
-        axum::http::Response::from_parts(parts, Body::empty()),
-        bytes,
-    )
+    crate::router::send_for_bytes(app, request.body(Body::empty()).expect("request")).await
 }
 
 async fn create(app: &eddy_server::App, path: &str, content_type: &str, body: Vec<u8>) {

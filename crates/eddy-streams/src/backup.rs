@@ -13,8 +13,16 @@
 //!
 //! Each stream is copied as of one commit ([`Storage::snapshot`]): its
 //! messages up to that tail, with the producer states of that moment.
-//! Forks are copied as plain streams holding the same messages and
-//! offsets.
+//! Forks are copied as plain streams holding the same messages.
+//!
+//! A restored stream holds the same messages at the same positions and
+//! keeps its producers' states (their retries are still deduplicated), but
+//! it is a new stream with a new incarnation: its offsets differ from the
+//! original's. A backup is older than the store it came from, so the
+//! original may have handed out offsets past the backup's tail for data the
+//! restore does not hold; with a new incarnation those offsets are refused
+//! as stale instead of naming other data. Readers and projections start
+//! the restored streams again from the beginning.
 
 use std::io::{BufRead, Write};
 
@@ -172,6 +180,8 @@ impl StreamLine {
     fn into_snapshot(self) -> Result<StreamSnapshot, StreamError> {
         Ok(StreamSnapshot {
             path: StreamPath::new(self.path)?,
+            // A restore gives the stream a new incarnation.
+            incarnation: 0,
             config: StreamConfig {
                 content_type: self.content_type,
                 expiry: expiry_from_columns(self.ttl_secs, self.expires_at_ms),
@@ -237,7 +247,7 @@ pub async fn export(
             let chunk = store
                 .read(
                     &path,
-                    ReadFrom::Offset(crate::Offset::at(written)),
+                    ReadFrom::Offset(crate::Offset::new(snapshot.incarnation, written)),
                     CHUNK_BYTES,
                 )
                 .await

@@ -11,6 +11,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub trait Clock: std::fmt::Debug + Send + Sync + 'static {
     /// The current time in unix milliseconds (negative before 1970).
     fn now_ms(&self) -> i64;
+
+    /// The current time in unix microseconds (stream incarnations). The
+    /// default is [`now_ms`](Clock::now_ms) in microseconds.
+    fn now_micros(&self) -> i64 {
+        self.now_ms().saturating_mul(1000)
+    }
 }
 
 /// The operating system's wall clock.
@@ -20,6 +26,13 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now_ms(&self) -> i64 {
         unix_ms(SystemTime::now())
+    }
+
+    fn now_micros(&self) -> i64 {
+        match SystemTime::now().duration_since(UNIX_EPOCH) {
+            Ok(d) => i64::try_from(d.as_micros()).unwrap_or(i64::MAX),
+            Err(_) => 0,
+        }
     }
 }
 

@@ -102,6 +102,20 @@ pub enum StreamError {
         /// The stream tail.
         tail: Offset,
     },
+    /// An offset of another stream than the one at the path now: of a
+    /// stream deleted (or expired) before this one was created there, or
+    /// of an unrelated stream. Its data is not this stream's, so nothing
+    /// is read; read again from the beginning (`-1`).
+    #[error("offset {offset} is not an offset of stream `{path}` (incarnation {incarnation}): it comes from a stream deleted or replaced since; read again from the beginning")]
+    #[serde(rename = "offset/stale")]
+    StaleOffset {
+        /// The stream path.
+        path: String,
+        /// The offset asked for.
+        offset: Offset,
+        /// The incarnation of the stream at the path now.
+        incarnation: u64,
+    },
     /// A stream path that breaks the path rules.
     #[error("invalid stream path `{path}`: {reason}")]
     #[serde(rename = "path/invalid")]
@@ -251,7 +265,8 @@ pub enum ErrorKind {
     /// Nothing is at the path: never created, deleted, or expired.
     NotFound,
     /// The path is held by a deleted or expired stream that forks still
-    /// read from; it cannot be read or reused yet.
+    /// read from; it cannot be read or reused yet. Or the offset asked for
+    /// belongs to a stream that is gone: read the stream anew.
     Gone,
     /// The request contradicts the stream's state (its configuration, its
     /// close, its tail, its `Stream-Seq`, its content type, a producer's
@@ -345,6 +360,7 @@ impl StreamError {
             StreamError::ContentTypeMismatch { .. } => "append/content-type-mismatch",
             StreamError::InvalidOffset(_) => "offset/invalid",
             StreamError::OffsetBeyondTail { .. } => "offset/beyond-tail",
+            StreamError::StaleOffset { .. } => "offset/stale",
             StreamError::InvalidPath { .. } => "path/invalid",
             StreamError::InvalidJson(_) => "json/invalid",
             StreamError::EmptyJsonArray => "json/empty-array",
@@ -369,7 +385,7 @@ impl StreamError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             StreamError::NotFound { .. } | StreamError::Gone { .. } => ErrorKind::NotFound,
-            StreamError::SoftDeleted { .. } => ErrorKind::Gone,
+            StreamError::SoftDeleted { .. } | StreamError::StaleOffset { .. } => ErrorKind::Gone,
             StreamError::ConfigConflict { .. }
             | StreamError::Closed { .. }
             | StreamError::OffsetMismatch { .. }

@@ -12,9 +12,9 @@ use crate::{Expiry, Offset, Payload, StreamConfig, StreamError, StreamPath};
 /// a byte stream the number of bytes of that message to keep, on a JSON
 /// stream the number of further messages to keep. The fork inherits the
 /// source's content type and expiry unless it sets its own, starts open,
-/// and has no producer state. Its offsets continue the source's, so an
-/// offset read from the source before the branch point reads the same data
-/// on the fork.
+/// and has no producer state. It is a stream of its own, with its own
+/// incarnation in its offsets; the source's offsets up to the branch point
+/// also read the same data on the fork.
 ///
 /// Deleting a stream that has live forks only retires it: its path answers
 /// [`SoftDeleted`](crate::StreamError::SoftDeleted) until the last fork is
@@ -23,8 +23,10 @@ use crate::{Expiry, Offset, Payload, StreamConfig, StreamError, StreamPath};
 ///
 /// ```
 /// use eddy_streams::{Fork, Offset, StreamPath};
-/// let fork = Fork::of(StreamPath::new("chat/main")?).at(Offset::at(3)).sub_offset(2);
-/// assert_eq!(fork.offset, Some(Offset::at(3)));
+/// // Keep the first two messages of a JSON stream: from its beginning
+/// // (the zero offset), two more.
+/// let fork = Fork::of(StreamPath::new("chat/main")?).at(Offset::ZERO).sub_offset(2);
+/// assert_eq!(fork.offset, Some(Offset::ZERO));
 /// # Ok::<(), eddy_streams::StreamError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -102,6 +104,9 @@ pub(crate) struct ForkOrigin {
     pub position: u64,
     /// The sub-offset past it.
     pub sub_offset: u64,
+    /// The source's incarnation: its offsets up to `position` are offsets
+    /// of the fork too.
+    pub incarnation: u64,
 }
 
 /// What a backend writes to create a fork.
@@ -146,8 +151,20 @@ pub(crate) fn plan(
         Some(sent) => sent.clone(),
         None => source_config.content_type.clone(),
     };
-    let at = fork.offset.unwrap_or(source_tail);
-    if at > source_tail || at.lineage() != source_tail.lineage() {
+    let at = match fork.offset {
+        // The zero offset is the beginning of any stream.
+        Some(offset) if offset.is_zero() => source_tail.with_position(0),
+        Some(offset) => offset,
+        None => source_tail,
+    };
+    if at.incarnation() < source_tail.incarnation() {
+        return Err(StreamError::StaleOffset {
+            path: fork.source.to_string(),
+            offset: at,
+            incarnation: source_tail.incarnation(),
+        });
+    }
+    if at > source_tail {
         return Err(StreamError::OffsetBeyondTail {
             offset: at,
             tail: source_tail,
@@ -188,6 +205,7 @@ pub(crate) fn plan(
             source: fork.source.to_string(),
             position,
             sub_offset: fork.sub_offset,
+            incarnation: source_tail.incarnation(),
         },
     })
 }

@@ -11,7 +11,9 @@
 //! - Appends are atomic and may carry an idempotent producer position, an
 //!   expected tail, a `Stream-Seq`, and a close ([`Append`]).
 //! - Deleted streams are [`Gone`](StreamError::Gone), never-created ones
-//!   [`NotFound`](StreamError::NotFound).
+//!   [`NotFound`](StreamError::NotFound). A stream created again at a path
+//!   is a new incarnation: the old stream's offsets are
+//!   [`StaleOffset`](StreamError::StaleOffset) on it, never its data.
 //! - [`Storage::wait`] waits for changes without losing wake-ups, and
 //!   [`Storage::committed`] reports every commit of the process.
 //!
@@ -44,7 +46,8 @@
 //! let path = StreamPath::new("orders")?;
 //! store.create(&path, StreamConfig::json(), Payload::empty()).await?;
 //! let appended = store.append(&path, Append::body(r#"[{"id":1},{"id":2}]"#)).await?;
-//! assert_eq!(appended.next_offset.to_string(), "0000000000000000_0000000000000002");
+//! // The first part is the stream's incarnation, the second its position.
+//! assert_eq!(appended.next_offset.position(), 2);
 //!
 //! let chunk = store.read(&path, ReadFrom::Beginning, 1 << 20).await?;
 //! assert_eq!(chunk.messages, vec![r#"{"id":1}"#, r#"{"id":2}"#]);
@@ -63,6 +66,7 @@ mod config;
 mod engine;
 mod error;
 mod fork;
+mod incarnation;
 mod json_stream;
 mod marks;
 mod memory;

@@ -1,6 +1,6 @@
 //! The in-memory backend: fast, for tests and throwaway servers.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -63,6 +63,7 @@ impl MemoryStorage {
                 max_append_bytes,
                 max_producers: DEFAULT_MAX_PRODUCERS_PER_STREAM,
                 clock: Arc::new(SystemClock),
+                incarnations: Default::default(),
             },
         }
     }
@@ -202,7 +203,8 @@ type Key = Arc<str>;
 #[derive(Debug, Default)]
 pub(crate) struct MemoryRecords {
     streams: PathMap<MemoryStream>,
-    tombstones: HashSet<String>,
+    /// Deleted paths: the deleted stream's incarnation.
+    tombstones: HashMap<String, u64>,
     /// The forks of each stream that has any.
     forks: HashMap<String, BTreeSet<String>>,
 }
@@ -235,8 +237,8 @@ impl RecordReader for MemoryRecords {
             }))
     }
 
-    async fn is_tombstoned(&mut self, path: &str) -> Result<bool, StreamError> {
-        Ok(self.tombstones.contains(path))
+    async fn tombstoned(&mut self, path: &str) -> Result<Option<u64>, StreamError> {
+        Ok(self.tombstones.get(path).copied())
     }
 
     async fn forks_of(&mut self, path: &str) -> Result<Vec<String>, StreamError> {
@@ -384,8 +386,13 @@ impl Records for MemoryRecords {
         Ok(())
     }
 
-    async fn tombstone(&mut self, path: &str, _now_ms: i64) -> Result<(), StreamError> {
-        self.tombstones.insert(path.to_owned());
+    async fn tombstone(
+        &mut self,
+        path: &str,
+        incarnation: u64,
+        _now_ms: i64,
+    ) -> Result<(), StreamError> {
+        self.tombstones.insert(path.to_owned(), incarnation);
         Ok(())
     }
 }

@@ -242,7 +242,7 @@ mod tests {
             path: "p".into(),
             config: StreamConfig::json(),
             closed: false,
-            tail: Offset::at(tail),
+            tail: Offset::new(1, tail),
             bytes: 0,
         }
     }

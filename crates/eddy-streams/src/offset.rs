@@ -8,13 +8,21 @@ use crate::StreamError;
 /// A position between two messages of a stream.
 ///
 /// Offsets print in the canonical fixed-width form `<16 digits>_<16 digits>`,
-/// so comparing their strings gives append order. The empty stream's tail is
-/// [`Offset::ZERO`] (`0000000000000000_0000000000000000`). The first part is
-/// reserved for stream lineage (forks) and is `0` for every offset the store
-/// hands out today; the second part counts the messages before the position.
+/// so comparing the strings of one stream's offsets gives append order.
+///
+/// The first part is the stream's **incarnation**: every stream created at
+/// a path gets one that no later stream at that path reuses (across
+/// deletes, expiry, restarts and restored backups), so an offset names
+/// exactly one byte sequence forever and an offset of an earlier stream at
+/// the path is refused rather than read against the new one. The second
+/// part counts the messages before the position.
+///
+/// [`Offset::ZERO`] (`0000000000000000_0000000000000000`) is the beginning
+/// of whatever stream a path holds: reads and forks take it as the first
+/// position of the current incarnation, like `-1`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Offset {
-    lineage: u64,
+    incarnation: u64,
     position: u64,
 }
 
@@ -22,16 +30,17 @@ pub struct Offset {
 const PART_MAX: u64 = 9_999_999_999_999_999;
 
 impl Offset {
-    /// The beginning of every stream.
+    /// The beginning of every stream, whatever its incarnation.
     pub const ZERO: Offset = Offset {
-        lineage: 0,
+        incarnation: 0,
         position: 0,
     };
 
-    /// The offset after `count` messages.
-    pub fn at(count: u64) -> Offset {
+    /// The offset after `count` messages of the stream incarnation
+    /// `incarnation`.
+    pub const fn new(incarnation: u64, count: u64) -> Offset {
         Offset {
-            lineage: 0,
+            incarnation,
             position: count,
         }
     }
@@ -41,9 +50,30 @@ impl Offset {
         self.position
     }
 
-    /// The lineage part (reserved for forks; `0` today).
-    pub fn lineage(self) -> u64 {
-        self.lineage
+    /// The incarnation of the stream this offset belongs to.
+    pub fn incarnation(self) -> u64 {
+        self.incarnation
+    }
+
+    /// The offset `count` messages further on, in the same incarnation.
+    pub fn advanced(self, count: u64) -> Offset {
+        Offset {
+            incarnation: self.incarnation,
+            position: self.position.saturating_add(count),
+        }
+    }
+
+    /// The offset at `position` in the same incarnation.
+    pub fn with_position(self, position: u64) -> Offset {
+        Offset {
+            incarnation: self.incarnation,
+            position,
+        }
+    }
+
+    /// Whether this is [`Offset::ZERO`], the beginning of any stream.
+    pub fn is_zero(self) -> bool {
+        self == Offset::ZERO
     }
 
     /// The canonical text, formed without the general formatting machinery:
@@ -53,16 +83,16 @@ impl Offset {
             bytes: [b'0'; OffsetText::MAX],
             len: 33,
         };
-        if self.lineage > PART_MAX || self.position > PART_MAX {
+        if self.incarnation > PART_MAX || self.position > PART_MAX {
             // A part past 16 digits prints wider than the fixed form.
-            let wide = format!("{:016}_{:016}", self.lineage, self.position);
+            let wide = format!("{:016}_{:016}", self.incarnation, self.position);
             text.len = wide.len();
             text.bytes[..wide.len()].copy_from_slice(wide.as_bytes());
             return text;
         }
         // Digit by digit, and only the digits that are not leading zeros.
         text.bytes[16] = b'_';
-        for (part, mut value) in [(0..16, self.lineage), (17..33, self.position)] {
+        for (part, mut value) in [(0..16, self.incarnation), (17..33, self.position)] {
             for digit in text.bytes[part].iter_mut().rev() {
                 if value == 0 {
                     break;
@@ -110,7 +140,7 @@ impl FromStr for Offset {
     /// Parses the canonical form only; see [`ReadFrom`] for `-1` and `now`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = || StreamError::InvalidOffset(s.chars().take(64).collect());
-        let (lineage, position) = s.split_once('_').ok_or_else(bad)?;
+        let (incarnation, position) = s.split_once('_').ok_or_else(bad)?;
         let part = |p: &str| {
             if p.len() == 16 && p.bytes().all(|b| b.is_ascii_digit()) {
                 p.parse::<u64>().ok().filter(|v| *v <= PART_MAX)
@@ -119,7 +149,7 @@ impl FromStr for Offset {
             }
         };
         Ok(Offset {
-            lineage: part(lineage).ok_or_else(bad)?,
+            incarnation: part(incarnation).ok_or_else(bad)?,
             position: part(position).ok_or_else(bad)?,
         })
     }
@@ -184,7 +214,7 @@ mod tests {
         let offset: Offset = "0000000000000012_0000000000034567".parse().expect("offset");
         assert_eq!(offset.to_string(), "0000000000000012_0000000000034567");
         assert_eq!(
-            Offset::at(9_999_999_999_999_999).to_string(),
+            Offset::new(0, 9_999_999_999_999_999).to_string(),
             "0000000000000000_9999999999999999"
         );
     }
@@ -196,9 +226,9 @@ mod tests {
 
     proptest::proptest! {
         #[test]
-        fn prints_what_integer_formatting_prints(lineage in part(), position in part()) {
-            let offset = Offset { lineage, position };
-            let expected = format!("{lineage:016}_{position:016}");
+        fn prints_what_integer_formatting_prints(incarnation in part(), position in part()) {
+            let offset = Offset { incarnation, position };
+            let expected = format!("{incarnation:016}_{position:016}");
             proptest::prop_assert_eq!(offset.to_string(), expected.as_str());
             let text = offset.text();
             proptest::prop_assert_eq!(text.as_bytes(), expected.as_bytes());

@@ -21,7 +21,7 @@ use bytes::Bytes;
 use crate::clock::unix_ms;
 use crate::fork::ForkOrigin;
 use crate::rules::{expired, Head, ProducerState};
-use crate::{Expiry, StreamError};
+use crate::{Expiry, ReadFrom, StreamError};
 
 /// Everything the engine keeps about a stream besides its messages and
 /// producers.
@@ -95,6 +95,41 @@ impl StreamRecord {
         !self.soft_deleted && !self.expired(now_ms)
     }
 
+    /// The message position a read from `from` starts at. Besides its own
+    /// offsets, a stream takes the zero offset (its beginning) and, on a
+    /// fork, its source's offsets up to the branch point, which name the
+    /// same data here. Any other incarnation's offset is stale.
+    pub fn start_position(&self, path: &str, from: ReadFrom) -> Result<u64, StreamError> {
+        let head = &self.head;
+        let offset = match from {
+            ReadFrom::Beginning => return Ok(0),
+            ReadFrom::Tail => return Ok(head.count),
+            ReadFrom::Offset(offset) => offset,
+        };
+        let inherited = self.origin.as_ref().is_some_and(|origin| {
+            offset.incarnation() == origin.incarnation && offset.position() <= origin.position
+        });
+        if offset.is_zero() || inherited {
+            return Ok(offset.position());
+        }
+        if offset.incarnation() > head.incarnation
+            || (offset.incarnation() == head.incarnation && offset.position() > head.count)
+        {
+            return Err(StreamError::OffsetBeyondTail {
+                offset,
+                tail: head.tail(),
+            });
+        }
+        if offset.incarnation() < head.incarnation {
+            return Err(StreamError::StaleOffset {
+                path: path.to_owned(),
+                offset,
+                incarnation: head.incarnation,
+            });
+        }
+        Ok(offset.position())
+    }
+
     /// Whether reads and appends move the expiry (a sliding TTL).
     pub(crate) fn slides(&self) -> bool {
         matches!(self.head.config.expiry, Expiry::Ttl(_))
@@ -152,8 +187,10 @@ pub trait RecordReader {
     /// The record at `path`, if any (live, soft-deleted or expired).
     fn load(&mut self, path: &str) -> impl Op<Option<Stored<Self::Key>>>;
 
-    /// Whether `path` names a deleted stream (and no stream since).
-    fn is_tombstoned(&mut self, path: &str) -> impl Op<bool>;
+    /// The incarnation of the deleted stream whose tombstone `path` holds,
+    /// if it holds one (no stream was created there since). Tombstones
+    /// written before incarnations existed answer 0.
+    fn tombstoned(&mut self, path: &str) -> impl Op<Option<u64>>;
 
     /// The paths of the streams forked from `path`.
     fn forks_of(&mut self, path: &str) -> impl Op<Vec<String>>;
@@ -224,6 +261,6 @@ pub trait Records: RecordReader {
     /// touch; never backwards).
     fn slide(&mut self, key: &Self::Key, at_ms: i64) -> impl Op<()>;
 
-    /// Marks `path` as deleted.
-    fn tombstone(&mut self, path: &str, now_ms: i64) -> impl Op<()>;
+    /// Marks `path` as deleted, keeping the deleted stream's incarnation.
+    fn tombstone(&mut self, path: &str, incarnation: u64, now_ms: i64) -> impl Op<()>;
 }

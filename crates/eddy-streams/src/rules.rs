@@ -13,6 +13,9 @@ use crate::{Append, Appended, Offset, ProducerPosition, StreamConfig, StreamErro
 /// The mutable metadata of a live stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Head {
+    /// The stream's incarnation: the first part of its offsets, never
+    /// reused by a later stream at its path.
+    pub incarnation: u64,
     /// The configuration the stream was created with; shared, since it
     /// never changes and a head is copied on every append.
     pub config: Arc<StreamConfig>,
@@ -30,8 +33,9 @@ pub(crate) struct Head {
 
 impl Head {
     /// A new stream's head.
-    pub fn new(config: StreamConfig) -> Self {
+    pub fn new(config: StreamConfig, incarnation: u64) -> Self {
         Head {
+            incarnation,
             closed: config.closed,
             config: Arc::new(config),
             count: 0,
@@ -43,7 +47,12 @@ impl Head {
 
     /// The offset after the last message.
     pub fn tail(&self) -> Offset {
-        Offset::at(self.count)
+        self.offset(self.count)
+    }
+
+    /// The offset after `count` messages of this stream.
+    pub fn offset(&self, count: u64) -> Offset {
+        Offset::new(self.incarnation, count)
     }
 
     /// The public description of this stream.
@@ -69,19 +78,6 @@ impl Head {
                     self.config.content_type, self.config.expiry, self.config.closed
                 ),
             })
-        }
-    }
-
-    /// The message position a read from `from` starts at.
-    pub fn start_position(&self, from: crate::ReadFrom) -> Result<u64, StreamError> {
-        match from {
-            crate::ReadFrom::Beginning => Ok(0),
-            crate::ReadFrom::Tail => Ok(self.count),
-            crate::ReadFrom::Offset(offset) if offset <= self.tail() => Ok(offset.position()),
-            crate::ReadFrom::Offset(offset) => Err(StreamError::OffsetBeyondTail {
-                offset,
-                tail: self.tail(),
-            }),
         }
     }
 
@@ -119,9 +115,9 @@ impl Head {
         let up_to_date = next == self.count;
         crate::ReadChunk {
             content_type: self.config.content_type.clone(),
-            start: Offset::at(start),
+            start: self.offset(start),
             messages,
-            next_offset: Offset::at(next),
+            next_offset: self.offset(next),
             up_to_date,
             closed: up_to_date && self.closed,
         }
@@ -190,7 +186,9 @@ pub(crate) fn decide(
         },
     };
     if let Some(expected) = append.expected_tail {
-        if expected != head.tail() {
+        // The zero offset names the beginning of any stream: expecting it
+        // is expecting an empty stream, whatever its incarnation.
+        if expected != head.tail() && !(expected.is_zero() && head.count == 0) {
             return Err(StreamError::OffsetMismatch {
                 expected,
                 actual: head.tail(),

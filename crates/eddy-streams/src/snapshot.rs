@@ -13,11 +13,16 @@ use crate::{ProducerPosition, StreamConfig, StreamPath};
 pub struct StreamSnapshot {
     /// The stream.
     pub path: StreamPath,
+    /// The stream's incarnation (the first part of its offsets). A restore
+    /// does not keep it: the restored stream is a new one, with a new
+    /// incarnation, so that offsets handed out after the snapshot was
+    /// taken can never name the restored stream's other data.
+    pub incarnation: u64,
     /// Its configuration (content type, expiry, closed at creation).
     pub config: StreamConfig,
     /// Whether the stream is closed.
     pub closed: bool,
-    /// How many messages it holds (its tail is `Offset::at(count)`).
+    /// How many messages it holds (the position of its tail).
     pub count: u64,
     /// The size of those messages in bytes.
     pub bytes: u64,

@@ -133,9 +133,10 @@ pub trait Storage: Send + Sync + 'static {
     /// Restores the messages at positions `first..` of a snapshot: the
     /// chunk at 0 creates the stream (the path must be free) with the
     /// snapshot's state; later chunks start at its tail; the last one
-    /// brings it to the snapshot's count and bytes, so offsets and
-    /// producer deduplication are the snapshot's. Returns the stream as
-    /// the chunk left it.
+    /// brings it to the snapshot's count and bytes, so message positions
+    /// and producer deduplication are the snapshot's. The restored stream
+    /// is a new one: it gets a new incarnation, so its offsets are not
+    /// the snapshot's. Returns the stream as the chunk left it.
     ///
     /// Backends that cannot restore keep this default, which refuses.
     async fn restore(
@@ -194,6 +195,20 @@ pub trait Storage: Send + Sync + 'static {
     }
 }
 
+/// Whether a stream whose tail is `tail` has messages after `after`. The
+/// zero offset is the beginning of any stream; an offset of another
+/// incarnation (the stream was replaced, or an offset of a fork's source)
+/// is left to the caller's next read to decide.
+fn has_more_than(tail: Offset, after: Offset) -> bool {
+    if after.is_zero() {
+        tail.position() > 0
+    } else if tail.incarnation() == after.incarnation() {
+        tail.position() > after.position()
+    } else {
+        true
+    }
+}
+
 /// [`Storage::wait`]: the waiter looks at the stream once (unless a commit
 /// already published its state) and then decides from what each commit
 /// publishes, without asking the store again; a delete or a commit
@@ -213,7 +228,7 @@ pub(crate) async fn wait_for<S: Storage + ?Sized>(
         None => store.head(path).await?,
     };
     loop {
-        if info.tail > after || info.closed {
+        if has_more_than(info.tail, after) || info.closed {
             return Ok(Wait::Changed(info));
         }
         let now = tokio::time::Instant::now();

@@ -1,7 +1,9 @@
 //! Backups: `export` then `import` between every pair of backends
 //! (memory, SQLite, and PostgreSQL when `DATABASE_URL` is set with the
-//! `postgres` feature) gives byte-identical messages at the same offsets,
-//! the same configuration and close, and producers that still deduplicate.
+//! `postgres` feature) gives byte-identical messages at the same positions,
+//! the same configuration and close, and producers that still deduplicate;
+//! every restored stream is a new incarnation, so no offset of the original
+//! names restored data.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -150,15 +152,16 @@ async fn fill(store: &dyn Storage) {
     }
 }
 
-async fn messages(store: &dyn Storage, p: &StreamPath) -> Vec<(String, Bytes)> {
+/// Every message with its position.
+async fn messages(store: &dyn Storage, p: &StreamPath) -> Vec<(u64, Bytes)> {
     let mut from = ReadFrom::Beginning;
     let mut all = Vec::new();
     loop {
         let chunk = store.read(p, from, 1 << 20).await.expect("read");
         let mut offset = chunk.start;
         for message in chunk.messages {
-            all.push((offset.to_string(), message));
-            offset = eddy_streams::Offset::at(offset.position() + 1);
+            all.push((offset.position(), message));
+            offset = offset.advanced(1);
         }
         if chunk.up_to_date {
             return all;
@@ -167,16 +170,49 @@ async fn messages(store: &dyn Storage, p: &StreamPath) -> Vec<(String, Bytes)> {
     }
 }
 
-/// Both stores hold the same streams: configuration, tail, bytes, close,
-/// producers, and the same messages at the same offsets.
+/// Both stores hold the same streams: configuration, tail position, bytes,
+/// close, producers, and the same messages at the same positions; each
+/// restored stream has an incarnation of its own, and the original's
+/// offsets are refused on it as stale.
 async fn assert_same(from: &dyn Storage, to: &dyn Storage, what: &str) {
     let listed = from.list("").await.expect("list");
     let restored = to.list("").await.expect("list");
-    assert_eq!(listed, restored, "{what}: the listings differ");
-    for info in listed {
+    let positions = |infos: &[eddy_streams::StreamInfo]| -> Vec<_> {
+        infos
+            .iter()
+            .map(|i| {
+                (
+                    i.path.clone(),
+                    i.config.clone(),
+                    i.closed,
+                    i.tail.position(),
+                    i.bytes,
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        positions(&listed),
+        positions(&restored),
+        "{what}: the listings differ"
+    );
+    for (info, copy) in listed.iter().zip(&restored) {
         let p = path(&info.path);
+        assert_ne!(
+            info.tail.incarnation(),
+            copy.tail.incarnation(),
+            "{what}: {p} is restored as a new incarnation"
+        );
+        let stale = to.read(&p, ReadFrom::Offset(info.tail), 1 << 20).await;
+        assert_eq!(
+            stale.err().map(|e| e.code()),
+            Some("offset/stale"),
+            "{what}: {p}"
+        );
         let (a, b) = (from.snapshot(&p).await, to.snapshot(&p).await);
-        assert_eq!(a.expect("snapshot"), b.expect("snapshot"), "{what}: {p}");
+        let (mut a, b) = (a.expect("snapshot"), b.expect("snapshot"));
+        a.incarnation = b.incarnation;
+        assert_eq!(a, b, "{what}: {p}");
         assert_eq!(
             messages(from, &p).await,
             messages(to, &p).await,

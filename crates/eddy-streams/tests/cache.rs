@@ -1,9 +1,11 @@
 //! SQLite serves recent data from its in-memory cache: whatever the cache
 //! holds or has dropped, every read answers what memory answers.
 
+use std::sync::Arc;
+
 use eddy_streams::{
-    Append, Fork, MemoryStorage, Offset, Payload, ReadChunk, ReadFrom, SqliteOptions,
-    SqliteStorage, Storage, StreamConfig, StreamError, StreamPath,
+    Append, Clock, Fork, ManualClock, MemoryStorage, Offset, Payload, ReadChunk, ReadFrom,
+    SqliteOptions, SqliteStorage, Storage, StreamConfig, StreamError, StreamPath,
 };
 use proptest::prelude::*;
 
@@ -22,6 +24,9 @@ enum Call {
     Read {
         path: u8,
         from: u64,
+        /// Whose offset: the stream's own (0), the zero incarnation's
+        /// (1), or one incarnation earlier's (2).
+        incarnation: u8,
         max_bytes: usize,
     },
     Head {
@@ -45,11 +50,14 @@ fn calls() -> impl Strategy<Value = Vec<Call>> {
             size,
             count
         }),
-        (path.clone(), 0u64..12, 1usize..2000).prop_map(|(path, from, max_bytes)| Call::Read {
-            path,
-            from,
-            max_bytes
-        }),
+        (path.clone(), 0u64..12, 0u8..3, 1usize..2000).prop_map(
+            |(path, from, incarnation, max_bytes)| Call::Read {
+                path,
+                from,
+                incarnation,
+                max_bytes
+            }
+        ),
         path.clone().prop_map(|path| Call::Head { path }),
         path.clone().prop_map(|path| Call::Delete { path }),
         (path.clone(), path).prop_map(|(path, source)| Call::Fork { path, source }),
@@ -96,9 +104,19 @@ async fn run(store: &dyn Storage, call: &Call) -> Answer {
         Call::Read {
             path: p,
             from,
+            incarnation,
             max_bytes,
         } => {
-            let from = ReadFrom::Offset(Offset::at(*from));
+            let current = store
+                .head(&path(*p))
+                .await
+                .map_or(0, |h| h.tail.incarnation());
+            let incarnation = match incarnation {
+                0 => current,
+                1 => 0,
+                _ => current.saturating_sub(1),
+            };
+            let from = ReadFrom::Offset(Offset::new(incarnation, *from));
             let read = store.read(&path(*p), from, *max_bytes).await;
             read.map_or_else(failed, Answer::Chunk)
         }
@@ -126,9 +144,13 @@ proptest! {
     fn sqlite_with_any_cache_answers_like_memory(history in calls(), cache_bytes in prop_oneof![Just(600usize), Just(eddy_streams::DEFAULT_CACHE_BYTES)]) {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         let dir = tempfile::tempdir().map_err(|e| TestCaseError::fail(e.to_string()))?;
-        let options = SqliteOptions { cache_bytes, ..SqliteOptions::default() };
+        // One clock stopped at one time: both stores hand out the same
+        // incarnations to the same history.
+        let now = ManualClock::starting_now().now_ms();
+        let clock = || Arc::new(ManualClock::at(now));
+        let options = SqliteOptions { cache_bytes, clock: clock(), ..SqliteOptions::default() };
         let sqlite = SqliteStorage::open_with(dir.path(), options).map_err(|e| TestCaseError::fail(e.to_string()))?;
-        let memory = MemoryStorage::new();
+        let memory = MemoryStorage::new().with_clock(clock());
         runtime.block_on(async {
             for call in &history {
                 let expected = run(&memory, call).await;

@@ -10,8 +10,12 @@ use proptest::prelude::*;
 
 proptest! {
     #[test]
-    fn offset_strings_sort_like_positions(a in 0u64..10_000_000_000, b in 0u64..10_000_000_000) {
-        let (x, y) = (Offset::at(a), Offset::at(b));
+    fn offset_strings_sort_like_positions(
+        incarnation in 0u64..10_000_000_000_000_000,
+        a in 0u64..10_000_000_000,
+        b in 0u64..10_000_000_000,
+    ) {
+        let (x, y) = (Offset::new(incarnation, a), Offset::new(incarnation, b));
         prop_assert_eq!(x.to_string().cmp(&y.to_string()), a.cmp(&b));
         prop_assert_eq!(x.to_string().parse::<Offset>().ok(), Some(x));
     }

@@ -70,7 +70,7 @@ fn a_version_2_database_is_upgraded() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .expect("read the version");
-    assert_eq!(version, 5);
+    assert_eq!(version, 6);
     let checkpoints: i64 = conn
         .query_row("SELECT count(*) FROM projection_checkpoints", [], |r| {
             r.get(0)
@@ -224,4 +224,41 @@ async fn each_opener_of_a_directory_reads_what_the_other_wrote() {
     there.delete(&path).await.expect("delete there");
     assert!(read_all().await.is_err());
     assert!(here.head(&path).await.is_err());
+}
+
+/// Two openers of one directory (two processes) whose clocks read the same
+/// time: a stream one of them deletes and the other creates again is
+/// still a new incarnation, taken above the one the tombstone keeps.
+#[tokio::test]
+async fn a_path_created_again_by_another_opener_gets_a_later_incarnation() {
+    use eddy_streams::{ManualClock, Payload, SqliteOptions, StreamConfig};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let now = ManualClock::starting_now();
+    let open = || {
+        let clock = std::sync::Arc::new(ManualClock::at(eddy_streams::Clock::now_ms(&now)));
+        let options = SqliteOptions {
+            clock,
+            ..SqliteOptions::default()
+        };
+        SqliteStorage::open_with(dir.path(), options).expect("open")
+    };
+    let (here, there) = (open(), open());
+    let path = StreamPath::new("twice").expect("path");
+    let first = here
+        .create(&path, StreamConfig::json(), Payload::empty())
+        .await
+        .expect("create")
+        .info
+        .tail;
+    here.delete(&path).await.expect("delete");
+    let second = there
+        .create(&path, StreamConfig::json(), Payload::empty())
+        .await
+        .expect("create again")
+        .info
+        .tail;
+    assert!(
+        second.incarnation() > first.incarnation(),
+        "{second} after {first}"
+    );
 }

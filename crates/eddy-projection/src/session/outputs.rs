@@ -322,17 +322,30 @@ pub(crate) fn encode_outputs(
 }
 
 /// The error of an append to `output` at `path`: an output that is
-/// closed, gone or absent cannot take the unit (`pin/invalid-output`).
+/// closed, gone or absent cannot take the unit (`pin/invalid-output`),
+/// and neither can one that no longer knows the binding's producer after
+/// the binding wrote to it: the stream it wrote to was deleted and another
+/// one created at its path.
 pub(crate) fn append_error(output: &str, path: &StreamPath, err: StreamError) -> ProjectionError {
+    let invalid = |reason: String| ProjectionError::InvalidOutput {
+        output: output.to_owned(),
+        path: path.to_string(),
+        reason,
+    };
     match err {
         StreamError::Closed { .. }
         | StreamError::Gone { .. }
         | StreamError::SoftDeleted { .. }
-        | StreamError::NotFound { .. } => ProjectionError::InvalidOutput {
-            output: output.to_owned(),
-            path: path.to_string(),
-            reason: err.to_string(),
-        },
+        | StreamError::NotFound { .. } => invalid(err.to_string()),
+        StreamError::ProducerSeqGap {
+            expected: 0,
+            received,
+            ..
+        } if received > 0 => invalid(format!(
+            "the stream holds none of this binding's {received} earlier appends: it was deleted \
+             and created again since (or lost its producer state). Forget the binding to write \
+             its outputs again from the start"
+        )),
         other => other.into(),
     }
 }

@@ -82,9 +82,15 @@ impl<P: Params, S: State> Session<P, S> {
                     work |= !raw.messages.is_empty() || closed;
                     slices.push(slice(&raw.messages, raw.to, closed, false)?);
                 }
-                // Deleted, or deleted while forks still read it: either
-                // way the binding's final unit.
-                Err(StreamError::Gone { .. } | StreamError::SoftDeleted { .. }) if self.exists => {
+                // Deleted, or deleted while forks still read it, or another
+                // stream created at its path (a stale offset): either way
+                // the stream this binding read is gone, and it gets its
+                // final unit.
+                Err(
+                    StreamError::Gone { .. }
+                    | StreamError::SoftDeleted { .. }
+                    | StreamError::StaleOffset { .. },
+                ) if self.exists => {
                     work = true;
                     slices.push(slice(&[], mark.offset, false, true)?);
                 }
@@ -160,7 +166,16 @@ impl<P: Params, S: State> Session<P, S> {
                     bytes: usize::MAX,
                 };
                 match read_range(self.host.storage.as_ref(), path, range.from, exact, None).await {
-                    Ok(raw) if raw.messages.len() == len => raw.messages,
+                    // The end must be the pinned one, incarnation included:
+                    // a range from the zero offset reads any stream at the
+                    // path, also one created after the pin.
+                    Ok(raw) if raw.messages.len() == len && raw.to == range.to => raw.messages,
+                    Ok(raw) if raw.messages.len() == len => {
+                        return Err(unreproducible(format!(
+                            "the input was created again: the range now ends at {}",
+                            raw.to
+                        )))
+                    }
                     Ok(raw) => {
                         return Err(unreproducible(format!(
                             "only {} of {len} items remain",
@@ -171,6 +186,7 @@ impl<P: Params, S: State> Session<P, S> {
                         e @ (StreamError::Gone { .. }
                         | StreamError::SoftDeleted { .. }
                         | StreamError::NotFound { .. }
+                        | StreamError::StaleOffset { .. }
                         | StreamError::OffsetBeyondTail { .. }),
                     ) => return Err(unreproducible(e.to_string())),
                     Err(e) => return Err(e.into()),
@@ -203,7 +219,7 @@ fn decode(
     let items =
         (input.decode)(messages).map_err(|(index, reason)| ProjectionError::InvalidItem {
             input: input.name.clone(),
-            offset: Offset::at(from.position() + index as u64),
+            offset: from.advanced(index as u64),
             reason,
         })?;
     Ok(AnySlice {

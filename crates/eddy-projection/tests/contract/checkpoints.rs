@@ -23,7 +23,7 @@ pub fn checkpoint(n: u64) -> Checkpoint {
         inputs: BTreeMap::from([(
             "orders".to_owned(),
             InputMark {
-                offset: Offset::at(n),
+                offset: Offset::new(1_764_000_000_000_000, n),
                 path: Some("shop/orders".into()),
                 ..InputMark::default()
             },

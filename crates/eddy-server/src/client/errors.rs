@@ -131,6 +131,13 @@ impl ErrorParts {
             // offset text travel only in the body.
             "offset/beyond-tail" | "producer/epoch-start" => invalid(),
             "offset/invalid" => StreamError::InvalidOffset(String::new()),
+            // The offset asked for is the caller's own; it and the
+            // stream's incarnation travel only in the body (0 without one).
+            "offset/stale" => StreamError::StaleOffset {
+                path,
+                offset: eddy_streams::Offset::ZERO,
+                incarnation: 0,
+            },
             "path/invalid" => StreamError::InvalidPath {
                 path,
                 reason: answered(),

@@ -440,7 +440,12 @@ impl Storage for RemoteStorage {
             };
             let status = response.status();
             if !status.is_success() {
-                return Err(ErrorParts::read(response).await.into_error(path, 0));
+                return match ErrorParts::read(response).await.into_error(path, 0) {
+                    // Another stream is at the path now: the caller's next
+                    // read decides, as with a local store.
+                    StreamError::StaleOffset { .. } => Ok(Wait::Changed(self.head(path).await?)),
+                    err => Err(err),
+                };
             }
             let closed = headers::flag(response.headers(), protocol::CLOSED);
             if status == StatusCode::OK || closed {

@@ -22,19 +22,24 @@ pub(super) async fn get(
     query: Option<&str>,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
-    let query = parse::read_query(query)?;
-    let from = query.offset.unwrap_or(ReadFrom::Beginning);
-    match query.live {
-        Live::No => catch_up(state, path, from, headers).await,
-        Live::LongPoll => long_poll(state, path, from, query.cursor.as_deref()).await,
-        Live::Sse => super::sse::sse(state, path, from, query.cursor).await,
+    let parsed = parse::read_query(query)?;
+    let from = parsed.offset.unwrap_or(ReadFrom::Beginning);
+    match parsed.live {
+        Live::No => catch_up(state, path, from, query, headers).await,
+        Live::LongPoll => long_poll(state, path, from, parsed.cursor.as_deref()).await,
+        Live::Sse => super::sse::sse(state, path, from, parsed.cursor).await,
     }
 }
 
+/// A catch-up read. Its answer is cached for good only when the offset in
+/// its URL is one of the stream's own: a read from `-1`, the zero offset
+/// or a fork source's offset is sent to the same read at the stream's own
+/// offset instead (see [`cache::to_own_offset`]).
 async fn catch_up(
     state: &AppState,
     path: &StreamPath,
     from: ReadFrom,
+    query: Option<&str>,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
     let max = match parse::header(headers, protocol::MAX_BYTES)? {
@@ -43,7 +48,17 @@ async fn catch_up(
             .min(state.config.max_read_bytes),
         None => state.config.max_read_bytes,
     };
-    let chunk = state.store.read(path, from, max).await?;
+    // `-1` and the zero offset name whichever stream the path holds now:
+    // one message is enough to learn where its data starts.
+    let sentinel = matches!(from, ReadFrom::Beginning)
+        || matches!(from, ReadFrom::Offset(offset) if offset.is_zero());
+    let chunk = state
+        .store
+        .read(path, from, if sentinel { 1 } else { max })
+        .await?;
+    if !matches!(from, ReadFrom::Tail) && from != ReadFrom::Offset(chunk.start) {
+        return Ok(cache::to_own_offset(query, chunk.start));
+    }
     state.metrics.reads.increment(1);
     let etag = cache::etag(&chunk);
     let mut out = chunk_headers(&chunk);
@@ -101,8 +116,10 @@ async fn long_poll(
     state.metrics.reads.increment(1);
     let mut out = chunk_headers(&chunk);
     // Data from the offset the URL names is the same for every client with
-    // this URL; `offset=now` names no offset, and a timeout is stale at once.
-    let freshness = if chunk.messages.is_empty() || from == ReadFrom::Tail {
+    // this URL when it is one of the stream's own offsets; `-1`, `now` and
+    // other streams' offsets depend on the stream the path holds now, and
+    // a timeout is stale at once.
+    let freshness = if chunk.messages.is_empty() || from != ReadFrom::Offset(chunk.start) {
         Freshness::Tail
     } else {
         Freshness::LongPollData

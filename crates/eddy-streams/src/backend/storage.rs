@@ -57,6 +57,7 @@ impl<B: Backend> RecordStorage<B> {
             max_append_bytes: options.max_append_bytes,
             max_producers: options.max_producers_per_stream,
             clock: Arc::clone(&options.clock),
+            incarnations: Default::default(),
         };
         RecordStorage {
             inner: Arc::new(Inner {

@@ -24,9 +24,14 @@ pub(crate) enum Found<K> {
     Dead {
         /// Whether it was deleted (rather than expired).
         deleted: bool,
+        /// Its incarnation.
+        incarnation: u64,
     },
-    /// Deleted and removed.
-    Gone,
+    /// Deleted and removed; the tombstone keeps its incarnation.
+    Gone {
+        /// The deleted stream's incarnation.
+        incarnation: u64,
+    },
     /// Nothing there.
     Absent,
 }
@@ -38,8 +43,10 @@ impl<K> Found<K> {
         match self {
             Found::Live(stored) => Ok(stored),
             Found::SoftDeleted => Err(StreamError::SoftDeleted { path: path() }),
-            Found::Dead { deleted: true } | Found::Gone => Err(StreamError::Gone { path: path() }),
-            Found::Dead { deleted: false } | Found::Absent => {
+            Found::Dead { deleted: true, .. } | Found::Gone { .. } => {
+                Err(StreamError::Gone { path: path() })
+            }
+            Found::Dead { deleted: false, .. } | Found::Absent => {
                 Err(StreamError::NotFound { path: path() })
             }
         }
@@ -53,10 +60,9 @@ pub(crate) async fn find<R: RecordReader>(
     now_ms: i64,
 ) -> Result<Found<R::Key>, StreamError> {
     let Some(stored) = records.load(path).await? else {
-        return Ok(if records.is_tombstoned(path).await? {
-            Found::Gone
-        } else {
-            Found::Absent
+        return Ok(match records.tombstoned(path).await? {
+            Some(incarnation) => Found::Gone { incarnation },
+            None => Found::Absent,
         });
     };
     if stored.record.is_live(now_ms) {
@@ -66,8 +72,21 @@ pub(crate) async fn find<R: RecordReader>(
     } else {
         Ok(Found::Dead {
             deleted: stored.record.soft_deleted,
+            incarnation: stored.record.head.incarnation,
         })
     }
+}
+
+/// What a create finds at its path.
+pub(crate) enum Slot<K> {
+    /// A live stream.
+    Taken(Stored<K>),
+    /// Room for a new stream, whose incarnation must be above `after`
+    /// (the previous stream's there, when the store still knows it).
+    Free {
+        /// The path's last known incarnation, or 0.
+        after: u64,
+    },
 }
 
 /// The live stream at `path`, if any. Otherwise the path is free for a new
@@ -76,17 +95,18 @@ pub(crate) async fn existing_or_free<R: Records>(
     records: &mut R,
     path: &StreamPath,
     now_ms: i64,
-) -> Result<Option<Stored<R::Key>>, StreamError> {
+) -> Result<Slot<R::Key>, StreamError> {
     match find(records, path.as_str(), now_ms).await? {
-        Found::Live(existing) => Ok(Some(existing)),
+        Found::Live(existing) => Ok(Slot::Taken(existing)),
         Found::SoftDeleted => Err(StreamError::SoftDeleted {
             path: path.to_string(),
         }),
-        Found::Dead { .. } => {
+        Found::Dead { incarnation, .. } => {
             collect(records, path.as_str(), false, now_ms).await?;
-            Ok(None)
+            Ok(Slot::Free { after: incarnation })
         }
-        Found::Gone | Found::Absent => Ok(None),
+        Found::Gone { incarnation } => Ok(Slot::Free { after: incarnation }),
+        Found::Absent => Ok(Slot::Free { after: 0 }),
     }
 }
 
@@ -136,7 +156,9 @@ pub(crate) async fn collect<R: Records>(
             }
             records.remove(&stored.key, &path).await?;
             if deleting || stored.record.soft_deleted {
-                records.tombstone(&path, now_ms).await?;
+                records
+                    .tombstone(&path, stored.record.head.incarnation, now_ms)
+                    .await?;
             }
             sources.extend(stored.record.origin.map(|origin| origin.source));
         }

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use futures::FutureExt;
 
 use crate::fork::{branch_message_position, check_refork, plan};
+use crate::incarnation::Incarnations;
 use crate::payload::{split, Split};
 use crate::record::{RecordReader, Records, StreamRecord};
 use crate::rules::{decide, Decision, Head};
@@ -29,7 +30,7 @@ use crate::{
     Append, Appended, Clock, Created, Fork, Payload, ReadChunk, ReadFrom, StreamConfig,
     StreamError, StreamInfo, StreamPath,
 };
-use lifecycle::{collect, existing_or_free, find, has_live_descendant};
+use lifecycle::{collect, existing_or_free, find, has_live_descendant, Slot};
 
 /// The rules with their settings: the limits and the clock.
 #[derive(Clone, Debug)]
@@ -40,6 +41,8 @@ pub(crate) struct Engine {
     pub max_producers: usize,
     /// Where "now" comes from.
     pub clock: Arc<dyn Clock>,
+    /// The incarnations this store handed out in this process.
+    pub incarnations: Arc<Incarnations>,
 }
 
 /// A read of a stream with a sliding TTL: its expiry moves to `at_ms` plus
@@ -79,17 +82,21 @@ impl Engine {
     ) -> Result<Created, StreamError> {
         let now = self.now_ms();
         let messages = split(initial, config.is_json(), self.max_append_bytes, true)?;
-        if let Some(existing) = existing_or_free(records, path, now).await? {
-            existing
-                .record
-                .head
-                .check_recreate(path.as_str(), &config)?;
-            return Ok(Created {
-                created: false,
-                info: existing.record.head.info(path.as_str()),
-            });
-        }
-        let mut record = StreamRecord::new(Head::new(config), None, now);
+        let after = match existing_or_free(records, path, now).await? {
+            Slot::Taken(existing) => {
+                existing
+                    .record
+                    .head
+                    .check_recreate(path.as_str(), &config)?;
+                return Ok(Created {
+                    created: false,
+                    info: existing.record.head.info(path.as_str()),
+                });
+            }
+            Slot::Free { after } => after,
+        };
+        let incarnation = self.incarnations.next(self.clock.now_micros(), after);
+        let mut record = StreamRecord::new(Head::new(config, incarnation), None, now);
         let key = records.insert(path.as_str(), &record).await?;
         record.head.push(&messages);
         let info = record.head.info(path.as_str());
@@ -207,20 +214,28 @@ impl Engine {
             self.max_append_bytes,
             true,
         )?;
-        if let Some(existing) = existing_or_free(records, path, now).await? {
-            let record = &existing.record;
-            check_refork(
-                path.as_str(),
-                &record.head.config,
-                record.origin.as_ref(),
-                &planned,
-            )?;
-            return Ok(Created {
-                created: false,
-                info: record.head.info(path.as_str()),
-            });
-        }
-        let mut record = StreamRecord::new(Head::new(planned.config), Some(planned.origin), now);
+        let after = match existing_or_free(records, path, now).await? {
+            Slot::Taken(existing) => {
+                let record = &existing.record;
+                check_refork(
+                    path.as_str(),
+                    &record.head.config,
+                    record.origin.as_ref(),
+                    &planned,
+                )?;
+                return Ok(Created {
+                    created: false,
+                    info: record.head.info(path.as_str()),
+                });
+            }
+            Slot::Free { after } => after,
+        };
+        let incarnation = self.incarnations.next(self.clock.now_micros(), after);
+        let mut record = StreamRecord::new(
+            Head::new(planned.config, incarnation),
+            Some(planned.origin),
+            now,
+        );
         let key = records.insert(path.as_str(), &record).await?;
         let inherited_bytes = records
             .copy_prefix(&source.key, &key, planned.inherit)
@@ -283,8 +298,8 @@ impl Engine {
     ) -> Result<(ReadChunk, Option<Touch<R::Key>>), StreamError> {
         let now = self.now_ms();
         let stored = find(records, path.as_str(), now).await?.live(path)?;
+        let start = stored.record.start_position(path.as_str(), from)?;
         let head = &stored.record.head;
-        let start = head.start_position(from)?;
         let messages = records
             .messages(&stored.key, start..head.count, max_bytes)
             .await?;

@@ -5,13 +5,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::lifecycle::{existing_or_free, find};
+use super::lifecycle::{existing_or_free, find, Slot};
 use super::Engine;
 use crate::record::{RecordReader, Records, StreamRecord};
 use crate::rules::{Head, ProducerState};
-use crate::{
-    Offset, ProducerPosition, StreamConfig, StreamError, StreamInfo, StreamPath, StreamSnapshot,
-};
+use crate::{ProducerPosition, StreamConfig, StreamError, StreamInfo, StreamPath, StreamSnapshot};
 
 impl Engine {
     /// A live stream's state apart from its messages, with its producers,
@@ -27,6 +25,7 @@ impl Engine {
         let head = stored.record.head;
         Ok(StreamSnapshot {
             path: path.clone(),
+            incarnation: head.incarnation,
             config: StreamConfig::clone(&head.config),
             closed: head.closed,
             count: head.count,
@@ -56,13 +55,16 @@ impl Engine {
         let now = self.now_ms();
         let path = &snapshot.path;
         let (key, mut record) = if first == 0 {
-            if existing_or_free(records, path, now).await?.is_some() {
+            let Slot::Free { after } = existing_or_free(records, path, now).await? else {
                 return Err(StreamError::ConfigConflict {
                     path: path.to_string(),
                     detail: "it exists; a restore only creates streams".into(),
                 });
-            }
+            };
+            // A restored stream is a new one: an older backup restored must
+            // not hand out offsets that named other data before.
             let head = Head {
+                incarnation: self.incarnations.next(self.clock.now_micros(), after),
                 config: Arc::new(snapshot.config.clone()),
                 closed: snapshot.closed,
                 count: 0,
@@ -75,7 +77,7 @@ impl Engine {
             let stored = find(records, path.as_str(), now).await?.live(path)?;
             if stored.record.head.count != first {
                 return Err(StreamError::OffsetMismatch {
-                    expected: Offset::at(first),
+                    expected: stored.record.head.offset(first),
                     actual: stored.record.head.tail(),
                 });
             }

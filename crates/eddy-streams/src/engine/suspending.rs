@@ -31,9 +31,9 @@ impl RecordReader for Suspending {
         self.0.load(path).await
     }
 
-    async fn is_tombstoned(&mut self, path: &str) -> Result<bool, StreamError> {
+    async fn tombstoned(&mut self, path: &str) -> Result<Option<u64>, StreamError> {
         pause().await;
-        self.0.is_tombstoned(path).await
+        self.0.tombstoned(path).await
     }
 
     async fn forks_of(&mut self, path: &str) -> Result<Vec<String>, StreamError> {
@@ -130,9 +130,14 @@ impl Records for Suspending {
         self.0.remove(key, path).await
     }
 
-    async fn tombstone(&mut self, path: &str, now_ms: i64) -> Result<(), StreamError> {
+    async fn tombstone(
+        &mut self,
+        path: &str,
+        incarnation: u64,
+        now_ms: i64,
+    ) -> Result<(), StreamError> {
         pause().await;
-        self.0.tombstone(path, now_ms).await
+        self.0.tombstone(path, incarnation, now_ms).await
     }
 }
 
@@ -142,6 +147,7 @@ async fn engine_calls_are_send_futures_over_suspending_records() {
         max_append_bytes: 1 << 20,
         max_producers: 10,
         clock: Arc::new(ManualClock::starting_now()),
+        incarnations: Default::default(),
     };
     let task = tokio::spawn(async move {
         let mut records = Suspending::default();
@@ -177,6 +183,7 @@ async fn a_split_for_the_other_kind_of_stream_is_ignored() {
         max_append_bytes: 1 << 20,
         max_producers: 10,
         clock: Arc::new(ManualClock::starting_now()),
+        incarnations: Default::default(),
     };
     let mut records = Suspending::default();
     let path = StreamPath::new("bytes").expect("path");

@@ -264,7 +264,7 @@ mod tests {
             path: path.into(),
             config: StreamConfig::json(),
             closed,
-            tail: Offset::at(tail),
+            tail: Offset::new(1_764_000_000_000_000, tail),
             bytes: 0,
         }
     }
@@ -283,12 +283,12 @@ mod tests {
             vec![
                 Heard::Committed(Committed {
                     path: "a/b c".into(),
-                    tail: Offset::at(7),
+                    tail: Offset::new(1_764_000_000_000_000, 7),
                     closed: false
                 }),
                 Heard::Committed(Committed {
                     path: "x".into(),
-                    tail: Offset::at(2),
+                    tail: Offset::new(1_764_000_000_000_000, 2),
                     closed: true
                 }),
                 Heard::Deleted("gone/now".into()),
@@ -302,7 +302,8 @@ mod tests {
     #[test]
     fn many_changes_are_cut_into_notices_postgres_takes() {
         let long = "p".repeat(1024);
-        let lines = (0..100).map(|n| committed_line(&format!("{long}{n}"), Offset::at(n), false));
+        let lines =
+            (0..100).map(|n| committed_line(&format!("{long}{n}"), Offset::new(1, n), false));
         let notices = notices(&notice_prefix(1), lines);
         assert!(notices.len() > 1);
         assert!(notices.iter().all(|n| n.len() < 8000));

@@ -230,6 +230,7 @@ impl PgStorage {
                 max_append_bytes: options.max_append_bytes,
                 max_producers: options.max_producers_per_stream,
                 clock: options.clock,
+                incarnations: Default::default(),
             },
             notifier,
             channel,

@@ -18,6 +18,7 @@ use sqlx::Row;
 
 use super::error::statement_error;
 use super::records::{decode, query};
+use super::sql::STREAM_COLUMN_COUNT;
 use super::transaction::Wiring;
 use crate::engine::Touch;
 use crate::record::{RecordReader, Stored, StreamRecord};
@@ -110,9 +111,11 @@ fn prefetched(
     held: Option<crate::cache::Held>,
 ) -> Result<Option<Prefetched>, sqlx::Error> {
     let fetched: Vec<Vec<u8>> = row
-        .try_get::<Option<Vec<Vec<u8>>>, _>(18)?
+        .try_get::<Option<Vec<Vec<u8>>>, _>(STREAM_COLUMN_COUNT)?
         .unwrap_or_default();
-    let cap = row.try_get::<Option<i64>, _>(19)?.unwrap_or(0);
+    let cap = row
+        .try_get::<Option<i64>, _>(STREAM_COLUMN_COUNT + 1)?
+        .unwrap_or(0);
     let count = stored.record.head.count;
     let kept = fetched.len() as u64;
     // Fewer rows than the statement could take: it reached the tail or
@@ -154,7 +157,8 @@ struct OneRow {
     /// The path the row is about.
     path: String,
     stored: Option<Stored<i64>>,
-    tombstoned: bool,
+    /// The incarnation the path's tombstone keeps, if it has one.
+    tombstoned: Option<u64>,
     prefetched: Option<Prefetched>,
     /// Whether the engine asked for something the row does not hold.
     missed: bool,
@@ -174,7 +178,9 @@ impl OneRow {
         Ok(OneRow {
             path: path.to_owned(),
             stored,
-            tombstoned: row.try_get::<Option<bool>, _>(20)?.unwrap_or(false),
+            tombstoned: row
+                .try_get::<Option<i64>, _>(STREAM_COLUMN_COUNT + 2)?
+                .map(|incarnation| incarnation as u64),
             prefetched: None,
             missed: false,
         })
@@ -205,7 +211,7 @@ impl RecordReader for OneRow {
         Ok(self.stored.clone())
     }
 
-    async fn is_tombstoned(&mut self, path: &str) -> Result<bool, StreamError> {
+    async fn tombstoned(&mut self, path: &str) -> Result<Option<u64>, StreamError> {
         if path != self.path {
             return self.miss();
         }

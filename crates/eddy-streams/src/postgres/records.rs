@@ -143,9 +143,12 @@ impl RecordReader for PgRecords {
         Ok(Some(Stored { key, record }))
     }
 
-    async fn is_tombstoned(&mut self, path: &str) -> Result<bool, StreamError> {
-        let sql = Arc::clone(&self.sql.is_tombstoned);
-        Ok(self.fetch_optional(query(&sql).bind(path)).await?.is_some())
+    async fn tombstoned(&mut self, path: &str) -> Result<Option<u64>, StreamError> {
+        let sql = Arc::clone(&self.sql.tombstoned);
+        let row = self.fetch_optional(query(&sql).bind(path)).await?;
+        row.map(|row| row.try_get::<i64, _>(0).map(|i| i as u64))
+            .transpose()
+            .map_err(|e| self.fail(e))
     }
 
     async fn forks_of(&mut self, path: &str) -> Result<Vec<String>, StreamError> {
@@ -270,7 +273,9 @@ impl Records for PgRecords {
                     .bind(record.accessed_ms)
                     .bind(origin.map(|o| o.source.as_str()))
                     .bind(origin.map(|o| o.position as i64))
-                    .bind(origin.map(|o| o.sub_offset as i64)),
+                    .bind(origin.map(|o| o.sub_offset as i64))
+                    .bind(record.head.incarnation as i64)
+                    .bind(origin.map(|o| o.incarnation as i64)),
             )
             .await?;
         let id = row
@@ -370,9 +375,15 @@ impl Records for PgRecords {
         Ok(())
     }
 
-    async fn tombstone(&mut self, path: &str, now_ms: i64) -> Result<(), StreamError> {
+    async fn tombstone(
+        &mut self,
+        path: &str,
+        incarnation: u64,
+        now_ms: i64,
+    ) -> Result<(), StreamError> {
         let sql = Arc::clone(&self.sql.tombstone);
-        self.execute(query(&sql).bind(path).bind(now_ms)).await?;
+        self.execute(query(&sql).bind(path).bind(now_ms).bind(incarnation as i64))
+            .await?;
         Ok(())
     }
 }
@@ -393,11 +404,13 @@ pub(super) fn decode(r: &PgRow) -> Result<(i64, String, StreamRecord), sqlx::Err
             source,
             position: r.try_get::<i64, _>(15)? as u64,
             sub_offset: r.try_get::<i64, _>(16)? as u64,
+            incarnation: r.try_get::<Option<i64>, _>(19)?.unwrap_or(0) as u64,
         }),
         None => None,
     };
     let record = StreamRecord {
         head: Head {
+            incarnation: r.try_get::<i64, _>(18)? as u64,
             config: Arc::new(StreamConfig {
                 content_type: r.try_get(2)?,
                 expiry: expiry_from_columns(r.try_get(3)?, r.try_get(4)?),

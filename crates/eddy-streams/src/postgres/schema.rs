@@ -14,7 +14,7 @@ use super::error::pg_error;
 use crate::StreamError;
 
 /// The layout this build writes: the last migration's version.
-pub(super) const VERSION: i64 = 3;
+pub(super) const VERSION: i64 = 4;
 
 /// Version 1: streams, messages, producers and tombstones, as the SQLite
 /// layout of version 3 (forks found by source). Table names are unqualified:
@@ -92,12 +92,22 @@ CREATE TABLE wake_marks (
 );
 "#;
 
+/// Version 4: stream incarnations — each stream's own, its fork source's,
+/// and a deleted stream's in its tombstone. Rows from before keep 0, so
+/// the offsets they handed out stay valid.
+const INCARNATIONS: &str = r#"
+ALTER TABLE streams ADD COLUMN incarnation BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE streams ADD COLUMN fork_incarnation BIGINT;
+ALTER TABLE tombstones ADD COLUMN incarnation BIGINT NOT NULL DEFAULT 0;
+"#;
+
 /// Every migration, in order.
 fn migrations() -> Vec<Migration> {
     let steps = [
         (1, "streams, messages, producers, tombstones", STREAMS),
         (2, "projection checkpoints", PROJECTION_CHECKPOINTS),
         (3, "wake marks", WAKE_MARKS),
+        (4, "incarnations", INCARNATIONS),
     ];
     steps
         .into_iter()

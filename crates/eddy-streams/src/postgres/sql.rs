@@ -10,7 +10,12 @@ use super::schema::quote;
 /// The columns [`decode`](super::records) reads, in order.
 pub(super) const STREAM_COLUMNS: &str = "id, path, content_type, ttl_secs, expires_at_ms,
     created_closed, closed, count, bytes, last_stream_seq, closed_by_id, closed_by_epoch,
-    closed_by_seq, accessed_ms, fork_source, fork_position, fork_sub, soft_deleted";
+    closed_by_seq, accessed_ms, fork_source, fork_position, fork_sub, soft_deleted, incarnation,
+    fork_incarnation";
+
+/// How many columns [`STREAM_COLUMNS`] selects: a statement's own columns
+/// after them start at this index.
+pub(super) const STREAM_COLUMN_COUNT: usize = 20;
 
 /// A group commit in one statement (see `group/statement.rs`). Each
 /// stream of the group ($1) is checked at the version the group decided
@@ -126,7 +131,7 @@ const READ_CAP: &str =
 pub(crate) struct Sql {
     pub load: Arc<str>,
     pub load_for_update: Arc<str>,
-    pub is_tombstoned: Arc<str>,
+    pub tombstoned: Arc<str>,
     pub forks_of: Arc<str>,
     pub producer: Arc<str>,
     pub producers: Arc<str>,
@@ -161,7 +166,9 @@ impl Sql {
             load_for_update: sql(format!(
                 "SELECT {STREAM_COLUMNS} FROM {s}.streams WHERE path = $1 FOR UPDATE"
             )),
-            is_tombstoned: sql(format!("SELECT 1 FROM {s}.tombstones WHERE path = $1")),
+            tombstoned: sql(format!(
+                "SELECT incarnation FROM {s}.tombstones WHERE path = $1"
+            )),
             forks_of: sql(format!(
                 "SELECT path FROM {s}.streams WHERE fork_source = $1"
             )),
@@ -185,8 +192,8 @@ impl Sql {
             insert: sql(format!(
                 "INSERT INTO {s}.streams (path, content_type, ttl_secs, expires_at_ms,
                     created_closed, closed, count, bytes, accessed_ms, fork_source,
-                    fork_position, fork_sub, soft_deleted)
-                 VALUES ($1, $2, $3, $4, $5, $5, 0, 0, $6, $7, $8, $9, false)
+                    fork_position, fork_sub, soft_deleted, incarnation, fork_incarnation)
+                 VALUES ($1, $2, $3, $4, $5, $5, 0, 0, $6, $7, $8, $9, false, $10, $11)
                  RETURNING id"
             )),
             update: sql(format!(
@@ -241,11 +248,12 @@ impl Sql {
                  WHERE NOT EXISTS (SELECT 1 FROM locked WHERE locked.id = due.id)"
             )),
             tombstone: sql(format!(
-                "INSERT INTO {s}.tombstones (path, deleted_ms) VALUES ($1, $2)
-                 ON CONFLICT (path) DO UPDATE SET deleted_ms = excluded.deleted_ms"
+                "INSERT INTO {s}.tombstones (path, deleted_ms, incarnation) VALUES ($1, $2, $3)
+                 ON CONFLICT (path) DO UPDATE
+                 SET deleted_ms = excluded.deleted_ms, incarnation = excluded.incarnation"
             )),
             // A read in one statement (one snapshot): the stream's record
-            // (or whether its path is a tombstone), and its messages from
+            // (or the incarnation its path's tombstone keeps), and its messages from
             // position $2 while their total stays within $3 bytes (the
             // first one whatever its size when $4), at most `cap` rows:
             // about twice what the budget holds at the stream's average
@@ -253,7 +261,7 @@ impl Sql {
             // than it returns.
             read: sql(format!(
                 "SELECT {STREAM_COLUMNS}, m.data, {READ_CAP} AS cap,
-                     s.id IS NULL AND EXISTS (SELECT 1 FROM {s}.tombstones AS t WHERE t.path = $1)
+                     (SELECT t.incarnation FROM {s}.tombstones AS t WHERE t.path = $1 AND s.id IS NULL)
                  FROM (SELECT 1) AS one
                  LEFT JOIN {s}.streams AS s ON s.path = $1
                  LEFT JOIN LATERAL (

@@ -213,7 +213,7 @@ mod tests {
     use crate::StreamConfig;
 
     fn record(count: u64) -> StreamRecord {
-        let mut record = StreamRecord::new(Head::new(StreamConfig::default()), None, 0);
+        let mut record = StreamRecord::new(Head::new(StreamConfig::default(), 1), None, 0);
         record.head.count = count;
         record
     }

@@ -116,6 +116,7 @@ impl SqliteStorage {
             max_append_bytes: options.max_append_bytes,
             max_producers: options.max_producers_per_stream,
             clock: options.clock,
+            incarnations: Default::default(),
         };
         let touches = Arc::new(Touches::default());
         let cache = Arc::new(Cache::new(options.cache_bytes));

@@ -155,8 +155,8 @@ impl RecordReader for SqliteRecords<'_> {
         ready(SqliteRecords::load(self, path))
     }
 
-    fn is_tombstoned(&mut self, path: &str) -> impl Op<bool> {
-        ready(is_tombstoned(self.conn, path))
+    fn tombstoned(&mut self, path: &str) -> impl Op<Option<u64>> {
+        ready(tombstoned(self.conn, path))
     }
 
     fn forks_of(&mut self, path: &str) -> impl Op<Vec<String>> {
@@ -275,15 +275,16 @@ impl Records for SqliteRecords<'_> {
         ready(slide(self.conn, key, at_ms))
     }
 
-    fn tombstone(&mut self, path: &str, now_ms: i64) -> impl Op<()> {
+    fn tombstone(&mut self, path: &str, incarnation: u64, now_ms: i64) -> impl Op<()> {
         self.wrote = true;
-        ready(tombstone(self.conn, path, now_ms))
+        ready(tombstone(self.conn, path, incarnation, now_ms))
     }
 }
 
 const STREAM_COLUMNS: &str = "id, path, content_type, ttl_secs, expires_at_ms, created_closed,
     closed, count, bytes, last_stream_seq, closed_by_id, closed_by_epoch, closed_by_seq,
-    accessed_ms, fork_source, fork_position, fork_sub, soft_deleted";
+    accessed_ms, fork_source, fork_position, fork_sub, soft_deleted, incarnation,
+    fork_incarnation";
 
 /// The stored record in a row selected with [`STREAM_COLUMNS`].
 fn record(r: &Row<'_>) -> rusqlite::Result<StreamRecord> {
@@ -301,11 +302,13 @@ fn record(r: &Row<'_>) -> rusqlite::Result<StreamRecord> {
             source,
             position: r.get::<_, i64>(15)? as u64,
             sub_offset: r.get::<_, i64>(16)? as u64,
+            incarnation: r.get::<_, Option<i64>>(19)?.unwrap_or(0) as u64,
         }),
         None => None,
     };
     Ok(StreamRecord {
         head: Head {
+            incarnation: r.get::<_, i64>(18)? as u64,
             config: Arc::new(StreamConfig {
                 content_type: r.get(2)?,
                 expiry,
@@ -323,9 +326,10 @@ fn record(r: &Row<'_>) -> rusqlite::Result<StreamRecord> {
     })
 }
 
-fn is_tombstoned(conn: &Connection, path: &str) -> Result<bool, StreamError> {
-    let mut stmt = conn.prepare_cached("SELECT 1 FROM tombstones WHERE path = ?1")?;
-    Ok(stmt.exists([path])?)
+fn tombstoned(conn: &Connection, path: &str) -> Result<Option<u64>, StreamError> {
+    let mut stmt = conn.prepare_cached("SELECT incarnation FROM tombstones WHERE path = ?1")?;
+    let incarnation = stmt.query_row([path], |r| r.get::<_, i64>(0)).optional()?;
+    Ok(incarnation.map(|i| i as u64))
 }
 
 fn forks_of(conn: &Connection, path: &str) -> Result<Vec<String>, StreamError> {
@@ -342,8 +346,9 @@ fn insert(conn: &Connection, path: &str, record: &StreamRecord) -> Result<i64, S
         .execute([path])?;
     conn.prepare_cached(
         "INSERT INTO streams (path, content_type, ttl_secs, expires_at_ms, created_closed, closed,
-            count, bytes, accessed_ms, fork_source, fork_position, fork_sub, soft_deleted)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?5, 0, 0, ?6, ?7, ?8, ?9, 0)",
+            count, bytes, accessed_ms, fork_source, fork_position, fork_sub, soft_deleted,
+            incarnation, fork_incarnation)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?5, 0, 0, ?6, ?7, ?8, ?9, 0, ?10, ?11)",
     )?
     .execute(params![
         path,
@@ -355,6 +360,8 @@ fn insert(conn: &Connection, path: &str, record: &StreamRecord) -> Result<i64, S
         origin.map(|o| o.source.as_str()),
         origin.map(|o| o.position as i64),
         origin.map(|o| o.sub_offset as i64),
+        record.head.incarnation as i64,
+        origin.map(|o| o.incarnation as i64),
     ])?;
     let id = conn.last_insert_rowid();
     update(conn, id, record)?;
@@ -401,9 +408,16 @@ pub(super) fn slide(conn: &Connection, id: i64, at_ms: i64) -> Result<(), Stream
     Ok(())
 }
 
-fn tombstone(conn: &Connection, path: &str, now_ms: i64) -> Result<(), StreamError> {
-    conn.prepare_cached("INSERT OR REPLACE INTO tombstones (path, deleted_ms) VALUES (?1, ?2)")?
-        .execute(params![path, now_ms])?;
+fn tombstone(
+    conn: &Connection,
+    path: &str,
+    incarnation: u64,
+    now_ms: i64,
+) -> Result<(), StreamError> {
+    conn.prepare_cached(
+        "INSERT OR REPLACE INTO tombstones (path, deleted_ms, incarnation) VALUES (?1, ?2, ?3)",
+    )?
+    .execute(params![path, now_ms, incarnation as i64])?;
     Ok(())
 }
 

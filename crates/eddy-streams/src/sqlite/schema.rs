@@ -5,7 +5,7 @@ use rusqlite::Connection;
 use crate::StreamError;
 
 /// The schema version this code writes (`PRAGMA user_version`).
-const VERSION: i64 = 5;
+const VERSION: i64 = 6;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS streams (
@@ -90,6 +90,16 @@ CREATE TABLE wake_marks (
 ) WITHOUT ROWID;
 ";
 
+/// Version 6 adds stream incarnations: each stream's own, its fork
+/// source's, and a deleted stream's in its tombstone. Streams and
+/// tombstones from before keep incarnation 0, so the offsets they handed
+/// out stay valid; every stream created later gets a new one.
+const INCARNATIONS: &str = "
+ALTER TABLE streams ADD COLUMN incarnation INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE streams ADD COLUMN fork_incarnation INTEGER;
+ALTER TABLE tombstones ADD COLUMN incarnation INTEGER NOT NULL DEFAULT 0;
+";
+
 /// Creates the tables or upgrades an older layout, each step in one
 /// transaction, or refuses a file written by a newer build.
 pub(super) fn migrate(conn: &Connection) -> Result<(), StreamError> {
@@ -114,6 +124,7 @@ pub(super) fn migrate(conn: &Connection) -> Result<(), StreamError> {
         (FORKS_BY_SOURCE, 3),
         (PROJECTION_CHECKPOINTS, 4),
         (WAKE_MARKS, 5),
+        (INCARNATIONS, 6),
     ];
     for (sql, to) in steps {
         if version < to {

@@ -12,6 +12,10 @@ use eddy_streams::{
     Storage, StreamConfig, StreamError, StreamPath, Wait,
 };
 
+#[path = "incarnations.rs"]
+mod incarnations;
+pub use incarnations::*;
+
 /// Calls `$run!(case, case, ...)` with every contract case.
 macro_rules! every_case {
     ($run:ident) => {
@@ -49,6 +53,9 @@ macro_rules! every_case {
             fork_sub_offsets_and_bad_offsets,
             fork_is_idempotent_and_checks_its_config,
             deleting_a_forked_source_soft_deletes_it,
+            a_recreated_stream_refuses_the_old_streams_offsets,
+            a_fork_takes_its_sources_offsets_up_to_the_branch,
+            a_fork_at_a_replaced_streams_offset_is_refused,
         );
     };
 }
@@ -65,6 +72,7 @@ macro_rules! every_clocked_case {
             an_expired_source_with_live_forks_is_soft_deleted,
             a_fork_of_a_fork_outlives_its_expired_parent,
             recreate_waits_for_the_forks_of_an_expired_source,
+            an_expired_stream_created_again_is_a_new_incarnation,
         );
     };
 }
@@ -119,7 +127,7 @@ pub async fn create_is_idempotent_for_the_same_config(store: Arc<dyn Storage>) {
     assert!(!again.created);
     assert_eq!(
         again.info.tail,
-        Offset::at(1),
+        first.info.tail.with_position(1),
         "a repeated create keeps the data"
     );
 }
@@ -159,7 +167,7 @@ pub async fn create_with_initial_data_and_closed(store: Arc<dyn Storage>) {
         )
         .await
         .expect("create");
-    assert_eq!(created.info.tail, Offset::at(3));
+    assert_eq!(created.info.tail.position(), 3);
     assert!(created.info.closed);
     assert_eq!(read_all(&*store, &p).await, ["1", "2", "3"]);
     let err = store.append(&p, Append::body("4")).await.err();
@@ -167,7 +175,7 @@ pub async fn create_with_initial_data_and_closed(store: Arc<dyn Storage>) {
         err,
         Some(StreamError::Closed {
             path: "initial".into(),
-            final_offset: Offset::at(3)
+            final_offset: created.info.tail
         })
     );
     let empty = path("empty-array");
@@ -179,13 +187,14 @@ pub async fn create_with_initial_data_and_closed(store: Arc<dyn Storage>) {
         )
         .await
         .expect("`[]` creates an empty stream");
-    assert_eq!(created.info.tail, Offset::ZERO);
+    assert_eq!(created.info.tail.position(), 0);
 }
 
 pub async fn append_returns_increasing_canonical_offsets(store: Arc<dyn Storage>) {
     let p = json_stream(&*store, "offsets").await;
     let mut last = store.head(&p).await.expect("head").tail;
-    assert_eq!(last.to_string(), "0000000000000000_0000000000000000");
+    assert!(last.incarnation() > 0, "a new stream has an incarnation");
+    assert!(last.to_string().ends_with("_0000000000000000"), "{last}");
     for i in 0..20 {
         let next = store
             .append(&p, Append::body(format!("{i}")))
@@ -255,7 +264,7 @@ pub async fn bad_json_and_empty_arrays_write_nothing(store: Arc<dyn Storage>) {
         .await
         .err();
     assert_eq!(err.map(|e| e.code()), Some("json/invalid"));
-    assert_eq!(store.head(&p).await.expect("head").tail, Offset::ZERO);
+    assert_eq!(store.head(&p).await.expect("head").tail.position(), 0);
 }
 
 pub async fn content_type_mismatch_writes_nothing(store: Arc<dyn Storage>) {
@@ -272,7 +281,7 @@ pub async fn content_type_mismatch_writes_nothing(store: Arc<dyn Storage>) {
         )
         .await
         .expect("parameters are ignored");
-    assert_eq!(store.head(&p).await.expect("head").tail, Offset::at(1));
+    assert_eq!(store.head(&p).await.expect("head").tail.position(), 1);
 }
 
 pub async fn byte_streams_keep_each_append_whole(store: Arc<dyn Storage>) {
@@ -315,7 +324,7 @@ pub async fn read_pages_by_size_and_reports_the_tail(store: Arc<dyn Storage>) {
                 .map(|m| String::from_utf8_lossy(m).into_owned()),
         );
         if chunk.up_to_date {
-            assert_eq!(chunk.next_offset, Offset::at(10));
+            assert_eq!(chunk.next_offset.position(), 10);
             break;
         }
         from = ReadFrom::Offset(chunk.next_offset);
@@ -341,14 +350,22 @@ pub async fn read_sentinels_and_bad_offsets(store: Arc<dyn Storage>) {
         .await
         .expect("read now");
     assert!(tail.messages.is_empty() && tail.up_to_date);
-    assert_eq!(tail.next_offset, Offset::at(2));
+    assert_eq!(tail.next_offset.position(), 2);
     let mid = store
-        .read(&p, ReadFrom::Offset(Offset::at(1)), 1024)
+        .read(
+            &p,
+            ReadFrom::Offset(tail.next_offset.with_position(1)),
+            1024,
+        )
         .await
         .expect("read");
     assert_eq!(mid.messages, vec![Bytes::from("2")]);
     let beyond = store
-        .read(&p, ReadFrom::Offset(Offset::at(3)), 1024)
+        .read(
+            &p,
+            ReadFrom::Offset(tail.next_offset.with_position(3)),
+            1024,
+        )
         .await
         .err();
     assert_eq!(beyond.map(|e| e.code()), Some("offset/beyond-tail"));
@@ -399,7 +416,7 @@ pub async fn recreate_after_delete_is_fresh(store: Arc<dyn Storage>) {
         .await
         .expect("recreate with another config");
     assert!(created.created);
-    assert_eq!(created.info.tail, Offset::ZERO);
+    assert_eq!(created.info.tail.position(), 0);
     let again = store
         .append(
             &p,
@@ -436,7 +453,7 @@ pub async fn producer_next_duplicate_gap_and_fencing(store: Arc<dyn Storage>) {
         Some((0, 2)),
         "a duplicate reports the highest accepted seq"
     );
-    assert_eq!(dup.next_offset, Offset::at(3));
+    assert_eq!(dup.next_offset.position(), 3);
     let gap = store.append(&p, at(0, 5)).await.err();
     assert_eq!(
         gap,
@@ -465,7 +482,7 @@ pub async fn producer_new_epoch_starts_at_zero(store: Arc<dyn Storage>) {
     store.append(&p, at(0, 0)).await.expect("append");
     let err = store.append(&p, at(2, 1)).await.err();
     assert_eq!(err.map(|e| e.code()), Some("producer/epoch-start"));
-    assert_eq!(store.head(&p).await.expect("head").tail, Offset::at(1));
+    assert_eq!(store.head(&p).await.expect("head").tail.position(), 1);
     let first = store
         .append(&p, at(7, 0))
         .await
@@ -600,11 +617,13 @@ pub async fn expected_tail_mismatch_writes_nothing(store: Arc<dyn Storage>) {
         .append(&p, Append::body("2").expecting_tail(Offset::ZERO))
         .await
         .err();
+    let tail = store.head(&p).await.expect("head").tail;
+    assert_eq!(tail.position(), 1);
     assert_eq!(
         err,
         Some(StreamError::OffsetMismatch {
             expected: Offset::ZERO,
-            actual: Offset::at(1)
+            actual: tail
         })
     );
     assert_eq!(read_all(&*store, &p).await, ["1"]);
@@ -635,7 +654,7 @@ pub async fn stream_seq_must_increase(store: Arc<dyn Storage>) {
             "{bad}"
         );
     }
-    assert_eq!(store.head(&p).await.expect("head").tail, Offset::at(3));
+    assert_eq!(store.head(&p).await.expect("head").tail.position(), 3);
 }
 
 pub async fn close_alone_and_with_final_append(store: Arc<dyn Storage>) {
@@ -643,7 +662,7 @@ pub async fn close_alone_and_with_final_append(store: Arc<dyn Storage>) {
     store.append(&p, Append::body("1")).await.expect("append");
     let closed = store.append(&p, Append::close_only()).await.expect("close");
     assert!(closed.closed);
-    assert_eq!(closed.next_offset, Offset::at(1));
+    assert_eq!(closed.next_offset.position(), 1);
     assert!(
         store
             .append(&p, Append::close_only())
@@ -656,7 +675,7 @@ pub async fn close_alone_and_with_final_append(store: Arc<dyn Storage>) {
         err,
         Some(StreamError::Closed {
             path: "close-alone".into(),
-            final_offset: Offset::at(1)
+            final_offset: closed.next_offset
         })
     );
     let chunk = store
@@ -674,7 +693,7 @@ pub async fn close_alone_and_with_final_append(store: Arc<dyn Storage>) {
         .append(&q, Append::body("3").closing())
         .await
         .expect("append and close");
-    assert_eq!((last.next_offset, last.closed), (Offset::at(3), true));
+    assert_eq!((last.next_offset.position(), last.closed), (3, true));
     let partial = store.read(&q, ReadFrom::Beginning, 1).await.expect("read");
     assert!(
         !partial.closed,
@@ -694,7 +713,7 @@ pub async fn closing_producer_retry_succeeds(store: Arc<dyn Storage>) {
     assert!(!first.duplicate && first.closed);
     let retry = store.append(&p, closing()).await.expect("retry");
     assert!(retry.duplicate && retry.closed);
-    assert_eq!(retry.next_offset, Offset::at(1));
+    assert_eq!(retry.next_offset.position(), 1);
     let other = Append::body("1")
         .with_producer(ProducerPosition::new("w", 0, 1))
         .closing();
@@ -728,7 +747,7 @@ pub async fn wait_is_level_triggered(store: Arc<dyn Storage>) {
         .wait(&p, Offset::ZERO, Duration::from_secs(5))
         .await
         .expect("wait");
-    assert!(matches!(waited, Wait::Changed(info) if info.tail == Offset::at(1)));
+    assert!(matches!(waited, Wait::Changed(info) if info.tail.position() == 1));
 }
 
 pub async fn wait_wakes_on_append_and_times_out(store: Arc<dyn Storage>) {
@@ -748,13 +767,14 @@ pub async fn wait_wakes_on_append_and_times_out(store: Arc<dyn Storage>) {
         .wait(&p, Offset::ZERO, Duration::from_secs(10))
         .await
         .expect("wait");
-    assert!(matches!(waited, Wait::Changed(info) if info.tail == Offset::at(1)));
+    assert!(matches!(waited, Wait::Changed(info) if info.tail.position() == 1));
     append.await.expect("join").expect("append");
     let closer = Arc::clone(&store);
     let target = p.clone();
     tokio::spawn(async move { closer.append(&target, Append::close_only()).await });
+    let tail = store.head(&p).await.expect("head").tail;
     let closed = store
-        .wait(&p, Offset::at(1), Duration::from_secs(10))
+        .wait(&p, tail, Duration::from_secs(10))
         .await
         .expect("wait");
     assert!(matches!(closed, Wait::Changed(info) if info.closed));
@@ -776,12 +796,13 @@ pub async fn committed_reports_every_commit(store: Arc<dyn Storage>) {
             .expect("event");
         seen.push((event.path, event.tail, event.closed));
     }
+    let tail = store.head(&p).await.expect("head").tail;
     assert_eq!(
         seen,
         [
-            ("feed".to_owned(), Offset::ZERO, false),
-            ("feed".to_owned(), Offset::at(2), false),
-            ("feed".to_owned(), Offset::at(2), true),
+            ("feed".to_owned(), tail.with_position(0), false),
+            ("feed".to_owned(), tail.with_position(2), false),
+            ("feed".to_owned(), tail.with_position(2), true),
         ]
     );
 }
@@ -812,7 +833,7 @@ pub async fn ttl_expired_stream_reads_as_absent(store: Arc<dyn Storage>, clock: 
         .create(&p, config, Payload::empty())
         .await
         .expect("create again");
-    assert!(fresh.created && fresh.info.tail == Offset::ZERO);
+    assert!(fresh.created && fresh.info.tail.position() == 0);
 }
 
 pub async fn expires_at_in_the_past_reads_as_absent(store: Arc<dyn Storage>) {
@@ -891,11 +912,12 @@ pub async fn fork_inherits_the_prefix_and_branches(store: Arc<dyn Storage>) {
         .append(&src, Append::body("[1,2,3]"))
         .await
         .expect("append");
-    let at = Fork::of(src.clone()).at(Offset::at(2));
+    let src_tail = store.head(&src).await.expect("head").tail;
+    let at = Fork::of(src.clone()).at(src_tail.with_position(2));
     let fork = path("fork/at-2");
     let created = store.fork(&fork, at).await.expect("fork");
     assert!(created.created);
-    assert_eq!(created.info.tail, Offset::at(2));
+    assert_eq!(created.info.tail.position(), 2);
     assert!(
         created.info.config.is_json(),
         "the content type is inherited"
@@ -912,7 +934,11 @@ pub async fn fork_inherits_the_prefix_and_branches(store: Arc<dyn Storage>) {
     assert_eq!(read_all(&*store, &fork).await, ["1", "2", "\"f\""]);
     assert_eq!(read_all(&*store, &src).await, ["1", "2", "3", "4"]);
     let mid = store
-        .read(&fork, ReadFrom::Offset(Offset::at(1)), 1 << 20)
+        .read(
+            &fork,
+            ReadFrom::Offset(created.info.tail.with_position(1)),
+            1 << 20,
+        )
         .await
         .expect("read");
     assert_eq!(mid.messages, vec![Bytes::from("2"), Bytes::from("\"f\"")]);
@@ -922,7 +948,7 @@ pub async fn fork_inherits_the_prefix_and_branches(store: Arc<dyn Storage>) {
         .fork(&head, Fork::of(src.clone()))
         .await
         .expect("fork at tail");
-    assert_eq!(created.info.tail, Offset::at(4));
+    assert_eq!(created.info.tail.position(), 4);
 
     store
         .append(&src, Append::close_only())
@@ -1003,7 +1029,8 @@ pub async fn fork_sub_offsets_and_bad_offsets(store: Arc<dyn Storage>) {
         .await;
     assert_eq!(over.err().map(|e| e.code()), Some("invalid-argument"));
 
-    let beyond = Fork::of(json.clone()).at(Offset::at(99));
+    let json_tail = store.head(&json).await.expect("head").tail;
+    let beyond = Fork::of(json.clone()).at(json_tail.with_position(99));
     let err = store.fork(&path("sub/beyond"), beyond).await.err();
     assert_eq!(err.map(|e| e.code()), Some("offset/beyond-tail"));
     let ct = Fork::of(json.clone()).with_content_type("text/plain");
@@ -1330,7 +1357,7 @@ pub async fn recreate_waits_for_the_forks_of_an_expired_source(
         .create(&source, StreamConfig::json(), Payload::empty())
         .await
         .expect("the path is free now");
-    assert!(fresh.created && fresh.info.tail == Offset::ZERO);
+    assert!(fresh.created && fresh.info.tail.position() == 0);
     let new_fork = path("again/new");
     store
         .fork(&new_fork, Fork::of(source.clone()))

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use eddy_streams::{
-    Append, Offset, ProducerPosition, ReadFrom, Storage, StreamConfig, StreamError, StreamPath,
+    Append, ProducerPosition, ReadFrom, Storage, StreamConfig, StreamError, StreamPath,
     StreamSnapshot,
 };
 
@@ -93,11 +93,11 @@ pub async fn snapshot_and_restore_keep_offsets_producers_and_close(store: Arc<dy
         read_all(&*store, &open).await
     );
     let head = store.head(&copy).await.expect("head");
-    assert_eq!((head.tail, head.bytes), (Offset::at(5), snapshot.bytes));
+    assert_eq!((head.tail.position(), head.bytes), (5, snapshot.bytes));
     let retry = Append::body(r#"{"n":2}"#).with_producer(ProducerPosition::new("w", 1, 2));
     let retried = store.append(&copy, retry).await.expect("retry");
     assert!(retried.duplicate, "the restored producer deduplicates");
-    assert_eq!(retried.next_offset, Offset::at(5));
+    assert_eq!(retried.next_offset.position(), 5);
     let mut stale = Append::body("{}");
     stale.stream_seq = Some("a".into());
     assert!(matches!(

@@ -17,11 +17,11 @@ pub fn one_of_each() -> Vec<StreamError> {
         },
         StreamError::Closed {
             path: path(),
-            final_offset: Offset::at(3),
+            final_offset: Offset::new(1_764_000_000_000_000, 3),
         },
         StreamError::OffsetMismatch {
-            expected: Offset::at(1),
-            actual: Offset::at(2),
+            expected: Offset::new(1_764_000_000_000_000, 1),
+            actual: Offset::new(1_764_000_000_000_000, 2),
         },
         StreamError::StreamSeqConflict {
             last: "10".into(),
@@ -33,8 +33,13 @@ pub fn one_of_each() -> Vec<StreamError> {
         },
         StreamError::InvalidOffset("12_34".into()),
         StreamError::OffsetBeyondTail {
-            offset: Offset::at(9),
-            tail: Offset::at(2),
+            offset: Offset::new(1_764_000_000_000_000, 9),
+            tail: Offset::new(1_764_000_000_000_000, 2),
+        },
+        StreamError::StaleOffset {
+            path: path(),
+            offset: Offset::new(1_763_000_000_000_000, 4),
+            incarnation: 1_764_000_000_000_000,
         },
         StreamError::InvalidPath {
             path: "a//b".into(),

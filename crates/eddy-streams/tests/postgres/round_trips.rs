@@ -185,7 +185,7 @@ fn concurrent_appends_to_one_stream_and_to_many_share_one_commit() {
             "{appended} concurrent appends took {round_trips} round trips"
         );
         let info = store.head(&one).await.expect("head");
-        assert_eq!(info.tail, Offset::at(33), "one stream: 1 + 1 + 31 messages");
+        assert_eq!(info.tail.position(), 33, "one stream: 1 + 1 + 31 messages");
         drop(later);
         store.close().await;
         schema.drop().await;
@@ -219,9 +219,12 @@ fn readers_in_two_stores_are_woken_by_one_notification_per_store() {
         let a = Arc::new(open_through(&proxy_a, options.clone()).await);
         let b = Arc::new(open_through(&proxy_b, options).await);
         let p = path("readers/live");
-        a.create(&p, StreamConfig::json(), Payload::empty())
+        let empty = a
+            .create(&p, StreamConfig::json(), Payload::empty())
             .await
-            .expect("create");
+            .expect("create")
+            .info
+            .tail;
         // Two rounds, the second counted: the first prepares every
         // statement on every connection it opens.
         let mut spent = (0, 0);
@@ -233,7 +236,7 @@ fn readers_in_two_stores_are_woken_by_one_notification_per_store() {
                 .map(|store| {
                     let store = Arc::clone(store);
                     let p = p.clone();
-                    let after = Offset::at(round);
+                    let after = empty.with_position(round);
                     tokio::spawn(
                         async move { store.wait(&p, after, Duration::from_secs(60)).await },
                     )
@@ -244,7 +247,7 @@ fn readers_in_two_stores_are_woken_by_one_notification_per_store() {
             for waited in woken {
                 let waited = waited.expect("join").expect("wait");
                 assert!(
-                    matches!(&waited, Wait::Changed(info) if info.tail == Offset::at(round + 1)),
+                    matches!(&waited, Wait::Changed(info) if info.tail.position() == round + 1),
                     "{waited:?}"
                 );
             }

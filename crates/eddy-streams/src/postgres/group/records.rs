@@ -177,9 +177,13 @@ impl RecordReader for GroupRecords<'_> {
         Ok(Some(stored))
     }
 
-    async fn is_tombstoned(&mut self, path: &str) -> Result<bool, StreamError> {
-        let sql = Arc::clone(&self.sql.is_tombstoned);
-        Ok(!self.fetch_all(query(&sql).bind(path)).await?.is_empty())
+    async fn tombstoned(&mut self, path: &str) -> Result<Option<u64>, StreamError> {
+        let sql = Arc::clone(&self.sql.tombstoned);
+        let rows = self.fetch_all(query(&sql).bind(path)).await?;
+        rows.first()
+            .map(|row| row.try_get::<i64, _>(0).map(|i| i as u64))
+            .transpose()
+            .map_err(statement_error)
     }
 
     async fn forks_of(&mut self, path: &str) -> Result<Vec<String>, StreamError> {
@@ -293,7 +297,12 @@ impl Records for GroupRecords<'_> {
         self.unused("slide a TTL outside a write")
     }
 
-    async fn tombstone(&mut self, _path: &str, _now_ms: i64) -> Result<(), StreamError> {
+    async fn tombstone(
+        &mut self,
+        _path: &str,
+        _incarnation: u64,
+        _now_ms: i64,
+    ) -> Result<(), StreamError> {
         self.unused("delete streams")
     }
 }

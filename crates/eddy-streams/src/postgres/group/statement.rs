@@ -11,7 +11,7 @@ use sqlx::{PgConnection, Row};
 use super::super::error::statement_error;
 use super::super::listen::committed_line;
 use super::super::records::{decode, query};
-use super::super::sql::Sql;
+use super::super::sql::{Sql, STREAM_COLUMN_COUNT};
 use super::copy::Known;
 use super::records::Draft;
 use crate::marks::{signed, Markers};
@@ -40,10 +40,10 @@ pub(super) async fn load(
     rows.iter()
         .map(|row| {
             let (key, path, record) = decode(row)?;
-            let count: i64 = row.try_get(18)?;
-            let names: Option<Vec<String>> = row.try_get(19)?;
-            let epochs: Option<Vec<i64>> = row.try_get(20)?;
-            let seqs: Option<Vec<i64>> = row.try_get(21)?;
+            let count: i64 = row.try_get(STREAM_COLUMN_COUNT)?;
+            let names: Option<Vec<String>> = row.try_get(STREAM_COLUMN_COUNT + 1)?;
+            let epochs: Option<Vec<i64>> = row.try_get(STREAM_COLUMN_COUNT + 2)?;
+            let seqs: Option<Vec<i64>> = row.try_get(STREAM_COLUMN_COUNT + 3)?;
             let producers: HashMap<String, ProducerState> = names
                 .unwrap_or_default()
                 .into_iter()
