@@ -5,7 +5,10 @@
 #   - 200 concurrent clients reading the same historical chunk cause exactly
 #     one upstream read (eddy's own eddy_reads_total counts it);
 #   - a read at the tail is never served stale (and neither is HEAD);
-#   - compressed and plain copies are cached apart (Vary: Accept-Encoding).
+#   - compressed and plain copies are cached apart (Vary: Accept-Encoding);
+#   - a stream deleted and created again, and a memory store restarted,
+#     never get the old stream's cached chunks: `-1` redirects (uncached)
+#     to the new stream's own offsets, and the old offsets are refused.
 # Prints what it checked; exits non-zero on the first failure.
 #
 #   scripts/nginx/run.sh
@@ -106,22 +109,28 @@ curl -fsS -X PUT -H 'content-type: application/json' "$direct/feed" >/dev/null
 msg="$(python3 -c 'print("[" + ",".join("{\"n\":%d,\"pad\":\"%s\"}" % (i, "x" * 1000) for i in range(16)) + "]")')"
 curl -fsS -X POST -H 'content-type: application/json' --data-binary "$msg" "$direct/feed" >/dev/null
 
+# The URL of the first chunk of the stream at /feed now: `-1` redirects
+# (uncached) to the stream's own first offset.
+first_chunk() { curl -fsS -o /dev/null -w '%{redirect_url}' "$cached/feed?offset=-1"; }
+
 # 1. 200 concurrent clients, one historical chunk, one upstream read.
 before="$(reads)"
-seq 1 200 | xargs -P 200 -I{} curl -fsS -o "$work/out.{}" "$cached/feed?offset=-1"
+seq 1 200 | xargs -P 200 -I{} curl -fsSL -o "$work/out.{}" "$cached/feed?offset=-1"
 after="$(reads)"
 upstream=$((after - before))
 distinct="$(md5sum "$work"/out.* | awk '{print $1}' | sort -u | wc -l)"
 [ "$distinct" = 1 ] || fail "the 200 clients got $distinct different bodies"
 [ "$upstream" = 1 ] || fail "200 clients caused $upstream upstream reads, not 1"
-hits="$(grep -c '^/feed?offset=-1 200 HIT' "$work/access.log" || true)"
+old_chunk="$(first_chunk)"
+case "$old_chunk" in */feed\?offset=*_0000000000000000) ;; *) fail "-1 does not redirect to the stream's own offset: $old_chunk" ;; esac
+hits="$(grep -c "^/feed?offset=${old_chunk##*offset=} 200 HIT" "$work/access.log" || true)"
 echo "nginx: 200 concurrent reads of one historical chunk -> $upstream upstream read ($hits cache hits)"
 
 # 2. A compressed copy is cached apart from the plain one.
-gz="$(curl -fsS -H 'accept-encoding: gzip' -D - -o "$work/gz" "$cached/feed?offset=-1" | tr -d '\r')"
+gz="$(curl -fsSL -H 'accept-encoding: gzip' -D - -o "$work/gz" "$cached/feed?offset=-1" | tr -d '\r')"
 grep -qi '^content-encoding: gzip' <<<"$gz" || fail "no gzip copy through nginx"
 gunzip -c <"$work/gz" | cmp -s - "$work/out.1" || fail "the gzip copy decodes to other bytes"
-curl -fsS -o /dev/null "$cached/feed?offset=-1" # plain again: still a hit
+curl -fsSL -o /dev/null "$cached/feed?offset=-1" # plain again: still a hit
 echo "nginx: gzip and plain copies of the chunk are cached apart, same bytes after decoding"
 
 # 3. The tail is never stale: read it, append, read the same URL again.
@@ -136,3 +145,38 @@ grep -qi '^x-cache: HIT' "$work/h2" && fail "the tail was served from the cache"
 head_next="$(curl -fsS -I "$cached/feed" | tr -d '\r' | awk -F': ' 'tolower($1) == "stream-next-offset" { print $2 }')"
 [ "$head_next" != "$tail_offset" ] || fail "HEAD through nginx was stale"
 echo "nginx: a tail read after an append returns the new data; HEAD is fresh"
+
+# 4. Delete /feed and create it again with other messages: its cached
+# chunks are never served for the new stream, and the old offsets are
+# refused upstream (never served with the new stream's data).
+fill_feed() {
+  curl -fsS -X PUT -H 'content-type: application/json' "$direct/feed" >/dev/null
+  local body
+  body="$(python3 -c 'import sys; print("[" + ",".join("{\"n\":%d,\"%s\":\"%s\"}" % (i, sys.argv[1], "y" * 1000) for i in range(16)) + "]")' "$1")"
+  curl -fsS -X POST -H 'content-type: application/json' --data-binary "$body" "$direct/feed" >/dev/null
+}
+new_feed_is_served() {
+  local what="$1" chunk
+  chunk="$(first_chunk)"
+  [ "$chunk" != "$old_chunk" ] || fail "$what: the new stream's first chunk has the old chunk's URL"
+  curl -fsSL -o "$work/new" "$cached/feed?offset=-1"
+  grep -q "\"$2\"" "$work/new" || fail "$what: -1 through nginx served other bytes than the new stream's"
+  cmp -s "$work/new" "$work/out.1" && fail "$what: -1 through nginx served the old stream's cached chunk"
+  status="$(curl -sS -o /dev/null -w '%{http_code}' "$direct/feed?offset=${old_chunk##*offset=}")"
+  [ "$status" = 410 ] || fail "$what: the old stream's offset read upstream answered $status, not 410"
+}
+curl -fsS -X DELETE "$direct/feed" >/dev/null
+fill_feed again
+new_feed_is_served "delete and create again" again
+echo "nginx: a stream deleted and created again gets its own chunk URLs; the old offsets answer 410"
+
+# 5. Restart the memory store and create /feed again: the new process's
+# stream has other offsets than the cached ones of the old process's.
+kill "$eddy_pid"; wait "$eddy_pid" 2>/dev/null || true
+"$eddy" serve --storage memory --listen "127.0.0.1:$eddy_port" --max-read-bytes 4096 \
+  --long-poll-timeout 500ms >>"$work/eddy.log" 2>&1 &
+eddy_pid=$!
+for _ in $(seq 1 100); do curl -fsS "$direct/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
+fill_feed restarted
+new_feed_is_served "a memory store restarted" restarted
+echo "nginx: a restarted memory store's stream gets its own chunk URLs"
