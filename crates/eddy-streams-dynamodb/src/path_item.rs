@@ -6,7 +6,7 @@
 //! partition), `r` the record's serde form, `acc` the last access a read
 //! touch stored, `base` the inherited segments of a fork, `fk` the paths
 //! forked from it, `np` how many producers it keeps; for a tombstone
-//! `gone`.
+//! `gone` and `inc`, the deleted stream's incarnation.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -22,8 +22,8 @@ use crate::keys::Keys;
 pub(crate) enum PathState {
     /// Nothing.
     Absent,
-    /// A deleted stream.
-    Tombstone,
+    /// A deleted stream, with its incarnation.
+    Tombstone(u64),
     /// A stream (live, soft-deleted or expired: the engine tells).
     Stream(Box<Stream>),
 }
@@ -82,7 +82,7 @@ pub(crate) fn decode(item: &Item) -> Result<Loaded, StreamError> {
     if matches!(item.get("gone"), Some(AttributeValue::Bool(true))) {
         return Ok(Loaded {
             token,
-            state: PathState::Tombstone,
+            state: PathState::Tombstone(number(item, "inc")?.unwrap_or(0)),
         });
     }
     let id: Arc<str> = text(item, "id")?.into();
@@ -136,8 +136,9 @@ pub(crate) fn encode(
     item.insert("v".into(), AttributeValue::S(token.into()));
     match state {
         PathState::Absent => return Ok(None),
-        PathState::Tombstone => {
+        PathState::Tombstone(incarnation) => {
             item.insert("gone".into(), AttributeValue::Bool(true));
+            item.insert("inc".into(), AttributeValue::N(incarnation.to_string()));
         }
         PathState::Stream(stream) => {
             let record: AttributeValue = serde_dynamo::to_attribute_value(&stream.record)

@@ -280,21 +280,21 @@ impl RecordReader for DynamoUnit {
                 },
                 record: stream.record.clone(),
             }),
-            PathState::Absent | PathState::Tombstone => None,
+            PathState::Absent | PathState::Tombstone(_) => None,
         })
     }
 
-    async fn is_tombstoned(&mut self, path: &str) -> Result<bool, StreamError> {
-        Ok(matches!(
-            self.entry(path).await?.state,
-            PathState::Tombstone
-        ))
+    async fn tombstoned(&mut self, path: &str) -> Result<Option<u64>, StreamError> {
+        Ok(match self.entry(path).await?.state {
+            PathState::Tombstone(incarnation) => Some(incarnation),
+            PathState::Absent | PathState::Stream(_) => None,
+        })
     }
 
     async fn forks_of(&mut self, path: &str) -> Result<Vec<String>, StreamError> {
         Ok(match &self.entry(path).await?.state {
             PathState::Stream(stream) => stream.forks.iter().cloned().collect(),
-            PathState::Absent | PathState::Tombstone => Vec::new(),
+            PathState::Absent | PathState::Tombstone(_) => Vec::new(),
         })
     }
 
@@ -570,9 +570,14 @@ impl Records for DynamoUnit {
         Ok(())
     }
 
-    async fn tombstone(&mut self, path: &str, _now_ms: i64) -> Result<(), StreamError> {
+    async fn tombstone(
+        &mut self,
+        path: &str,
+        incarnation: u64,
+        _now_ms: i64,
+    ) -> Result<(), StreamError> {
         let entry = self.entry(path).await?;
-        entry.state = PathState::Tombstone;
+        entry.state = PathState::Tombstone(incarnation);
         entry.dirty = true;
         Ok(())
     }

@@ -74,7 +74,7 @@ async fn a_reader_of_one_store_wakes_at_another_stores_append(table: Arc<dyn Tab
     writer.append(&p, Append::body("1")).await.expect("append");
     let (reader, waited) = waiting.await.expect("join");
     match waited.expect("wait") {
-        Wait::Changed(info) => assert_eq!(info.tail, Offset::at(1)),
+        Wait::Changed(info) => assert_eq!(info.tail.position(), 1),
         Wait::TimedOut(info) => panic!("the reader never saw the other store's append: {info:?}"),
     }
     let chunk = reader
@@ -249,10 +249,14 @@ fn concurrent_appends_share_transactions_and_the_overflow_goes_next() {
             "two fit in 4 MB, the third goes next: {large:?}"
         );
         let info = store.head(&p).await.expect("head");
-        assert_eq!(info.tail, Offset::at(43));
+        assert_eq!(info.tail.position(), 43);
         assert_eq!(info.bytes, 40 * 3 + 3 * 1_500_000);
         let chunk = store
-            .read(&p, ReadFrom::Offset(Offset::at(38)), usize::MAX)
+            .read(
+                &p,
+                ReadFrom::Offset(info.tail.with_position(38)),
+                usize::MAX,
+            )
             .await
             .expect("read");
         assert_eq!(

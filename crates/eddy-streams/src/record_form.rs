@@ -17,6 +17,9 @@ use crate::{ProducerPosition, StreamConfig};
 /// A stream record, field by field.
 #[derive(Serialize, Deserialize)]
 pub(crate) struct RecordForm {
+    /// The stream's incarnation (0 for a record written before they existed).
+    #[serde(default)]
+    incarnation: u64,
     content_type: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ttl_secs: Option<i64>,
@@ -45,6 +48,8 @@ struct ForkForm {
     source: String,
     position: u64,
     sub_offset: u64,
+    #[serde(default)]
+    incarnation: u64,
 }
 
 fn is_false(value: &bool) -> bool {
@@ -62,6 +67,7 @@ impl From<StreamRecord> for RecordForm {
             soft_deleted,
         } = record;
         let Head {
+            incarnation,
             config,
             closed,
             count,
@@ -71,6 +77,7 @@ impl From<StreamRecord> for RecordForm {
         } = head;
         let (ttl_secs, expires_at_ms) = expiry_columns(config.expiry);
         RecordForm {
+            incarnation,
             content_type: config.content_type.clone(),
             ttl_secs,
             expires_at_ms,
@@ -85,6 +92,7 @@ impl From<StreamRecord> for RecordForm {
                 source: origin.source,
                 position: origin.position,
                 sub_offset: origin.sub_offset,
+                incarnation: origin.incarnation,
             }),
             soft_deleted,
         }
@@ -100,6 +108,7 @@ impl From<RecordForm> for StreamRecord {
         };
         StreamRecord {
             head: Head {
+                incarnation: form.incarnation,
                 config: Arc::new(config),
                 closed: form.closed,
                 count: form.count,
@@ -112,6 +121,7 @@ impl From<RecordForm> for StreamRecord {
                 source: fork.source,
                 position: fork.position,
                 sub_offset: fork.sub_offset,
+                incarnation: fork.incarnation,
             }),
             soft_deleted: form.soft_deleted,
         }
@@ -145,6 +155,7 @@ mod tests {
         };
         StreamRecord {
             head: Head {
+                incarnation: 1_764_000_000_000_001,
                 config: Arc::new(config),
                 closed: true,
                 count: 7,
@@ -157,6 +168,7 @@ mod tests {
                 source: "a/b".into(),
                 position: 3,
                 sub_offset: 1,
+                incarnation: 1_764_000_000_000_000,
             }),
             soft_deleted: true,
         }
@@ -167,11 +179,11 @@ mod tests {
         for record in [
             full(),
             StreamRecord::new(
-                Head::new(StreamConfig::json().with_ttl(Duration::from_secs(60))),
+                Head::new(StreamConfig::json().with_ttl(Duration::from_secs(60)), 1),
                 None,
                 5,
             ),
-            StreamRecord::new(Head::new(StreamConfig::json()), None, -3),
+            StreamRecord::new(Head::new(StreamConfig::json(), 0), None, -3),
         ] {
             let text = serde_json::to_string(&record).expect("serialize");
             let back: StreamRecord = serde_json::from_str(&text).expect("deserialize");
@@ -181,11 +193,18 @@ mod tests {
 
     #[test]
     fn empty_fields_are_left_out_and_read_back_as_empty() {
-        let record = StreamRecord::new(Head::new(StreamConfig::json()), None, 5);
+        let record = StreamRecord::new(Head::new(StreamConfig::json(), 1), None, 5);
         let text = serde_json::to_string(&record).expect("serialize");
         assert_eq!(
             text,
-            r#"{"content_type":"application/json","count":0,"bytes":0,"accessed_ms":5}"#
+            r#"{"incarnation":1,"content_type":"application/json","count":0,"bytes":0,"accessed_ms":5}"#
+        );
+        let before_incarnations =
+            r#"{"content_type":"application/json","count":0,"bytes":0,"accessed_ms":5}"#;
+        let old: StreamRecord = serde_json::from_str(before_incarnations).expect("deserialize");
+        assert_eq!(
+            old.head.incarnation, 0,
+            "a record from before keeps incarnation 0"
         );
     }
 }

@@ -25,6 +25,10 @@
 //! 4. **Forks.** [`RecordReader::forks_of`] finds every stream whose
 //!    record names the path as its fork source, including those written
 //!    in the same unit.
+//! 5. **Tombstones keep incarnations.** [`Records::tombstone`] is given the
+//!    deleted stream's incarnation and [`RecordReader::tombstoned`] answers
+//!    it, so a stream created again at the path, by any process, gets a
+//!    later one and never hands out the deleted stream's offsets.
 //!
 //! A backend whose units are opened and committed by the store (an
 //! optimistic one: DynamoDB's `TransactWriteItems` conditioned on the
