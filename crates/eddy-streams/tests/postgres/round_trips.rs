@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use eddy_streams::{
-    Append, Offset, Payload, PgOptions, PgStorage, ProducerPosition, ReadFrom, Storage,
-    StreamConfig, StreamPath, Wait,
+    Append, Payload, PgOptions, PgStorage, ProducerPosition, ReadFrom, Storage, StreamConfig,
+    StreamPath, Wait,
 };
 use futures::stream::{FuturesUnordered, StreamExt};
 

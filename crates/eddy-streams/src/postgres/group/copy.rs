@@ -115,7 +115,7 @@ mod tests {
     use crate::StreamConfig;
 
     fn known(key: i64, producers: usize) -> Known {
-        let record = StreamRecord::new(Head::new(StreamConfig::json()), None, 0);
+        let record = StreamRecord::new(Head::new(StreamConfig::json(), 1), None, 0);
         let producers = (0..producers)
             .map(|n| (format!("p{n}"), ProducerState { epoch: 0, seq: 0 }))
             .collect();
