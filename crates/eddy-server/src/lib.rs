@@ -26,10 +26,16 @@
 //! | `HEAD` / `DELETE` | `head` / `delete` | 200 / 204 |
 //! | `GET /_eddy/streams?prefix=` | `list` | JSON |
 //!
-//! Streams under `/__eddy/` hold Eddy's own state (projection
-//! checkpoints): creates, appends and deletes there need the
-//! [admin token](ServerConfig::admin_token) and are refused with 403
-//! `auth/forbidden` otherwise; reads are open to every client.
+//! Authorization is decided by one function, from the request's token,
+//! what it would do and every stream it names (its target, a fork's
+//! source, a subscription's wake stream and watched streams). Streams
+//! under `/__eddy/` hold Eddy's own state (projection checkpoints):
+//! creating, appending to, deleting, forking from them and making them a
+//! wake stream need the [admin token](ServerConfig::admin_token) and are
+//! refused with 403 `auth/forbidden` otherwise; reads are open to every
+//! client. A pull-wake's ack and release and a webhook's callback carry
+//! the wake's own token as their bearer token, and it alone authenticates
+//! them, also with an [auth token](ServerConfig::auth_token) configured.
 //!
 //! Store errors map to statuses in one place ([`ApiError::status`]), from
 //! their [kind](eddy_streams::ErrorKind): absent and deleted streams are
@@ -75,6 +81,7 @@
 #![deny(missing_docs)]
 
 mod app;
+mod auth;
 mod cache;
 #[cfg(feature = "remote")]
 mod client;

@@ -2,20 +2,18 @@
 //! middleware every response passes through (auth, security and CORS
 //! headers, caching defaults).
 
-use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::Router;
-use subtle::ConstantTimeEq;
-
-use crate::error::ApiError;
+use crate::auth;
 use crate::handlers;
 use crate::protocol;
 use crate::route_class::RouteClass;
 use crate::state::AppState;
 use crate::{console, probes};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
 
 /// The liveness probe's path.
 pub(crate) const HEALTHZ: &str = "/healthz";
@@ -65,10 +63,11 @@ pub(crate) async fn guard(State(state): State<AppState>, request: Request, next:
     let route = RouteClass::of(&request);
     let traced = tracing::enabled!(tracing::Level::DEBUG)
         .then(|| (request.method().clone(), request.uri().path().to_owned()));
+    let caller = auth::Caller::of(&state.config, request.headers());
     let mut response = if request.method() == Method::OPTIONS {
         preflight()
-    } else if !authorized(&state, &request) {
-        ApiError::Unauthorized.into_response()
+    } else if let Err(denied) = auth::authorize(&state.config, caller, endpoint(&request)) {
+        denied.into_response()
     } else {
         let _in_flight = InFlight::start(&state);
         next.run(request).await
@@ -146,32 +145,23 @@ fn preflight() -> Response {
         .into_response()
 }
 
-fn authorized(state: &AppState, request: &Request) -> bool {
-    let Some(token) = &state.config.auth_token else {
-        return true;
-    };
+/// What a request asks of the endpoints, before a handler looks at the
+/// streams it names.
+fn endpoint(request: &Request) -> auth::Access<'static> {
+    let path = request.uri().path();
     // The console page holds no data; its API calls carry the token.
-    if matches!(request.uri().path(), HEALTHZ | READYZ | console::PAGE) {
-        return true;
+    if matches!(path, HEALTHZ | READYZ | console::PAGE) {
+        return auth::Access::Open;
     }
-    bearer_is(request.headers(), token) || administrative(state, request.headers())
-}
-
-/// Whether the request carries the admin token.
-pub(crate) fn administrative(state: &AppState, headers: &HeaderMap) -> bool {
-    state
-        .config
-        .admin_token
-        .as_deref()
-        .is_some_and(|token| bearer_is(headers, token))
-}
-
-fn bearer_is(headers: &HeaderMap, token: &str) -> bool {
-    let sent = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    // No early exit on the first differing byte.
-    bool::from(sent.as_bytes().ct_eq(token.as_bytes()))
+    let acknowledges = request.method() == Method::POST
+        && handlers::reserved(path).is_some_and(|(_, rest)| {
+            rest.strip_prefix("subscriptions/")
+                .and_then(|rest| rest.split_once('/'))
+                .is_some_and(|(_, action)| matches!(action, "ack" | "release" | "callback"))
+        });
+    if acknowledges {
+        auth::Access::WakeToken
+    } else {
+        auth::Access::Endpoint
+    }
 }

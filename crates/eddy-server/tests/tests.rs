@@ -1,5 +1,6 @@
 //! Integration tests of `eddy-server`: one binary, one module per area.
 
+mod authorization;
 mod caching;
 mod compression;
 mod console;

@@ -238,3 +238,79 @@ async fn redirects_are_followed_to_permitted_addresses_only() {
     );
     server.stop().await.expect("stop");
 }
+
+/// Regression: with `--auth-token` on, a webhook's callback could never
+/// succeed — the server's bearer check and the callback's own token read
+/// the same `Authorization` header. The callback token alone is the
+/// receiver's credential (it holds no server token), and a wrong one is
+/// fenced.
+#[tokio::test]
+async fn with_auth_on_a_webhook_callback_acknowledges_with_its_own_token() {
+    let config = ServerConfig {
+        auth_token: Some("client".into()),
+        webhook_allowed_networks: vec!["127.0.0.1/32".parse().expect("network")],
+        ..ServerConfig::default()
+    };
+    let server = Server::bind(
+        ([127, 0, 0, 1], 0).into(),
+        Arc::new(MemoryStorage::new()),
+        config,
+    )
+    .await
+    .expect("bind")
+    .spawn();
+    let mut receiver = Receiver::start([127, 0, 0, 1], vec![Answer::Status(202)]).await;
+    let http = reqwest::Client::new();
+    let subscription = serde_json::json!({
+        "type": "webhook", "pattern": "events/*", "webhook": {"url": receiver.url},
+    });
+    let created = http
+        .put(format!("{}/__ds/subscriptions/hook", server.url()))
+        .bearer_auth("client")
+        .body(subscription.to_string())
+        .send()
+        .await
+        .expect("subscribe");
+    assert_eq!(created.status(), 201);
+    let written = http
+        .put(format!("{}/events/a", server.url()))
+        .bearer_auth("client")
+        .header("content-type", "application/json")
+        .body("[1]")
+        .send()
+        .await
+        .expect("write");
+    assert_eq!(written.status(), 201);
+    let notification = receiver.next().await;
+    let callback = notification["callback_url"]
+        .as_str()
+        .expect("a callback url");
+    let token = notification["callback_token"].as_str().expect("a token");
+    let ack = serde_json::json!({
+        "wake_id": notification["wake_id"],
+        "generation": notification["generation"],
+        "acks": [{"stream": "events/a", "offset": notification["streams"][0]["tail_offset"]}],
+        "done": true,
+    });
+    let stranger = http
+        .post(callback)
+        .bearer_auth("client")
+        .json(&ack)
+        .send()
+        .await
+        .expect("callback");
+    assert_eq!(
+        stranger.status(),
+        409,
+        "the server's token is not the wake's"
+    );
+    let acked = http
+        .post(callback)
+        .bearer_auth(token)
+        .json(&ack)
+        .send()
+        .await
+        .expect("callback");
+    assert_eq!(acked.status(), 200, "{:?}", acked.text().await);
+    server.stop().await.expect("stop");
+}

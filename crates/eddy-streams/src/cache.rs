@@ -185,6 +185,7 @@ impl Cache {
 }
 
 /// What the cache holds of a stream from some position on.
+#[cfg(feature = "postgres")]
 #[derive(Debug)]
 pub(crate) struct Held {
     /// The stream's key.
@@ -205,6 +206,7 @@ impl Cache {
     /// `start` on, stopping before their total passes `max_bytes` (at
     /// least one), if it holds the stream at `start`. The stream's head
     /// may have moved past [`Held::end`] since: the rest is the database's.
+    #[cfg(feature = "postgres")]
     pub fn from(&self, path: &str, start: u64, max_bytes: usize) -> Option<Held> {
         let mut inner = self.lock();
         let inner = &mut *inner;

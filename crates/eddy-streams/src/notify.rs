@@ -156,6 +156,7 @@ impl Notifier {
     }
 
     /// Whether anyone waits on `path`.
+    #[cfg(feature = "postgres")]
     pub(crate) fn is_watched(&self, path: &str) -> bool {
         self.streams().contains_key(path)
     }

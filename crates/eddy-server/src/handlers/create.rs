@@ -7,6 +7,7 @@ use axum::response::Response;
 use eddy_streams::{Expiry, Fork, Payload, StreamConfig, StreamPath, OCTET_STREAM};
 
 use super::{describe, put, read_body};
+use crate::auth::{self, Access, Caller, Operation};
 use crate::error::ApiError;
 use crate::parse;
 use crate::protocol;
@@ -23,6 +24,11 @@ pub(super) async fn create(
     let expiry = parse::expiry(headers)?;
     let content_type = parse::header(headers, header::CONTENT_TYPE)?;
     let fork = fork_request(headers)?;
+    if let Some(fork) = &fork {
+        let caller = Caller::of(&state.config, headers);
+        let source = Access::Stream(Operation::ForkFrom, fork.source.as_str());
+        auth::authorize(&state.config, caller, source)?;
+    }
     let body = read_body(state, body).await?;
     let slot = match state.streams.reserve(state.store.as_ref()).await {
         Ok(slot) => Some(slot),

@@ -14,6 +14,7 @@ use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode}
 use axum::response::{IntoResponse, Response};
 use eddy_streams::{Expiry, Offset, StreamInfo, StreamPath};
 
+use crate::auth::{self, Access, Caller, Operation};
 use crate::error::ApiError;
 use crate::parse;
 use crate::protocol;
@@ -53,16 +54,16 @@ async fn dispatch(state: AppState, request: Request) -> Result<Response, ApiErro
         .await);
     }
     let path = parse::stream_path(parts.uri.path())?;
-    let writes = matches!(parts.method, Method::PUT | Method::POST | Method::DELETE);
-    if writes
-        && path.as_str().starts_with(protocol::RESERVED_STREAM_PREFIX)
-        && !crate::router::administrative(&state, &parts.headers)
-    {
-        return Err(ApiError::Forbidden(format!(
-            "streams under `{}` are Eddy's own (projection checkpoints); only requests with the admin token may change them",
-            protocol::RESERVED_STREAM_PREFIX
-        )));
-    }
+    let operation = match parts.method {
+        Method::PUT | Method::POST | Method::DELETE => Operation::Write,
+        _ => Operation::Read,
+    };
+    let caller = Caller::of(&state.config, &parts.headers);
+    auth::authorize(
+        &state.config,
+        caller,
+        Access::Stream(operation, path.as_str()),
+    )?;
     match parts.method {
         Method::PUT => create::create(&state, &path, &parts.uri, &parts.headers, body).await,
         Method::POST => append::append(&state, &path, &parts.headers, body).await,

@@ -14,6 +14,7 @@ use super::wake::{self, Ack};
 use super::{
     registry, ActiveWake, Delivery, Link, Registry, Subscription, SubscriptionError, Watched,
 };
+use crate::auth::{self, Access, Caller, Operation};
 use crate::state::AppState;
 
 /// Answers a request for `<base_path>/__ds/<rest>`.
@@ -196,8 +197,6 @@ fn json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, SubscriptionEr
         .map_err(|e| SubscriptionError::bad_request(format!("bad JSON body: {e}")))
 }
 
-// Without webhooks, the headers (for the callback URLs' origin) go unused.
-#[cfg_attr(not(feature = "webhooks"), allow(unused_variables))]
 async fn create(
     state: &AppState,
     registry: &Arc<Registry>,
@@ -245,6 +244,15 @@ async fn create(
             )))
         }
     };
+    if let Delivery::PullWake { wake_stream } = &delivery {
+        // The server appends wake events to it on the caller's behalf.
+        let target = super::joined(base_path, wake_stream);
+        let caller = Caller::of(&state.config, headers);
+        let wake = Access::Stream(Operation::Wake, &target);
+        if let Err(denied) = auth::authorize(&state.config, caller, wake) {
+            return Ok(denied.into_response());
+        }
+    }
     if request.pattern.is_none() && request.streams.is_empty() {
         return Err(SubscriptionError::bad_request(
             "give a `pattern`, `streams`, or both",
@@ -318,12 +326,7 @@ async fn create(
 async fn tails(state: &AppState, base_path: &str, streams: &[String]) -> Vec<(String, Offset)> {
     let mut out = Vec::with_capacity(streams.len());
     for relative in streams {
-        let full = if base_path.is_empty() {
-            relative.clone()
-        } else {
-            format!("{base_path}/{relative}")
-        };
-        let tail = match StreamPath::new(full) {
+        let tail = match StreamPath::new(super::joined(base_path, relative)) {
             Ok(path) => state
                 .store
                 .head(&path)

@@ -128,14 +128,19 @@ struct Subscription {
     failures: u32,
 }
 
+/// The full store path of a path relative to a subscription's base.
+fn joined(base_path: &str, relative: &str) -> String {
+    if base_path.is_empty() {
+        relative.to_owned()
+    } else {
+        format!("{base_path}/{relative}")
+    }
+}
+
 impl Subscription {
     /// The full store path of a path relative to the base.
     fn full_path(&self, relative: &str) -> String {
-        if self.base_path.is_empty() {
-            relative.to_owned()
-        } else {
-            format!("{}/{relative}", self.base_path)
-        }
+        joined(&self.base_path, relative)
     }
 
     /// The path relative to the base, if the full path is under it.
