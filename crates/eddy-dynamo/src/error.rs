@@ -132,6 +132,20 @@ pub enum Error {
         /// The stream view type the record names, if any.
         view: String,
     },
+    /// A row write cannot fit one of DynamoDB's limits, however it is
+    /// split (a write splits between events, never inside one): nothing of
+    /// it was written. Not retryable.
+    #[error("row {row} cannot be written: {what} takes {size} bytes, over DynamoDB's limit of {limit}, and no split of the write fits it")]
+    LimitExceeded {
+        /// The row key.
+        row: String,
+        /// What is too large.
+        what: String,
+        /// Its size in bytes.
+        size: usize,
+        /// The limit: `400 KB per item`, `4 MB per transaction`.
+        limit: &'static str,
+    },
     /// A stream instance of a row waited for another instance of the same
     /// row that failed in the same write: with removal declared, a row's
     /// instances apply in fold order, and never a removal beside a failed
@@ -161,9 +175,10 @@ pub enum Error {
         /// Whether the first failure was retryable.
         retryable: bool,
     },
-    /// One row write would commit more outbox effects than a transaction
-    /// holds beside the row (99); nothing was written.
-    #[error("row {row} would commit {count} outbox effects in one write; a transaction holds at most 99 besides the row: produce fewer effects per event batch")]
+    /// One event of a row produces more outbox effects than a transaction
+    /// holds beside the row (99): an event's effects are never split, so
+    /// nothing was written. Not retryable.
+    #[error("row {row}: {count} outbox effects in one write, and a transaction holds at most 99 beside the row; a projection splits its writes between events, never inside one, so this event's effects cannot be written: produce fewer per event")]
     TooManyEffects {
         /// The row key.
         row: String,
@@ -193,6 +208,7 @@ impl Error {
             Error::TooManyEffects { .. } => "TooManyEffects",
             Error::Deferred { .. } => "Deferred",
             Error::MissingNewImage { .. } => "MissingNewImage",
+            Error::LimitExceeded { .. } => "LimitExceeded",
             Error::InstancesFailed { .. } => "InstancesFailed",
         }
     }
@@ -221,6 +237,7 @@ impl Error {
             | Error::CounterOverflow { .. }
             | Error::InvalidArgument(_)
             | Error::MissingNewImage { .. }
+            | Error::LimitExceeded { .. }
             | Error::TooManyEffects { .. } => false,
         }
     }

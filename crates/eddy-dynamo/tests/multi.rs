@@ -65,6 +65,11 @@ pub fn freight(t: &TestTable) -> Freight {
     Freight::new(t.table.clone()).unwrap()
 }
 
+/// The summary of a shipment, which must exist.
+pub async fn summary(f: &Freight, id: &str) -> ShipmentSummary {
+    f.summaries.get(&shipment(id)).await.unwrap().unwrap()
+}
+
 /// The raw item at a shipment's key.
 pub async fn raw(f: &Freight, id: &str) -> Option<Item> {
     let key = f.summaries.key(&shipment(id)).unwrap();
@@ -135,15 +140,7 @@ pub async fn three_sources_fold_into_one_row_with_a_checkpoint_each(t: TestTable
             ("weigh#sessionId=w-1".to_owned(), "1".to_owned()),
         ]
     );
-    assert_eq!(
-        f.summaries
-            .get(&shipment("sh-1"))
-            .await
-            .unwrap()
-            .unwrap()
-            .revision,
-        1
-    );
+    assert_eq!(summary(&f, "sh-1").await.revision, 1);
     let known = p.checkpoints(&shipment("sh-1")).await.unwrap();
     assert_eq!(known.len(), 3);
 
@@ -414,15 +411,7 @@ pub async fn one_instance_failure_is_its_own(t: TestTable) {
     .await;
     let out = p.apply_batch(bad).await.unwrap();
     assert!(!out[0].written && !out[0].is_applied());
-    assert_eq!(
-        f.summaries
-            .get(&shipment("sh-1"))
-            .await
-            .unwrap()
-            .unwrap()
-            .revision,
-        1
-    );
+    assert_eq!(summary(&f, "sh-1").await.revision, 1);
 }
 
 /// Regression (issue 25): when every instance of a row failed, nothing was

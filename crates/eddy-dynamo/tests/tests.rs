@@ -17,6 +17,7 @@ mod freight;
 #[cfg(all(feature = "aws", feature = "lambda"))]
 mod lambda_function;
 mod legacy;
+mod limits;
 #[cfg(feature = "aws")]
 mod moto;
 mod multi;

@@ -24,7 +24,8 @@ use crate::projection::{EffectCommit, PendingEffect};
 use crate::request::{Put, TableWrite};
 
 /// The most effects one row write commits: a transaction holds 100 items,
-/// one of which is the row.
+/// one of which is the row. A projection whose row has more writes it in
+/// parts, splitting between events.
 pub const MAX_EFFECTS_PER_WRITE: usize = 99;
 
 pub(crate) const ROW_SK: &str = "rowSk";

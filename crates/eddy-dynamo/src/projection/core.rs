@@ -15,20 +15,20 @@ use futures::StreamExt;
 
 use super::effects::EffectCommit;
 use super::fold::RowPlan;
+use super::limits::Limits;
 use super::options::{Mode, Removal, Revision};
+use super::repair::Repair;
 use super::slots::CheckpointSlots;
 use super::step::{EvolveError, Step};
+use super::write::{row_item, write_row, Fit};
 use super::{RecordFailure, RowOutcome};
-use crate::app_schema::ENTITY_ATTRIBUTE;
-use crate::condition::Condition;
 use crate::entity::Entity;
 use crate::error::{Error, TableError};
 use crate::event_item::{EventItem, StreamId, StreamIdentity};
-use crate::item::{n, s, AttributeValue, Item};
+use crate::item::{AttributeValue, Item};
 use crate::key_schema::TableSchema;
-use crate::outbox::{Deliver, MAX_EFFECTS_PER_WRITE};
-use crate::request::{Put, TableWrite, TransactWriteItem};
-use crate::tombstone::{is_tombstone, tombstone_marker, REVISION_NAME_ATTRIBUTE};
+use crate::outbox::Deliver;
+use crate::tombstone::is_tombstone;
 
 /// How an event folds into a row's state: `evolve` with the event bound.
 pub(crate) type Fold<M> = Arc<dyn Fn(M) -> Result<Step<M>, EvolveError> + Send + Sync>;
@@ -243,22 +243,56 @@ where
         &self,
         work: RowWork<M, K>,
     ) -> (RowOutcome<M>, Vec<RecordFailure>) {
-        // The row as the last failed condition returned it: no re-read.
+        self.drive(work, None).await
+    }
+
+    /// Reads, folds and writes one row until all its events are written (a
+    /// write over DynamoDB's limits takes a prefix, the next one the rest,
+    /// from the row it wrote), retrying lost races from the row the failed
+    /// condition returned. With `repair`, the events are the instances'
+    /// histories, read after the row, and read again after a lost race.
+    pub(crate) async fn drive(
+        &self,
+        mut work: RowWork<M, K>,
+        repair: Option<&Repair>,
+    ) -> (RowOutcome<M>, Vec<RecordFailure>) {
+        // The row as the last failed condition returned it, or as the last
+        // partial write left it: no re-read.
         let mut known: Option<Option<Item>> = None;
+        let mut fresh = matches!(repair, Some(Repair::Rebuild(_)));
+        let mut histories = repair.is_some();
+        let mut written: Option<RowOutcome<M>> = None;
+        let mut cap = None;
         let mut attempt = 0;
         loop {
             attempt += 1;
             let read = match self.read_row(&work, known.take()).await {
                 Ok(read) => read,
-                Err(e) => return self.row_failed(&work, None, e),
+                Err(e) => return after(written, self.row_failed(&work, None, e)),
             };
-            match self.attempt(&work, &read, false).await {
-                Ok(done) => return done,
+            if let (Some(how), true) = (repair, histories) {
+                match self.repair_events(&work, &read, how).await {
+                    Ok(events) => work.instances = events,
+                    Err(e) => return after(written, self.row_failed(&work, None, e)),
+                }
+                histories = false;
+            }
+            match self.attempt(&work, &read, fresh, &mut cap).await {
+                Ok(Written::Done(outcome, failures)) => return after(written, (outcome, failures)),
+                Ok(Written::More(outcome, item)) => {
+                    written = Some(match written {
+                        Some(earlier) => earlier.then(outcome),
+                        None => outcome,
+                    });
+                    known = Some(Some(item));
+                    (fresh, attempt) = (false, 0);
+                }
                 Err(lost) => {
                     if let Err(e) = self.lost_race(&work, attempt).await {
-                        return self.row_failed(&work, Some(*lost.plan), e);
+                        return after(written, self.row_failed(&work, Some(*lost.plan), e));
                     }
                     known = Some(lost.item);
+                    histories = repair.is_some();
                 }
             }
         }
@@ -278,14 +312,18 @@ where
         Ok(self.classify(item))
     }
 
-    /// Plans the row from `read` and writes it once. `fresh` plans from
-    /// `initial` with every checkpoint cleared (a rebuild), keeping only
-    /// the revision; the write is still conditioned on the row as read.
-    pub(crate) async fn attempt(
+    /// Plans the row from `read` and writes it once, as much of it as
+    /// DynamoDB's limits let one write hold (`cap`: the effect-producing
+    /// events a write took last time, a first guess for the next). `fresh`
+    /// plans from `initial` with every checkpoint cleared (a rebuild),
+    /// keeping only the revision; the write is still conditioned on the row
+    /// as read.
+    async fn attempt(
         &self,
         work: &RowWork<M, K>,
         read: &ReadRow,
         fresh: bool,
+        cap: &mut Option<usize>,
     ) -> Attempt<M> {
         let cleared;
         let from = match read {
@@ -297,28 +335,46 @@ where
             }
             read => read,
         };
-        let plan = match self.plan(work, from).await {
-            Ok(plan) => plan,
-            Err(e) => return Ok(self.row_failed(work, None, e)),
+        let mut limits = Limits {
+            refuse_new: None,
+            cap: *cap,
         };
-        if !plan.write {
-            return Ok(self.finish(work, plan, false));
-        }
-        let write = match self.row_write(work, &plan, read) {
-            Ok(write) => write,
-            Err(e) => return Ok(self.row_failed(work, Some(plan), e)),
+        let (plan, writes) = loop {
+            let plan = match self.plan(work, from, &limits).await {
+                Ok(plan) => plan,
+                Err(e) => return Ok(Written::from(self.row_failed(work, None, e))),
+            };
+            if !plan.write {
+                return Ok(Written::from(self.finish(work, plan, false)));
+            }
+            match self.fit(work, &plan, read, &limits) {
+                Ok(Fit::Writes(writes)) => break (plan, writes),
+                Ok(Fit::Again(tighter)) => limits = tighter,
+                Err(e) => return Ok(Written::from(self.row_failed(work, Some(plan), e))),
+            }
         };
-        match write_row(self.read_model.table().as_ref(), write).await {
+        *cap = limits.cap;
+        // Where the next write starts, when this one took a prefix.
+        let rest = if plan.cut {
+            row_item(&writes).cloned()
+        } else {
+            None
+        };
+        match write_row(self.read_model.table().as_ref(), writes).await {
             Ok(()) => {
                 crate::metrics::enqueued(self.read_model.entity_type(), plan.effects.len());
-                Ok(self.finish(work, plan, true))
+                let (outcome, failures) = self.finish(work, plan, true);
+                Ok(match rest {
+                    Some(item) => Written::More(outcome, item),
+                    None => Written::Done(outcome, failures),
+                })
             }
             // Without the row (a backend that does not return it), read again.
             Err(TableError::ConditionalCheckFailed { item }) => Err(LostRace {
                 item: item.map(|i| *i),
                 plan: Box::new(plan),
             }),
-            Err(e) => Ok(self.row_failed(work, Some(plan), e.into())),
+            Err(e) => Ok(Written::from(self.row_failed(work, Some(plan), e.into()))),
         }
     }
 
@@ -347,89 +403,6 @@ where
             }
             _ => ReadRow::Absent,
         }
-    }
-
-    /// The write of a planned row: its state (or its tombstone), its slots
-    /// as planned and the next revision, on the condition that the row is
-    /// still as read; with the outbox items of its effects.
-    pub(crate) fn row_write(
-        &self,
-        work: &RowWork<M, K>,
-        plan: &RowPlan<M>,
-        read: &ReadRow,
-    ) -> Result<Vec<TableWrite>, Error> {
-        let mut item = if plan.removed {
-            self.tombstone(&work.key)
-        } else {
-            self.read_model.to_item(&plan.state)?
-        };
-        if work
-            .key
-            .iter()
-            .any(|(name, value)| item.get(name) != Some(value))
-        {
-            return Err(Error::InvalidArgument(format!(
-                "projection {}: the row state must keep the key attributes of row {}",
-                self.name, work.id
-            )));
-        }
-        self.slots.copy(&plan.slots, &mut item);
-        let pk = self.read_model.table().schema().key.partition.name.clone();
-        let condition = match (read.item(), &self.revision) {
-            (None, _) => Condition::not_exists(pk),
-            (Some(_), Some(revision)) => match plan.revision_read {
-                Some(value) => Condition::eq(revision.field.clone(), n(value)),
-                None => Condition::exists(pk).and(Condition::absent(revision.field.clone())),
-            },
-            (Some(read), None) => Condition::exists(pk).and(self.slots.guard(read)),
-        };
-        if let (Some(revision), Some(next)) = (&self.revision, plan.revision) {
-            item.insert(revision.field.clone(), n(next));
-        }
-        let table = self.read_model.table().schema().name.clone();
-        let mut items = vec![TableWrite::new(table, Put::new(item).when(condition))];
-        if !plan.effects.is_empty() {
-            if plan.effects.len() > MAX_EFFECTS_PER_WRITE {
-                return Err(Error::TooManyEffects {
-                    row: work.id.clone(),
-                    count: plan.effects.len(),
-                });
-            }
-            let (Some(outbox), Some(revision)) = (&self.outbox, plan.revision) else {
-                return Err(Error::InvalidArgument(format!(
-                    "projection {} produced effects without an outbox and a revision",
-                    self.name
-                )));
-            };
-            items.extend(outbox.commit_items(&work.key, revision, &plan.effects)?);
-        }
-        Ok(items)
-    }
-
-    /// The tombstone of a removed row: its key and the marker; the slots
-    /// and revision are added like a row's.
-    fn tombstone(&self, key: &Item) -> Item {
-        let mut item = key.clone();
-        item.insert(
-            ENTITY_ATTRIBUTE.to_owned(),
-            s(tombstone_marker(self.read_model.entity_type())),
-        );
-        if let Some(revision) = &self.revision {
-            // So a plain `Entity::create` over the tombstone moves it.
-            item.insert(
-                REVISION_NAME_ATTRIBUTE.to_owned(),
-                s(revision.field.clone()),
-            );
-        }
-        let ttl = self.removal.as_ref().and_then(|r| r.ttl);
-        let attribute = self.read_model.table().schema().ttl_attribute.clone();
-        if let (Some(ttl), Some(attribute)) = (ttl, attribute) {
-            let expires = chrono::Utc::now()
-                .timestamp()
-                .saturating_add(ttl.as_secs() as i64);
-            item.insert(attribute, n(expires));
-        }
-        item
     }
 
     /// The outcome of a row that was written (or had nothing to write), and
@@ -495,6 +468,35 @@ where
     }
 }
 
+/// What one planned write of a row came to.
+pub(crate) enum Written<M> {
+    /// The row's outcome (written, nothing to write, or failed) and the
+    /// batch positions it did not cover.
+    Done(RowOutcome<M>, Vec<RecordFailure>),
+    /// A write over DynamoDB's limits took a prefix: its outcome, and the
+    /// row item it wrote, where the next write starts.
+    More(RowOutcome<M>, Item),
+}
+
+impl<M> From<(RowOutcome<M>, Vec<RecordFailure>)> for Written<M> {
+    fn from((outcome, failures): (RowOutcome<M>, Vec<RecordFailure>)) -> Self {
+        Written::Done(outcome, failures)
+    }
+}
+
+/// The last write's outcome after the earlier ones (a row written in
+/// parts); the failures are the last one's, which covers what the earlier
+/// ones wrote.
+fn after<M>(
+    written: Option<RowOutcome<M>>,
+    (last, failures): (RowOutcome<M>, Vec<RecordFailure>),
+) -> (RowOutcome<M>, Vec<RecordFailure>) {
+    match written {
+        Some(earlier) => (earlier.then(last), failures),
+        None => (last, failures),
+    }
+}
+
 /// A planned write of a row that another writer got to first.
 pub(crate) struct LostRace<M> {
     /// The row as it is now, when the backend returned it.
@@ -503,9 +505,8 @@ pub(crate) struct LostRace<M> {
     pub plan: Box<RowPlan<M>>,
 }
 
-/// What one planned write of a row came to: the row's outcome (written,
-/// nothing to write, or failed), or a lost race.
-pub(crate) type Attempt<M> = Result<(RowOutcome<M>, Vec<RecordFailure>), LostRace<M>>;
+/// What one planned write of a row came to, or a lost race.
+pub(crate) type Attempt<M> = Result<Written<M>, LostRace<M>>;
 
 /// What a read found at a row's key.
 pub(crate) enum ReadRow {
@@ -532,33 +533,6 @@ impl ReadRow {
             ReadRow::Row(item) => Some(item),
             _ => None,
         }
-    }
-}
-
-/// Writes a row: one `PutItem`, or one `TransactWriteItems` with its outbox
-/// items, where a failed condition on the row (the first item) is a lost
-/// race like a failed `PutItem`.
-async fn write_row(
-    table: &dyn crate::table::Table,
-    items: Vec<TableWrite>,
-) -> Result<(), TableError> {
-    if let [TableWrite {
-        item: TransactWriteItem::Put(put),
-        ..
-    }] = items.as_slice()
-    {
-        return table.put_item(put.clone()).await;
-    }
-    // The outbox items may be in another table of the row table's database.
-    match table.transact_write_tables(items).await {
-        Err(TableError::TransactionCanceled { mut reasons })
-            if reasons.first().is_some_and(|r| r.is_condition_failure()) =>
-        {
-            Err(TableError::ConditionalCheckFailed {
-                item: reasons.swap_remove(0).item.map(Box::new),
-            })
-        }
-        other => other,
     }
 }
 

@@ -5,6 +5,7 @@
 
 use super::core::{Bound, OnFailure, Pending, ReadRow, RowCore, RowWork, Source};
 use super::effects::{EffectEvent, PendingEffect};
+use super::limits::{Limits, ITEM_LIMIT};
 use super::options::Mode;
 use super::slots::read_counter;
 use super::step::Step;
@@ -34,6 +35,10 @@ pub(crate) struct RowPlan<M> {
     /// Whether there is anything to write: some checkpoint moved, and the
     /// row exists or an event was applied (rejections alone create no row).
     pub write: bool,
+    /// The fold stopped at the limits' cap: events wait for the next write.
+    pub cut: bool,
+    /// An instance without a checkpoint in the row got one.
+    pub new_slots: bool,
 }
 
 impl<M> RowPlan<M> {
@@ -71,6 +76,11 @@ struct Folding<M> {
     /// How many removals were applied.
     removals: usize,
     effects: Vec<PendingEffect>,
+    /// How many applied events produced effects, and how many may.
+    effectful: usize,
+    cap: Option<usize>,
+    /// The fold stopped at the cap: the rest waits for the next write.
+    cut: bool,
 }
 
 /// The first instance of a row that failed in a write, which the instances
@@ -125,6 +135,7 @@ where
         &self,
         work: &RowWork<M, K>,
         read: &ReadRow,
+        limits: &Limits,
     ) -> Result<RowPlan<M>, Error> {
         let read_state = read
             .row()
@@ -143,10 +154,10 @@ where
                 })?,
             }),
         };
-        let mut row = self.folding(work, &read_state);
+        let mut row = self.folding(work, &read_state, limits);
         let mut slots = read.item().cloned().unwrap_or_default();
         let (mut instances, mut checkpoints_read) = (Vec::new(), Vec::new());
-        let (mut moved, mut applied) = (false, false);
+        let (mut moved, mut applied, mut new_slots) = (false, false, false);
         // With removal declared, the first failed instance: the instances
         // after it in fold order wait for it.
         let holds_back = self.removal.is_some() && self.on_failure == OnFailure::DropInstance;
@@ -154,10 +165,29 @@ where
         for ((source, instance), events) in &work.instances {
             let src = &self.sources[*source];
             let mut outcome = InstanceOutcome::new(src.name(), instance.clone(), 0);
-            let checkpoint = match self.slots.read(&slots, src.name(), instance, &work.id) {
+            let read_slot = self
+                .slots
+                .read(&slots, src.name(), instance, &work.id)
+                .and_then(|checkpoint| match (checkpoint, limits.refuse_new) {
+                    (None, Some(size)) => Err(Error::LimitExceeded {
+                        row: work.id.clone(),
+                        what: format!(
+                            "the row item with a checkpoint for stream instance {instance} of source {}, which it has none of yet",
+                            src.name()
+                        ),
+                        size,
+                        limit: ITEM_LIMIT,
+                    }),
+                    (checkpoint, _) => Ok(checkpoint),
+                });
+            let is_new = matches!(read_slot, Ok(None));
+            let checkpoint = match read_slot {
                 Ok(checkpoint) => checkpoint.unwrap_or(0),
                 Err(e) => {
-                    if holds_back && failed.is_none() {
+                    // An instance refused for a full row never applies: no
+                    // order to keep, nothing to wait for.
+                    let refused = matches!(e, Error::LimitExceeded { .. });
+                    if holds_back && failed.is_none() && !refused {
                         failed = Some(Failed::of(instance, &e));
                     }
                     outcome.failure = Some(e);
@@ -171,6 +201,11 @@ where
             checkpoints_read.push(checkpoint);
             if let Some(first) = &failed {
                 outcome.failure = Some(first.deferring(instance));
+                instances.push(outcome);
+                continue;
+            }
+            if row.cut {
+                // Past the write's limits: the next write takes it.
                 instances.push(outcome);
                 continue;
             }
@@ -209,6 +244,7 @@ where
                 self.slots
                     .record(&mut slots, src.name(), instance, outcome.checkpoint);
                 moved = true;
+                new_slots |= is_new;
             }
             applied |= !outcome.applied.is_empty();
             instances.push(outcome);
@@ -224,9 +260,9 @@ where
                     outcome.checkpoint = *checkpoint;
                 }
             }
-            row = self.folding(work, &read_state);
+            row = self.folding(work, &read_state, limits);
             slots = read.item().cloned().unwrap_or_default();
-            (moved, applied) = (false, false);
+            (moved, applied, new_slots) = (false, false, false);
         }
         Ok(RowPlan {
             write: moved && (read.row().is_some() || applied),
@@ -239,11 +275,13 @@ where
             instances,
             checkpoints_read,
             effects: row.effects,
+            cut: row.cut,
+            new_slots,
         })
     }
 
     /// The fold's start: the row as read, or `initial` when there is none.
-    fn folding(&self, work: &RowWork<M, K>, read_state: &Option<M>) -> Folding<M> {
+    fn folding(&self, work: &RowWork<M, K>, read_state: &Option<M>, limits: &Limits) -> Folding<M> {
         Folding {
             state: match read_state {
                 Some(state) => state.clone(),
@@ -252,6 +290,9 @@ where
             removed: false,
             removals: 0,
             effects: Vec::new(),
+            effectful: 0,
+            cap: limits.cap,
+            cut: false,
         }
     }
 
@@ -296,6 +337,7 @@ where
                     outcome.rejected.push(version);
                     outcome.checkpoint = version;
                 }
+                Decided::Cut => break,
             }
         }
         Ok(())
@@ -332,6 +374,12 @@ where
                 Decided::Rejected => {
                     outcome.rejected.insert(0, event.version);
                     newest_rejected.get_or_insert(event.version);
+                }
+                // Nothing of the instance in this write: never an older
+                // event in place of the newest.
+                Decided::Cut => {
+                    clear(outcome);
+                    return Ok(());
                 }
             }
         }
@@ -371,7 +419,15 @@ where
             }
         };
         if let Some(effects) = &bound.effects {
-            for payload in effects(next.as_ref())? {
+            let payloads = effects(next.as_ref())?;
+            if !payloads.is_empty() {
+                if row.cap == Some(row.effectful) {
+                    row.cut = true;
+                    return Ok(Decided::Cut);
+                }
+                row.effectful += 1;
+            }
+            for payload in payloads {
                 row.effects.push(PendingEffect {
                     source: src.name().to_owned(),
                     stream_id: instance.clone(),
@@ -478,6 +534,8 @@ enum Decided {
     Applied,
     Skipped,
     Rejected,
+    /// Not folded: the write is full, the next one takes it.
+    Cut,
 }
 
 /// The outbox's view of an applied event: used by sources to bind effects.

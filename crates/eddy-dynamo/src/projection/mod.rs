@@ -4,9 +4,10 @@
 //! - `step.rs`: what `evolve` returns ([`Step`]) and its typed failure
 //!   ([`EvolveError`]).
 //! - `options.rs`: [`Mode`], [`Revision`], [`Removal`].
-//! - `core.rs` + `fold.rs`: the row core, shared by every kind of
-//!   projection: per row, one read, every (source, instance) folded in a
-//!   fixed order, one guarded write.
+//! - `core.rs` + `fold.rs` + `write.rs`: the row core, shared by every kind
+//!   of projection: per row, one read, every (source, instance) folded in a
+//!   fixed order, one guarded write (several when DynamoDB's limits,
+//!   `limits.rs`, cannot hold it in one).
 //! - `slots.rs`: where a row keeps its instances' checkpoints;
 //!   `slot_map.rs`: the multi-source layout ([`Checkpoints`]).
 //! - `effects.rs`: the outbox seam ([`EffectCommit`], [`PendingEffect`]).
@@ -18,6 +19,7 @@
 mod core;
 mod effects;
 mod fold;
+mod limits;
 mod multi;
 mod options;
 mod outcome;
@@ -26,6 +28,7 @@ mod single;
 mod slot_map;
 mod slots;
 mod step;
+mod write;
 
 pub use self::effects::{EffectCommit, EffectEvent, PendingEffect};
 pub use self::multi::{MultiProjection, MultiProjectionBuilder, SourceBuilder, SourceContext};

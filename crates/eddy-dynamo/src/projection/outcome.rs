@@ -121,6 +121,44 @@ impl<M> RowOutcome<M> {
         }
     }
 
+    /// This outcome followed by a later write of the same row (a row
+    /// written in parts): what both applied, and where the later one left
+    /// the row and each instance. Instances are in the same order in both
+    /// (one row's work); versions the earlier write applied are not
+    /// reported as delivered again.
+    pub(crate) fn then(self, later: RowOutcome<M>) -> RowOutcome<M> {
+        let mut instances = self.instances;
+        for (earlier, later) in instances.iter_mut().zip(later.instances) {
+            earlier.applied.extend(later.applied);
+            earlier.rejected.extend(later.rejected);
+            earlier.superseded.extend(later.superseded);
+            for version in later.skipped {
+                if !earlier.skipped.contains(&version) {
+                    earlier.skipped.push(version);
+                }
+            }
+            earlier.checkpoint = later.checkpoint;
+            earlier.failure = later.failure;
+        }
+        let (revision, removed, state) = if later.written {
+            (later.revision, later.removed, later.state)
+        } else {
+            (self.revision, self.removed, self.state)
+        };
+        RowOutcome {
+            projection: self.projection,
+            key: self.key,
+            instances,
+            revision,
+            written: self.written || later.written,
+            removed,
+            enqueued: self.enqueued + later.enqueued,
+            state,
+            failure: later.failure,
+            delivery: None,
+        }
+    }
+
     /// The same outcome with the state mapped.
     pub(crate) fn map_state<N>(self, map: impl FnOnce(M) -> Option<N>) -> RowOutcome<N> {
         RowOutcome {

@@ -129,36 +129,33 @@ where
     async fn repair(&self, row: K, how: Repair) -> Result<RowOutcome<M>, Error> {
         let key = self.read_model.key(&row)?;
         let id = super::core::row_id(self.read_model.table().schema(), &key);
-        let mut work = RowWork {
+        let work = RowWork {
             key,
             id,
             row,
             instances: BTreeMap::new(),
         };
-        let mut known: Option<Option<Item>> = None;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let read = self.read_row(&work, known.take()).await?;
-            let from = match &how {
-                Repair::Rebuild(named) => named.iter().map(|(at, i)| (*at, i.clone(), 0)).collect(),
-                Repair::CatchUp => self.known_instances(&read, &work.id)?,
-            };
-            work.instances = self.events_of(&work, from).await?;
-            let fresh = matches!(how, Repair::Rebuild(_));
-            match self.attempt(&work, &read, fresh).await {
-                Ok((outcome, _)) => {
-                    return match outcome.failure {
-                        Some(e) => Err(e),
-                        None => Ok(outcome),
-                    }
-                }
-                Err(lost) => {
-                    self.lost_race(&work, attempt).await?;
-                    known = Some(lost.item);
-                }
-            }
+        let (outcome, _) = self.drive(work, Some(&how)).await;
+        match outcome.failure {
+            Some(e) => Err(e),
+            None => Ok(outcome),
         }
+    }
+
+    /// The events a repair folds, read after the row: the named instances'
+    /// whole histories (rebuild), or each known instance's from its
+    /// checkpoint in the row as read (catch-up).
+    pub(crate) async fn repair_events(
+        &self,
+        work: &RowWork<M, K>,
+        read: &ReadRow,
+        how: &Repair,
+    ) -> Result<BTreeMap<(usize, StreamId), Vec<Pending<M>>>, Error> {
+        let from = match how {
+            Repair::Rebuild(named) => named.iter().map(|(at, i)| (*at, i.clone(), 0)).collect(),
+            Repair::CatchUp => self.known_instances(read, &work.id)?,
+        };
+        self.events_of(work, from).await
     }
 
     /// Each instance's stored events above its `from` that are keyed to
