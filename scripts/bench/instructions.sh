@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Instructions per request of `eddy serve` (memory storage, or STORAGE) for /healthz and
-# for single-message appends, counted by valgrind's callgrind: the same
+# Instructions per request of `eddy serve` (memory storage, or STORAGE) for /healthz,
+# for single-message appends and for catch-up reads of one historical chunk
+# (its own offset, 16 messages of 1 KiB), counted by valgrind's callgrind: the same
 # figure for the same binary whatever else the machine does, so a change of
 # a few hundred instructions per request shows where wrk's req/s cannot
 # (they move ±5 % from run to run on a shared VM). Kernel time is not
@@ -36,10 +37,18 @@ measure() { # binary -> prints "label healthz_ir append_ir difference"
   server=$!
   for _ in $(seq 1 200); do curl -fsS -o /dev/null "http://127.0.0.1:$port/healthz" 2>/dev/null && break; sleep 0.2; done
   curl -fsS -o /dev/null -X PUT -H 'content-type: text/plain' "http://127.0.0.1:$port/bench/append"
+  # A stream whose first chunk (16 KiB) ends before its tail: its read is
+  # historical. Its URL is the one `-1` leads to (the stream's own offset
+  # since incarnations; `-1` itself before them).
+  curl -fsS -o /dev/null -X PUT -H 'content-type: application/json' "http://127.0.0.1:$port/bench/read"
+  local body; body="$(python3 -c 'print("[" + ",".join("\"%s\"" % ("x" * 1022) for _ in range(64)) + "]")')"
+  curl -fsS -o /dev/null -X POST -H 'content-type: application/json' --data-binary "$body" "http://127.0.0.1:$port/bench/read"
+  local chunk; chunk="$(curl -fsSL -o /dev/null -H 'eddy-max-bytes: 16384' -w '%{url_effective}' "http://127.0.0.1:$port/bench/read?offset=-1")"
   local figures=()
-  for route in healthz append; do
+  for route in healthz append read; do
     local url="http://127.0.0.1:$port/healthz" script=()
     if [ "$route" = append ]; then url="http://127.0.0.1:$port/bench/append"; script=(-s "$here/append.lua"); fi
+    if [ "$route" = read ]; then url="$chunk"; script=(-H 'eddy-max-bytes: 16384'); fi
     wrk -t1 -c8 -d2s "${script[@]}" "$url" >/dev/null # warm up
     callgrind_control -z "$server" >/dev/null 2>&1
     local requests; requests="$(wrk -t1 -c8 -d"${seconds}s" "${script[@]}" "$url" | awk '/requests in/ {print $1}')"
@@ -49,9 +58,9 @@ measure() { # binary -> prints "label healthz_ir append_ir difference"
     figures+=("$((ir / requests))")
   done
   kill "$server"; wait "$server" 2>/dev/null || true; server=""
-  printf '%-28s %12s %12s %12s\n' "$label" "${figures[0]}" "${figures[1]}" "$((figures[1] - figures[0]))"
+  printf '%-28s %12s %12s %12s %12s\n' "$label" "${figures[0]}" "${figures[1]}" "$((figures[1] - figures[0]))" "${figures[2]}"
 }
 
-printf '%-28s %12s %12s %12s\n' "instructions per request ($storage)" "/healthz" "append" "difference"
+printf '%-28s %12s %12s %12s %12s\n' "instructions per request ($storage)" "/healthz" "append" "difference" "read"
 [ $# -gt 0 ] && measure "$1"
 measure "$CARGO_TARGET_DIR/release/eddy"

@@ -624,3 +624,43 @@ async fn with_the_console_off_its_page_path_names_a_stream() {
     // (Its bindings path is under `/_eddy/`, which is never a stream's.)
     assert_names_a_stream(&app, "/console").await;
 }
+
+/// Regression: `eddy serve` printed its address, and a browser that
+/// opened it got `{"code":"path/invalid",…}`. A request for HTML at the
+/// root is sent to the console; an API client still learns that `/`
+/// names no stream; with the console off nothing changes.
+#[tokio::test]
+async fn a_browser_at_the_root_lands_on_the_console() {
+    let browser = || {
+        req("GET", "/")
+            .header("accept", "text/html,application/xhtml+xml,*/*;q=0.8")
+            .body(Body::empty())
+            .expect("request")
+    };
+    let app = router(fast());
+    let (landed, _) = send_raw(&app, browser()).await;
+    assert_eq!(landed.status(), StatusCode::SEE_OTHER);
+    assert_eq!(header(&landed, "location"), Some("/console"));
+    let (page, body) = send_empty(&app, "GET", "/console").await;
+    assert_eq!(page.status(), StatusCode::OK);
+    assert!(
+        body.contains("<html") || body.contains("<!doctype"),
+        "{body}"
+    );
+    let (api, _) = send(
+        &app,
+        req("GET", "/")
+            .header("accept", "application/json")
+            .body(Body::empty())
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(header(&api, "eddy-error"), Some("path/invalid"));
+
+    let off = router(ServerConfig {
+        console: false,
+        ..fast()
+    });
+    let (not_served, _) = send_raw(&off, browser()).await;
+    assert_eq!(header(&not_served, "eddy-error"), Some("path/invalid"));
+}

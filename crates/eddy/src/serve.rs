@@ -443,7 +443,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         scheme = "https";
     }
     tracing::info!(address = %server.local_addr(), storage = ?args.storage, scheme, "eddy serve is listening");
-    println!("listening on {scheme}://{}", server.local_addr());
+    let address = format!("{scheme}://{}", server.local_addr());
+    if args.no_console {
+        println!("listening on {address}");
+    } else {
+        println!("listening on {address} (console: {address}/console)");
+    }
     server.run_until(stop).await?;
     drop(store);
     tracing::info!("eddy serve stopped");

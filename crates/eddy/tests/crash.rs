@@ -56,6 +56,7 @@ pub(crate) fn serve_with(binary: &Path, args: &[&str], env: &[(&str, &str)]) -> 
     let url = line
         .trim()
         .strip_prefix("listening on ")
+        .and_then(|rest| rest.split_whitespace().next())
         .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
         .to_owned();
     (child, url)

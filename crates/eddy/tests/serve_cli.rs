@@ -20,6 +20,7 @@ fn start(command: &mut Command) -> (Child, String) {
     let url = line
         .trim()
         .strip_prefix("listening on ")
+        .and_then(|rest| rest.split_whitespace().next())
         .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
         .to_owned();
     (child, url)
@@ -249,6 +250,44 @@ async fn sighup_reloads_the_tls_certificate() {
     );
     assert!(!trusted_by(&old_pem, addr).await, "the old one is not");
 
+    child.kill().expect("kill");
+    let _ = child.wait();
+}
+
+/// The first page a newcomer sees: the start-up line names the console's
+/// address, and a browser that opens the address it prints lands there.
+#[tokio::test]
+async fn the_start_up_line_names_the_console_and_the_address_opens_it() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_eddy"))
+        .args(["serve", "--storage", "memory", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start eddy serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read the listening line");
+    let (address, console) = line
+        .trim()
+        .strip_prefix("listening on ")
+        .and_then(|rest| rest.split_once(" (console: "))
+        .and_then(|(address, rest)| Some((address, rest.strip_suffix(')')?)))
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+    assert_eq!(console, format!("{address}/console"));
+    let page = reqwest::Client::new()
+        .get(address)
+        .header("accept", "text/html")
+        .send()
+        .await
+        .expect("open the address");
+    assert_eq!(page.status().as_u16(), 200);
+    assert_eq!(page.url().path(), "/console");
+    assert!(page
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/html")));
     child.kill().expect("kill");
     let _ = child.wait();
 }

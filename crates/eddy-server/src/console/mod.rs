@@ -10,9 +10,9 @@
 //! `ServerConfig::console` (`eddy serve --no-console`) turns both routes
 //! off.
 
-use axum::extract::State;
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use axum::Router;
 
@@ -25,19 +25,45 @@ pub(crate) const BINDINGS: &str = "/_eddy/bindings";
 
 const HTML: &str = include_str!("console.html");
 
+/// The server's root: a browser that opens the address `eddy serve`
+/// prints lands on the console.
+pub(crate) const ROOT: &str = "/";
+
 /// The console's routes, when the configuration turns it on.
 pub(crate) fn routes(state: &AppState) -> Router<AppState> {
     if !state.config.console {
         return Router::new();
     }
     Router::new()
+        .route(ROOT, get(root))
         .route(PAGE, get(page))
         .route(BINDINGS, get(bindings))
 }
 
 /// Whether `path` is one of the console's (for the metrics' route class).
 pub(crate) fn serves(path: &str) -> bool {
-    path == PAGE || path == BINDINGS
+    path == PAGE || path == BINDINGS || path == ROOT
+}
+
+/// `GET /`: a browser (a request that asks for HTML) is sent to the
+/// console; anything else gets what the stream handler answers for `/`,
+/// which names no stream.
+async fn root(state: State<AppState>, request: Request) -> Response {
+    if asks_for_html(request.headers()) {
+        Redirect::to(PAGE).into_response()
+    } else {
+        crate::handlers::stream(state, request).await
+    }
+}
+
+/// Whether the `Accept` header names HTML, as a browser's navigation does.
+fn asks_for_html(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|media| media.trim().starts_with("text/html"))
 }
 
 async fn page() -> Response {
