@@ -150,12 +150,58 @@ impl Cache {
                 Change::Removed { key } => inner.remove(key),
             }
         }
-        for key in touched {
-            if inner.streams.get(&key).is_some_and(|e| e.record.is_none()) {
-                inner.remove(key);
+        for key in &touched {
+            if inner.streams.get(key).is_some_and(|e| e.record.is_none()) {
+                inner.remove(*key);
             }
         }
-        inner.trim(self.budget);
+        inner.trim(&touched, self.budget);
+    }
+
+    /// Learns messages a read took from the database: positions `first..`
+    /// of the stream `key` at `path`. They were committed, so they never
+    /// change: they join what the cache holds of the stream where the two
+    /// runs meet or overlap, and stand alone where it holds nothing; a run
+    /// apart from the one held is left out. (PostgreSQL's reads fill the
+    /// cache so, since its writer only knows what this process wrote.)
+    pub fn fill(&self, key: i64, path: &str, first: u64, messages: Vec<Bytes>) {
+        if messages.is_empty() {
+            return;
+        }
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        inner.reads += 1;
+        let used = inner.reads;
+        let entry = inner.entry(key, path.to_owned());
+        entry.used = used;
+        let end = first + messages.len() as u64;
+        let added = if entry.messages.is_empty() {
+            entry.first = first;
+            let added: usize = messages.iter().map(Bytes::len).sum();
+            entry.messages.extend(messages);
+            added
+        } else if first <= entry.end() && end >= entry.first {
+            let (held_first, held_end) = (entry.first, entry.end());
+            let mut added = 0;
+            // Before the held run, newest first so each goes to the front.
+            let before = usize::try_from(held_first.saturating_sub(first)).unwrap_or(0);
+            for message in messages[..before].iter().rev() {
+                added += message.len();
+                entry.messages.push_front(message.clone());
+            }
+            entry.first = entry.first.min(first);
+            let after = usize::try_from(held_end.saturating_sub(first)).unwrap_or(usize::MAX);
+            for message in messages.iter().skip(after) {
+                added += message.len();
+                entry.messages.push_back(message.clone());
+            }
+            added
+        } else {
+            0
+        };
+        entry.bytes += added;
+        inner.bytes += added;
+        inner.trim(&[key], self.budget);
     }
 
     /// Whether the cached stream at `path` holds JSON, if the cache knows.
@@ -255,11 +301,17 @@ impl Inner {
         }
     }
 
-    /// Keeps each stream under an eighth of the budget and the whole under
-    /// the budget and [`MAX_STREAMS`], dropping the least recently used.
-    fn trim(&mut self, budget: usize) {
+    /// Keeps each stream of `touched` (the only ones that grew) under an
+    /// eighth of the budget, and the whole under the budget and
+    /// [`MAX_STREAMS`]: past either, the least recently used streams go,
+    /// down to seven eighths of it, so that a cache at its bound does not
+    /// look through every stream on every commit.
+    fn trim(&mut self, touched: &[i64], budget: usize) {
         let per_stream = budget / 8;
-        for entry in self.streams.values_mut() {
+        for key in touched {
+            let Some(entry) = self.streams.get_mut(key) else {
+                continue;
+            };
             while entry.bytes > per_stream {
                 let Some(message) = entry.messages.pop_front() else {
                     break;
@@ -269,16 +321,112 @@ impl Inner {
                 self.bytes -= message.len();
             }
         }
-        while self.bytes > budget || self.streams.len() > MAX_STREAMS {
-            let oldest = self
-                .streams
-                .iter()
-                .min_by_key(|(_, e)| e.used)
-                .map(|(k, _)| *k);
-            match oldest {
-                Some(key) => self.remove(key),
-                None => break,
-            }
+        if self.bytes <= budget && self.streams.len() <= MAX_STREAMS {
+            return;
         }
+        let mut by_use: Vec<(u64, i64)> = self.streams.iter().map(|(k, e)| (e.used, *k)).collect();
+        by_use.sort_unstable();
+        for (_, key) in by_use {
+            if self.bytes <= budget / 8 * 7 && self.streams.len() <= MAX_STREAMS / 8 * 7 {
+                break;
+            }
+            self.remove(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::Head;
+    use crate::StreamConfig;
+
+    fn messages(range: Range<u64>) -> Vec<Bytes> {
+        range.map(|n| Bytes::from(format!("m{n}"))).collect()
+    }
+
+    fn written(key: i64, first: u64, count: u64) -> Vec<Change> {
+        let mut head = Head::new(StreamConfig::json(), 1);
+        head.count = first + count;
+        vec![
+            Change::Messages {
+                key,
+                path: "p".into(),
+                first,
+                messages: messages(first..first + count),
+            },
+            Change::Record {
+                key,
+                path: "p".into(),
+                record: StreamRecord::new(head, None, 0),
+            },
+        ]
+    }
+
+    fn held(cache: &Cache, start: u64) -> Option<(Vec<Bytes>, u64)> {
+        cache
+            .from("p", start, usize::MAX)
+            .map(|held| (held.messages, held.end))
+    }
+
+    #[test]
+    fn reads_fill_the_cache_around_what_the_writer_put_there() {
+        let cache = Cache::new(1 << 20);
+        cache.apply(written(1, 10, 5));
+        assert_eq!(held(&cache, 10), Some((messages(10..15), 15)));
+        assert_eq!(held(&cache, 3), None, "nothing before 10 yet");
+        // A read of 3..12 meets the run: it starts at 3 now.
+        cache.fill(1, "p", 3, messages(3..12));
+        assert_eq!(held(&cache, 3), Some((messages(3..15), 15)));
+        // A read past the end (another process's appends) extends it.
+        cache.fill(1, "p", 14, messages(14..18));
+        assert_eq!(held(&cache, 0), None);
+        assert_eq!(held(&cache, 3), Some((messages(3..18), 18)));
+        // A run apart from the one held is left out.
+        cache.fill(1, "p", 30, messages(30..32));
+        assert_eq!(held(&cache, 30), None);
+        assert_eq!(held(&cache, 17), Some((messages(17..18), 18)));
+        // The writer's next append after another process's starts over.
+        cache.apply(written(1, 20, 1));
+        assert_eq!(held(&cache, 17), None);
+        assert_eq!(held(&cache, 20), Some((messages(20..21), 21)));
+        // A stream created again at the path is another key.
+        cache.fill(2, "p", 0, messages(0..2));
+        assert_eq!(cache.from("p", 0, usize::MAX).map(|h| h.key), Some(2));
+    }
+
+    #[test]
+    fn the_cache_keeps_to_its_budget_dropping_the_least_read_streams() {
+        let cache = Cache::new(8 * 1024);
+        for key in 0..100 {
+            cache.fill(
+                key,
+                &format!("s{key}"),
+                0,
+                vec![Bytes::from(vec![b'x'; 256])],
+            );
+            // Stream 0 is read all along.
+            assert!(cache.from("s0", 0, usize::MAX).is_some(), "after {key}");
+        }
+        let inner = cache.lock();
+        assert!(inner.bytes <= 8 * 1024);
+        assert_eq!(
+            inner.bytes,
+            inner.streams.values().map(|e| e.bytes).sum::<usize>()
+        );
+        assert!(inner.streams.contains_key(&99), "the newest stays");
+        drop(inner);
+        // One stream keeps at most an eighth of the budget, its latest.
+        cache.fill(
+            200,
+            "big",
+            0,
+            (0..20).map(|_| Bytes::from(vec![b'y'; 100])).collect(),
+        );
+        let held = cache.from("big", 0, usize::MAX);
+        assert!(held.is_none(), "its first messages went");
+        let held = cache.from("big", 11, usize::MAX).expect("its latest stay");
+        assert_eq!(held.end, 20);
+        assert!(held.bytes <= 1024);
     }
 }

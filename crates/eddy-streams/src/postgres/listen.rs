@@ -174,6 +174,8 @@ async fn relay(mut listener: PgListener, wiring: &Wiring) {
             Ok(Some(notification)) => {
                 let mut watched = Vec::new();
                 for heard in parse(notification.payload(), wiring.instance) {
+                    let (Heard::Committed(Committed { path, .. }) | Heard::Deleted(path)) = &heard;
+                    wiring.stale.mark(path);
                     match heard {
                         Heard::Committed(committed) => {
                             if notifier.is_watched(&committed.path) {

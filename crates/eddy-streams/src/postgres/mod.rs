@@ -241,6 +241,7 @@ impl PgStorage {
             reads: Arc::new(reads),
             cache: Arc::new(Cache::new(options.cache_bytes)),
             notice_prefix: listen::notice_prefix(instance),
+            stale: Arc::default(),
         };
         let wiring = Arc::new(wiring);
         let listener = tokio::spawn(listen::run(listener, listen_pool, Arc::clone(&wiring)));

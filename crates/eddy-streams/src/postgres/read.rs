@@ -59,8 +59,13 @@ pub(super) async fn read(
     let row = fetch_row(wiring, path.as_str(), fetch, budget, first).await?;
     let mut records = OneRow::new(&row, path.as_str(), wiring).map_err(statement_error)?;
     if let (Some(stored), Some(start)) = (&records.stored, start) {
-        records.prefetched =
-            prefetched(&row, stored, start, fetch, held).map_err(statement_error)?;
+        let fetched = Fetched::from_row(&row).map_err(statement_error)?;
+        // Committed messages never change: the next read of them needs
+        // only its head.
+        wiring
+            .cache
+            .fill(stored.key, path.as_str(), fetch, fetched.messages.clone());
+        records.prefetched = prefetched(stored, start, fetch, held, fetched);
     }
     let outcome = wiring
         .engine
@@ -104,43 +109,58 @@ async fn fetch_row(
 /// The messages of a read from `start`, as far as the row and the cache
 /// tell them: `None` when the read needs more than they hold.
 fn prefetched(
-    row: &PgRow,
     stored: &Stored<i64>,
     start: u64,
     fetch: u64,
     held: Option<crate::cache::Held>,
-) -> Result<Option<Prefetched>, sqlx::Error> {
-    let fetched: Vec<Vec<u8>> = row
-        .try_get::<Option<Vec<Vec<u8>>>, _>(STREAM_COLUMN_COUNT)?
-        .unwrap_or_default();
-    let cap = row
-        .try_get::<Option<i64>, _>(STREAM_COLUMN_COUNT + 1)?
-        .unwrap_or(0);
+    fetched: Fetched,
+) -> Option<Prefetched> {
     let count = stored.record.head.count;
-    let kept = fetched.len() as u64;
+    let kept = fetched.messages.len() as u64;
     // Fewer rows than the statement could take: it reached the tail or
     // its budget. Exactly as many: there may be more within the budget.
-    let ended = kept < u64::try_from(cap).unwrap_or(0) || fetch.saturating_add(kept) >= count;
+    let ended = kept < fetched.cap || fetch.saturating_add(kept) >= count;
     let mut messages = match held {
         // Cached messages of another stream at this path (deleted and
         // created again): the statement did not fetch from `start`.
-        Some(held) if held.key != stored.key => return Ok(None),
+        Some(held) if held.key != stored.key => return None,
         Some(held) if held.full => {
-            return Ok(Some(Prefetched {
+            return Some(Prefetched {
                 first: start,
                 messages: held.messages,
                 complete: true,
-            }))
+            })
         }
         Some(held) => held.messages,
         None => Vec::new(),
     };
-    messages.extend(fetched.into_iter().map(Bytes::from));
-    Ok(Some(Prefetched {
+    messages.extend(fetched.messages);
+    Some(Prefetched {
         first: start,
         messages,
         complete: ended,
-    }))
+    })
+}
+
+/// The messages the statement fetched, and how many rows it could take.
+struct Fetched {
+    messages: Vec<Bytes>,
+    cap: u64,
+}
+
+impl Fetched {
+    fn from_row(row: &PgRow) -> Result<Self, sqlx::Error> {
+        let data: Vec<Vec<u8>> = row
+            .try_get::<Option<Vec<Vec<u8>>>, _>(STREAM_COLUMN_COUNT)?
+            .unwrap_or_default();
+        let cap = row
+            .try_get::<Option<i64>, _>(STREAM_COLUMN_COUNT + 1)?
+            .unwrap_or(0);
+        Ok(Fetched {
+            messages: data.into_iter().map(Bytes::from).collect(),
+            cap: u64::try_from(cap).unwrap_or(0),
+        })
+    }
 }
 
 /// A read's messages gathered ahead.

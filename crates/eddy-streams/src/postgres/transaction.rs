@@ -7,6 +7,7 @@ use sqlx::{PgPool, Postgres, Transaction};
 
 use super::connections::Connections;
 use super::error::{is_conflict, pg_error};
+use super::group::Stale;
 use super::listen::{notices, Change};
 use super::records::PgRecords;
 use super::sql::Sql;
@@ -43,6 +44,8 @@ pub(super) struct Wiring {
     pub cache: Arc<Cache>,
     /// The start of this store's notifications.
     pub notice_prefix: String,
+    /// Streams the group writer's copy should load again.
+    pub stale: Arc<Stale>,
 }
 
 /// A transaction on a [`PgStorage`](super::PgStorage)'s database that
@@ -84,6 +87,9 @@ pub struct PgTransaction {
     wiring: Arc<Wiring>,
     /// Changes to announce once committed.
     changes: Vec<Change>,
+    /// Streams whose producers it released (announced to no one, but the
+    /// group writer's copy must load them again).
+    released: Vec<String>,
     /// Stream write calls made in this transaction: a commit with any is
     /// measured (the store's metrics).
     calls: usize,
@@ -139,6 +145,7 @@ impl PgTransaction {
             ),
             wiring,
             changes: Vec::new(),
+            released: Vec::new(),
             calls: 0,
         })
     }
@@ -220,9 +227,11 @@ impl PgTransaction {
         self.records.set_locking(true);
         self.calls += 1;
         let engine = &self.wiring.engine;
-        engine
+        let released = engine
             .release_producer(&mut self.records, path, producer)
-            .await
+            .await?;
+        self.released.push(path.to_string());
+        Ok(released)
     }
 
     /// Deletes a stream (see [`Storage::delete`](crate::Storage::delete)).
@@ -344,7 +353,12 @@ impl PgTransaction {
         if self.calls > 0 {
             crate::metrics::committed(self.calls, started.elapsed());
         }
+        for path in &self.released {
+            self.wiring.stale.mark(path);
+        }
         for change in self.changes {
+            let (Change::Committed(StreamInfo { path, .. }) | Change::Deleted(path)) = &change;
+            self.wiring.stale.mark(path);
             change.raise(&self.wiring.notifier);
         }
         Ok(())

@@ -3,7 +3,8 @@
 //! with `ReadyForQuery` (a `Sync` of the extended protocol, or a simple
 //! `Query`). A statement the driver has prepared on its connection costs
 //! one (`Bind`, `Execute`, `Sync`); preparing it costs one more, once per
-//! connection; the driver's pings are round trips too.
+//! connection; the driver's pings are round trips too. It also counts the
+//! bytes PostgreSQL sends back.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,8 +20,14 @@ const NEGOTIATIONS: [u32; 2] = [80_877_103, 80_877_104];
 /// A running proxy; stops when dropped.
 pub struct Proxy {
     url: String,
-    round_trips: Arc<AtomicU64>,
+    counts: Arc<Counts>,
     task: JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct Counts {
+    round_trips: AtomicU64,
+    received: AtomicU64,
 }
 
 impl Proxy {
@@ -34,8 +41,8 @@ impl Proxy {
         let upstream = address.to_owned();
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("address").port();
-        let round_trips = Arc::new(AtomicU64::new(0));
-        let counted = Arc::clone(&round_trips);
+        let counts = Arc::new(Counts::default());
+        let counted = Arc::clone(&counts);
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let upstream = upstream.clone();
@@ -49,7 +56,7 @@ impl Proxy {
         });
         Proxy {
             url: format!("postgres://{user}@127.0.0.1:{port}/{database}?sslmode=disable"),
-            round_trips,
+            counts,
             task,
         }
     }
@@ -61,7 +68,12 @@ impl Proxy {
 
     /// Round trips counted so far, over every connection.
     pub fn round_trips(&self) -> u64 {
-        self.round_trips.load(Ordering::SeqCst)
+        self.counts.round_trips.load(Ordering::SeqCst)
+    }
+
+    /// Bytes PostgreSQL sent so far, over every connection.
+    pub fn received(&self) -> u64 {
+        self.counts.received.load(Ordering::SeqCst)
     }
 }
 
@@ -72,7 +84,7 @@ impl Drop for Proxy {
 }
 
 /// Copies both ways, counting the client's round trips.
-async fn relay(client: TcpStream, server: TcpStream, round_trips: Arc<AtomicU64>) {
+async fn relay(client: TcpStream, server: TcpStream, counts: Arc<Counts>) {
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
     let upstream = async {
@@ -85,7 +97,7 @@ async fn relay(client: TcpStream, server: TcpStream, round_trips: Arc<AtomicU64>
             };
             let ends = frames.feed(&buf[..n]);
             // Counted before PostgreSQL can answer them.
-            round_trips.fetch_add(ends, Ordering::SeqCst);
+            counts.round_trips.fetch_add(ends, Ordering::SeqCst);
             if server_write.write_all(&buf[..n]).await.is_err() {
                 break;
             }
@@ -93,7 +105,17 @@ async fn relay(client: TcpStream, server: TcpStream, round_trips: Arc<AtomicU64>
         let _ = server_write.shutdown().await;
     };
     let downstream = async {
-        let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match server_read.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            counts.received.fetch_add(n as u64, Ordering::SeqCst);
+            if client_write.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
         let _ = client_write.shutdown().await;
     };
     tokio::join!(upstream, downstream);

@@ -26,11 +26,12 @@
 
 mod copy;
 mod records;
+mod stale;
 mod statement;
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
@@ -43,6 +44,7 @@ use crate::payload::Split;
 use crate::{Append, Appended, StreamError, StreamPath};
 use copy::Copy;
 use records::{Draft, Drafts, GroupRecords};
+pub(super) use stale::Stale;
 use statement::Announce;
 
 /// The most appends one statement writes.
@@ -147,6 +149,16 @@ impl Writer {
 
 /// The writer task: one group at a time until the store is closed and its
 /// queue is empty.
+///
+/// A group waits a little for the callers the previous group answered:
+/// with one statement in flight, callers otherwise split into two cohorts
+/// that take turns (one waits for the statement while the other's next
+/// appends queue), each group carrying half of them, and every group
+/// costs a WAL flush. So when fewer appends are queued than the previous
+/// group answered plus those that queued meanwhile, the writer waits for
+/// the rest at most a quarter of the previous statement's time (and at
+/// most [`MAX_GATHER`]): a caller appending alone never waits, as the
+/// estimate is then its own append.
 async fn run(
     mut jobs: mpsc::UnboundedReceiver<Job>,
     wiring: Arc<Wiring>,
@@ -158,6 +170,8 @@ async fn run(
         copy: Copy::default(),
     };
     let mut again = Vec::new();
+    // How many appends the next group may expect, and for how long.
+    let (mut expected, mut gather) = (0, Duration::ZERO);
     loop {
         let mut group: Vec<Job> = std::mem::take(&mut again);
         if group.is_empty() {
@@ -169,16 +183,39 @@ async fn run(
                 None => return,
             }
         }
-        while group.len() < MAX_GROUP {
-            match jobs.try_recv() {
-                Ok(job) => {
+        take_queued(&mut jobs, &mut group);
+        let until = tokio::time::Instant::now() + gather;
+        while group.len() < expected.min(MAX_GROUP) {
+            match tokio::time::timeout_at(until, jobs.recv()).await {
+                Ok(Some(job)) => {
                     crate::metrics::dequeued(1);
                     group.push(job);
+                    take_queued(&mut jobs, &mut group);
                 }
-                Err(_) => break,
+                Ok(None) | Err(_) => break,
             }
         }
+        let size = group.len();
+        let started = Instant::now();
         again = writer.write(group).await;
+        expected = size - again.len() + jobs.len();
+        gather = (started.elapsed() / 4).min(MAX_GATHER);
+    }
+}
+
+/// The longest a group waits for appends to join it.
+const MAX_GATHER: Duration = Duration::from_millis(1);
+
+/// Moves the appends waiting in the queue into `group`, up to its bound.
+fn take_queued(jobs: &mut mpsc::UnboundedReceiver<Job>, group: &mut Vec<Job>) {
+    while group.len() < MAX_GROUP {
+        match jobs.try_recv() {
+            Ok(job) => {
+                crate::metrics::dequeued(1);
+                group.push(job);
+            }
+            Err(_) => break,
+        }
     }
 }
 
@@ -200,6 +237,13 @@ struct Decided {
 impl GroupWriter {
     /// Decides and commits one group; returns the appends to decide again.
     async fn write(&mut self, group: Vec<Job>) -> Vec<Job> {
+        let stale = self.wiring.stale.take();
+        if stale.all {
+            self.copy.clear();
+        }
+        for path in &stale.paths {
+            self.copy.remove(path);
+        }
         let mut lease = match self.connection.acquire().await {
             Ok(lease) => lease,
             Err(err) => {
