@@ -3,6 +3,7 @@
 //! See `DESIGN-postgres.md` in the crate for the record layout, the commit
 //! protocol and its crash cases.
 
+mod batch;
 mod connections;
 mod error;
 mod flusher;
@@ -33,6 +34,7 @@ use crate::{
     Append, Appended, Clock, Created, Durability, Fork, Notifier, Payload, ReadChunk, ReadFrom,
     Storage, StreamConfig, StreamError, StreamInfo, StreamPath, StreamSnapshot, SystemClock,
 };
+use batch::Batcher;
 use connections::Connections;
 use error::pg_error;
 use group::{Outcome, Writer};
@@ -222,10 +224,15 @@ impl PgStorage {
         let listener = listen::listen(&listen_pool, &channel)
             .await
             .map_err(|e| pg_error("cannot LISTEN for other processes' changes", e))?;
-        let reads = Connections::new(connect.clone(), options.max_connections as usize);
+        let reads = Arc::new(Connections::new(
+            connect.clone(),
+            options.max_connections as usize,
+        ));
+        let sql = Arc::new(Sql::new(&options.schema));
         let wiring = Wiring {
             pool,
-            sql: Arc::new(Sql::new(&options.schema)),
+            batcher: Batcher::start(Arc::clone(&reads), Arc::clone(&sql)),
+            sql,
             engine: Engine {
                 max_append_bytes: options.max_append_bytes,
                 max_producers: options.max_producers_per_stream,
@@ -238,7 +245,7 @@ impl PgStorage {
             markers: Arc::default(),
             mark: marks::upsert(&options.schema).into(),
             touches: Arc::default(),
-            reads: Arc::new(reads),
+            reads,
             cache: Arc::new(Cache::new(options.cache_bytes)),
             notice_prefix: listen::notice_prefix(instance),
             stale: Arc::default(),

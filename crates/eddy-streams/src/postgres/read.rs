@@ -1,6 +1,7 @@
 //! Reads in one statement: the stream's record and the messages a read
 //! returns, in one snapshot, on a connection of the store's own (no
-//! transaction, no ping). The messages the cache holds (those this store
+//! transaction, no ping), shared with the reads that arrive with it
+//! (`batch.rs`). The messages the cache holds (those this store
 //! wrote lately) are not fetched again: the statement fetches from where
 //! the cache ends, so a read of recent data transfers only its head.
 //!
@@ -16,8 +17,9 @@ use bytes::Bytes;
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
+use super::batch::Ask;
 use super::error::statement_error;
-use super::records::{decode, query};
+use super::records::decode;
 use super::sql::STREAM_COLUMN_COUNT;
 use super::transaction::Wiring;
 use crate::engine::Touch;
@@ -85,7 +87,7 @@ pub(super) async fn head(
     records.answer(outcome).transpose()
 }
 
-/// The one statement of a read.
+/// A read's row of the next read statement.
 async fn fetch_row(
     wiring: &Wiring,
     path: &str,
@@ -93,17 +95,13 @@ async fn fetch_row(
     budget: usize,
     first: bool,
 ) -> Result<PgRow, StreamError> {
-    let mut lease = wiring.reads.acquire().await?;
-    let sql = &wiring.sql.read;
-    let row = query(sql)
-        .bind(path)
-        .bind(i64::try_from(fetch).unwrap_or(i64::MAX))
-        .bind(i64::try_from(budget).unwrap_or(i64::MAX))
-        .bind(first)
-        .fetch_one(lease.conn()?)
-        .await;
-    lease.finished(&row);
-    row.map_err(statement_error)
+    let ask = Ask {
+        path: path.to_owned(),
+        fetch,
+        budget,
+        first,
+    };
+    wiring.batcher.fetch(ask).await
 }
 
 /// The messages of a read from `start`, as far as the row and the cache

@@ -121,10 +121,19 @@ fn group_commit(s: &str) -> String {
     )
 }
 
-/// The most message rows [`Sql::read`] takes, from its byte budget `$3`
+/// The most message rows [`Sql::read`] takes, from a read's byte budget
 /// and the stream `s`'s average message size.
 const READ_CAP: &str =
-    "least(16384, greatest(64, 2 * ($3 / greatest(s.bytes / greatest(s.count, 1), 1)) + 1))";
+    "least(16384, greatest(64, 2 * (q.budget / greatest(s.bytes / greatest(s.count, 1), 1)) + 1))";
+
+/// [`STREAM_COLUMNS`] of the table named `alias`.
+fn qualified(alias: &str) -> String {
+    STREAM_COLUMNS
+        .split(',')
+        .map(|column| format!("{alias}.{}", column.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// Every statement of a store on one schema.
 #[derive(Debug)]
@@ -252,28 +261,33 @@ impl Sql {
                  ON CONFLICT (path) DO UPDATE
                  SET deleted_ms = excluded.deleted_ms, incarnation = excluded.incarnation"
             )),
-            // A read in one statement (one snapshot): the stream's record
-            // (or the incarnation its path's tombstone keeps), and its messages from
-            // position $2 while their total stays within $3 bytes (the
-            // first one whatever its size when $4), at most `cap` rows:
+            // Reads in one statement (one snapshot), a row per read ($1–$4,
+            // returned with its ordinal): the stream's record (or the
+            // incarnation its path's tombstone keeps), and its messages from
+            // position `start` while their total stays within `budget` bytes
+            // (the first one whatever its size when `whole`), at most `cap` rows:
             // about twice what the budget holds at the stream's average
             // message size, so a read of a long stream scans little more
             // than it returns.
             read: sql(format!(
-                "SELECT {STREAM_COLUMNS}, m.data, {READ_CAP} AS cap,
-                     (SELECT t.incarnation FROM {s}.tombstones AS t WHERE t.path = $1 AND s.id IS NULL)
-                 FROM (SELECT 1) AS one
-                 LEFT JOIN {s}.streams AS s ON s.path = $1
+                "SELECT {stream}, m.data, {READ_CAP} AS cap,
+                     (SELECT t.incarnation FROM {s}.tombstones AS t
+                         WHERE t.path = q.path AND s.id IS NULL),
+                     q.ord
+                 FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bool[])
+                     WITH ORDINALITY AS q(path, start, budget, whole, ord)
+                 LEFT JOIN {s}.streams AS s ON s.path = q.path
                  LEFT JOIN LATERAL (
                      SELECT array_agg(w.data ORDER BY w.seq) AS data FROM (
                          SELECT seq, data, sum(octet_length(data)) OVER (ORDER BY seq) AS upto
                          FROM {s}.messages
-                         WHERE stream_id = s.id AND seq >= $2 AND seq < s.count
+                         WHERE stream_id = s.id AND seq >= q.start AND seq < s.count
                          ORDER BY seq
                          LIMIT {READ_CAP}
                      ) AS w
-                     WHERE w.upto <= $3 OR (w.seq = $2 AND $4)
-                 ) AS m ON s.id IS NOT NULL"
+                     WHERE w.upto <= q.budget OR (w.seq = q.start AND q.whole)
+                 ) AS m ON s.id IS NOT NULL",
+                stream = qualified("s"),
             )),
             heads: sql(format!(
                 "SELECT {STREAM_COLUMNS} FROM {s}.streams WHERE path = ANY($1)"

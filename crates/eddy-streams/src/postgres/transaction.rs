@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use sqlx::{PgPool, Postgres, Transaction};
 
+use super::batch::Batcher;
 use super::connections::Connections;
 use super::error::{is_conflict, pg_error};
 use super::group::Stale;
@@ -40,6 +41,8 @@ pub(super) struct Wiring {
     pub touches: Arc<Touches>,
     /// Connections for reads of one statement.
     pub reads: Arc<Connections>,
+    /// Runs the reads that arrive together in one statement.
+    pub batcher: Batcher,
     /// Messages this store wrote lately, for reads.
     pub cache: Arc<Cache>,
     /// The start of this store's notifications.

@@ -207,9 +207,10 @@ fn concurrent_appends_to_one_stream_and_to_many_share_one_commit() {
 /// each), and each waiter re-read its stream every second besides. Now a
 /// store answers its own readers from the commit, and another store's
 /// readers from one query per notification. 5 000 readers wait in each of
-/// two stores; a waiter's first look costs one query (its head), and the
-/// wake-up one more per store: the writer's append, and the other's read
-/// of the heads its notification names.
+/// two stores; a waiter's first look costs at most one query (its head;
+/// looks that come together share one), and the wake-up one more per
+/// store: the writer's append, and the other's read of the heads its
+/// notification names.
 #[test]
 fn readers_in_two_stores_are_woken_by_one_notification_per_store() {
     let Some(schema) = Schema::fresh("many_readers") else {
@@ -271,7 +272,7 @@ fn readers_in_two_stores_are_woken_by_one_notification_per_store() {
             "{READERS} readers per store: the writing store took {spent_a} round trips, \
              the other {spent_b}"
         );
-        // A look per reader, and the append or the notified heads (and the
+        // At most a look per reader, and the append or the notified heads (and the
         // one round trip that prepares that statement, should it land on a
         // connection that has not run it yet).
         let bound = READERS + 2;
