@@ -164,6 +164,7 @@ impl Cache {
     /// runs meet or overlap, and stand alone where it holds nothing; a run
     /// apart from the one held is left out. (PostgreSQL's reads fill the
     /// cache so, since its writer only knows what this process wrote.)
+    #[cfg(feature = "postgres")]
     pub fn fill(&self, key: i64, path: &str, first: u64, messages: Vec<Bytes>) {
         if messages.is_empty() {
             return;
@@ -335,7 +336,7 @@ impl Inner {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "postgres"))]
 mod tests {
     use super::*;
     use crate::rules::Head;
