@@ -45,6 +45,13 @@ pub enum CliError {
         /// How many rows.
         rows: usize,
     },
+    /// Rows whose drain failed (each is printed above); the others were
+    /// drained.
+    #[error("{rows} row(s) failed to drain")]
+    DrainFailed {
+        /// How many rows.
+        rows: usize,
+    },
     /// The whole command failed (not one row).
     #[error("{code}: {}", one_line(.source))]
     Failed {

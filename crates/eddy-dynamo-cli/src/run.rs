@@ -158,18 +158,29 @@ async fn drain_pending(
         );
         print(&spinner, out, &line)?;
     }
+    for (row, error) in &report.failed {
+        let line = format!(
+            "{} failed: {}: {}",
+            row_key(row),
+            error.code(),
+            crate::error::one_line(error)
+        );
+        print(&spinner, out, &line)?;
+    }
     let line = format!(
-        "drained {} row(s): {} delivered, {} busy, {} undelivered, {} stale index entries",
+        "drained {} row(s): {} delivered, {} busy, {} undelivered, {} failed, {} stale index entries",
         report.rows,
         report.delivered,
         report.busy,
         report.undelivered.len(),
+        report.failed.len(),
         report.stale
     );
     print(&spinner, out, &line)?;
-    match report.undelivered.len() {
-        0 => Ok(()),
-        rows => Err(CliError::Undelivered { rows }),
+    match (report.failed.len(), report.undelivered.len()) {
+        (0, 0) => Ok(()),
+        (0, rows) => Err(CliError::Undelivered { rows }),
+        (rows, _) => Err(CliError::DrainFailed { rows }),
     }
 }
 

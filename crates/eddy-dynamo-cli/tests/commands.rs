@@ -213,7 +213,7 @@ async fn drain_pending_delivers_every_row_and_reports_what_stays() {
     );
     assert!(
         out.trim_end().ends_with(
-            "drained 2 row(s): 0 delivered, 0 busy, 2 undelivered, 0 stale index entries"
+            "drained 2 row(s): 0 delivered, 0 busy, 2 undelivered, 0 failed, 0 stale index entries"
         ),
         "{out}"
     );
@@ -225,7 +225,7 @@ async fn drain_pending_delivers_every_row_and_reports_what_stays() {
     result.unwrap();
     assert_eq!(
         out.trim(),
-        "drained 2 row(s): 2 delivered, 0 busy, 0 undelivered, 0 stale index entries"
+        "drained 2 row(s): 2 delivered, 0 busy, 0 undelivered, 0 failed, 0 stale index entries"
     );
     let mut delivered = f.delivered.lock().unwrap().clone();
     delivered.sort();
@@ -233,6 +233,40 @@ async fn drain_pending_delivers_every_row_and_reports_what_stays() {
     let (out, result) = f.run(&["status", "--projection", "shipments"], false).await;
     result.unwrap();
     assert_eq!(out.trim(), "no rows with pending effects");
+}
+
+/// Regression (issue 25): a row whose head does not decode stopped the
+/// whole sweep. Now `drain-pending` prints that row's failure, delivers the
+/// other rows, and fails with one line.
+#[tokio::test]
+async fn drain_pending_reports_a_failed_row_and_goes_on() {
+    let f = Fixture::new();
+    f.scan("sh-1", "depot").await;
+    f.scan("sh-2", "dock").await;
+    let table = f.freight.summaries.table().clone();
+    let key = f.freight.summaries.key(&model::shipment("sh-1")).unwrap();
+    let query = eddy_dynamo::Query::partition(key["pk"].clone());
+    let mut items = table.query(query).await.unwrap().items;
+    let mut head = items
+        .drain(..)
+        .find(|i| eddy_dynamo::get_str(i, "sk").is_some_and(|sk| sk.contains("$outbox")))
+        .unwrap();
+    head.insert("version".into(), eddy_dynamo::s("not a number"));
+    table.put_item(eddy_dynamo::Put::new(head)).await.unwrap();
+
+    let (out, result) = f
+        .run(&["drain-pending", "--projection", "shipments"], true)
+        .await;
+    assert_eq!(result.unwrap_err().to_string(), "1 row(s) failed to drain");
+    assert!(
+        out.contains("shipmentId=sh-1|sk=ShipmentSummary failed: ItemDecodeError"),
+        "{out}"
+    );
+    assert!(
+        out.contains("1 delivered, 0 busy, 0 undelivered, 1 failed"),
+        "{out}"
+    );
+    assert_eq!(*f.delivered.lock().unwrap(), ["sh-2 at dock"]);
 }
 
 /// Errors are one line, with what to do.

@@ -426,7 +426,116 @@ async fn concurrent_drainers_deliver_in_order_per_row_at_least_once(p: Pair) {
     }
 }
 
+/// The outbox item of a row's effect: (revision, position).
+async fn effect_item(
+    outbox: &Outbox,
+    rows: &Entity<OrderSummary>,
+    order_id: &str,
+    at: (u64, u32),
+) -> Item {
+    let row_key = rows.key(&key(order_id)).unwrap();
+    let items = outbox
+        .table()
+        .query(Query::partition(row_key["pk"].clone()))
+        .await
+        .unwrap()
+        .items;
+    let suffix = format!("#$outbox#{:020}#{:02}", at.0, at.1);
+    items
+        .into_iter()
+        .find(|i| eddy_dynamo::get_str(i, "sk").is_some_and(|sk| sk.ends_with(&suffix)))
+        .expect("the effect item")
+}
+
+/// Regression (issue 25): one row whose head effect did not decode (or
+/// whose drain failed in the table) stopped the whole `drain_pending`
+/// sweep with an error, and the head kept its claim until it expired. Now
+/// each row's failure is its own, reported with the row, and the sweep
+/// goes on; the undecodable head's claim is released (it stays at the
+/// head: it is never skipped).
+async fn one_bad_row_does_not_stop_drain_pending(p: Pair) {
+    for place in [Place::RowPartition, Place::SecondTable] {
+        let clock = TestClock::default();
+        let (rows, outbox) = outbox(&p, place, &clock);
+        let ids: Vec<String> = (0..3).map(|i| format!("o-bad-{place:?}-{i}")).collect();
+        for id in &ids {
+            write_row(&p, &rows, &outbox, id, 1, &[1, 2]).await;
+        }
+        // The head of the second row no longer decodes.
+        let mut head = effect_item(&outbox, &rows, &ids[1], (1, 0)).await;
+        head.insert("version".into(), s("not a number"));
+        outbox
+            .table()
+            .put_item(Put::new(head.clone()))
+            .await
+            .unwrap();
+
+        let consumer = Consumer::default();
+        let report = outbox.drain_pending(&consumer.deliver()).await.unwrap();
+        assert_eq!((report.rows, report.delivered), (2, 4), "the other rows");
+        assert_eq!(report.failed.len(), 1);
+        let (row, error) = &report.failed[0];
+        assert_eq!(*row, rows.key(&key(&ids[1])).unwrap());
+        assert_eq!(error.code(), "ItemDecodeError");
+        assert!(consumer.seen().iter().all(|(o, _)| *o != ids[1]));
+        let kept = effect_item(&outbox, &rows, &ids[1], (1, 0)).await;
+        assert!(
+            !kept.contains_key("claimedUntil") && !kept.contains_key("claimId"),
+            "the claim is released: {kept:?}"
+        );
+    }
+}
+
+/// Regression (issue 25): a delivered effect was deleted by its key alone,
+/// so when the key had been reused meanwhile (a tombstone expired and the
+/// row started again at the same revision), the delete removed a newer
+/// effect that was never delivered. Now the delete is conditioned on the
+/// effect that was delivered; the newer one is delivered next.
+async fn a_delivered_effect_deletes_only_itself(p: Pair) {
+    for place in [Place::RowPartition, Place::SecondTable] {
+        let clock = TestClock::default();
+        let (rows, outbox) = outbox(&p, place, &clock);
+        let id = format!("o-reuse-{place:?}");
+        write_row(&p, &rows, &outbox, &id, 1, &[1]).await;
+        // While effect 1 is being delivered, its key gets a newer effect.
+        let mut newer = effect_item(&outbox, &rows, &id, (1, 0)).await;
+        newer.insert("version".into(), n(7));
+        newer.insert("enqueuedAt".into(), n(99));
+        let (table, consumer) = (outbox.table().clone(), Consumer::default());
+        let replaced = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let deliver = {
+            let consumer = consumer.clone();
+            move |effect: Effect| -> BoxFuture<'static, Result<(), BoxError>> {
+                consumer.record(&effect);
+                let (table, newer, replaced) = (table.clone(), newer.clone(), replaced.clone());
+                Box::pin(async move {
+                    if !replaced.swap(true, Ordering::SeqCst) {
+                        table.put_item(Put::new(newer)).await.unwrap();
+                    }
+                    Ok(())
+                })
+            }
+        };
+        let report = outbox
+            .drain(&rows.key(&key(&id)).unwrap(), &deliver)
+            .await
+            .unwrap();
+        assert_eq!(consumer.seen(), order(&id, &[1, 7]), "the newer effect too");
+        assert_eq!(report.delivered, 2);
+        assert_eq!(
+            outbox
+                .pending(&rows.key(&key(&id)).unwrap())
+                .await
+                .unwrap()
+                .effects,
+            0
+        );
+    }
+}
+
 pair_tests!(
+    one_bad_row_does_not_stop_drain_pending,
+    a_delivered_effect_deletes_only_itself,
     effects_commit_with_their_row_and_drain_in_order,
     effects_in_a_second_table_commit_with_their_row,
     a_crash_mid_delivery_redelivers_after_the_claim_expires,

@@ -9,7 +9,13 @@
 //!   claim expired mid-delivery and another drainer took the effect over,
 //!   the delete still removes it, so drainers never re-claim one another's
 //!   heads in turn. A duplicate of it may then reach the consumer after
-//!   the next effect: consumers deduplicate on `(stream id, version)`.
+//!   the next effect: consumers deduplicate on `(stream id, version)`. The
+//!   delete is conditioned on the effect itself (source, stream id,
+//!   version, enqueue time), never on its key alone, which a row started
+//!   again after its tombstone expired can reuse.
+//! - A head that does not decode is released and reported as the row's
+//!   failure; it stays at the head. `drain_pending` reports each row's
+//!   failure with the row and goes on with the others.
 //! - A failed delivery releases the claim (if still ours) and leaves the
 //!   effect at the head: reported as undelivered, never an error.
 
@@ -19,7 +25,7 @@ use std::future::Future;
 use futures::future::BoxFuture;
 use futures::StreamExt;
 
-use super::item::{Effect, CLAIMED_UNTIL, CLAIM_ID};
+use super::item::{Effect, CLAIMED_UNTIL, CLAIM_ID, ENQUEUED_AT, SOURCE, STREAM_ID, VERSION};
 use super::Outbox;
 use crate::condition::{Comparator, Condition};
 use crate::error::{BoxError, Error, TableError};
@@ -81,6 +87,10 @@ pub struct PendingReport {
     /// Index entries that named no pending effect any more (the index is
     /// eventually consistent on DynamoDB): skipped.
     pub stale: usize,
+    /// Rows whose drain failed (their table key, and why): each row's
+    /// failure is its own, and the sweep went on. Their effects stay
+    /// pending.
+    pub failed: Vec<(Item, Error)>,
 }
 
 /// One step of a row's drain.
@@ -107,10 +117,18 @@ impl Outbox {
                 }
             };
             let key = self.key_of(&item)?;
-            let effect = self.decode(&item)?;
+            let effect = match self.decode(&item) {
+                Ok(effect) => effect,
+                Err(e) => {
+                    // It stays at the head (never skipped), unclaimed, so
+                    // the next drain reports it at once.
+                    self.release(key, claim).await?;
+                    return Err(e);
+                }
+            };
             match deliver.deliver(effect.clone()).await {
                 Ok(()) => {
-                    self.table.delete_item(Delete::new(key)).await?;
+                    self.delete_delivered(key, &item).await?;
                     crate::metrics::delivered(self.read_model());
                     report.delivered += 1;
                 }
@@ -163,6 +181,29 @@ impl Outbox {
         }
     }
 
+    /// Deletes a delivered effect, whatever its claim says now (another
+    /// drainer may have taken an expired claim over), but only if the item
+    /// at its key is still that effect: a key reused meanwhile (the row
+    /// started again at the same revision after its tombstone expired)
+    /// holds a newer effect that was never delivered.
+    async fn delete_delivered(&self, key: Item, delivered: &Item) -> Result<(), Error> {
+        let same = [SOURCE, STREAM_ID, VERSION, ENQUEUED_AT]
+            .into_iter()
+            .map(|name| match delivered.get(name) {
+                Some(value) => Condition::eq(name, value.clone()),
+                None => Condition::absent(name),
+            })
+            .reduce(Condition::and);
+        let delete = match same {
+            Some(condition) => Delete::new(key).when(condition),
+            None => Delete::new(key),
+        };
+        match self.table.delete_item(delete).await {
+            Ok(()) | Err(TableError::ConditionalCheckFailed { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Gives a claim back after a failed delivery, if it is still ours.
     async fn release(&self, key: Item, claim: String) -> Result<(), Error> {
         let request = UpdateItem::new(key, Update::new().remove(CLAIMED_UNTIL).remove(CLAIM_ID))
@@ -179,7 +220,9 @@ impl Outbox {
     /// a page at a time; each page's new rows are drained `concurrency` at
     /// a time, each in order. An index entry whose row has nothing pending
     /// any more (an eventually consistent index) is skipped and counted as
-    /// stale.
+    /// stale. A row whose drain fails (a head that does not decode, a
+    /// table failure) is reported in [`PendingReport::failed`] and the
+    /// sweep goes on; the call fails only when the index cannot be read.
     pub async fn drain_pending(&self, deliver: &dyn Deliver) -> Result<PendingReport, Error> {
         let query = self.index_query()?;
         let mut seen = HashSet::new();
@@ -197,16 +240,25 @@ impl Outbox {
             }
             // Built before awaiting: a closure held across the await would
             // keep this future from being `Send`.
-            let drains: Vec<BoxFuture<'_, Result<DrainReport, Error>>> = rows
-                .iter()
-                .map(|row| Box::pin(self.drain(row, deliver)) as BoxFuture<'_, _>)
+            let drains: Vec<BoxFuture<'_, (Item, Result<DrainReport, Error>)>> = rows
+                .into_iter()
+                .map(|row| {
+                    Box::pin(async move {
+                        let drained = self.drain(&row, deliver).await;
+                        (row, drained)
+                    }) as BoxFuture<'_, _>
+                })
                 .collect();
             let drained: Vec<_> = futures::stream::iter(drains)
                 .buffer_unordered(self.concurrency)
                 .collect()
                 .await;
-            for row in drained {
-                report.add(row?);
+            for (row, drained) in drained {
+                match drained {
+                    Ok(done) => report.add(done),
+                    // One row's failure is its own: the sweep goes on.
+                    Err(e) => report.failed.push((row, e)),
+                }
             }
             match page.last_evaluated_key {
                 Some(key) => start = Some(key),
