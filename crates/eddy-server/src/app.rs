@@ -1,6 +1,5 @@
 //! The whole HTTP application as one tower service: the middleware every
-//! request passes through (request id and span, auth and the security and
-//! CORS headers, caching defaults, compression), around the endpoints.
+//! request passes through (`middleware.rs`), around the endpoints.
 //!
 //! The middleware wraps the application once, not each route: axum's
 //! `Router::layer` wraps every route's boxed handler in a boxed copy of the
@@ -13,25 +12,25 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::{Body, HttpBody};
 use axum::extract::{Request, State};
-use axum::middleware::{from_fn_with_state, map_response};
 use axum::response::Response;
 use axum::{BoxError, Router};
-use futures::future::Either;
-use tower::util::BoxCloneSyncService;
-use tower::{Service, ServiceBuilder};
+use tower::{Layer, Service};
+use tower_http::compression::Compression;
 
+use crate::compression::Compressible;
 use crate::state::AppState;
-use crate::{cache, compression, handlers, observe, router};
+use crate::{compression, handlers, middleware, router};
 
 /// The HTTP application over one [`AppState`]: a [`tower::Service`] for
 /// requests with any body, which [`Server`](crate::Server) serves and
 /// tests drive directly (`tower::ServiceExt::oneshot`).
 ///
-/// Cloning it is cheap (one boxed service). To serve it inside another
+/// Cloning it is cheap (one shared pointer). To serve it inside another
 /// axum application, mount it as a fallback or under a prefix:
 ///
 /// ```
@@ -45,7 +44,18 @@ use crate::{cache, compression, handlers, observe, router};
 ///     .fallback_service(app(state));
 /// ```
 #[derive(Clone)]
-pub struct App(BoxCloneSyncService<Request, Response, Infallible>);
+pub struct App(Arc<Parts>);
+
+/// What the application is made of.
+pub(crate) struct Parts {
+    /// The server's state.
+    pub state: AppState,
+    /// The endpoints.
+    pub endpoints: Endpoints,
+    /// The endpoints behind tower-http's compression, for requests that
+    /// accept a coding.
+    pub compressed: Compression<Endpoints, Compressible>,
+}
 
 /// The whole HTTP application over `state`.
 pub fn app(state: AppState) -> App {
@@ -53,28 +63,15 @@ pub fn app(state: AppState) -> App {
         router: router::operational(&state),
         state: state.clone(),
     };
-    // Outermost first. axum's middleware (`from_fn`, `map_response`)
-    // wants axum's own body, so the bodies that tower-http's layers wrap
-    // theirs in are turned back into it.
-    let stack = ServiceBuilder::new()
-        .map_response(into_axum_body)
-        .layer(observe::layers())
-        .layer(from_fn_with_state(state.clone(), router::guard))
-        .layer(map_response(cache::tag_encoding))
-        .map_response(into_axum_body)
-        .layer(compression::layer(&state.config.compression))
-        .service(endpoints);
-    App(BoxCloneSyncService::new(stack))
+    let compressed = compression::layer(&state.config.compression).layer(endpoints.clone());
+    App(Arc::new(Parts {
+        state,
+        endpoints,
+        compressed,
+    }))
 }
 
-/// A response with its body, whatever wraps it, as axum's body.
-fn into_axum_body<B>(response: axum::http::Response<B>) -> Response
-where
-    B: HttpBody<Data = bytes::Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
-    response.map(Body::new)
-}
+type Served = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
 
 impl<B> Service<axum::http::Request<B>> for App
 where
@@ -83,46 +80,56 @@ where
 {
     type Response = Response;
     type Error = Infallible;
-    type Future = <BoxCloneSyncService<Request, Response, Infallible> as Service<Request>>::Future;
+    type Future = Served;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.0.poll_ready(cx)
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: axum::http::Request<B>) -> Self::Future {
-        self.0.call(request.map(Body::new))
+        let parts = Arc::clone(&self.0);
+        let request = request.map(Body::new);
+        Box::pin(async move { Ok(middleware::serve(&parts, request).await) })
     }
 }
 
 /// The endpoints under the middleware: the operational router for its
 /// paths, the stream handler for every other.
 #[derive(Clone)]
-struct Endpoints {
+pub(crate) struct Endpoints {
     router: Router,
     state: AppState,
 }
 
-type StreamFuture = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+impl Endpoints {
+    /// Answers `request`.
+    pub(crate) async fn serve(&self, request: Request) -> Response {
+        if router::routes(request.uri().path()) {
+            match self.router.clone().call(request).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            }
+        } else {
+            handlers::stream(State(self.state.clone()), request).await
+        }
+    }
+}
 
+type EndpointFuture = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+/// The endpoints as a service, for the compression service around them.
 impl Service<Request> for Endpoints {
     type Response = Response;
     type Error = Infallible;
-    type Future = Either<<Router as Service<Request>>::Future, StreamFuture>;
+    type Future = EndpointFuture;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        // Both are always ready: an axum router is, and the handler is a
-        // plain function.
+        // Always ready: an axum router is, and the handler is a function.
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        if router::routes(request.uri().path()) {
-            Either::Left(self.router.call(request))
-        } else {
-            let state = self.state.clone();
-            Either::Right(Box::pin(async move {
-                Ok(handlers::stream(State(state), request).await)
-            }))
-        }
+        let endpoints = self.clone();
+        Box::pin(async move { Ok(endpoints.serve(request).await) })
     }
 }

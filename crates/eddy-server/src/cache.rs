@@ -108,7 +108,7 @@ const ENCODINGS: [&str; 3] = ["gzip", "br", "zstd"];
 /// Gives a compressed response its own strong `ETag` (`"…-gzip"`): a
 /// strong validator names one representation, and the compressed bytes
 /// are another one than the plain bytes.
-pub(crate) async fn tag_encoding(mut response: Response) -> Response {
+pub(crate) fn tag_encoding(mut response: Response) -> Response {
     let headers = response.headers_mut();
     let coding = headers
         .get(header::CONTENT_ENCODING)

@@ -92,6 +92,7 @@ mod cursor;
 mod error;
 mod handlers;
 mod metrics;
+mod middleware;
 mod observe;
 mod parse;
 mod probes;

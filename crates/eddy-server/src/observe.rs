@@ -1,53 +1,36 @@
 //! Request ids and the request span: every request gets an `x-request-id`
-//! (the client's, or a new random UUID), echoed on the response, and is handled
-//! inside a `request` span carrying that id, the method and the path (the
-//! stream path), so every log line the request causes names them.
+//! (the client's, or a new random UUID), echoed on the response by the
+//! middleware, and is handled inside a `request` span carrying that id,
+//! the method and the path (the stream path), so every log line the
+//! request causes names them.
 
 use axum::extract::Request;
-use axum::http::HeaderName;
-use axum::http::HeaderValue;
-use tower::layer::util::Stack;
-use tower::ServiceBuilder;
-use tower_http::classify::{ServerErrorsAsFailures, SharedClassifier};
-use tower_http::request_id::{
-    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
-};
-use tower_http::trace::{MakeSpan, TraceLayer};
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
 /// The header that carries the request id.
 pub(crate) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// The span of one request.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct RequestSpan;
-
-impl<B> MakeSpan<B> for RequestSpan {
-    fn make_span(&mut self, request: &Request<B>) -> tracing::Span {
-        let id = request
-            .extensions()
-            .get::<RequestId>()
-            .and_then(|id| id.header_value().to_str().ok())
-            .unwrap_or("");
-        tracing::info_span!(
-            "request",
-            request_id = %id,
-            method = %request.method(),
-            path = %request.uri().path(),
-        )
+/// The request's id: the client's `x-request-id`, or a new version-4
+/// UUID. A request id only has to be unique, not secret, so it comes from
+/// a fast thread-local generator and costs no system call (the OS random
+/// source is kept for tokens and secrets).
+pub(crate) fn request_id(headers: &HeaderMap) -> HeaderValue {
+    match headers.get(REQUEST_ID) {
+        Some(sent) => sent.clone(),
+        None => HeaderValue::from_bytes(&uuid_v4(fastrand::u128(..)))
+            .unwrap_or_else(|_| HeaderValue::from_static("-")),
     }
 }
 
-/// Makes version-4 UUIDs from a fast thread-local generator: a request id
-/// only has to be unique, not secret, so it costs no system call (the
-/// OS random source is kept for tokens and secrets).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct MakeRequestUuid;
-
-impl MakeRequestId for MakeRequestUuid {
-    fn make_request_id<B>(&mut self, _request: &Request<B>) -> Option<RequestId> {
-        let value = HeaderValue::from_bytes(&uuid_v4(fastrand::u128(..))).ok()?;
-        Some(RequestId::new(value))
-    }
+/// The span of one request, with its id, method and path; a disabled
+/// span (nothing to build) when no subscriber listens at its level.
+pub(crate) fn span(id: &HeaderValue, request: &Request) -> tracing::Span {
+    tracing::info_span!(
+        "request",
+        request_id = %id.to_str().unwrap_or(""),
+        method = %request.method(),
+        path = %request.uri().path(),
+    )
 }
 
 /// `random` as a version-4 UUID in its hyphenated lower-case form.
@@ -64,32 +47,6 @@ fn uuid_v4(random: u128) -> [u8; 36] {
         nibble += 1;
     }
     out
-}
-
-type Trace = TraceLayer<SharedClassifier<ServerErrorsAsFailures>, RequestSpan, (), (), (), (), ()>;
-
-/// The layers, outermost first: set the id, open the span, echo the id.
-pub(crate) type Layers = Stack<
-    PropagateRequestIdLayer,
-    Stack<Trace, Stack<SetRequestIdLayer<MakeRequestUuid>, tower::layer::util::Identity>>,
->;
-
-/// Request ids and the request span. The span only scopes log lines: the
-/// store errors log themselves (`ApiError`), so the trace layer's own
-/// request, response and failure events are off.
-pub(crate) fn layers() -> ServiceBuilder<Layers> {
-    ServiceBuilder::new()
-        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
-        .layer(
-            TraceLayer::new_for_http()
-                .make_span_with(RequestSpan)
-                .on_request(())
-                .on_response(())
-                .on_body_chunk(())
-                .on_eos(())
-                .on_failure(()),
-        )
-        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
 }
 
 #[cfg(test)]

@@ -1,0 +1,160 @@
+//! The middleware every request passes through, written out as one async
+//! function around the endpoints: the request id and span, CORS
+//! preflights, authorization, the in-flight gauge and the request
+//! metrics, the security and CORS headers, caching defaults, and
+//! compression.
+//!
+//! It is one function rather than a stack of layers because each layer
+//! wraps the request's future and the response's body once more (and
+//! axum's `from_fn` boxes the rest of the stack for every request), so a
+//! request that used none of the features paid for every wrapper. Here a
+//! request without `Accept-Encoding`, with no log subscriber listening,
+//! pays for a few header inserts; one that accepts a coding goes through
+//! tower-http's compression service, and only then is its body wrapped.
+
+use std::time::Instant;
+
+use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use tower::ServiceExt;
+use tracing::Instrument;
+
+use crate::app::Parts;
+use crate::auth::{self, Access, Caller};
+use crate::route_class::RouteClass;
+use crate::state::AppState;
+use crate::{cache, console, handlers, observe, protocol, router};
+
+/// Not among `http`'s standard names. A name given as text would be parsed
+/// and copied on every response; a constant is neither.
+const CROSS_ORIGIN_RESOURCE_POLICY: HeaderName =
+    HeaderName::from_static("cross-origin-resource-policy");
+
+/// Serves one request through the middleware and the endpoints.
+pub(crate) async fn serve(parts: &Parts, request: axum::extract::Request) -> Response {
+    let started = Instant::now();
+    let state = &parts.state;
+    let id = observe::request_id(request.headers());
+    let span = observe::span(&id, &request);
+    let route = RouteClass::of(&request);
+    let traced = tracing::enabled!(tracing::Level::DEBUG)
+        .then(|| (request.method().clone(), request.uri().path().to_owned()));
+    let mut response = guarded(parts, request).instrument(span).await;
+    if response.status().is_client_error() || response.status().is_server_error() {
+        state.metrics.errors.increment(1);
+    }
+    state
+        .metrics
+        .request(route, response.status().as_u16(), started.elapsed());
+    if let Some((method, path)) = traced {
+        tracing::debug!(
+            %method,
+            %path,
+            status = response.status().as_u16(),
+            elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            "request"
+        );
+    }
+    let headers = response.headers_mut();
+    if !headers.contains_key(header::CACHE_CONTROL) {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        CROSS_ORIGIN_RESOURCE_POLICY,
+        HeaderValue::from_static("cross-origin"),
+    );
+    headers.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    headers.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static(protocol::EXPOSED_HEADERS),
+    );
+    headers.insert(observe::REQUEST_ID, id);
+    response
+}
+
+/// Answers a CORS preflight, refuses what [`auth::authorize`] refuses, and
+/// otherwise hands the request to the endpoints, through the compression
+/// service when the client accepts a coding.
+async fn guarded(parts: &Parts, request: axum::extract::Request) -> Response {
+    let state = &parts.state;
+    if request.method() == Method::OPTIONS {
+        return preflight();
+    }
+    let caller = Caller::of(&state.config, request.headers());
+    if let Err(denied) = auth::authorize(&state.config, caller, endpoint(&request)) {
+        return denied.into_response();
+    }
+    let _in_flight = InFlight::start(state);
+    if state.config.compression.enabled && request.headers().contains_key(header::ACCEPT_ENCODING) {
+        let compressed = parts.compressed.clone().oneshot(request).await;
+        match compressed {
+            Ok(response) => cache::tag_encoding(response.map(axum::body::Body::new)),
+            Err(never) => match never {},
+        }
+    } else {
+        parts.endpoints.serve(request).await
+    }
+}
+
+/// What a request asks of the endpoints, before a handler looks at the
+/// streams it names.
+fn endpoint(request: &axum::extract::Request) -> Access<'static> {
+    let path = request.uri().path();
+    // The console page holds no data; its API calls carry the token.
+    if matches!(path, router::HEALTHZ | router::READYZ | console::PAGE) {
+        return Access::Open;
+    }
+    let acknowledges = request.method() == Method::POST
+        && handlers::reserved(path).is_some_and(|(_, rest)| {
+            rest.strip_prefix("subscriptions/")
+                .and_then(|rest| rest.split_once('/'))
+                .is_some_and(|(_, action)| matches!(action, "ack" | "release" | "callback"))
+        });
+    if acknowledges {
+        Access::WakeToken
+    } else {
+        Access::Endpoint
+    }
+}
+
+/// Counts a request in `eddy_requests_in_flight` while it is handled
+/// (also when the client goes away and the handler is dropped).
+struct InFlight<'a>(&'a AppState);
+
+impl<'a> InFlight<'a> {
+    fn start(state: &'a AppState) -> Self {
+        state.metrics.requests_in_flight.increment(1);
+        InFlight(state)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.metrics.requests_in_flight.decrement(1);
+    }
+}
+
+fn preflight() -> Response {
+    (
+        StatusCode::NO_CONTENT,
+        [
+            (
+                header::ACCESS_CONTROL_ALLOW_METHODS,
+                "GET, HEAD, PUT, POST, DELETE, OPTIONS",
+            ),
+            (
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                protocol::ALLOWED_HEADERS,
+            ),
+            (header::ACCESS_CONTROL_MAX_AGE, "86400"),
+        ],
+    )
+        .into_response()
+}
