@@ -10,6 +10,7 @@
 #
 #   scripts/bench/instructions.sh                      # this checkout's release build
 #   scripts/bench/instructions.sh /tmp/eddy-before     # that binary, then this build's
+#   NO_BUILD=1 scripts/bench/instructions.sh A B       # those binaries only
 #   SECONDS_PER_ROUTE=4 scripts/bench/instructions.sh
 #   STORAGE=sqlite scripts/bench/instructions.sh   # the durable store (its writer thread counts too)
 set -euo pipefail
@@ -22,7 +23,7 @@ command -v wrk >/dev/null || apt-get install -y wrk >/dev/null
 command -v valgrind >/dev/null || apt-get install -y valgrind >/dev/null
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
 # The features server.sh builds with, so the two share one binary.
-(cd "$root" && cargo build --quiet --release -p eddy --features postgres)
+[ -n "${NO_BUILD:-}" ] || (cd "$root" && cargo build --quiet --release -p eddy --features postgres)
 work="$(mktemp -d)"
 server=""
 cleanup() { [ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$work"; }
@@ -62,5 +63,5 @@ measure() { # binary -> prints "label healthz_ir append_ir difference"
 }
 
 printf '%-28s %12s %12s %12s %12s\n' "instructions per request ($storage)" "/healthz" "append" "difference" "read"
-[ $# -gt 0 ] && measure "$1"
-measure "$CARGO_TARGET_DIR/release/eddy"
+for bin in "$@"; do measure "$bin"; done
+[ -n "${NO_BUILD:-}" ] || measure "$CARGO_TARGET_DIR/release/eddy"
