@@ -1,0 +1,14 @@
+//! Integration tests of `eddy-bridge`: one binary, one module per area.
+//! The freight example's model and scenario are shared through `#[path]`.
+
+mod crash;
+mod delivery;
+#[path = "../../eddy-dynamo-cli/examples/freight/expect.rs"]
+#[allow(dead_code)]
+mod expect;
+#[path = "../../eddy-dynamo-cli/examples/freight/model.rs"]
+#[allow(dead_code)]
+mod model;
+#[path = "../../eddy-dynamo-cli/examples/freight/scenario.rs"]
+#[allow(dead_code)]
+mod scenario;
