@@ -162,6 +162,12 @@ freight_on_moto() {
 }
 step "freight example on moto, checked through the AWS SDK" freight_on_moto
 
+# The bridge: the freight example's notices, delivered through eddy-bridge
+# into `eddy serve` on a DynamoDB table (moto), tailed live by curl over SSE.
+step "freight notices live over eddy serve on DynamoDB (eddy-bridge)" bash -o pipefail -c \
+  "FREIGHT_BIN='$target_dir/debug/examples/freight' scripts/bridge/notices.sh | tee '$log_dir/bridge.log'"
+while read -r line; do summary+=("      $line"); done < <(grep '^bridge:' "$log_dir/bridge.log")
+
 # The public Durable Streams conformance suite, on every storage backend side
 # by side (DynamoDB on a fresh table of moto).
 step "conformance suite" bash -o pipefail -c "scripts/conformance/run.sh memory sqlite postgres dynamodb | tee '$log_dir/conformance.log'"

@@ -4,7 +4,16 @@
 //!
 //! Each applied scan leaves a notice in the summaries' outbox; the
 //! example's consumer stores delivered notices as items of the table
-//! (`notices#<shipment>`).
+//! (`notices#<shipment>`), or with `--notices-to URL` appends them, through
+//! eddy-bridge, exactly once, to the durable stream `freight/notices` of
+//! the `eddy serve` at URL, where any client tails them live:
+//!
+//! ```text
+//! eddy serve &
+//! curl -N 'http://127.0.0.1:4437/freight/notices?offset=-1&live=sse' &
+//! cargo run -p eddy-dynamo-cli --example freight -- demo --batch 1 \
+//!     --notices-to http://127.0.0.1:4437
+//! ```
 //!
 //! ```text
 //! cargo run -p eddy-dynamo-cli --example freight -- --table-file /tmp/freight.db demo
@@ -30,7 +39,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use eddy_dynamo::{ChangeFeed, EmbeddedTable, Table};
+use eddy_dynamo::{ChangeFeed, Deliver, EmbeddedTable, Table};
 use eddy_dynamo_cli::{ProjectionCommand, RowRepair};
 
 /// The freight example.
@@ -47,6 +56,11 @@ struct Cli {
     /// The table's name.
     #[arg(long, global = true, default_value = "freight")]
     table_name: String,
+    /// Deliver the notices into the stream `freight/notices` of the
+    /// Durable Streams server at this URL (`eddy serve`) instead of the
+    /// table.
+    #[arg(long, global = true, value_name = "URL")]
+    notices_to: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -107,11 +121,15 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     let freight = model::Freight::new(table.clone())?;
     let outbox = freight.outbox()?;
     let shipments = freight.projection(Some(Arc::new(outbox)))?;
-    let deliver = scenario::notice_writer(table.clone());
+    let deliver: Box<dyn Deliver> = match &cli.notices_to {
+        Some(url) => Box::new(notices_to(url)?),
+        None => Box::new(scenario::notice_writer(table.clone())),
+    };
+    let deliver = &*deliver;
     match &cli.command {
         Command::Demo { batch } => {
             scenario::append(&freight).await?;
-            scenario::fold(feed.as_ref(), &shipments, &deliver, *batch).await?;
+            scenario::fold(feed.as_ref(), &shipments, deliver, *batch).await?;
             for line in scenario::report(&freight, table.as_ref()).await? {
                 println!("{line}");
             }
@@ -120,10 +138,20 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::Verify { .. } => {}
         Command::Projection(command) => {
             let mounted: [&dyn RowRepair; 1] = [&shipments];
-            eddy_dynamo_cli::run(command, &mounted, Some(&deliver), &mut std::io::stdout()).await?;
+            eddy_dynamo_cli::run(command, &mounted, Some(deliver), &mut std::io::stdout()).await?;
         }
     }
     Ok(())
+}
+
+/// The notices' consumer that appends them to `freight/notices` on the
+/// Durable Streams server at `url`, each shipment row an idempotent
+/// producer.
+fn notices_to(url: &str) -> Result<eddy_bridge::StreamDelivery, Box<dyn std::error::Error>> {
+    let server = Arc::new(eddy_server::RemoteStorage::new(url)?);
+    let stream = eddy_streams::StreamPath::new("freight/notices")?;
+    let route = eddy_bridge::Route::Projection(stream);
+    Ok(eddy_bridge::StreamDelivery::new(server, route, "shipments"))
 }
 
 /// The table and its change feed.
