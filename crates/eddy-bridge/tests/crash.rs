@@ -5,8 +5,9 @@
 //! each shipment's stream holds each of its notices exactly once, in
 //! scan order.
 //!
-//! The deliverer is this test binary itself, run again as the test
-//! `crash::deliverer` with `EDDY_BRIDGE_DELIVERER` naming its files.
+//! The deliverer is the `deliverer` example's code, run by this test
+//! binary itself as the test `crash::deliverer` with
+//! `EDDY_BRIDGE_DELIVERER` naming its files.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -14,40 +15,14 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use eddy_bridge::{Route, StreamDelivery};
-use eddy_dynamo::{
-    process_batch, BatchProjection, BoxError, ChangeFeed, Deliver, Effect, EmbeddedTable,
-};
+use eddy_dynamo::{process_batch, BatchProjection, ChangeFeed, EmbeddedTable};
 use eddy_streams::{ReadFrom, SqliteStorage, Storage, StreamPath};
-use futures::future::BoxFuture;
 
-use crate::model;
+use crate::{model, notices};
 
 const SHIPMENTS: usize = 6;
 const ROUNDS: usize = 40;
 const KILLS: usize = 10;
-
-fn route(effect: &Effect) -> Result<StreamPath, BoxError> {
-    let notice: model::ShipmentNotice = effect.decode()?;
-    Ok(StreamPath::new(format!(
-        "freight/notices/{}",
-        notice.shipment_id
-    ))?)
-}
-
-/// Prints `delivered` once the store took a notice.
-struct Announce(StreamDelivery);
-
-impl Deliver for Announce {
-    fn deliver(&self, effect: Effect) -> BoxFuture<'static, Result<(), BoxError>> {
-        let delivery = self.0.clone();
-        Box::pin(async move {
-            delivery.deliver_effect(&effect).await?;
-            println!("delivered");
-            Ok(())
-        })
-    }
-}
 
 /// The deliverer process (run by the crash test; ignored otherwise).
 #[test]
@@ -58,27 +33,9 @@ fn deliverer() {
     };
     let (table_file, streams) = files.split_once('\n').expect("two paths");
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    runtime.block_on(async {
-        let table =
-            EmbeddedTable::open_sqlite(table_file, model::schema("freight")).expect("table");
-        let freight = model::Freight::new(Arc::new(table)).expect("freight");
-        let outbox = freight
-            .outbox()
-            .expect("outbox")
-            .claim_for(Duration::from_millis(300));
-        let store = Arc::new(SqliteStorage::open(streams).expect("streams"));
-        let deliver = Announce(StreamDelivery::new(store, Route::by(route), "shipments"));
-        let forever = std::future::pending();
-        eddy_bridge::run_until(
-            &outbox,
-            &deliver,
-            Duration::from_millis(10),
-            |_| {},
-            forever,
-        )
-        .await
-        .expect("the outbox's table");
-    });
+    runtime
+        .block_on(notices::run(table_file, streams))
+        .expect("the deliverer");
 }
 
 /// Starts a deliverer; its `delivered` lines arrive on the returned channel.

@@ -9,6 +9,8 @@ mod expect;
 #[path = "../../eddy-dynamo-cli/examples/freight/model.rs"]
 #[allow(dead_code)]
 mod model;
+#[path = "../examples/deliverer/notices.rs"]
+mod notices;
 #[path = "../../eddy-dynamo-cli/examples/freight/scenario.rs"]
 #[allow(dead_code)]
 mod scenario;

@@ -1,16 +1,9 @@
-//! Delivers the freight example's notices from its outbox (an embedded
-//! table in a SQLite file) into a durable stream per shipment
-//! (`freight/notices/<shipmentId>`, a SQLite stream store), forever,
-//! printing `delivered` after each notice the store took. The bridge's
-//! crash test kills it at random moments and starts it again.
-//!
-//!     cargo run -p eddy-bridge --example deliverer -- TABLE_FILE STREAMS_DIR
+//! The deliverer's work, shared with the bridge's crash test (which runs
+//! it as its deliverer process): the freight notices from the outbox in
+//! `table_file` into a stream per shipment (`freight/notices/<id>`) of the
+//! SQLite stream store in `streams`, forever, printing `delivered` after
+//! each notice the store took.
 
-#[path = "../../eddy-dynamo-cli/examples/freight/model.rs"]
-#[allow(dead_code)]
-mod model;
-
-use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +11,8 @@ use eddy_bridge::{Route, StreamDelivery};
 use eddy_dynamo::{BoxError, Deliver, Effect, EmbeddedTable};
 use eddy_streams::{SqliteStorage, StreamPath};
 use futures::future::BoxFuture;
+
+use crate::model;
 
 /// The stream of a shipment's notices.
 fn route(effect: &Effect) -> Result<StreamPath, BoxError> {
@@ -36,25 +31,20 @@ impl Deliver for Announce {
         let delivery = self.0.clone();
         Box::pin(async move {
             delivery.deliver_effect(&effect).await?;
-            let mut out = std::io::stdout().lock();
-            writeln!(out, "delivered")?;
-            out.flush()?;
+            println!("delivered");
             Ok(())
         })
     }
 }
 
-#[tokio::main]
-async fn main() -> Result<(), BoxError> {
-    let mut args = std::env::args().skip(1);
-    let (Some(table_file), Some(streams)) = (args.next(), args.next()) else {
-        return Err("usage: deliverer TABLE_FILE STREAMS_DIR".into());
-    };
-    let table = EmbeddedTable::open_sqlite(&table_file, model::schema("freight"))?;
+/// Delivers until the process ends; returns only on a failure of the
+/// outbox's table or of opening the stores.
+pub async fn run(table_file: &str, streams: &str) -> Result<(), BoxError> {
+    let table = EmbeddedTable::open_sqlite(table_file, model::schema("freight"))?;
     let freight = model::Freight::new(Arc::new(table))?;
     // A killed deliverer's claims expire soon, so the next one goes on.
     let outbox = freight.outbox()?.claim_for(Duration::from_millis(300));
-    let store = Arc::new(SqliteStorage::open(&streams)?);
+    let store = Arc::new(SqliteStorage::open(streams)?);
     let deliver = Announce(StreamDelivery::new(store, Route::by(route), "shipments"));
     let report = |pass: &eddy_dynamo::PendingReport| {
         for failed in &pass.undelivered {
@@ -65,7 +55,7 @@ async fn main() -> Result<(), BoxError> {
     eddy_bridge::run_until(
         &outbox,
         &deliver,
-        Duration::from_millis(20),
+        Duration::from_millis(10),
         report,
         forever,
     )
