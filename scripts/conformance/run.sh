@@ -15,6 +15,10 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 if [ $# -gt 0 ]; then backends=("$@"); else backends=(memory sqlite); fi
 long_poll_ms="${EDDY_LONG_POLL_MS:-500}"
+# DynamoDB (moto, a Python server answering one request at a time) takes
+# longer per request; the suite's per-test timeout is the long-poll timeout
+# plus 1 s, so its run gets a longer one.
+dynamodb_long_poll_ms="${EDDY_DYNAMODB_LONG_POLL_MS:-1500}"
 
 # EDDY_BIN names a binary already built (with the postgres and aws features
 # for those backends); otherwise the release build.
@@ -38,6 +42,8 @@ free_port() {
 # count line (and, on failure, where the logs are). Exits non-zero on failure.
 run_backend() {
   local backend="$1" port data log storage server report counts status=0 schema=""
+  local long_poll_ms="$long_poll_ms"
+  [ "$backend" != dynamodb ] || long_poll_ms="$dynamodb_long_poll_ms"
   port="$(free_port)"
   data="$(mktemp -d)"
   log="$(mktemp)"
