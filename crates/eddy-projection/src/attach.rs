@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 use crate::declare::{Params, State};
 use crate::dispatch::{Dispatcher, Settings};
 use crate::durable::Durable;
+use crate::runner::Opener;
 use crate::{
     Host, Progress, Projection, ProjectionError, Result, Retry, RunOptions, WakeMarkReport,
 };
@@ -281,53 +282,62 @@ impl Host {
         projection: &Projection<P, S>,
         options: AttachOptions,
     ) -> Result<Attached<P, S>> {
-        options.validate()?;
-        let retry = options.retry.unwrap_or(self.retry);
-        retry.validate()?;
-        if let Some(names) = projection.param_names() {
-            for input in projection.inputs() {
-                let supplied: Vec<&str> = input.route.params().collect();
-                if let Some(missing) = names.iter().find(|n| !supplied.contains(&n.as_str())) {
-                    return Err(ProjectionError::invalid(format!(
+        attach_on(Arc::new(self.clone()), projection, options)
+    }
+}
+
+/// [`Host::attach`] with the sessions `opener` opens.
+pub(crate) fn attach_on<P: Params, S: State>(
+    opener: Arc<dyn Opener<P, S>>,
+    projection: &Projection<P, S>,
+    options: AttachOptions,
+) -> Result<Attached<P, S>> {
+    let host = opener.host().clone();
+    options.validate()?;
+    let retry = options.retry.unwrap_or(host.retry);
+    retry.validate()?;
+    if let Some(names) = projection.param_names() {
+        for input in projection.inputs() {
+            let supplied: Vec<&str> = input.route.params().collect();
+            if let Some(missing) = names.iter().find(|n| !supplied.contains(&n.as_str())) {
+                return Err(ProjectionError::invalid(format!(
                         "projection `{}`: input `{}` does not supply parameter `{missing}`, so its commits cannot select a binding",
                         projection.id(),
                         input.name
                     )));
-                }
             }
         }
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
-            ProjectionError::invalid("attach needs a running tokio runtime".to_owned())
-        })?;
-        // Registered before the commits are subscribed and the marks are
-        // read: a commit from now on is marked, heard, or both.
-        let durable = options
-            .durable
-            .then(|| Durable::acquire(self.storage.as_ref(), projection))
-            .transpose()?;
-        let commits = self.storage.committed();
-        let (status_tx, status) = watch::channel(AttachStatus::new());
-        let (errors, _) = broadcast::channel(ERROR_CAPACITY);
-        let dispatcher = Dispatcher::new(
-            self.clone(),
-            projection.clone(),
-            Settings {
-                run: options.run,
-                retry,
-                concurrency: options.concurrency,
-                status_capacity: options.status_capacity,
-            },
-            status_tx,
-            errors.clone(),
-            durable,
-        );
-        let task = runtime.spawn(dispatcher.run(commits));
-        Ok(Attached {
-            task,
-            status,
-            errors,
-            host: self.clone(),
-            projection: projection.clone(),
-        })
     }
+    let runtime = tokio::runtime::Handle::try_current()
+        .map_err(|_| ProjectionError::invalid("attach needs a running tokio runtime".to_owned()))?;
+    // Registered before the commits are subscribed and the marks are
+    // read: a commit from now on is marked, heard, or both.
+    let durable = options
+        .durable
+        .then(|| Durable::acquire(host.storage.as_ref(), projection))
+        .transpose()?;
+    let commits = host.storage.committed();
+    let (status_tx, status) = watch::channel(AttachStatus::new());
+    let (errors, _) = broadcast::channel(ERROR_CAPACITY);
+    let dispatcher = Dispatcher::new(
+        opener,
+        projection.clone(),
+        Settings {
+            run: options.run,
+            retry,
+            concurrency: options.concurrency,
+            status_capacity: options.status_capacity,
+        },
+        status_tx,
+        errors.clone(),
+        durable,
+    );
+    let task = runtime.spawn(dispatcher.run(commits));
+    Ok(Attached {
+        task,
+        status,
+        errors,
+        host,
+        projection: projection.clone(),
+    })
 }

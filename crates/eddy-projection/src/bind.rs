@@ -103,15 +103,24 @@ impl<P: Params, S: State> Projection<P, S> {
     /// route does not supply every parameter.
     pub fn parse(&self, path: &str) -> Result<P> {
         for input in self.inputs() {
-            if input.route.parse_value(path).is_ok() {
-                return input.route.parse::<P>(path).map_err(|e| {
+            let Ok(captured) = input.route.parse_value(path) else {
+                continue;
+            };
+            // A route without parameters captures nothing: that is the
+            // parameters of a projection that has none (`()`), which do
+            // not decode from an empty map.
+            return input.route.parse::<P>(path).or_else(|e| {
+                let unit = captured
+                    .is_empty()
+                    .then(|| serde_json::from_value(Value::Null));
+                unit.and_then(std::result::Result::ok).ok_or_else(|| {
                     ProjectionError::invalid(format!(
                         "projection `{}`: input `{}` matches `{path}` but {e}",
                         self.id(),
                         input.name
                     ))
-                });
-            }
+                })
+            });
         }
         Err(ProjectionError::invalid(format!(
             "projection `{}`: no input route matches `{path}`",

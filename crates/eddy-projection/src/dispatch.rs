@@ -19,6 +19,7 @@ use crate::attach::{AttachError, AttachStatus, BindingState, BindingStatus};
 use crate::declare::{Params, State};
 use crate::durable::{deferral, Durable};
 use crate::metrics::BindingMetrics;
+use crate::runner::{run_on, Opener};
 use crate::{
     Bound, Host, Progress, Projection, ProjectionError, Result, Retry, RunOptions, Status,
 };
@@ -60,6 +61,7 @@ pub(crate) struct Settings {
 
 pub(crate) struct Dispatcher<P, S> {
     host: Host,
+    opener: Arc<dyn Opener<P, S>>,
     projection: Projection<P, S>,
     settings: Settings,
     status: watch::Sender<AttachStatus<P, S>>,
@@ -84,7 +86,7 @@ pub(crate) struct Dispatcher<P, S> {
 
 impl<P: Params, S: State> Dispatcher<P, S> {
     pub(crate) fn new(
-        host: Host,
+        opener: Arc<dyn Opener<P, S>>,
         projection: Projection<P, S>,
         settings: Settings,
         status: watch::Sender<AttachStatus<P, S>>,
@@ -92,7 +94,8 @@ impl<P: Params, S: State> Dispatcher<P, S> {
         durable: Option<Durable>,
     ) -> Self {
         Dispatcher {
-            host,
+            host: opener.host().clone(),
+            opener,
             projection,
             settings,
             status,
@@ -292,13 +295,13 @@ impl<P: Params, S: State> Dispatcher<P, S> {
     }
 
     fn start(&mut self, key: String, bound: Bound<P, S>) {
-        let (host, options) = (self.host.clone(), self.settings.run.clone());
-        let retry = self.settings.retry;
+        let (host, opener) = (self.host.clone(), Arc::clone(&self.opener));
+        let (options, retry) = (self.settings.run.clone(), self.settings.retry);
         let task_bound = bound.clone();
         let task_key = key.clone();
         let durable = self.durable.clone();
         let handle = self.tasks.spawn(async move {
-            let run = run_with_retry(&host, &task_bound, options, retry);
+            let run = run_with_retry(opener.as_ref(), &task_bound, options, retry);
             let (result, deferred) = match &durable {
                 Some(durable) => durable.run(host.storage.as_ref(), &task_bound, run).await,
                 None => (run.await, None),
@@ -447,14 +450,14 @@ impl<P: Params, S: State> Dispatcher<P, S> {
 
 /// Runs `bound` once, retrying `storage-failure` on `retry`'s schedule.
 async fn run_with_retry<P: Params, S: State>(
-    host: &Host,
+    opener: &dyn Opener<P, S>,
     bound: &Bound<P, S>,
     options: RunOptions,
     retry: Retry,
 ) -> Result<Progress<S>> {
     let mut attempt = 0;
     loop {
-        match host.run(bound, options.clone()).await {
+        match run_on(opener, bound, options.clone()).await {
             Err(e) if e.is_retryable() => match retry.delay(attempt) {
                 Some(delay) => {
                     attempt += 1;

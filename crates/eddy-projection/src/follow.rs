@@ -1,11 +1,14 @@
 //! `follow`: a pull-based stream of progress that keeps a binding up to
 //! date.
 
+use std::sync::Arc;
+
 use futures::future::{select_all, FutureExt};
 use futures::Stream;
 
 use crate::declare::{Params, State};
 use crate::metrics::BindingMetrics;
+use crate::runner::Opener;
 use crate::session::{Session, Tally};
 use crate::{Bound, FollowOptions, Host, Progress, Result, Retry, Status};
 
@@ -32,25 +35,34 @@ impl Host {
         bound: &Bound<P, S>,
         options: FollowOptions,
     ) -> impl Stream<Item = Result<Progress<S>>> + Send + 'static {
-        let follower = Follower {
-            metrics: BindingMetrics::new(&bound.key),
-            retry: options.retry.unwrap_or(self.retry),
-            host: self.clone(),
-            bound: bound.clone(),
-            options,
-            session: None,
-            last: None,
-            done: false,
-        };
-        futures::stream::unfold(follower, |mut follower| async move {
-            let item = follower.next().await?;
-            Some((item, follower))
-        })
+        follow_on(Arc::new(self.clone()), bound, options)
     }
 }
 
+/// [`Host::follow`] on the sessions `opener` opens.
+pub(crate) fn follow_on<P: Params, S: State>(
+    opener: Arc<dyn Opener<P, S>>,
+    bound: &Bound<P, S>,
+    options: FollowOptions,
+) -> impl Stream<Item = Result<Progress<S>>> + Send + 'static {
+    let follower = Follower {
+        metrics: BindingMetrics::new(&bound.key),
+        retry: options.retry.unwrap_or(opener.host().retry),
+        opener,
+        bound: bound.clone(),
+        options,
+        session: None,
+        last: None,
+        done: false,
+    };
+    futures::stream::unfold(follower, |mut follower| async move {
+        let item = follower.next().await?;
+        Some((item, follower))
+    })
+}
+
 struct Follower<P, S> {
-    host: Host,
+    opener: Arc<dyn Opener<P, S>>,
     bound: Bound<P, S>,
     options: FollowOptions,
     retry: Retry,
@@ -118,12 +130,10 @@ impl<P: Params, S: State> Follower<P, S> {
                     )
                     .await
                     .map(Some),
-                None => Session::load(self.host.clone(), self.bound.clone())
-                    .await
-                    .map(|session| {
-                        self.session = Some(session);
-                        None
-                    }),
+                None => self.opener.open(self.bound.clone()).await.map(|session| {
+                    self.session = Some(session);
+                    None
+                }),
             };
             match outcome {
                 Ok(None) => continue,
@@ -156,7 +166,7 @@ impl<P: Params, S: State> Follower<P, S> {
         let Some(session) = self.session.as_ref() else {
             return;
         };
-        let storage = self.host.storage.clone();
+        let storage = self.opener.host().storage.clone();
         let timeout = self.options.repair_interval;
         let waits: Vec<_> = session
             .open_inputs()

@@ -200,6 +200,7 @@ mod params;
 mod progress;
 mod retry;
 mod run;
+mod runner;
 mod session;
 mod step;
 mod stream_checkpoints;

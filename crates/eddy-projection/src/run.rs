@@ -1,7 +1,8 @@
 //! Bounded runners: `run`, `read`, `current` and `decide`.
 
 use crate::declare::{Params, State};
-use crate::session::{release_producers, Session, Tally};
+use crate::runner::run_on;
+use crate::session::{release_producers, Session};
 use crate::{
     Bound, CommitKind, Host, Kind, Loaded, Progress, ProjectionError, Result, RunOptions, Token,
 };
@@ -17,13 +18,7 @@ impl Host {
         bound: &Bound<P, S>,
         options: RunOptions,
     ) -> Result<Progress<S>> {
-        options.validate()?;
-        let mut session = Session::load(self.clone(), bound.clone()).await?;
-        let mut tally = Tally::default();
-        let pass = session
-            .pass(options.limit, options.bounds(), &mut tally)
-            .await?;
-        Ok(session.progress(tally, pass))
+        run_on(self, bound, options).await
     }
 
     /// The committed state of `bound` (the initial state when it has no

@@ -10,9 +10,13 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use eddy_projection::{Commit, Declare, RunOptions, SqliteHost, SqliteTx, TransactionProjection};
+use eddy_projection::{
+    AttachError, AttachOptions, BindingState, Commit, Declare, FollowOptions, RunOptions,
+    SqliteHost, SqliteTx, Status, TransactionProjection,
+};
 use eddy_streams::rusqlite::Transaction;
-use eddy_streams::{JsonStream, ReadFrom, SqliteStorage, StreamError};
+use eddy_streams::{Append, JsonStream, MarkOwner, ReadFrom, SqliteStorage, Storage, StreamError};
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -293,19 +297,61 @@ fn a_failing_handler_rolls_back_its_sql_and_prepare_feeds_it() {
     });
 }
 
-/// What a child worker process does, chosen by `EDDY_TX_CHILD`.
-const CHILD: &str = "EDDY_TX_SQLITE_CHILD";
+/// `follow` on a transaction projection: the first element after the
+/// first cycle, one per cycle that commits, the last once the input is
+/// closed; each unit's rows in its transaction.
+#[test]
+fn a_transaction_projection_follows_live() {
+    crate::support::runtime().block_on(async {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = open(dir.path()).await;
+        append(&store, &[("a", 1), ("b", 2)]).await;
+        let host = SqliteHost::new(Arc::clone(&store));
+        let bound = order_rows().at(()).expect("bind");
+        let follow = host.follow(&bound, FollowOptions::default());
+        futures::pin_mut!(follow);
+        let first = follow.next().await.expect("first").expect("cycle");
+        assert_eq!(
+            (first.units, first.items, first.status),
+            (1, 2, Status::CaughtUp)
+        );
+        append(&store, &[("c", 3)]).await;
+        let woken = follow.next().await.expect("woken").expect("cycle");
+        assert_eq!((woken.units, woken.items), (1, 1));
+        assert_eq!(rows(&store).await, owned(&[("a", 1), ("b", 2), ("c", 3)]));
+        let input = bound.bound().input_paths()[0].clone();
+        store
+            .append(&input, Append::close_only())
+            .await
+            .expect("close");
+        let closed = follow.next().await.expect("closed").expect("cycle");
+        assert_eq!(closed.status, Status::Closed);
+        assert!(follow.next().await.is_none(), "the stream ends");
+    });
+}
 
-/// Runs the child worker of the two process tests; does nothing when run
-/// as a plain test. `hang`: stops inside the unit's transaction, rows
-/// written, checkpoint not. `wait`: stops in `prepare` (outside the
-/// transaction, its checkpoint token read) until told to go on.
+/// What a child worker process does, chosen by `EDDY_TX_SQLITE_CHILD`
+/// (its role) and `EDDY_TX_MODE` (its runner).
+const CHILD: &str = "EDDY_TX_SQLITE_CHILD";
+const MODE: &str = "EDDY_TX_MODE";
+
+/// The runners a child worker uses.
+const MODES: [&str; 3] = ["run", "follow", "attach"];
+
+/// Runs the child worker of the process tests; does nothing when run as a
+/// plain test. Its role: `hang` stops inside the unit's transaction, rows
+/// written, checkpoint not; `wait` stops in `prepare` (outside the
+/// transaction, its checkpoint token read) until told to go on. Its mode:
+/// `run`, the first element of `follow`, or a durable `attach` to which
+/// it appends `("c", 3)` itself (its commit marks the binding and wakes
+/// it). It prints `child: committed` or `child: <code> <error>`.
 #[test]
 #[ignore = "the child process of the process tests"]
 fn child_worker() {
     let Ok(role) = std::env::var(CHILD) else {
         return;
     };
+    let mode = std::env::var(MODE).unwrap_or_else(|_| "run".into());
     let dir = PathBuf::from(std::env::var("EDDY_TX_DIR").expect("dir"));
     let signal = PathBuf::from(std::env::var("EDDY_TX_SIGNAL").expect("signal"));
     crate::support::runtime().block_on(async {
@@ -344,10 +390,43 @@ fn child_worker() {
             )
             .expect("declare");
         let bound = projection.at(()).expect("bind");
-        match host.run(&bound, RunOptions::default()).await {
-            Ok(_) => println!("child: committed"),
-            Err(e) => println!("child: {} {e}", e.code()),
-        }
+        let said = |outcome: Result<(), &eddy_projection::ProjectionError>| match outcome {
+            Ok(()) => "child: committed".to_owned(),
+            Err(e) => format!("child: {} {e}", e.code()),
+        };
+        let line = match mode.as_str() {
+            "follow" => {
+                let follow = host.follow(&bound, FollowOptions::default());
+                futures::pin_mut!(follow);
+                let first = follow.next().await.expect("a first element");
+                said(first.as_ref().map(drop))
+            }
+            "attach" => {
+                let options = AttachOptions::default().with_durable();
+                let attached = host.attach(&projection, options).expect("attach");
+                let mut errors = Box::pin(attached.errors());
+                append(&store, &[("c", 3)]).await;
+                let idle = attached.wait_for(|status| {
+                    status
+                        .values()
+                        .any(|b| matches!(b.state, BindingState::Idle))
+                });
+                tokio::select! {
+                    Some(error) = errors.next() => match error {
+                        AttachError::Run { error, .. } => said(Err(&error)),
+                        other => format!("child: {other}"),
+                    },
+                    _ = idle => said(Ok(())),
+                }
+            }
+            _ => said(
+                host.run(&bound, RunOptions::default())
+                    .await
+                    .as_ref()
+                    .map(drop),
+            ),
+        };
+        println!("{line}");
     });
 }
 
@@ -365,7 +444,7 @@ async fn wait_for(path: &Path) {
     }
 }
 
-fn spawn_child(role: &str, dir: &Path, signal: &Path) -> std::process::Child {
+fn spawn_child(role: &str, mode: &str, dir: &Path, signal: &Path) -> std::process::Child {
     Command::new(std::env::current_exe().expect("test binary"))
         .args([
             "transaction_sqlite::child_worker",
@@ -375,6 +454,7 @@ fn spawn_child(role: &str, dir: &Path, signal: &Path) -> std::process::Child {
             "--test-threads=1",
         ])
         .env(CHILD, role)
+        .env(MODE, mode)
         .env("EDDY_TX_DIR", dir)
         .env("EDDY_TX_SIGNAL", signal)
         .stdout(std::process::Stdio::piped())
@@ -382,57 +462,143 @@ fn spawn_child(role: &str, dir: &Path, signal: &Path) -> std::process::Child {
         .expect("spawn the child worker")
 }
 
+/// The orders a child in `mode` leaves to its binding: `a` and `b`, and
+/// `c` that an attached child appends itself.
+fn expected_rows(mode: &str) -> Vec<(String, i64)> {
+    let mut expected = owned(&[("a", 1), ("b", 2)]);
+    if mode == "attach" {
+        expected.push(("c".into(), 3));
+    }
+    expected
+}
+
+/// Runs the binding on `store` until its rows are `expected`: a run, or
+/// for an attached worker, a durable attachment (whose start runs the
+/// binding from its mark, with no new commit).
+async fn finish(store: &Arc<SqliteStorage>, mode: &str, expected: &[(String, i64)]) {
+    let host = SqliteHost::new(Arc::clone(store));
+    if mode == "attach" {
+        let options = AttachOptions::default().with_durable();
+        let attached = host.attach(&order_rows(), options).expect("attach");
+        let caught_up = attached.wait_for(|status| {
+            status
+                .values()
+                .any(|b| matches!(b.state, BindingState::Idle))
+        });
+        tokio::time::timeout(Duration::from_secs(60), caught_up)
+            .await
+            .expect("the marked binding runs at start")
+            .expect("attached");
+    } else {
+        host.run(&order_rows().at(()).expect("bind"), RunOptions::default())
+            .await
+            .expect("run");
+    }
+    assert_eq!(rows(store).await, expected);
+}
+
 /// Killing the worker process in the middle of a unit's transaction
 /// (rows written, checkpoint not) leaves the database as it was; the next
-/// worker writes each row once.
+/// worker writes each row once. For `run`, `follow` and a durable
+/// `attach`, whose mark brings the binding back at restart.
 #[test]
 fn a_worker_killed_mid_transaction_leaves_the_database_consistent() {
-    crate::support::runtime().block_on(async {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let data = dir.path().join("data");
-        let store = open(&data).await;
-        append(&store, &[("a", 1), ("b", 2)]).await;
-        let signal = dir.path().join("signal");
-        let mut child = spawn_child("hang", &data, &signal);
-        wait_for(&signal).await;
-        child.kill().expect("SIGKILL the worker");
-        child.wait().expect("reap");
-        assert_eq!(rows(&store).await, Vec::new(), "nothing committed");
-        let host = SqliteHost::new(Arc::clone(&store));
-        let bound = order_rows().at(()).expect("bind");
-        let progress = host.run(&bound, RunOptions::default()).await.expect("run");
-        assert_eq!(progress.items, 2);
-        assert_eq!(rows(&store).await, owned(&[("a", 1), ("b", 2)]));
-    });
+    for mode in MODES {
+        eprintln!("mode {mode}");
+        crate::support::runtime().block_on(async {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let data = dir.path().join("data");
+            let store = open(&data).await;
+            append(&store, &[("a", 1), ("b", 2)]).await;
+            let signal = dir.path().join("signal");
+            let mut child = spawn_child("hang", mode, &data, &signal);
+            wait_for(&signal).await;
+            child.kill().expect("SIGKILL the worker");
+            child.wait().expect("reap");
+            assert_eq!(rows(&store).await, Vec::new(), "nothing committed");
+            finish(&store, mode, &expected_rows(mode)).await;
+        });
+    }
 }
 
 /// Two workers on one binding in two processes: the one that commits
 /// second is refused by the checkpoint's compare-and-set with
-/// `checkpoint/conflict`, and its rows roll back: no row twice.
+/// `checkpoint/conflict`, and its rows roll back: no row twice. The child
+/// runs, follows or is attached.
 #[test]
 fn a_second_worker_in_another_process_is_refused() {
+    for mode in MODES {
+        eprintln!("mode {mode}");
+        crate::support::runtime().block_on(async {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let data = dir.path().join("data");
+            let store = open(&data).await;
+            append(&store, &[("a", 1), ("b", 2)]).await;
+            let signal = dir.path().join("signal");
+            let child = spawn_child("wait", mode, &data, &signal);
+            // The child has read its checkpoint token and its inputs.
+            wait_for(&signal).await;
+            let host = SqliteHost::new(Arc::clone(&store));
+            let bound = order_rows().at(()).expect("bind");
+            host.run(&bound, RunOptions::default()).await.expect("run");
+            std::fs::write(signal.with_extension("go"), "go").expect("release the child");
+            let output = child.wait_with_output().expect("child");
+            let said = String::from_utf8_lossy(&output.stdout);
+            assert!(
+                said.contains("child: checkpoint/conflict"),
+                "the child was refused: {said}"
+            );
+            assert_eq!(rows(&store).await, expected_rows(mode));
+            let again = host.run(&bound, RunOptions::default()).await.expect("run");
+            assert_eq!(again.units, 0);
+        });
+    }
+}
+
+/// A commit made while an attached binding runs (here by another
+/// process) keeps the binding's durable mark when the run ends, since the
+/// run cannot tell whether it saw that commit: the next start runs the
+/// binding again, and only a run that saw every marked commit clears it.
+#[test]
+fn a_commit_during_an_attached_run_keeps_the_mark() {
     crate::support::runtime().block_on(async {
         let dir = tempfile::tempdir().expect("tempdir");
         let data = dir.path().join("data");
         let store = open(&data).await;
         append(&store, &[("a", 1), ("b", 2)]).await;
+        let marks = store.wake_marks().expect("marks");
+        let owner = MarkOwner {
+            projection: "order-rows".into(),
+            version: 1,
+        };
+        let key = order_rows()
+            .at(())
+            .expect("bind")
+            .bound()
+            .checkpoint_key()
+            .params
+            .clone();
+        let binding = key.clone();
+        let _marker = marks.register(
+            owner.clone(),
+            Arc::new(move |path: &str| (path == "orders").then(|| binding.clone())),
+        );
         let signal = dir.path().join("signal");
-        let child = spawn_child("wait", &data, &signal);
-        // The child has read its checkpoint token and its inputs.
+        let child = spawn_child("wait", "attach", &data, &signal);
         wait_for(&signal).await;
-        let host = SqliteHost::new(Arc::clone(&store));
-        let bound = order_rows().at(()).expect("bind");
-        let progress = host.run(&bound, RunOptions::default()).await.expect("run");
-        assert_eq!(progress.items, 2);
+        append(&store, &[("d", 4)]).await;
         std::fs::write(signal.with_extension("go"), "go").expect("release the child");
         let output = child.wait_with_output().expect("child");
         let said = String::from_utf8_lossy(&output.stdout);
+        assert!(said.contains("child: committed"), "{said}");
+        let kept = marks.get(&owner, &key).await.expect("get");
         assert!(
-            said.contains("child: checkpoint/conflict"),
-            "the child was refused: {said}"
+            kept.is_some(),
+            "the mark outlives the run that overlapped a commit"
         );
-        assert_eq!(rows(&store).await, owned(&[("a", 1), ("b", 2)]));
-        let again = host.run(&bound, RunOptions::default()).await.expect("run");
-        assert_eq!(again.units, 0);
+        let mut expected = expected_rows("attach");
+        expected.push(("d".into(), 4));
+        finish(&store, "attach", &expected).await;
+        assert_eq!(marks.get(&owner, &key).await.expect("get"), None, "cleared");
     });
 }

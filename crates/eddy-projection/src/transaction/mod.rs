@@ -69,8 +69,8 @@ pub(crate) type SyncProcess<P, T> = Arc<
 /// `rusqlite::Transaction`). Bind it with
 /// [`at`](TransactionProjection::at) and run it on a SQL host.
 pub struct TransactionProjection<P, X, T = ()> {
-    projection: Projection<P, ()>,
-    handlers: Handlers<P, X, T>,
+    pub(crate) projection: Projection<P, ()>,
+    pub(crate) handlers: Handlers<P, X, T>,
 }
 
 /// The `prepare` step and the `process` handler of a transaction

@@ -11,12 +11,18 @@ use async_trait::async_trait;
 use eddy_streams::sqlx::{self, PgConnection, PgPool, Postgres};
 use eddy_streams::{PgStorage, StreamError};
 use futures::future::BoxFuture;
+use futures::Stream;
 
 use super::{output_writes, Failed, Handler, Handlers, TransactionBound, UnitTransaction};
+use crate::attach::attach_on;
 use crate::checkpoint::{Checkpoint, CheckpointKey, CheckpointStore, Loaded, Token};
 use crate::declare::Params;
-use crate::session::{Session, Tally};
-use crate::{Batch, Bound, Emits, Host, Progress, ProjectionError, Result, RunOptions, Unit};
+use crate::follow::follow_on;
+use crate::runner::{run_on, InTransaction};
+use crate::{
+    AttachOptions, Attached, Batch, Bound, Emits, FollowOptions, Host, Progress, ProjectionError,
+    Result, RunOptions, TransactionProjection, Unit,
+};
 
 /// The transaction a [`PgHost`] hands to a `process_transaction` handler:
 /// sqlx's own. Run statements on it with `.execute(&mut **tx)`.
@@ -319,23 +325,66 @@ impl PgHost {
         P: Params,
         T: Send + Sync + 'static,
     {
-        options.validate()?;
-        let unit = PgUnit {
-            store: Arc::clone(&self.store),
-            append_limit: self.host.append_limit,
-            checkpoints: Arc::clone(&self.checkpoints),
-            handlers: bound.handlers.clone(),
-            projection: bound.bound.projection().id().to_owned(),
-            bound: bound.bound.clone(),
-        };
-        let mut session = Session::load(self.host.clone(), bound.bound.clone())
-            .await?
-            .with_transaction(Arc::new(unit));
-        let mut tally = Tally::default();
-        let pass = session
-            .pass(options.limit, options.bounds(), &mut tally)
-            .await?;
-        Ok(session.progress(tally, pass))
+        run_on(&self.opener(&bound.handlers), &bound.bound, options).await
+    }
+
+    /// Follows `bound`, each unit in a transaction of its own: a
+    /// pull-based stream of progress with the emission, wait and retry
+    /// rules of [`Host::follow`]. Live waits hear other processes' commits
+    /// through the store's `LISTEN`/`NOTIFY`.
+    pub fn follow<P, T>(
+        &self,
+        bound: &TransactionBound<P, PgTx, T>,
+        options: FollowOptions,
+    ) -> impl Stream<Item = Result<Progress<()>>> + Send + 'static
+    where
+        P: Params,
+        T: Send + Sync + 'static,
+    {
+        follow_on(
+            Arc::new(self.opener(&bound.handlers)),
+            &bound.bound,
+            options,
+        )
+    }
+
+    /// Attaches `projection` to the store: every commit on one of its
+    /// inputs runs the binding it selects, each unit in a transaction of
+    /// its own, with the rules and options of [`Host::attach`] (durable
+    /// wake-up marks included).
+    pub fn attach<P, T>(
+        &self,
+        projection: &TransactionProjection<P, PgTx, T>,
+        options: AttachOptions,
+    ) -> Result<Attached<P, ()>>
+    where
+        P: Params,
+        T: Send + Sync + 'static,
+    {
+        let opener = Arc::new(self.opener(&projection.handlers));
+        attach_on(opener, &projection.projection, options)
+    }
+
+    /// The sessions of a transaction projection with `handlers`.
+    fn opener<P: Params, T: Send + Sync + 'static>(
+        &self,
+        handlers: &Handlers<P, PgTx, T>,
+    ) -> InTransaction<P> {
+        let (store, checkpoints) = (Arc::clone(&self.store), Arc::clone(&self.checkpoints));
+        let (handlers, append_limit) = (handlers.clone(), self.host.append_limit);
+        InTransaction {
+            host: self.host.clone(),
+            unit: Arc::new(move |bound| {
+                Arc::new(PgUnit {
+                    store: Arc::clone(&store),
+                    append_limit,
+                    checkpoints: Arc::clone(&checkpoints),
+                    handlers: handlers.clone(),
+                    projection: bound.projection().id().to_owned(),
+                    bound,
+                })
+            }),
+        }
     }
 }
 

@@ -12,13 +12,17 @@ use async_trait::async_trait;
 use eddy_streams::rusqlite::{self, Connection, ErrorCode, OptionalExtension};
 use eddy_streams::{SqliteStorage, StreamError};
 use futures::future::BoxFuture;
+use futures::Stream;
 
 use super::{output_writes, Failed, Handler, Handlers, TransactionBound, UnitTransaction};
+use crate::attach::attach_on;
 use crate::checkpoint::{Checkpoint, CheckpointKey, CheckpointStore, Loaded, Token};
 use crate::declare::Params;
-use crate::session::{Session, Tally};
+use crate::follow::follow_on;
+use crate::runner::{run_on, InTransaction};
 use crate::{
-    Batch, Bound, Emits, HandlerError, Host, Progress, ProjectionError, Result, RunOptions, Unit,
+    AttachOptions, Attached, Batch, Bound, Emits, FollowOptions, HandlerError, Host, Progress,
+    ProjectionError, Result, RunOptions, TransactionProjection, Unit,
 };
 
 /// Names SQLite as the host of a
@@ -282,21 +286,63 @@ impl SqliteHost {
         P: Params,
         T: Send + Sync + 'static,
     {
-        options.validate()?;
-        let unit = SqliteUnit {
-            store: Arc::clone(&self.store),
-            append_limit: self.host.append_limit,
-            handlers: bound.handlers.clone(),
-            bound: bound.bound.clone(),
-        };
-        let mut session = Session::load(self.host.clone(), bound.bound.clone())
-            .await?
-            .with_transaction(Arc::new(unit));
-        let mut tally = Tally::default();
-        let pass = session
-            .pass(options.limit, options.bounds(), &mut tally)
-            .await?;
-        Ok(session.progress(tally, pass))
+        run_on(&self.opener(&bound.handlers), &bound.bound, options).await
+    }
+
+    /// Follows `bound`, each unit in a transaction of its own: a
+    /// pull-based stream of progress with the emission, wait and retry
+    /// rules of [`Host::follow`].
+    pub fn follow<P, T>(
+        &self,
+        bound: &TransactionBound<P, SqliteTx, T>,
+        options: FollowOptions,
+    ) -> impl Stream<Item = Result<Progress<()>>> + Send + 'static
+    where
+        P: Params,
+        T: Send + Sync + 'static,
+    {
+        follow_on(
+            Arc::new(self.opener(&bound.handlers)),
+            &bound.bound,
+            options,
+        )
+    }
+
+    /// Attaches `projection` to the store: every commit on one of its
+    /// inputs runs the binding it selects, each unit in a transaction of
+    /// its own, with the rules and options of [`Host::attach`] (durable
+    /// wake-up marks included).
+    pub fn attach<P, T>(
+        &self,
+        projection: &TransactionProjection<P, SqliteTx, T>,
+        options: AttachOptions,
+    ) -> Result<Attached<P, ()>>
+    where
+        P: Params,
+        T: Send + Sync + 'static,
+    {
+        let opener = Arc::new(self.opener(&projection.handlers));
+        attach_on(opener, &projection.projection, options)
+    }
+
+    /// The sessions of a transaction projection with `handlers`.
+    fn opener<P: Params, T: Send + Sync + 'static>(
+        &self,
+        handlers: &Handlers<P, SqliteTx, T>,
+    ) -> InTransaction<P> {
+        let (store, handlers) = (Arc::clone(&self.store), handlers.clone());
+        let append_limit = self.host.append_limit;
+        InTransaction {
+            host: self.host.clone(),
+            unit: Arc::new(move |bound| {
+                Arc::new(SqliteUnit {
+                    store: Arc::clone(&store),
+                    append_limit,
+                    handlers: handlers.clone(),
+                    bound,
+                })
+            }),
+        }
     }
 }
 
