@@ -14,10 +14,14 @@ mod postgres {
     use std::time::Duration;
 
     use eddy_projection::{
-        Commit, Declare, PgHost, PgTx, RunOptions, Status, TransactionProjection,
+        AttachError, AttachOptions, BindingState, Commit, Declare, FollowOptions, PgHost, PgTx,
+        RunOptions, Status, TransactionProjection,
     };
     use eddy_streams::sqlx::{self, Executor};
-    use eddy_streams::{JsonStream, PgOptions, PgStorage, ReadFrom, StreamError};
+    use eddy_streams::{
+        JsonStream, MarkOwner, PgOptions, PgStorage, ReadFrom, Storage, StreamError,
+    };
+    use futures::StreamExt;
     use serde::{Deserialize, Serialize};
 
     #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -321,17 +325,27 @@ mod postgres {
         });
     }
 
-    /// What a child worker process does, chosen by `EDDY_TX_CHILD`.
+    /// What a child worker process does, chosen by `EDDY_TX_CHILD` (its
+    /// role) and `EDDY_TX_MODE` (its runner).
     const CHILD: &str = "EDDY_TX_CHILD";
+    const MODE: &str = "EDDY_TX_MODE";
 
-    /// Runs the child worker of the two process tests; does nothing when
-    /// run as a plain test.
+    /// The runners a child worker uses.
+    const MODES: [&str; 3] = ["run", "follow", "attach"];
+
+    /// Runs the child worker of the process tests; does nothing when run
+    /// as a plain test. Its handler writes its rows and says so; `hang`
+    /// then stops there, `wait` waits until told to go on. Its mode: `run`,
+    /// the first element of `follow`, or a durable `attach` to which it
+    /// appends `("c", 3)` itself. It prints `child: committed` or
+    /// `child: <code> <error>`.
     #[test]
     #[ignore = "the child process of the process tests"]
     fn child_worker() {
         let Ok(role) = std::env::var(CHILD) else {
             return;
         };
+        let mode = std::env::var(MODE).unwrap_or_else(|_| "run".into());
         let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
         let schema = std::env::var("EDDY_TX_SCHEMA").expect("schema");
         let signal = PathBuf::from(std::env::var("EDDY_TX_SIGNAL").expect("signal"));
@@ -369,10 +383,43 @@ mod postgres {
                 )
                 .expect("declare");
             let bound = projection.at(()).expect("bind");
-            match host.run(&bound, RunOptions::default()).await {
-                Ok(_) => println!("child: committed"),
-                Err(e) => println!("child: {} {e}", e.code()),
-            }
+            let said = |outcome: Result<(), &eddy_projection::ProjectionError>| match outcome {
+                Ok(()) => "child: committed".to_owned(),
+                Err(e) => format!("child: {} {e}", e.code()),
+            };
+            let line = match mode.as_str() {
+                "follow" => {
+                    let follow = host.follow(&bound, FollowOptions::default());
+                    futures::pin_mut!(follow);
+                    let first = follow.next().await.expect("a first element");
+                    said(first.as_ref().map(drop))
+                }
+                "attach" => {
+                    let options = AttachOptions::default().with_durable();
+                    let attached = host.attach(&projection, options).expect("attach");
+                    let mut errors = Box::pin(attached.errors());
+                    append(&store, &[("c", 3)]).await;
+                    let idle = attached.wait_for(|status| {
+                        status
+                            .values()
+                            .any(|b| matches!(b.state, BindingState::Idle))
+                    });
+                    tokio::select! {
+                        Some(error) = errors.next() => match error {
+                            AttachError::Run { error, .. } => said(Err(&error)),
+                            other => format!("child: {other}"),
+                        },
+                        _ = idle => said(Ok(())),
+                    }
+                }
+                _ => said(
+                    host.run(&bound, RunOptions::default())
+                        .await
+                        .as_ref()
+                        .map(drop),
+                ),
+            };
+            println!("{line}");
         });
     }
 
@@ -390,7 +437,13 @@ mod postgres {
         }
     }
 
-    fn spawn_child(role: &str, url: &str, schema: &str, signal: &Path) -> std::process::Child {
+    fn spawn_child(
+        role: &str,
+        mode: &str,
+        url: &str,
+        schema: &str,
+        signal: &Path,
+    ) -> std::process::Child {
         Command::new(std::env::current_exe().expect("test binary"))
             .args([
                 "transaction::postgres::child_worker",
@@ -400,6 +453,7 @@ mod postgres {
                 "--test-threads=1",
             ])
             .env(CHILD, role)
+            .env(MODE, mode)
             .env("DATABASE_URL", url)
             .env("EDDY_TX_SCHEMA", schema)
             .env("EDDY_TX_SIGNAL", signal)
@@ -408,56 +462,168 @@ mod postgres {
             .expect("spawn the child worker")
     }
 
+    /// The orders a child in `mode` leaves to its binding: `a` and `b`,
+    /// and `c` that an attached child appends itself.
+    fn expected_rows(mode: &str) -> Vec<(String, i64)> {
+        let mut expected = owned(&[("a", 1), ("b", 2)]);
+        if mode == "attach" {
+            expected.push(("c".into(), 3));
+        }
+        expected
+    }
+
+    /// Runs the binding on `store` until its rows are `expected`: a run,
+    /// or for an attached worker, a durable attachment (whose start runs
+    /// the binding from its mark, with no new commit).
+    async fn finish(store: &Arc<PgStorage>, mode: &str, expected: &[(String, i64)]) {
+        let host = PgHost::open(Arc::clone(store));
+        let projection = order_rows(store.schema());
+        if mode == "attach" {
+            let options = AttachOptions::default().with_durable();
+            let attached = host.attach(&projection, options).expect("attach");
+            let caught_up = attached.wait_for(|status| {
+                status
+                    .values()
+                    .any(|b| matches!(b.state, BindingState::Idle))
+            });
+            tokio::time::timeout(Duration::from_secs(60), caught_up)
+                .await
+                .expect("the marked binding runs at start")
+                .expect("attached");
+        } else {
+            let bound = projection.at(()).expect("bind");
+            host.run(&bound, RunOptions::default()).await.expect("run");
+        }
+        assert_eq!(rows(store).await, expected);
+    }
+
     /// Killing the worker process in the middle of a unit's transaction
     /// (rows written, checkpoint not) leaves the database as it was; the
-    /// next worker writes each row once.
+    /// next worker writes each row once. For `run`, `follow` and a durable
+    /// `attach`, whose mark brings the binding back at restart.
     #[test]
     fn a_worker_killed_mid_transaction_leaves_the_database_consistent() {
-        let name = "a_worker_killed_mid_transaction_leaves_the_database_consistent";
-        on_postgres(name, |url, store| async move {
-            append(&store, &[("a", 1), ("b", 2)]).await;
-            let dir = tempfile::tempdir().expect("tempdir");
-            let signal = dir.path().join("signal");
-            let mut child = spawn_child("hang", &url, store.schema(), &signal);
-            wait_for(&signal).await;
-            child.kill().expect("SIGKILL the worker");
-            child.wait().expect("reap");
-            assert_eq!(rows(&store).await, Vec::new(), "nothing committed");
-            let host = PgHost::open(Arc::clone(&store));
-            let bound = order_rows(store.schema()).at(()).expect("bind");
-            let progress = host.run(&bound, RunOptions::default()).await.expect("run");
-            assert_eq!(progress.items, 2);
-            assert_eq!(rows(&store).await, owned(&[("a", 1), ("b", 2)]));
-        });
+        for mode in MODES {
+            let name =
+                format!("a_worker_killed_mid_transaction_leaves_the_database_consistent ({mode})");
+            on_postgres(&name, |url, store| async move {
+                append(&store, &[("a", 1), ("b", 2)]).await;
+                let dir = tempfile::tempdir().expect("tempdir");
+                let signal = dir.path().join("signal");
+                let mut child = spawn_child("hang", mode, &url, store.schema(), &signal);
+                wait_for(&signal).await;
+                child.kill().expect("SIGKILL the worker");
+                child.wait().expect("reap");
+                assert_eq!(rows(&store).await, Vec::new(), "nothing committed");
+                finish(&store, mode, &expected_rows(mode)).await;
+            });
+        }
     }
 
     /// Two workers on one binding in two processes: the one that commits
     /// second is refused by the checkpoint's compare-and-set with
-    /// `checkpoint/conflict`, and its rows roll back: no row twice.
+    /// `checkpoint/conflict`, and its rows roll back: no row twice. The
+    /// child runs, follows or is attached.
     #[test]
     fn a_second_worker_in_another_process_is_refused() {
-        let name = "a_second_worker_in_another_process_is_refused";
+        for mode in MODES {
+            let name = format!("a_second_worker_in_another_process_is_refused ({mode})");
+            on_postgres(&name, |url, store| async move {
+                append(&store, &[("a", 1), ("b", 2)]).await;
+                let dir = tempfile::tempdir().expect("tempdir");
+                let signal = dir.path().join("signal");
+                let child = spawn_child("wait", mode, &url, store.schema(), &signal);
+                // The child holds its transaction open, rows written.
+                wait_for(&signal).await;
+                let host = PgHost::open(Arc::clone(&store));
+                let bound = order_rows(store.schema()).at(()).expect("bind");
+                host.run(&bound, RunOptions::default()).await.expect("run");
+                std::fs::write(signal.with_extension("go"), "go").expect("release the child");
+                let output = child.wait_with_output().expect("child");
+                let said = String::from_utf8_lossy(&output.stdout);
+                assert!(
+                    said.contains("child: checkpoint/conflict"),
+                    "the child was refused: {said}"
+                );
+                assert_eq!(rows(&store).await, expected_rows(mode));
+                let again = host.run(&bound, RunOptions::default()).await.expect("run");
+                assert_eq!(again.units, 0);
+            });
+        }
+    }
+
+    /// A commit made while an attached binding runs (here by another
+    /// process) keeps the binding's durable mark when the run ends; the
+    /// next start runs the binding again and clears it.
+    #[test]
+    fn a_commit_during_an_attached_run_keeps_the_mark() {
+        let name = "a_commit_during_an_attached_run_keeps_the_mark";
         on_postgres(name, |url, store| async move {
             append(&store, &[("a", 1), ("b", 2)]).await;
+            let marks = store.wake_marks().expect("marks");
+            let owner = MarkOwner {
+                projection: "order-rows".into(),
+                version: 1,
+            };
+            let bound = order_rows(store.schema()).at(()).expect("bind");
+            let key = bound.bound().checkpoint_key().params.clone();
+            let binding = key.clone();
+            let _marker = marks.register(
+                owner.clone(),
+                Arc::new(move |path: &str| (path == "orders").then(|| binding.clone())),
+            );
             let dir = tempfile::tempdir().expect("tempdir");
             let signal = dir.path().join("signal");
-            let child = spawn_child("wait", &url, store.schema(), &signal);
-            // The child holds its transaction open, rows written.
+            let child = spawn_child("wait", "attach", &url, store.schema(), &signal);
             wait_for(&signal).await;
-            let host = PgHost::open(Arc::clone(&store));
-            let bound = order_rows(store.schema()).at(()).expect("bind");
-            let progress = host.run(&bound, RunOptions::default()).await.expect("run");
-            assert_eq!(progress.items, 2);
+            append(&store, &[("d", 4)]).await;
             std::fs::write(signal.with_extension("go"), "go").expect("release the child");
             let output = child.wait_with_output().expect("child");
             let said = String::from_utf8_lossy(&output.stdout);
+            assert!(said.contains("child: committed"), "{said}");
+            let kept = marks.get(&owner, &key).await.expect("get");
             assert!(
-                said.contains("child: checkpoint/conflict"),
-                "the child was refused: {said}"
+                kept.is_some(),
+                "the mark outlives the run that overlapped a commit"
             );
-            assert_eq!(rows(&store).await, owned(&[("a", 1), ("b", 2)]));
-            let again = host.run(&bound, RunOptions::default()).await.expect("run");
-            assert_eq!(again.units, 0);
+            let mut expected = expected_rows("attach");
+            expected.push(("d".into(), 4));
+            finish(&store, "attach", &expected).await;
+            assert_eq!(marks.get(&owner, &key).await.expect("get"), None, "cleared");
         });
+    }
+
+    /// `follow` on a transaction projection: the first element after the
+    /// first cycle, one per cycle that commits, the last once the input is
+    /// closed.
+    #[test]
+    fn a_transaction_projection_follows_live() {
+        on_postgres(
+            "a_transaction_projection_follows_live",
+            |_, store| async move {
+                append(&store, &[("a", 1), ("b", 2)]).await;
+                let host = PgHost::open(Arc::clone(&store));
+                let bound = order_rows(store.schema()).at(()).expect("bind");
+                let follow = host.follow(&bound, FollowOptions::default());
+                futures::pin_mut!(follow);
+                let first = follow.next().await.expect("first").expect("cycle");
+                assert_eq!(
+                    (first.units, first.items, first.status),
+                    (1, 2, Status::CaughtUp)
+                );
+                append(&store, &[("c", 3)]).await;
+                let woken = follow.next().await.expect("woken").expect("cycle");
+                assert_eq!((woken.units, woken.items), (1, 1));
+                let input = bound.bound().input_paths()[0].clone();
+                store
+                    .append(&input, eddy_streams::Append::close_only())
+                    .await
+                    .expect("close");
+                let closed = follow.next().await.expect("closed").expect("cycle");
+                assert_eq!(closed.status, Status::Closed);
+                assert!(follow.next().await.is_none(), "the stream ends");
+                assert_eq!(rows(&store).await, owned(&[("a", 1), ("b", 2), ("c", 3)]));
+            },
+        );
     }
 }
