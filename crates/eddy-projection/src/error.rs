@@ -98,6 +98,22 @@ pub enum ProjectionError {
         /// The most bytes one save may write.
         limit: usize,
     },
+    /// The binding's checkpoint lives in the other checkpoint home of the
+    /// same store (`checkpoint/elsewhere`): the checkpoint streams that
+    /// [`Host::new`](crate::Host::new) keeps, or a SQL host's checkpoint
+    /// table. Each home would start the binding from scratch, writing
+    /// everything again: run it on the host that keeps it.
+    #[error(
+        "the checkpoint of `{checkpoint}` lives in {elsewhere}, not in {here}: run the binding on the host that keeps it (or forget it there first)"
+    )]
+    CheckpointElsewhere {
+        /// The checkpoint's path.
+        checkpoint: String,
+        /// The home that refused it.
+        here: &'static str,
+        /// The home that holds it.
+        elsewhere: &'static str,
+    },
     /// A stored checkpoint cannot be decoded (`checkpoint/invalid`).
     #[error("checkpoint `{checkpoint}` is invalid: {reason}")]
     InvalidCheckpoint {
@@ -158,6 +174,7 @@ impl ProjectionError {
             ProjectionError::CheckpointConflict { .. } => "checkpoint/conflict",
             ProjectionError::CheckpointVanished { .. } => "checkpoint/vanished",
             ProjectionError::CheckpointTooLarge { .. } => "checkpoint/too-large",
+            ProjectionError::CheckpointElsewhere { .. } => "checkpoint/elsewhere",
             ProjectionError::InvalidCheckpoint { .. } => "checkpoint/invalid",
             ProjectionError::InvalidItem { .. } => "input/invalid-item",
             ProjectionError::Handler { .. } => "handler/failed",

@@ -112,6 +112,11 @@
 //!   feature `postgres`; [`SqliteHost`] for projections declared with
 //!   [`Declare::process_sqlite`], whose handler gets a
 //!   `rusqlite::Transaction`): a memory [`Host`] does not compile with it.
+//!   A SQL host runs, follows and attaches them ([`SqliteHost::run`],
+//!   [`SqliteHost::follow`], [`SqliteHost::attach`]) with the rules of the
+//!   plain host's runners. A binding keeps its checkpoint in one home per
+//!   store: the SQL host's table or the store's checkpoint streams,
+//!   whichever ran it first (`checkpoint/elsewhere` for the other).
 //! - **What stays a run-time check** (`load/invalid-options` when the
 //!   constructor runs, unless noted): the id, at least one input, outputs
 //!   only where the constructor writes them, unique names, distinct
@@ -174,8 +179,9 @@
 //! [`ProjectionError::code`] gives `load/invalid-options`,
 //! `pin/invalid-output`, `history-unavailable`, `range-unreproducible`,
 //! `storage-failure`, `checkpoint/conflict`, `checkpoint/vanished`,
-//! `checkpoint/too-large`, `checkpoint/invalid`, `input/invalid-item`,
-//! `handler/failed`, `compensation/failed`, or the store's own code.
+//! `checkpoint/too-large`, `checkpoint/elsewhere`, `checkpoint/invalid`,
+//! `input/invalid-item`, `handler/failed`, `compensation/failed`, or the
+//! store's own code.
 #![deny(missing_docs)]
 
 mod attach;

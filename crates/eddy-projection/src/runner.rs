@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 use crate::declare::{Params, State};
 use crate::session::{Session, Tally};
 use crate::transaction::UnitTransaction;
-use crate::{Bound, Host, Progress, Result, RunOptions};
+use crate::{Bound, Host, Progress, Result, RunOptions, StreamCheckpoints};
 
 /// Opens writers' sessions on bindings.
 pub(crate) trait Opener<P, S>: Send + Sync + 'static {
@@ -47,10 +47,21 @@ impl<P: Params> Opener<P, ()> for InTransaction<P> {
         &self.host
     }
 
+    /// Opens a session; for a binding the table has no checkpoint of yet,
+    /// claims it for the table first (refused when the store's checkpoint
+    /// streams hold it).
     fn open(&self, bound: Bound<P, ()>) -> BoxFuture<'static, Result<Session<P, ()>>> {
         let unit = (self.unit)(bound.clone());
         let host = self.host.clone();
-        Box::pin(async move { Ok(Session::load(host, bound).await?.with_transaction(unit)) })
+        Box::pin(async move {
+            let key = bound.key.clone();
+            let session = Session::load(host.clone(), bound).await?;
+            if !session.has_checkpoint() {
+                let streams = StreamCheckpoints::new(Arc::clone(&host.storage));
+                streams.claim_for_table(&key).await?;
+            }
+            Ok(session.with_transaction(unit))
+        })
     }
 }
 

@@ -465,6 +465,45 @@ impl StreamCheckpoints {
     }
 }
 
+/// The checkpoint home of [`StreamCheckpoints`], as errors name it.
+const STREAMS_HOME: &str = "the store's checkpoint streams (Host::new)";
+/// The checkpoint home of a SQL host, as errors name it.
+const TABLE_HOME: &str = "a SQL host's checkpoint table (SqliteHost, PgHost)";
+
+impl StreamCheckpoints {
+    /// Whether a SQL host's checkpoint table claimed the binding: it
+    /// leaves a stream at the binding's own path (its slots are below it).
+    async fn claimed_by_table(&self, key: &CheckpointKey) -> Result<bool> {
+        Ok(matches!(self.head(&key.path).await?, SlotHead::Live(_)))
+    }
+
+    /// Before a SQL host's first save of a binding into its checkpoint
+    /// table: refuses a binding whose checkpoint these streams hold (not
+    /// forgotten), and claims it for the table, so that these streams
+    /// refuse it from now on (`checkpoint/elsewhere` both ways). The claim
+    /// is a stream at the binding's path; it guards against running one
+    /// binding on both hosts in turn, not against two first writes at
+    /// the same instant.
+    pub(crate) async fn claim_for_table(&self, key: &CheckpointKey) -> Result<()> {
+        let (even, odd) = (self.found(key, 0).await?, self.found(key, 1).await?);
+        let current = match (even, odd) {
+            (Some(a), Some(b)) => Some(if a.epoch > b.epoch { a } else { b }),
+            (a, b) => a.or(b),
+        };
+        if current.is_some_and(|found| found.record.checkpoint.is_some()) {
+            return Err(ProjectionError::CheckpointElsewhere {
+                checkpoint: key.path.to_string(),
+                here: TABLE_HOME,
+                elsewhere: STREAMS_HOME,
+            });
+        }
+        self.storage
+            .create(&key.path, StreamConfig::json(), Payload::empty())
+            .await?;
+        Ok(())
+    }
+}
+
 /// The keys of the bindings with checkpoint streams in `storage`.
 async fn list_keys(storage: &dyn Storage) -> Result<Vec<CheckpointKey>> {
     let mut keys: Vec<CheckpointKey> = Vec::new();
@@ -572,6 +611,13 @@ impl StreamCheckpoints {
             (None, None) if self.vanished(key).await? => {
                 return Err(ProjectionError::CheckpointVanished {
                     checkpoint: key.path.to_string(),
+                })
+            }
+            (None, None) if self.claimed_by_table(key).await? => {
+                return Err(ProjectionError::CheckpointElsewhere {
+                    checkpoint: key.path.to_string(),
+                    here: STREAMS_HOME,
+                    elsewhere: TABLE_HOME,
                 })
             }
             (None, None) => {

@@ -593,6 +593,62 @@ mod postgres {
         });
     }
 
+    /// One binding keeps its checkpoint in one home of a PostgreSQL store:
+    /// `Host::new`'s checkpoint streams or `PgHost`'s table, whichever ran
+    /// it first; the other refuses it with `checkpoint/elsewhere`.
+    #[test]
+    fn a_binding_has_one_checkpoint_home_per_store() {
+        on_postgres(
+            "a_binding_has_one_checkpoint_home_per_store",
+            |_, store| async move {
+                append(&store, &[("a", 1)]).await;
+                let streams = eddy_projection::Host::new(store.clone());
+                let table = PgHost::open(Arc::clone(&store));
+                let counted_as = |id: &str| {
+                    let mut declare = Declare::<()>::new(id);
+                    let input = declare.input("orders", &orders());
+                    declare
+                        .fold(0u64)
+                        .on(input, |n, _, _| n + 1)
+                        .build()
+                        .expect("declare")
+                };
+                let in_streams = counted_as("in-streams").at(()).expect("bind");
+                streams
+                    .run(&in_streams, RunOptions::default())
+                    .await
+                    .expect("run");
+                let refused = table
+                    .run(
+                        &order_rows_as("in-streams", store.schema(), false)
+                            .at(())
+                            .expect("bind"),
+                        RunOptions::default(),
+                    )
+                    .await
+                    .expect_err("its checkpoint lives in streams");
+                assert_eq!(refused.code(), "checkpoint/elsewhere", "{refused}");
+                assert_eq!(rows(&store).await, Vec::new(), "nothing written");
+
+                let in_table = order_rows_as("in-table", store.schema(), false)
+                    .at(())
+                    .expect("bind");
+                table
+                    .run(&in_table, RunOptions::default())
+                    .await
+                    .expect("run");
+                let refused = streams
+                    .run(
+                        &counted_as("in-table").at(()).expect("bind"),
+                        RunOptions::default(),
+                    )
+                    .await
+                    .expect_err("its checkpoint lives in the table");
+                assert_eq!(refused.code(), "checkpoint/elsewhere", "{refused}");
+            },
+        );
+    }
+
     /// `follow` on a transaction projection: the first element after the
     /// first cycle, one per cycle that commits, the last once the input is
     /// closed.

@@ -602,3 +602,134 @@ fn a_commit_during_an_attached_run_keeps_the_mark() {
         assert_eq!(marks.get(&owner, &key).await.expect("get"), None, "cleared");
     });
 }
+
+/// A plain `fold` that counts the orders, under `id`: a binding of the
+/// same key as the transaction projection `id`, kept by `Host::new` in
+/// checkpoint streams.
+fn counted_as(id: &str) -> eddy_projection::Projection<(), u64> {
+    let mut declare = Declare::<()>::new(id);
+    let input = declare.input("orders", &orders());
+    declare
+        .fold(0u64)
+        .on(input, |n, _, _| n + 1)
+        .build()
+        .expect("declare")
+}
+
+/// Issue 26: one binding could keep a checkpoint in both homes of one
+/// SQLite store, the checkpoint streams of `Host::new` and the table of
+/// `SqliteHost`, each starting from scratch: whichever runs second is
+/// refused with `checkpoint/elsewhere`, naming where it lives.
+#[test]
+fn a_binding_has_one_checkpoint_home_per_store() {
+    crate::support::runtime().block_on(async {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = open(dir.path()).await;
+        append(&store, &[("a", 1)]).await;
+        let streams = eddy_projection::Host::new(store.clone());
+        let table = SqliteHost::new(Arc::clone(&store));
+
+        let in_streams = counted_as("in-streams").at(()).expect("bind");
+        streams
+            .run(&in_streams, RunOptions::default())
+            .await
+            .expect("run");
+        let refused = table
+            .run(
+                &order_rows_as("in-streams", false).at(()).expect("bind"),
+                RunOptions::default(),
+            )
+            .await
+            .expect_err("its checkpoint lives in streams");
+        assert_eq!(refused.code(), "checkpoint/elsewhere", "{refused}");
+        assert_eq!(rows(&store).await, Vec::new(), "nothing written");
+
+        let in_table = order_rows_as("in-table", false).at(()).expect("bind");
+        table
+            .run(&in_table, RunOptions::default())
+            .await
+            .expect("run");
+        let refused = streams
+            .run(
+                &counted_as("in-table").at(()).expect("bind"),
+                RunOptions::default(),
+            )
+            .await
+            .expect_err("its checkpoint lives in the table");
+        assert_eq!(refused.code(), "checkpoint/elsewhere", "{refused}");
+        assert!(refused.to_string().contains("table"), "{refused}");
+    });
+}
+
+/// A database busy because another connection holds its write lock (a
+/// real `SQLITE_BUSY`, met by the handler's own second connection) runs
+/// the unit again on inputs read again: `prepare` runs again, the unit
+/// key stays while the ranges do and changes when new input extends them;
+/// only the last attempt's rows remain.
+#[test]
+fn a_busy_database_runs_the_unit_again_on_inputs_read_again() {
+    crate::support::runtime().block_on(async {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = open(dir.path()).await;
+        let host = SqliteHost::new(Arc::clone(&store));
+        append(&store, &[("a", 1)]).await;
+        let file = store.file().to_owned();
+        let seen: Arc<std::sync::Mutex<Vec<(String, usize, usize)>>> = Arc::default();
+        let prepared = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut declare = Declare::<()>::new("busy-rows");
+        let input = declare.input("orders", &orders());
+        let (seen_in, store_in, prepared_in) =
+            (Arc::clone(&seen), Arc::clone(&store), Arc::clone(&prepared));
+        let projection = declare
+            .process_sqlite_prepared(
+                Commit::transaction(),
+                move |batch, _unit| {
+                    let count = prepared_in.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let (items, store) = (batch.items(input).len(), Arc::clone(&store_in));
+                    Box::pin(async move {
+                        if count == 1 {
+                            // New input arrives while the unit is retried.
+                            append(&store, &[("b", 2)]).await;
+                        }
+                        Ok(items)
+                    })
+                },
+                move |tx: &Transaction<'_>, batch, unit, prepared: &usize, _| {
+                    let attempt = {
+                        let mut seen = seen_in.lock().expect("lock");
+                        seen.push((unit.key.clone(), batch.items(input).len(), *prepared));
+                        seen.len()
+                    };
+                    for order in batch.items(input) {
+                        let row = Order {
+                            amount: attempt as i64,
+                            ..order.clone()
+                        };
+                        insert(tx, &row)?;
+                    }
+                    if attempt <= 2 {
+                        // Another connection cannot take the write lock
+                        // this transaction holds: SQLite answers busy.
+                        let other = eddy_streams::rusqlite::Connection::open(&file)?;
+                        other.busy_timeout(Duration::ZERO)?;
+                        other.execute_batch("BEGIN IMMEDIATE")?;
+                    }
+                    Ok(())
+                },
+            )
+            .expect("declare");
+        let bound = projection.at(()).expect("bind");
+        let progress = host.run(&bound, RunOptions::default()).await.expect("run");
+        assert_eq!((progress.units, progress.items), (1, 2));
+        let seen = seen.lock().expect("lock").clone();
+        assert_eq!(seen.len(), 3, "three attempts: {seen:?}");
+        assert_eq!(seen[0].0, seen[1].0, "unchanged ranges keep the key");
+        assert_ne!(seen[1].0, seen[2].0, "extended ranges change the key");
+        assert_eq!(
+            seen.iter().map(|s| (s.1, s.2)).collect::<Vec<_>>(),
+            vec![(1, 1), (1, 1), (2, 2)],
+            "prepare saw each attempt's batch"
+        );
+        assert_eq!(rows(&store).await, owned(&[("a", 3), ("b", 3)]));
+    });
+}

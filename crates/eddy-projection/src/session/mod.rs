@@ -101,6 +101,11 @@ impl<P: Params, S: State> Session<P, S> {
         self
     }
 
+    /// Whether the binding has a checkpoint (saved, not forgotten).
+    pub(crate) fn has_checkpoint(&self) -> bool {
+        self.exists
+    }
+
     /// The committed state.
     pub(crate) fn state(&self) -> &S {
         &self.state
