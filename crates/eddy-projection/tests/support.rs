@@ -468,3 +468,58 @@ pub async fn wait_for_tail(store: &dyn Storage, path: &StreamPath, count: u64) {
         store.wait(path, tail, left).await.expect("wait");
     }
 }
+
+/// What the child workers of the process tests say about their runner.
+pub mod child {
+    use std::time::Duration;
+
+    use eddy_projection::{AttachError, Attached, BindingState, Progress, ProjectionError};
+    use futures::{Stream, StreamExt};
+
+    /// `child: committed`, or `child: <code> <error>`.
+    pub fn said(outcome: Result<(), &ProjectionError>) -> String {
+        match outcome {
+            Ok(()) => "child: committed".to_owned(),
+            Err(e) => format!("child: {} {e}", e.code()),
+        }
+    }
+
+    /// What the first element of a follow stream says.
+    pub async fn first_of(
+        follow: impl Stream<Item = eddy_projection::Result<Progress<()>>>,
+    ) -> String {
+        futures::pin_mut!(follow);
+        let first = follow.next().await.expect("a first element");
+        said(first.as_ref().map(drop))
+    }
+
+    /// What an attachment's run after `commit` says: its failure, or
+    /// `committed` once a binding is idle.
+    pub async fn attached_after(
+        attached: &Attached<(), ()>,
+        commit: impl std::future::Future<Output = ()>,
+    ) -> String {
+        let mut errors = Box::pin(attached.errors());
+        commit.await;
+        tokio::select! {
+            Some(error) = errors.next() => match error {
+                AttachError::Run { error, .. } => said(Err(&error)),
+                other => format!("child: {other}"),
+            },
+            _ = until_idle(attached) => said(Ok(())),
+        }
+    }
+
+    /// Waits (at most a minute) until a binding of the attachment is idle.
+    pub async fn until_idle(attached: &Attached<(), ()>) {
+        let idle = attached.wait_for(|status| {
+            status
+                .values()
+                .any(|b| matches!(b.state, BindingState::Idle))
+        });
+        tokio::time::timeout(Duration::from_secs(60), idle)
+            .await
+            .expect("a binding is idle within a minute")
+            .expect("attached");
+    }
+}

@@ -11,13 +11,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use eddy_projection::{
-    AttachError, AttachOptions, BindingState, Commit, Declare, FollowOptions, RunOptions,
-    SqliteHost, SqliteTx, Status, TransactionProjection,
+    AttachOptions, Commit, Declare, FollowOptions, RunOptions, SqliteHost, SqliteTx, Status,
+    TransactionProjection,
 };
 use eddy_streams::rusqlite::Transaction;
 use eddy_streams::{Append, JsonStream, MarkOwner, ReadFrom, SqliteStorage, Storage, StreamError};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
+
+use crate::support::child;
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -390,41 +392,17 @@ fn child_worker() {
             )
             .expect("declare");
         let bound = projection.at(()).expect("bind");
-        let said = |outcome: Result<(), &eddy_projection::ProjectionError>| match outcome {
-            Ok(()) => "child: committed".to_owned(),
-            Err(e) => format!("child: {} {e}", e.code()),
-        };
         let line = match mode.as_str() {
-            "follow" => {
-                let follow = host.follow(&bound, FollowOptions::default());
-                futures::pin_mut!(follow);
-                let first = follow.next().await.expect("a first element");
-                said(first.as_ref().map(drop))
-            }
+            "follow" => child::first_of(host.follow(&bound, FollowOptions::default())).await,
             "attach" => {
                 let options = AttachOptions::default().with_durable();
                 let attached = host.attach(&projection, options).expect("attach");
-                let mut errors = Box::pin(attached.errors());
-                append(&store, &[("c", 3)]).await;
-                let idle = attached.wait_for(|status| {
-                    status
-                        .values()
-                        .any(|b| matches!(b.state, BindingState::Idle))
-                });
-                tokio::select! {
-                    Some(error) = errors.next() => match error {
-                        AttachError::Run { error, .. } => said(Err(&error)),
-                        other => format!("child: {other}"),
-                    },
-                    _ = idle => said(Ok(())),
-                }
+                child::attached_after(&attached, append(&store, &[("c", 3)])).await
             }
-            _ => said(
-                host.run(&bound, RunOptions::default())
-                    .await
-                    .as_ref()
-                    .map(drop),
-            ),
+            _ => {
+                let run = host.run(&bound, RunOptions::default()).await;
+                child::said(run.as_ref().map(drop))
+            }
         };
         println!("{line}");
     });
@@ -480,15 +458,7 @@ async fn finish(store: &Arc<SqliteStorage>, mode: &str, expected: &[(String, i64
     if mode == "attach" {
         let options = AttachOptions::default().with_durable();
         let attached = host.attach(&order_rows(), options).expect("attach");
-        let caught_up = attached.wait_for(|status| {
-            status
-                .values()
-                .any(|b| matches!(b.state, BindingState::Idle))
-        });
-        tokio::time::timeout(Duration::from_secs(60), caught_up)
-            .await
-            .expect("the marked binding runs at start")
-            .expect("attached");
+        child::until_idle(&attached).await;
     } else {
         host.run(&order_rows().at(()).expect("bind"), RunOptions::default())
             .await

@@ -9,6 +9,59 @@
 //! transaction that lost a race (serialization failure, deadlock) runs
 //! again with jittered backoff, after reading the inputs again.
 
+/// The runners of a SQL host whose transaction type is `$tx`: `run`,
+/// `follow` and `attach`, each on the sessions of the host's `opener`.
+macro_rules! transaction_runners {
+    ($tx:ty) => {
+        /// Runs `bound` until its inputs are caught up, closed, gone, or
+        /// `options.limit` units are committed (see [`Host::run`]).
+        pub async fn run<P, T>(
+            &self,
+            bound: &TransactionBound<P, $tx, T>,
+            options: RunOptions,
+        ) -> Result<Progress<()>>
+        where
+            P: Params,
+            T: Send + Sync + 'static,
+        {
+            run_on(&self.opener(&bound.handlers), &bound.bound, options).await
+        }
+
+        /// Follows `bound`, each unit in a transaction of its own: a
+        /// pull-based stream of progress with the emission, wait and retry
+        /// rules of [`Host::follow`].
+        pub fn follow<P, T>(
+            &self,
+            bound: &TransactionBound<P, $tx, T>,
+            options: FollowOptions,
+        ) -> impl futures::Stream<Item = Result<Progress<()>>> + Send + 'static
+        where
+            P: Params,
+            T: Send + Sync + 'static,
+        {
+            let opener = Arc::new(self.opener(&bound.handlers));
+            follow_on(opener, &bound.bound, options)
+        }
+
+        /// Attaches `projection` to the store: every commit on one of its
+        /// inputs runs the binding it selects, each unit in a transaction
+        /// of its own, with the rules and options of [`Host::attach`]
+        /// (durable wake-up marks included).
+        pub fn attach<P, T>(
+            &self,
+            projection: &TransactionProjection<P, $tx, T>,
+            options: AttachOptions,
+        ) -> Result<Attached<P, ()>>
+        where
+            P: Params,
+            T: Send + Sync + 'static,
+        {
+            let opener = Arc::new(self.opener(&projection.handlers));
+            attach_on(opener, &projection.projection, options)
+        }
+    };
+}
+
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 pub(crate) mod sqlite;

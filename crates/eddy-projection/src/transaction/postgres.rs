@@ -11,7 +11,6 @@ use async_trait::async_trait;
 use eddy_streams::sqlx::{self, PgConnection, PgPool, Postgres};
 use eddy_streams::{PgStorage, StreamError};
 use futures::future::BoxFuture;
-use futures::Stream;
 
 use super::{output_writes, Failed, Handler, Handlers, TransactionBound, UnitTransaction};
 use crate::attach::attach_on;
@@ -314,56 +313,7 @@ impl PgHost {
         &self.checkpoints
     }
 
-    /// Runs `bound` until its inputs are caught up, closed, gone, or
-    /// `options.limit` units are committed (see [`Host::run`]).
-    pub async fn run<P, T>(
-        &self,
-        bound: &TransactionBound<P, PgTx, T>,
-        options: RunOptions,
-    ) -> Result<Progress<()>>
-    where
-        P: Params,
-        T: Send + Sync + 'static,
-    {
-        run_on(&self.opener(&bound.handlers), &bound.bound, options).await
-    }
-
-    /// Follows `bound`, each unit in a transaction of its own: a
-    /// pull-based stream of progress with the emission, wait and retry
-    /// rules of [`Host::follow`]. Live waits hear other processes' commits
-    /// through the store's `LISTEN`/`NOTIFY`.
-    pub fn follow<P, T>(
-        &self,
-        bound: &TransactionBound<P, PgTx, T>,
-        options: FollowOptions,
-    ) -> impl Stream<Item = Result<Progress<()>>> + Send + 'static
-    where
-        P: Params,
-        T: Send + Sync + 'static,
-    {
-        follow_on(
-            Arc::new(self.opener(&bound.handlers)),
-            &bound.bound,
-            options,
-        )
-    }
-
-    /// Attaches `projection` to the store: every commit on one of its
-    /// inputs runs the binding it selects, each unit in a transaction of
-    /// its own, with the rules and options of [`Host::attach`] (durable
-    /// wake-up marks included).
-    pub fn attach<P, T>(
-        &self,
-        projection: &TransactionProjection<P, PgTx, T>,
-        options: AttachOptions,
-    ) -> Result<Attached<P, ()>>
-    where
-        P: Params,
-        T: Send + Sync + 'static,
-    {
-        let opener = Arc::new(self.opener(&projection.handlers));
-        attach_on(opener, &projection.projection, options)
-    }
+    transaction_runners!(PgTx);
 
     /// The sessions of a transaction projection with `handlers`.
     fn opener<P: Params, T: Send + Sync + 'static>(
