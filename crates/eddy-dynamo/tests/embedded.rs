@@ -101,6 +101,56 @@ async fn ttl_sweep_removes_expired_items_as_the_service() {
     );
 }
 
+/// A sweep over more items than one of its steps holds (and over another
+/// table of the same file, which it leaves alone) removes exactly the
+/// expired items of its table, on both backends.
+async fn a_sweep_of_many_steps_removes_exactly_the_expired(table: EmbeddedTable) {
+    let other = table
+        .open_table(eddy_dynamo::TableSchema::single_table("other").with_ttl("expires"))
+        .await
+        .unwrap();
+    for chunk in 0..7 {
+        let puts: Vec<eddy_dynamo::TransactWriteItem> = (0..100)
+            .map(|i| {
+                let at = chunk * 100 + i;
+                let expires = if at % 3 == 0 { 100 } else { 900 };
+                Put::new(item(&format!("i{at:03}"), &[("expires", n(expires))])).into()
+            })
+            .collect();
+        table.transact_write_items(puts).await.unwrap();
+    }
+    other
+        .put_item(Put::new(item("o", &[("expires", n(1))])))
+        .await
+        .unwrap();
+    assert_eq!(table.expire_items(500).await.unwrap(), 234);
+    assert_eq!(table.expire_items(500).await.unwrap(), 0);
+    let key =
+        |pk: &str| eddy_dynamo::Item::from([("pk".to_owned(), s(pk)), ("sk".to_owned(), s("-"))]);
+    assert_eq!(table.get_item(key("i000")).await.unwrap(), None);
+    assert!(table.get_item(key("i001")).await.unwrap().is_some());
+    assert!(
+        table.get_item(key("i699")).await.unwrap().is_none(),
+        "699 = 3 × 233"
+    );
+    assert!(
+        other.get_item(key("o")).await.unwrap().is_some(),
+        "another table's sweep is its own"
+    );
+}
+
+#[tokio::test]
+async fn a_sweep_of_many_steps_removes_exactly_the_expired_on_memory() {
+    a_sweep_of_many_steps_removes_exactly_the_expired(EmbeddedTable::memory(schema())).await;
+}
+
+#[tokio::test]
+async fn a_sweep_of_many_steps_removes_exactly_the_expired_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = EmbeddedTable::open_sqlite(dir.path().join("sweep.db"), schema()).unwrap();
+    a_sweep_of_many_steps_removes_exactly_the_expired(table).await;
+}
+
 #[tokio::test]
 async fn sqlite_table_keeps_items_feed_and_checkpoints_across_reopen() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,7 +1,6 @@
 //! Table semantics over a [`Store`]: validation, conditions, transactions,
 //! index entries, change records and TTL. Shared by every embedded backend.
 
-use std::cmp::Ordering;
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -13,10 +12,7 @@ use super::records::change_record;
 use super::store::{in_write, IndexEntry, LoggedChange, Store, Txn, Write};
 use super::tables::{Namespace, TableRef};
 use crate::error::{CancellationReason, TableError, ValidationError};
-use crate::item::{
-    compare_values, item_size, items_equal, AttributeValue, Item, MAX_ITEM_SIZE,
-    MAX_TRANSACTION_SIZE,
-};
+use crate::item::{item_size, items_equal, Item, MAX_ITEM_SIZE, MAX_TRANSACTION_SIZE};
 use crate::key_schema::{IndexDefinition, TableSchema};
 use crate::request::TransactWriteItem;
 
@@ -27,12 +23,12 @@ pub(crate) const MAX_TRANSACTION_ITEMS: usize = 100;
 pub(crate) type EncodedKey = (String, String);
 
 /// One planned change to one item.
-struct Change {
-    table: TableRef,
-    pk: String,
-    sk: String,
-    old: Option<Item>,
-    new: Option<Item>,
+pub(super) struct Change {
+    pub table: TableRef,
+    pub pk: String,
+    pub sk: String,
+    pub old: Option<Item>,
+    pub new: Option<Item>,
 }
 
 /// When a write happens, and how long the change log keeps records.
@@ -244,50 +240,6 @@ fn check_transaction_size(total: usize) -> Result<(), ValidationError> {
     Ok(())
 }
 
-/// Deletes the items whose TTL attribute is at or before `now_secs`,
-/// recording REMOVE records attributed to the DynamoDB service.
-pub(crate) async fn expire(
-    store: &dyn Store,
-    table: TableRef,
-    now_secs: u64,
-    clock: WriteClock,
-) -> Result<usize, TableError> {
-    let Some(ttl) = table.schema.ttl_attribute.clone() else {
-        return Ok(0);
-    };
-    let limit = AttributeValue::N(now_secs.to_string());
-    in_write(store, move |txn| {
-        let mut changes = Vec::new();
-        for (pk, sk, item) in txn.all_items()? {
-            if !table.ns.owns(&pk) {
-                continue;
-            }
-            let expired = match item.get(&ttl) {
-                Some(v @ AttributeValue::N(_)) => matches!(
-                    compare_values(v, &limit),
-                    Some(Ordering::Less | Ordering::Equal)
-                ),
-                _ => false,
-            };
-            if expired {
-                changes.push(Change {
-                    table: table.clone(),
-                    pk,
-                    sk,
-                    old: Some(item),
-                    new: None,
-                });
-            }
-        }
-        let count = changes.len();
-        if count > 0 {
-            commit(txn, changes, clock, true)?;
-        }
-        Ok(count)
-    })
-    .await
-}
-
 fn check_size(item: &Item) -> Result<(), ValidationError> {
     let size = item_size(item);
     if size > MAX_ITEM_SIZE {
@@ -317,7 +269,9 @@ pub(crate) fn index_entry(index: &IndexDefinition, item: &Item) -> Option<IndexE
 /// the log stays bounded without anyone asking.
 const TRIM_EVERY: u64 = 1024;
 
-fn commit(
+/// Applies planned changes with their change records (attributed to the
+/// DynamoDB service when `by_service`: TTL deletions).
+pub(super) fn commit(
     txn: &mut dyn Txn,
     changes: Vec<Change>,
     clock: WriteClock,

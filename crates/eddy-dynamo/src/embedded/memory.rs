@@ -65,10 +65,19 @@ impl Txn for Data {
         Ok(self.last_seq)
     }
 
-    fn all_items(&self) -> Result<Vec<(String, String, Item)>, TableError> {
+    fn items_after(
+        &self,
+        after: Option<&(String, String)>,
+        limit: usize,
+    ) -> Result<Vec<(String, String, Item)>, TableError> {
+        let from = match after {
+            Some(key) => Bound::Excluded(key.clone()),
+            None => Bound::Unbounded,
+        };
         Ok(self
             .items
-            .iter()
+            .range((from, Bound::Unbounded))
+            .take(limit)
             .map(|((pk, sk), item)| (pk.clone(), sk.clone(), item.clone()))
             .collect())
     }
@@ -322,7 +331,11 @@ impl Txn for Refused {
     fn last_sequence(&self) -> Result<u64, TableError> {
         self.fail()
     }
-    fn all_items(&self) -> Result<Vec<(String, String, Item)>, TableError> {
+    fn items_after(
+        &self,
+        _: Option<&(String, String)>,
+        _: usize,
+    ) -> Result<Vec<(String, String, Item)>, TableError> {
         self.fail()
     }
     fn apply(&mut self, _: Vec<Write>, _: Vec<LoggedChange>) -> Result<(), TableError> {

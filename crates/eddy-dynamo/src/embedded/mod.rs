@@ -2,6 +2,7 @@
 //! ordered change feed.
 
 mod engine;
+mod expiry;
 mod feed;
 mod keys;
 mod memory;
@@ -186,11 +187,13 @@ impl EmbeddedTable {
     /// Deletes every item whose TTL attribute (epoch seconds) is at or before
     /// `now_secs`, as DynamoDB's TTL process does, and returns how many. Their
     /// REMOVE records name the DynamoDB service as the user identity. Until
-    /// this runs, expired items are still read, as on DynamoDB.
+    /// this runs, expired items are still read, as on DynamoDB. It sweeps
+    /// in steps of a few hundred items, each its own write transaction, so
+    /// writers are not held for the whole sweep.
     pub async fn expire_items(&self, now_secs: u64) -> Result<usize, TableError> {
         let clock = self.clock(Utc::now());
         let count =
-            engine::expire(self.store.as_ref(), self.table.clone(), now_secs, clock).await?;
+            expiry::expire(self.store.as_ref(), self.table.clone(), now_secs, clock).await?;
         if count > 0 {
             self.changed.notify_waiters();
         }

@@ -64,9 +64,14 @@ pub(crate) trait Txn {
     fn get(&self, pk: &str, sk: &str) -> Result<Option<Item>, TableError>;
     /// The sequence number of the last record ever logged, 0 when none.
     fn last_sequence(&self) -> Result<u64, TableError>;
-    /// Every item with its stored key `(pk, sk, item)`, of every table of
-    /// the database (for TTL sweeps).
-    fn all_items(&self) -> Result<Vec<(String, String, Item)>, TableError>;
+    /// Up to `limit` items with their stored keys `(pk, sk, item)`, in key
+    /// order, after the key `after` (from the first when `None`), of every
+    /// table of the database: a TTL sweep's step.
+    fn items_after(
+        &self,
+        after: Option<&(String, String)>,
+        limit: usize,
+    ) -> Result<Vec<(String, String, Item)>, TableError>;
     /// Applies the writes and appends the records.
     fn apply(&mut self, writes: Vec<Write>, records: Vec<LoggedChange>) -> Result<(), TableError>;
     /// Stores a consumer's checkpoint (a sequence number).

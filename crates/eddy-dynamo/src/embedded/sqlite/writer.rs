@@ -113,12 +113,33 @@ impl Txn for SqliteTxn<'_> {
         Ok(last.max(self.trimmed_through()?))
     }
 
-    fn all_items(&self) -> Result<Vec<(String, String, Item)>, TableError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT pk, sk, item FROM items")
-            .map_err(storage)?;
-        let mut rows = stmt.query([]).map_err(storage)?;
+    fn items_after(
+        &self,
+        after: Option<&(String, String)>,
+        limit: usize,
+    ) -> Result<Vec<(String, String, Item)>, TableError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        // The primary key's order: one range step of its index.
+        let mut stmt;
+        let mut rows = match after {
+            Some((pk, sk)) => {
+                stmt = self
+                    .conn
+                    .prepare_cached(
+                        "SELECT pk, sk, item FROM items WHERE (pk, sk) > (?1, ?2) ORDER BY pk, sk LIMIT ?3",
+                    )
+                    .map_err(storage)?;
+                stmt.query(rusqlite::params![pk, sk, limit])
+            }
+            None => {
+                stmt = self
+                    .conn
+                    .prepare_cached("SELECT pk, sk, item FROM items ORDER BY pk, sk LIMIT ?1")
+                    .map_err(storage)?;
+                stmt.query(rusqlite::params![limit])
+            }
+        }
+        .map_err(storage)?;
         let mut items = Vec::new();
         while let Some(row) = rows.next().map_err(storage)? {
             let (pk, sk): (String, String) =
