@@ -81,7 +81,7 @@ workload_args() { # workload -> sets `path` and `args`
     append) path=/bench/append; args=(-s "$here/append.lua") ;;
     batch) path=/; args=(-s "$here/spread.lua") ;;
     many) path=/; args=(-s "$here/spread.lua") ;;
-    read) path="/bench/kb?offset=-1"; args=() ;;
+    read) path=""; args=() ;; # each server's own first chunk (kb_url)
   esac
 }
 
@@ -98,7 +98,7 @@ workload_env() { # workload -> the environment of spread.lua
 measure_workload() { # workload servers...
   local workload="$1"; shift
   local -A rates ratios stmts requests
-  local slice label url db r n before
+  local slice label url db r n before target
   workload_args "$workload"
   for slice in $(seq 1 "$ratio_slices"); do
     local first=""
@@ -106,7 +106,9 @@ measure_workload() { # workload servers...
       read -r label url db <<<"$server"
       [ -n "$db" ] && before="$(statements "$db")"
       # shellcheck disable=SC2046 # the environment is words
-      read -r r n <<<"$(export $(workload_env "$workload"); load "$url$path" "$pinned_connections" "${args[@]}")"
+      target="$url$path"
+      [ "$workload" = read ] && target="${kb_url[$label]}"
+      read -r r n <<<"$(export $(workload_env "$workload"); load "$target" "$pinned_connections" "${args[@]}")"
       rates[$label]="${rates[$label]:-} $r"
       if [ -z "$first" ]; then first="$r"; else ratios[$label]="${ratios[$label]:-} $(ratio2 "$r" "$first")"; fi
       if [ -n "$db" ]; then
@@ -126,13 +128,17 @@ $(awk -v s="${stmts[$label]}" -v n="${requests[$label]}" 'BEGIN { printf "%.2f",
   done
 }
 
+declare -A kb_url
 start_server "$eddy" sqlite; sqlite_base="$base"; prepare "$base"
+kb_url[sqlite]="$(first_chunk_url "$base/bench/kb")"
 new_url="$(database bench_new)"
 start_server "$eddy" "$new_url"; new_base="$base"; prepare "$base"
+kb_url[postgres]="$(first_chunk_url "$base/bench/kb")"
 servers=("sqlite $sqlite_base" "postgres $new_base bench_new")
 if [ -n "${BASELINE:-}" ]; then
   base_url="$(database bench_baseline)"
   start_server "$BASELINE" "$base_url"; prepare "$base"
+  kb_url[baseline]="$(first_chunk_url "$base/bench/kb")"
   servers+=("baseline $base bench_baseline")
 fi
 

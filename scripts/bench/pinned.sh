@@ -73,8 +73,8 @@ measure_pinned() { # binary -> sets `figures` (see pinned_report)
     hs="$hs $h"; mas="$mas $ma"; sas="$sas $sa"
     r_ma="$r_ma $(ratio2 "$ma" "$h")"; r_sa="$r_sa $(ratio2 "$sa" "$ma")"
   done
-  mr="$(pinned_rps "$mem/bench/kb?offset=-1")"
-  sr="$(pinned_rps "$sql/bench/kb?offset=-1")"
+  mr="$(pinned_rps "$(first_chunk_url "$mem/bench/kb")")"
+  sr="$(pinned_rps "$(first_chunk_url "$sql/bench/kb")")"
   fan_h1="$(fan_out "$mem")"
   fan_h2="$(fan_out "$mem" "h2c:$fanout_h2c")"
   stop_pinned; stop_pinned

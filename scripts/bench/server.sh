@@ -94,6 +94,12 @@ rps() { # url [wrk args...]: requests per second, and non-2xx count on stderr
   grep 'Requests/sec' <<<"$out" | awk '{print $2}'
 }
 
+# A catch-up read from -1 is a redirect to the stream's own offset (its
+# incarnation's): a read benchmark reads the URL it leads to.
+first_chunk_url() { # stream URL -> the URL of its first chunk
+  curl -fsSL -o /dev/null -w '%{url_effective}' "$1?offset=-1"
+}
+
 prepare_read_stream() { # base: a text stream of 1000 messages of 100 bytes
   curl -fsS -o /dev/null -X PUT -H 'content-type: text/plain' "$1/bench/read"
   local msg; msg="$(head -c 100 /dev/zero | tr '\0' 'x')"
@@ -110,7 +116,7 @@ measure() { # label base -> "append batch read p50 p99"
   local a b r l
   a="$(rps "$base/bench/append" -s "$here/append.lua")"
   b="$(rps "$base/bench/batch" -s "$here/batch.lua")"
-  r="$(rps "$base/bench/read?offset=-1")"
+  r="$(rps "$(first_chunk_url "$base/bench/read")")"
   l="$("$latency" "$base" 300)"
   echo "$a $b $r $l"
 }
@@ -174,10 +180,11 @@ measure_two() { # -> "append batch read p50 p99": load on both servers, reader o
   curl -fsS -o /dev/null -X PUT -H 'content-type: text/plain' "$pg_a/bench/append"
   curl -fsS -o /dev/null -X PUT -H 'content-type: application/json' "$pg_a/bench/batch"
   prepare_read_stream "$pg_a"
-  local a b r l
+  local a b r l first_read
+  first_read="$(first_chunk_url "$pg_a/bench/read")"
   a="$(split_rps /bench/append -s "$here/append.lua")"
   b="$(split_rps /bench/batch -s "$here/batch.lua")"
-  r="$(split_rps "/bench/read?offset=-1")"
+  r="$(split_rps "${first_read#"$pg_a"}")"
   l="$("$latency" "$pg_a" 300 "$pg_b")"
   echo "$a $b $r $l"
 }
