@@ -14,7 +14,7 @@ use sqlx::postgres::PgRow;
 use sqlx::Row;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use super::connections::Connections;
+use super::connections::{broken, Connections};
 use super::error::statement_error;
 use super::records::query;
 use super::sql::{Sql, STREAM_COLUMN_COUNT};
@@ -24,6 +24,9 @@ use crate::StreamError;
 const LANES: usize = 2;
 /// The most reads one statement carries.
 const MAX_BATCH: usize = 128;
+/// How often a read statement runs on a fresh connection after its
+/// connection turned out dead.
+const MAX_TRIES: u32 = 3;
 
 /// One read's part of a statement: where its messages start (`fetch`),
 /// their byte budget, and whether the first counts whatever its size.
@@ -131,16 +134,28 @@ async fn statement(
     let fetches: Vec<i64> = batch.iter().map(|w| signed(w.ask.fetch)).collect();
     let budgets: Vec<i64> = batch.iter().map(|w| signed(w.ask.budget as u64)).collect();
     let firsts: Vec<bool> = batch.iter().map(|w| w.ask.first).collect();
-    let mut lease = connections.acquire().await?;
-    let rows = query(&sql.read)
-        .bind(paths)
-        .bind(fetches)
-        .bind(budgets)
-        .bind(firsts)
-        .fetch_all(lease.conn()?)
-        .await;
-    lease.finished(&rows);
-    let rows = rows.map_err(statement_error)?;
+    // A read writes nothing, so it runs again on another connection when
+    // its own turned out dead (idle ones all are after the database
+    // restarted); other failures are the reads' answer.
+    let mut tries = 0;
+    let rows = loop {
+        let mut lease = connections.acquire().await?;
+        let rows = query(&sql.read)
+            .bind(&paths)
+            .bind(&fetches)
+            .bind(&budgets)
+            .bind(&firsts)
+            .fetch_all(lease.conn()?)
+            .await;
+        lease.finished(&rows);
+        tries += 1;
+        match rows {
+            Err(err) if broken(&err) && tries < MAX_TRIES => {
+                tracing::debug!(error = %err, "a read connection was dead; reading again");
+            }
+            rows => break rows.map_err(statement_error)?,
+        }
+    };
     let mut ordered: Vec<Option<PgRow>> = (0..batch.len()).map(|_| None).collect();
     for row in rows {
         let ord: i64 = row

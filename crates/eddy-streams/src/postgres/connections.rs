@@ -114,12 +114,24 @@ impl Drop for Lease {
     }
 }
 
-/// Whether `err` leaves its connection unusable.
+/// Whether `err` leaves its connection unusable: a failure of the
+/// connection itself, or the server ending the session (a fatal error, a
+/// connection exception, an administrator's or a shutdown's termination).
 pub(super) fn broken(err: &sqlx::Error) -> bool {
+    if let sqlx::Error::Database(db) = err {
+        return db
+            .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+            .is_some_and(|e| {
+                matches!(
+                    e.severity(),
+                    sqlx::postgres::PgSeverity::Fatal | sqlx::postgres::PgSeverity::Panic
+                ) || e.code().starts_with("08")
+                    || e.code().starts_with("57P")
+            });
+    }
     !matches!(
         err,
-        sqlx::Error::Database(_)
-            | sqlx::Error::RowNotFound
+        sqlx::Error::RowNotFound
             | sqlx::Error::ColumnDecode { .. }
             | sqlx::Error::ColumnNotFound(_)
             | sqlx::Error::ColumnIndexOutOfBounds { .. }

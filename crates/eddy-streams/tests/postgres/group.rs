@@ -246,3 +246,53 @@ fn reads_of_a_stream_two_stores_write_return_every_message_in_order() {
         schema.drop().await;
     });
 }
+
+/// Regression: the store's own read connections were reused without a
+/// ping, so after the database ended them (a restart, an administrator),
+/// the next read through each failed. A read runs again on a fresh
+/// connection when its own is dead; the writer takes a fresh one after.
+#[test]
+fn reads_and_appends_survive_the_database_ending_their_connections() {
+    let Some(schema) = Schema::fresh("dead_read_connections") else {
+        return;
+    };
+    run(async move {
+        let store = open(&schema).await;
+        let p = path("dead/stream");
+        store
+            .create(&p, StreamConfig::json(), Payload::empty())
+            .await
+            .expect("create");
+        store.append(&p, Append::body("1")).await.expect("append");
+        assert_eq!(read_all(&store, &p).await.len(), 1);
+        // Every idle session of this store's schema, ended.
+        let pool = eddy_streams::sqlx::PgPool::connect(&schema.url)
+            .await
+            .expect("connect");
+        let ended: Vec<bool> = eddy_streams::sqlx::query_scalar(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE state = 'idle' AND query LIKE $1",
+        )
+        .bind(format!("%\"{}\".%", schema.name))
+        .fetch_all(&pool)
+        .await
+        .expect("terminate");
+        assert!(!ended.is_empty(), "the store had idle connections");
+        pool.close().await;
+        assert_eq!(read_all(&store, &p).await.len(), 1, "read again");
+        assert_eq!(tail(&store, &p).await.position(), 1);
+        // The writer's connection was ended too: an append whose group
+        // statement ran on it is refused as retryable (whether a statement
+        // the server answered so committed is not known), and the next one
+        // goes through.
+        let first = store.append(&p, Append::body("2")).await;
+        if let Err(err) = &first {
+            assert!(err.is_retryable(), "{err}");
+        }
+        let next = store.append(&p, Append::body("3")).await.expect("append");
+        let written = if first.is_ok() { 3 } else { 2 };
+        assert_eq!(next.next_offset.position(), written);
+        store.close().await;
+        schema.drop().await;
+    });
+}

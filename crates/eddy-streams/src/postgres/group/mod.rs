@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
-use super::connections::Connections;
+use super::connections::{broken, Connections};
 use super::error::{is_conflict, pg_error};
 use super::transaction::Wiring;
 use crate::cache::Change as CacheChange;
@@ -259,10 +259,14 @@ impl GroupWriter {
             }
         };
         if let Err(err) = self.prefetch(conn, &group).await {
-            // Nothing was decided or written: the group is answered as the
-            // database answered the load.
+            // Nothing was decided or written. On a connection the database
+            // had ended, the group runs again on a fresh one; otherwise it
+            // is answered as the database answered the load.
             self.copy.clear();
-            refuse(group, &err);
+            if broken(&err) {
+                return group.into_iter().filter_map(again).collect();
+            }
+            refuse(group, &pg_error("cannot load the streams of a group", err));
             return Vec::new();
         }
         let wiring = Arc::clone(&self.wiring);
@@ -346,7 +350,7 @@ impl GroupWriter {
         &mut self,
         conn: &mut sqlx::PgConnection,
         group: &[Job],
-    ) -> Result<(), StreamError> {
+    ) -> Result<(), sqlx::Error> {
         let now = self.wiring.engine.now_ms();
         let touches = &self.wiring.touches;
         let mut paths: Vec<String> = Vec::new();

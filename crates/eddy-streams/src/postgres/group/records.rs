@@ -161,7 +161,9 @@ impl RecordReader for GroupRecords<'_> {
         let mut known = match self.copy.get(path) {
             Some(known) => known.clone(),
             None => {
-                let loaded = load(self.conn, self.sql, &[path.to_owned()], &[]).await?;
+                let loaded = load(self.conn, self.sql, &[path.to_owned()], &[])
+                    .await
+                    .map_err(statement_error)?;
                 match loaded.into_iter().next() {
                     Some((_, known)) => known,
                     None => return Ok(None),

@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use sqlx::{PgConnection, Row};
 
-use super::super::error::statement_error;
 use super::super::listen::committed_line;
 use super::super::records::{decode, query};
 use super::super::sql::{Sql, STREAM_COLUMN_COUNT};
@@ -16,7 +15,6 @@ use super::copy::Known;
 use super::records::Draft;
 use crate::marks::{signed, Markers};
 use crate::rules::ProducerState;
-use crate::StreamError;
 
 /// Loads the streams at `paths` with their producer counts, and the
 /// states of the producers `wanted` names (path, producer).
@@ -25,7 +23,7 @@ pub(super) async fn load(
     sql: &Arc<Sql>,
     paths: &[String],
     wanted: &[(String, String)],
-) -> Result<Vec<(String, Known)>, StreamError> {
+) -> Result<Vec<(String, Known)>, sqlx::Error> {
     let (want_paths, want_producers): (Vec<&str>, Vec<&str>) = wanted
         .iter()
         .map(|(path, producer)| (path.as_str(), producer.as_str()))
@@ -35,8 +33,7 @@ pub(super) async fn load(
         .bind(want_paths)
         .bind(want_producers)
         .fetch_all(conn)
-        .await
-        .map_err(statement_error)?;
+        .await?;
     rows.iter()
         .map(|row| {
             let (key, path, record) = decode(row)?;
@@ -64,8 +61,7 @@ pub(super) async fn load(
             let count = u64::try_from(count).unwrap_or(0);
             Ok((path, Known::new(key, record, producers, count)))
         })
-        .collect::<Result<_, sqlx::Error>>()
-        .map_err(statement_error)
+        .collect()
 }
 
 /// What the commit statement of a group announces and marks.
