@@ -58,7 +58,10 @@ async fn measure(
     let bound = projection.at(()).expect("bind");
     let started = Instant::now();
     let progress = host
-        .run(&bound, RunOptions::limit(units).with_unit_size(1))
+        .run(
+            &bound,
+            RunOptions::default().with_limit(units).with_unit_size(1),
+        )
         .await
         .expect("run");
     let elapsed = started.elapsed();

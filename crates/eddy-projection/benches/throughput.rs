@@ -41,8 +41,7 @@ async fn seed(store: &dyn Storage) {
 
 async fn fold_once(host: &Host) -> Duration {
     let version = VERSION.fetch_add(1, Ordering::Relaxed);
-    let mut declare = Declare::<()>::new("bench-fold");
-    declare.version(version);
+    let mut declare = Declare::<()>::new("bench-fold").with_version(version);
     let input = declare.input("orders", &orders());
     let bound = declare
         .fold(0.0)
@@ -64,8 +63,7 @@ async fn emit_once(host: &Host) -> Duration {
     let version = VERSION.fetch_add(1, Ordering::Relaxed);
     let out =
         JsonStream::<f64>::new("Bench/Amounts", &format!("amounts-{version}")).expect("route");
-    let mut declare = Declare::<()>::new("bench-emit");
-    declare.version(version);
+    let mut declare = Declare::<()>::new("bench-emit").with_version(version);
     let input = declare.input("orders", &orders());
     let amounts = declare.output("amounts", &out);
     let bound = declare
@@ -89,21 +87,17 @@ async fn emit_once(host: &Host) -> Duration {
 /// transaction.
 async fn transaction_sqlite_once(host: &SqliteHost) -> Duration {
     let version = VERSION.fetch_add(1, Ordering::Relaxed);
-    let mut declare = Declare::<()>::new("bench-rows");
-    declare.version(version);
+    let mut declare = Declare::<()>::new("bench-rows").with_version(version);
     let input = declare.input("orders", &orders());
     let bound = declare
-        .process_sqlite(
-            Commit::transaction(),
-            move |tx: &Transaction<'_>, batch, _, _, _| {
-                let mut insert =
-                    tx.prepare_cached("INSERT INTO bench_rows (id, amount) VALUES (?1, ?2)")?;
-                for order in batch.items(input) {
-                    insert.execute((order.id as i64, order.amount))?;
-                }
-                Ok(())
-            },
-        )
+        .process_sqlite(Commit::transaction(), move |tx: &Transaction<'_>, work| {
+            let mut insert =
+                tx.prepare_cached("INSERT INTO bench_rows (id, amount) VALUES (?1, ?2)")?;
+            for order in work.batch.items(input) {
+                insert.execute((order.id as i64, order.amount))?;
+            }
+            Ok(())
+        })
         .expect("declare")
         .at(())
         .expect("bind");
@@ -221,30 +215,26 @@ mod postgres {
     /// statement per unit) in the unit's transaction.
     async fn transaction_once(host: &PgHost, table: &str) -> Duration {
         let version = VERSION.fetch_add(1, Ordering::Relaxed);
-        let mut declare = Declare::<()>::new("bench-rows");
-        declare.version(version);
+        let mut declare = Declare::<()>::new("bench-rows").with_version(version);
         let input = declare.input("orders", &orders());
         let insert = format!(
             "INSERT INTO {table} (id, amount) SELECT * FROM UNNEST($1::bigint[], $2::float8[])"
         );
         let bound = declare
-            .process_transaction(
-                Commit::transaction(),
-                move |tx: &mut PgTx, batch, _, _, _| {
-                    let insert = insert.clone();
-                    Box::pin(async move {
-                        let items = batch.items(input);
-                        let ids: Vec<i64> = items.iter().map(|o| o.id as i64).collect();
-                        let amounts: Vec<f64> = items.iter().map(|o| o.amount).collect();
-                        sqlx::query(sqlx::AssertSqlSafe(insert))
-                            .bind(ids)
-                            .bind(amounts)
-                            .execute(&mut **tx)
-                            .await?;
-                        Ok(())
-                    })
-                },
-            )
+            .process_transaction(Commit::transaction(), move |tx: &mut PgTx, work| {
+                let insert = insert.clone();
+                Box::pin(async move {
+                    let items = work.batch.items(input);
+                    let ids: Vec<i64> = items.iter().map(|o| o.id as i64).collect();
+                    let amounts: Vec<f64> = items.iter().map(|o| o.amount).collect();
+                    sqlx::query(sqlx::AssertSqlSafe(insert))
+                        .bind(ids)
+                        .bind(amounts)
+                        .execute(&mut **tx)
+                        .await?;
+                    Ok(())
+                })
+            })
             .expect("declare")
             .at(())
             .expect("bind");

@@ -34,18 +34,16 @@ async fn run() -> Result<(), Box<dyn Error>> {
     let orders = JsonStream::<Order>::new("Shop/Orders", "orders")?;
     let mut declare = Declare::<()>::new("order-rows");
     let input = declare.input("orders", &orders);
-    let projection = declare.process_sqlite(
-        Commit::transaction(),
-        move |tx: &Transaction<'_>, batch, _unit, _, _| {
-            for order in batch.items(input) {
+    let projection =
+        declare.process_sqlite(Commit::transaction(), move |tx: &Transaction<'_>, work| {
+            for order in work.batch.items(input) {
                 tx.execute(
                     "INSERT INTO order_totals (order_id, total) VALUES (?1, ?2)",
                     (&order.order_id, order.amount),
                 )?;
             }
             Ok(())
-        },
-    )?;
+        })?;
     let bound = projection.at(())?;
 
     let dir = tempfile::tempdir()?;

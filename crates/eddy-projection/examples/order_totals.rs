@@ -73,8 +73,12 @@ async fn run() -> Result<(), Box<dyn Error>> {
         .await?;
 
     let host = Host::new(storage.clone());
-    let first = host.run(&bound, RunOptions::limit(10)).await?;
-    let again = host.run(&bound, RunOptions::limit(10)).await?;
+    let first = host
+        .run(&bound, RunOptions::default().with_limit(10))
+        .await?;
+    let again = host
+        .run(&bound, RunOptions::default().with_limit(10))
+        .await?;
     println!(
         "first run: {} units, {} items; second run: {} units",
         first.units, first.items, again.units

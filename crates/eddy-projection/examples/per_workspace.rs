@@ -74,8 +74,11 @@ async fn run() -> Result<(), Box<dyn Error>> {
         let host = host.clone();
         tokio::spawn(async move {
             let mut elements = Vec::new();
-            let follow = host.follow(&bound, FollowOptions::default().repair_interval_ms(1_000));
-            futures::pin_mut!(follow);
+            let mut follow = host.follow(
+                &bound,
+                FollowOptions::default()
+                    .with_repair_interval(std::time::Duration::from_millis(1_000)),
+            );
             while let Some(progress) = follow.next().await {
                 let progress = progress?;
                 println!(

@@ -113,7 +113,7 @@ impl<P: Params, S: State, K: CommitStrategy, H> Entries<P, S, K, H> {
 impl<P: Params, S: State, K: FoldCommit> Entries<P, S, K, FoldEntries> {
     /// Commits with `commit` instead ([`Commit::at_least_once`], or a
     /// commit with a compensation).
-    pub fn commit<K2: FoldCommit>(
+    pub fn with_commit<K2: FoldCommit>(
         self,
         commit: Commit<K2, P, S>,
     ) -> Entries<P, S, K2, FoldEntries> {

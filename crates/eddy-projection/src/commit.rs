@@ -74,7 +74,7 @@ pub struct AtLeastOnceCommit;
 /// # let stream = JsonStream::<u32>::new("Test/N", "n")?;
 /// let mut declare = Declare::<()>::new("rows");
 /// declare.input("n", &stream);
-/// let rows = declare.process_transaction(Commit::transaction(), |_tx: &mut (), _, _, _, _| {
+/// let rows = declare.process_transaction(Commit::transaction(), |_tx: &mut (), _work| {
 ///     Box::pin(async { Ok(()) })
 /// })?;
 /// let host = Host::new(std::sync::Arc::new(MemoryStorage::new()));
@@ -144,7 +144,7 @@ pub(crate) type Compensate<P, S> = Arc<
 /// # let stream = JsonStream::<u32>::new("Test/N", "n").unwrap();
 /// let mut declare = Declare::<()>::new("count");
 /// let input = declare.input("n", &stream);
-/// let count = declare.fold(0u64).commit(Commit::at_least_once()).on(input, |n, _, _| n + 1);
+/// let count = declare.fold(0u64).with_commit(Commit::at_least_once()).on(input, |n, _, _| n + 1);
 /// ```
 ///
 /// An `emit` cannot commit by checkpoint alone:
@@ -166,7 +166,7 @@ pub(crate) type Compensate<P, S> = Arc<
 /// # let stream = JsonStream::<u32>::new("Test/N", "n").unwrap();
 /// let mut declare = Declare::<()>::new("count");
 /// declare.input("n", &stream);
-/// let count = declare.fold(0u64).commit(Commit::producer());
+/// let count = declare.fold(0u64).with_commit(Commit::producer());
 /// ```
 ///
 /// ```compile_fail

@@ -133,16 +133,16 @@ impl<P: Params> Declare<P> {
         }
     }
 
-    /// Sets the version (generation) of the declaration, part of the
+    /// This declaration with another version (generation), part of the
     /// checkpoint key: bump it to rebuild from the start. Defaults to 1.
-    pub fn version(&mut self, version: u32) -> &mut Self {
+    pub fn with_version(mut self, version: u32) -> Self {
         self.version = version;
         self
     }
 
-    /// Keeps the binding's checkpoint after the final unit of a gone input
-    /// (by default it is forgotten).
-    pub fn keep_gone(&mut self) -> &mut Self {
+    /// This declaration keeping a binding's checkpoint after the final
+    /// unit of a gone input (by default it is forgotten).
+    pub fn with_keep_gone(mut self) -> Self {
         self.forget_gone = false;
         self
     }

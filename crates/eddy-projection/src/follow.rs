@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use futures::future::{select_all, FutureExt};
-use futures::Stream;
+use futures::stream::{BoxStream, StreamExt};
 
 use crate::declare::{Params, State};
 use crate::metrics::BindingMetrics;
@@ -34,17 +34,21 @@ impl Host {
         &self,
         bound: &Bound<P, S>,
         options: FollowOptions,
-    ) -> impl Stream<Item = Result<Progress<S>>> + Send + 'static {
+    ) -> Follow<S> {
         follow_on(Arc::new(self.clone()), bound, options)
     }
 }
+
+/// What `follow` returns: a stream of progress, one element per cycle
+/// that reports, ready to poll (`StreamExt::next`) without pinning.
+pub type Follow<S> = BoxStream<'static, Result<Progress<S>>>;
 
 /// [`Host::follow`] on the sessions `opener` opens.
 pub(crate) fn follow_on<P: Params, S: State>(
     opener: Arc<dyn Opener<P, S>>,
     bound: &Bound<P, S>,
     options: FollowOptions,
-) -> impl Stream<Item = Result<Progress<S>>> + Send + 'static {
+) -> Follow<S> {
     let follower = Follower {
         metrics: BindingMetrics::new(&bound.key),
         retry: options.retry.unwrap_or(opener.host().retry),
@@ -59,6 +63,7 @@ pub(crate) fn follow_on<P: Params, S: State>(
         let item = follower.next().await?;
         Some((item, follower))
     })
+    .boxed()
 }
 
 struct Follower<P, S> {

@@ -37,17 +37,10 @@ impl Host {
         }
     }
 
-    /// A host with another checkpoint store.
-    pub fn with_checkpoints(
-        storage: Arc<dyn Storage>,
-        checkpoints: Arc<dyn CheckpointStore>,
-    ) -> Self {
-        Host {
-            storage,
-            checkpoints,
-            retry: Retry::default(),
-            append_limit: DEFAULT_MAX_APPEND_BYTES,
-        }
+    /// This host with another checkpoint store.
+    pub fn with_checkpoints(mut self, checkpoints: Arc<dyn CheckpointStore>) -> Self {
+        self.checkpoints = checkpoints;
+        self
     }
 
     /// This host with another default retry schedule for followers and

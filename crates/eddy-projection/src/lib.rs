@@ -74,7 +74,7 @@
 //! ]).await?;
 //!
 //! let host = Host::new(storage.clone());
-//! let progress = host.run(&bound, RunOptions::limit(10)).await?;
+//! let progress = host.run(&bound, RunOptions::default().with_limit(10)).await?;
 //! assert_eq!((progress.units, progress.items, progress.status), (1, 2, Status::CaughtUp));
 //!
 //! let written = order_totals.read(storage.as_ref(), &(), ReadFrom::Beginning).await?;
@@ -234,6 +234,7 @@ pub use declare::{Declare, Kind, Params, Projection, State};
 pub use durable::{wake_marks, WakeMarkReport, FIRST_DEFERRAL, MAX_DEFERRAL};
 pub use emits::Emits;
 pub use error::{HandlerError, ProjectionError, Result};
+pub use follow::Follow;
 pub use handles::{Collection, Input, Output, StateOutput};
 pub use host::Host;
 pub use inspect::{
@@ -249,6 +250,6 @@ pub use stream_checkpoints::{StreamCheckpoints, SLOT_BYTES, SLOT_MIN_RECORDS, SL
 #[cfg(feature = "postgres")]
 pub use transaction::postgres::{PgCheckpoints, PgHost, PgTx};
 pub use transaction::{
-    SqliteCheckpoints, SqliteHost, SqliteTx, TransactionBound, TransactionProjection,
+    SqliteCheckpoints, SqliteHost, SqliteTx, TransactionBound, TransactionProjection, Work,
 };
 pub use wake::{wake, wake_stream, WakeRow, WAKE_COLLECTION};

@@ -107,12 +107,10 @@ impl Default for RunOptions {
 }
 
 impl RunOptions {
-    /// Runs at most `limit` units.
-    pub fn limit(limit: usize) -> Self {
-        RunOptions {
-            limit: Some(limit),
-            ..RunOptions::default()
-        }
+    /// These options with at most `limit` units per run.
+    pub fn with_limit(mut self, limit: usize) -> Self {
+        self.limit = Some(limit);
+        self
     }
 
     /// These options with another unit size.
@@ -183,10 +181,10 @@ impl Default for FollowOptions {
 }
 
 impl FollowOptions {
-    /// Options with a repair interval in milliseconds (the spec's
+    /// These options with another repair interval (the spec's
     /// `repairIntervalMs`).
-    pub fn repair_interval_ms(mut self, ms: u64) -> Self {
-        self.repair_interval = Duration::from_millis(ms);
+    pub fn with_repair_interval(mut self, interval: Duration) -> Self {
+        self.repair_interval = interval;
         self
     }
 

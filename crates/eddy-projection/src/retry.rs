@@ -18,9 +18,9 @@ pub const MAX_INTERVAL: Duration = Duration::from_secs(24 * 60 * 60);
 /// let retry = Retry::exponential(Duration::from_millis(100), Duration::from_secs(1));
 /// assert_eq!(retry.delay(0), Some(Duration::from_millis(100)));
 /// assert_eq!(retry.delay(10), Some(Duration::from_secs(1)));
-/// assert_eq!(Retry::default().max_attempts(2).delay(2), None);
+/// assert_eq!(Retry::default().with_max_attempts(2).delay(2), None);
 /// // Saturates instead of overflowing.
-/// let huge = Retry::exponential(Duration::MAX, Duration::MAX).jittered();
+/// let huge = Retry::exponential(Duration::MAX, Duration::MAX).with_jitter();
 /// assert!(huge.delay(u32::MAX).is_some());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,13 +56,13 @@ impl Retry {
 
     /// This schedule with each delay scaled by a random factor in
     /// `[0.5, 1.0]`.
-    pub fn jittered(mut self) -> Self {
+    pub fn with_jitter(mut self) -> Self {
         self.jitter = true;
         self
     }
 
     /// This schedule, giving up after `attempts` retries.
-    pub fn max_attempts(mut self, attempts: u32) -> Self {
+    pub fn with_max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = Some(attempts);
         self
     }

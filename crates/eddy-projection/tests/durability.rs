@@ -46,7 +46,10 @@ async fn units_stay_bounded(store: Arc<dyn Storage>, units: u64) {
     let max_records = 2 * eddy_projection::SLOT_RECORDS;
     for round in 1..=units / 10_000 {
         let progress = host
-            .run(&fold, RunOptions::limit(10_000).with_unit_size(1))
+            .run(
+                &fold,
+                RunOptions::default().with_limit(10_000).with_unit_size(1),
+            )
             .await
             .expect("run");
         assert_eq!(progress.units, 10_000);
@@ -96,7 +99,7 @@ fn twenty_thousand_units_keep_checkpoint_storage_bounded_on_sqlite() {
 fn crash_host(store: Arc<dyn Storage>) -> Host {
     let checkpoints =
         eddy_projection::StreamCheckpoints::new(store.clone()).with_slot_limits(4, 1 << 20);
-    Host::with_checkpoints(store, Arc::new(checkpoints))
+    Host::new(store).with_checkpoints(Arc::new(checkpoints))
 }
 
 const CRASH_DIR: &str = "EDDY_PROJECTION_CRASH_DIR";
@@ -119,7 +122,10 @@ fn crash_worker() {
         let mut unit = 1 + fastrand::usize(..5);
         loop {
             let progress = host
-                .run(&bound, RunOptions::limit(1).with_unit_size(unit))
+                .run(
+                    &bound,
+                    RunOptions::default().with_limit(1).with_unit_size(unit),
+                )
                 .await
                 .expect("run");
             println!("unit {}", progress.offsets["counts"]);

@@ -14,7 +14,7 @@ const QUIET: Duration = Duration::from_millis(300);
 
 fn fast() -> FollowOptions {
     FollowOptions::default()
-        .repair_interval_ms(50)
+        .with_repair_interval(std::time::Duration::from_millis(50))
         .with_retry(Retry::exponential(
             Duration::from_millis(1),
             Duration::from_millis(5),
@@ -27,8 +27,7 @@ mod cases {
     pub async fn follow_emits_by_the_rules_and_ends_when_closed(store: Arc<dyn Storage>) {
         seed(store.as_ref(), 0..0).await;
         let host = Host::new(store.clone());
-        let follow = host.follow(&order_totals().at(()).expect("bind"), fast());
-        futures::pin_mut!(follow);
+        let mut follow = host.follow(&order_totals().at(()).expect("bind"), fast());
         let first = follow.next().await.expect("element").expect("ok");
         assert_eq!(
             (first.units, first.status),
@@ -65,11 +64,10 @@ mod cases {
     pub async fn follow_emits_after_each_limited_cycle(store: Arc<dyn Storage>) {
         seed(store.as_ref(), 0..3).await;
         let host = Host::new(store.clone());
-        let follow = host.follow(
+        let mut follow = host.follow(
             &order_totals().at(()).expect("bind"),
             fast().with_limit(1).with_unit_size(1),
         );
-        futures::pin_mut!(follow);
         for expected in 1..=3u64 {
             let element = follow.next().await.expect("element").expect("ok");
             assert_eq!((element.units, element.status), (1, Status::Limited));
@@ -80,11 +78,10 @@ mod cases {
 
     pub async fn bad_follow_options_fail_at_the_first_pull(store: Arc<dyn Storage>) {
         let host = Host::new(store.clone());
-        let follow = host.follow(
+        let mut follow = host.follow(
             &order_totals().at(()).expect("bind"),
-            FollowOptions::default().repair_interval_ms(0),
+            FollowOptions::default().with_repair_interval(std::time::Duration::from_millis(0)),
         );
-        futures::pin_mut!(follow);
         let err = follow.next().await.expect("element").expect_err("invalid");
         assert_eq!(err.code(), "load/invalid-options");
         assert!(follow.next().await.is_none());
@@ -96,8 +93,7 @@ mod cases {
         faulty.fail_nth(Some(Op::Read), 0, When::Before);
         faulty.fail_nth(Some(Op::Read), 2, When::Before);
         let host = Host::new(faulty.clone());
-        let follow = host.follow(&order_totals().at(()).expect("bind"), fast());
-        futures::pin_mut!(follow);
+        let mut follow = host.follow(&order_totals().at(()).expect("bind"), fast());
         let first = follow.next().await.expect("element").expect("retried");
         assert_eq!(first.offsets["input"].position(), 2);
     }
@@ -112,8 +108,7 @@ mod cases {
             .build()
             .expect("declare");
         let host = Host::new(store.clone());
-        let follow = host.follow(&failing.at(()).expect("bind"), fast());
-        futures::pin_mut!(follow);
+        let mut follow = host.follow(&failing.at(()).expect("bind"), fast());
         let err = follow.next().await.expect("element").expect_err("fails");
         assert_eq!(err.code(), "handler/failed");
         assert!(follow.next().await.is_none());
@@ -125,8 +120,7 @@ mod cases {
         seed(store.as_ref(), 0..1).await;
         let host = Host::new(store.clone());
         let bound = order_totals().at(()).expect("bind");
-        let follow = host.follow(&bound, fast());
-        futures::pin_mut!(follow);
+        let mut follow = host.follow(&bound, fast());
         follow.next().await.expect("element").expect("ok");
         seed(store.as_ref(), 1..2).await;
         host.run(&bound, RunOptions::default())
@@ -139,8 +133,7 @@ mod cases {
     pub async fn a_bad_follow_limit_fails_at_the_first_pull(store: Arc<dyn Storage>) {
         seed(store.as_ref(), 0..1).await;
         let host = Host::new(store.clone());
-        let follow = host.follow(&order_totals().at(()).expect("bind"), fast().with_limit(0));
-        futures::pin_mut!(follow);
+        let mut follow = host.follow(&order_totals().at(()).expect("bind"), fast().with_limit(0));
         let err = follow.next().await.expect("element").expect_err("invalid");
         assert_eq!(err.code(), "load/invalid-options");
         assert!(follow.next().await.is_none());
@@ -160,25 +153,24 @@ mod cases {
     ) {
         seed(store.as_ref(), 0..2).await;
         let faulty = Arc::new(Faulty::new(store.clone()));
-        let never =
-            Retry::exponential(Duration::from_millis(1), Duration::from_millis(1)).max_attempts(0);
+        let never = Retry::exponential(Duration::from_millis(1), Duration::from_millis(1))
+            .with_max_attempts(0);
         let host = Host::new(faulty.clone()).with_retry(never);
-        let options = FollowOptions::default().repair_interval_ms(50);
+        let options =
+            FollowOptions::default().with_repair_interval(std::time::Duration::from_millis(50));
         faulty.fail_nth(Some(Op::Read), 0, When::Before);
-        let follow = host.follow(&order_totals().at(()).expect("bind"), options.clone());
-        futures::pin_mut!(follow);
+        let mut follow = host.follow(&order_totals().at(()).expect("bind"), options.clone());
         let err = follow.next().await.expect("element").expect_err("no retry");
         assert_eq!(err.code(), "storage-failure");
 
         faulty.fail_nth(Some(Op::Read), 0, When::Before);
-        let follow = host.follow(
+        let mut follow = host.follow(
             &order_totals().at(()).expect("bind"),
             options.with_retry(Retry::exponential(
                 Duration::from_millis(1),
                 Duration::from_millis(5),
             )),
         );
-        futures::pin_mut!(follow);
         let first = follow.next().await.expect("element").expect("retried");
         assert_eq!(first.offsets["input"].position(), 2);
     }
@@ -189,8 +181,7 @@ mod cases {
         seed(store.as_ref(), 0..2).await;
         let host = Host::new(store.clone());
         let bound = total_fold().at(()).expect("bind");
-        let follow = host.follow(&bound, fast());
-        futures::pin_mut!(follow);
+        let mut follow = host.follow(&bound, fast());
         let first = follow.next().await.expect("element").expect("ok");
         assert_eq!(first.state, Some(1.0));
         store
@@ -211,8 +202,7 @@ mod cases {
     pub async fn an_output_deleted_under_a_follower_is_invalid(store: Arc<dyn Storage>) {
         seed(store.as_ref(), 0..1).await;
         let host = Host::new(store.clone());
-        let follow = host.follow(&order_totals().at(()).expect("bind"), fast());
-        futures::pin_mut!(follow);
+        let mut follow = host.follow(&order_totals().at(()).expect("bind"), fast());
         follow.next().await.expect("element").expect("ok");
         let output = crate::support::totals().path(&()).expect("path");
         store.delete(&output).await.expect("delete");
@@ -231,11 +221,10 @@ mod cases {
         seed(store.as_ref(), 0..1).await;
         let faulty = Arc::new(Faulty::new(store.clone()));
         let host = Host::new(faulty.clone());
-        let follow = host.follow(
+        let mut follow = host.follow(
             &order_totals().at(()).expect("bind"),
             fast().with_unit_size(1),
         );
-        futures::pin_mut!(follow);
         let first = follow.next().await.expect("element").expect("ok");
         assert_eq!(first.units, 1);
         // The next cycle reads the new item (read 0) and commits it; the
@@ -264,11 +253,10 @@ mod cases {
                 ..fast()
             },
             fast().with_retry(Retry::exponential(Duration::from_millis(1), Duration::MAX)),
-            fast().with_retry(Retry::exponential(Duration::MAX, Duration::MAX).jittered()),
+            fast().with_retry(Retry::exponential(Duration::MAX, Duration::MAX).with_jitter()),
         ];
         for options in huge {
-            let follow = host.follow(&order_totals().at(()).expect("bind"), options);
-            futures::pin_mut!(follow);
+            let mut follow = host.follow(&order_totals().at(()).expect("bind"), options);
             let err = follow.next().await.expect("element").expect_err("refused");
             assert_eq!(err.code(), "load/invalid-options", "{err}");
             assert!(follow.next().await.is_none());

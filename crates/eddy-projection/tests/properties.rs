@@ -116,7 +116,7 @@ fn life(store: &Arc<dyn Storage>, plan: &[(usize, usize, bool)]) -> Host {
         faulty.fail_nth(OPS[op % OPS.len()], nth, when);
     }
     let checkpoints = StreamCheckpoints::new(faulty.clone()).with_slot_limits(3, 1 << 20);
-    Host::with_checkpoints(faulty, Arc::new(checkpoints))
+    Host::new(faulty).with_checkpoints(Arc::new(checkpoints))
 }
 
 /// Runs `running_sum` over `count` numbers (in checkpoint slots of three
@@ -142,7 +142,10 @@ async fn faults_and_restarts(
         let host = life(&store, plans.get(round).map_or(&[][..], Vec::as_slice));
         let (unit, limit) = sizes[round % sizes.len()];
         match host
-            .run(&bound, RunOptions::limit(limit).with_unit_size(unit))
+            .run(
+                &bound,
+                RunOptions::default().with_limit(limit).with_unit_size(unit),
+            )
             .await
         {
             Ok(progress) if progress.status == Status::CaughtUp => {

@@ -106,7 +106,10 @@ mod cases {
         let host = Host::new(store.clone());
         let bound = total_fold().at(()).expect("bind");
         let first = host
-            .run(&bound, RunOptions::limit(2).with_unit_size(3))
+            .run(
+                &bound,
+                RunOptions::default().with_limit(2).with_unit_size(3),
+            )
             .await
             .expect("run");
         assert_eq!(
@@ -384,9 +387,12 @@ mod cases {
         seed(store.as_ref(), 0..4).await;
         let host = Host::new(store.clone());
         let bound = total_fold().at(()).expect("bind");
-        host.run(&bound, RunOptions::limit(1).with_unit_size(2))
-            .await
-            .expect("run");
+        host.run(
+            &bound,
+            RunOptions::default().with_limit(1).with_unit_size(2),
+        )
+        .await
+        .expect("run");
         let checkpoint = || async {
             host.checkpoints()
                 .load(bound.checkpoint_key())
@@ -667,7 +673,7 @@ mod cases {
         let input = declare.input("orders", &orders());
         let projection = declare
             .fold(0.0)
-            .commit(commit)
+            .with_commit(commit)
             .on(input, move |sum: f64, entry, _| {
                 if *fail2.lock().expect("fail") {
                     return Step::fail("handler failed");
@@ -903,7 +909,7 @@ mod cases {
         let input = declare.input("orders", &orders());
         let projection = declare
             .fold(0.0)
-            .commit(commit)
+            .with_commit(commit)
             .on(input, |sum: f64, entry, _| sum + entry.item.amount)
             .build()
             .expect("declare");

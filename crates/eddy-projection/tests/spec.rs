@@ -60,11 +60,10 @@ async fn a_repair_pass_picks_up_a_missed_wake_up(store: Arc<dyn Storage>) {
     seed(store.as_ref(), 0..1).await;
     let deaf: Arc<dyn Storage> = Arc::new(Faulty::deaf(store.clone()));
     let host = Host::new(deaf);
-    let follow = host.follow(
+    let mut follow = host.follow(
         &order_totals().at(()).expect("bind"),
-        FollowOptions::default().repair_interval_ms(200),
+        FollowOptions::default().with_repair_interval(std::time::Duration::from_millis(200)),
     );
-    futures::pin_mut!(follow);
     let first = follow.next().await.expect("element").expect("ok");
     assert_eq!(first.items, 1);
     seed(store.as_ref(), 1..3).await;
@@ -134,8 +133,7 @@ fn keep_gone_keeps_the_checkpoint_after_the_final_unit() {
     runtime().block_on(async {
         let store: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
         seed(store.as_ref(), 0..3).await;
-        let mut declare = Declare::<()>::new("kept");
-        declare.keep_gone();
+        let mut declare = Declare::<()>::new("kept").with_keep_gone();
         let input = declare.input("orders", &orders());
         let projection = declare
             .fold(0.0)
@@ -163,8 +161,7 @@ fn keep_gone_keeps_the_checkpoint_after_the_final_unit() {
             .await
             .expect("again");
         assert_eq!((again.status, again.units), (Status::Closed, 0));
-        let follow = host.follow(&bound, FollowOptions::default());
-        futures::pin_mut!(follow);
+        let mut follow = host.follow(&bound, FollowOptions::default());
         let element = follow.next().await.expect("element").expect("ok");
         assert_eq!(element.status, Status::Closed);
         assert!(follow.next().await.is_none(), "it ends");

@@ -486,9 +486,8 @@ pub mod child {
 
     /// What the first element of a follow stream says.
     pub async fn first_of(
-        follow: impl Stream<Item = eddy_projection::Result<Progress<()>>>,
+        mut follow: impl Stream<Item = eddy_projection::Result<Progress<()>>> + Unpin,
     ) -> String {
-        futures::pin_mut!(follow);
         let first = follow.next().await.expect("a first element");
         said(first.as_ref().map(drop))
     }

@@ -115,25 +115,22 @@ mod postgres {
         let input = declare.input("orders", &orders());
         let output = output.then(|| declare.output("totals", &totals()));
         declare
-            .process_transaction(
-                Commit::transaction(),
-                move |tx: &mut PgTx, batch, _unit, _, emits| {
-                    let insert = insert.clone();
-                    Box::pin(async move {
-                        for order in batch.items(input) {
-                            sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
-                                .bind(&order.order_id)
-                                .bind(order.amount)
-                                .execute(&mut **tx)
-                                .await?;
-                            if let Some(output) = output {
-                                emits.push(output, order);
-                            }
+            .process_transaction(Commit::transaction(), move |tx: &mut PgTx, work| {
+                let insert = insert.clone();
+                Box::pin(async move {
+                    for order in work.batch.items(input) {
+                        sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
+                            .bind(&order.order_id)
+                            .bind(order.amount)
+                            .execute(&mut **tx)
+                            .await?;
+                        if let Some(output) = output {
+                            work.emits.push(output, order);
                         }
-                        Ok(())
-                    })
-                },
-            )
+                    }
+                    Ok(())
+                })
+            })
             .expect("declare")
     }
 
@@ -275,16 +272,20 @@ mod postgres {
                         let items = batch.items(input).len();
                         Box::pin(async move { Ok((count as usize, items)) })
                     },
-                    move |tx: &mut PgTx, batch, unit, prepared: &(usize, usize), _| {
+                    move |tx: &mut PgTx, work| {
                         let (seen, store, schema) =
                             (Arc::clone(&seen_in), Arc::clone(&store_in), schema.clone());
                         Box::pin(async move {
                             let attempt = {
                                 let mut seen = seen.lock().expect("lock");
-                                seen.push((unit.key.clone(), batch.items(input).len(), prepared.1));
+                                seen.push((
+                                    work.unit.key.clone(),
+                                    work.batch.items(input).len(),
+                                    work.prepared.1,
+                                ));
                                 seen.len()
                             };
-                            for order in batch.items(input) {
+                            for order in work.batch.items(input) {
                                 sqlx::query(sqlx::AssertSqlSafe(format!(
                                     "INSERT INTO \"{schema}\".order_totals VALUES ($1, $2)"
                                 )))
@@ -360,29 +361,25 @@ mod postgres {
             let hold = role.clone();
             let signal_in = signal.clone();
             let projection = declare
-                .process_transaction(
-                    Commit::transaction(),
-                    move |tx: &mut PgTx, batch, _, _, _| {
-                        let (insert, hold, signal) =
-                            (insert.clone(), hold.clone(), signal_in.clone());
-                        Box::pin(async move {
-                            for order in batch.items(input) {
-                                sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
-                                    .bind(&order.order_id)
-                                    .bind(order.amount)
-                                    .execute(&mut **tx)
-                                    .await?;
-                            }
-                            // The rows are written, the checkpoint is not.
-                            std::fs::write(&signal, "in transaction")?;
-                            if hold == "hang" {
-                                std::future::pending::<()>().await;
-                            }
-                            wait_for(&signal.with_extension("go")).await;
-                            Ok(())
-                        })
-                    },
-                )
+                .process_transaction(Commit::transaction(), move |tx: &mut PgTx, work| {
+                    let (insert, hold, signal) = (insert.clone(), hold.clone(), signal_in.clone());
+                    Box::pin(async move {
+                        for order in work.batch.items(input) {
+                            sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
+                                .bind(&order.order_id)
+                                .bind(order.amount)
+                                .execute(&mut **tx)
+                                .await?;
+                        }
+                        // The rows are written, the checkpoint is not.
+                        std::fs::write(&signal, "in transaction")?;
+                        if hold == "hang" {
+                            std::future::pending::<()>().await;
+                        }
+                        wait_for(&signal.with_extension("go")).await;
+                        Ok(())
+                    })
+                })
                 .expect("declare");
             let bound = projection.at(()).expect("bind");
             let line = match mode.as_str() {
@@ -630,8 +627,7 @@ mod postgres {
                 append(&store, &[("a", 1), ("b", 2)]).await;
                 let host = PgHost::open(Arc::clone(&store));
                 let bound = order_rows(store.schema()).at(()).expect("bind");
-                let follow = host.follow(&bound, FollowOptions::default());
-                futures::pin_mut!(follow);
+                let mut follow = host.follow(&bound, FollowOptions::default());
                 let first = follow.next().await.expect("first").expect("cycle");
                 assert_eq!(
                     (first.units, first.items, first.status),

@@ -105,18 +105,15 @@ fn order_rows_as(id: &str, output: bool) -> TransactionProjection<(), SqliteTx> 
     let input = declare.input("orders", &orders());
     let output = output.then(|| declare.output("totals", &totals()));
     declare
-        .process_sqlite(
-            Commit::transaction(),
-            move |tx: &Transaction<'_>, batch, _unit, _, emits| {
-                for order in batch.items(input) {
-                    insert(tx, order)?;
-                    if let Some(output) = output {
-                        emits.push(output, order);
-                    }
+        .process_sqlite(Commit::transaction(), move |tx: &Transaction<'_>, work| {
+            for order in work.batch.items(input) {
+                insert(tx, order)?;
+                if let Some(output) = output {
+                    work.emits.push(output, order);
                 }
-                Ok(())
-            },
-        )
+            }
+            Ok(())
+        })
         .expect("declare")
 }
 
@@ -196,13 +193,10 @@ fn a_foreign_output_is_refused_when_the_projection_is_bound() {
     let input = declare.input("orders", &orders());
     let output = declare.foreign_output("totals", &totals());
     let projection = declare
-        .process_sqlite(
-            Commit::transaction(),
-            move |_tx: &Transaction<'_>, batch, _unit, _, emits| {
-                emits.extend(output, batch.items(input));
-                Ok(())
-            },
-        )
+        .process_sqlite(Commit::transaction(), move |_tx: &Transaction<'_>, work| {
+            work.emits.extend(output, work.batch.items(input));
+            Ok(())
+        })
         .expect("declare");
     let refused = projection.at(()).expect_err("a foreign output is refused");
     assert_eq!(refused.code(), "pin/invalid-output");
@@ -224,18 +218,15 @@ fn a_panicking_handler_fails_its_unit_and_the_writer_goes_on() {
         let mut declare = Declare::<()>::new("panicky-rows");
         let input = declare.input("orders", &orders());
         let projection = declare
-            .process_sqlite(
-                Commit::transaction(),
-                move |tx: &Transaction<'_>, batch, _unit, _, _| {
-                    for order in batch.items(input) {
-                        insert(tx, order)?;
-                    }
-                    if panic_in.load(std::sync::atomic::Ordering::SeqCst) {
-                        panic!("the handler panics after its inserts");
-                    }
-                    Ok(())
-                },
-            )
+            .process_sqlite(Commit::transaction(), move |tx: &Transaction<'_>, work| {
+                for order in work.batch.items(input) {
+                    insert(tx, order)?;
+                }
+                if panic_in.load(std::sync::atomic::Ordering::SeqCst) {
+                    panic!("the handler panics after its inserts");
+                }
+                Ok(())
+            })
             .expect("declare");
         let bound = projection.at(()).expect("bind");
         let failed = host
@@ -274,10 +265,10 @@ fn a_failing_handler_rolls_back_its_sql_and_prepare_feeds_it() {
                     let factor = 10 * batch.len() as i64;
                     Box::pin(async move { Ok(factor) })
                 },
-                move |tx: &Transaction<'_>, batch, _unit, factor: &i64, _| {
-                    for order in batch.items(input) {
+                move |tx: &Transaction<'_>, work| {
+                    for order in work.batch.items(input) {
                         let scaled = Order {
-                            amount: order.amount * factor,
+                            amount: order.amount * work.prepared,
                             ..order.clone()
                         };
                         insert(tx, &scaled)?;
@@ -310,8 +301,7 @@ fn a_transaction_projection_follows_live() {
         append(&store, &[("a", 1), ("b", 2)]).await;
         let host = SqliteHost::new(Arc::clone(&store));
         let bound = order_rows().at(()).expect("bind");
-        let follow = host.follow(&bound, FollowOptions::default());
-        futures::pin_mut!(follow);
+        let mut follow = host.follow(&bound, FollowOptions::default());
         let first = follow.next().await.expect("first").expect("cycle");
         assert_eq!(
             (first.units, first.items, first.status),
@@ -376,8 +366,8 @@ fn child_worker() {
                         Ok(())
                     })
                 },
-                move |tx: &Transaction<'_>, batch, _, _, _| {
-                    for order in batch.items(input) {
+                move |tx: &Transaction<'_>, work| {
+                    for order in work.batch.items(input) {
                         insert(tx, order)?;
                     }
                     if hang {
@@ -664,13 +654,17 @@ fn a_busy_database_runs_the_unit_again_on_inputs_read_again() {
                         Ok(items)
                     })
                 },
-                move |tx: &Transaction<'_>, batch, unit, prepared: &usize, _| {
+                move |tx: &Transaction<'_>, work| {
                     let attempt = {
                         let mut seen = seen_in.lock().expect("lock");
-                        seen.push((unit.key.clone(), batch.items(input).len(), *prepared));
+                        seen.push((
+                            work.unit.key.clone(),
+                            work.batch.items(input).len(),
+                            *work.prepared,
+                        ));
                         seen.len()
                     };
-                    for order in batch.items(input) {
+                    for order in work.batch.items(input) {
                         let row = Order {
                             amount: attempt as i64,
                             ..order.clone()

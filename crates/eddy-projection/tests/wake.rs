@@ -171,7 +171,7 @@ mod cases {
         let (facts, totals, projection) = by_workspace();
         let host = Host::new(store.clone());
         let options = AttachOptions {
-            run: RunOptions::limit(1).with_unit_size(1),
+            run: RunOptions::default().with_limit(1).with_unit_size(1),
             ..AttachOptions::default()
         };
         let attached = host.attach(&projection, options).expect("attach");

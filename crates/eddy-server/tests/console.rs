@@ -96,7 +96,7 @@ async fn server() -> RunningServer {
         .on(input, |sum, entry, _| sum + entry.item)
         .build()
         .expect("declare");
-    let two = RunOptions::limit(1).with_unit_size(2);
+    let two = RunOptions::default().with_limit(1).with_unit_size(2);
     let host = Host::new(Arc::clone(&store));
     host.run(&sum.at(()).expect("bind"), two)
         .await

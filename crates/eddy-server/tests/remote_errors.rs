@@ -144,8 +144,7 @@ fn a_follower_with_a_refused_token_fails_at_once() {
             .expect("declare");
         let host = Host::new(Arc::new(remote));
         let bound = count.at(()).expect("bind");
-        let follow = host.follow(&bound, FollowOptions::default());
-        futures::pin_mut!(follow);
+        let mut follow = host.follow(&bound, FollowOptions::default());
         let first = tokio::time::timeout(Duration::from_secs(10), follow.next()).await;
         let failed = first
             .expect("answered without retrying")

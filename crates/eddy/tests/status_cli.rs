@@ -49,7 +49,7 @@ async fn seed(dir: &Path) {
         .on(input, |sum, entry, _| sum + entry.item)
         .build()
         .expect("declare");
-    let two = RunOptions::limit(1).with_unit_size(2);
+    let two = RunOptions::default().with_limit(1).with_unit_size(2);
     host.run(&sum.at(()).expect("bind"), two)
         .await
         .expect("run");
@@ -102,8 +102,8 @@ async fn seed(dir: &Path) {
     let rows = declare
         .process_sqlite(
             Commit::transaction(),
-            move |_tx: &rusqlite::Transaction<'_>, batch, _unit, _, _| {
-                assert_eq!(batch.items(input).len(), 5);
+            move |_tx: &rusqlite::Transaction<'_>, work| {
+                assert_eq!(work.batch.items(input).len(), 5);
                 Ok(())
             },
         )

@@ -34,7 +34,7 @@ macro_rules! transaction_runners {
             &self,
             bound: &TransactionBound<P, $tx, T>,
             options: FollowOptions,
-        ) -> impl futures::Stream<Item = Result<Progress<()>>> + Send + 'static
+        ) -> crate::Follow<()>
         where
             P: Params,
             T: Send + Sync + 'static,
@@ -88,29 +88,34 @@ pub(crate) type Prepare<P, T> = Arc<
     dyn for<'a> Fn(&'a Batch, &'a Unit<P>) -> BoxFuture<'a, Result<T, HandlerError>> + Send + Sync,
 >;
 
-/// A transaction handler: `process(tx, batch, unit, prepared, emits)`.
+/// What a transaction handler works on besides its transaction: the
+/// unit's batch, the unit, what `prepare` gave (`()` without one), and
+/// the declared outputs.
+#[derive(Debug)]
+pub struct Work<'a, P, T = ()> {
+    /// The unit's input slices.
+    pub batch: &'a Batch,
+    /// The unit: its parameters, key and ranges.
+    pub unit: &'a Unit<P>,
+    /// What `prepare` gave for this unit.
+    pub prepared: &'a T,
+    /// The declared outputs, written in the unit's transaction.
+    pub emits: &'a mut Emits,
+}
+
+/// A transaction handler: `process(tx, work)`.
 pub(crate) type Process<P, X, T> = Arc<
-    dyn for<'a> Fn(
-            &'a mut X,
-            &'a Batch,
-            &'a Unit<P>,
-            &'a T,
-            &'a mut Emits,
-        ) -> BoxFuture<'a, Result<(), HandlerError>>
+    dyn for<'a> Fn(&'a mut X, Work<'a, P, T>) -> BoxFuture<'a, Result<(), HandlerError>>
         + Send
         + Sync,
 >;
 
 /// A synchronous transaction handler, run on SQLite's writer thread:
-/// `process(tx, batch, unit, prepared, emits)` with rusqlite's own
-/// transaction.
+/// `process(tx, work)` with rusqlite's own transaction.
 pub(crate) type SyncProcess<P, T> = Arc<
     dyn for<'a, 'c> Fn(
             &'a eddy_streams::rusqlite::Transaction<'c>,
-            &'a Batch,
-            &'a Unit<P>,
-            &'a T,
-            &'a mut Emits,
+            Work<'a, P, T>,
         ) -> Result<(), HandlerError>
         + Send
         + Sync,
@@ -234,8 +239,8 @@ impl<P, X, T> TransactionBound<P, X, T> {
 }
 
 impl<P: Params> Declare<P> {
-    /// `process` with [`Commit::transaction`]: each batch runs
-    /// `f(tx, batch, unit, &(), emits)` on the SQL host's transaction `X`;
+    /// `process` with [`Commit::transaction`]: each batch runs `f(tx, work)`
+    /// on the SQL host's transaction `X` (see [`Work`]);
     /// the SQL it runs there, the items it writes to the declared outputs
     /// through `emits`, and the checkpoint commit or roll back together.
     /// Outputs are optional here; they must live on the host's store (see
@@ -248,13 +253,7 @@ impl<P: Params> Declare<P> {
     ) -> Result<TransactionProjection<P, X, ()>>
     where
         X: Send + 'static,
-        F: for<'a> Fn(
-                &'a mut X,
-                &'a Batch,
-                &'a Unit<P>,
-                &'a (),
-                &'a mut Emits,
-            ) -> BoxFuture<'a, Result<(), HandlerError>>
+        F: for<'a> Fn(&'a mut X, Work<'a, P>) -> BoxFuture<'a, Result<(), HandlerError>>
             + Send
             + Sync
             + 'static,
@@ -279,13 +278,7 @@ impl<P: Params> Declare<P> {
             + Send
             + Sync
             + 'static,
-        F: for<'a> Fn(
-                &'a mut X,
-                &'a Batch,
-                &'a Unit<P>,
-                &'a T,
-                &'a mut Emits,
-            ) -> BoxFuture<'a, Result<(), HandlerError>>
+        F: for<'a> Fn(&'a mut X, Work<'a, P, T>) -> BoxFuture<'a, Result<(), HandlerError>>
             + Send
             + Sync
             + 'static,
@@ -294,8 +287,8 @@ impl<P: Params> Declare<P> {
     }
 
     /// `process` with [`Commit::transaction`] on SQLite ([`SqliteHost`]):
-    /// each batch runs `f(tx, batch, unit, &(), emits)` with rusqlite's own
-    /// transaction, on the store's writer thread; the SQL it runs there,
+    /// each batch runs `f(tx, work)` with rusqlite's own transaction (see
+    /// [`Work`]), on the store's writer thread; the SQL it runs there,
     /// the items it writes to the declared outputs through `emits`, and
     /// the checkpoint commit or roll back together. `f` holds the store's
     /// writer while it runs: keep it to SQL. A panic in `f` fails the unit
@@ -308,10 +301,7 @@ impl<P: Params> Declare<P> {
     where
         F: for<'a, 'c> Fn(
                 &'a eddy_streams::rusqlite::Transaction<'c>,
-                &'a Batch,
-                &'a Unit<P>,
-                &'a (),
-                &'a mut Emits,
+                Work<'a, P>,
             ) -> Result<(), HandlerError>
             + Send
             + Sync
@@ -338,10 +328,7 @@ impl<P: Params> Declare<P> {
             + 'static,
         F: for<'a, 'c> Fn(
                 &'a eddy_streams::rusqlite::Transaction<'c>,
-                &'a Batch,
-                &'a Unit<P>,
-                &'a T,
-                &'a mut Emits,
+                Work<'a, P, T>,
             ) -> Result<(), HandlerError>
             + Send
             + Sync
@@ -467,6 +454,6 @@ pub(crate) trait UnitTransaction<P>: Send + Sync {
 /// second; after this many tries the unit fails with the last error.
 pub(crate) fn race_retry() -> Retry {
     Retry::exponential(Duration::from_millis(5), Duration::from_secs(1))
-        .jittered()
-        .max_attempts(50)
+        .with_jitter()
+        .with_max_attempts(50)
 }

@@ -12,7 +12,7 @@ use eddy_streams::sqlx::{self, PgConnection, PgPool, Postgres};
 use eddy_streams::{PgStorage, StreamError};
 use futures::future::BoxFuture;
 
-use super::{output_writes, Failed, Handler, Handlers, TransactionBound, UnitTransaction};
+use super::{output_writes, Failed, Handler, Handlers, TransactionBound, UnitTransaction, Work};
 use crate::attach::attach_on;
 use crate::checkpoint::{Checkpoint, CheckpointKey, CheckpointStore, Loaded, Token};
 use crate::declare::Params;
@@ -295,7 +295,7 @@ impl PgHost {
     /// A host on `store`.
     pub fn open(store: Arc<PgStorage>) -> Self {
         let checkpoints = Arc::new(PgCheckpoints::open(&store));
-        let host = Host::with_checkpoints(store.clone(), checkpoints.clone());
+        let host = Host::new(store.clone()).with_checkpoints(checkpoints.clone());
         PgHost {
             store,
             checkpoints,
@@ -389,9 +389,13 @@ impl<P: Params, T: Send + Sync + 'static> UnitTransaction<P> for PgUnit<P, T> {
                 .map_err(handler)?;
             let mut tx = self.store.begin().await.map_err(stream)?;
             let mut emits = Emits::new(self.bound.projection.inner.number);
-            process(tx.sql(), batch, unit, &prepared, &mut emits)
-                .await
-                .map_err(handler)?;
+            let work = Work {
+                batch,
+                unit,
+                prepared: &prepared,
+                emits: &mut emits,
+            };
+            process(tx.sql(), work).await.map_err(handler)?;
             if let Some(misuse) = batch.misuse() {
                 return Err(Failed::Fault(ProjectionError::invalid(format!(
                     "projection `{}`: {misuse}",

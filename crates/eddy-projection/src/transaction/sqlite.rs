@@ -13,7 +13,7 @@ use eddy_streams::rusqlite::{self, Connection, ErrorCode, OptionalExtension};
 use eddy_streams::{SqliteStorage, StreamError};
 use futures::future::BoxFuture;
 
-use super::{output_writes, Failed, Handler, Handlers, TransactionBound, UnitTransaction};
+use super::{output_writes, Failed, Handler, Handlers, TransactionBound, UnitTransaction, Work};
 use crate::attach::attach_on;
 use crate::checkpoint::{Checkpoint, CheckpointKey, CheckpointStore, Loaded, Token};
 use crate::declare::Params;
@@ -256,7 +256,7 @@ impl SqliteHost {
     /// A host on `store`.
     pub fn new(store: Arc<SqliteStorage>) -> Self {
         let checkpoints = Arc::new(SqliteCheckpoints::new(Arc::clone(&store)));
-        let host = Host::with_checkpoints(store.clone(), checkpoints.clone());
+        let host = Host::new(store.clone()).with_checkpoints(checkpoints.clone());
         SqliteHost {
             store,
             checkpoints,
@@ -358,7 +358,13 @@ impl<P: Params, T: Send + Sync + 'static> UnitTransaction<P> for SqliteUnit<P, T
                     // A panic must not take the store's writer thread down
                     // with it: it fails this unit, which rolls back.
                     let ran = panic::catch_unwind(AssertUnwindSafe(|| {
-                        process(tx.sql(), &batch, &unit, &prepared, &mut emits)
+                        let work = Work {
+                            batch: &batch,
+                            unit: &unit,
+                            prepared: &prepared,
+                            emits: &mut emits,
+                        };
+                        process(tx.sql(), work)
                     }));
                     ran.unwrap_or_else(|panicked| Err(panic_error(panicked.as_ref())))
                         .map_err(Outcome::Handler)?;
