@@ -133,6 +133,86 @@ fn two_servers_serve_one_set_of_streams() {
     runtime().block_on(schema.drop());
 }
 
+/// The number a server's `/metrics` page reports for `series`.
+async fn metric(http: &reqwest::Client, base: &str, series: &str) -> f64 {
+    let page = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics body");
+    page.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Many long-poll readers wait on one stream through each of two servers;
+/// one append through the first wakes them all, on both: the other server
+/// hears of it by one notification and reads the stream's head once for
+/// all its readers (the store's tests count the statements).
+#[test]
+fn long_poll_readers_on_two_servers_all_wake_from_one_append() {
+    const READERS: usize = 200;
+    let Some(schema) = Schema::fresh("many_long_polls") else {
+        return;
+    };
+    let (a, a_url) = schema.serve();
+    let (b, b_url) = schema.serve();
+    let http = client();
+    runtime().block_on(async {
+        let on_a = format!("{a_url}/readers/s");
+        create(&http, &on_a).await;
+        let tail = http
+            .get(format!("{on_a}?offset=now"))
+            .send()
+            .await
+            .expect("tail")
+            .headers()
+            .get("stream-next-offset")
+            .and_then(|offset| offset.to_str().ok())
+            .map(str::to_owned)
+            .expect("next offset");
+        let readers: Vec<_> = [&a_url, &b_url]
+            .into_iter()
+            .flat_map(|base| std::iter::repeat_n(base, READERS))
+            .map(|base| {
+                let http = http.clone();
+                let url = format!("{base}/readers/s?offset={tail}&live=long-poll");
+                tokio::spawn(async move {
+                    let answer = http.get(url).send().await.expect("long-poll");
+                    (answer.status(), answer.text().await.expect("body"))
+                })
+            })
+            .collect();
+        // Until both servers count their readers as live.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        for base in [&a_url, &b_url] {
+            while metric(&http, base, "eddy_live_readers").await < READERS as f64 {
+                assert!(tokio::time::Instant::now() < deadline, "readers not parked");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+        let appended = http
+            .post(&on_a)
+            .header("content-type", "application/json")
+            .body("\"wake\"")
+            .send()
+            .await
+            .expect("append");
+        assert!(appended.status().is_success(), "{}", appended.status());
+        for reader in readers {
+            let (status, body) = reader.await.expect("join");
+            assert_eq!(status, 200);
+            assert_eq!(body, "[\"wake\"]");
+        }
+    });
+    stop(a);
+    stop(b);
+    runtime().block_on(schema.drop());
+}
+
 /// Half the producers write through a server that is killed twenty times,
 /// and retry their unanswered append through the other server; the other
 /// half write through that other server, which never fails them. Nothing
