@@ -81,6 +81,35 @@
 //! # }
 //! ```
 //!
+//! # Removed rows and DynamoDB Streams' shards
+//!
+//! DynamoDB Streams orders records within a shard only, and each event
+//! stream's partition lands in its own shard. A removal (a tombstone) can
+//! therefore be delivered *before* an event of another source that
+//! happened *before* it:
+//!
+//! ```text
+//!                  when the events happened ───────────────────────▶
+//! shard A (orders) │ ParcelAdded(sh-1) t1 ........ OrderCancelled(sh-1) t3
+//! shard B (scale)  │            Weighed(sh-1, 5 kg) t2
+//!
+//! delivery ───────▶ batch of A: [ParcelAdded, OrderCancelled]   batch of B: [Weighed]
+//! sh-1:             {parcels 2} ──▶ tombstone ─────────────────▶ ?
+//!   the spec's rule ("a later event starts the row again"):      {parcels 0, kg 5}
+//!   only orders restart (restarts_removed_rows):                 tombstone, weighing recorded
+//! ```
+//!
+//! By the spec's rule the weighing, old news from the scale's shard,
+//! brings the cancelled shipment back holding only its weight. A source
+//! declared with [`SourceBuilder::restarts_removed_rows`] changes that: once
+//! any source says so, only those sources' events start a removed row
+//! again; an event of another source that would apply to a removed row
+//! (its tombstone, or a removal earlier in the same write) is recorded in
+//! the checkpoints, so it is never applied later, and reported in
+//! [`InstanceOutcome::after_removal`]. Without it, the spec's behaviour
+//! stands. (The same holds across batches of one shard split by a failure,
+//! and within one write, where sources fold in declaration order.)
+//!
 //! # Features
 //!
 //! | feature | what it adds |
@@ -112,6 +141,12 @@
 //!   when a removal was folded before it), reported as `Deferred`, so the
 //!   retry folds them in the spec's order. A removal does not commute with
 //!   other sources' events, and a fault must not change what a row holds.
+//! - Beyond the spec, a source may be declared the only kind that starts a
+//!   removed row again (above); events of the other sources on a removed
+//!   row are recorded and not applied.
+//! - A row write DynamoDB's limits cannot hold (100 items, 4 MB, 400 KB an
+//!   item) is made in parts, split between events; the spec's "at most 99
+//!   effects per write" is a limit of each part, not of the row.
 //! - `StreamsFollower` keeps its per-shard checkpoints as items of another
 //!   table (refused in the followed table, whose stream would then carry
 //!   its own checkpoints).

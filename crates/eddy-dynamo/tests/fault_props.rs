@@ -6,7 +6,8 @@
 //! reads, row reads, row writes and lost acknowledgements, each failed
 //! batch delivered again from its first failed record on, as Lambda does.
 //! The rows, and the effects the consumer sees (in order per row, at least
-//! once), must be those of the same delivery without faults.
+//! once), must be those of the same delivery without faults, with the
+//! spec's restart rule and with only orders restarting a cancelled row.
 //!
 //! With removals, no sequential fold is the reference (a removal does not
 //! commute with the other sources' events of one write), so the reference
@@ -24,7 +25,7 @@ use proptest::prelude::*;
 
 use crate::common::{sqlite_table, table, TestTable};
 use crate::faults::{Call, Fault, Faulty};
-use crate::freight::{shipment, Freight, NoticesFn};
+use crate::freight::{shipment, Freight, NoticesFn, Restart};
 use crate::multi_props::{
     append_ops, deliveries, every_event, fates, first_deliveries, op, FlakyConsumer, Op,
 };
@@ -102,7 +103,8 @@ impl Planned {
 }
 
 /// A delivery plan: the ops, the interleaving, the cuts, duplicates, the
-/// batch delivered again, and the faults.
+/// batch delivered again, the faults, and whether only orders restart a
+/// cancelled shipment.
 type Plan = (
     Vec<Op>,
     Vec<usize>,
@@ -110,6 +112,7 @@ type Plan = (
     Vec<usize>,
     usize,
     Vec<Planned>,
+    bool,
 );
 
 fn plan() -> impl Strategy<Value = Plan> {
@@ -120,14 +123,23 @@ fn plan() -> impl Strategy<Value = Plan> {
         proptest::collection::vec(0..40usize, 0..5),
         0..10usize,
         proptest::collection::vec(planned(), 0..6),
+        any::<bool>(),
     )
 }
 
-fn with_outbox(f: &Freight) -> Option<(Arc<dyn EffectCommit>, NoticesFn)> {
+/// The freight projection with an outbox notice per applied event.
+fn shipments(f: &Freight, orders_only: bool) -> crate::multi::Shipments {
     let outbox = Outbox::new(&f.summaries)
         .and_then(|o| o.with_index("gsi1"))
         .unwrap();
-    Some((Arc::new(outbox), every_event as NoticesFn))
+    let outbox: Arc<dyn EffectCommit> = Arc::new(outbox);
+    let restart = if orders_only {
+        Restart::OrdersOnly
+    } else {
+        Restart::AnySource
+    };
+    f.projection_restarting(Some((outbox, every_event as NoticesFn)), restart)
+        .unwrap()
 }
 
 /// What a user sees of a shipment: its parts and checkpoints, or only the
@@ -152,7 +164,7 @@ async fn view(
 }
 
 async fn scenario(t: TestTable, plan: Plan, fates: Vec<u8>) -> Result<(), TestCaseError> {
-    let (ops, picks, cuts, duplicates, redeliver, faults) = plan;
+    let (ops, picks, cuts, duplicates, redeliver, faults, orders_only) = plan;
     let faulty_table = Faulty::new(t.table.clone());
     let events = Freight::new(t.table.clone()).unwrap();
     let clean = Freight::with_read_model(t.table.clone(), "CleanSummary").unwrap();
@@ -162,7 +174,7 @@ async fn scenario(t: TestTable, plan: Plan, fates: Vec<u8>) -> Result<(), TestCa
     prop_assert_eq!(records.len(), ops.len());
     let records = reordered(&records, &picks);
 
-    let clean_p = clean.projection_with(with_outbox(&clean)).unwrap();
+    let clean_p = shipments(&clean, orders_only);
     let reliable = FlakyConsumer::new(Vec::new());
     let one: [&dyn BatchProjection; 1] = [&clean_p];
     for batch in deliveries(&records, &cuts, &[], 0) {
@@ -170,7 +182,7 @@ async fn scenario(t: TestTable, plan: Plan, fates: Vec<u8>) -> Result<(), TestCa
         prop_assert!(result.failures.is_empty(), "{:?}", result.failures);
     }
 
-    let faulty_p = faulty.projection_with(with_outbox(&faulty)).unwrap();
+    let faulty_p = shipments(&faulty, orders_only);
     let flaky = FlakyConsumer::new(fates);
     let mine: [&dyn BatchProjection; 1] = [&faulty_p];
     let batches = deliveries(&records, &cuts, &duplicates, redeliver);

@@ -213,7 +213,99 @@ pub async fn instances_after_a_failed_one_wait_when_the_projection_removes(t: Te
     );
 }
 
+/// The hazard of DynamoDB Streams (issue 25, beyond the spec): a weighing
+/// made before the cancellation, on another stream, so in another shard,
+/// arrives after the tombstone and, by the spec's "a later event starts
+/// the row again", brings the shipment back holding only its weight. With
+/// the order declared as the only source that restarts a removed row,
+/// the weighing is recorded in the tombstone's checkpoints and skipped;
+/// the order's own next event starts the row again, without it.
+pub async fn only_the_declared_sources_start_a_removed_row_again(t: TestTable) {
+    use crate::freight::Restart;
+    let f = Freight::new(t.table.clone()).unwrap();
+    let spec = Freight::with_read_model(t.table.clone(), "SpecSummary").unwrap();
+    let guarded = f.projection_restarting(None, Restart::OrdersOnly).unwrap();
+    let anyone = spec
+        .projection_restarting(None, Restart::AnySource)
+        .unwrap();
+    let (o, w) = (order_id(&f, "o-1"), session_id(&f, "w-1"));
+    let placed = append(&f.orders, &o, &[parcels("sh-1", 2)]).await;
+    let cancel = append(&f.orders, &o, &[cancelled("sh-1")]).await;
+    let late = append(&f.weighings, &w, &[weighed("sh-1", 5)]).await;
+    for p in [&guarded, &anyone] {
+        p.apply_batch(placed.clone()).await.unwrap();
+        p.apply_batch(cancel.clone()).await.unwrap();
+    }
+    let spec_out = anyone.apply_batch(late.clone()).await.unwrap();
+    assert!(
+        !spec_out[0].removed,
+        "the spec's rule: the weighing starts the row again"
+    );
+    assert_eq!(
+        spec.summaries
+            .get(&shipment("sh-1"))
+            .await
+            .unwrap()
+            .unwrap()
+            .kg,
+        5
+    );
+
+    let out = guarded.apply_batch(late.clone()).await.unwrap();
+    let weigh = out[0]
+        .instances
+        .iter()
+        .find(|i| i.source == "weigh")
+        .unwrap();
+    assert_eq!(
+        (weigh.after_removal.clone(), weigh.checkpoint),
+        (vec![1], 1)
+    );
+    assert!(weigh.applied.is_empty() && out[0].is_applied());
+    assert!(
+        out[0].written && out[0].removed,
+        "the tombstone records the checkpoint"
+    );
+    assert_eq!(f.summaries.get(&shipment("sh-1")).await.unwrap(), None);
+    // Delivered again, it is already applied.
+    let again = guarded.apply_batch(late).await.unwrap();
+    assert!(!again[0].written);
+    assert_eq!(again[0].instances[0].already_applied, [1]);
+
+    // The order starts the row again; the weighing stays out of it.
+    let more = append(&f.orders, &o, &[parcels("sh-1", 3)]).await;
+    guarded.apply_batch(more).await.unwrap();
+    let row = f.summaries.get(&shipment("sh-1")).await.unwrap().unwrap();
+    assert_eq!((row.parcels, row.kg), (3, 0));
+
+    // In one write too: the cancellation, then a weighing (folded after it).
+    let cancel = append(&f.orders, &o, &[cancelled("sh-1")]).await;
+    let mut both = append(&f.weighings, &w, &[weighed("sh-1", 4)]).await;
+    both.extend(cancel);
+    let out = guarded.apply_batch(both).await.unwrap();
+    assert!(out[0].removed, "stays removed");
+    assert_eq!(f.summaries.get(&shipment("sh-1")).await.unwrap(), None);
+}
+
+/// Declaring a source that restarts removed rows needs removal.
+pub async fn restarting_sources_need_removal(t: TestTable) {
+    let f = Freight::new(t.table.clone()).unwrap();
+    let refused = eddy_dynamo::MultiProjection::builder("x", f.summaries.clone())
+        .initial(crate::multi::empty)
+        .source("scan", f.scans.clone(), |s| {
+            s.key(|_, _| None)
+                .evolve(|row, _, _| Ok(row))
+                .restarts_removed_rows(true)
+        })
+        .checkpoints(eddy_dynamo::Checkpoints::map("checkpoints"))
+        .revision("revision")
+        .build();
+    assert_eq!(refused.unwrap_err().code(), "InvalidArgument");
+}
+
 crate::backend_tests!(
+    only_the_declared_sources_start_a_removed_row_again,
+    restarting_sources_need_removal,
     a_failed_instance_holds_back_a_removal_of_its_row,
     instances_after_a_failed_one_wait_when_the_projection_removes,
 );

@@ -131,6 +131,17 @@ impl Freight {
         &self,
         outbox: Option<(Arc<dyn EffectCommit>, NoticesFn)>,
     ) -> Result<MultiProjection<ShipmentSummary, ShipmentKey>, Error> {
+        self.projection_restarting(outbox, Restart::AnySource)
+    }
+
+    /// [`projection_with`](Self::projection_with), with `restart` saying
+    /// which sources may start a cancelled shipment again.
+    pub fn projection_restarting(
+        &self,
+        outbox: Option<(Arc<dyn EffectCommit>, NoticesFn)>,
+        restart: Restart,
+    ) -> Result<MultiProjection<ShipmentSummary, ShipmentKey>, Error> {
+        let orders_only = restart == Restart::OrdersOnly;
         let builder = MultiProjection::builder("shipments", self.summaries.clone())
             .initial(|key: &ShipmentKey| ShipmentSummary {
                 shipment_id: key.shipment_id.clone(),
@@ -154,6 +165,7 @@ impl Freight {
                         }
                     })
                 })
+                .restarts_removed_rows(orders_only)
             })
             .source("scan", self.scans.clone(), |s| {
                 s.key(|id, _| id.get("shipmentId").map(shipment))
@@ -196,6 +208,17 @@ impl Freight {
     ) -> Result<MultiProjection<ShipmentSummary, ShipmentKey>, Error> {
         self.projection_with(outbox.map(|commit| (commit, scan_notices as NoticesFn)))
     }
+}
+
+/// Which sources may start a cancelled shipment again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restart {
+    /// Any source's later event (the spec's rule): a weighing that arrives
+    /// after the cancellation brings the shipment back with its weight only.
+    AnySource,
+    /// The order's own events only: a scan or weighing that arrives after
+    /// the cancellation is recorded in the tombstone and skipped.
+    OrdersOnly,
 }
 
 /// What an applied event leaves in the outbox.

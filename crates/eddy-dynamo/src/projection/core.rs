@@ -89,6 +89,12 @@ pub(crate) trait Source<M, K>: Send + Sync {
     fn is_terminal(&self, error: &EvolveError) -> bool;
     /// Whether it reads this stream.
     fn reads(&self, stream: &StreamIdentity) -> bool;
+    /// Whether its events may start a removed row again when the
+    /// projection restricts that to some sources (see
+    /// `RowCore::restarts_restricted`).
+    fn restarts_removed_rows(&self) -> bool {
+        false
+    }
 }
 
 /// What an instance's non-terminal failure does to its other events in the
@@ -112,6 +118,11 @@ pub(crate) struct RowCore<M, K> {
     pub slots: Arc<dyn CheckpointSlots>,
     pub revision: Option<Revision>,
     pub removal: Option<Removal>,
+    /// Only the sources that say so may start a removed row again; the
+    /// others' events on it are recorded in its checkpoints and skipped.
+    /// Off (the spec's rule: any later event starts it again) unless a
+    /// source declared it.
+    pub restarts_restricted: bool,
     /// Where applied events' effects are committed (the outbox).
     pub outbox: Option<Arc<dyn EffectCommit>>,
     pub on_failure: OnFailure,
@@ -330,7 +341,7 @@ where
             ReadRow::Row(item) | ReadRow::Tombstone(item) if fresh => {
                 let mut item = item.clone();
                 self.slots.clear(&mut item);
-                cleared = ReadRow::Tombstone(item);
+                cleared = ReadRow::Cleared(item);
                 &cleared
             }
             read => read,
@@ -516,6 +527,9 @@ pub(crate) enum ReadRow {
     Row(Item),
     /// The row's tombstone: no state, but its checkpoints and revision.
     Tombstone(Item),
+    /// What a rebuild plans from: the item read with its checkpoints
+    /// cleared, no state, only its revision.
+    Cleared(Item),
 }
 
 impl ReadRow {
@@ -523,7 +537,7 @@ impl ReadRow {
     pub(crate) fn item(&self) -> Option<&Item> {
         match self {
             ReadRow::Absent => None,
-            ReadRow::Row(item) | ReadRow::Tombstone(item) => Some(item),
+            ReadRow::Row(item) | ReadRow::Tombstone(item) | ReadRow::Cleared(item) => Some(item),
         }
     }
 

@@ -59,6 +59,7 @@ fn clear(outcome: &mut InstanceOutcome) {
     outcome.rejected.clear();
     outcome.skipped.clear();
     outcome.superseded.clear();
+    outcome.after_removal.clear();
 }
 
 /// One event to fold, as the instance's history presents it.
@@ -154,10 +155,12 @@ where
                 })?,
             }),
         };
-        let mut row = self.folding(work, &read_state, limits);
+        let mut row = self.folding(work, read, &read_state, limits);
         let mut slots = read.item().cloned().unwrap_or_default();
         let (mut instances, mut checkpoints_read) = (Vec::new(), Vec::new());
         let (mut moved, mut applied, mut new_slots) = (false, false, false);
+        // Events recorded on a removed row: its tombstone is written again.
+        let mut recorded = false;
         // With removal declared, the first failed instance: the instances
         // after it in fold order wait for it.
         let holds_back = self.removal.is_some() && self.on_failure == OnFailure::DropInstance;
@@ -247,6 +250,7 @@ where
                 new_slots |= is_new;
             }
             applied |= !outcome.applied.is_empty();
+            recorded |= !outcome.after_removal.is_empty();
             instances.push(outcome);
         }
         if let (Some(first), true) = (&failed, row.removals > 0) {
@@ -260,12 +264,12 @@ where
                     outcome.checkpoint = *checkpoint;
                 }
             }
-            row = self.folding(work, &read_state, limits);
+            row = self.folding(work, read, &read_state, limits);
             slots = read.item().cloned().unwrap_or_default();
-            (moved, applied, new_slots) = (false, false, false);
+            (moved, applied, new_slots, recorded) = (false, false, false, false);
         }
         Ok(RowPlan {
-            write: moved && (read.row().is_some() || applied),
+            write: moved && (read.row().is_some() || applied || recorded),
             read_state,
             state: row.state,
             removed: row.removed,
@@ -281,13 +285,20 @@ where
     }
 
     /// The fold's start: the row as read, or `initial` when there is none.
-    fn folding(&self, work: &RowWork<M, K>, read_state: &Option<M>, limits: &Limits) -> Folding<M> {
+    fn folding(
+        &self,
+        work: &RowWork<M, K>,
+        read: &ReadRow,
+        read_state: &Option<M>,
+        limits: &Limits,
+    ) -> Folding<M> {
         Folding {
             state: match read_state {
                 Some(state) => state.clone(),
                 None => (self.initial)(&work.row),
             },
-            removed: false,
+            // A tombstone is a removed row until an event starts it again.
+            removed: matches!(read, ReadRow::Tombstone(_)),
             removals: 0,
             effects: Vec::new(),
             effectful: 0,
@@ -337,6 +348,10 @@ where
                     outcome.rejected.push(version);
                     outcome.checkpoint = version;
                 }
+                Decided::AfterRemoval => {
+                    outcome.after_removal.push(version);
+                    outcome.checkpoint = version;
+                }
                 Decided::Cut => break,
             }
         }
@@ -381,6 +396,13 @@ where
                     clear(outcome);
                     return Ok(());
                 }
+                Decided::AfterRemoval => {
+                    outcome.after_removal.push(event.version);
+                    outcome.checkpoint = newest_rejected.unwrap_or(event.version);
+                    outcome.superseded =
+                        pending[at + 1..].iter().rev().map(|e| e.version).collect();
+                    return Ok(());
+                }
             }
         }
         if let Some(version) = newest_rejected {
@@ -418,6 +440,12 @@ where
                 })
             }
         };
+        // What would start a removed row again, from a source that may
+        // not: recorded, not applied (a skip or a rejection is decided as
+        // anywhere, so a redelivery decides it the same way).
+        if self.may_not_restart(src, row) {
+            return Ok(Decided::AfterRemoval);
+        }
         if let Some(effects) = &bound.effects {
             let payloads = effects(next.as_ref())?;
             if !payloads.is_empty() {
@@ -449,6 +477,12 @@ where
             }
         }
         Ok(Decided::Applied)
+    }
+
+    /// Whether the row is removed and `src` may not start it again: only
+    /// when the projection restricts restarts to some sources.
+    fn may_not_restart(&self, src: &dyn Source<M, K>, row: &Folding<M>) -> bool {
+        row.removed && self.restarts_restricted && !src.restarts_removed_rows()
     }
 
     /// The events to fold above `checkpoint`, in version order: the batch's
@@ -536,6 +570,9 @@ enum Decided {
     Rejected,
     /// Not folded: the write is full, the next one takes it.
     Cut,
+    /// On a removed row, from a source that may not start it again:
+    /// recorded in the checkpoint, not applied.
+    AfterRemoval,
 }
 
 /// The outbox's view of an applied event: used by sources to bind effects.

@@ -97,6 +97,7 @@ pub struct SourceBuilder<E, M, K> {
     evolve: Option<Arc<EvolveFn<E, M>>>,
     terminal: Arc<TerminalFn>,
     mode: Mode,
+    restarts: bool,
 }
 
 impl<E, M, K> SourceBuilder<E, M, K>
@@ -148,6 +149,19 @@ where
         self.mode = mode;
         self
     }
+
+    /// Whether this source's events may start a removed row again. By
+    /// default (no source says so) any later event does, as the spec has
+    /// it; once a source says `true`, only the sources that said so do,
+    /// and the other sources' events on a removed row (its tombstone, or a
+    /// removal earlier in the same write) are recorded in its checkpoints
+    /// and skipped ([`InstanceOutcome::after_removal`](crate::InstanceOutcome::after_removal)).
+    /// The projection must declare removal. See the crate docs on why
+    /// (another shard's old news after a tombstone).
+    pub fn restarts_removed_rows(mut self, restarts: bool) -> Self {
+        self.restarts = restarts;
+        self
+    }
 }
 
 /// A declared source, as the row core sees it.
@@ -158,6 +172,7 @@ struct StreamSource<E, M, K> {
     evolve: Arc<EvolveFn<E, M>>,
     terminal: Arc<TerminalFn>,
     mode: Mode,
+    restarts: bool,
     effects: Option<EffectsFn<M>>,
 }
 
@@ -230,6 +245,10 @@ where
 
     fn reads(&self, stream: &StreamIdentity) -> bool {
         self.stream.identity() == *stream
+    }
+
+    fn restarts_removed_rows(&self) -> bool {
+        self.restarts
     }
 }
 
@@ -465,6 +484,7 @@ where
             evolve: None,
             terminal: Arc::new(|_| false),
             mode: Mode::Fold,
+            restarts: false,
         });
         let label = name.clone();
         let make: MakeSource<M, K> = Box::new(move |effects| {
@@ -475,6 +495,7 @@ where
                 evolve: declared.evolve.clone().ok_or_else(|| missing("evolve"))?,
                 terminal: declared.terminal,
                 mode: declared.mode,
+                restarts: declared.restarts,
                 stream: declared.stream,
                 name: label,
                 effects,
@@ -621,6 +642,12 @@ where
         for (_, make) in self.sources {
             sources.push(make(effects.clone())?);
         }
+        let restarts_restricted = sources.iter().any(|s| s.restarts_removed_rows());
+        if restarts_restricted && self.removal.is_none() {
+            return Err(invalid(
+                "a source restarts removed rows, but the projection declares no removal".into(),
+            ));
+        }
         let concurrency = self
             .concurrency
             .unwrap_or_else(|| self.read_model.table().rows_at_once());
@@ -632,6 +659,7 @@ where
             slots: Arc::new(checkpoints.clone()),
             revision: Some(revision),
             removal: self.removal,
+            restarts_restricted,
             outbox: self.outbox.map(|o| o.commit),
             on_failure: OnFailure::DropInstance,
             max_attempts: self.max_attempts,

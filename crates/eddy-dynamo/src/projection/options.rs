@@ -63,7 +63,11 @@ impl From<String> for Revision {
 
 /// Lets `evolve` remove rows ([`Step::Remove`](super::Step::Remove)): the
 /// row's key keeps a tombstone with its checkpoints and revision only, so a
-/// redelivery cannot bring the row back.
+/// redelivery cannot bring the row back. A later event of any source starts
+/// it again (the spec's rule), unless some sources are declared the only
+/// ones that may
+/// ([`SourceBuilder::restarts_removed_rows`](super::SourceBuilder::restarts_removed_rows)):
+/// see the crate docs on another shard's old news after a tombstone.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Removal {
     pub(crate) ttl: Option<Duration>,

@@ -25,6 +25,11 @@ pub struct InstanceOutcome {
     pub skipped: Vec<u64>,
     /// Versions passed over in `latest` mode: older than the one applied.
     pub superseded: Vec<u64>,
+    /// Versions that arrived while the row was removed, from a source that
+    /// may not start it again (see
+    /// [`SourceBuilder::restarts_removed_rows`](crate::SourceBuilder::restarts_removed_rows)):
+    /// recorded in the checkpoint, not applied.
+    pub after_removal: Vec<u64>,
     /// The instance's checkpoint in the row afterwards (the spec's
     /// `version`): every version up to it has been considered for the row.
     pub checkpoint: u64,
@@ -43,6 +48,7 @@ impl InstanceOutcome {
             rejected: Vec::new(),
             skipped: Vec::new(),
             superseded: Vec::new(),
+            after_removal: Vec::new(),
             checkpoint,
             failure: None,
         }
@@ -55,6 +61,7 @@ impl InstanceOutcome {
             || self.rejected.contains(&version)
             || self.skipped.contains(&version)
             || self.superseded.contains(&version)
+            || self.after_removal.contains(&version)
             || self.already_applied.contains(&version)
     }
 }
@@ -132,6 +139,7 @@ impl<M> RowOutcome<M> {
             earlier.applied.extend(later.applied);
             earlier.rejected.extend(later.rejected);
             earlier.superseded.extend(later.superseded);
+            earlier.after_removal.extend(later.after_removal);
             for version in later.skipped {
                 if !earlier.skipped.contains(&version) {
                     earlier.skipped.push(version);

@@ -376,6 +376,7 @@ where
             }),
             revision: self.revision_field,
             removal: None,
+            restarts_restricted: false,
             outbox: None,
             on_failure: OnFailure::KeepPrefix,
             max_attempts: self.max_attempts,
