@@ -258,7 +258,7 @@ impl<P: Params, K: ProcessCommit> Entries<P, (), K, EachEntries> {
 
 impl<P: Params> Declare<P> {
     /// `fold`: each entry updates the state, committed with
-    /// [`Commit::checkpoint`] unless [`commit`](Entries::commit) says
+    /// [`Commit::checkpoint`] unless [`with_commit`](Entries::with_commit) says
     /// otherwise. Give each input its handler with [`on`](Entries::on).
     pub fn fold<S: State>(self, initial: S) -> Entries<P, S, CheckpointCommit, FoldEntries> {
         Entries::new(self, Kind::Fold, Commit::checkpoint(), initial)

@@ -170,7 +170,7 @@
 //! producer on each output first ([`Storage::release_producer`](eddy_streams::Storage::release_producer)),
 //! so a shared output such as a wake stream stays under the store's
 //! producer cap however many bindings came and went. A binding kept after
-//! its input is gone ([`Declare::keep_gone`]) keeps its producers until it
+//! its input is gone ([`Declare::with_keep_gone`]) keeps its producers until it
 //! is forgotten; a remote store keeps them all (the protocol cannot
 //! release one).
 //!
