@@ -244,7 +244,7 @@ async fn create(
             )))
         }
     };
-    if let Delivery::PullWake { wake_stream } = &delivery {
+    if let Some(wake_stream) = delivery.wake_stream() {
         // The server appends wake events to it on the caller's behalf.
         let target = super::joined(base_path, wake_stream);
         let caller = Caller::of(&state.config, headers);

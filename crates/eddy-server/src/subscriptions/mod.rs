@@ -46,6 +46,18 @@ enum Delivery {
     },
 }
 
+impl Delivery {
+    /// The stream the server appends wake events to, for a pull-wake
+    /// subscription.
+    fn wake_stream(&self) -> Option<&str> {
+        match self {
+            #[cfg(feature = "webhooks")]
+            Delivery::Webhook(_) => None,
+            Delivery::PullWake { wake_stream } => Some(wake_stream),
+        }
+    }
+}
+
 /// Why a stream belongs to a subscription.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Link {
