@@ -228,6 +228,18 @@ pub enum StreamError {
     #[error("invalid state message: {0}")]
     #[serde(rename = "state/invalid")]
     InvalidState(String),
+    /// A read of a state stream met a message that does not decode as a
+    /// state message: nothing read before it is applied in silence.
+    #[error("state stream `{path}`: the message at offset {offset} does not decode ({reason})")]
+    #[serde(rename = "state/undecodable")]
+    UndecodableState {
+        /// The stream path.
+        path: String,
+        /// The message's offset.
+        offset: Offset,
+        /// Why it does not decode.
+        reason: String,
+    },
     /// The caller's credentials were refused (a remote store's token).
     #[serde(rename = "auth/unauthorized")]
     #[error("{0}")]
@@ -375,6 +387,7 @@ impl StreamError {
             StreamError::Route { .. } => "route/invalid",
             StreamError::InvalidItem { .. } => "item/invalid",
             StreamError::InvalidState(_) => "state/invalid",
+            StreamError::UndecodableState { .. } => "state/undecodable",
             StreamError::Unauthorized(_) => "auth/unauthorized",
             StreamError::Unavailable { .. } => "storage-failure",
             StreamError::Internal { .. } => "storage/internal",
@@ -404,7 +417,8 @@ impl StreamError {
             | StreamError::InvalidArgument(_)
             | StreamError::Route { .. }
             | StreamError::InvalidItem { .. }
-            | StreamError::InvalidState(_) => ErrorKind::Invalid,
+            | StreamError::InvalidState(_)
+            | StreamError::UndecodableState { .. } => ErrorKind::Invalid,
             StreamError::Unauthorized(_) => ErrorKind::Unauthorized,
             StreamError::TooManyProducers { .. } | StreamError::TooManyStreams { .. } => {
                 ErrorKind::LimitReached

@@ -112,7 +112,10 @@ pub use snapshot::StreamSnapshot;
 pub use sqlite::{
     Durability, SqliteOptions, SqliteStorage, SqliteTransaction, DATABASE_FILE, DEFAULT_CACHE_BYTES,
 };
-pub use state::{Change, Collection, Control, Materialized, Operation, StateMessage, StateStream};
+pub use state::{
+    Change, Collection, Control, ControlMessage, Materialized, Operation, Skipped, StateMessage,
+    StateStream, Undecodable,
+};
 pub use storage::{Created, ReadChunk, Storage, Wait};
 
 /// The rusqlite crate this build uses: the type of

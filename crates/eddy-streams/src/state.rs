@@ -1,12 +1,17 @@
 //! State streams: keyed rows in named collections, as a log of changes.
 //!
 //! A state stream is a JSON stream whose messages are either row changes
-//! (insert, update or delete of the row with a key in a collection) or
-//! controls (`snapshot-start`, `snapshot-end`, `reset`). On the wire a
+//! (insert, update, upsert or delete of the row with a key in a collection)
+//! or controls (`snapshot-start`, `snapshot-end`, `reset`). On the wire a
 //! change is `{"type": collection, "key": key, "value": row, "old_value":
-//! row?, "headers": {"operation": "insert" | "update" | "delete", ...}}` and a
-//! control is `{"headers": {"control": "reset" | ...}}`, the shape the
-//! Durable Streams state protocol uses.
+//! row?, "headers": {"operation": "insert" | "update" | "upsert" | "delete",
+//! ...}}` and a control is `{"headers": {"control": "reset" | ..., "offset":
+//! offset?}}`, the shape the Durable Streams state protocol uses and the
+//! `@durable-streams/state` package writes and reads.
+//!
+//! What other writers put in a message is kept: any JSON `value` (`null`
+//! included), and every header of a change or a control, so that decoding
+//! and encoding again gives the same message.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -18,8 +23,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::{
-    Append, Appended, Created, Payload, ReadFrom, Route, Storage, StreamConfig, StreamError,
-    StreamPath,
+    Append, Appended, Created, Offset, Payload, ReadFrom, Route, Storage, StreamConfig,
+    StreamError, StreamPath,
 };
 
 /// What a change does to its row.
@@ -30,6 +35,11 @@ pub enum Operation {
     Insert,
     /// A new value for a row (materializers treat it like insert).
     Update,
+    /// A row inserted, or updated if its key is present. The
+    /// `@durable-streams/state` package writes it; the protocol's JSON
+    /// schema lists only the three others, so [`StateStream::upsert`] writes
+    /// [`Operation::Update`].
+    Upsert,
     /// The row is removed.
     Delete,
 }
@@ -46,6 +56,42 @@ pub enum Control {
     Reset,
 }
 
+/// A control message: what it signals, and its headers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ControlMessage {
+    /// What the control signals.
+    pub control: Control,
+    /// The headers besides `control`, kept as they are: the protocol's
+    /// `offset` (the stream position the control applies at), and any other.
+    pub headers: Map<String, Value>,
+}
+
+impl ControlMessage {
+    /// A control with no other header.
+    pub fn new(control: Control) -> Self {
+        ControlMessage {
+            control,
+            headers: Map::new(),
+        }
+    }
+
+    /// The same control, naming the stream `offset` it applies at. Offsets
+    /// are text, as other servers' offsets have other forms than Eddy's.
+    pub fn with_offset(mut self, offset: impl Into<String>) -> Self {
+        self.headers
+            .insert(OFFSET_HEADER.to_owned(), Value::String(offset.into()));
+        self
+    }
+
+    /// The `offset` header, when it is text.
+    pub fn offset(&self) -> Option<&str> {
+        self.headers.get(OFFSET_HEADER).and_then(Value::as_str)
+    }
+}
+
+/// The control header naming the stream position a control applies at.
+const OFFSET_HEADER: &str = "offset";
+
 /// A change to one keyed row.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Change {
@@ -55,9 +101,11 @@ pub struct Change {
     pub key: String,
     /// What happens to the row.
     pub operation: Operation,
-    /// The new row (absent for deletes).
+    /// The new row: any JSON value, `null` included (`Some(Value::Null)`).
+    /// Absent (`None`) only for deletes: the other operations need one.
     pub value: Option<Value>,
-    /// The previous row, when the writer knows it.
+    /// The previous row, when the writer knows it (`null` kept as for
+    /// `value`).
     pub old_value: Option<Value>,
     /// Further headers, kept as they are.
     pub headers: Map<String, Value>,
@@ -69,23 +117,35 @@ pub enum StateMessage {
     /// A row change.
     Change(Change),
     /// A control.
-    Control(Control),
+    Control(ControlMessage),
+}
+
+impl From<ControlMessage> for StateMessage {
+    fn from(control: ControlMessage) -> Self {
+        StateMessage::Control(control)
+    }
+}
+
+impl From<Control> for StateMessage {
+    fn from(control: Control) -> Self {
+        StateMessage::Control(ControlMessage::new(control))
+    }
 }
 
 impl StateMessage {
     /// A `reset` control.
     pub fn reset() -> Self {
-        StateMessage::Control(Control::Reset)
+        Control::Reset.into()
     }
 
     /// A `snapshot-start` control.
     pub fn snapshot_start() -> Self {
-        StateMessage::Control(Control::SnapshotStart)
+        Control::SnapshotStart.into()
     }
 
     /// A `snapshot-end` control.
     pub fn snapshot_end() -> Self {
-        StateMessage::Control(Control::SnapshotEnd)
+        Control::SnapshotEnd.into()
     }
 
     /// Decodes a stored message.
@@ -95,12 +155,32 @@ impl StateMessage {
         wire.try_into()
     }
 
-    /// Encodes the message for storage.
+    /// Encodes the message for storage; a change that is not a delete
+    /// needs a value (which may be `null`), as in [`decode`](Self::decode).
     pub fn encode(&self) -> Result<Bytes, StreamError> {
+        if let StateMessage::Change(change) = self {
+            has_value_if_needed(change.operation, change.value.as_ref())?;
+        }
         serde_json::to_vec(&Wire::from(self))
             .map(Bytes::from)
             .map_err(|e| StreamError::InvalidState(e.to_string()))
     }
+}
+
+/// Every operation but delete carries the row it writes.
+fn has_value_if_needed(operation: Operation, value: Option<&Value>) -> Result<(), StreamError> {
+    if operation != Operation::Delete && value.is_none() {
+        return Err(StreamError::InvalidState(
+            "an insert, update or upsert needs a `value` (`null` is one)".to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// Deserializes a field that is present as `Some`, even when it is `null`
+/// (serde's default makes `null` and absent both `None`).
+fn present<'de, D: serde::Deserializer<'de>>(field: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(field).map(Some)
 }
 
 #[derive(Serialize, Deserialize)]
@@ -109,9 +189,17 @@ struct Wire {
     collection: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     key: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     value: Option<Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     old_value: Option<Value>,
     headers: WireHeaders,
 }
@@ -136,8 +224,8 @@ impl From<&StateMessage> for Wire {
                 old_value: None,
                 headers: WireHeaders {
                     operation: None,
-                    control: Some(*control),
-                    extra: Map::new(),
+                    control: Some(control.control),
+                    extra: control.headers.clone(),
                 },
             },
             StateMessage::Change(change) => Wire {
@@ -161,14 +249,15 @@ impl TryFrom<Wire> for StateMessage {
     fn try_from(wire: Wire) -> Result<Self, Self::Error> {
         let invalid = |reason: &str| Err(StreamError::InvalidState(reason.to_owned()));
         match (wire.headers.control, wire.headers.operation) {
-            (Some(control), None) => Ok(StateMessage::Control(control)),
+            (Some(control), None) => Ok(StateMessage::Control(ControlMessage {
+                control,
+                headers: wire.headers.extra,
+            })),
             (None, Some(operation)) => {
                 let (Some(collection), Some(key)) = (wire.collection, wire.key) else {
                     return invalid("a change needs `type` (its collection) and `key`");
                 };
-                if operation != Operation::Delete && wire.value.is_none() {
-                    return invalid("an insert or update needs a `value`");
-                }
+                has_value_if_needed(operation, wire.value.as_ref())?;
                 Ok(StateMessage::Change(Change {
                     collection,
                     key,
@@ -373,19 +462,51 @@ impl StateStream {
             .await
     }
 
-    /// Reads the whole stream into collections.
+    /// Reads the whole stream into collections. A message that does not
+    /// decode fails the read with [`StreamError::UndecodableState`], which
+    /// names its offset; [`materialize_with`](Self::materialize_with) can
+    /// skip such messages instead.
+    ///
+    /// Rows are not checked against the collections' types: other writers
+    /// may use collections this declaration does not name.
     pub async fn materialize<P: Serialize + ?Sized>(
         &self,
         store: &dyn Storage,
         params: &P,
+    ) -> Result<Materialized, StreamError> {
+        self.materialize_with(store, params, Undecodable::Fail)
+            .await
+    }
+
+    /// Reads the whole stream into collections, doing with a message that
+    /// does not decode what `undecodable` says.
+    pub async fn materialize_with<P: Serialize + ?Sized>(
+        &self,
+        store: &dyn Storage,
+        params: &P,
+        undecodable: Undecodable,
     ) -> Result<Materialized, StreamError> {
         let path = self.path(params)?;
         let mut state = Materialized::default();
         let mut from = ReadFrom::Beginning;
         loop {
             let chunk = store.read(&path, from, 1 << 20).await?;
-            for message in &chunk.messages {
-                state.apply(StateMessage::decode(message)?);
+            for (message, offset) in chunk.messages.iter().zip(0..) {
+                let offset = chunk.start.advanced(offset);
+                match (StateMessage::decode(message), undecodable) {
+                    (Ok(message), _) => state.apply(message),
+                    (Err(e), Undecodable::Skip) => state.skipped.push(Skipped {
+                        offset,
+                        reason: e.to_string(),
+                    }),
+                    (Err(e), Undecodable::Fail) => {
+                        return Err(StreamError::UndecodableState {
+                            path: path.to_string(),
+                            offset,
+                            reason: e.to_string(),
+                        })
+                    }
+                }
             }
             if chunk.up_to_date {
                 return Ok(state);
@@ -412,30 +533,61 @@ impl StateStream {
     }
 }
 
+/// What a read of a state stream does with a message that does not decode
+/// (not JSON, or not a change or control of the protocol).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Undecodable {
+    /// Fail the read with [`StreamError::UndecodableState`] (code
+    /// `state/undecodable`), naming the message's offset. The default: a
+    /// state that leaves out a change would be wrong without a sign.
+    #[default]
+    Fail,
+    /// Skip the message and go on; each one skipped is listed in
+    /// [`Materialized::skipped`], so that the caller sees what is missing.
+    Skip,
+}
+
+/// A message a read skipped because it does not decode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    /// Where the message is in the stream.
+    pub offset: Offset,
+    /// Why it does not decode.
+    pub reason: String,
+}
+
 /// The rows a state stream describes, by collection and key.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Materialized {
-    /// Rows by collection, then by key.
+    /// Rows by collection, then by key. A row may be any JSON value,
+    /// `null` included.
     pub collections: BTreeMap<String, BTreeMap<String, Value>>,
     /// Whether a snapshot has started and not yet ended.
     pub in_snapshot: bool,
+    /// The messages skipped as undecodable, in stream order (only with
+    /// [`Undecodable::Skip`]).
+    pub skipped: Vec<Skipped>,
 }
 
 impl Materialized {
-    /// Applies one message.
+    /// Applies one message. Insert, update and upsert all set the row, so
+    /// an upsert inserts a missing row and updates a present one; a
+    /// change without a value (which decoding refuses) sets `null`.
     pub fn apply(&mut self, message: StateMessage) {
         match message {
-            StateMessage::Control(Control::Reset) => self.collections.clear(),
-            StateMessage::Control(Control::SnapshotStart) => self.in_snapshot = true,
-            StateMessage::Control(Control::SnapshotEnd) => self.in_snapshot = false,
+            StateMessage::Control(control) => match control.control {
+                Control::Reset => self.collections.clear(),
+                Control::SnapshotStart => self.in_snapshot = true,
+                Control::SnapshotEnd => self.in_snapshot = false,
+            },
             StateMessage::Change(change) => {
                 let rows = self.collections.entry(change.collection).or_default();
-                match (change.operation, change.value) {
-                    (Operation::Delete, _) | (_, None) => {
+                match change.operation {
+                    Operation::Delete => {
                         rows.remove(&change.key);
                     }
-                    (_, Some(value)) => {
-                        rows.insert(change.key, value);
+                    Operation::Insert | Operation::Update | Operation::Upsert => {
+                        rows.insert(change.key, change.value.unwrap_or(Value::Null));
                     }
                 }
             }

@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use eddy_streams::{
-    Append, Control, JsonStream, MemoryStorage, Operation, Payload, ReadFrom, Route, StateMessage,
+    Append, JsonStream, MemoryStorage, Operation, Payload, ReadFrom, Route, StateMessage,
     StateStream, Storage, StreamConfig, StreamPath,
 };
 use serde::{Deserialize, Serialize};
@@ -255,10 +255,7 @@ fn state_stream_controls_are_written_in_order() {
             .collect();
         assert_eq!(
             controls,
-            [
-                StateMessage::Control(Control::SnapshotStart),
-                StateMessage::Control(Control::SnapshotEnd)
-            ]
+            [StateMessage::snapshot_start(), StateMessage::snapshot_end()]
         );
     });
 }

@@ -11,3 +11,4 @@ mod live;
 mod postgres;
 mod properties;
 mod sqlite;
+mod state_wire;

@@ -395,7 +395,7 @@ fn encode_item(
         }
         OutputItem::Upsert { collection, row } => stream.upsert(name(*collection)?, row),
         OutputItem::Remove { collection, key } => stream.remove(name(*collection)?, key.clone()),
-        OutputItem::Control(control) => Ok(StateMessage::Control(*control)),
+        OutputItem::Control(control) => Ok(StateMessage::from(*control)),
     }
     .map_err(|e| e.to_string())?;
     message.encode().map_err(|e| e.to_string())

@@ -167,6 +167,12 @@ impl ErrorParts {
                 reason: answered(),
             },
             "state/invalid" => StreamError::InvalidState(answered()),
+            // The offset travels only in the body.
+            "state/undecodable" => StreamError::UndecodableState {
+                path,
+                offset: eddy_streams::Offset::ZERO,
+                reason: answered(),
+            },
             "auth/unauthorized" | "auth/forbidden" => StreamError::Unauthorized(answered()),
             // The server's own waits (too many live readers, a slow body)
             // end; so may a backend failure.

@@ -80,6 +80,11 @@ pub fn one_of_each() -> Vec<StreamError> {
             reason: "not a number".into(),
         },
         StreamError::InvalidState("no key".into()),
+        StreamError::UndecodableState {
+            path: path(),
+            offset: Offset::new(1_764_000_000_000_000, 5),
+            reason: "unknown operation `merge`".into(),
+        },
         StreamError::Unauthorized("the token was refused".into()),
         StreamError::unavailable("the database is busy"),
         StreamError::internal("the database file is corrupt"),
