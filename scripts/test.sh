@@ -105,7 +105,7 @@ step "each feature alone" each_feature
 # the same features, so nothing is compiled twice), build while the
 # background set-up may still be going on.
 step "build the tests and binaries" bash -c "cargo test --workspace --features '$features' --no-run --quiet \
-  && cargo build --workspace --features '$features' --bin eddy --example freight --quiet"
+  && cargo build --workspace --features '$features' --bin eddy --example freight --example state_interop --quiet"
 export EDDY_BIN="$target_dir/debug/eddy"
 step "services: moto, PostgreSQL, Chromium" services_ready
 
@@ -172,6 +172,18 @@ while read -r line; do summary+=("      $line"); done < <(grep '^bridge:' "$log_
 # by side (DynamoDB on a fresh table of moto).
 step "conformance suite" bash -o pipefail -c "scripts/conformance/run.sh memory sqlite postgres dynamodb | tee '$log_dir/conformance.log'"
 while read -r line; do summary+=("      $line"); done < <(grep '^conformance' "$log_dir/conformance.log")
+
+# State streams between eddy and the public @durable-streams/state package,
+# both ways, on memory and SQLite: what the package writes (upsert, a null
+# value, controls with offsets) eddy reads to the same rows, and what eddy
+# writes the package's JSON schema and readers accept.
+step "state streams with @durable-streams/state, both ways" bash -o pipefail -c \
+  "STATE_INTEROP_BIN='$target_dir/debug/examples/state_interop' scripts/state/run.sh memory sqlite | tee '$log_dir/state.log'"
+if ! grep -q '^state (' "$log_dir/state.log"; then
+  echo "the state stream check ran nothing" >&2
+  exit 1
+fi
+while read -r line; do summary+=("      $line"); done < <(grep '^state (' "$log_dir/state.log")
 
 # nginx with proxy_cache in front of `eddy serve`: one upstream read for 200
 # concurrent readers of a historical chunk, never a stale tail.

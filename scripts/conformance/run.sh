@@ -34,9 +34,8 @@ if [ ! -d node_modules/@durable-streams/server-conformance-tests ]; then
   npm install --no-audit --no-fund --loglevel=error >/dev/null
 fi
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
+# shellcheck source=../lib/serve.sh
+. "$root/scripts/lib/serve.sh"
 
 # One backend's run: start a server, run the suite against it, print one
 # count line (and, on failure, where the logs are). Exits non-zero on failure.
@@ -71,14 +70,7 @@ run_backend() {
     --long-poll-timeout "${long_poll_ms}ms" \
     --webhook-allow-network 127.0.0.1 >"$log" 2>&1 &
   server=$!
-  up() { curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1; }
-  for _ in $(seq 1 100); do up && break; sleep 0.1; done
-  if ! up; then
-    echo "conformance ($backend): the server did not start; its log:"
-    cat "$log"
-    kill "$server" 2>/dev/null || true
-    return 1
-  fi
+  wait_healthy "http://127.0.0.1:$port" "$server" "$log" "conformance ($backend)" || return 1
   report="$(mktemp)"
   set +e
   EDDY_BASE_URL="http://127.0.0.1:$port" EDDY_LONG_POLL_MS="$long_poll_ms" \

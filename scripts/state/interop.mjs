@@ -1,0 +1,198 @@
+// State streams between eddy and the public @durable-streams/state package,
+// both ways, through a running `eddy serve`:
+//
+// 1. The package writes (its insert, update, upsert and delete helpers, a
+//    change event whose value is null, controls with an offset); the package
+//    reads the stream back (MaterializedState, its stream DB) and eddy's
+//    StateStream reads it (the `state_interop read` example): the rows must
+//    be equal, and every message must come back from eddy's decode and
+//    encode unchanged. A message no reader can apply must fail eddy's read
+//    with its offset, or be skipped and listed when asked.
+// 2. eddy writes (`state_interop write`); every message must pass the
+//    package's JSON schema, and the package's readers must find the rows
+//    eddy's own read finds.
+//
+//   node interop.mjs SERVER_URL STATE_INTEROP_BIN
+// Prints one `state:` line per check; exits non-zero on the first failure.
+import assert from "node:assert/strict"
+import { execFileSync, spawnSync } from "node:child_process"
+import { readFileSync } from "node:fs"
+import { createRequire } from "node:module"
+import { DurableStream } from "@durable-streams/client"
+import {
+  MaterializedState,
+  createStateSchema,
+  isChangeEvent,
+  isControlEvent,
+} from "@durable-streams/state"
+import { createStreamDB } from "@durable-streams/state/db"
+import Ajv from "ajv"
+import addFormats from "ajv-formats"
+
+const [base, bin] = process.argv.slice(2)
+if (!base || !bin) {
+  console.error("usage: node interop.mjs SERVER_URL STATE_INTEROP_BIN")
+  process.exit(2)
+}
+const run = `${process.pid}-${Date.now()}`
+
+// Any row is valid: the check is about the wire, not the row types.
+const anyRow = {
+  "~standard": { version: 1, vendor: "eddy-interop", validate: (value) => ({ value }) },
+}
+const collections = {
+  cards: { schema: anyRow, type: "card", primaryKey: "id" },
+  settings: { schema: anyRow, type: "setting", primaryKey: "name" },
+}
+const schema = createStateSchema(collections)
+
+async function create(path) {
+  return DurableStream.create({ url: `${base}/${path}`, contentType: "application/json" })
+}
+
+/// The events of the stream at `path`, as the package's client reads them.
+async function readEvents(path) {
+  const stream = new DurableStream({ url: `${base}/${path}`, contentType: "application/json" })
+  const response = await stream.stream({ live: false, json: true })
+  return response.json()
+}
+
+/// The package's MaterializedState over `events` (a reset clears it: the
+/// class applies changes only), as plain objects by type and key.
+function materializeWithPackage(events) {
+  const state = new MaterializedState()
+  for (const event of events) {
+    if (isChangeEvent(event)) state.apply(event)
+    else if (isControlEvent(event) && event.headers.control === "reset") state.clear()
+  }
+  return Object.fromEntries(
+    state.types.map((type) => [type, Object.fromEntries(state.getType(type))])
+  )
+}
+
+/// The package's stream DB over the `card` rows of the stream at `path`
+/// (its collections hold objects only, so the `setting` rows, one of them
+/// null, are left out).
+async function cardsFromStreamDB(path) {
+  const db = createStreamDB({
+    streamOptions: { url: `${base}/${path}`, contentType: "application/json" },
+    state: { cards: collections.cards },
+    live: false,
+  })
+  try {
+    await db.preload()
+    return Object.fromEntries(
+      db.collections.cards.toArray.map((row) => [row.id, ownFields(row)])
+    )
+  } finally {
+    db.close()
+  }
+}
+
+/// A stream DB row without what the DB adds (`_seq`, `$`-prefixed fields).
+const ownFields = (row) =>
+  Object.fromEntries(Object.entries(row).filter(([k]) => k !== "_seq" && !k.startsWith("$")))
+
+/// eddy's read of the stream at `path` (the example's JSON), or its error.
+function readWithEddy(path, ...flags) {
+  const out = spawnSync(bin, ["read", base, path, ...flags], { encoding: "utf8" })
+  if (out.status !== 0) return { error: `${out.stderr}${out.stdout}`.trim() }
+  return JSON.parse(out.stdout)
+}
+
+const offsetOf = async (stream) => (await stream.head()).offset
+
+// 1. The package writes, eddy reads.
+{
+  const path = `interop/ts-${run}`
+  const stream = await create(path)
+  // The stream DB can apply a reset only after a change of each of its
+  // collections in the same batch: a card precedes it.
+  const events = [
+    schema.cards.insert({ value: { id: "x", total: 0 } }),
+    { headers: { control: "reset", offset: await offsetOf(stream) } },
+    { headers: { control: "snapshot-start", offset: await offsetOf(stream) } },
+    schema.cards.insert({ value: { id: "a", total: 1 }, headers: { txid: "t1", timestamp: "2025-01-15T10:30:00Z" } }),
+    schema.cards.insert({ value: { id: "b", total: 2 } }),
+    schema.cards.update({ value: { id: "a", total: 3 }, oldValue: { id: "a", total: 1 } }),
+    schema.cards.upsert({ value: { id: "c", total: 4 } }),
+    schema.cards.upsert({ value: { id: "c", total: 5 } }),
+    schema.cards.delete({ key: "b", oldValue: { id: "b", total: 2 } }),
+    schema.settings.insert({ value: { name: "theme", value: "dark" } }),
+    // The package's insert helper reads the key field of the value, so a
+    // null value is written as the ChangeEvent its types allow.
+    { type: "setting", key: "font", value: null, headers: { operation: "insert" } },
+  ]
+  for (const event of events) await stream.append(JSON.stringify(event))
+  await stream.append(JSON.stringify({ headers: { control: "snapshot-end", offset: await offsetOf(stream) } }))
+
+  const written = await readEvents(path)
+  assert.equal(written.length, events.length + 1, "the package reads back what it wrote")
+  const expected = materializeWithPackage(written)
+  assert.deepEqual(expected, {
+    card: { a: { id: "a", total: 3 }, c: { id: "c", total: 5 } },
+    setting: { theme: { name: "theme", value: "dark" }, font: null },
+  }, "the package's own reading")
+  assert.deepEqual(await cardsFromStreamDB(path), expected.card, "the package's stream DB")
+
+  const eddy = readWithEddy(path)
+  assert.ok(!eddy.error, `eddy failed to read what the package wrote: ${eddy.error}`)
+  assert.deepEqual(eddy.collections, expected, "eddy's rows equal the package's")
+  assert.deepEqual(eddy.messages, written, "every message comes back from eddy's decode and encode unchanged")
+  console.log(`state: package → eddy: ${written.length} messages (insert, update, upsert, delete, a null value, controls with offsets), the same rows as MaterializedState and the stream DB, every message re-encoded unchanged`)
+}
+
+// 1b. A message no reader can apply, between two that decode.
+{
+  const path = `interop/ts-undecodable-${run}`
+  const stream = await create(path)
+  await stream.append(JSON.stringify(schema.cards.insert({ value: { id: "a", total: 1 } })))
+  const bad = await offsetOf(stream)
+  await stream.append(JSON.stringify({ type: "card", key: "z", value: {}, headers: { operation: "merge" } }))
+  await stream.append(JSON.stringify(schema.cards.insert({ value: { id: "b", total: 2 } })))
+
+  const failed = readWithEddy(path)
+  assert.ok(failed.error, "eddy's read must fail on a message it cannot decode")
+  assert.ok(failed.error.includes(bad), `the failure names the offset ${bad}: ${failed.error}`)
+  const skipped = readWithEddy(path, "--skip-undecodable")
+  assert.ok(!skipped.error, skipped.error)
+  assert.deepEqual(skipped.skipped.map((s) => s.offset), [bad], "the skipped message is listed")
+  assert.deepEqual(Object.keys(skipped.collections.card), ["a", "b"], "what comes before and after it is kept")
+  console.log(`state: package → eddy: an undecodable message fails the read at its offset ${bad}, or is skipped and listed with --skip-undecodable`)
+}
+
+// 2. eddy writes, the package reads.
+{
+  const path = `interop/rs-${run}`
+  execFileSync(bin, ["write", base, path], { stdio: ["ignore", "inherit", "inherit"] })
+  const written = await readEvents(path)
+  const eddy = readWithEddy(path)
+  assert.ok(!eddy.error, eddy.error)
+
+  const require = createRequire(import.meta.url)
+  const protocol = JSON.parse(readFileSync(require.resolve("@durable-streams/state/package.json").replace(/package\.json$/, "state-protocol.schema.json"), "utf8"))
+  const ajv = new Ajv({ strict: false })
+  addFormats(ajv)
+  const validate = ajv.compile(protocol)
+  let upserts = 0
+  for (const event of written) {
+    // The schema's operation list lacks the `upsert` the package's own
+    // helper writes: such a message is checked as the update it also is.
+    const checked = event.headers?.operation === "upsert"
+      ? (upserts++, { ...event, headers: { ...event.headers, operation: "update" } })
+      : event
+    assert.ok(validate(checked), `the package's JSON schema refuses ${JSON.stringify(event)}: ${ajv.errorsText(validate.errors)}`)
+  }
+  const kinds = new Set(written.map((e) => e.headers.operation ?? e.headers.control))
+  for (const kind of ["insert", "update", "upsert", "delete", "reset", "snapshot-start", "snapshot-end"]) {
+    assert.ok(kinds.has(kind), `eddy's writer wrote no ${kind}`)
+  }
+  assert.ok(written.some((e) => isControlEvent(e) && e.headers.offset), "a control with an offset")
+  assert.ok(written.some((e) => isChangeEvent(e) && e.value === null), "a null value")
+
+  const byPackage = materializeWithPackage(written)
+  assert.ok(Object.keys(byPackage.card ?? {}).length > 0, "the package found cards")
+  assert.deepEqual(byPackage, eddy.collections, "the package's rows equal eddy's")
+  assert.deepEqual(await cardsFromStreamDB(path), eddy.collections.card, "the stream DB's cards equal eddy's")
+  console.log(`state: eddy → package: ${written.length} messages pass the package's JSON schema (${upserts} upserts as updates), the same rows in MaterializedState and the stream DB as eddy reads`)
+}
