@@ -21,7 +21,10 @@
 //! [`backend`] and leaves every rule to the store's one engine.
 //!
 //! Typed declarations ([`JsonStream`], [`StateStream`]) bind a route
-//! template such as `facts/:workspaceId` to serde types.
+//! template such as `facts/:workspaceId` to serde types. State streams use
+//! the wire form of the Durable Streams state protocol, and read what the
+//! `@durable-streams/state` package writes (`scripts/state` checks both
+//! ways).
 //!
 //! # Features
 //!

@@ -156,16 +156,30 @@ impl StateMessage {
     }
 
     /// Encodes the message for storage; a change that is not a delete
-    /// needs a value (which may be `null`), as in [`decode`](Self::decode).
+    /// needs a value (which may be `null`), as in [`decode`](Self::decode),
+    /// and no further header may be named `operation` or `control` (the
+    /// message's kind writes those).
     pub fn encode(&self) -> Result<Bytes, StreamError> {
-        if let StateMessage::Change(change) = self {
-            has_value_if_needed(change.operation, change.value.as_ref())?;
+        let headers = match self {
+            StateMessage::Change(change) => {
+                has_value_if_needed(change.operation, change.value.as_ref())?;
+                &change.headers
+            }
+            StateMessage::Control(control) => &control.headers,
+        };
+        if let Some(name) = KIND_HEADERS.iter().find(|h| headers.contains_key(**h)) {
+            return Err(StreamError::InvalidState(format!(
+                "the header `{name}` is the message's kind, not a further header"
+            )));
         }
         serde_json::to_vec(&Wire::from(self))
             .map(Bytes::from)
             .map_err(|e| StreamError::InvalidState(e.to_string()))
     }
 }
+
+/// The headers that say what kind of message it is.
+const KIND_HEADERS: [&str; 2] = ["operation", "control"];
 
 /// Every operation but delete carries the row it writes.
 fn has_value_if_needed(operation: Operation, value: Option<&Value>) -> Result<(), StreamError> {

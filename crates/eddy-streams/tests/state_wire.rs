@@ -192,7 +192,7 @@ fn controls_keep_their_offset_and_other_headers_when_written() {
 }
 
 #[test]
-fn a_change_needs_a_value_unless_it_deletes_and_null_is_one() {
+fn encode_refuses_what_decode_refuses_and_null_is_a_value() {
     let change = |operation, value| {
         StateMessage::Change(Change {
             collection: "setting".into(),
@@ -223,6 +223,12 @@ fn a_change_needs_a_value_unless_it_deletes_and_null_is_one() {
         serde_json::from_slice::<Value>(&delete).expect("json"),
         json!({"type": "setting", "key": "font", "headers": {"operation": "delete"}})
     );
+    let mut twice = ControlMessage::new(Control::Reset);
+    twice.headers.insert("operation".into(), json!("insert"));
+    let err = StateMessage::from(twice)
+        .encode()
+        .expect_err("a kind header twice");
+    assert_eq!(err.code(), "state/invalid");
     let upsert = r#"{"type":"setting","key":"font","headers":{"operation":"upsert"}}"#;
     let err = StateMessage::decode(upsert.as_bytes()).expect_err("an upsert needs a value");
     assert_eq!(err.code(), "state/invalid");
