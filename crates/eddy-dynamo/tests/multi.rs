@@ -847,19 +847,8 @@ async fn removal_ttl_expires_tombstones(t: TestTable, table: eddy_dynamo::Embedd
     let p = MultiProjection::builder("cancellable", f.summaries.clone())
         .initial(empty)
         .source("order", f.orders.clone(), |s| {
-            s.key(|_, e| match &e.event {
-                OrderEvent::ParcelAdded { shipment_id, .. }
-                | OrderEvent::OrderCancelled { shipment_id } => Some(shipment(shipment_id)),
-            })
-            .evolve(|mut row, e, _| {
-                Ok(match &e.event {
-                    OrderEvent::ParcelAdded { parcels, .. } => {
-                        row.parcels += parcels;
-                        Step::Next(row)
-                    }
-                    OrderEvent::OrderCancelled { .. } => Step::Remove,
-                })
-            })
+            s.key(|_, e| Some(crate::freight::order_shipment(&e.event)))
+                .evolve(|row, e, _| Ok(crate::freight::order_step(row, &e.event)))
         })
         .checkpoints(Checkpoints::map("checkpoints"))
         .revision("revision")

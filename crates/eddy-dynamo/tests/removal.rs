@@ -303,9 +303,86 @@ pub async fn restarting_sources_need_removal(t: TestTable) {
     assert_eq!(refused.unwrap_err().code(), "InvalidArgument");
 }
 
+/// The issue's second case of the same rule (issue 25): any failure of
+/// an instance beside a removal, not only a failed read. A weighing
+/// whose `evolve` fails once (not terminally) in a batch with the
+/// cancellation of its shipment: the cancellation waits for it, and the
+/// retry ends as the same delivery without the failure.
+pub async fn an_evolve_failure_holds_back_a_removal_of_its_row(t: TestTable) {
+    let f = Freight::new(t.table.clone()).unwrap();
+    let clean_rows = Freight::with_read_model(t.table.clone(), "CleanSummary").unwrap();
+    let flaky_rows = Freight::with_read_model(t.table.clone(), "ShipmentSummary").unwrap();
+    let clean = weighings_failing(&clean_rows, 0);
+    let flaky = weighings_failing(&flaky_rows, 1);
+    let (o, w) = (order_id(&f, "o-1"), session_id(&f, "w-1"));
+    let setup = append(&f.orders, &o, &[parcels("sh-1", 2)]).await;
+    let mut batch = append(&f.weighings, &w, &[weighed("sh-1", 3)]).await;
+    batch.extend(append(&f.orders, &o, &[cancelled("sh-1")]).await);
+    for p in [&clean, &flaky] {
+        p.apply_batch(setup.clone()).await.unwrap();
+    }
+    clean.apply_batch(batch.clone()).await.unwrap();
+    let deliveries = deliver_until_applied(&flaky, batch).await;
+    let first = &deliveries[0][0];
+    assert!(!first.written && !first.removed, "{first:?}");
+    let codes: Vec<&str> = first
+        .instances
+        .iter()
+        .map(|i| i.failure.as_ref().map_or("", |e| e.code()))
+        .collect();
+    assert_eq!(codes, ["Deferred", "EvolveFailed"], "order, then weigh");
+    assert_eq!(deliveries.len(), 2, "the retry applies both");
+    let raw = |rows: &Freight| {
+        let key = rows.summaries.key(&shipment("sh-1")).unwrap();
+        let table = t.table.clone();
+        async move { table.get_item(key).await.unwrap() }
+    };
+    let want = view(&clean_rows, raw(&clean_rows).await);
+    assert_eq!(view(&flaky_rows, raw(&flaky_rows).await), want);
+    assert_eq!(want.0, Some((0, String::new(), 3)), "as the spec folds it");
+}
+
+/// Orders and weighings into shipments, as the freight projection folds
+/// them, with a weighing's `evolve` failing (not terminally) the first
+/// `failures` times it runs.
+fn weighings_failing(f: &Freight, failures: usize) -> Shipments {
+    use eddy_dynamo::{Checkpoints, EvolveError, Removal, Revision, Step};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let left = Arc::new(AtomicUsize::new(failures));
+    eddy_dynamo::MultiProjection::builder("shipments", f.summaries.clone())
+        .initial(crate::multi::empty)
+        .source("order", f.orders.clone(), |s| {
+            s.key(|_, e| Some(crate::freight::order_shipment(&e.event)))
+                .evolve(|row, e, _| Ok(crate::freight::order_step(row, &e.event)))
+        })
+        .source("weigh", f.weighings.clone(), move |s| {
+            s.key(|_, e| {
+                let crate::freight::WeighEvent::Weighed { shipment_id, .. } = &e.event;
+                Some(shipment(shipment_id))
+            })
+            .evolve(move |mut row, e, _| {
+                let failing = left
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok();
+                if failing {
+                    return Err(EvolveError::new(std::io::Error::other("scale offline")));
+                }
+                let crate::freight::WeighEvent::Weighed { kg, .. } = &e.event;
+                row.kg += kg;
+                Ok(Step::Next(row))
+            })
+        })
+        .checkpoints(Checkpoints::map("checkpoints"))
+        .revision(Revision::new("revision"))
+        .removal(Removal::new())
+        .build()
+        .unwrap()
+}
+
 crate::backend_tests!(
     only_the_declared_sources_start_a_removed_row_again,
     restarting_sources_need_removal,
     a_failed_instance_holds_back_a_removal_of_its_row,
     instances_after_a_failed_one_wait_when_the_projection_removes,
+    an_evolve_failure_holds_back_a_removal_of_its_row,
 );

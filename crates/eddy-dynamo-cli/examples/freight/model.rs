@@ -72,6 +72,26 @@ pub struct ShipmentNotice {
     pub kind: String,
 }
 
+/// The shipment an order event is about.
+pub fn order_shipment(event: &OrderEvent) -> ShipmentKey {
+    match event {
+        OrderEvent::ParcelAdded { shipment_id, .. }
+        | OrderEvent::OrderCancelled { shipment_id } => shipment(shipment_id),
+    }
+}
+
+/// An order event folded into its shipment: parcels added, or the
+/// shipment removed when its order is cancelled.
+pub fn order_step(mut row: ShipmentSummary, event: &OrderEvent) -> Step<ShipmentSummary> {
+    match event {
+        OrderEvent::OrderCancelled { .. } => Step::Remove,
+        OrderEvent::ParcelAdded { parcels, .. } => {
+            row.parcels += parcels;
+            Step::Next(row)
+        }
+    }
+}
+
 /// The application schema of the freight tables.
 pub fn app() -> AppSchema {
     AppSchema::new("freight", 1)
@@ -152,20 +172,9 @@ impl Freight {
                 revision: 0,
             })
             .source("order", self.orders.clone(), |s| {
-                s.key(|_, e| match &e.event {
-                    OrderEvent::ParcelAdded { shipment_id, .. }
-                    | OrderEvent::OrderCancelled { shipment_id } => Some(shipment(shipment_id)),
-                })
-                .evolve(|mut row, e, _| {
-                    Ok(match &e.event {
-                        OrderEvent::OrderCancelled { .. } => Step::Remove,
-                        OrderEvent::ParcelAdded { parcels, .. } => {
-                            row.parcels += parcels;
-                            Step::Next(row)
-                        }
-                    })
-                })
-                .restarts_removed_rows(orders_only)
+                s.key(|_, e| Some(order_shipment(&e.event)))
+                    .evolve(|row, e, _| Ok(order_step(row, &e.event)))
+                    .restarts_removed_rows(orders_only)
             })
             .source("scan", self.scans.clone(), |s| {
                 s.key(|id, _| id.get("shipmentId").map(shipment))
