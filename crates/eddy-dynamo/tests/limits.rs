@@ -14,6 +14,7 @@ use eddy_dynamo::{
 
 use crate::common::TestTable;
 use crate::freight::{shipment, Freight, NoticesFn, ShipmentNotice, ShipmentSummary, WeighEvent};
+use crate::long_catch_up;
 use crate::multi::{append, raw, scan_id, scanned, session_id, summary, weighed, Shipments};
 
 /// The freight projection whose outbox leaves `notices` of each applied
@@ -283,11 +284,40 @@ pub async fn catch_up_and_rebuild_split_as_a_delivery_does(t: TestTable) {
     assert_eq!(summary(&f, "sh-1").await.kg, 121);
 }
 
+/// Regression (issue 25): a catch-up of 1 000 events took more writes than
+/// DynamoDB's limits require. A write that took a prefix kept its count of
+/// effect-producing events as the cap of every later write, so after a
+/// first write of one event with 50 effects and 49 with one (99 items),
+/// every later write took 50 events where 99 fit: 20 writes for the 11
+/// the limits allow. Each write now takes the greatest prefix that fits.
+pub async fn a_long_catch_up_takes_the_fewest_writes_the_limits_allow(t: TestTable) {
+    let f = Freight::new(t.table.clone()).unwrap();
+    let p = long_catch_up::projection(&f, "gsi1");
+    long_catch_up::fall_behind(&f, &p).await;
+    let before = t.table.request_stats();
+    let out = p.catch_up(shipment(long_catch_up::SHIPMENT)).await.unwrap();
+    let used = t.table.request_stats() - before;
+    assert!(out.is_applied(), "{:?}", out.first_failure());
+    let behind = long_catch_up::BEHIND;
+    assert_eq!(
+        out.instances[0].applied,
+        (2..=behind + 1).collect::<Vec<_>>()
+    );
+    assert_eq!(out.enqueued, long_catch_up::notices_enqueued());
+    assert_eq!(
+        (used.transactions, used.writes),
+        (long_catch_up::fewest_writes(), 0),
+        "the fewest writes the limits allow"
+    );
+    assert_eq!(summary(&f, long_catch_up::SHIPMENT).await.kg, behind + 1);
+}
+
 crate::backend_tests!(
     more_effects_than_a_transaction_holds_are_written_in_parts,
     effects_over_4_mb_are_written_in_parts,
     what_cannot_be_split_fails_naming_the_row_and_the_limit,
     catch_up_and_rebuild_split_as_a_delivery_does,
+    a_long_catch_up_takes_the_fewest_writes_the_limits_allow,
 );
 
 // moto refuses items over about 405 000 bytes (DynamoDB: 409 600): the

@@ -18,6 +18,8 @@ mod freight;
 mod lambda_function;
 mod legacy;
 mod limits;
+/// A long catch-up of one row, shared with `benches/catch_up.rs`.
+mod long_catch_up;
 #[cfg(feature = "aws")]
 mod moto;
 mod multi;

@@ -273,7 +273,6 @@ where
         let mut fresh = matches!(repair, Some(Repair::Rebuild(_)));
         let mut histories = repair.is_some();
         let mut written: Option<RowOutcome<M>> = None;
-        let mut cap = None;
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -288,7 +287,7 @@ where
                 }
                 histories = false;
             }
-            match self.attempt(&work, &read, fresh, &mut cap).await {
+            match self.attempt(&work, &read, fresh).await {
                 Ok(Written::Done(outcome, failures)) => return after(written, (outcome, failures)),
                 Ok(Written::More(outcome, item)) => {
                     written = Some(match written {
@@ -324,18 +323,11 @@ where
     }
 
     /// Plans the row from `read` and writes it once, as much of it as
-    /// DynamoDB's limits let one write hold (`cap`: the effect-producing
-    /// events a write took last time, a first guess for the next). `fresh`
+    /// DynamoDB's limits let one write hold (the greatest prefix). `fresh`
     /// plans from `initial` with every checkpoint cleared (a rebuild),
     /// keeping only the revision; the write is still conditioned on the row
     /// as read.
-    async fn attempt(
-        &self,
-        work: &RowWork<M, K>,
-        read: &ReadRow,
-        fresh: bool,
-        cap: &mut Option<usize>,
-    ) -> Attempt<M> {
+    async fn attempt(&self, work: &RowWork<M, K>, read: &ReadRow, fresh: bool) -> Attempt<M> {
         let cleared;
         let from = match read {
             ReadRow::Row(item) | ReadRow::Tombstone(item) if fresh => {
@@ -346,10 +338,7 @@ where
             }
             read => read,
         };
-        let mut limits = Limits {
-            refuse_new: None,
-            cap: *cap,
-        };
+        let mut limits = Limits::one_write();
         let (plan, writes) = loop {
             let plan = match self.plan(work, from, &limits).await {
                 Ok(plan) => plan,
@@ -364,7 +353,6 @@ where
                 Err(e) => return Ok(Written::from(self.row_failed(work, Some(plan), e))),
             }
         };
-        *cap = limits.cap;
         // Where the next write starts, when this one took a prefix.
         let rest = if plan.cut {
             row_item(&writes).cloned()

@@ -16,13 +16,28 @@ use crate::item::{MAX_ITEM_SIZE, MAX_TRANSACTION_SIZE};
 use crate::outbox::MAX_EFFECTS_PER_WRITE;
 
 /// What a plan must respect beyond its events.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Limits {
     /// Instances without a checkpoint in the row fail instead of adding
     /// one: the row item was this large with them.
     pub refuse_new: Option<usize>,
     /// Stop before the effect-producing event after this many.
     pub cap: Option<usize>,
+}
+
+impl Limits {
+    /// What every write's plan starts from: at most 99 effect-producing
+    /// events, since each adds at least one of the 99 effect items a write
+    /// holds beside the row. Folding no further bounds a write's plan, and
+    /// `fit` then cuts the greatest prefix of them that fits. (Each write
+    /// starts here again, not from the cap the last one needed: a cap kept
+    /// from a write of large events made every later write as short.)
+    pub(crate) fn one_write() -> Self {
+        Self {
+            refuse_new: None,
+            cap: Some(MAX_EFFECTS_PER_WRITE),
+        }
+    }
 }
 
 /// The limit a row item is held to.
