@@ -312,12 +312,53 @@ pub async fn a_long_catch_up_takes_the_fewest_writes_the_limits_allow(t: TestTab
     assert_eq!(summary(&f, long_catch_up::SHIPMENT).await.kg, behind + 1);
 }
 
+/// The same defect through the 4 MB limit (issue 25): 20 weighings with a
+/// notice of 300 KB, then 200 with a small one, in one batch. The first
+/// write holds 13 large notices (4 MB), the second the other 7 and 92
+/// small ones (99 items); a cap kept from the first write made every
+/// later write take 13 events.
+pub async fn large_then_small_effects_take_the_fewest_writes(t: TestTable) {
+    let f = Freight::new(t.table.clone()).unwrap();
+    let p = shipments(&f, large_then_small);
+    let batch = weighings(&f, "w-1", "sh-1", 220).await;
+    let before = t.table.request_stats();
+    let out = p.apply_batch(batch).await.unwrap();
+    let used = t.table.request_stats() - before;
+    assert!(out[0].is_applied(), "{:?}", out[0].first_failure());
+    assert_eq!(
+        (out[0].enqueued, out[0].instances[0].checkpoint),
+        (220, 220)
+    );
+    // Sized with room to spare for each item's keys and names: 13 large
+    // notices fit 4 MB either way, 14 never do.
+    let sized = (1..=220u64).map(|v| (1, if v <= 20 { 301_000 } else { 1_000 }));
+    let fewest = long_catch_up::fewest_writes_of(4_000, sized);
+    assert_eq!(fewest, 4, "13 large, 7 large + 92 small, 99, 9");
+    assert_eq!(used.transactions, fewest);
+}
+
+/// A notice of 300 KB for each of the first 20 weighings, then one small
+/// notice each.
+fn large_then_small(
+    event: &EffectEvent<'_>,
+    next: Option<&ShipmentSummary>,
+) -> Vec<ShipmentNotice> {
+    let mut notices = one_each(event, next);
+    if event.version <= 20 {
+        for notice in &mut notices {
+            notice.kind = "w".repeat(300_000);
+        }
+    }
+    notices
+}
+
 crate::backend_tests!(
     more_effects_than_a_transaction_holds_are_written_in_parts,
     effects_over_4_mb_are_written_in_parts,
     what_cannot_be_split_fails_naming_the_row_and_the_limit,
     catch_up_and_rebuild_split_as_a_delivery_does,
     a_long_catch_up_takes_the_fewest_writes_the_limits_allow,
+    large_then_small_effects_take_the_fewest_writes,
 );
 
 // moto refuses items over about 405 000 bytes (DynamoDB: 409 600): the

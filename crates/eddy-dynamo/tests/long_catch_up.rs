@@ -61,20 +61,35 @@ pub fn notices_enqueued() -> usize {
     (FIRST..FIRST + BEHIND).map(notices_at).sum()
 }
 
-/// The fewest writes DynamoDB's limits allow for the catch-up: each write
-/// holds the row and at most 99 effect items, and an event's effects are
-/// never split, so events fill a write in order until the next one's
-/// effects do not fit (filling every write as far as it goes is the
-/// fewest for a sequence cut into runs).
+/// The fewest writes DynamoDB's limits allow for the catch-up (its
+/// notices are small: 100 items are far under 4 MB).
 pub fn fewest_writes() -> u64 {
-    let (mut writes, mut room) = (0, 0);
-    for count in (FIRST..FIRST + BEHIND).map(notices_at) {
-        assert!(count <= MAX_EFFECTS_PER_WRITE, "an event fits one write");
-        if count > room {
+    let small = 1_024;
+    let notices = (FIRST..FIRST + BEHIND).map(notices_at);
+    fewest_writes_of(small, notices.map(|n| (n, n * small)))
+}
+
+/// The fewest writes DynamoDB's limits allow for events leaving
+/// `(effect items, their bytes)` each, in order, beside a row of at most
+/// `row_bytes`: each write holds the row and at most 99 effect items,
+/// 4 MB together, and an event's effects are never split, so events fill
+/// a write in order until the next one's effects do not fit (filling
+/// every write as far as it goes is the fewest for a sequence cut into
+/// runs).
+pub fn fewest_writes_of(row_bytes: usize, events: impl IntoIterator<Item = (usize, usize)>) -> u64 {
+    let budget = eddy_dynamo::MAX_TRANSACTION_SIZE - row_bytes;
+    let (mut writes, mut items, mut bytes) = (0, 0, 0);
+    for (count, size) in events.into_iter().filter(|(count, _)| *count > 0) {
+        assert!(
+            count <= MAX_EFFECTS_PER_WRITE && size <= budget,
+            "an event fits one write"
+        );
+        if count > items || size > bytes {
             writes += 1;
-            room = MAX_EFFECTS_PER_WRITE;
+            (items, bytes) = (MAX_EFFECTS_PER_WRITE, budget);
         }
-        room -= count;
+        items -= count;
+        bytes -= size;
     }
     writes
 }
