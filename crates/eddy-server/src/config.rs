@@ -49,6 +49,14 @@ pub struct ServerConfig {
     pub max_subscriptions: usize,
     /// The most streams one subscription lists explicitly (more → 429).
     pub max_subscription_streams: usize,
+    /// The most bytes one subscription keeps: its create request, and the
+    /// paths of streams added to it later (more → 413).
+    pub max_subscription_bytes: usize,
+    /// The most streams one subscription watches because they match its
+    /// pattern: a create whose pattern matches more already → 429; later
+    /// matches beyond it are left out (logged), after streams of the
+    /// pattern that were deleted are dropped to make room.
+    pub max_subscription_matches: usize,
     /// The longest subscription pattern, in bytes (longer → 400).
     pub max_pattern_bytes: usize,
     /// The most wildcards (`*`, `**`, `?`, `[…]`, `{…}`) in one
@@ -65,12 +73,13 @@ pub struct ServerConfig {
     pub compression: CompressionConfig,
     /// How read responses may be cached by browsers, proxies and CDNs.
     pub cache: CacheConfig,
-    /// How long after a failed webhook notification it is sent again; the
-    /// delay doubles with each failure in a row, up to
-    /// [`webhook_retry_max`](Self::webhook_retry_max).
-    pub webhook_retry_initial: Duration,
-    /// The longest delay between re-deliveries of a failing webhook.
-    pub webhook_retry_max: Duration,
+    /// How long after a failed wake (a webhook notification, or the append
+    /// of a pull-wake event) it is tried again; the delay doubles with
+    /// each failure in a row, up to
+    /// [`wake_retry_max`](Self::wake_retry_max).
+    pub wake_retry_initial: Duration,
+    /// The longest delay between attempts of a failing wake.
+    pub wake_retry_max: Duration,
     /// Serve the console: the page at `/console` and the bindings at
     /// `/_eddy/bindings` (on by default).
     pub console: bool,
@@ -108,14 +117,16 @@ impl Default for ServerConfig {
             max_streams: 1_000_000,
             max_subscriptions: 10_000,
             max_subscription_streams: 1_000,
+            max_subscription_matches: 1_000,
+            max_subscription_bytes: 16 * 1024,
             max_pattern_bytes: 256,
             max_pattern_wildcards: 16,
             webhook_allowed_networks: Vec::new(),
             http2: Http2Config::default(),
             compression: CompressionConfig::default(),
             cache: CacheConfig::default(),
-            webhook_retry_initial: Duration::from_secs(1),
-            webhook_retry_max: Duration::from_secs(300),
+            wake_retry_initial: Duration::from_secs(1),
+            wake_retry_max: Duration::from_secs(300),
             console: true,
             checkpoint_table: None,
         }

@@ -17,5 +17,6 @@ mod remote_contract;
 #[cfg(feature = "remote")]
 mod remote_errors;
 mod router;
+mod wakes;
 #[cfg(feature = "webhooks")]
 mod webhooks;

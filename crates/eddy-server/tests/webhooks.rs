@@ -81,7 +81,7 @@ impl Receiver {
 async fn server() -> RunningServer {
     let config = ServerConfig {
         webhook_allowed_networks: vec!["127.0.0.1/32".parse().expect("network")],
-        webhook_retry_initial: Duration::from_millis(20),
+        wake_retry_initial: Duration::from_millis(20),
         ..ServerConfig::default()
     };
     Server::bind(

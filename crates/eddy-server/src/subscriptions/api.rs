@@ -97,6 +97,14 @@ async fn route(
                 .iter()
                 .filter(|path| !sub.streams.contains_key(path.as_str()));
             check_explicit(explicit.count() + new.count(), limit)?;
+            let added: usize = request
+                .streams
+                .iter()
+                .filter(|path| !sub.streams.contains_key(path.as_str()))
+                .map(String::len)
+                .sum();
+            check_size(sub.stored_bytes + added, &state.config)?;
+            sub.stored_bytes += added;
             add_explicit(sub, tails);
             Ok(StatusCode::NO_CONTENT.into_response())
         }
@@ -205,7 +213,9 @@ async fn create(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Response, SubscriptionError> {
+    check_size(body.len(), &state.config)?;
     let raw: serde_json::Value = json(body)?;
+    let fingerprint = registry.fingerprint(&raw);
     let request: CreateRequest = json(body)?;
     let delivery = match request.kind.as_str() {
         #[cfg(feature = "webhooks")]
@@ -272,9 +282,20 @@ async fn create(
         Some(pattern) => baseline(state, base_path, pattern).await?,
         None => Vec::new(),
     };
+    let max_matches = state.config.max_subscription_matches;
+    if baseline.len() > max_matches {
+        return Err(SubscriptionError::limit(
+            StatusCode::TOO_MANY_REQUESTS,
+            "max_subscription_matches",
+            format!(
+                "the pattern matches {} streams already; a subscription watches at most {max_matches} through its pattern",
+                baseline.len()
+            ),
+        ));
+    }
     let mut subscriptions = registry.lock();
     if let Some(existing) = subscriptions.get(id) {
-        if existing.request == raw && existing.base_path == base_path {
+        if existing.fingerprint == fingerprint && existing.base_path == base_path {
             return Ok((StatusCode::OK, axum::Json(registry.describe(existing))).into_response());
         }
         return Err(SubscriptionError::new(
@@ -298,21 +319,19 @@ async fn create(
         pattern,
         lease_ttl_ms: request.lease_ttl_ms.unwrap_or(30_000).max(1),
         description: request.description,
-        request: raw,
+        fingerprint,
+        stored_bytes: body.len(),
         streams: Default::default(),
         generation: 0,
         wake: None,
         wake_posted: false,
-        #[cfg(feature = "webhooks")]
         failures: 0,
     };
     add_explicit(&mut sub, tails);
     for (path, tail) in baseline {
-        sub.streams.entry(path).or_insert(Watched {
-            link: Link::Pattern,
-            tail,
-            acked: tail,
-        });
+        sub.streams
+            .entry(path)
+            .or_insert(Watched::from(Link::Pattern, tail));
     }
     let described = registry.describe(&sub);
     subscriptions.insert(id.to_owned(), sub);
@@ -366,6 +385,21 @@ async fn baseline(
         .collect())
 }
 
+/// Refuses a subscription that would keep more than
+/// `max_subscription_bytes`: its create request, and the paths of the
+/// streams added to it later.
+fn check_size(bytes: usize, config: &crate::ServerConfig) -> Result<(), SubscriptionError> {
+    let limit = config.max_subscription_bytes;
+    if bytes > limit {
+        return Err(SubscriptionError::limit(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "max_subscription_bytes",
+            format!("a subscription keeps at most {limit} bytes (its request and the stream paths added to it); this one would keep {bytes}"),
+        ));
+    }
+    Ok(())
+}
+
 /// Refuses an explicit stream list longer than the limit.
 fn check_explicit(count: usize, limit: usize) -> Result<(), SubscriptionError> {
     if count > limit {
@@ -382,11 +416,9 @@ fn check_explicit(count: usize, limit: usize) -> Result<(), SubscriptionError> {
 /// a subscription wakes for data that arrives after it is made.
 fn add_explicit(sub: &mut Subscription, tails: Vec<(String, Offset)>) {
     for (path, tail) in tails {
-        sub.streams.entry(path).or_insert(Watched {
-            link: Link::Explicit,
-            tail,
-            acked: tail,
-        });
+        sub.streams
+            .entry(path)
+            .or_insert(Watched::from(Link::Explicit, tail));
     }
 }
 

@@ -18,12 +18,14 @@
 
 mod api;
 mod pattern;
+mod retry;
 mod token;
 mod wake;
 #[cfg(feature = "webhooks")]
 mod webhook;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -80,6 +82,22 @@ struct Watched {
     link: Link,
     tail: Offset,
     acked: Offset,
+    /// The registry's commit count when a commit of it was last observed
+    /// (0: never): a stream seen after a listing began is not dropped for
+    /// missing from it.
+    seen: u64,
+}
+
+impl Watched {
+    /// A stream watched from `tail` on: data there is acknowledged.
+    fn from(link: Link, tail: Offset) -> Self {
+        Watched {
+            link,
+            tail,
+            acked: tail,
+            seen: 0,
+        }
+    }
 }
 
 /// The wake in progress: who holds it and until when.
@@ -128,15 +146,19 @@ struct Subscription {
     pattern: Option<pattern::Pattern>,
     lease_ttl_ms: u64,
     description: Option<String>,
-    /// The create request, to recognise an idempotent re-create.
-    request: serde_json::Value,
+    /// A hash of the create request, to recognise an idempotent re-create
+    /// without keeping the request.
+    fingerprint: u64,
+    /// The bytes it keeps, counted against `max_subscription_bytes`: its
+    /// create request, and the paths of streams added to it later.
+    stored_bytes: usize,
     streams: BTreeMap<String, Watched>,
     generation: u64,
     wake: Option<ActiveWake>,
     /// A pull-wake event was appended and not yet claimed.
     wake_posted: bool,
-    /// Webhook notifications that failed in a row (sets the retry delay).
-    #[cfg(feature = "webhooks")]
+    /// Wakes (webhook notifications, pull-wake appends) that failed in a
+    /// row: sets the retry delay.
     failures: u32,
 }
 
@@ -176,6 +198,82 @@ impl Subscription {
         }
     }
 
+    /// Records that the stream at `relative` has data up to `tail` (seen
+    /// at commit count `seen`), starting to watch it if it is new. Returns
+    /// `false`, and leaves it out, when it is a new stream of the pattern
+    /// and the subscription watches `max_matches` of those already.
+    fn track(
+        &mut self,
+        relative: String,
+        link: Link,
+        tail: Offset,
+        seen: u64,
+        max_matches: usize,
+    ) -> bool {
+        if link == Link::Pattern
+            && !self.streams.contains_key(&relative)
+            && self.matched() >= max_matches
+        {
+            return false;
+        }
+        let watched = self.streams.entry(relative).or_insert(Watched {
+            link,
+            tail: Offset::ZERO,
+            acked: Offset::ZERO,
+            seen,
+        });
+        watched.tail = watched.tail.max(tail);
+        watched.seen = watched.seen.max(seen);
+        true
+    }
+
+    /// How many streams it watches because they match its pattern.
+    fn matched(&self) -> usize {
+        self.streams
+            .values()
+            .filter(|w| w.link == Link::Pattern)
+            .count()
+    }
+
+    /// Brings it up to date with the store's streams under its base, as
+    /// listed after the registry had observed `since` commits: tails move
+    /// on, new matches are watched (up to `max_matches`), and streams of
+    /// the pattern that no longer exist are dropped (an explicitly listed
+    /// one stays: its client named it).
+    fn record(&mut self, infos: &[eddy_streams::StreamInfo], since: u64, max_matches: usize) {
+        let mut present = std::collections::HashSet::new();
+        for info in infos {
+            let Some(relative) = self.relative(&info.path) else {
+                continue;
+            };
+            if self.watches(relative).is_some() {
+                present.insert(relative.to_owned());
+            }
+        }
+        self.streams.retain(|path, watched| {
+            watched.link == Link::Explicit || watched.seen > since || present.contains(path)
+        });
+        let mut left_out = 0;
+        for info in infos {
+            let Some(relative) = self.relative(&info.path).map(str::to_owned) else {
+                continue;
+            };
+            if let Some(link) = self.watches(&relative) {
+                if !self.track(relative, link, info.tail, 0, max_matches) {
+                    left_out += 1;
+                }
+            }
+        }
+        if left_out > 0 {
+            tracing::warn!(
+                subscription = %self.id,
+                left_out,
+                max_matches,
+                "a subscription's pattern matches more streams than it may watch (--max-subscription-matches); the rest wake nobody"
+            );
+        }
+    }
+
     fn pending(&self) -> Vec<(String, Offset, Offset)> {
         self.streams
             .iter()
@@ -196,15 +294,29 @@ pub(crate) struct Registry {
     subscriptions: Mutex<HashMap<String, Subscription>>,
     /// The store the subscriptions watch (and pull-wake events go to).
     store: Arc<dyn Storage>,
-    /// Turns `true` when the server stops; ends re-delivery timers.
-    #[cfg(feature = "webhooks")]
+    /// Turns `true` when the server stops; ends retry timers.
     stopping: tokio::sync::watch::Receiver<bool>,
+    /// When failed wakes are tried again.
+    retry: retry::Retry,
     #[cfg(feature = "webhooks")]
     webhooks: webhook::Webhooks,
     listening: OnceLock<()>,
+    /// Commits observed so far (see [`Watched::seen`]).
+    observed: AtomicU64,
+    /// The most streams one subscription watches through its pattern.
+    max_matches: usize,
+    /// Keys the fingerprints of create requests.
+    hasher: std::collections::hash_map::RandomState,
 }
 
 impl Registry {
+    /// The fingerprint of a create request: equal for equal JSON (object
+    /// keys in any order).
+    fn fingerprint(&self, request: &serde_json::Value) -> u64 {
+        use std::hash::BuildHasher;
+        self.hasher.hash_one(request.to_string())
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Subscription>> {
         self.subscriptions.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -256,11 +368,14 @@ impl Registry {
         Ok(Arc::new(Registry {
             subscriptions: Mutex::new(HashMap::new()),
             store: Arc::clone(&state.store),
-            #[cfg(feature = "webhooks")]
             stopping: state.stopping(),
+            retry: retry::Retry::new(&state.config),
             #[cfg(feature = "webhooks")]
             webhooks: webhook::Webhooks::new(&state.config, Arc::clone(&state.metrics))?,
             listening: OnceLock::new(),
+            observed: AtomicU64::new(0),
+            max_matches: state.config.max_subscription_matches,
+            hasher: std::collections::hash_map::RandomState::new(),
         }))
     }
 }

@@ -1,12 +1,14 @@
 //! Waking subscriptions: following the store's commits, delivering
 //! webhooks and pull-wake events, and applying acknowledgements.
 
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use eddy_streams::{Append, Offset, StreamPath};
+use eddy_streams::{Append, Offset, StreamInfo, StreamPath};
 use tokio::sync::broadcast::error::RecvError;
 
-use super::{Delivery, Registry, SubscriptionError, Watched};
+use super::{Delivery, Registry, SubscriptionError};
 use crate::state::AppState;
 
 /// Starts following the store's commits (once per server), until the
@@ -27,7 +29,15 @@ pub(super) fn listen(registry: &Arc<Registry>, state: &AppState) {
             match received {
                 Ok(commit) => observe(&registry, &commit.path, commit.tail),
                 Err(RecvError::Lagged(missed)) => {
-                    tracing::warn!(missed, "subscriptions fell behind the commit feed")
+                    // The missed commits may be the only news of some
+                    // subscription's streams: ask the store instead. Commits
+                    // that arrive meanwhile wait in the feed (or lag again,
+                    // and another re-scan follows).
+                    tracing::warn!(
+                        missed,
+                        "subscriptions fell behind the commit feed; reading their streams again"
+                    );
+                    rescan(&registry).await;
                 }
                 Err(RecvError::Closed) => return,
             }
@@ -38,6 +48,8 @@ pub(super) fn listen(registry: &Arc<Registry>, state: &AppState) {
 /// Records a commit on every subscription that watches the path, and wakes
 /// those with pending data.
 pub(super) fn observe(registry: &Arc<Registry>, full_path: &str, tail: Offset) {
+    let seen = registry.observed.fetch_add(1, Ordering::Relaxed) + 1;
+    let mut prune = Vec::new();
     let ids: Vec<String> = {
         let mut subscriptions = registry.lock();
         subscriptions
@@ -45,12 +57,12 @@ pub(super) fn observe(registry: &Arc<Registry>, full_path: &str, tail: Offset) {
             .filter_map(|sub| {
                 let relative = sub.relative(full_path)?.to_owned();
                 let link = sub.watches(&relative)?;
-                let watched = sub.streams.entry(relative).or_insert(Watched {
-                    link,
-                    tail: Offset::ZERO,
-                    acked: Offset::ZERO,
-                });
-                watched.tail = watched.tail.max(tail);
+                if !sub.track(relative, link, tail, seen, registry.max_matches) {
+                    // Full: streams of the pattern that were deleted since
+                    // may make room.
+                    prune.push(sub.id.clone());
+                    return None;
+                }
                 Some(sub.id.clone())
             })
             .collect()
@@ -58,16 +70,34 @@ pub(super) fn observe(registry: &Arc<Registry>, full_path: &str, tail: Offset) {
     for id in ids {
         wake(registry, &id);
     }
+    for id in prune {
+        let registry = Arc::clone(registry);
+        tokio::spawn(async move {
+            refresh(&registry, &id).await;
+            wake(&registry, &id);
+        });
+    }
 }
 
-/// Brings a subscription's view of its streams' tails up to date from the
-/// store (the commit feed may lag a request that just returned).
+/// The prefix of the store paths under a subscription base.
+fn prefix(base_path: &str) -> String {
+    if base_path.is_empty() {
+        String::new()
+    } else {
+        format!("{base_path}/")
+    }
+}
+
+/// Brings a subscription's view of its streams up to date from the store
+/// (the commit feed may lag a request that just returned): the tails of
+/// the streams it watches, and the streams of its pattern that were
+/// deleted are dropped.
 pub(super) async fn refresh(registry: &Arc<Registry>, id: &str) {
     let base = match registry.lock().get(id) {
-        Some(sub) if sub.base_path.is_empty() => String::new(),
-        Some(sub) => format!("{}/", sub.base_path),
+        Some(sub) => prefix(&sub.base_path),
         None => return,
     };
+    let since = registry.observed.load(Ordering::Relaxed);
     let infos = match registry.store.list(&base).await {
         Ok(infos) => infos,
         Err(err) => {
@@ -75,28 +105,63 @@ pub(super) async fn refresh(registry: &Arc<Registry>, id: &str) {
             return;
         }
     };
-    let mut subscriptions = registry.lock();
-    let Some(sub) = subscriptions.get_mut(id) else {
-        return;
-    };
-    for info in infos {
-        let Some(relative) = sub.relative(&info.path).map(str::to_owned) else {
-            continue;
+    if let Some(sub) = registry.lock().get_mut(id) {
+        sub.record(&infos, since, registry.max_matches);
+    }
+}
+
+/// Reads every subscription's streams again from the store and wakes
+/// those with pending data; a failed read is retried (with backoff) until
+/// it succeeds or the server stops, so no wake is lost.
+async fn rescan(registry: &Arc<Registry>) {
+    let bases: BTreeSet<String> = registry
+        .lock()
+        .values()
+        .map(|sub| sub.base_path.clone())
+        .collect();
+    for base in bases {
+        let since = registry.observed.load(Ordering::Relaxed);
+        let Some(infos) = list_until_read(registry, &prefix(&base)).await else {
+            return;
         };
-        if let Some(link) = sub.watches(&relative) {
-            let watched = sub.streams.entry(relative).or_insert(Watched {
-                link,
-                tail: Offset::ZERO,
-                acked: Offset::ZERO,
-            });
-            watched.tail = watched.tail.max(info.tail);
+        let ids: Vec<String> = registry
+            .lock()
+            .values_mut()
+            .filter(|sub| sub.base_path == base)
+            .map(|sub| {
+                sub.record(&infos, since, registry.max_matches);
+                sub.id.clone()
+            })
+            .collect();
+        for id in ids {
+            wake(registry, &id);
+        }
+    }
+}
+
+/// The streams under `prefix`, read again after each failure; `None` when
+/// the server stops first.
+async fn list_until_read(registry: &Registry, prefix: &str) -> Option<Vec<StreamInfo>> {
+    let mut failures = 0;
+    loop {
+        match registry.store.list(prefix).await {
+            Ok(infos) => return Some(infos),
+            Err(err) => {
+                failures += 1;
+                tracing::warn!(error = %err, prefix, "cannot list streams for the subscriptions; trying again");
+                let delay = registry.retry.delay(failures);
+                let mut stopping = registry.stopping.clone();
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    _ = stopping.wait_for(|stopping| *stopping) => return None,
+                }
+            }
         }
     }
 }
 
 /// Wakes a subscription after `delay` (unless the server stops first):
-/// webhook re-deliveries and lease ends.
-#[cfg(feature = "webhooks")]
+/// retries of failed wakes and lease ends.
 pub(super) fn wake_later(registry: &Arc<Registry>, id: String, delay: std::time::Duration) {
     let registry = Arc::clone(registry);
     let mut stopping = registry.stopping.clone();
@@ -128,7 +193,8 @@ pub(super) fn wake(registry: &Arc<Registry>, id: &str) {
                 }
                 Err(err) => {
                     tracing::error!(subscription = %id, error = %err, "no randomness for a wake id");
-                    let retry = registry.webhooks.failed(sub);
+                    registry.webhooks.failed();
+                    let retry = registry.retry.after_failure(sub);
                     drop(subscriptions);
                     wake_later(registry, id.to_owned(), retry);
                 }
@@ -148,21 +214,47 @@ pub(super) fn wake(registry: &Arc<Registry>, id: &str) {
             });
             let target = sub.full_path(&wake_stream);
             drop(subscriptions);
-            let store = Arc::clone(&registry.store);
-            tokio::spawn(async move {
-                let appended = match StreamPath::new(target) {
-                    Ok(path) => store
-                        .append(&path, Append::body(event.to_string()))
-                        .await
-                        .map(drop),
-                    Err(err) => Err(err),
-                };
-                if let Err(err) = appended {
-                    tracing::warn!(error = %err, "cannot post a pull-wake event");
-                }
-            });
+            tokio::spawn(post_wake(
+                Arc::clone(registry),
+                id.to_owned(),
+                target,
+                event,
+            ));
         }
     }
+}
+
+/// Appends a pull-wake event to the wake stream. When the append fails
+/// the subscription is no longer marked as woken and is woken again after
+/// a backoff (with the streams pending then): a wake event that was never
+/// written must not keep its workers asleep.
+async fn post_wake(registry: Arc<Registry>, id: String, target: String, event: serde_json::Value) {
+    let appended = match StreamPath::new(target) {
+        Ok(path) => registry
+            .store
+            .append(&path, Append::body(event.to_string()))
+            .await
+            .map(drop),
+        Err(err) => Err(err),
+    };
+    let retry = {
+        let mut subscriptions = registry.lock();
+        let Some(sub) = subscriptions.get_mut(&id) else {
+            return;
+        };
+        match appended {
+            Ok(()) => {
+                sub.failures = 0;
+                return;
+            }
+            Err(err) => {
+                tracing::warn!(subscription = %id, error = %err, "cannot post a pull-wake event; trying again");
+                sub.wake_posted = false;
+                registry.retry.after_failure(sub)
+            }
+        }
+    };
+    wake_later(&registry, id, retry);
 }
 
 /// An acknowledgement from a webhook callback or a pull-wake worker.

@@ -27,8 +27,6 @@ pub(super) struct Webhooks {
     http: reqwest::Client,
     policy: Arc<AddressPolicy>,
     metrics: Arc<Metrics>,
-    retry_initial: Duration,
-    retry_max: Duration,
 }
 
 impl Webhooks {
@@ -69,8 +67,6 @@ impl Webhooks {
             http,
             policy,
             metrics,
-            retry_initial: config.webhook_retry_initial,
-            retry_max: config.webhook_retry_max,
         })
     }
 
@@ -91,23 +87,9 @@ impl Webhooks {
         })
     }
 
-    /// Counts a failed attempt on `sub` and returns when to try again.
-    pub(super) fn failed(&self, sub: &mut Subscription) -> Duration {
+    /// Counts a failed attempt.
+    pub(super) fn failed(&self) {
         self.metrics.webhook_failures.increment(1);
-        sub.failures = sub.failures.saturating_add(1);
-        self.backoff(sub.failures)
-    }
-
-    /// The delay before re-delivering after `failures` failures in a row:
-    /// doubling from the initial delay up to the cap, with ±20 % jitter so
-    /// that many subscriptions of one receiver spread out.
-    fn backoff(&self, failures: u32) -> Duration {
-        let doubled = self
-            .retry_initial
-            .saturating_mul(1 << failures.saturating_sub(1).min(20));
-        doubled
-            .min(self.retry_max)
-            .mul_f64(0.8 + 0.4 * fastrand::f64())
     }
 }
 
@@ -230,13 +212,12 @@ impl Notification {
                 }
                 Err(why) => {
                     tracing::warn!(subscription = %self.id, url = %self.url, error = %why, "webhook delivery failed");
-                    webhooks.metrics.webhook_failures.increment(1);
-                    sub.failures = sub.failures.saturating_add(1);
+                    webhooks.failed();
                     if current {
                         // Acks for this wake are fenced from now on.
                         sub.wake = None;
                     }
-                    webhooks.backoff(sub.failures)
+                    registry.retry.after_failure(sub)
                 }
             }
         };
