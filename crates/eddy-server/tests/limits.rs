@@ -185,3 +185,138 @@ async fn producers_over_the_stream_limit_are_429_naming_it() {
     let (known, body) = send(&app, append("a", 1)).await;
     assert!(known.status().is_success(), "{body}");
 }
+
+/// Regression: a subscription kept its whole create request, of any size
+/// (up to the 8 MiB body limit), and the paths added to it later.
+#[tokio::test]
+async fn a_subscription_keeps_at_most_its_byte_limit_and_413_names_it() {
+    let with_description = |id: &str, bytes: usize| {
+        let mut body = serde_json::json!({
+            "type": "pull-wake",
+            "streams": ["x"],
+            "wake_stream": "wake",
+            "description": "",
+        });
+        let bare = body.to_string().len();
+        body["description"] = "d".repeat(bytes - bare).into();
+        req("PUT", &format!("/v1/__ds/subscriptions/{id}"))
+            .body(Body::from(body.to_string()))
+            .expect("request")
+    };
+    let app = router(ServerConfig {
+        max_subscription_bytes: 200,
+        ..fast()
+    });
+    let (refused, body) = send(&app, with_description("a", 201)).await;
+    assert_eq!(refused.status(), StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    let error = &json_body(&body)["error"];
+    assert_eq!(error["code"], "LIMIT_REACHED");
+    assert_eq!(error["limit"], "max_subscription_bytes");
+    let (created, body) = send(&app, with_description("a", 200)).await;
+    assert_eq!(
+        created.status(),
+        StatusCode::CREATED,
+        "at the limit: {body}"
+    );
+    let (added, body) = send(
+        &app,
+        req("POST", "/v1/__ds/subscriptions/a/streams")
+            .body(Body::from(r#"{"streams":["y"]}"#))
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(added.status(), StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert_eq!(json_body(&body)["error"]["limit"], "max_subscription_bytes");
+}
+
+fn subscribe_pattern(id: &str, pattern: &str) -> axum::http::Request<Body> {
+    let body = serde_json::json!({
+        "type": "pull-wake",
+        "pattern": pattern,
+        "wake_stream": "wake",
+    });
+    req("PUT", &format!("/v1/__ds/subscriptions/{id}"))
+        .body(Body::from(body.to_string()))
+        .expect("request")
+}
+
+/// The paths a subscription watches, as `GET` describes it.
+async fn watched(app: &eddy_server::App, id: &str) -> Vec<String> {
+    let (_, body) = send_empty(app, "GET", &format!("/v1/__ds/subscriptions/{id}")).await;
+    let mut paths: Vec<String> = json_body(&body)["streams"]
+        .as_array()
+        .expect("streams")
+        .iter()
+        .map(|s| s["path"].as_str().expect("path").to_owned())
+        .collect();
+    paths.sort();
+    paths
+}
+
+async fn append(app: &eddy_server::App, path: &str) {
+    let (appended, body) = send(
+        app,
+        req("POST", path)
+            .header("content-type", "text/plain")
+            .body(Body::from("x"))
+            .expect("request"),
+    )
+    .await;
+    assert!(appended.status().is_success(), "{path}: {body}");
+}
+
+async fn create(app: &eddy_server::App, path: &str) {
+    let (created, body) = send(
+        app,
+        req("PUT", path)
+            .header("content-type", "text/plain")
+            .body(Body::empty())
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(created.status(), StatusCode::CREATED, "{path}: {body}");
+}
+
+/// Regression: the streams a subscription's pattern matched were kept
+/// forever, deleted or not, and without bound: a client could grow one
+/// subscription by creating streams.
+#[tokio::test]
+async fn streams_matched_by_a_pattern_are_bounded_and_dropped_once_deleted() {
+    let app = router(ServerConfig {
+        max_subscription_matches: 2,
+        ..fast()
+    });
+    for path in ["/v1/e/a", "/v1/e/b", "/v1/e/c"] {
+        create(&app, path).await;
+    }
+    let (refused, body) = send(&app, subscribe_pattern("over", "e/*")).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS, "{body}");
+    let error = &json_body(&body)["error"];
+    assert_eq!(error["code"], "LIMIT_REACHED");
+    assert_eq!(error["limit"], "max_subscription_matches");
+
+    send_empty(&app, "DELETE", "/v1/e/c").await;
+    let (created, body) = send(&app, subscribe_pattern("s", "e/*")).await;
+    assert_eq!(
+        created.status(),
+        StatusCode::CREATED,
+        "at the limit: {body}"
+    );
+    assert_eq!(watched(&app, "s").await, ["e/a", "e/b"]);
+
+    create(&app, "/v1/e/d").await;
+    append(&app, "/v1/e/d").await;
+    send_empty(&app, "DELETE", "/v1/e/a").await;
+    // A claim reads the streams again: the deleted one is dropped, and
+    // the one left out for want of room is watched now.
+    let (claimed, body) = send(
+        &app,
+        req("POST", "/v1/__ds/subscriptions/s/claim")
+            .body(Body::from(r#"{"worker":"w"}"#))
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(claimed.status(), StatusCode::OK, "{body}");
+    assert_eq!(json_body(&body)["streams"][0]["path"], "e/d");
+    assert_eq!(watched(&app, "s").await, ["e/b", "e/d"]);
+}
