@@ -17,8 +17,20 @@ pub struct ServerConfig {
     /// How long a client may take to send a request body (→ 408).
     pub body_timeout: Duration,
     /// How long a client may take to send the request line and headers
-    /// (the connection is closed).
+    /// (the connection is closed). A new connection's first request head
+    /// must arrive within it from the accept, the TLS handshake and the
+    /// HTTP/2 preface included: a socket that sends nothing is closed
+    /// after it.
     pub header_timeout: Duration,
+    /// How long a connection may stay open with no request in progress
+    /// (a long-poll or an SSE stream is in progress until its last byte);
+    /// then it is closed (HTTP/2: GOAWAY). On HTTP/1 the wait for the next
+    /// request's head is also bounded by
+    /// [`header_timeout`](Self::header_timeout), whichever is shorter.
+    pub idle_timeout: Duration,
+    /// The most connections open at once; more wait (in the listen
+    /// backlog) until one closes.
+    pub max_connections: usize,
     /// The byte budget of one read: the most bytes of messages one
     /// catch-up or long-poll response, or one SSE data event, carries. It
     /// also bounds what a request holds in memory: a response body is
@@ -108,6 +120,8 @@ impl Default for ServerConfig {
             max_body_bytes: eddy_streams::DEFAULT_MAX_APPEND_BYTES,
             body_timeout: Duration::from_secs(30),
             header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 10_000,
             max_read_bytes: 1024 * 1024,
             max_live_readers: 10_000,
             sse_keep_alive: Duration::from_secs(15),

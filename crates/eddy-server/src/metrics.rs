@@ -59,6 +59,10 @@ pub struct Metrics {
     pub connections: Counter,
     /// Connections open now.
     pub connections_open: Gauge,
+    /// Connections closed because they stayed unused: no first request
+    /// within the header timeout, or none for the idle timeout since the
+    /// last one.
+    pub connections_idle_closed: Counter,
     /// Connections refused on the TLS port: failed or timed-out handshakes,
     /// and plain HTTP sent to it.
     pub tls_failures: Counter,
@@ -109,6 +113,7 @@ impl Metrics {
             webhook_deliveries: counter("eddy_webhook_deliveries_total"),
             webhook_failures: counter("eddy_webhook_failures_total"),
             connections: counter("eddy_connections_total"),
+            connections_idle_closed: counter("eddy_connections_idle_closed_total"),
             tls_failures: counter("eddy_tls_failures_total"),
             live_readers: gauge("eddy_live_readers"),
             connections_open: gauge("eddy_connections_open"),
@@ -230,6 +235,10 @@ fn describe() {
         "Webhook notifications that failed and are sent again later."
     );
     describe_counter!("eddy_connections_total", "Connections accepted.");
+    describe_counter!(
+        "eddy_connections_idle_closed_total",
+        "Connections closed because they stayed unused (no first request in time, or idle too long)."
+    );
     describe_counter!(
         "eddy_tls_failures_total",
         "Connections refused on the TLS port (failed handshakes, plain HTTP)."

@@ -3,6 +3,7 @@
 mod authorization;
 mod caching;
 mod compression;
+mod connections;
 mod console;
 mod cors;
 mod http2;

@@ -1,27 +1,30 @@
 //! One accepted connection: TLS when configured, then HTTP/1.1 or HTTP/2
 //! (cleartext with prior knowledge, or ALPN `h2` over TLS) with the
-//! configured limits.
+//! configured limits, closed when it stays unused too long.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::Watcher;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
+use super::activity::{Activity, Tracked};
 use super::tls::{self, Opening};
 use crate::{App, Metrics, ServerConfig};
 
 /// What every connection of one server shares.
 pub(crate) struct Connections {
     builder: auto::Builder<TokioExecutor>,
-    service: TowerToHyperService<App>,
+    app: App,
     tls: Option<TlsAcceptor>,
     header_timeout: Duration,
+    idle_timeout: Duration,
     metrics: Arc<Metrics>,
 }
 
@@ -45,18 +48,24 @@ impl Connections {
             .initial_connection_window_size(config.http2.connection_window_bytes);
         Connections {
             builder,
-            service: TowerToHyperService::new(app),
+            app,
             tls: tls.map(TlsAcceptor::from),
             header_timeout: config.header_timeout,
+            idle_timeout: config.idle_timeout,
             metrics,
         }
     }
 
-    /// Serves one connection until it ends or the server shuts down.
-    pub(crate) async fn serve(self: Arc<Self>, stream: TcpStream, watcher: Watcher) {
+    /// Serves one connection until it ends, stays unused too long, or the
+    /// server shuts down (`stopping` turns `true`).
+    pub(crate) async fn serve(self: Arc<Self>, stream: TcpStream, stopping: watch::Receiver<bool>) {
         let _open = Open::count(&self.metrics);
+        // A client gets `header_timeout` from the accept to its first
+        // request head: the TLS handshake, the HTTP/2 preface and the
+        // head itself together.
+        let opening = Instant::now() + self.header_timeout;
         let Some(acceptor) = &self.tls else {
-            return self.http(stream, watcher).await;
+            return self.http(stream, opening, stopping).await;
         };
         // The TLS handshake counts as part of the request head: a client
         // gets `header_timeout` for both.
@@ -68,7 +77,7 @@ impl Connections {
             }
             Opening::Tls => {
                 match tokio::time::timeout(self.header_timeout, acceptor.accept(stream)).await {
-                    Ok(Ok(stream)) => self.http(stream, watcher).await,
+                    Ok(Ok(stream)) => self.http(stream, opening, stopping).await,
                     Ok(Err(err)) => {
                         Metrics::inc(&self.metrics.tls_failures);
                         tracing::debug!(error = %err, "TLS handshake failed");
@@ -82,16 +91,38 @@ impl Connections {
         }
     }
 
-    async fn http<I>(&self, io: I, watcher: Watcher)
+    async fn http<I>(&self, io: I, opening: Instant, mut stopping: watch::Receiver<bool>)
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let connection = self
-            .builder
-            .serve_connection(TokioIo::new(io), self.service.clone());
-        if let Err(err) = watcher.watch(connection).await {
-            tracing::debug!(error = %err, "connection ended with an error");
+        let activity = Arc::new(Activity::default());
+        let service =
+            TowerToHyperService::new(Tracked::new(self.app.clone(), Arc::clone(&activity)));
+        let connection = self.builder.serve_connection(TokioIo::new(io), service);
+        tokio::pin!(connection);
+        let unused = tokio::select! {
+            ended = connection.as_mut() => return log_end(ended),
+            () = activity.expired(opening, self.idle_timeout) => true,
+            _ = stopping.wait_for(|stopping| *stopping) => false,
+        };
+        // No request is in progress when the connection is unused; on a
+        // shutdown, those in progress finish (the server bounds the wait).
+        connection.as_mut().graceful_shutdown();
+        if unused {
+            Metrics::inc(&self.metrics.connections_idle_closed);
+            match tokio::time::timeout(self.header_timeout, connection).await {
+                Ok(ended) => log_end(ended),
+                Err(_) => tracing::debug!("an unused connection did not close in time; dropped"),
+            }
+        } else {
+            log_end(connection.await);
         }
+    }
+}
+
+fn log_end(ended: Result<(), Box<dyn std::error::Error + Send + Sync>>) {
+    if let Err(err) = ended {
+        tracing::debug!(error = %err, "connection ended with an error");
     }
 }
 

@@ -1,7 +1,15 @@
-//! The listening server: an accept loop, HTTP/1.1 and HTTP/2 on every
-//! connection, optional TLS, request-header timeouts and a graceful
-//! shutdown.
+//! The listening server: an accept loop with a cap on open connections,
+//! HTTP/1.1 and HTTP/2 on every connection, optional TLS, handshake,
+//! request-header and idle timeouts, and a graceful shutdown.
+//!
+//! At the cap, the server accepts no more connections until one closes:
+//! new clients wait in the kernel's listen backlog (and, past it, their
+//! connection attempts are retried by their TCP stack). Waiting costs the
+//! server nothing (no descriptor, no task), where accepting only to refuse
+//! would spend a descriptor and a write on every attempt of a flood, and
+//! the timeouts free the slots of clients that hold connections unused.
 
+mod activity;
 mod connection;
 mod tls;
 
@@ -10,9 +18,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use eddy_streams::Storage;
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::{app, AppState, ServerConfig};
@@ -89,32 +96,33 @@ impl Server {
             tls,
             Arc::clone(state.metrics()),
         ));
-        let graceful = GracefulShutdown::new();
+        let slots = Arc::new(Semaphore::new(config.max_connections));
         let mut connections = JoinSet::new();
         tokio::pin!(signal);
         loop {
             tokio::select! {
                 // Reap finished connections as they end.
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
-                accepted = listener.accept() => {
-                    let stream = match accepted {
-                        Ok((stream, _)) => stream,
-                        Err(err) => {
-                            // Out of file descriptors and the like: back off briefly.
-                            tracing::warn!(error = %err, "accept failed");
-                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                            continue;
-                        }
+                accepted = accept(&listener, &slots) => {
+                    let Some((stream, slot)) = accepted else {
+                        // Out of file descriptors and the like: back off briefly.
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
                     };
                     let _ = stream.set_nodelay(true);
-                    connections.spawn(Arc::clone(&serving).serve(stream, graceful.watcher()));
+                    let serve = Arc::clone(&serving).serve(stream, shutdown.subscribe());
+                    connections.spawn(async move {
+                        serve.await;
+                        drop(slot);
+                    });
                 }
                 () = &mut signal => break,
             }
         }
         drop(listener);
         shutdown.send_replace(true);
-        if tokio::time::timeout(config.shutdown_grace, graceful.shutdown())
+        let drained = async { while connections.join_next().await.is_some() {} };
+        if tokio::time::timeout(config.shutdown_grace, drained)
             .await
             .is_err()
         {
@@ -141,6 +149,27 @@ impl Server {
             scheme,
             stop,
             task,
+        }
+    }
+}
+
+/// Waits for a free connection slot, then accepts a connection; `None`
+/// when the accept failed.
+async fn accept(
+    listener: &TcpListener,
+    slots: &Arc<Semaphore>,
+) -> Option<(TcpStream, OwnedSemaphorePermit)> {
+    if slots.available_permits() == 0 {
+        tracing::warn!(
+            "the server holds --max-connections connections; new ones wait until one closes"
+        );
+    }
+    let slot = Arc::clone(slots).acquire_owned().await.ok()?;
+    match listener.accept().await {
+        Ok((stream, _)) => Some((stream, slot)),
+        Err(err) => {
+            tracing::warn!(error = %err, "accept failed");
+            None
         }
     }
 }
