@@ -79,6 +79,12 @@ pub struct ServerConfig {
     /// when a subscription is made, when a notification is sent, and on
     /// each redirect.
     pub webhook_allowed_networks: Vec<IpNet>,
+    /// The most bytes of a webhook receiver's answer the server reads; a
+    /// longer answer is a failed delivery (sent again later).
+    pub max_webhook_answer_bytes: usize,
+    /// The shortest lease a subscription may ask for (`lease_ttl_ms`;
+    /// shorter → 400 `INVALID_LEASE`). The longest is a day.
+    pub min_lease_ttl: Duration,
     /// HTTP/2 stream and flow-control limits.
     pub http2: Http2Config,
     /// Response compression.
@@ -136,6 +142,8 @@ impl Default for ServerConfig {
             max_pattern_bytes: 256,
             max_pattern_wildcards: 16,
             webhook_allowed_networks: Vec::new(),
+            max_webhook_answer_bytes: 16 * 1024,
+            min_lease_ttl: Duration::from_secs(1),
             http2: Http2Config::default(),
             compression: CompressionConfig::default(),
             cache: CacheConfig::default(),

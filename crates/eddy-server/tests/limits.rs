@@ -320,3 +320,41 @@ async fn streams_matched_by_a_pattern_are_bounded_and_dropped_once_deleted() {
     assert_eq!(json_body(&body)["streams"][0]["path"], "e/d");
     assert_eq!(watched(&app, "s").await, ["e/b", "e/d"]);
 }
+
+/// Regression: any lease was accepted: 1 ms (a wake that ends before a
+/// worker can act, and a re-delivery storm) or longer than a clock can
+/// count (a panic when the lease began).
+#[tokio::test]
+async fn a_lease_outside_the_sane_range_is_refused_at_create() {
+    let app = router(ServerConfig {
+        min_lease_ttl: std::time::Duration::from_millis(500),
+        ..fast()
+    });
+    let create = |id: &str, lease_ttl_ms: u64| {
+        let body = serde_json::json!({
+            "type": "pull-wake",
+            "streams": ["x"],
+            "wake_stream": "wake",
+            "lease_ttl_ms": lease_ttl_ms,
+        });
+        req("PUT", &format!("/v1/__ds/subscriptions/{id}"))
+            .body(Body::from(body.to_string()))
+            .expect("request")
+    };
+    for lease in [499, u64::MAX] {
+        let (refused, body) = send(&app, create("a", lease)).await;
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST, "{lease}: {body}");
+        let error = &json_body(&body)["error"];
+        assert_eq!(error["code"], "INVALID_LEASE", "{body}");
+        assert!(
+            error["message"].as_str().is_some_and(|m| m.contains("500")),
+            "{body}"
+        );
+    }
+    let (created, body) = send(&app, create("a", 500)).await;
+    assert_eq!(
+        created.status(),
+        StatusCode::CREATED,
+        "at the limit: {body}"
+    );
+}

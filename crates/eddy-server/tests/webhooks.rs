@@ -19,6 +19,8 @@ use crate::router::{fast, json_body, req, router, send};
 enum Answer {
     Status(u16),
     Done,
+    /// `{"done": true}` padded to this many bytes.
+    DonePadded(usize),
     RedirectTo(String),
 }
 
@@ -55,6 +57,11 @@ impl Receiver {
                         .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
                         .into_response(),
                     Answer::Done => axum::Json(serde_json::json!({"done": true})).into_response(),
+                    Answer::DonePadded(bytes) => {
+                        let bare = r#"{"done":true,"pad":""}"#.len();
+                        let pad = "p".repeat(bytes - bare);
+                        axum::Json(serde_json::json!({"done": true, "pad": pad})).into_response()
+                    }
                     Answer::RedirectTo(to) => {
                         (StatusCode::TEMPORARY_REDIRECT, [("location", to)]).into_response()
                     }
@@ -79,10 +86,15 @@ impl Receiver {
 
 /// A server whose webhooks may reach 127.0.0.1 only, retrying quickly.
 async fn server() -> RunningServer {
+    server_with(ServerConfig::default()).await
+}
+
+/// [`server`] with other settings.
+async fn server_with(config: ServerConfig) -> RunningServer {
     let config = ServerConfig {
         webhook_allowed_networks: vec!["127.0.0.1/32".parse().expect("network")],
         wake_retry_initial: Duration::from_millis(20),
-        ..ServerConfig::default()
+        ..config
     };
     Server::bind(
         ([127, 0, 0, 1], 0).into(),
@@ -207,6 +219,31 @@ async fn failed_notifications_are_sent_again_with_backoff() {
         "each attempt is a new wake generation"
     );
     counter_reaches(&server, "eddy_webhook_failures_total", 2).await;
+    counter_reaches(&server, "eddy_webhook_deliveries_total", 1).await;
+    server.stop().await.expect("stop");
+}
+
+/// Regression: a receiver's answer was read whole, whatever its size: a
+/// receiver could make the server hold gigabytes. An answer over the
+/// limit is a failed delivery (sent again later); one at the limit is
+/// read.
+#[tokio::test]
+async fn a_receivers_answer_is_read_up_to_its_limit() {
+    let server = server_with(ServerConfig {
+        max_webhook_answer_bytes: 64,
+        ..ServerConfig::default()
+    })
+    .await;
+    let mut receiver = Receiver::start(
+        [127, 0, 0, 1],
+        vec![Answer::DonePadded(65), Answer::DonePadded(64)],
+    )
+    .await;
+    subscribe_and_write(&server, "answers", &receiver.url).await;
+    let first = receiver.next().await;
+    let second = receiver.next().await;
+    assert_eq!(second["streams"], first["streams"], "sent again");
+    counter_reaches(&server, "eddy_webhook_failures_total", 1).await;
     counter_reaches(&server, "eddy_webhook_deliveries_total", 1).await;
     server.stop().await.expect("stop");
 }

@@ -317,7 +317,7 @@ async fn create(
         base_path: base_path.to_owned(),
         delivery,
         pattern,
-        lease_ttl_ms: request.lease_ttl_ms.unwrap_or(30_000).max(1),
+        lease_ttl_ms: lease_ttl_ms(request.lease_ttl_ms, &state.config)?,
         description: request.description,
         fingerprint,
         stored_bytes: body.len(),
@@ -383,6 +383,28 @@ async fn baseline(
             pattern.matches(&relative).then_some((relative, info.tail))
         })
         .collect())
+}
+
+/// The longest lease a subscription may ask for.
+const MAX_LEASE_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// The lease a create asks for (30 s when it names none), refused when it
+/// is shorter than the server's minimum (a wake would end before a worker
+/// could act on it, and start again at once) or longer than a day.
+fn lease_ttl_ms(
+    asked: Option<u64>,
+    config: &crate::ServerConfig,
+) -> Result<u64, SubscriptionError> {
+    let lease = asked.unwrap_or(30_000);
+    let min = u64::try_from(config.min_lease_ttl.as_millis()).unwrap_or(u64::MAX);
+    if lease < min || lease > MAX_LEASE_MS {
+        return Err(SubscriptionError::new(
+            StatusCode::BAD_REQUEST,
+            "INVALID_LEASE",
+            format!("`lease_ttl_ms` must be between {min} (the server's --min-lease-ttl) and {MAX_LEASE_MS}; it is {lease}"),
+        ));
+    }
+    Ok(lease)
 }
 
 /// Refuses a subscription that would keep more than

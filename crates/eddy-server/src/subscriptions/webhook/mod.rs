@@ -27,6 +27,8 @@ pub(super) struct Webhooks {
     http: reqwest::Client,
     policy: Arc<AddressPolicy>,
     metrics: Arc<Metrics>,
+    /// The most bytes of an answer read.
+    max_answer_bytes: usize,
 }
 
 impl Webhooks {
@@ -67,6 +69,7 @@ impl Webhooks {
             http,
             policy,
             metrics,
+            max_answer_bytes: config.max_webhook_answer_bytes,
         })
     }
 
@@ -247,13 +250,36 @@ impl Notification {
         if !response.status().is_success() {
             return Err(format!("the receiver answered {}", response.status()));
         }
-        let answer: Option<serde_json::Value> = response.json().await.ok();
+        let answer = read_answer(response, webhooks.max_answer_bytes).await?;
+        let answer: Option<serde_json::Value> = serde_json::from_slice(&answer).ok();
         Ok(answer
             .as_ref()
             .and_then(|a| a.get("done"))
             .and_then(serde_json::Value::as_bool)
             == Some(true))
     }
+}
+
+/// A receiver's answer body, read up to `limit` bytes: a longer one is an
+/// error (a receiver must not make the server hold what it likes).
+async fn read_answer(mut response: reqwest::Response, limit: usize) -> Result<Vec<u8>, String> {
+    let too_long = || {
+        format!("the receiver's answer is longer than {limit} bytes (--webhook-max-answer-bytes)")
+    };
+    if response
+        .content_length()
+        .is_some_and(|length| length > limit as u64)
+    {
+        return Err(too_long());
+    }
+    let mut answer = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| with_sources(&e))? {
+        if answer.len() + chunk.len() > limit {
+            return Err(too_long());
+        }
+        answer.extend_from_slice(&chunk);
+    }
+    Ok(answer)
 }
 
 /// An error and its causes on one line (reqwest's own message omits them).
