@@ -121,9 +121,22 @@ pub struct ServeArgs {
     /// How long a client may take to send a request body.
     #[arg(long, default_value = "30s", value_parser = parse_duration, env = "EDDY_BODY_TIMEOUT")]
     pub body_timeout: Duration,
-    /// How long a client may take to send the request headers.
+    /// How long a client may take to send the request headers. A new
+    /// connection's first request counts from the accept (TLS handshake
+    /// and HTTP/2 preface included): a socket that sends nothing is closed
+    /// after it.
     #[arg(long, default_value = "10s", value_parser = parse_duration, env = "EDDY_HEADER_TIMEOUT")]
     pub header_timeout: Duration,
+    /// How long a connection may stay open with no request in progress (a
+    /// long-poll or SSE stream is in progress until its end); then it is
+    /// closed (HTTP/2: GOAWAY). HTTP/1 waits for the next request's
+    /// headers at most --header-timeout.
+    #[arg(long, default_value = "60s", value_parser = parse_duration, env = "EDDY_IDLE_TIMEOUT")]
+    pub idle_timeout: Duration,
+    /// The most connections open at once; more wait in the listen backlog
+    /// until one closes.
+    #[arg(long, default_value_t = ServerConfig::default().max_connections, env = "EDDY_MAX_CONNECTIONS")]
+    pub max_connections: usize,
     /// The most concurrent live readers (long-poll and SSE); more get 503.
     #[arg(long, default_value_t = 10_000, env = "EDDY_MAX_LIVE_READERS")]
     pub max_live_readers: usize,
@@ -137,6 +150,19 @@ pub struct ServeArgs {
     /// The most subscriptions the server holds; more get 503.
     #[arg(long, default_value_t = ServerConfig::default().max_subscriptions, env = "EDDY_MAX_SUBSCRIPTIONS")]
     pub max_subscriptions: usize,
+    /// The most bytes one subscription keeps (its create request and the
+    /// stream paths added to it); more get 413.
+    #[arg(long, default_value_t = ServerConfig::default().max_subscription_bytes, env = "EDDY_MAX_SUBSCRIPTION_BYTES")]
+    pub max_subscription_bytes: usize,
+    /// The most streams one subscription watches through its pattern: a
+    /// create whose pattern matches more gets 429; later matches wait for
+    /// room (streams of the pattern that were deleted are dropped).
+    #[arg(long, default_value_t = ServerConfig::default().max_subscription_matches, env = "EDDY_MAX_SUBSCRIPTION_MATCHES")]
+    pub max_subscription_matches: usize,
+    /// The shortest lease (`lease_ttl_ms`) a subscription may ask for;
+    /// shorter gets 400.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, env = "EDDY_MIN_LEASE_TTL")]
+    pub min_lease_ttl: Duration,
     /// Require `Authorization: Bearer TOKEN` on every request.
     #[arg(long, env = "EDDY_AUTH_TOKEN", hide_env_values = true)]
     pub auth_token: Option<String>,
@@ -216,6 +242,10 @@ pub struct ServeArgs {
     /// Every other internal address is refused.
     #[arg(long = "webhook-allow-network", value_name = "CIDR", value_parser = parse_network, env = "EDDY_WEBHOOK_ALLOW_NETWORK", value_delimiter = ',')]
     pub webhook_allowed_networks: Vec<IpNet>,
+    /// The most bytes of a webhook receiver's answer that are read; a
+    /// longer answer is a failed delivery, sent again later.
+    #[arg(long, default_value_t = ServerConfig::default().max_webhook_answer_bytes, env = "EDDY_WEBHOOK_MAX_ANSWER_BYTES")]
+    pub webhook_max_answer_bytes: usize,
     #[command(flatten)]
     pub log: LogArgs,
 }
@@ -277,6 +307,9 @@ impl ServeArgs {
         if self.max_read_bytes == 0 {
             bail!("--max-read-bytes must be at least 1");
         }
+        if self.max_connections == 0 {
+            bail!("--max-connections must be at least 1");
+        }
         // HTTP/2 windows are 31-bit and at least the protocol's default.
         let windows = 65_535..=0x7fff_ffff;
         if self.http2_max_streams == 0
@@ -298,9 +331,15 @@ impl ServeArgs {
             max_body_bytes: self.max_body_bytes,
             body_timeout: self.body_timeout,
             header_timeout: self.header_timeout,
+            idle_timeout: self.idle_timeout,
+            max_connections: self.max_connections,
             max_live_readers: self.max_live_readers,
             max_streams: self.max_streams,
             max_subscriptions: self.max_subscriptions,
+            max_subscription_bytes: self.max_subscription_bytes,
+            max_subscription_matches: self.max_subscription_matches,
+            min_lease_ttl: self.min_lease_ttl,
+            max_webhook_answer_bytes: self.webhook_max_answer_bytes,
             auth_token,
             admin_token: self.admin_token.clone(),
             webhook_allowed_networks: self.webhook_allowed_networks.clone(),

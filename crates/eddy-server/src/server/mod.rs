@@ -96,7 +96,9 @@ impl Server {
             tls,
             Arc::clone(state.metrics()),
         ));
-        let slots = Arc::new(Semaphore::new(config.max_connections));
+        let slots = Arc::new(Semaphore::new(
+            config.max_connections.clamp(1, Semaphore::MAX_PERMITS),
+        ));
         let mut connections = JoinSet::new();
         tokio::pin!(signal);
         loop {
