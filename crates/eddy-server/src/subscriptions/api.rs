@@ -326,6 +326,7 @@ async fn create(
         wake: None,
         wake_posted: false,
         failures: 0,
+        pruned_at: None,
     };
     add_explicit(&mut sub, tails);
     for (path, tail) in baseline {

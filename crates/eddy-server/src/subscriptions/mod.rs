@@ -160,7 +160,15 @@ struct Subscription {
     /// Wakes (webhook notifications, pull-wake appends) that failed in a
     /// row: sets the retry delay.
     failures: u32,
+    /// When a stream of its pattern was last left out for want of room
+    /// and its streams were read again to make some (at most once per
+    /// [`PRUNE_INTERVAL`]: each reading lists the store).
+    pruned_at: Option<Instant>,
 }
+
+/// How often a subscription whose pattern watches all the streams it may
+/// reads its streams again to drop deleted ones.
+const PRUNE_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The full store path of a path relative to a subscription's base.
 fn joined(base_path: &str, relative: &str) -> String {
@@ -225,6 +233,18 @@ impl Subscription {
         watched.tail = watched.tail.max(tail);
         watched.seen = watched.seen.max(seen);
         true
+    }
+
+    /// Whether a stream of its pattern left out for want of room should
+    /// make it read its streams again now; if so, the time is noted.
+    fn prune_due(&mut self) -> bool {
+        let due = self
+            .pruned_at
+            .is_none_or(|at| at.elapsed() >= PRUNE_INTERVAL);
+        if due {
+            self.pruned_at = Some(Instant::now());
+        }
+        due
     }
 
     /// How many streams it watches because they match its pattern.

@@ -60,7 +60,9 @@ pub(super) fn observe(registry: &Arc<Registry>, full_path: &str, tail: Offset) {
                 if !sub.track(relative, link, tail, seen, registry.max_matches) {
                     // Full: streams of the pattern that were deleted since
                     // may make room.
-                    prune.push(sub.id.clone());
+                    if sub.prune_due() {
+                        prune.push(sub.id.clone());
+                    }
                     return None;
                 }
                 Some(sub.id.clone())
