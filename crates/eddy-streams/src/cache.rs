@@ -14,6 +14,12 @@
 //! it, the least recently used streams go first. It also keeps each
 //! stream's record, to know where its messages end and whether it holds
 //! JSON.
+//!
+//! The budget counts what the cache really pins: a message handed to it
+//! is a slice of a larger buffer (a request body, a database answer), and
+//! keeping the slice would keep the whole buffer alive, so the cache keeps
+//! a copy of its own, and charges each message its length plus
+//! [`MESSAGE_OVERHEAD`].
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
@@ -26,6 +32,23 @@ use crate::rules::take_within;
 
 /// The most streams the cache describes (each costs its record).
 const MAX_STREAMS: usize = 65_536;
+
+/// What holding one message costs besides its bytes: its slot in the
+/// stream's queue (a `Bytes`, 32 bytes), the allocator's header and
+/// rounding of its copy, and the shared header a `Bytes` allocates when it
+/// is first handed out to a reader.
+const MESSAGE_OVERHEAD: usize = 96;
+
+/// A message as the cache keeps it: a copy of its own, so that it pins no
+/// larger buffer it was sliced from.
+fn owned(message: &Bytes) -> Bytes {
+    Bytes::copy_from_slice(message)
+}
+
+/// What holding `message` costs against the budget.
+fn cost(message: &Bytes) -> usize {
+    message.len() + MESSAGE_OVERHEAD
+}
 
 /// A record write of a committed group, as the cache learns it.
 #[derive(Debug)]
@@ -135,8 +158,8 @@ impl Cache {
                     if first != entry.end() {
                         freed = entry.restart(first);
                     }
-                    let added: usize = messages.iter().map(Bytes::len).sum();
-                    entry.messages.extend(messages);
+                    let added: usize = messages.iter().map(cost).sum();
+                    entry.messages.extend(messages.iter().map(owned));
                     entry.bytes += added;
                     inner.bytes = inner.bytes - freed + added;
                     touched.push(key);
@@ -178,8 +201,8 @@ impl Cache {
         let end = first + messages.len() as u64;
         let added = if entry.messages.is_empty() {
             entry.first = first;
-            let added: usize = messages.iter().map(Bytes::len).sum();
-            entry.messages.extend(messages);
+            let added: usize = messages.iter().map(cost).sum();
+            entry.messages.extend(messages.iter().map(owned));
             added
         } else if first <= entry.end() && end >= entry.first {
             let (held_first, held_end) = (entry.first, entry.end());
@@ -187,14 +210,14 @@ impl Cache {
             // Before the held run, newest first so each goes to the front.
             let before = usize::try_from(held_first.saturating_sub(first)).unwrap_or(0);
             for message in messages[..before].iter().rev() {
-                added += message.len();
-                entry.messages.push_front(message.clone());
+                added += cost(message);
+                entry.messages.push_front(owned(message));
             }
             entry.first = entry.first.min(first);
             let after = usize::try_from(held_end.saturating_sub(first)).unwrap_or(usize::MAX);
             for message in messages.iter().skip(after) {
-                added += message.len();
-                entry.messages.push_back(message.clone());
+                added += cost(message);
+                entry.messages.push_back(owned(message));
             }
             added
         } else {
@@ -318,8 +341,8 @@ impl Inner {
                     break;
                 };
                 entry.first += 1;
-                entry.bytes -= message.len();
-                self.bytes -= message.len();
+                entry.bytes -= cost(&message);
+                self.bytes -= cost(&message);
             }
         }
         if self.bytes <= budget && self.streams.len() <= MAX_STREAMS {
@@ -336,7 +359,7 @@ impl Inner {
     }
 }
 
-#[cfg(all(test, feature = "postgres"))]
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::rules::Head;
@@ -364,12 +387,44 @@ mod tests {
         ]
     }
 
+    #[cfg(feature = "postgres")]
     fn held(cache: &Cache, start: u64) -> Option<(Vec<Bytes>, u64)> {
         cache
             .from("p", start, usize::MAX)
             .map(|held| (held.messages, held.end))
     }
 
+    #[test]
+    fn a_cached_message_does_not_keep_its_request_buffer_alive() {
+        let cache = Cache::new(1 << 20);
+        let request = Bytes::from(vec![b'x'; 64 * 1024]);
+        let mut changes = written(1, 0, 1);
+        if let Change::Messages { messages, .. } = &mut changes[0] {
+            *messages = vec![request.slice(..10)];
+        }
+        cache.apply(changes);
+        assert!(
+            request.is_unique(),
+            "the cache holds a copy of the message, not a slice of the request"
+        );
+        assert_eq!(
+            cache.messages(1, 0..1, usize::MAX),
+            Some(vec![Bytes::from_static(b"xxxxxxxxxx")])
+        );
+    }
+
+    #[test]
+    fn each_message_is_charged_what_holding_it_costs() {
+        // A stream keeps an eighth of the budget: 8 KiB of one-byte
+        // messages is not 8192 of them, each costs its slot and buffer.
+        let cache = Cache::new(64 * 1024);
+        cache.apply(written(1, 0, 1000));
+        assert_eq!(cache.messages(1, 0..1000, usize::MAX), None);
+        let held = cache.lock().streams.get(&1).map(|e| e.messages.len());
+        assert!(held.is_some_and(|n| n <= 8 * 1024 / 64), "{held:?}");
+    }
+
+    #[cfg(feature = "postgres")]
     #[test]
     fn reads_fill_the_cache_around_what_the_writer_put_there() {
         let cache = Cache::new(1 << 20);
@@ -396,6 +451,7 @@ mod tests {
         assert_eq!(cache.from("p", 0, usize::MAX).map(|h| h.key), Some(2));
     }
 
+    #[cfg(feature = "postgres")]
     #[test]
     fn the_cache_keeps_to_its_budget_dropping_the_least_read_streams() {
         let cache = Cache::new(8 * 1024);
@@ -426,7 +482,7 @@ mod tests {
         );
         let held = cache.from("big", 0, usize::MAX);
         assert!(held.is_none(), "its first messages went");
-        let held = cache.from("big", 11, usize::MAX).expect("its latest stay");
+        let held = cache.from("big", 15, usize::MAX).expect("its latest stay");
         assert_eq!(held.end, 20);
         assert!(held.bytes <= 1024);
     }
