@@ -133,8 +133,12 @@ impl ApiError {
             ApiError::Stream(StreamError::TooLarge { limit, .. })
             | ApiError::Stream(StreamError::TooManyProducers { limit, .. })
             | ApiError::Stream(StreamError::TooManyStreams { limit })
+            | ApiError::Stream(StreamError::TooManyMessages { limit })
             | ApiError::BodyTooLarge { limit }
             | ApiError::TooManyStreams { limit } => {
+                put(protocol::LIMIT, limit.to_string());
+            }
+            ApiError::Stream(StreamError::ForkTooLarge { limit, .. }) => {
                 put(protocol::LIMIT, limit.to_string());
             }
             ApiError::Unauthorized => put(header::WWW_AUTHENTICATE, "Bearer".into()),

@@ -192,6 +192,30 @@ pub enum StreamError {
         /// The limit.
         limit: usize,
     },
+    /// An append (or a create's or fork's initial data) that holds more
+    /// messages than the store takes in one write: a JSON array of more
+    /// elements than the store's `max_append_messages`. Send it in
+    /// several appends.
+    #[error("the append holds more than {limit} messages, the limit (max_append_messages); send it in several appends")]
+    #[serde(rename = "append/too-many-messages")]
+    TooManyMessages {
+        /// The limit.
+        limit: usize,
+    },
+    /// A fork that would copy more of its source than the store copies in
+    /// one write (its `max_fork_bytes`; each message counts its length plus
+    /// [`FORK_MESSAGE_COST`](crate::FORK_MESSAGE_COST) bytes). Fork at an
+    /// earlier offset, or copy the data with reads and appends.
+    #[error("a fork of `{source_path}` would copy up to {bytes} bytes, over the limit of {limit} (max_fork_bytes); fork at an earlier offset")]
+    #[serde(rename = "fork/too-large")]
+    ForkTooLarge {
+        /// The fork's source.
+        source_path: String,
+        /// What the fork would copy (at most), as the limit counts it.
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
     /// A new stream on a server that holds as many as it allows (its
     /// `max_streams`): a remote store's refusal, since stores themselves
     /// set no such limit. Streams may still be created once others are
@@ -383,6 +407,8 @@ impl StreamError {
             StreamError::ProducerEpochStart { .. } => "producer/epoch-start",
             StreamError::TooManyProducers { .. } => "limit/producers",
             StreamError::TooManyStreams { .. } => "limit/streams",
+            StreamError::TooManyMessages { .. } => "append/too-many-messages",
+            StreamError::ForkTooLarge { .. } => "fork/too-large",
             StreamError::InvalidArgument(_) => "invalid-argument",
             StreamError::Route { .. } => "route/invalid",
             StreamError::InvalidItem { .. } => "item/invalid",
@@ -406,7 +432,9 @@ impl StreamError {
             | StreamError::ContentTypeMismatch { .. }
             | StreamError::ProducerSeqGap { .. } => ErrorKind::Conflict,
             StreamError::ProducerFenced { .. } => ErrorKind::Forbidden,
-            StreamError::TooLarge { .. } => ErrorKind::TooLarge,
+            StreamError::TooLarge { .. }
+            | StreamError::TooManyMessages { .. }
+            | StreamError::ForkTooLarge { .. } => ErrorKind::TooLarge,
             StreamError::InvalidOffset(_)
             | StreamError::OffsetBeyondTail { .. }
             | StreamError::InvalidPath { .. }

@@ -71,6 +71,7 @@ mod error;
 mod fork;
 mod incarnation;
 mod json_stream;
+mod limits;
 mod marks;
 mod memory;
 mod metrics;
@@ -102,6 +103,7 @@ pub use config::{
 pub use error::{Cause, ErrorKind, Result, StreamError};
 pub use fork::Fork;
 pub use json_stream::{JsonStream, TypedChunk};
+pub use limits::{Limits, DEFAULT_MAX_APPEND_MESSAGES, DEFAULT_MAX_FORK_BYTES, FORK_MESSAGE_COST};
 pub use marks::{MarkOwner, Marker, MarkerGuard, WakeMark, WakeMarks};
 pub use memory::MemoryStorage;
 pub use notify::{Committed, Notifier, Watcher};

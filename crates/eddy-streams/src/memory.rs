@@ -12,8 +12,8 @@ use crate::payload::DEFAULT_MAX_APPEND_BYTES;
 use crate::record::{RecordReader, Records, Stored, StreamRecord};
 use crate::rules::{take_within, ProducerState};
 use crate::{
-    Append, Appended, Clock, Created, Fork, Notifier, Payload, ReadChunk, ReadFrom, Storage,
-    StreamConfig, StreamError, StreamInfo, StreamPath, StreamSnapshot, SystemClock,
+    Append, Appended, Clock, Created, Fork, Limits, Notifier, Payload, ReadChunk, ReadFrom,
+    Storage, StreamConfig, StreamError, StreamInfo, StreamPath, StreamSnapshot, SystemClock,
     DEFAULT_MAX_PRODUCERS_PER_STREAM,
 };
 
@@ -62,6 +62,7 @@ impl MemoryStorage {
             engine: Engine {
                 max_append_bytes,
                 max_producers: DEFAULT_MAX_PRODUCERS_PER_STREAM,
+                limits: Limits::default(),
                 clock: Arc::new(SystemClock),
                 incarnations: Default::default(),
             },
@@ -73,6 +74,12 @@ impl MemoryStorage {
     /// ([`StreamError::TooManyProducers`]).
     pub fn with_max_producers_per_stream(mut self, max: usize) -> Self {
         self.engine.max_producers = max;
+        self
+    }
+
+    /// This store, bounding what one write may do by `limits`.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.engine.limits = limits;
         self
     }
 

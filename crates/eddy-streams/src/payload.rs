@@ -1,5 +1,7 @@
 //! Turning what a caller appends into stored messages.
 
+use std::cell::Cell;
+
 use bytes::Bytes;
 use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
@@ -71,10 +73,19 @@ impl Split {
     /// Splits `payload` for an append to a stream that is JSON or not;
     /// `None` when it is refused (the commit then splits it again and
     /// reports why, in case the assumption was wrong).
-    pub fn ahead(payload: &Payload, json: bool, max_bytes: usize) -> Option<Split> {
-        let messages = split(payload.clone(), json, max_bytes, false).ok()?;
+    pub fn ahead(payload: &Payload, json: bool, bounds: Bounds) -> Option<Split> {
+        let messages = split(payload.clone(), json, bounds, false).ok()?;
         Some(Split { json, messages })
     }
+}
+
+/// The bounds of one append's payload.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Bounds {
+    /// The most bytes.
+    pub max_bytes: usize,
+    /// The most messages.
+    pub max_messages: usize,
 }
 
 /// Splits and validates a payload for a stream. An empty result means the
@@ -83,20 +94,26 @@ impl Split {
 pub(crate) fn split(
     payload: Payload,
     json: bool,
-    max_bytes: usize,
+    bounds: Bounds,
     allow_empty_array: bool,
 ) -> Result<Vec<Bytes>, StreamError> {
     let size = payload.len();
-    if size > max_bytes {
+    if size > bounds.max_bytes {
         return Err(StreamError::TooLarge {
             size,
-            limit: max_bytes,
+            limit: bounds.max_bytes,
         });
     }
+    let too_many = StreamError::TooManyMessages {
+        limit: bounds.max_messages,
+    };
     match (payload, json) {
         (Payload::Body(body), _) if body.is_empty() => Ok(Vec::new()),
         (Payload::Body(body), false) => Ok(vec![body]),
-        (Payload::Body(body), true) => split_json_body(body, allow_empty_array),
+        (Payload::Body(body), true) => {
+            split_json_body(body, bounds.max_messages, allow_empty_array)
+        }
+        (Payload::Messages(messages), _) if messages.len() > bounds.max_messages => Err(too_many),
         (Payload::Messages(messages), false) => Ok(messages),
         (Payload::Messages(messages), true) => {
             for message in &messages {
@@ -107,7 +124,11 @@ pub(crate) fn split(
     }
 }
 
-fn split_json_body(body: Bytes, allow_empty_array: bool) -> Result<Vec<Bytes>, StreamError> {
+fn split_json_body(
+    body: Bytes,
+    max_messages: usize,
+    allow_empty_array: bool,
+) -> Result<Vec<Bytes>, StreamError> {
     let is_array = body
         .iter()
         .find(|b| !b.is_ascii_whitespace())
@@ -116,7 +137,22 @@ fn split_json_body(body: Bytes, allow_empty_array: bool) -> Result<Vec<Bytes>, S
         validate_json(&body)?;
         return Ok(vec![trim(&body)]);
     }
-    let elements: Vec<&RawValue> = serde_json::from_slice(&body).map_err(invalid_json)?;
+    let over = Cell::new(false);
+    let mut reader = serde_json::Deserializer::from_slice(&body);
+    let elements = serde::Deserializer::deserialize_seq(
+        &mut reader,
+        Elements {
+            max: max_messages,
+            over: &over,
+        },
+    )
+    .map_err(|e| match over.get() {
+        true => StreamError::TooManyMessages {
+            limit: max_messages,
+        },
+        false => invalid_json(e),
+    })?;
+    reader.end().map_err(invalid_json)?;
     if elements.is_empty() && !allow_empty_array {
         return Err(StreamError::EmptyJsonArray);
     }
@@ -124,6 +160,34 @@ fn split_json_body(body: Bytes, allow_empty_array: bool) -> Result<Vec<Bytes>, S
         .into_iter()
         .map(|raw| body.slice_ref(raw.get().as_bytes()))
         .collect())
+}
+
+/// Reads the elements of a JSON array, unparsed, refusing one of more
+/// than `max` elements as soon as it meets the next (and setting `over`):
+/// an 8 MiB array of millions of tiny values costs no more than the bound.
+struct Elements<'a> {
+    max: usize,
+    over: &'a Cell<bool>,
+}
+
+impl<'de> serde::de::Visitor<'de> for Elements<'_> {
+    type Value = Vec<&'de RawValue>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON array")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut elements = Vec::new();
+        while let Some(element) = seq.next_element::<&'de RawValue>()? {
+            if elements.len() == self.max {
+                self.over.set(true);
+                return Err(serde::de::Error::custom("too many array elements"));
+            }
+            elements.push(element);
+        }
+        Ok(elements)
+    }
 }
 
 fn trim(body: &Bytes) -> Bytes {
@@ -156,7 +220,7 @@ mod tests {
         split(
             Payload::Body(Bytes::from(s.to_owned())),
             true,
-            1 << 20,
+            BOUNDS,
             false,
         )
         .map(|m| {
@@ -184,9 +248,35 @@ mod tests {
         assert_eq!(body("[1,").err().map(|e| e.code()), Some("json/invalid"));
     }
 
+    const BOUNDS: Bounds = Bounds {
+        max_bytes: 1 << 20,
+        max_messages: 3,
+    };
+
     #[test]
     fn enforces_the_size_limit() {
-        let err = split(Payload::Body(Bytes::from_static(b"12345")), false, 4, false).err();
+        let bounds = Bounds {
+            max_bytes: 4,
+            ..BOUNDS
+        };
+        let err = split(
+            Payload::Body(Bytes::from_static(b"12345")),
+            false,
+            bounds,
+            false,
+        )
+        .err();
         assert_eq!(err, Some(StreamError::TooLarge { size: 5, limit: 4 }));
+    }
+
+    #[test]
+    fn enforces_the_message_limit() {
+        assert_eq!(body("[1,2,3]").map(|m| m.len()), Ok(3));
+        let too_many = Some(StreamError::TooManyMessages { limit: 3 });
+        assert_eq!(body("[1,2,3,4]").err(), too_many);
+        assert_eq!(body("[1,2,3,4,").err(), too_many, "refused before the end");
+        assert_eq!(body("[[1,2,3,4]]").map(|m| m.len()), Ok(1));
+        let messages = Payload::Messages(vec![Bytes::from_static(b"1"); 4]);
+        assert_eq!(split(messages, false, BOUNDS, false).err(), too_many);
     }
 }

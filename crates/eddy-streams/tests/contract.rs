@@ -39,13 +39,16 @@ type MakeStore = fn(&std::path::Path, Arc<ManualClock>) -> Arc<dyn Storage>;
 fn backends() -> Vec<(&'static str, MakeStore)> {
     vec![
         ("memory", |_, clock| {
-            let store = MemoryStorage::new().with_clock(clock);
+            let store = MemoryStorage::new()
+                .with_clock(clock)
+                .with_limits(cases::LIMITS);
             Arc::new(store.with_max_producers_per_stream(cases::MAX_PRODUCERS))
         }),
         ("sqlite", |dir, clock| {
             let options = SqliteOptions {
                 clock,
                 max_producers_per_stream: cases::MAX_PRODUCERS,
+                limits: cases::LIMITS,
                 ..SqliteOptions::default()
             };
             Arc::new(SqliteStorage::open_with(dir, options).expect("open sqlite"))
@@ -109,6 +112,7 @@ mod postgres {
             let options = PgOptions {
                 clock: clock.clone(),
                 max_producers_per_stream: cases::MAX_PRODUCERS,
+                limits: cases::LIMITS,
                 ..schema.options()
             };
             let store = PgStorage::open(options)

@@ -147,6 +147,16 @@ pub struct ServeArgs {
     /// producer beyond it gets 429 (known producers may still append).
     #[arg(long, default_value_t = eddy_streams::DEFAULT_MAX_PRODUCERS_PER_STREAM, env = "EDDY_MAX_PRODUCERS_PER_STREAM")]
     pub max_producers_per_stream: usize,
+    /// The most messages one append may hold (a JSON array's elements;
+    /// also a create's or fork's initial data); more get 413
+    /// `append/too-many-messages`.
+    #[arg(long, default_value_t = eddy_streams::DEFAULT_MAX_APPEND_MESSAGES, env = "EDDY_MAX_APPEND_MESSAGES")]
+    pub max_append_messages: usize,
+    /// The most bytes a fork may copy from its source, each message
+    /// counting 64 bytes more (a fork of a prefix counts the whole
+    /// source); more get 413 `fork/too-large`.
+    #[arg(long, default_value_t = eddy_streams::DEFAULT_MAX_FORK_BYTES, env = "EDDY_MAX_FORK_BYTES")]
+    pub max_fork_bytes: u64,
     /// The most subscriptions the server holds; more get 503.
     #[arg(long, default_value_t = ServerConfig::default().max_subscriptions, env = "EDDY_MAX_SUBSCRIPTIONS")]
     pub max_subscriptions: usize,
@@ -367,6 +377,14 @@ impl ServeArgs {
         })
     }
 
+    /// What one write may do on the store.
+    fn limits(&self) -> eddy_streams::Limits {
+        eddy_streams::Limits {
+            max_append_messages: self.max_append_messages,
+            max_fork_bytes: self.max_fork_bytes,
+        }
+    }
+
     /// Opens the configured store, with the checkpoint table SQL hosts
     /// keep in its database (SQLite, PostgreSQL) for the console's
     /// binding report.
@@ -382,7 +400,8 @@ impl ServeArgs {
             StorageKind::Memory => (
                 Arc::new(
                     MemoryStorage::with_max_append_bytes(self.max_body_bytes)
-                        .with_max_producers_per_stream(self.max_producers_per_stream),
+                        .with_max_producers_per_stream(self.max_producers_per_stream)
+                        .with_limits(self.limits()),
                 ),
                 None,
             ),
@@ -391,6 +410,7 @@ impl ServeArgs {
                     durability,
                     max_append_bytes: self.max_body_bytes,
                     max_producers_per_stream: self.max_producers_per_stream,
+                    limits: self.limits(),
                     ..SqliteOptions::default()
                 };
                 let store = Arc::new(
@@ -413,6 +433,7 @@ impl ServeArgs {
         let options = eddy_streams::backend::RecordOptions {
             max_append_bytes: self.max_body_bytes,
             max_producers_per_stream: self.max_producers_per_stream,
+            limits: self.limits(),
             poll: self.dynamodb_poll,
             ..eddy_streams_dynamodb::options()
         };
@@ -438,6 +459,7 @@ impl ServeArgs {
             durability,
             max_append_bytes: self.max_body_bytes,
             max_producers_per_stream: self.max_producers_per_stream,
+            limits: self.limits(),
             ..eddy_streams::PgOptions::new(url).with_schema(&self.pg_schema)
         };
         let store = eddy_streams::PgStorage::open(options)

@@ -157,6 +157,13 @@ impl ErrorParts {
                 limit: limit(),
             },
             "limit/streams" => StreamError::TooManyStreams { limit: limit() },
+            "append/too-many-messages" => StreamError::TooManyMessages { limit: limit() },
+            // The fork's source and what it would copy travel only in the body.
+            "fork/too-large" => StreamError::ForkTooLarge {
+                source_path: String::new(),
+                bytes: 0,
+                limit: number(protocol::LIMIT).unwrap_or(u64::MAX),
+            },
             "invalid-argument" | "request/invalid" | "request/method-not-allowed" => invalid(),
             "route/invalid" => StreamError::Route {
                 route: String::new(),

@@ -50,7 +50,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::payload::DEFAULT_MAX_APPEND_BYTES;
-use crate::{Clock, StreamError, SystemClock, DEFAULT_MAX_PRODUCERS_PER_STREAM};
+use crate::{Clock, Limits, StreamError, SystemClock, DEFAULT_MAX_PRODUCERS_PER_STREAM};
 
 pub use storage::RecordStorage;
 
@@ -124,6 +124,8 @@ pub struct RecordOptions {
     /// The most idempotent producers whose state one stream keeps; a new
     /// producer beyond it is refused ([`StreamError::TooManyProducers`]).
     pub max_producers_per_stream: usize,
+    /// What one write may do: messages per append, bytes a fork copies.
+    pub limits: Limits,
     /// Where the store reads the time (for expiry). Processes that share
     /// a backend should have their clocks in sync.
     pub clock: Arc<dyn Clock>,
@@ -143,6 +145,7 @@ impl Default for RecordOptions {
         RecordOptions {
             max_append_bytes: DEFAULT_MAX_APPEND_BYTES,
             max_producers_per_stream: DEFAULT_MAX_PRODUCERS_PER_STREAM,
+            limits: Limits::default(),
             clock: Arc::new(SystemClock),
             poll: Duration::from_millis(100),
             max_group: 64,

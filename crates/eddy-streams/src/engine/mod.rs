@@ -23,12 +23,12 @@ use futures::FutureExt;
 
 use crate::fork::{branch_message_position, check_refork, plan};
 use crate::incarnation::Incarnations;
-use crate::payload::{split, Split};
+use crate::payload::{split, Bounds, Split};
 use crate::record::{RecordReader, Records, StreamRecord};
 use crate::rules::{decide, Decision, Head};
 use crate::{
-    Append, Appended, Clock, Created, Fork, Payload, ReadChunk, ReadFrom, StreamConfig,
-    StreamError, StreamInfo, StreamPath,
+    Append, Appended, Clock, Created, Fork, Limits, Payload, ReadChunk, ReadFrom, StreamConfig,
+    StreamError, StreamInfo, StreamPath, FORK_MESSAGE_COST,
 };
 use lifecycle::{collect, existing_or_free, find, has_live_descendant, Slot};
 
@@ -39,6 +39,9 @@ pub(crate) struct Engine {
     pub max_append_bytes: usize,
     /// The most idempotent producers whose state one stream keeps.
     pub max_producers: usize,
+    /// What one write may do besides: messages per append, bytes a fork
+    /// copies.
+    pub limits: Limits,
     /// Where "now" comes from.
     pub clock: Arc<dyn Clock>,
     /// The incarnations this store handed out in this process.
@@ -72,6 +75,14 @@ impl Engine {
         self.clock.now_ms()
     }
 
+    /// The bounds of one append's payload.
+    pub fn bounds(&self) -> Bounds {
+        Bounds {
+            max_bytes: self.max_append_bytes,
+            max_messages: self.limits.max_append_messages,
+        }
+    }
+
     /// Creates a stream, or checks an existing one against `config`.
     pub async fn create<R: Records>(
         &self,
@@ -81,7 +92,7 @@ impl Engine {
         initial: Payload,
     ) -> Result<Created, StreamError> {
         let now = self.now_ms();
-        let messages = split(initial, config.is_json(), self.max_append_bytes, true)?;
+        let messages = split(initial, config.is_json(), self.bounds(), true)?;
         let after = match existing_or_free(records, path, now).await? {
             Slot::Taken(existing) => {
                 existing
@@ -127,7 +138,7 @@ impl Engine {
         let json = record.head.config.is_json();
         let messages = match split_ahead {
             Some(ahead) if ahead.json == json => ahead.messages,
-            _ => split(payload, json, self.max_append_bytes, false)?,
+            _ => split(payload, json, self.bounds(), false)?,
         };
         let producer_state = match &append.producer {
             Some(producer) => records.producer(&key, &producer.id).await?,
@@ -208,12 +219,8 @@ impl Engine {
             None => None,
         };
         let planned = plan(&fork, config, tail, branch_message)?;
-        let initial = split(
-            fork.initial,
-            planned.config.is_json(),
-            self.max_append_bytes,
-            true,
-        )?;
+        self.check_fork_copy(&fork.source, &source.record, planned.inherit)?;
+        let initial = split(fork.initial, planned.config.is_json(), self.bounds(), true)?;
         let after = match existing_or_free(records, path, now).await? {
             Slot::Taken(existing) => {
                 let record = &existing.record;
@@ -251,6 +258,35 @@ impl Engine {
             created: true,
             info,
         })
+    }
+
+    /// Refuses a fork that may copy more than the limit: `inherit` of
+    /// the source's first messages. Their size is known without reading
+    /// them only when they are all of the source's, so a fork of a prefix
+    /// is charged as if it took the source's every byte (the bound is on
+    /// the most it may copy; a fork at the beginning copies nothing).
+    fn check_fork_copy(
+        &self,
+        source: &StreamPath,
+        record: &StreamRecord,
+        inherit: u64,
+    ) -> Result<(), StreamError> {
+        if inherit == 0 {
+            return Ok(());
+        }
+        let bytes = record
+            .head
+            .bytes
+            .saturating_add(inherit.saturating_mul(FORK_MESSAGE_COST));
+        let limit = self.limits.max_fork_bytes;
+        if bytes > limit {
+            return Err(StreamError::ForkTooLarge {
+                source_path: source.to_string(),
+                bytes,
+                limit,
+            });
+        }
+        Ok(())
     }
 
     /// Drops `producer`'s state on the live stream at `path` (see

@@ -146,6 +146,7 @@ async fn engine_calls_are_send_futures_over_suspending_records() {
     let engine = Engine {
         max_append_bytes: 1 << 20,
         max_producers: 10,
+        limits: Default::default(),
         clock: Arc::new(ManualClock::starting_now()),
         incarnations: Default::default(),
     };
@@ -182,6 +183,7 @@ async fn a_split_for_the_other_kind_of_stream_is_ignored() {
     let engine = Engine {
         max_append_bytes: 1 << 20,
         max_producers: 10,
+        limits: Default::default(),
         clock: Arc::new(ManualClock::starting_now()),
         incarnations: Default::default(),
     };
@@ -193,7 +195,7 @@ async fn a_split_for_the_other_kind_of_stream_is_ignored() {
         .await
         .expect("create");
     let append = Append::body("[1,2]");
-    let as_json = crate::payload::Split::ahead(&append.payload, true, 1 << 20);
+    let as_json = crate::payload::Split::ahead(&append.payload, true, engine.bounds());
     assert_eq!(as_json.as_ref().map(|s| s.messages.len()), Some(2));
     engine
         .append(&mut records, &path, append, as_json)

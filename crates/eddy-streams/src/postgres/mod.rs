@@ -29,11 +29,11 @@ use tokio::task::JoinHandle;
 use crate::cache::Cache;
 use crate::engine::Engine;
 use crate::payload::{Split, DEFAULT_MAX_APPEND_BYTES};
-use crate::DEFAULT_MAX_PRODUCERS_PER_STREAM;
 use crate::{
     Append, Appended, Clock, Created, Durability, Fork, Notifier, Payload, ReadChunk, ReadFrom,
     Storage, StreamConfig, StreamError, StreamInfo, StreamPath, StreamSnapshot, SystemClock,
 };
+use crate::{Limits, DEFAULT_MAX_PRODUCERS_PER_STREAM};
 use batch::Batcher;
 use connections::Connections;
 use error::pg_error;
@@ -73,6 +73,8 @@ pub struct PgOptions {
     /// The most idempotent producers whose state one stream keeps; a new
     /// producer beyond it is refused ([`StreamError::TooManyProducers`]).
     pub max_producers_per_stream: usize,
+    /// What one write may do: messages per append, bytes a fork copies.
+    pub limits: Limits,
     /// Where the store reads the time (for expiry). Processes that share a
     /// database should have their clocks in sync.
     pub clock: Arc<dyn Clock>,
@@ -96,6 +98,7 @@ impl PgOptions {
             durability: Durability::Sync,
             max_append_bytes: DEFAULT_MAX_APPEND_BYTES,
             max_producers_per_stream: DEFAULT_MAX_PRODUCERS_PER_STREAM,
+            limits: Limits::default(),
             clock: Arc::new(SystemClock),
             recheck: Duration::from_secs(1),
             cache_bytes: DEFAULT_CACHE_BYTES,
@@ -236,6 +239,7 @@ impl PgStorage {
             engine: Engine {
                 max_append_bytes: options.max_append_bytes,
                 max_producers: options.max_producers_per_stream,
+                limits: options.limits,
                 clock: options.clock,
                 incarnations: Default::default(),
             },
@@ -410,12 +414,12 @@ impl Storage for PgStorage {
     async fn append(&self, path: &StreamPath, append: Append) -> Result<Appended, StreamError> {
         // Split and validated here, not on the writer, when the cache
         // says what the stream holds.
-        let max = self.wiring.engine.max_append_bytes;
+        let bounds = self.wiring.engine.bounds();
         let split = self
             .wiring
             .cache
             .is_json(path.as_str())
-            .and_then(|json| Split::ahead(&append.payload, json, max));
+            .and_then(|json| Split::ahead(&append.payload, json, bounds));
         let append = match self.writer.append(path, append, split).await? {
             Outcome::Done(appended) => return appended,
             Outcome::Contended(append) => append,

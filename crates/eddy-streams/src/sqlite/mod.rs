@@ -115,6 +115,7 @@ impl SqliteStorage {
         let engine = Engine {
             max_append_bytes: options.max_append_bytes,
             max_producers: options.max_producers_per_stream,
+            limits: options.limits,
             clock: options.clock,
             incarnations: Default::default(),
         };
@@ -321,7 +322,7 @@ impl Storage for SqliteStorage {
         let split = self
             .cache
             .is_json(path.as_str())
-            .and_then(|json| Split::ahead(&append.payload, json, self.engine.max_append_bytes));
+            .and_then(|json| Split::ahead(&append.payload, json, self.engine.bounds()));
         let path = path.clone();
         // An append checks everything before it writes: no savepoint.
         self.submit(

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::payload::DEFAULT_MAX_APPEND_BYTES;
 use crate::DEFAULT_MAX_PRODUCERS_PER_STREAM;
-use crate::{Clock, SystemClock};
+use crate::{Clock, Limits, SystemClock};
 
 /// When a commit counts as done.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -33,6 +33,8 @@ pub struct SqliteOptions {
     /// producer beyond it is refused
     /// ([`StreamError::TooManyProducers`](crate::StreamError::TooManyProducers)).
     pub max_producers_per_stream: usize,
+    /// What one write may do: messages per append, bytes a fork copies.
+    pub limits: Limits,
     /// Where the store reads the time (for expiry).
     pub clock: Arc<dyn Clock>,
     /// How many bytes of recently written messages the store keeps in
@@ -50,6 +52,7 @@ impl Default for SqliteOptions {
             durability: Durability::Sync,
             max_append_bytes: DEFAULT_MAX_APPEND_BYTES,
             max_producers_per_stream: DEFAULT_MAX_PRODUCERS_PER_STREAM,
+            limits: Limits::default(),
             clock: Arc::new(SystemClock),
             cache_bytes: DEFAULT_CACHE_BYTES,
             #[cfg(test)]

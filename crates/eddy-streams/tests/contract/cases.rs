@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use eddy_streams::{
-    Append, ErrorKind, Expiry, Fork, ManualClock, Offset, Payload, ProducerPosition, ReadFrom,
-    Storage, StreamConfig, StreamError, StreamPath, Wait,
+    Append, ErrorKind, Expiry, Fork, Limits, ManualClock, Offset, Payload, ProducerPosition,
+    ReadFrom, Storage, StreamConfig, StreamError, StreamPath, Wait,
 };
 
 #[path = "incarnations.rs"]
@@ -56,6 +56,8 @@ macro_rules! every_case {
             a_recreated_stream_refuses_the_old_streams_offsets,
             a_fork_takes_its_sources_offsets_up_to_the_branch,
             a_fork_at_a_replaced_streams_offset_is_refused,
+            appends_of_more_messages_than_the_limit_are_refused,
+            forks_that_may_copy_more_than_the_limit_are_refused,
         );
     };
 }
@@ -82,6 +84,13 @@ pub(crate) use every_clocked_case;
 /// (`max_producers_per_stream`): as many as the concurrent appenders case
 /// uses, so that case also shows a stream may fill its limit.
 pub const MAX_PRODUCERS: usize = 8;
+
+/// What one write may do in every harness's store: more messages per
+/// append than the large batches case sends, and a small fork copy.
+pub const LIMITS: Limits = Limits {
+    max_append_messages: 300,
+    max_fork_bytes: 4096,
+};
 
 pub fn path(s: &str) -> StreamPath {
     StreamPath::new(s).expect("valid path")
@@ -738,6 +747,79 @@ pub async fn oversized_append_is_refused(store: Arc<dyn Storage>) {
     let err = store.append(&p, Append::body(big)).await.err();
     assert_eq!(err.map(|e| e.code()), Some("append/too-large"));
     assert_eq!(store.head(&p).await.expect("head").bytes, 0);
+}
+
+pub async fn appends_of_more_messages_than_the_limit_are_refused(store: Arc<dyn Storage>) {
+    let limit = LIMITS.max_append_messages;
+    let array = |n: usize| format!("[{}]", vec!["1"; n].join(","));
+    let p = json_stream(&*store, "many").await;
+    store
+        .append(&p, Append::body(array(limit)))
+        .await
+        .expect("an append at the limit");
+    let refused = Some(StreamError::TooManyMessages { limit });
+    let over = store.append(&p, Append::body(array(limit + 1))).await;
+    assert_eq!(over.err(), refused);
+    let split = (0..=limit).map(|_| Bytes::from_static(b"1")).collect();
+    let over = store
+        .append(&p, Append::new(Payload::Messages(split)))
+        .await;
+    assert_eq!(over.err(), refused);
+    assert_eq!(
+        store.head(&p).await.expect("head").tail.position(),
+        limit as u64
+    );
+    // A create's initial data is bounded the same.
+    let created = store
+        .create(
+            &path("many-2"),
+            StreamConfig::json(),
+            Payload::Body(array(limit + 1).into()),
+        )
+        .await;
+    assert_eq!(created.err(), refused);
+    let absent = store.head(&path("many-2")).await.err();
+    assert_eq!(absent.map(|e| e.code()), Some("stream/not-found"));
+}
+
+pub async fn forks_that_may_copy_more_than_the_limit_are_refused(store: Arc<dyn Storage>) {
+    let limit = LIMITS.max_fork_bytes;
+    let src = path("big/src");
+    store
+        .create(&src, StreamConfig::bytes("text/plain"), Payload::empty())
+        .await
+        .expect("create");
+    // Eight messages that cost exactly the limit to copy.
+    let size = limit / 8 - eddy_streams::FORK_MESSAGE_COST;
+    for _ in 0..8 {
+        let message = vec![b'x'; usize::try_from(size).expect("size")];
+        store
+            .append(&src, Append::body(message))
+            .await
+            .expect("append");
+    }
+    let at_limit = store.fork(&path("big/fork-1"), Fork::of(src.clone())).await;
+    assert_eq!(
+        at_limit.expect("a fork at the limit").info.bytes,
+        limit - 8 * eddy_streams::FORK_MESSAGE_COST
+    );
+    store.append(&src, Append::body("y")).await.expect("append");
+    let over = store.fork(&path("big/fork-2"), Fork::of(src.clone())).await;
+    let bytes = limit + 1 + eddy_streams::FORK_MESSAGE_COST;
+    assert_eq!(
+        over.err(),
+        Some(StreamError::ForkTooLarge {
+            source_path: src.to_string(),
+            bytes,
+            limit,
+        })
+    );
+    let absent = store.head(&path("big/fork-2")).await.err();
+    assert_eq!(absent.map(|e| e.code()), Some("stream/not-found"));
+    // A fork at the beginning copies nothing.
+    let empty = Fork::of(src.clone()).at(Offset::ZERO);
+    let created = store.fork(&path("big/fork-3"), empty).await;
+    assert_eq!(created.expect("a fork of nothing").info.bytes, 0);
 }
 
 pub async fn wait_is_level_triggered(store: Arc<dyn Storage>) {

@@ -70,6 +70,12 @@ pub fn one_of_each() -> Vec<StreamError> {
             limit: 8,
         },
         StreamError::TooManyStreams { limit: 2 },
+        StreamError::TooManyMessages { limit: 10_000 },
+        StreamError::ForkTooLarge {
+            source_path: path(),
+            bytes: 70_000_000,
+            limit: 67_108_864,
+        },
         StreamError::InvalidArgument("bad limit".into()),
         StreamError::Route {
             route: "facts/:id".into(),
