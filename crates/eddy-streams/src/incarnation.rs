@@ -18,6 +18,23 @@
 //! the streams, which holds as long as the clock does not run backwards
 //! past the old stream's creation. Incarnations fit the 16 digits of an
 //! offset's first part until the year 2286.
+//!
+//! What the store forgets, and when: the remains of a path's last stream
+//! (an expired stream's record, a deleted one's tombstone) are its
+//! floor, so they are swept only once that floor is below the clock's:
+//! once the stream's incarnation is more than [`SWEEP_GRACE`] older than
+//! the sweeping process's clock. A later stream at the path then takes
+//! an incarnation from a clock that is past the old one (in this process
+//! also above every incarnation it handed out), unless a clock (this
+//! one, stepped back, or another process's on the same database) lags
+//! this one by more than the grace. Expired streams (whose TTL is at
+//! least a second) and tombstones are therefore swept in steps, by
+//! [`Storage::sweep`](crate::Storage::sweep), at the earliest
+//! [`SWEEP_GRACE`] after their stream was created, and nothing else keeps
+//! them: what a client creates and lets expire or deletes is bounded by
+//! what it can create in that time.
+
+use std::time::Duration;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -47,6 +64,18 @@ impl Incarnations {
             }
         }
     }
+}
+
+/// How far below the clock an incarnation must be before the store may
+/// forget it (see the module's notes): the most the clocks of processes
+/// sharing a database may differ, or a clock may step back.
+pub const SWEEP_GRACE: Duration = Duration::from_secs(60);
+
+/// The incarnations below which a store may forget a path's last stream,
+/// at `now_micros`.
+pub(crate) fn sweep_floor(now_micros: i64) -> u64 {
+    let grace = i64::try_from(SWEEP_GRACE.as_micros()).unwrap_or(i64::MAX);
+    u64::try_from(now_micros.saturating_sub(grace)).unwrap_or(0)
 }
 
 #[cfg(test)]

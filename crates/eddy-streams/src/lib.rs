@@ -102,6 +102,7 @@ pub use config::{
 };
 pub use error::{Cause, ErrorKind, Result, StreamError};
 pub use fork::Fork;
+pub use incarnation::SWEEP_GRACE;
 pub use json_stream::{JsonStream, TypedChunk};
 pub use limits::{Limits, DEFAULT_MAX_APPEND_MESSAGES, DEFAULT_MAX_FORK_BYTES, FORK_MESSAGE_COST};
 pub use marks::{MarkOwner, Marker, MarkerGuard, WakeMark, WakeMarks};

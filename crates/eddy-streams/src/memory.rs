@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use crate::engine::{complete, Engine};
 use crate::payload::DEFAULT_MAX_APPEND_BYTES;
-use crate::record::{RecordReader, Records, Stored, StreamRecord};
+use crate::record::{RecordReader, Records, Stored, StreamRecord, Sweepable};
 use crate::rules::{take_within, ProducerState};
 use crate::{
     Append, Appended, Clock, Created, Fork, Limits, Notifier, Payload, ReadChunk, ReadFrom,
@@ -178,6 +178,13 @@ impl Storage for MemoryStorage {
         complete(self.engine.snapshot(&mut *self.lock(), path))
     }
 
+    async fn sweep(&self, max: usize) -> Result<usize, StreamError> {
+        let mut records = self.lock();
+        let (now, below) = (self.engine.now_ms(), self.engine.sweep_floor());
+        let found = complete(records.sweepable(now, below, max))?;
+        Ok(complete(self.engine.sweep(&mut *records, &found))?.count())
+    }
+
     async fn restore(
         &self,
         snapshot: &StreamSnapshot,
@@ -291,6 +298,35 @@ impl RecordReader for MemoryRecords {
         Ok(take_within(messages[start..end].iter().cloned(), max_bytes))
     }
 
+    async fn sweepable(
+        &mut self,
+        now_ms: i64,
+        below: u64,
+        max: usize,
+    ) -> Result<Sweepable, StreamError> {
+        let streams = self
+            .streams
+            .iter()
+            .filter(|(_, stream)| {
+                let record = &stream.record;
+                !record.soft_deleted && record.head.incarnation < below && record.expired(now_ms)
+            })
+            .map(|(path, _)| path.to_string())
+            .take(max)
+            .collect();
+        let tombstones = self
+            .tombstones
+            .iter()
+            .filter(|(_, incarnation)| **incarnation < below)
+            .map(|(path, _)| path.clone())
+            .take(max)
+            .collect();
+        Ok(Sweepable {
+            streams,
+            tombstones,
+        })
+    }
+
     async fn list(&mut self, prefix: &str) -> Result<Vec<(String, StreamRecord)>, StreamError> {
         let mut listed: Vec<(String, StreamRecord)> = self
             .streams
@@ -401,5 +437,13 @@ impl Records for MemoryRecords {
     ) -> Result<(), StreamError> {
         self.tombstones.insert(path.to_owned(), incarnation);
         Ok(())
+    }
+
+    async fn drop_tombstone(&mut self, path: &str, below: u64) -> Result<bool, StreamError> {
+        let old = self.tombstones.get(path).is_some_and(|i| *i < below);
+        if old {
+            self.tombstones.remove(path);
+        }
+        Ok(old)
     }
 }

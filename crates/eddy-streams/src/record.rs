@@ -215,6 +215,35 @@ pub trait RecordReader {
 
     /// Every record whose path starts with `prefix`, sorted by path.
     fn list(&mut self, prefix: &str) -> impl Op<Vec<(String, StreamRecord)>>;
+
+    /// What may be swept (see [`Sweepable`]): up to `max` streams that
+    /// are not soft-deleted, whose incarnation is below `below` and that
+    /// had expired by `now_ms` as far as their stored record says, and up
+    /// to `max` tombstones whose incarnation is below `below`. The engine
+    /// checks each again in the write that sweeps them, so a backend may
+    /// find them outside it (on a reader) and may find too many. A backend
+    /// that cannot find them keeps this default, which finds none: its
+    /// expired streams then go only when a create meets them.
+    fn sweepable(&mut self, now_ms: i64, below: u64, max: usize) -> impl Op<Sweepable> {
+        let _ = (now_ms, below, max);
+        std::future::ready(Ok(Sweepable::default()))
+    }
+}
+
+/// What [`RecordReader::sweepable`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sweepable {
+    /// Paths of streams that may have expired.
+    pub streams: Vec<String>,
+    /// Paths whose tombstones may be dropped.
+    pub tombstones: Vec<String>,
+}
+
+impl Sweepable {
+    /// Whether nothing was found.
+    pub fn is_empty(&self) -> bool {
+        self.streams.is_empty() && self.tombstones.is_empty()
+    }
 }
 
 /// Writes records. Each method is one step of the caller's atomic unit:
@@ -263,4 +292,12 @@ pub trait Records: RecordReader {
 
     /// Marks `path` as deleted, keeping the deleted stream's incarnation.
     fn tombstone(&mut self, path: &str, incarnation: u64, now_ms: i64) -> impl Op<()>;
+
+    /// Drops the tombstone of `path` if its incarnation is below `below`;
+    /// whether it did. The default drops none (for a backend whose
+    /// [`sweepable`](RecordReader::sweepable) finds none).
+    fn drop_tombstone(&mut self, path: &str, below: u64) -> impl Op<bool> {
+        let _ = (path, below);
+        std::future::ready(Ok(false))
+    }
 }

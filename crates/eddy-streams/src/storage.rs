@@ -119,6 +119,23 @@ pub trait Storage: Send + Sync + 'static {
     /// Lists live streams whose path starts with `prefix`, sorted by path.
     async fn list(&self, prefix: &str) -> Result<Vec<StreamInfo>, StreamError>;
 
+    /// One step of sweeping: removes the remains of up to `max` expired
+    /// streams (their messages and producers; nothing live forked from
+    /// them) and drops up to `max` tombstones of deleted paths, each once
+    /// its stream was created more than
+    /// [`SWEEP_GRACE`](crate::SWEEP_GRACE) ago; returns how many it
+    /// removed. A path whose tombstone was dropped answers
+    /// [`NotFound`](StreamError::NotFound) rather than
+    /// [`Gone`](StreamError::Gone). Call it again while it returns
+    /// something; each step is one short write.
+    ///
+    /// Backends that cannot keep this default, which sweeps nothing (their
+    /// expired streams go when a create meets them).
+    async fn sweep(&self, max: usize) -> Result<usize, StreamError> {
+        let _ = max;
+        Ok(0)
+    }
+
     /// A live stream's state apart from its messages (configuration,
     /// tail, close, producers), as of one commit: the backup primitive.
     ///

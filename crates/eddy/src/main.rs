@@ -14,6 +14,7 @@ mod serve;
 mod status;
 mod store;
 mod streams;
+mod sweeper;
 
 /// mimalloc: the server allocates and frees many small buffers per request
 /// (header maps, response heads, futures), where glibc's allocator spends

@@ -157,6 +157,12 @@ pub struct ServeArgs {
     /// source); more get 413 `fork/too-large`.
     #[arg(long, default_value_t = eddy_streams::DEFAULT_MAX_FORK_BYTES, env = "EDDY_MAX_FORK_BYTES")]
     pub max_fork_bytes: u64,
+    /// How often expired streams' data and old tombstones of deleted
+    /// streams are removed (each once its stream is a minute old), in
+    /// short steps; `0` never (an expired stream then stays until its
+    /// path is created again).
+    #[arg(long, default_value = "10s", value_parser = parse_duration, env = "EDDY_SWEEP_INTERVAL")]
+    pub sweep_interval: Duration,
     /// The most subscriptions the server holds; more get 503.
     #[arg(long, default_value_t = ServerConfig::default().max_subscriptions, env = "EDDY_MAX_SUBSCRIPTIONS")]
     pub max_subscriptions: usize,
@@ -490,6 +496,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let stop = shutdown_signal()?;
     let (store, table) = args.open_store_with_table().await?;
     config.checkpoint_table = table;
+    let sweeper = (!args.sweep_interval.is_zero())
+        .then(|| crate::sweeper::spawn(Arc::clone(&store), args.sweep_interval));
     let mut server = Server::bind(args.listen, Arc::clone(&store), config).await?;
     // The store's own metrics (commit groups, writer queue) go to the
     // `metrics` facade: show them on this server's page.
@@ -511,6 +519,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         println!("listening on {address} (console: {address}/console)");
     }
     server.run_until(stop).await?;
+    if let Some(sweeper) = sweeper {
+        // Awaited, so that its handle on the store is gone before the store.
+        sweeper.abort();
+        let _ = sweeper.await;
+    }
     drop(store);
     tracing::info!("eddy serve stopped");
     Ok(())

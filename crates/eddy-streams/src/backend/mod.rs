@@ -39,7 +39,7 @@
 //! wake on this process's commits at once and on other processes' within
 //! [`RecordOptions::poll`].
 
-pub use crate::record::{Op, RecordReader, Records, Stored, StreamRecord};
+pub use crate::record::{Op, RecordReader, Records, Stored, StreamRecord, Sweepable};
 pub use crate::rules::ProducerState;
 
 mod group;

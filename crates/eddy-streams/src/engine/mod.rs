@@ -15,6 +15,7 @@
 
 mod lifecycle;
 mod snapshot;
+mod sweep;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -456,6 +456,24 @@ impl Storage for PgStorage {
         .await
     }
 
+    async fn sweep(&self, max: usize) -> Result<usize, StreamError> {
+        let found = self
+            .read_only(|mut tx| async move {
+                let found = tx.sweepable(max).await;
+                (tx, found)
+            })
+            .await?;
+        if found.is_empty() {
+            return Ok(0);
+        }
+        let found = &found;
+        self.write(|mut tx| async move {
+            let swept = tx.sweep(found).await;
+            (tx, swept)
+        })
+        .await
+    }
+
     async fn fork(&self, path: &StreamPath, fork: Fork) -> Result<Created, StreamError> {
         let fork = &fork;
         self.write(|mut tx| async move {

@@ -16,8 +16,8 @@ use sqlx::{AssertSqlSafe, PgConnection, Postgres, Row, Transaction};
 use super::error::{is_conflict, statement_error};
 use super::sql::Sql;
 use crate::fork::ForkOrigin;
-use crate::record::StreamRecord;
 use crate::record::{expiry_columns, expiry_from_columns, RecordReader, Records, Stored};
+use crate::record::{StreamRecord, Sweepable};
 use crate::rules::{Head, ProducerState};
 use crate::touches::Touches;
 use crate::{ProducerPosition, StreamConfig, StreamError};
@@ -238,6 +238,36 @@ impl RecordReader for PgRecords {
         Ok(messages)
     }
 
+    async fn sweepable(
+        &mut self,
+        now_ms: i64,
+        below: u64,
+        max: usize,
+    ) -> Result<Sweepable, StreamError> {
+        let below = i64::try_from(below).unwrap_or(i64::MAX);
+        let max = i64::try_from(max).unwrap_or(i64::MAX);
+        let sql = Arc::clone(&self.sql.sweepable_streams);
+        let rows = self
+            .fetch_all(query(&sql).bind(now_ms).bind(below).bind(max))
+            .await?;
+        let streams = rows
+            .iter()
+            .map(|row| row.try_get(0))
+            .collect::<Result<_, _>>();
+        let streams = streams.map_err(|e| self.fail(e))?;
+        let sql = Arc::clone(&self.sql.sweepable_tombstones);
+        let rows = self.fetch_all(query(&sql).bind(below).bind(max)).await?;
+        let tombstones = rows
+            .iter()
+            .map(|row| row.try_get(0))
+            .collect::<Result<_, _>>();
+        let tombstones = tombstones.map_err(|e| self.fail(e))?;
+        Ok(Sweepable {
+            streams,
+            tombstones,
+        })
+    }
+
     async fn list(&mut self, prefix: &str) -> Result<Vec<(String, StreamRecord)>, StreamError> {
         let sql = Arc::clone(&self.sql.list);
         let rows = self.fetch_all(query(&sql).bind(prefix)).await?;
@@ -385,6 +415,12 @@ impl Records for PgRecords {
         self.execute(query(&sql).bind(path).bind(now_ms).bind(incarnation as i64))
             .await?;
         Ok(())
+    }
+
+    async fn drop_tombstone(&mut self, path: &str, below: u64) -> Result<bool, StreamError> {
+        let below = i64::try_from(below).unwrap_or(i64::MAX);
+        let sql = Arc::clone(&self.sql.drop_old_tombstone);
+        Ok(self.execute(query(&sql).bind(path).bind(below)).await? > 0)
     }
 }
 

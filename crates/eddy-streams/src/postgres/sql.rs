@@ -148,6 +148,9 @@ pub(crate) struct Sql {
     pub messages: Arc<str>,
     pub list: Arc<str>,
     pub drop_tombstone: Arc<str>,
+    pub sweepable_streams: Arc<str>,
+    pub sweepable_tombstones: Arc<str>,
+    pub drop_old_tombstone: Arc<str>,
     pub insert: Arc<str>,
     pub update: Arc<str>,
     pub insert_messages: Arc<str>,
@@ -198,6 +201,19 @@ impl Sql {
                 "SELECT {STREAM_COLUMNS} FROM {s}.streams WHERE starts_with(path, $1) ORDER BY path"
             )),
             drop_tombstone: sql(format!("DELETE FROM {s}.tombstones WHERE path = $1")),
+            sweepable_streams: sql(format!(
+                "SELECT path FROM {s}.streams
+                 WHERE NOT soft_deleted AND incarnation < $2
+                   AND ((ttl_secs IS NOT NULL AND accessed_ms + ttl_secs * 1000 <= $1)
+                        OR (expires_at_ms IS NOT NULL AND expires_at_ms <= $1))
+                 LIMIT $3"
+            )),
+            sweepable_tombstones: sql(format!(
+                "SELECT path FROM {s}.tombstones WHERE incarnation < $1 LIMIT $2"
+            )),
+            drop_old_tombstone: sql(format!(
+                "DELETE FROM {s}.tombstones WHERE path = $1 AND incarnation < $2"
+            )),
             insert: sql(format!(
                 "INSERT INTO {s}.streams (path, content_type, ttl_secs, expires_at_ms,
                     created_closed, closed, count, bytes, accessed_ms, fork_source,

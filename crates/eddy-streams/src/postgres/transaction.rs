@@ -15,6 +15,7 @@ use super::sql::Sql;
 use crate::cache::Cache;
 use crate::engine::Engine;
 use crate::marks::Markers;
+use crate::record::{RecordReader, Sweepable};
 use crate::touches::Touches;
 use crate::{
     Append, Appended, Created, Fork, Notifier, Payload, ReadChunk, ReadFrom, StreamConfig,
@@ -244,6 +245,26 @@ impl PgTransaction {
         self.wiring.engine.delete(&mut self.records, path).await?;
         self.changes.push(Change::Deleted(path.to_string()));
         Ok(())
+    }
+
+    /// What may be swept, up to `max` of each kind (see
+    /// [`Storage::sweep`](crate::Storage::sweep)).
+    pub(crate) async fn sweepable(&mut self, max: usize) -> Result<Sweepable, StreamError> {
+        self.records.set_locking(false);
+        let engine = &self.wiring.engine;
+        let (now, below) = (engine.now_ms(), engine.sweep_floor());
+        self.records.sweepable(now, below, max).await
+    }
+
+    /// Removes what may go of `found`; how many things it removed.
+    pub(crate) async fn sweep(&mut self, found: &Sweepable) -> Result<usize, StreamError> {
+        self.records.set_locking(true);
+        self.calls += 1;
+        let swept = self.wiring.engine.sweep(&mut self.records, found).await?;
+        let count = swept.count();
+        self.changes
+            .extend(swept.streams.into_iter().map(Change::Deleted));
+        Ok(count)
     }
 
     /// Reads, seeing this transaction's own writes (see

@@ -405,6 +405,25 @@ impl Storage for SqliteStorage {
         .await
     }
 
+    async fn sweep(&self, max: usize) -> Result<usize, StreamError> {
+        // Found on a reader, so the writer only removes what it is given.
+        let found = self
+            .with_reader(move |engine, records| {
+                let (now, below) = (engine.now_ms(), engine.sweep_floor());
+                complete(crate::record::RecordReader::sweepable(
+                    records, now, below, max,
+                ))
+            })
+            .await?;
+        if found.is_empty() {
+            return Ok(0);
+        }
+        self.submit(0, Containment::Savepoint, move |engine, records| {
+            Ok((complete(engine.sweep(records, &found))?.count(), None))
+        })
+        .await
+    }
+
     async fn snapshot(&self, path: &StreamPath) -> Result<StreamSnapshot, StreamError> {
         let path = path.clone();
         self.with_reader(move |engine, records| complete(engine.snapshot(records, &path)))

@@ -14,7 +14,7 @@ use super::heads::Heads;
 use crate::cache::{Cache, Change};
 use crate::fork::ForkOrigin;
 use crate::record::{
-    expiry_columns, expiry_from_columns, Op, RecordReader, Records, Stored, StreamRecord,
+    expiry_columns, expiry_from_columns, Op, RecordReader, Records, Stored, StreamRecord, Sweepable,
 };
 use crate::rules::{Head, ProducerState};
 use crate::touches::Touches;
@@ -185,6 +185,10 @@ impl RecordReader for SqliteRecords<'_> {
     fn list(&mut self, prefix: &str) -> impl Op<Vec<(String, StreamRecord)>> {
         ready(SqliteRecords::list(self, prefix))
     }
+
+    fn sweepable(&mut self, now_ms: i64, below: u64, max: usize) -> impl Op<Sweepable> {
+        ready(sweepable(self.conn, now_ms, below, max))
+    }
 }
 
 impl Records for SqliteRecords<'_> {
@@ -279,6 +283,11 @@ impl Records for SqliteRecords<'_> {
         self.wrote = true;
         ready(tombstone(self.conn, path, incarnation, now_ms))
     }
+
+    fn drop_tombstone(&mut self, path: &str, below: u64) -> impl Op<bool> {
+        self.wrote = true;
+        ready(drop_tombstone(self.conn, path, below))
+    }
 }
 
 const STREAM_COLUMNS: &str = "id, path, content_type, ttl_secs, expires_at_ms, created_closed,
@@ -324,6 +333,44 @@ fn record(r: &Row<'_>) -> rusqlite::Result<StreamRecord> {
         origin,
         soft_deleted: r.get(17)?,
     })
+}
+
+/// What may be swept (see [`RecordReader::sweepable`]). Run on a reader:
+/// both scans read whole tables, and stall no writer there.
+fn sweepable(
+    conn: &Connection,
+    now_ms: i64,
+    below: u64,
+    max: usize,
+) -> Result<Sweepable, StreamError> {
+    let below = i64::try_from(below).unwrap_or(i64::MAX);
+    let max = i64::try_from(max).unwrap_or(i64::MAX);
+    let mut stmt = conn.prepare_cached(
+        "SELECT path FROM streams
+         WHERE soft_deleted = 0 AND incarnation < ?2
+           AND ((ttl_secs IS NOT NULL AND accessed_ms + ttl_secs * 1000 <= ?1)
+                OR (expires_at_ms IS NOT NULL AND expires_at_ms <= ?1))
+         LIMIT ?3",
+    )?;
+    let streams = stmt
+        .query_map(rusqlite::params![now_ms, below, max], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    let mut stmt =
+        conn.prepare_cached("SELECT path FROM tombstones WHERE incarnation < ?1 LIMIT ?2")?;
+    let tombstones = stmt
+        .query_map(rusqlite::params![below, max], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    Ok(Sweepable {
+        streams,
+        tombstones,
+    })
+}
+
+fn drop_tombstone(conn: &Connection, path: &str, below: u64) -> Result<bool, StreamError> {
+    let below = i64::try_from(below).unwrap_or(i64::MAX);
+    let mut stmt =
+        conn.prepare_cached("DELETE FROM tombstones WHERE path = ?1 AND incarnation < ?2")?;
+    Ok(stmt.execute(rusqlite::params![path, below])? > 0)
 }
 
 fn tombstoned(conn: &Connection, path: &str) -> Result<Option<u64>, StreamError> {

@@ -75,6 +75,7 @@ macro_rules! every_clocked_case {
             a_fork_of_a_fork_outlives_its_expired_parent,
             recreate_waits_for_the_forks_of_an_expired_source,
             an_expired_stream_created_again_is_a_new_incarnation,
+            expired_streams_and_old_tombstones_are_swept_in_steps,
         );
     };
 }
@@ -1452,4 +1453,60 @@ pub async fn recreate_waits_for_the_forks_of_an_expired_source(
     );
     store.delete(&new_fork).await.expect("delete the new fork");
     assert_eq!(code(store.head(&source).await.err()), Some("stream/gone"));
+}
+
+pub async fn expired_streams_and_old_tombstones_are_swept_in_steps(
+    store: Arc<dyn Storage>,
+    clock: Arc<ManualClock>,
+) {
+    let short = StreamConfig::bytes("text/plain").with_ttl(Duration::from_secs(1));
+    for name in ["sweep/a", "sweep/b", "sweep/c"] {
+        store
+            .create(&path(name), short.clone(), Payload::Body("data".into()))
+            .await
+            .expect("create");
+    }
+    let gone = path("sweep/gone");
+    let kept = path("sweep/kept");
+    for p in [&gone, &kept] {
+        store
+            .create(
+                p,
+                StreamConfig::bytes("text/plain"),
+                Payload::Body("x".into()),
+            )
+            .await
+            .expect("create");
+    }
+    let old_tail = store.head(&gone).await.expect("head").tail;
+    store.delete(&gone).await.expect("delete");
+    let code = |r: Result<eddy_streams::StreamInfo, StreamError>| r.err().map(|e| e.code());
+    // Expired or deleted, nothing goes before its stream is older than
+    // the grace.
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(store.sweep(10).await, Ok(0));
+    assert_eq!(code(store.head(&gone).await), Some("stream/gone"));
+    clock.advance(eddy_streams::SWEEP_GRACE);
+    // One stream and one tombstone per step of one, then the rest.
+    assert_eq!(store.sweep(1).await, Ok(2));
+    assert_eq!(store.sweep(10).await, Ok(2));
+    assert_eq!(store.sweep(10).await, Ok(0));
+    assert_eq!(code(store.head(&gone).await), Some("stream/not-found"));
+    assert_eq!(
+        code(store.head(&path("sweep/a")).await),
+        Some("stream/not-found")
+    );
+    assert!(store.head(&kept).await.is_ok(), "a live stream stays");
+    // A stream created again at a path whose tombstone went still
+    // refuses the old stream's offsets.
+    store
+        .create(
+            &gone,
+            StreamConfig::bytes("text/plain"),
+            Payload::Body("new".into()),
+        )
+        .await
+        .expect("create again");
+    let stale = store.read(&gone, ReadFrom::Offset(old_tail), 1 << 20).await;
+    assert_eq!(stale.err().map(|e| e.code()), Some("offset/stale"));
 }
