@@ -44,7 +44,7 @@ for _ in $(seq 1 100); do curl -fsS -o /dev/null "$base/healthz" 2>/dev/null && 
 
 # The streams, created over parallel connections by one curl.
 for n in $(seq 0 $((streams - 1))); do echo "url = \"$base/bench/m-$n\""; echo "output = /dev/null"; done >"$work/create.curl"
-curl -sS --parallel --parallel-max 32 -X PUT -H 'Content-Type: text/plain' -K "$work/create.curl"
+curl -sS --no-progress-meter --parallel --parallel-max 32 -X PUT -H 'Content-Type: text/plain' -K "$work/create.curl"
 
 rss_mib() { awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$server/status"; }
 
