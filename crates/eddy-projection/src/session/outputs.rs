@@ -234,8 +234,9 @@ pub(crate) fn append_size(messages: &[Bytes]) -> usize {
 }
 
 /// Splits `messages` into consecutive appends of at most `limit` bytes
-/// each ([`append_size`]); `Err` with the size of an item that is over the
-/// limit on its own.
+/// each ([`append_size`]) and at most the store's default count of
+/// messages ([`eddy_streams::DEFAULT_MAX_APPEND_MESSAGES`]); `Err` with the
+/// size of an item that is over the limit on its own.
 pub(crate) fn split_appends(messages: Vec<Bytes>, limit: usize) -> Result<Vec<Vec<Bytes>>, usize> {
     let mut appends: Vec<Vec<Bytes>> = Vec::new();
     let mut current: Vec<Bytes> = Vec::new();
@@ -245,7 +246,8 @@ pub(crate) fn split_appends(messages: Vec<Bytes>, limit: usize) -> Result<Vec<Ve
         if cost.saturating_add(1) > limit {
             return Err(message.len());
         }
-        if !current.is_empty() && size.saturating_add(cost) > limit {
+        let full = current.len() == eddy_streams::DEFAULT_MAX_APPEND_MESSAGES;
+        if !current.is_empty() && (full || size.saturating_add(cost) > limit) {
             appends.push(std::mem::take(&mut current));
             size = 1;
         }
@@ -423,6 +425,16 @@ mod tests {
         assert_eq!(counts(&whole), [3]);
         assert_eq!(split_appends(items(&[3, 8]), 9), Err(8));
         assert!(split_appends(Vec::new(), 9).expect("nothing").is_empty());
+    }
+
+    #[test]
+    fn appends_hold_at_most_the_stores_default_message_count() {
+        let many = items(&vec![1; eddy_streams::DEFAULT_MAX_APPEND_MESSAGES + 1]);
+        let split = split_appends(many, usize::MAX).expect("fits");
+        assert_eq!(
+            counts(&split),
+            [eddy_streams::DEFAULT_MAX_APPEND_MESSAGES, 1]
+        );
     }
 
     #[test]
