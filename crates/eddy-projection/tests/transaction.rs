@@ -548,13 +548,17 @@ mod postgres {
             let output = child.wait_with_output().expect("child");
             let said = String::from_utf8_lossy(&output.stdout);
             assert!(said.contains("child: committed"), "{said}");
+            // The child may have heard of the commit in time to run the
+            // binding again before it stopped: then it wrote `d` and could
+            // clear the mark. Otherwise the mark must still be there, so
+            // that the next start runs the binding for `d`.
             let kept = marks.get(&owner, &key).await.expect("get");
-            assert!(
-                kept.is_some(),
-                "the mark outlives the run that overlapped a commit"
-            );
             let mut expected = expected_rows("attach");
             expected.push(("d".into(), 4));
+            assert!(
+                kept.is_some() || rows(&store).await.contains(&("d".into(), 4)),
+                "the mark outlives the run that overlapped a commit, unless the commit ran"
+            );
             finish(&store, "attach", &expected).await;
             assert_eq!(marks.get(&owner, &key).await.expect("get"), None, "cleared");
         });
