@@ -20,7 +20,7 @@ fn numbers() -> JsonStream<u64> {
 }
 
 fn fold(id: &str) -> Projection<(), u64> {
-    let mut declare = Declare::<()>::new(id);
+    let declare = Declare::<()>::new(id);
     let input = declare.input("numbers", &numbers());
     declare
         .fold(0u64)
@@ -31,7 +31,7 @@ fn fold(id: &str) -> Projection<(), u64> {
 
 fn running_sum() -> Projection<(), u64> {
     let sums = JsonStream::<u64>::new("Bench/Sums", "sums").expect("route");
-    let mut declare = Declare::<()>::new("footprint-map-accum");
+    let declare = Declare::<()>::new("footprint-map-accum");
     let input = declare.input("numbers", &numbers());
     let output = declare.output("sums", &sums);
     declare

@@ -41,7 +41,7 @@ async fn seed(store: &dyn Storage) {
 
 async fn fold_once(host: &Host) -> Duration {
     let version = VERSION.fetch_add(1, Ordering::Relaxed);
-    let mut declare = Declare::<()>::new("bench-fold").with_version(version);
+    let declare = Declare::<()>::new("bench-fold").with_version(version);
     let input = declare.input("orders", &orders());
     let bound = declare
         .fold(0.0)
@@ -63,7 +63,7 @@ async fn emit_once(host: &Host) -> Duration {
     let version = VERSION.fetch_add(1, Ordering::Relaxed);
     let out =
         JsonStream::<f64>::new("Bench/Amounts", &format!("amounts-{version}")).expect("route");
-    let mut declare = Declare::<()>::new("bench-emit").with_version(version);
+    let declare = Declare::<()>::new("bench-emit").with_version(version);
     let input = declare.input("orders", &orders());
     let amounts = declare.output("amounts", &out);
     let bound = declare
@@ -87,7 +87,7 @@ async fn emit_once(host: &Host) -> Duration {
 /// transaction.
 async fn transaction_sqlite_once(host: &SqliteHost) -> Duration {
     let version = VERSION.fetch_add(1, Ordering::Relaxed);
-    let mut declare = Declare::<()>::new("bench-rows").with_version(version);
+    let declare = Declare::<()>::new("bench-rows").with_version(version);
     let input = declare.input("orders", &orders());
     let bound = declare
         .process_sqlite(Commit::transaction(), move |tx: &Transaction<'_>, work| {
@@ -215,25 +215,22 @@ mod postgres {
     /// statement per unit) in the unit's transaction.
     async fn transaction_once(host: &PgHost, table: &str) -> Duration {
         let version = VERSION.fetch_add(1, Ordering::Relaxed);
-        let mut declare = Declare::<()>::new("bench-rows").with_version(version);
+        let declare = Declare::<()>::new("bench-rows").with_version(version);
         let input = declare.input("orders", &orders());
         let insert = format!(
             "INSERT INTO {table} (id, amount) SELECT * FROM UNNEST($1::bigint[], $2::float8[])"
         );
         let bound = declare
-            .process_transaction(Commit::transaction(), move |tx: &mut PgTx, work| {
-                let insert = insert.clone();
-                Box::pin(async move {
-                    let items = work.batch.items(input);
-                    let ids: Vec<i64> = items.iter().map(|o| o.id as i64).collect();
-                    let amounts: Vec<f64> = items.iter().map(|o| o.amount).collect();
-                    sqlx::query(sqlx::AssertSqlSafe(insert))
-                        .bind(ids)
-                        .bind(amounts)
-                        .execute(&mut **tx)
-                        .await?;
-                    Ok(())
-                })
+            .process_transaction(Commit::transaction(), async move |tx: &mut PgTx, work| {
+                let items = work.batch.items(input);
+                let ids: Vec<i64> = items.iter().map(|o| o.id as i64).collect();
+                let amounts: Vec<f64> = items.iter().map(|o| o.amount).collect();
+                sqlx::query(sqlx::AssertSqlSafe(insert))
+                    .bind(ids)
+                    .bind(amounts)
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(())
             })
             .expect("declare")
             .at(())

@@ -28,7 +28,7 @@ async fn run() -> Result<(), Box<dyn Error>> {
     let orders = JsonStream::<Order>::new("Shop/Orders", "orders")?;
     let amounts = JsonStream::<f64>::new("Shop/Amounts", "amounts")?;
 
-    let mut declare = Declare::<()>::new("amounts");
+    let declare = Declare::<()>::new("amounts");
     let input = declare.input("input", &orders);
     let output = declare.output("output", &amounts);
     let to_amounts = declare
@@ -39,7 +39,7 @@ async fn run() -> Result<(), Box<dyn Error>> {
         .build()?
         .at(())?;
 
-    let mut declare = Declare::<()>::new("amount-sum");
+    let declare = Declare::<()>::new("amount-sum");
     let input = declare.input("amounts", &amounts);
     let sum = declare
         .fold(0.0)

@@ -59,21 +59,18 @@ async fn run() -> Result<(), Box<dyn Error>> {
         ("cake".to_owned(), 3.5),
     ])));
 
-    let mut declare = Declare::<()>::new("balance");
+    let declare = Declare::<()>::new("balance");
     let order_input = declare.input("orders", &orders);
     let refund_input = declare.input("refunds", &refunds);
     let output = declare.output("balances", &balances);
     let projection = declare
         .map_accum(Commit::producer(), 0.0)
-        .on_async(order_input, move |balance: f64, entry, _unit, emits| {
-            let prices = Arc::clone(&prices);
-            Box::pin(async move {
-                // `entry` is borrowed for the whole call: no clone needed.
-                let change = prices.price(&entry.item.sku).await? * f64::from(entry.item.quantity);
-                let balance = balance + change;
-                emits.push(output, Balance { change, balance });
-                Ok(balance)
-            })
+        .on_async(order_input, async move |balance, entry, _unit, emits| {
+            // `entry` is borrowed for the whole call: no clone needed.
+            let change = prices.price(&entry.item.sku).await? * f64::from(entry.item.quantity);
+            let balance = balance + change;
+            emits.push(output, Balance { change, balance });
+            Ok(balance)
         })
         .on(refund_input, move |balance, entry, _unit, emits| {
             let balance = balance - entry.item.amount;

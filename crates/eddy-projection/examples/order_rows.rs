@@ -32,7 +32,7 @@ pub fn main() -> Result<(), Box<dyn Error>> {
 
 async fn run() -> Result<(), Box<dyn Error>> {
     let orders = JsonStream::<Order>::new("Shop/Orders", "orders")?;
-    let mut declare = Declare::<()>::new("order-rows");
+    let declare = Declare::<()>::new("order-rows");
     let input = declare.input("orders", &orders);
     let projection =
         declare.process_sqlite(Commit::transaction(), move |tx: &Transaction<'_>, work| {

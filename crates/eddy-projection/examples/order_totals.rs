@@ -36,7 +36,7 @@ pub fn main() -> Result<(), Box<dyn Error>> {
 async fn run() -> Result<(), Box<dyn Error>> {
     let orders = JsonStream::<Order>::new("Shop/Orders", "orders")?;
     let order_totals = JsonStream::<OrderTotal>::new("Shop/OrderTotals", "order-totals")?;
-    let mut declare = Declare::<()>::new("order-totals");
+    let declare = Declare::<()>::new("order-totals");
     let input = declare.input("input", &orders);
     let totals = declare.output("totals", &order_totals);
     let projection = declare

@@ -44,7 +44,7 @@ pub fn main() -> Result<(), Box<dyn Error>> {
 async fn run() -> Result<(), Box<dyn Error>> {
     let facts = JsonStream::<Order>::new("Shop/Facts", "facts/:workspaceId")?;
     let totals = JsonStream::<Total>::new("Shop/Totals", "totals/:workspaceId")?;
-    let mut declare = Declare::<Workspace>::new("order-totals");
+    let declare = Declare::<Workspace>::new("order-totals");
     let input = declare.input("facts", &facts);
     let output = declare.output("output", &totals);
     let by_workspace = declare

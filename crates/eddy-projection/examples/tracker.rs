@@ -29,7 +29,7 @@ async fn run() -> Result<(), Box<dyn Error>> {
     let board = StateStream::new("Tracker/Board", "board")?.collection::<Card>("card", "issueId");
     let transitions = JsonStream::<f64>::new("Tracker/Transitions", "transitions")?;
 
-    let mut declare = Declare::<()>::new("tracker");
+    let declare = Declare::<()>::new("tracker");
     let input = declare.input("numbers", &numbers);
     let board_output = declare.state_output("board", &board);
     let cards = declare.collection::<Card>(board_output, "card");

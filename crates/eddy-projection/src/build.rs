@@ -3,14 +3,14 @@
 
 use std::marker::PhantomData;
 
-use futures::future::BoxFuture;
-
 use crate::commit::{CommitStrategy, FoldCommit, ProcessCommit};
 use crate::declare::{Kind, Params, State};
-use crate::handler::{async_entries, entries_kernel, sync_batch, sync_entries, EntryStep};
+use crate::handler::{
+    async_entries, entries_kernel, sync_batch, sync_entries, AsyncHandler, EntryStep,
+};
 use crate::{
-    Batch, CheckpointCommit, Commit, Declare, Emits, Entry, HandlerError, Input, ProducerCommit,
-    Projection, ProjectionError, Result, Step, Unit,
+    Batch, Bound, CheckpointCommit, Commit, Declare, Emits, Entry, HandlerError, Input,
+    ProducerCommit, Projection, ProjectionError, Result, Step, Unit,
 };
 
 /// The handlers of a `fold`: `f(state, entry, unit) -> state`.
@@ -54,7 +54,7 @@ impl<P, S, K: CommitStrategy, H> std::fmt::Debug for Entries<P, S, K, H> {
 
 impl<P: Params, S: State, K: CommitStrategy, H> Entries<P, S, K, H> {
     fn new(declare: Declare<P>, kind: Kind, commit: Commit<K, P, S>, initial: S) -> Self {
-        let steps = (0..declare.inputs.len()).map(|_| None).collect();
+        let steps = (0..declare.inputs.borrow().len()).map(|_| None).collect();
         Entries {
             declare,
             kind,
@@ -70,13 +70,14 @@ impl<P: Params, S: State, K: CommitStrategy, H> Entries<P, S, K, H> {
         match self.steps.get_mut(index) {
             Some(slot) if input.place.declaration == self.declare.number => {
                 if slot.replace(step).is_some() {
-                    self.declare.mistakes.push(format!(
-                        "input `{}` has two handlers",
-                        self.declare.inputs[index].name
-                    ));
+                    let name = self.declare.inputs.get_mut()[index].name.clone();
+                    self.declare
+                        .mistakes
+                        .get_mut()
+                        .push(format!("input `{name}` has two handlers"));
                 }
             }
-            _ => self.declare.mistakes.push(format!(
+            _ => self.declare.mistakes.get_mut().push(format!(
                 "a handler is given for input #{index} of another declaration"
             )),
         }
@@ -88,7 +89,11 @@ impl<P: Params, S: State, K: CommitStrategy, H> Entries<P, S, K, H> {
     /// handler).
     pub fn build(self) -> Result<Projection<P, S>> {
         let mut steps = Vec::with_capacity(self.steps.len());
-        for (step, input) in self.steps.into_iter().zip(&self.declare.inputs) {
+        for (step, input) in self
+            .steps
+            .into_iter()
+            .zip(self.declare.inputs.borrow().iter())
+        {
             match step {
                 Some(step) => steps.push(step),
                 None => {
@@ -107,6 +112,13 @@ impl<P: Params, S: State, K: CommitStrategy, H> Entries<P, S, K, H> {
             self.initial,
             entries_kernel(steps),
         )
+    }
+
+    /// [`build`](Entries::build), then [`Projection::at`]`(params)`: the
+    /// binding, for when only it is needed (`.at(())?` for a projection
+    /// without parameters).
+    pub fn at(self, params: P) -> Result<Bound<P, S>> {
+        self.build()?.at(params)
     }
 }
 
@@ -140,20 +152,20 @@ impl<P: Params, S: State, K: FoldCommit> Entries<P, S, K, FoldEntries> {
         )
     }
 
-    /// Handles `input`'s entries with an asynchronous `f`, whose future may
-    /// borrow the entry and the unit:
-    /// `|state, entry, unit| Box::pin(async move { … Ok(state) })`.
+    /// Handles `input`'s entries with an asynchronous `f` (see
+    /// [`AsyncHandler`]), whose future may borrow the entry and the unit:
+    /// `async move |state, entry, unit| { … Ok(state) }`.
     pub fn on_async<T, F>(self, input: Input<T>, f: F) -> Self
     where
         T: Send + Sync + 'static,
-        F: for<'a> Fn(S, Entry<'a, T>, &'a Unit<P>) -> BoxFuture<'a, Result<S, HandlerError>>
-            + Send
-            + Sync
-            + 'static,
+        F: for<'a> AsyncHandler<'a, (S, Entry<'a, T>, &'a Unit<P>), Result<S, HandlerError>>
+            + for<'a> AsyncFnOnce(S, Entry<'a, T>, &'a Unit<P>) -> Result<S, HandlerError>,
     {
         self.step(
             input,
-            async_entries(move |state, entry, unit, _: &mut Emits| f(state, entry, unit)),
+            async_entries(move |state, entry, unit, _: &mut Emits| {
+                Box::pin(f.clone().call((state, entry, unit)))
+            }),
         )
     }
 }
@@ -173,23 +185,27 @@ impl<P: Params> Entries<P, (), ProducerCommit, EmitEntries> {
         )
     }
 
-    /// Handles `input`'s entries with an asynchronous `f`, whose future may
-    /// borrow the entry, the unit and the outputs.
+    /// Handles `input`'s entries with an asynchronous `f` (see
+    /// [`AsyncHandler`]), whose future may borrow the entry, the unit and
+    /// the outputs: `async move |entry, unit, emits| { … Ok(()) }`.
     pub fn on_async<T, F>(self, input: Input<T>, f: F) -> Self
     where
         T: Send + Sync + 'static,
-        F: for<'a> Fn(
+        F: for<'a> AsyncHandler<
+                'a,
+                (Entry<'a, T>, &'a Unit<P>, &'a mut Emits),
+                Result<(), HandlerError>,
+            > + for<'a> AsyncFnOnce(
                 Entry<'a, T>,
                 &'a Unit<P>,
                 &'a mut Emits,
-            ) -> BoxFuture<'a, Result<(), HandlerError>>
-            + Send
-            + Sync
-            + 'static,
+            ) -> Result<(), HandlerError>,
     {
         self.step(
             input,
-            async_entries(move |(), entry, unit, emits| f(entry, unit, emits)),
+            async_entries(move |(), entry, unit, emits| {
+                Box::pin(f.clone().call((entry, unit, emits)))
+            }),
         )
     }
 }
@@ -206,22 +222,29 @@ impl<P: Params, S: State> Entries<P, S, ProducerCommit, MapAccumEntries> {
         self.step(input, sync_entries(f))
     }
 
-    /// Handles `input`'s entries with an asynchronous `f`, whose future may
-    /// borrow the entry, the unit and the outputs.
+    /// Handles `input`'s entries with an asynchronous `f` (see
+    /// [`AsyncHandler`]), whose future may borrow the entry, the unit and
+    /// the outputs: `async move |state, entry, unit, emits| { … Ok(state) }`.
     pub fn on_async<T, F>(self, input: Input<T>, f: F) -> Self
     where
         T: Send + Sync + 'static,
-        F: for<'a> Fn(
+        F: for<'a> AsyncHandler<
+                'a,
+                (S, Entry<'a, T>, &'a Unit<P>, &'a mut Emits),
+                Result<S, HandlerError>,
+            > + for<'a> AsyncFnOnce(
                 S,
                 Entry<'a, T>,
                 &'a Unit<P>,
                 &'a mut Emits,
-            ) -> BoxFuture<'a, Result<S, HandlerError>>
-            + Send
-            + Sync
-            + 'static,
+            ) -> Result<S, HandlerError>,
     {
-        self.step(input, async_entries(f))
+        self.step(
+            input,
+            async_entries(move |state, entry, unit, emits| {
+                Box::pin(f.clone().call((state, entry, unit, emits)))
+            }),
+        )
     }
 }
 
@@ -239,19 +262,20 @@ impl<P: Params, K: ProcessCommit> Entries<P, (), K, EachEntries> {
         )
     }
 
-    /// Handles `input`'s entries with an asynchronous `f`, one at a time;
-    /// its future may borrow the entry and the unit.
+    /// Handles `input`'s entries with an asynchronous `f` (see
+    /// [`AsyncHandler`]), one at a time; its future may borrow the entry
+    /// and the unit: `async move |entry, unit| { … Ok(()) }`.
     pub fn on_async<T, F>(self, input: Input<T>, f: F) -> Self
     where
         T: Send + Sync + 'static,
-        F: for<'a> Fn(Entry<'a, T>, &'a Unit<P>) -> BoxFuture<'a, Result<(), HandlerError>>
-            + Send
-            + Sync
-            + 'static,
+        F: for<'a> AsyncHandler<'a, (Entry<'a, T>, &'a Unit<P>), Result<(), HandlerError>>
+            + for<'a> AsyncFnOnce(Entry<'a, T>, &'a Unit<P>) -> Result<(), HandlerError>,
     {
         self.step(
             input,
-            async_entries(move |(), entry, unit, _: &mut Emits| f(entry, unit)),
+            async_entries(move |(), entry, unit, _: &mut Emits| {
+                Box::pin(f.clone().call((entry, unit)))
+            }),
         )
     }
 }
@@ -303,18 +327,17 @@ impl<P: Params> Declare<P> {
         self.finish(Kind::Process, K::KIND, compensation, (), kernel)
     }
 
-    /// [`process`](Declare::process) with an asynchronous `f`, whose
-    /// future may borrow the batch and the unit.
+    /// [`process`](Declare::process) with an asynchronous `f` (see
+    /// [`AsyncHandler`]), whose future may borrow the batch and the unit:
+    /// `async move |batch, unit| { … Ok(()) }`.
     pub fn process_async<K, F>(self, commit: Commit<K, P, ()>, f: F) -> Result<Projection<P, ()>>
     where
         K: ProcessCommit,
-        F: for<'a> Fn(&'a Batch, &'a Unit<P>) -> BoxFuture<'a, Result<(), HandlerError>>
-            + Send
-            + Sync
-            + 'static,
+        F: for<'a> AsyncHandler<'a, (&'a Batch, &'a Unit<P>), Result<(), HandlerError>>
+            + for<'a> AsyncFnOnce(&'a Batch, &'a Unit<P>) -> Result<(), HandlerError>,
     {
         let kernel: crate::handler::Kernel<P, ()> =
-            std::sync::Arc::new(move |(), batch, unit, _| f(batch, unit));
+            std::sync::Arc::new(move |(), batch, unit, _| Box::pin(f.clone().call((batch, unit))));
         let compensation = commit.compensation;
         self.finish(Kind::Process, K::KIND, compensation, (), kernel)
     }
@@ -344,7 +367,8 @@ impl<P: Params> Declare<P> {
     }
 
     /// [`map_accum_batch`](Declare::map_accum_batch) with an asynchronous
-    /// `f`, whose future may borrow the batch, the unit and the outputs.
+    /// `f` (see [`AsyncHandler`]), whose future may borrow the batch, the
+    /// unit and the outputs: `async move |state, batch, unit, emits| { … }`.
     pub fn map_accum_batch_async<S, F>(
         self,
         commit: Commit<ProducerCommit, P, S>,
@@ -353,23 +377,23 @@ impl<P: Params> Declare<P> {
     ) -> Result<Projection<P, S>>
     where
         S: State,
-        F: for<'a> Fn(
-                S,
-                &'a Batch,
-                &'a Unit<P>,
-                &'a mut Emits,
-            ) -> BoxFuture<'a, Result<S, HandlerError>>
-            + Send
-            + Sync
-            + 'static,
+        F: for<'a> AsyncHandler<
+                'a,
+                (S, &'a Batch, &'a Unit<P>, &'a mut Emits),
+                Result<S, HandlerError>,
+            > + for<'a> AsyncFnOnce(S, &'a Batch, &'a Unit<P>, &'a mut Emits) -> Result<S, HandlerError>,
     {
         let compensation = commit.compensation;
+        let kernel: crate::handler::Kernel<P, S> =
+            std::sync::Arc::new(move |state, batch, unit, emits| {
+                Box::pin(f.clone().call((state, batch, unit, emits)))
+            });
         self.finish(
             Kind::MapAccumBatch,
             ProducerCommit::KIND,
             compensation,
             initial,
-            std::sync::Arc::new(f),
+            kernel,
         )
     }
 }

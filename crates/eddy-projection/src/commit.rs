@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
+use crate::handler::AsyncHandler;
 use crate::{Emits, HandlerError, ProjectionError, Step, Unit};
 
 /// How a unit is committed.
@@ -72,11 +73,9 @@ pub struct AtLeastOnceCommit;
 /// # use eddy_streams::{JsonStream, MemoryStorage};
 /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
 /// # let stream = JsonStream::<u32>::new("Test/N", "n")?;
-/// let mut declare = Declare::<()>::new("rows");
+/// let declare = Declare::<()>::new("rows");
 /// declare.input("n", &stream);
-/// let rows = declare.process_transaction(Commit::transaction(), |_tx: &mut (), _work| {
-///     Box::pin(async { Ok(()) })
-/// })?;
+/// let rows = declare.process_transaction(Commit::transaction(), async |_tx: &mut (), _work| Ok(()))?;
 /// let host = Host::new(std::sync::Arc::new(MemoryStorage::new()));
 /// host.run(&rows.at(())?, RunOptions::default()).await?;
 /// # Ok(()) }
@@ -142,7 +141,7 @@ pub(crate) type Compensate<P, S> = Arc<
 /// # use eddy_projection::{Commit, Declare};
 /// # use eddy_streams::JsonStream;
 /// # let stream = JsonStream::<u32>::new("Test/N", "n").unwrap();
-/// let mut declare = Declare::<()>::new("count");
+/// let declare = Declare::<()>::new("count");
 /// let input = declare.input("n", &stream);
 /// let count = declare.fold(0u64).with_commit(Commit::at_least_once()).on(input, |n, _, _| n + 1);
 /// ```
@@ -153,7 +152,7 @@ pub(crate) type Compensate<P, S> = Arc<
 /// # use eddy_projection::{Commit, Declare};
 /// # use eddy_streams::JsonStream;
 /// # let stream = JsonStream::<u32>::new("Test/N", "n").unwrap();
-/// let mut declare = Declare::<()>::new("copy");
+/// let declare = Declare::<()>::new("copy");
 /// declare.input("n", &stream);
 /// let copy = declare.emit(Commit::checkpoint());
 /// ```
@@ -164,7 +163,7 @@ pub(crate) type Compensate<P, S> = Arc<
 /// # use eddy_projection::{Commit, Declare};
 /// # use eddy_streams::JsonStream;
 /// # let stream = JsonStream::<u32>::new("Test/N", "n").unwrap();
-/// let mut declare = Declare::<()>::new("count");
+/// let declare = Declare::<()>::new("count");
 /// declare.input("n", &stream);
 /// let count = declare.fold(0u64).with_commit(Commit::producer());
 /// ```
@@ -173,7 +172,7 @@ pub(crate) type Compensate<P, S> = Arc<
 /// # use eddy_projection::{Commit, Declare};
 /// # use eddy_streams::JsonStream;
 /// # let stream = JsonStream::<u32>::new("Test/N", "n").unwrap();
-/// let mut declare = Declare::<()>::new("effects");
+/// let declare = Declare::<()>::new("effects");
 /// declare.input("n", &stream);
 /// let effects = declare.process(Commit::checkpoint(), |_, _| ());
 /// ```
@@ -255,19 +254,24 @@ impl<K: CommitStrategy, P: 'static, S: 'static> Commit<K, P, S> {
     }
 
     /// [`with_compensation`](Commit::with_compensation) with an
-    /// asynchronous `f`, whose future may borrow its arguments.
+    /// asynchronous `f` (see [`AsyncHandler`](crate::AsyncHandler)), whose
+    /// future may borrow its arguments:
+    /// `async move |result, cause, unit| { … Ok(()) }`.
     pub fn with_compensation_async<F>(mut self, f: F) -> Self
     where
-        F: for<'a> Fn(
+        F: for<'a> AsyncHandler<
+                'a,
+                (&'a UnitResult<S>, &'a ProjectionError, &'a Unit<P>),
+                Result<(), HandlerError>,
+            > + for<'a> AsyncFnOnce(
                 &'a UnitResult<S>,
                 &'a ProjectionError,
                 &'a Unit<P>,
-            ) -> BoxFuture<'a, Result<(), HandlerError>>
-            + Send
-            + Sync
-            + 'static,
+            ) -> Result<(), HandlerError>,
     {
-        self.compensation = Some(Arc::new(f));
+        self.compensation = Some(Arc::new(move |result, cause, unit| {
+            Box::pin(f.clone().call((result, cause, unit)))
+        }));
         self
     }
 

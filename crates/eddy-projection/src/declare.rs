@@ -1,6 +1,7 @@
 //! Declarations: what a projection reads, keeps and writes, with typed
 //! handles to each input and output.
 
+use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -84,7 +85,7 @@ static DECLARATIONS: AtomicU64 = AtomicU64::new(1);
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let orders = JsonStream::<f64>::new("Shop/Orders", "orders")?;
 /// let refunds = JsonStream::<u32>::new("Shop/Refunds", "refunds")?;
-/// let mut declare = Declare::<()>::new("balance");
+/// let declare = Declare::<()>::new("balance");
 /// let orders = declare.input("orders", &orders);
 /// let refunds = declare.input("refunds", &refunds);
 /// let balance = declare
@@ -95,15 +96,18 @@ static DECLARATIONS: AtomicU64 = AtomicU64::new(1);
 /// assert_eq!(balance.id(), "balance");
 /// # Ok(()) }
 /// ```
+///
+/// Adding an input or output takes `&self` (the declaration records it
+/// behind a `RefCell`), so a declaration needs no `mut`.
 pub struct Declare<P> {
     pub(crate) id: String,
     pub(crate) number: u64,
     pub(crate) version: u32,
-    pub(crate) inputs: Vec<InputSpec>,
-    pub(crate) outputs: Vec<OutputSpec>,
+    pub(crate) inputs: RefCell<Vec<InputSpec>>,
+    pub(crate) outputs: RefCell<Vec<OutputSpec>>,
     pub(crate) forget_gone: bool,
     /// Mistakes found while declaring, reported when the constructor runs.
-    pub(crate) mistakes: Vec<String>,
+    pub(crate) mistakes: RefCell<Vec<String>>,
     params: std::marker::PhantomData<fn() -> P>,
 }
 
@@ -125,10 +129,10 @@ impl<P: Params> Declare<P> {
             id: id.into(),
             number: DECLARATIONS.fetch_add(1, Ordering::Relaxed),
             version: 1,
-            inputs: Vec::new(),
-            outputs: Vec::new(),
+            inputs: RefCell::default(),
+            outputs: RefCell::default(),
             forget_gone: true,
-            mistakes: Vec::new(),
+            mistakes: RefCell::default(),
             params: std::marker::PhantomData,
         }
     }
@@ -154,18 +158,19 @@ impl<P: Params> Declare<P> {
         }
     }
 
-    fn add_input<T>(&mut self, name: &str, route: Route, decode: Decoder) -> Input<T> {
-        self.inputs.push(InputSpec {
+    fn add_input<T>(&self, name: &str, route: Route, decode: Decoder) -> Input<T> {
+        let mut inputs = self.inputs.borrow_mut();
+        inputs.push(InputSpec {
             name: name.to_owned(),
             route,
             decode,
         });
-        Input::new(self.place(self.inputs.len() - 1))
+        Input::new(self.place(inputs.len() - 1))
     }
 
     /// Adds an input from a typed JSON stream: its entries and slices give
     /// `T` items.
-    pub fn input<T>(&mut self, name: &str, stream: &JsonStream<T>) -> Input<T>
+    pub fn input<T>(&self, name: &str, stream: &JsonStream<T>) -> Input<T>
     where
         T: Serialize + DeserializeOwned + Send + Sync + 'static,
     {
@@ -182,7 +187,7 @@ impl<P: Params> Declare<P> {
     }
 
     /// Adds an input at a bare route whose JSON messages decode into `T`.
-    pub fn input_route<T>(&mut self, name: &str, route: Route) -> Input<T>
+    pub fn input_route<T>(&self, name: &str, route: Route) -> Input<T>
     where
         T: DeserializeOwned + Send + Sync + 'static,
     {
@@ -199,24 +204,25 @@ impl<P: Params> Declare<P> {
 
     /// Adds an input at `route` whose messages are not decoded: its items
     /// are the raw messages, so any stream can be this input.
-    pub fn input_bytes(&mut self, name: &str, route: Route) -> Input<Bytes> {
+    pub fn input_bytes(&self, name: &str, route: Route) -> Input<Bytes> {
         let decode: Decoder = Arc::new(|messages| Ok(Box::new(messages.to_vec())));
         self.add_input(name, route, decode)
     }
 
-    fn add_output(&mut self, name: &str, route: Route, kind: OutputKind, foreign: bool) -> Place {
-        self.outputs.push(OutputSpec {
+    fn add_output(&self, name: &str, route: Route, kind: OutputKind, foreign: bool) -> Place {
+        let mut outputs = self.outputs.borrow_mut();
+        outputs.push(OutputSpec {
             name: name.to_owned(),
             route,
             kind,
             foreign,
         });
-        self.place(self.outputs.len() - 1)
+        self.place(outputs.len() - 1)
     }
 
     /// Adds a JSON output on this projection's owner (the producer creates
     /// it when it is absent): handlers write `T` items to it.
-    pub fn output<T>(&mut self, name: &str, stream: &JsonStream<T>) -> Output<T>
+    pub fn output<T>(&self, name: &str, stream: &JsonStream<T>) -> Output<T>
     where
         T: Serialize + DeserializeOwned,
     {
@@ -225,7 +231,7 @@ impl<P: Params> Declare<P> {
 
     /// Adds a JSON output on another owner: it must exist before the first
     /// append, or the unit fails with `pin/invalid-output`.
-    pub fn foreign_output<T>(&mut self, name: &str, stream: &JsonStream<T>) -> Output<T>
+    pub fn foreign_output<T>(&self, name: &str, stream: &JsonStream<T>) -> Output<T>
     where
         T: Serialize + DeserializeOwned,
     {
@@ -241,7 +247,7 @@ impl<P: Params> Declare<P> {
 
     /// Adds a state output on this projection's owner; take handles to its
     /// collections with [`collection`](Declare::collection).
-    pub fn state_output(&mut self, name: &str, stream: &StateStream) -> StateOutput {
+    pub fn state_output(&self, name: &str, stream: &StateStream) -> StateOutput {
         let kind = Self::state_kind(stream);
         StateOutput {
             place: self.add_output(name, stream.route().clone(), kind, false),
@@ -250,7 +256,7 @@ impl<P: Params> Declare<P> {
 
     /// Adds a state output on another owner (see
     /// [`foreign_output`](Declare::foreign_output)).
-    pub fn foreign_state_output(&mut self, name: &str, stream: &StateStream) -> StateOutput {
+    pub fn foreign_state_output(&self, name: &str, stream: &StateStream) -> StateOutput {
         let kind = Self::state_kind(stream);
         StateOutput {
             place: self.add_output(name, stream.route().clone(), kind, true),
@@ -262,8 +268,8 @@ impl<P: Params> Declare<P> {
     /// output of another declaration) fails the constructor with
     /// `load/invalid-options`; that `R` is the row type the stream declared
     /// is checked when a row is written, before anything of its unit is.
-    pub fn collection<R: Serialize>(&mut self, output: StateOutput, name: &str) -> Collection<R> {
-        let index = match self.outputs.get(output.place.index) {
+    pub fn collection<R: Serialize>(&self, output: StateOutput, name: &str) -> Collection<R> {
+        let index = match self.outputs.borrow().get(output.place.index) {
             Some(OutputSpec {
                 kind: OutputKind::State { collections, .. },
                 ..
@@ -274,7 +280,7 @@ impl<P: Params> Declare<P> {
         };
         index.map_or_else(
             || {
-                self.mistakes.push(format!(
+                self.mistakes.borrow_mut().push(format!(
                     "state output #{} has no collection `{name}`",
                     output.place.index
                 ));
@@ -299,28 +305,28 @@ impl<P: Params> Declare<P> {
                 self.id
             )))
         };
-        if let Some(mistake) = self.mistakes.first() {
+        let (inputs, outputs) = (self.inputs.borrow(), self.outputs.borrow());
+        if let Some(mistake) = self.mistakes.borrow().first() {
             return invalid(mistake.clone());
         }
         if self.id.is_empty() {
             return invalid("the id is empty".into());
         }
-        if self.inputs.is_empty() {
+        if inputs.is_empty() {
             return invalid("declare at least one input".into());
         }
-        if kind.has_outputs() && self.outputs.is_empty() {
+        if kind.has_outputs() && outputs.is_empty() {
             return invalid(format!("{} needs at least one output", kind.name()));
         }
         let optional = kind == Kind::Process && commit == CommitKind::Transaction;
-        if !kind.has_outputs() && !optional && !self.outputs.is_empty() {
+        if !kind.has_outputs() && !optional && !outputs.is_empty() {
             return invalid(format!("{} declares no outputs", kind.name()));
         }
         let mut names_seen = BTreeSet::new();
-        for name in self
-            .inputs
+        for name in inputs
             .iter()
             .map(|i| &i.name)
-            .chain(self.outputs.iter().map(|o| &o.name))
+            .chain(outputs.iter().map(|o| &o.name))
         {
             if name.is_empty() || !names_seen.insert(name.as_str()) {
                 return invalid(format!(
@@ -329,10 +335,10 @@ impl<P: Params> Declare<P> {
             }
         }
         let mut templates = BTreeSet::new();
-        for input in &self.inputs {
+        for input in inputs.iter() {
             templates.insert(input.route.template());
         }
-        for output in &self.outputs {
+        for output in outputs.iter() {
             if !templates.insert(output.route.template()) {
                 return invalid(format!(
                     "output `{}` names stream `{}`, which another output or an input already names",
@@ -342,11 +348,10 @@ impl<P: Params> Declare<P> {
             }
         }
         if let Some(names) = names {
-            let routes = self
-                .inputs
+            let routes = inputs
                 .iter()
                 .map(|i| ("input", &i.name, &i.route))
-                .chain(self.outputs.iter().map(|o| ("output", &o.name, &o.route)));
+                .chain(outputs.iter().map(|o| ("output", &o.name, &o.route)));
             for (what, name, route) in routes {
                 if let Some(extra) = route.params().find(|p| !names.iter().any(|n| n == p)) {
                     return invalid(format!(
@@ -376,8 +381,8 @@ impl<P: Params> Declare<P> {
                 number: self.number,
                 version: self.version,
                 kind,
-                inputs: self.inputs,
-                outputs: self.outputs,
+                inputs: self.inputs.into_inner(),
+                outputs: self.outputs.into_inner(),
                 initial,
                 kernel,
                 commit,

@@ -50,7 +50,7 @@ impl fmt::Debug for Items {
 /// # use eddy_streams::JsonStream;
 /// # let numbers = JsonStream::<u32>::new("Test/N", "n").unwrap();
 /// # let doubled = JsonStream::<u64>::new("Test/D", "d").unwrap();
-/// let mut declare = Declare::<()>::new("double");
+/// let declare = Declare::<()>::new("double");
 /// let input = declare.input("n", &numbers);
 /// let output = declare.output("d", &doubled);
 /// let double = declare
@@ -66,7 +66,7 @@ impl fmt::Debug for Items {
 /// # use eddy_streams::JsonStream;
 /// # let numbers = JsonStream::<u32>::new("Test/N", "n").unwrap();
 /// # let doubled = JsonStream::<u64>::new("Test/D", "d").unwrap();
-/// let mut declare = Declare::<()>::new("double");
+/// let declare = Declare::<()>::new("double");
 /// let input = declare.input("n", &numbers);
 /// let output = declare.output("d", &doubled);
 /// let double = declare
@@ -83,7 +83,7 @@ impl fmt::Debug for Items {
 /// # #[derive(serde::Serialize, serde::Deserialize)] struct Card { id: String }
 /// # let numbers = JsonStream::<u32>::new("Test/N", "n").unwrap();
 /// # let board = StateStream::new("Test/B", "b").unwrap().collection::<Card>("card", "id");
-/// let mut declare = Declare::<()>::new("board");
+/// let declare = Declare::<()>::new("board");
 /// let input = declare.input("n", &numbers);
 /// let output = declare.state_output("b", &board);
 /// let cards = declare.collection::<Card>(output, "card");

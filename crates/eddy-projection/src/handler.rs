@@ -4,7 +4,11 @@
 //! Every shape reduces to the most general one, `mapAccum`'s
 //! `(state, entry, unit, emits) -> state`, so there is one adapter for
 //! synchronous entry handlers and one for asynchronous ones.
+//!
+//! Asynchronous handlers are plain async closures (`async move |…| { … }`),
+//! taken through [`AsyncHandler`] and boxed here.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -36,6 +40,50 @@ pub(crate) type EntryStep<P, S> = Arc<
         + Send
         + Sync,
 >;
+
+/// An asynchronous handler of `Args` whose future, done, gives `Out`:
+/// any cloneable `FnOnce` of those arguments that returns a `Send` future
+/// living as long as them, such as an async closure
+/// `async move |state, entry, unit| { … }` or an `async fn`.
+///
+/// The future may borrow the arguments (the entry, the unit, the batch,
+/// the outputs) across its awaits. Each call runs a clone of the handler,
+/// so what the closure captures moves into its future: capture handles
+/// (they are `Copy`) and `Arc`s of what is large or shared, not large
+/// values (each call would copy them).
+///
+/// Every constructor that takes an asynchronous handler also names it as
+/// an `AsyncFnOnce` of the same arguments, so that the compiler infers
+/// the closure's argument types: none needs writing.
+pub trait AsyncHandler<'a, Args, Out>: Clone + Send + Sync + 'static {
+    /// The future a call returns.
+    type Future: Future<Output = Out> + Send + 'a;
+
+    /// Calls the handler on `args`.
+    fn call(self, args: Args) -> Self::Future;
+}
+
+/// [`AsyncHandler`] for every function of as many arguments.
+macro_rules! async_handler {
+    ($($arg:ident),+) => {
+        impl<'a, F, Fut, Out, $($arg),+> AsyncHandler<'a, ($($arg,)+), Out> for F
+        where
+            F: FnOnce($($arg),+) -> Fut + Clone + Send + Sync + 'static,
+            Fut: Future<Output = Out> + Send + 'a,
+        {
+            type Future = Fut;
+
+            #[allow(non_snake_case)]
+            fn call(self, ($($arg,)+): ($($arg,)+)) -> Fut {
+                self($($arg),+)
+            }
+        }
+    };
+}
+
+async_handler!(A, B);
+async_handler!(A, B, C);
+async_handler!(A, B, C, D);
 
 fn wrong_items(slice: &AnySlice) -> HandlerError {
     format!("input `{}` holds items of another type", slice.input).into()

@@ -36,7 +36,7 @@ pub(crate) struct Place {
 /// # use eddy_projection::Declare;
 /// # use eddy_streams::JsonStream;
 /// # let numbers = JsonStream::<u32>::new("Test/N", "n").unwrap();
-/// let mut declare = Declare::<()>::new("lengths");
+/// let declare = Declare::<()>::new("lengths");
 /// let input = declare.input("n", &numbers);
 /// let lengths = declare
 ///     .fold(0usize)

@@ -54,7 +54,7 @@
 //! let orders = JsonStream::<Order>::new("Shop/Orders", "orders")?;
 //! let order_totals = JsonStream::<Total>::new("Shop/OrderTotals", "order-totals")?;
 //!
-//! let mut declare = Declare::<()>::new("order-totals");
+//! let declare = Declare::<()>::new("order-totals");
 //! let input = declare.input("input", &orders);
 //! let totals = declare.output("totals", &order_totals);
 //! let projection = declare
@@ -235,6 +235,7 @@ pub use durable::{wake_marks, WakeMarkReport, FIRST_DEFERRAL, MAX_DEFERRAL};
 pub use emits::Emits;
 pub use error::{HandlerError, ProjectionError, Result};
 pub use follow::Follow;
+pub use handler::AsyncHandler;
 pub use handles::{Collection, Input, Output, StateOutput};
 pub use host::Host;
 pub use inspect::{

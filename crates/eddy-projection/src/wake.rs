@@ -37,7 +37,7 @@ pub fn wake_stream(id: &str, route: &str) -> Result<StateStream, StreamError> {
 /// with [`wake_stream`]. The source's items are not decoded, so any stream
 /// can be a source.
 pub fn wake<P: Params>(id: &str, input: Route, output: &StateStream) -> Result<Projection<P, ()>> {
-    let mut declare = Declare::<P>::new(id);
+    let declare = Declare::<P>::new(id);
     let source = declare.input_bytes("input", input);
     let wakes = declare.state_output("output", output);
     let rows = declare.collection::<WakeRow>(wakes, WAKE_COLLECTION);

@@ -36,13 +36,13 @@ fn counter(
     store: Arc<dyn Storage>,
 ) -> Projection<Workspace, u64> {
     let step = Arc::new(step);
-    let mut declare = Declare::<Workspace>::new("load-count");
+    let declare = Declare::<Workspace>::new("load-count");
     let input = declare.input("facts", &facts());
     declare
         .fold(0u64)
-        .on_async(input, move |count, _, unit| {
-            let ran = step(store.clone(), &unit.params);
-            Box::pin(async move { ran.await.map(|()| count + 1).map_err(Into::into) })
+        .on_async(input, async move |count, _, unit| {
+            let ran = step(store.clone(), &unit.params).await;
+            ran.map(|()| count + 1).map_err(Into::into)
         })
         .build()
         .expect("declare")

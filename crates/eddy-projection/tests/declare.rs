@@ -34,7 +34,7 @@ fn emit_totals<P: eddy_projection::Params>(
     input: &JsonStream<Order>,
     output: &JsonStream<Total>,
 ) -> eddy_projection::Result<Projection<P, ()>> {
-    let mut declare = Declare::<P>::new(id);
+    let declare = Declare::<P>::new(id);
     let input = declare.input("input", input);
     let output = declare.output("output", output);
     declare
@@ -50,7 +50,7 @@ fn sum_of<P: eddy_projection::Params>(
     id: &str,
     inputs: &[&JsonStream<Order>],
 ) -> eddy_projection::Result<Projection<P, f64>> {
-    let mut declare = Declare::<P>::new(id);
+    let declare = Declare::<P>::new(id);
     let handles: Vec<_> = inputs
         .iter()
         .enumerate()
@@ -109,13 +109,13 @@ fn a_route_param_the_projection_lacks_is_refused() {
 
 #[test]
 fn every_input_needs_exactly_one_handler_of_this_declaration() {
-    let mut declare = Declare::<()>::new("x");
+    let declare = Declare::<()>::new("x");
     let a = declare.input("a", &orders());
     declare.input("b", &orders());
     let missing = declare.fold(0.0).on(a, |s, _, _| s).build();
     assert_eq!(code(missing), "load/invalid-options");
 
-    let mut declare = Declare::<()>::new("x");
+    let declare = Declare::<()>::new("x");
     let a = declare.input("a", &orders());
     let twice = declare
         .fold(0.0)
@@ -124,9 +124,9 @@ fn every_input_needs_exactly_one_handler_of_this_declaration() {
         .build();
     assert_eq!(code(twice), "load/invalid-options");
 
-    let mut other = Declare::<()>::new("other");
+    let other = Declare::<()>::new("other");
     let foreign = other.input("a", &orders());
-    let mut declare = Declare::<()>::new("x");
+    let declare = Declare::<()>::new("x");
     declare.input("a", &orders());
     let mixed = declare.fold(0.0).on(foreign, |s, _, _| s).build();
     assert_eq!(code(mixed), "load/invalid-options");
@@ -137,7 +137,7 @@ fn constructors_check_inputs_and_outputs() {
     let no_inputs = Declare::<()>::new("x").fold(0.0).build();
     assert_eq!(code(no_inputs), "load/invalid-options");
 
-    let mut declare = Declare::<()>::new("x");
+    let declare = Declare::<()>::new("x");
     let input = declare.input("orders", &orders());
     let emit_without_outputs = declare
         .emit(Commit::producer())
@@ -145,13 +145,13 @@ fn constructors_check_inputs_and_outputs() {
         .build();
     assert_eq!(code(emit_without_outputs), "load/invalid-options");
 
-    let mut declare = Declare::<()>::new("x");
+    let declare = Declare::<()>::new("x");
     let input = declare.input("orders", &orders());
     declare.output("totals", &totals());
     let fold_with_outputs = declare.fold(0.0).on(input, |s, _, _| s).build();
     assert_eq!(code(fold_with_outputs), "load/invalid-options");
 
-    let mut declare = Declare::<()>::new("x");
+    let declare = Declare::<()>::new("x");
     declare.input("orders", &orders());
     let process_ok = declare.process(Commit::at_least_once(), |batch, _| {
         Step::result(if batch.is_empty() {
@@ -165,7 +165,7 @@ fn constructors_check_inputs_and_outputs() {
 
 #[test]
 fn names_are_unique_and_streams_distinct() {
-    let mut declare = Declare::<()>::new("x");
+    let declare = Declare::<()>::new("x");
     let input = declare.input("same", &orders());
     declare.output("same", &totals());
     let same_names = declare
@@ -174,7 +174,7 @@ fn names_are_unique_and_streams_distinct() {
         .build();
     assert_eq!(code(same_names), "load/invalid-options");
 
-    let mut declare = Declare::<()>::new("x");
+    let declare = Declare::<()>::new("x");
     let input = declare.input("orders", &orders());
     declare.output("a", &totals());
     declare.output("b", &totals());
@@ -200,7 +200,7 @@ fn a_collection_the_state_stream_lacks_is_refused() {
     let board = StateStream::new("Test/Board", "board")
         .expect("route")
         .collection::<Row>("row", "id");
-    let mut declare = Declare::<()>::new("x");
+    let declare = Declare::<()>::new("x");
     let input = declare.input("orders", &orders());
     let output = declare.state_output("board", &board);
     let unknown = declare.collection::<Row>(output, "nope");
@@ -255,7 +255,7 @@ fn an_output_that_resolves_to_an_input_stream_is_refused_when_bound() {
 
     let other = JsonStream::<Total>::new("Shop/Other", "totals/:workspaceId").expect("route");
     let fixed_output = JsonStream::<Total>::new("Shop/Fixed", "totals/ws-42").expect("route");
-    let mut declare = Declare::<Workspace>::new("collide-outputs");
+    let declare = Declare::<Workspace>::new("collide-outputs");
     let input = declare.input("facts", &facts());
     declare.output("a", &other);
     declare.output("b", &fixed_output);

@@ -32,7 +32,7 @@ async fn footprint(store: &dyn Storage, base: &str) -> (usize, u64, u64) {
 /// this fold's size (under 200 bytes: a `u64` sum and one offset).
 async fn units_stay_bounded(store: Arc<dyn Storage>, units: u64) {
     seed(store.as_ref(), 0..units).await;
-    let mut declare = Declare::<()>::new("sum");
+    let declare = Declare::<()>::new("sum");
     let input = declare.input("counts", &counts());
     let fold = declare
         .fold(0u64)

@@ -34,19 +34,16 @@ type Hooks = Arc<dyn Fn(&str) -> Hook + Send + Sync>;
 
 /// Counts each workspace's facts, asking `hook` before each entry.
 fn counting(hook: Hooks) -> Projection<Workspace, u64> {
-    let mut declare = Declare::<Workspace>::new("durable-count");
+    let declare = Declare::<Workspace>::new("durable-count");
     let input = declare.input("facts", &facts());
     declare
         .fold(0u64)
-        .on_async(input, move |count, _entry, unit| {
-            let hook = hook(&unit.params.workspace_id);
-            Box::pin(async move {
-                match hook {
-                    Hook::Count => Ok(count + 1),
-                    Hook::Fail => Err("the handler fails on purpose".into()),
-                    Hook::Hang => std::future::pending().await,
-                }
-            })
+        .on_async(input, async move |count, _entry, unit| {
+            match hook(&unit.params.workspace_id) {
+                Hook::Count => Ok(count + 1),
+                Hook::Fail => Err("the handler fails on purpose".into()),
+                Hook::Hang => std::future::pending().await,
+            }
         })
         .build()
         .expect("declare")

@@ -100,7 +100,7 @@ mod cases {
 
     pub async fn other_faults_fail_the_stream(store: Arc<dyn Storage>) {
         seed(store.as_ref(), 0..1).await;
-        let mut declare = Declare::<()>::new("failing");
+        let declare = Declare::<()>::new("failing");
         let input = declare.input("orders", &orders());
         let failing = declare
             .fold(0.0)

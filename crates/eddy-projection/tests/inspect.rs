@@ -25,7 +25,7 @@ async fn failed_then_fixed(store: Arc<dyn Storage>) {
         .await
         .expect("append");
     let refusing = Arc::new(AtomicBool::new(true));
-    let mut declare = Declare::<()>::new("mailer");
+    let declare = Declare::<()>::new("mailer");
     let input = declare.input("numbers", &numbers);
     let flag = Arc::clone(&refusing);
     let mailer = declare

@@ -87,7 +87,7 @@ async fn runs(handle: &PrometheusHandle) {
         .expect("append");
     let host = Host::new(Arc::clone(&store));
 
-    let mut declare = Declare::<()>::new("sum");
+    let declare = Declare::<()>::new("sum");
     let input = declare.input("numbers", &numbers);
     let sum = declare
         .fold(0_i64)
@@ -105,7 +105,7 @@ async fn runs(handle: &PrometheusHandle) {
     host.run(&sum, pairs(None)).await.expect("run");
     assert_eq!(binding(handle, "sum"), [3.0, 5.0, 0.0, 0.0, 0.0]);
 
-    let mut declare = Declare::<()>::new("mailer");
+    let declare = Declare::<()>::new("mailer");
     let input = declare.input("numbers", &numbers);
     let mailer = declare
         .process_each(Commit::at_least_once())
@@ -122,7 +122,7 @@ async fn runs(handle: &PrometheusHandle) {
     assert_eq!(binding(handle, "mailer"), [0.0, 0.0, 1.0, 0.0, 5.0]);
 
     // One read fails with a storage failure: the follower retries once.
-    let mut declare = Declare::<()>::new("count");
+    let declare = Declare::<()>::new("count");
     let input = declare.input("numbers", &numbers);
     let count = declare
         .fold(0_u64)

@@ -41,7 +41,7 @@ fn board() -> StateStream {
 }
 
 fn folded() -> Projection<(), Totals> {
-    let mut declare = Declare::<()>::new("folded");
+    let declare = Declare::<()>::new("folded");
     let input = declare.input("deltas", &deltas());
     declare
         .fold(Totals::new())
@@ -55,7 +55,7 @@ fn folded() -> Projection<(), Totals> {
 
 /// Coalesces each batch into one upsert per touched key.
 fn batched() -> Projection<(), Totals> {
-    let mut declare = Declare::<()>::new("batched");
+    let declare = Declare::<()>::new("batched");
     let input = declare.input("deltas", &deltas());
     let board_output = declare.state_output("board", &board());
     let rows = declare.collection::<Row>(board_output, "row");

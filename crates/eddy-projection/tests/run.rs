@@ -10,7 +10,7 @@ use crate::support::{order, orders, read_all, total_of, totals, Faulty, Op, Orde
 
 /// `total`: the sum of the orders' amounts.
 pub fn total_fold() -> Projection<(), f64> {
-    let mut declare = Declare::<()>::new("total");
+    let declare = Declare::<()>::new("total");
     let orders = declare.input("orders", &orders());
     declare
         .fold(0.0)
@@ -21,7 +21,7 @@ pub fn total_fold() -> Projection<(), f64> {
 
 /// `order-totals`: one total per order, with the producer commit.
 pub fn order_totals() -> Projection<(), ()> {
-    let mut declare = Declare::<()>::new("order-totals");
+    let declare = Declare::<()>::new("order-totals");
     let input = declare.input("input", &orders());
     let totals = declare.output("totals", &totals());
     declare
@@ -35,7 +35,7 @@ pub fn order_totals() -> Projection<(), ()> {
 
 /// A running total of the orders' amounts, written to `totals`.
 pub fn running_totals(id: &str) -> Projection<(), f64> {
-    let mut declare = Declare::<()>::new(id);
+    let declare = Declare::<()>::new(id);
     let input = declare.input("orders", &orders());
     let totals = declare.output("totals", &totals());
     declare
@@ -65,7 +65,7 @@ fn compensated(answer: Step<()>) -> (Projection<(), ()>, Compensations) {
     let calls: Compensations = Arc::default();
     let seen = calls.clone();
     let answer = Mutex::new(Some(answer));
-    let mut declare = Declare::<()>::new("compensated");
+    let declare = Declare::<()>::new("compensated");
     let input = declare.input("input", &orders());
     let totals = declare.output("totals", &totals());
     let commit = Commit::producer().with_compensation(move |result, cause, unit| {
@@ -155,7 +155,7 @@ mod cases {
     /// output whole and in the order they were pushed.
     pub async fn interleaved_items_of_two_outputs_keep_their_order(store: Arc<dyn Storage>) {
         seed(store.as_ref(), 0..7).await;
-        let mut declare = Declare::<()>::new("two-outputs");
+        let declare = Declare::<()>::new("two-outputs");
         let input = declare.input("orders", &orders());
         let totals_output = declare.output("totals", &totals());
         let sums_output = declare.output("sums", &crate::support::sums());
@@ -258,7 +258,7 @@ mod cases {
         let seen = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
         let fail_once = Arc::new(Mutex::new(true));
         let (seen2, fail2) = (seen.clone(), fail_once.clone());
-        let mut declare = Declare::<()>::new("effects");
+        let declare = Declare::<()>::new("effects");
         let input = declare.input("orders", &orders());
         let projection = declare
             .process_each(Commit::at_least_once())
@@ -304,7 +304,7 @@ mod cases {
         seed(store.as_ref(), 0..2).await;
         let calls = Arc::new(Mutex::new(Vec::new()));
         let calls2 = calls.clone();
-        let mut declare = Declare::<()>::new("compensated");
+        let declare = Declare::<()>::new("compensated");
         let input = declare.input("input", &orders());
         let totals = declare.output("totals", &totals());
         let commit = Commit::producer().with_compensation(move |result, cause, unit| {
@@ -430,7 +430,7 @@ mod cases {
         let transitions =
             eddy_streams::JsonStream::<i64>::new("Tracker/Transitions", "transitions")
                 .expect("route");
-        let mut declare = Declare::<()>::new("tracker");
+        let declare = Declare::<()>::new("tracker");
         let input = declare.input("numbers", &numbers);
         let board_output = declare.state_output("board", &board);
         let cards = declare.collection::<Card>(board_output, "card");
@@ -483,7 +483,7 @@ mod cases {
         store: Arc<dyn Storage>,
     ) {
         seed(store.as_ref(), 0..1).await;
-        let mut declare = Declare::<()>::new("foreign");
+        let declare = Declare::<()>::new("foreign");
         let input = declare.input("input", &orders());
         declare.foreign_output("totals", &totals());
         let foreign = declare
@@ -544,7 +544,7 @@ mod cases {
         let board = StateStream::new("Tracker/Board", "board")
             .expect("route")
             .collection::<Card>("card", "issueId");
-        let mut declare = Declare::<()>::new("controls");
+        let declare = Declare::<()>::new("controls");
         let input = declare.input("input", &orders());
         let board_output = declare.state_output("board", &board);
         let cards = declare.collection::<Card>(board_output, "card");
@@ -598,7 +598,7 @@ mod cases {
     pub async fn an_empty_output_uses_no_producer_sequence(store: Arc<dyn Storage>) {
         seed(store.as_ref(), 0..3).await;
         let evens = eddy_streams::JsonStream::<String>::new("Shop/Evens", "evens").expect("route");
-        let mut declare = Declare::<()>::new("two-outputs");
+        let declare = Declare::<()>::new("two-outputs");
         let input = declare.input("input", &orders());
         let totals_output = declare.output("totals", &totals());
         let evens_output = declare.output("evens", &evens);
@@ -669,7 +669,7 @@ mod cases {
         });
         let fail_handler = Arc::new(Mutex::new(false));
         let fail2 = fail_handler.clone();
-        let mut declare = Declare::<()>::new("compensated-fold");
+        let declare = Declare::<()>::new("compensated-fold");
         let input = declare.input("orders", &orders());
         let projection = declare
             .fold(0.0)
@@ -740,7 +740,7 @@ mod cases {
         }
         let seen = Arc::new(Mutex::new(Vec::<String>::new()));
         let seen2 = seen.clone();
-        let mut declare = Declare::<()>::new("ordered");
+        let declare = Declare::<()>::new("ordered");
         let zeta = declare.input("zeta", &zeta);
         let alpha = declare.input("alpha", &alpha);
         let record = move |input: &str, order: &Order| {
@@ -800,16 +800,14 @@ mod cases {
         let host = Host::new(store.clone());
         let seen = Arc::new(Mutex::new(Vec::<String>::new()));
 
-        let mut declare = Declare::<()>::new("async-fold");
+        let declare = Declare::<()>::new("async-fold");
         let input = declare.input("orders", &orders());
         let fold = declare
             .fold(0.0)
-            .on_async(input, |sum: f64, entry, unit| {
-                Box::pin(async move {
-                    tokio::task::yield_now().await;
-                    assert_eq!(unit.key.len(), 16, "the unit is still there");
-                    Ok(sum + entry.item.amount)
-                })
+            .on_async(input, async |sum, entry, unit| {
+                tokio::task::yield_now().await;
+                assert_eq!(unit.key.len(), 16, "the unit is still there");
+                Ok(sum + entry.item.amount)
             })
             .build()
             .expect("declare");
@@ -822,17 +820,15 @@ mod cases {
             .expect("fold");
         assert_eq!(progress.state, Some(6.0));
 
-        let mut declare = Declare::<()>::new("async-emit");
+        let declare = Declare::<()>::new("async-emit");
         let input = declare.input("input", &orders());
         let output = declare.output("totals", &totals());
         let emit = declare
             .emit(Commit::producer())
-            .on_async(input, move |entry, _unit, emits| {
-                Box::pin(async move {
-                    tokio::task::yield_now().await;
-                    emits.push(output, total_of(entry.item));
-                    Ok(())
-                })
+            .on_async(input, async move |entry, _unit, emits| {
+                tokio::task::yield_now().await;
+                emits.push(output, total_of(entry.item));
+                Ok(())
             })
             .build()
             .expect("declare");
@@ -842,22 +838,19 @@ mod cases {
         assert_eq!(read_all(store.as_ref(), &totals(), &()).await.len(), 4);
 
         let record = seen.clone();
-        let mut declare = Declare::<()>::new("async-process");
+        let declare = Declare::<()>::new("async-process");
         let input = declare.input("orders", &orders());
         let process = declare
-            .process_async(Commit::at_least_once(), move |batch, unit| {
-                let record = record.clone();
-                Box::pin(async move {
-                    tokio::task::yield_now().await;
-                    for order in batch.items(input) {
-                        record.lock().expect("seen").push(format!(
-                            "{}:{}",
-                            &unit.key[..4],
-                            order.order_id
-                        ));
-                    }
-                    Ok(())
-                })
+            .process_async(Commit::at_least_once(), async move |batch, unit| {
+                tokio::task::yield_now().await;
+                for order in batch.items(input) {
+                    record.lock().expect("seen").push(format!(
+                        "{}:{}",
+                        &unit.key[..4],
+                        order.order_id
+                    ));
+                }
+                Ok(())
             })
             .expect("declare");
         host.run(&process.at(()).expect("bind"), RunOptions::default())
@@ -867,15 +860,13 @@ mod cases {
         assert_eq!(seen.len(), 4);
         assert!(seen[3].ends_with(":o3"));
 
-        let mut declare = Declare::<()>::new("async-failure");
+        let declare = Declare::<()>::new("async-failure");
         let input = declare.input("orders", &orders());
         let failing = declare
             .process_each(Commit::at_least_once())
-            .on_async(input, |entry, _unit| {
-                Box::pin(async move {
-                    tokio::task::yield_now().await;
-                    Err(format!("cannot send {}", entry.item.order_id).into())
-                })
+            .on_async(input, async |entry, _unit| {
+                tokio::task::yield_now().await;
+                Err(format!("cannot send {}", entry.item.order_id).into())
             })
             .build()
             .expect("declare");
@@ -893,9 +884,8 @@ mod cases {
         seed(store.as_ref(), 0..2).await;
         let calls = Arc::new(Mutex::new(Vec::new()));
         let record = calls.clone();
-        let commit = Commit::checkpoint().with_compensation_async(move |result, cause, unit| {
-            let record = record.clone();
-            Box::pin(async move {
+        let commit =
+            Commit::checkpoint().with_compensation_async(async move |result, cause, unit| {
                 tokio::task::yield_now().await;
                 record.lock().expect("calls").push((
                     result.state,
@@ -903,9 +893,8 @@ mod cases {
                     unit.ranges["orders"].len(),
                 ));
                 Ok(())
-            })
-        });
-        let mut declare = Declare::<()>::new("compensated-async");
+            });
+        let declare = Declare::<()>::new("compensated-async");
         let input = declare.input("orders", &orders());
         let projection = declare
             .fold(0.0)
@@ -949,7 +938,7 @@ mod cases {
             .expect("route")
             .collection::<Row>("row", "id");
         let odd = eddy_streams::JsonStream::<Odd>::new("Test/Odd", "odd").expect("route");
-        let mut other = Declare::<()>::new("other");
+        let other = Declare::<()>::new("other");
         let foreign_handle = other.output("totals", &totals());
         for mistake in [
             "another declaration's handle",
@@ -958,7 +947,7 @@ mod cases {
         ] {
             let buggy = Arc::new(AtomicBool::new(true));
             let flag = buggy.clone();
-            let mut declare = Declare::<()>::new(format!("mistake-{}", mistake.len()));
+            let declare = Declare::<()>::new(format!("mistake-{}", mistake.len()));
             let input = declare.input("input", &orders());
             let totals_output = declare.output("totals", &totals());
             let board_output = declare.state_output("board", &board);
@@ -1025,7 +1014,7 @@ mod cases {
     pub async fn a_refused_second_output_leaves_the_first_untouched(store: Arc<dyn Storage>) {
         seed(store.as_ref(), 0..1).await;
         let odd = eddy_streams::JsonStream::<Odd>::new("Test/Odd", "odd").expect("route");
-        let mut declare = Declare::<()>::new("two");
+        let declare = Declare::<()>::new("two");
         let input = declare.input("input", &orders());
         let totals_output = declare.output("totals", &totals());
         let odd_output = declare.output("odd", &odd);
@@ -1051,9 +1040,9 @@ mod cases {
     /// its unit with `load/invalid-options` before anything is written.
     pub async fn a_batch_handler_with_another_declarations_input_fails(store: Arc<dyn Storage>) {
         seed(store.as_ref(), 0..1).await;
-        let mut other = Declare::<()>::new("other");
+        let other = Declare::<()>::new("other");
         let foreign_input = other.input("orders", &orders());
-        let mut declare = Declare::<()>::new("confused");
+        let declare = Declare::<()>::new("confused");
         declare.input("orders", &orders());
         let totals_output = declare.output("totals", &totals());
         let projection = declare

@@ -29,7 +29,7 @@ fn blob(n: usize, size: usize) -> String {
 
 /// `copy`: each blob, unchanged, on `copies`, with the producer commit.
 fn copy() -> Projection<(), ()> {
-    let mut declare = Declare::<()>::new("copy");
+    let declare = Declare::<()>::new("copy");
     let input = declare.input("blobs", &blobs());
     let output = declare.output("copies", &copies());
     declare
@@ -76,7 +76,7 @@ mod cases {
         store: Arc<dyn Storage>,
     ) {
         seed_blobs(store.as_ref(), 12, 1_000_000).await;
-        let mut declare = Declare::<()>::new("hoard");
+        let declare = Declare::<()>::new("hoard");
         let input = declare.input("blobs", &blobs());
         let hoard = declare
             .fold(Vec::<String>::new())

@@ -133,7 +133,7 @@ fn keep_gone_keeps_the_checkpoint_after_the_final_unit() {
     runtime().block_on(async {
         let store: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
         seed(store.as_ref(), 0..3).await;
-        let mut declare = Declare::<()>::new("kept").with_keep_gone();
+        let declare = Declare::<()>::new("kept").with_keep_gone();
         let input = declare.input("orders", &orders());
         let projection = declare
             .fold(0.0)

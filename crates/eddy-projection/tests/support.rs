@@ -159,7 +159,7 @@ pub fn sums() -> JsonStream<u64> {
 /// `running-sum`: the running sum of `counts`, one item per number on
 /// `sums`, with the producer commit.
 pub fn running_sum() -> eddy_projection::Projection<(), u64> {
-    let mut declare = eddy_projection::Declare::<()>::new("running-sum");
+    let declare = eddy_projection::Declare::<()>::new("running-sum");
     let input = declare.input("counts", &counts());
     let output = declare.output("sums", &sums());
     declare

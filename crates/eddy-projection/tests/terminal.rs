@@ -30,7 +30,7 @@ fn recorder() -> (Projection<(), f64>, Seen) {
     let record = seen.clone();
     // mapAccumBatch needs an output; give it a throwaway one.
     let sink = eddy_streams::JsonStream::<f64>::new("Test/Sink", "sink").expect("route");
-    let mut declare = Declare::<()>::new("recorder");
+    let declare = Declare::<()>::new("recorder");
     let input = declare.input("orders", &orders());
     declare.output("sink", &sink);
     let projection = declare
@@ -301,7 +301,7 @@ mod cases {
         seed(store.as_ref(), 0..2).await;
         let calls = Arc::new(Mutex::new(0usize));
         let calls2 = calls.clone();
-        let mut declare = Declare::<()>::new("per-item");
+        let declare = Declare::<()>::new("per-item");
         let input = declare.input("orders", &orders());
         let projection = declare
             .fold(0.0)

@@ -111,25 +111,22 @@ mod postgres {
     fn order_rows_as(id: &str, schema: &str, output: bool) -> TransactionProjection<(), PgTx> {
         let insert =
             format!("INSERT INTO \"{schema}\".order_totals (order_id, total) VALUES ($1, $2)");
-        let mut declare = Declare::<()>::new(id);
+        let declare = Declare::<()>::new(id);
         let input = declare.input("orders", &orders());
         let output = output.then(|| declare.output("totals", &totals()));
         declare
-            .process_transaction(Commit::transaction(), move |tx: &mut PgTx, work| {
-                let insert = insert.clone();
-                Box::pin(async move {
-                    for order in work.batch.items(input) {
-                        sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
-                            .bind(&order.order_id)
-                            .bind(order.amount)
-                            .execute(&mut **tx)
-                            .await?;
-                        if let Some(output) = output {
-                            work.emits.push(output, order);
-                        }
+            .process_transaction(Commit::transaction(), async move |tx: &mut PgTx, work| {
+                for order in work.batch.items(input) {
+                    sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
+                        .bind(&order.order_id)
+                        .bind(order.amount)
+                        .execute(&mut **tx)
+                        .await?;
+                    if let Some(output) = output {
+                        work.emits.push(output, order);
                     }
-                    Ok(())
-                })
+                }
+                Ok(())
             })
             .expect("declare")
     }
@@ -260,22 +257,20 @@ mod postgres {
             let schema = store.schema().to_owned();
             let seen: Arc<Mutex<Vec<(String, usize, usize)>>> = Arc::default();
             let prepared = Arc::new(AtomicU32::new(0));
-            let mut declare = Declare::<()>::new("racy-rows");
+            let declare = Declare::<()>::new("racy-rows");
             let input = declare.input("orders", &orders());
             let (seen_in, store_in, prepared_in) =
                 (Arc::clone(&seen), Arc::clone(&store), Arc::clone(&prepared));
             let projection = declare
                 .process_prepared(
                     Commit::transaction(),
-                    move |batch, _unit| {
+                    async move |batch, _unit| {
                         let count = prepared_in.fetch_add(1, Ordering::SeqCst);
-                        let items = batch.items(input).len();
-                        Box::pin(async move { Ok((count as usize, items)) })
+                        Ok((count as usize, batch.items(input).len()))
                     },
-                    move |tx: &mut PgTx, work| {
-                        let (seen, store, schema) =
-                            (Arc::clone(&seen_in), Arc::clone(&store_in), schema.clone());
-                        Box::pin(async move {
+                    async move |tx: &mut PgTx, work| {
+                        let (seen, store) = (&seen_in, &store_in);
+                        {
                             let attempt = {
                                 let mut seen = seen.lock().expect("lock");
                                 seen.push((
@@ -307,7 +302,7 @@ mod postgres {
                                 .await?;
                             }
                             Ok(())
-                        })
+                        }
                     },
                 )
                 .expect("declare");
@@ -356,14 +351,14 @@ mod postgres {
             let store = open(&url, &schema).await;
             let host = PgHost::open(Arc::clone(&store));
             let insert = format!("INSERT INTO \"{schema}\".order_totals VALUES ($1, $2)");
-            let mut declare = Declare::<()>::new("order-rows");
+            let declare = Declare::<()>::new("order-rows");
             let input = declare.input("orders", &orders());
             let hold = role.clone();
             let signal_in = signal.clone();
             let projection = declare
-                .process_transaction(Commit::transaction(), move |tx: &mut PgTx, work| {
-                    let (insert, hold, signal) = (insert.clone(), hold.clone(), signal_in.clone());
-                    Box::pin(async move {
+                .process_transaction(Commit::transaction(), async move |tx: &mut PgTx, work| {
+                    let (insert, hold, signal) = (&insert, &hold, &signal_in);
+                    {
                         for order in work.batch.items(input) {
                             sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
                                 .bind(&order.order_id)
@@ -378,7 +373,7 @@ mod postgres {
                         }
                         wait_for(&signal.with_extension("go")).await;
                         Ok(())
-                    })
+                    }
                 })
                 .expect("declare");
             let bound = projection.at(()).expect("bind");
@@ -576,7 +571,7 @@ mod postgres {
                 let streams = eddy_projection::Host::new(store.clone());
                 let table = PgHost::open(Arc::clone(&store));
                 let counted_as = |id: &str| {
-                    let mut declare = Declare::<()>::new(id);
+                    let declare = Declare::<()>::new(id);
                     let input = declare.input("orders", &orders());
                     declare
                         .fold(0u64)

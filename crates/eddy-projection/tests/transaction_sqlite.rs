@@ -101,7 +101,7 @@ fn order_rows() -> TransactionProjection<(), SqliteTx> {
 /// Order rows under the id `id`; with `output`, each order is also
 /// written to the declared output `totals`.
 fn order_rows_as(id: &str, output: bool) -> TransactionProjection<(), SqliteTx> {
-    let mut declare = Declare::<()>::new(id);
+    let declare = Declare::<()>::new(id);
     let input = declare.input("orders", &orders());
     let output = output.then(|| declare.output("totals", &totals()));
     declare
@@ -189,7 +189,7 @@ async fn totals_items(store: &SqliteStorage) -> Vec<Order> {
 /// transaction: binding the projection refuses it.
 #[test]
 fn a_foreign_output_is_refused_when_the_projection_is_bound() {
-    let mut declare = Declare::<()>::new("order-rows-foreign");
+    let declare = Declare::<()>::new("order-rows-foreign");
     let input = declare.input("orders", &orders());
     let output = declare.foreign_output("totals", &totals());
     let projection = declare
@@ -215,7 +215,7 @@ fn a_panicking_handler_fails_its_unit_and_the_writer_goes_on() {
         append(&store, &[("a", 1)]).await;
         let panic = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let panic_in = Arc::clone(&panic);
-        let mut declare = Declare::<()>::new("panicky-rows");
+        let declare = Declare::<()>::new("panicky-rows");
         let input = declare.input("orders", &orders());
         let projection = declare
             .process_sqlite(Commit::transaction(), move |tx: &Transaction<'_>, work| {
@@ -254,17 +254,14 @@ fn a_failing_handler_rolls_back_its_sql_and_prepare_feeds_it() {
         let store = open(dir.path()).await;
         let host = SqliteHost::new(Arc::clone(&store));
         append(&store, &[("a", 1), ("b", 2)]).await;
-        let mut declare = Declare::<()>::new("scaled-rows");
+        let declare = Declare::<()>::new("scaled-rows");
         let input = declare.input("orders", &orders());
         let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let fail_in = Arc::clone(&fail);
         let projection = declare
             .process_sqlite_prepared(
                 Commit::transaction(),
-                |batch, _unit| {
-                    let factor = 10 * batch.len() as i64;
-                    Box::pin(async move { Ok(factor) })
-                },
+                async |batch, _unit| Ok(10 * batch.len() as i64),
                 move |tx: &Transaction<'_>, work| {
                     for order in work.batch.items(input) {
                         let scaled = Order {
@@ -349,22 +346,19 @@ fn child_worker() {
     crate::support::runtime().block_on(async {
         let store = Arc::new(SqliteStorage::open(&dir).expect("open"));
         let host = SqliteHost::new(Arc::clone(&store));
-        let mut declare = Declare::<()>::new("order-rows");
+        let declare = Declare::<()>::new("order-rows");
         let input = declare.input("orders", &orders());
         let (hang, wait) = (role == "hang", role == "wait");
         let (signal_in, signal_tx) = (signal.clone(), signal.clone());
         let projection = declare
             .process_sqlite_prepared(
                 Commit::transaction(),
-                move |_, _| {
-                    let signal = signal_in.clone();
-                    Box::pin(async move {
-                        if wait {
-                            std::fs::write(&signal, "prepared")?;
-                            wait_for(&signal.with_extension("go")).await;
-                        }
-                        Ok(())
-                    })
+                async move |_, _| {
+                    if wait {
+                        std::fs::write(&signal_in, "prepared")?;
+                        wait_for(&signal_in.with_extension("go")).await;
+                    }
+                    Ok(())
                 },
                 move |tx: &Transaction<'_>, work| {
                     for order in work.batch.items(input) {
@@ -571,7 +565,7 @@ fn a_commit_during_an_attached_run_keeps_the_mark() {
 /// same key as the transaction projection `id`, kept by `Host::new` in
 /// checkpoint streams.
 fn counted_as(id: &str) -> eddy_projection::Projection<(), u64> {
-    let mut declare = Declare::<()>::new(id);
+    let declare = Declare::<()>::new(id);
     let input = declare.input("orders", &orders());
     declare
         .fold(0u64)
@@ -640,23 +634,20 @@ fn a_busy_database_runs_the_unit_again_on_inputs_read_again() {
         let file = store.file().to_owned();
         let seen: Arc<std::sync::Mutex<Vec<(String, usize, usize)>>> = Arc::default();
         let prepared = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let mut declare = Declare::<()>::new("busy-rows");
+        let declare = Declare::<()>::new("busy-rows");
         let input = declare.input("orders", &orders());
         let (seen_in, store_in, prepared_in) =
             (Arc::clone(&seen), Arc::clone(&store), Arc::clone(&prepared));
         let projection = declare
             .process_sqlite_prepared(
                 Commit::transaction(),
-                move |batch, _unit| {
+                async move |batch, _unit| {
                     let count = prepared_in.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    let (items, store) = (batch.items(input).len(), Arc::clone(&store_in));
-                    Box::pin(async move {
-                        if count == 1 {
-                            // New input arrives while the unit is retried.
-                            append(&store, &[("b", 2)]).await;
-                        }
-                        Ok(items)
-                    })
+                    if count == 1 {
+                        // New input arrives while the unit is retried.
+                        append(&store_in, &[("b", 2)]).await;
+                    }
+                    Ok(batch.items(input).len())
                 },
                 move |tx: &Transaction<'_>, work| {
                     let attempt = {

@@ -30,7 +30,7 @@ type ByWorkspace = (
 fn by_workspace() -> ByWorkspace {
     let facts = JsonStream::<Order>::new("Shop/Facts", "facts/:workspaceId").expect("route");
     let totals = JsonStream::<Total>::new("Shop/Totals", "totals/:workspaceId").expect("route");
-    let mut declare = Declare::<Workspace>::new("by-workspace");
+    let declare = Declare::<Workspace>::new("by-workspace");
     let input = declare.input("facts", &facts);
     let output = declare.output("output", &totals);
     let projection = declare
@@ -151,7 +151,7 @@ mod cases {
 
     pub async fn attach_needs_inputs_that_supply_every_param(store: Arc<dyn Storage>) {
         let orders = crate::support::orders();
-        let mut declare = Declare::<Workspace>::new("shared-input");
+        let declare = Declare::<Workspace>::new("shared-input");
         let input = declare.input("orders", &orders);
         let projection = declare
             .fold(0.0)
@@ -231,7 +231,7 @@ mod cases {
             shard: u32,
         }
         let facts = JsonStream::<Order>::new("Shop/Shards", "shards/:shard").expect("route");
-        let mut declare = Declare::<Shard>::new("by-shard");
+        let declare = Declare::<Shard>::new("by-shard");
         let input = declare.input("facts", &facts);
         let projection = declare
             .fold(0.0)

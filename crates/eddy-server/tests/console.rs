@@ -89,7 +89,7 @@ async fn server() -> RunningServer {
         .append(store.as_ref(), &(), &[1, 2, 3, 4, 5])
         .await
         .expect("append");
-    let mut declare = Declare::<()>::new("sum");
+    let declare = Declare::<()>::new("sum");
     let input = declare.input("numbers", &numbers);
     let sum = declare
         .fold(0_i64)
@@ -101,7 +101,7 @@ async fn server() -> RunningServer {
     host.run(&sum.at(()).expect("bind"), two)
         .await
         .expect("run");
-    let mut declare = Declare::<()>::new("mailer");
+    let declare = Declare::<()>::new("mailer");
     let input = declare.input("numbers", &numbers);
     let mailer = declare
         .process_each(Commit::at_least_once())

@@ -135,7 +135,7 @@ fn a_follower_with_a_refused_token_fails_at_once() {
         );
 
         let events = JsonStream::<serde_json::Value>::new("events", "events").expect("route");
-        let mut declare = Declare::<()>::new("count");
+        let declare = Declare::<()>::new("count");
         let input = declare.input("events", &events);
         let count = declare
             .fold(0u64)

@@ -42,7 +42,7 @@ async fn seed(dir: &Path) {
     drop(marker);
     let host = Host::new(Arc::clone(&store));
 
-    let mut declare = Declare::<()>::new("sum");
+    let declare = Declare::<()>::new("sum");
     let input = declare.input("numbers", &numbers);
     let sum = declare
         .fold(0_i64)
@@ -54,7 +54,7 @@ async fn seed(dir: &Path) {
         .await
         .expect("run");
 
-    let mut declare = Declare::<()>::new("count");
+    let declare = Declare::<()>::new("count");
     let input = declare.input("numbers", &numbers);
     let count = declare
         .fold(0_i64)
@@ -65,7 +65,7 @@ async fn seed(dir: &Path) {
         .await
         .expect("run");
 
-    let mut declare = Declare::<()>::new("mailer");
+    let declare = Declare::<()>::new("mailer");
     let input = declare.input("numbers", &numbers);
     let mailer = declare
         .process_each(Commit::at_least_once())
@@ -97,7 +97,7 @@ async fn seed(dir: &Path) {
         .expect("defer");
 
     // A SQL host's binding: its checkpoint is a row of the store's table.
-    let mut declare = Declare::<()>::new("rows");
+    let declare = Declare::<()>::new("rows");
     let input = declare.input("numbers", &numbers);
     let rows = declare
         .process_sqlite(

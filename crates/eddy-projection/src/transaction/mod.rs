@@ -77,6 +77,7 @@ pub use sqlite::{SqliteCheckpoints, SqliteHost, SqliteTx};
 use crate::checkpoint::{Checkpoint, CheckpointKey, Token};
 use crate::commit::TransactionCommit;
 use crate::declare::Params;
+use crate::handler::AsyncHandler;
 use crate::{
     Batch, Bound, Commit, Declare, Emits, HandlerError, Kind, Projection, ProjectionError, Result,
     Retry, Unit,
@@ -87,6 +88,15 @@ use crate::{
 pub(crate) type Prepare<P, T> = Arc<
     dyn for<'a> Fn(&'a Batch, &'a Unit<P>) -> BoxFuture<'a, Result<T, HandlerError>> + Send + Sync,
 >;
+
+/// `prepare` as its host calls it.
+fn boxed_prepare<P, T, G>(prepare: G) -> Prepare<P, T>
+where
+    P: 'static,
+    G: for<'a> AsyncHandler<'a, (&'a Batch, &'a Unit<P>), Result<T, HandlerError>>,
+{
+    Arc::new(move |batch, unit| Box::pin(prepare.clone().call((batch, unit))))
+}
 
 /// What a transaction handler works on besides its transaction: the
 /// unit's batch, the unit, what `prepare` gave (`()` without one), and
@@ -253,18 +263,17 @@ impl<P: Params> Declare<P> {
     ) -> Result<TransactionProjection<P, X, ()>>
     where
         X: Send + 'static,
-        F: for<'a> Fn(&'a mut X, Work<'a, P>) -> BoxFuture<'a, Result<(), HandlerError>>
-            + Send
-            + Sync
-            + 'static,
+        F: for<'a> AsyncHandler<'a, (&'a mut X, Work<'a, P>), Result<(), HandlerError>>
+            + for<'a> AsyncFnOnce(&'a mut X, Work<'a, P>) -> Result<(), HandlerError>,
     {
-        self.process_prepared(commit, |_, _| Box::pin(async { Ok(()) }), f)
+        self.process_prepared(commit, async |_, _| Ok(()), f)
     }
 
     /// [`process_transaction`](Declare::process_transaction) with a
     /// `prepare(batch, unit)` step that runs outside the transaction (at
     /// least once per unit, again when a retry reads the inputs again);
-    /// its result is the handler's last argument.
+    /// its result is the handler's last argument. Both are asynchronous
+    /// handlers (see [`AsyncHandler`]).
     pub fn process_prepared<X, T, G, F>(
         self,
         commit: Commit<TransactionCommit<X>, P, ()>,
@@ -274,16 +283,14 @@ impl<P: Params> Declare<P> {
     where
         X: Send + 'static,
         T: Send + Sync + 'static,
-        G: for<'a> Fn(&'a Batch, &'a Unit<P>) -> BoxFuture<'a, Result<T, HandlerError>>
-            + Send
-            + Sync
-            + 'static,
-        F: for<'a> Fn(&'a mut X, Work<'a, P, T>) -> BoxFuture<'a, Result<(), HandlerError>>
-            + Send
-            + Sync
-            + 'static,
+        G: for<'a> AsyncHandler<'a, (&'a Batch, &'a Unit<P>), Result<T, HandlerError>>
+            + for<'a> AsyncFnOnce(&'a Batch, &'a Unit<P>) -> Result<T, HandlerError>,
+        F: for<'a> AsyncHandler<'a, (&'a mut X, Work<'a, P, T>), Result<(), HandlerError>>
+            + for<'a> AsyncFnOnce(&'a mut X, Work<'a, P, T>) -> Result<(), HandlerError>,
     {
-        self.transaction_projection(commit, Arc::new(prepare), Handler::Async(Arc::new(f)))
+        let process: Process<P, X, T> =
+            Arc::new(move |tx, work| Box::pin(f.clone().call((tx, work))));
+        self.transaction_projection(commit, boxed_prepare(prepare), Handler::Async(process))
     }
 
     /// `process` with [`Commit::transaction`] on SQLite ([`SqliteHost`]):
@@ -307,13 +314,14 @@ impl<P: Params> Declare<P> {
             + Sync
             + 'static,
     {
-        self.process_sqlite_prepared(commit, |_, _| Box::pin(async { Ok(()) }), f)
+        self.process_sqlite_prepared(commit, async |_, _| Ok(()), f)
     }
 
     /// [`process_sqlite`](Declare::process_sqlite) with a `prepare(batch,
     /// unit)` step that runs outside the transaction (at least once per
     /// unit, again when a retry reads the inputs again), on the async
-    /// runtime; its result is the handler's last argument.
+    /// runtime (an asynchronous handler, see [`AsyncHandler`]); its result
+    /// is the handler's last argument.
     pub fn process_sqlite_prepared<T, G, F>(
         self,
         commit: Commit<TransactionCommit<SqliteTx>, P, ()>,
@@ -322,10 +330,8 @@ impl<P: Params> Declare<P> {
     ) -> Result<TransactionProjection<P, SqliteTx, T>>
     where
         T: Send + Sync + 'static,
-        G: for<'a> Fn(&'a Batch, &'a Unit<P>) -> BoxFuture<'a, Result<T, HandlerError>>
-            + Send
-            + Sync
-            + 'static,
+        G: for<'a> AsyncHandler<'a, (&'a Batch, &'a Unit<P>), Result<T, HandlerError>>
+            + for<'a> AsyncFnOnce(&'a Batch, &'a Unit<P>) -> Result<T, HandlerError>,
         F: for<'a, 'c> Fn(
                 &'a eddy_streams::rusqlite::Transaction<'c>,
                 Work<'a, P, T>,
@@ -334,7 +340,7 @@ impl<P: Params> Declare<P> {
             + Sync
             + 'static,
     {
-        self.transaction_projection(commit, Arc::new(prepare), Handler::Sync(Arc::new(f)))
+        self.transaction_projection(commit, boxed_prepare(prepare), Handler::Sync(Arc::new(f)))
     }
 
     fn transaction_projection<X, T>(
