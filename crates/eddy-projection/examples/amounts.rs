@@ -36,7 +36,6 @@ async fn run() -> Result<(), Box<dyn Error>> {
         .on(input, move |entry, _, emits| {
             emits.push(output, entry.item.amount)
         })
-        .build()?
         .at(())?;
 
     let declare = Declare::<()>::new("amount-sum");
@@ -44,7 +43,6 @@ async fn run() -> Result<(), Box<dyn Error>> {
     let sum = declare
         .fold(0.0)
         .on(input, |sum, entry, _| sum + entry.item)
-        .build()?
         .at(())?;
 
     let storage = Arc::new(MemoryStorage::new());

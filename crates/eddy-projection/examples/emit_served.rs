@@ -1,6 +1,5 @@
-//! An `emit` committed by its producer, run and followed through
-//! `RemoteStorage` against the server of `eddy serve` (in process here).
-//! `cargo run -p eddy-projection --example emit_served`
+//! An `emit` committed by its producer, followed through `RemoteStorage` against `eddy serve`
+//! (its server, in process here): `cargo run -p eddy-projection --example emit_served`
 
 use std::sync::Arc;
 
@@ -11,8 +10,10 @@ use futures::StreamExt;
 
 #[tokio::main(flavor = "current_thread")]
 pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut config = ServerConfig::default();
-    config.admin_token = Some("admin".into()); // checkpoints are admin writes
+    let config = ServerConfig {
+        admin_token: Some("admin".into()), // checkpoints are admin writes
+        ..ServerConfig::default()
+    };
     let store = Arc::new(MemoryStorage::new());
     let server = Server::bind(([127, 0, 0, 1], 0).into(), store, config);
     let server = server.await?.spawn();
@@ -34,6 +35,5 @@ pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let progress = follow.next().await.ok_or("the follower ended")??;
     let written = doubled.read(&*remote, &(), ReadFrom::Beginning).await?;
     assert_eq!((progress.items, written.items), (2, vec![3.0, 8.0]));
-    drop(follow);
     Ok(server.stop().await?)
 }

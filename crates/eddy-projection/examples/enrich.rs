@@ -63,7 +63,7 @@ async fn run() -> Result<(), Box<dyn Error>> {
     let order_input = declare.input("orders", &orders);
     let refund_input = declare.input("refunds", &refunds);
     let output = declare.output("balances", &balances);
-    let projection = declare
+    let bound = declare
         .map_accum(Commit::producer(), 0.0)
         .on_async(order_input, async move |balance, entry, _unit, emits| {
             // `entry` is borrowed for the whole call: no clone needed.
@@ -83,8 +83,7 @@ async fn run() -> Result<(), Box<dyn Error>> {
             );
             balance
         })
-        .build()?;
-    let bound = projection.at(())?;
+        .at(())?;
 
     let storage = Arc::new(MemoryStorage::new());
     orders.create(storage.as_ref(), &()).await?;

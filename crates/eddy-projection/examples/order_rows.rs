@@ -12,7 +12,6 @@ use std::error::Error;
 use std::sync::Arc;
 
 use eddy_projection::{Commit, Declare, RunOptions, SqliteHost};
-use eddy_streams::rusqlite::Transaction;
 use eddy_streams::{JsonStream, SqliteStorage, StreamError};
 use serde::{Deserialize, Serialize};
 
@@ -34,8 +33,8 @@ async fn run() -> Result<(), Box<dyn Error>> {
     let orders = JsonStream::<Order>::new("Shop/Orders", "orders")?;
     let declare = Declare::<()>::new("order-rows");
     let input = declare.input("orders", &orders);
-    let projection =
-        declare.process_sqlite(Commit::transaction(), move |tx: &Transaction<'_>, work| {
+    let bound = declare
+        .process_sqlite(Commit::transaction(), move |tx, work| {
             for order in work.batch.items(input) {
                 tx.execute(
                     "INSERT INTO order_totals (order_id, total) VALUES (?1, ?2)",
@@ -43,8 +42,8 @@ async fn run() -> Result<(), Box<dyn Error>> {
                 )?;
             }
             Ok(())
-        })?;
-    let bound = projection.at(())?;
+        })?
+        .at(())?;
 
     let dir = tempfile::tempdir()?;
     let store = Arc::new(SqliteStorage::open(dir.path())?);

@@ -39,7 +39,7 @@ async fn run() -> Result<(), Box<dyn Error>> {
     let declare = Declare::<()>::new("order-totals");
     let input = declare.input("input", &orders);
     let totals = declare.output("totals", &order_totals);
-    let projection = declare
+    let bound = declare
         .emit(Commit::producer())
         .on(input, move |entry, _, emits| {
             emits.push(
@@ -50,8 +50,7 @@ async fn run() -> Result<(), Box<dyn Error>> {
                 },
             )
         })
-        .build()?;
-    let bound = projection.at(())?;
+        .at(())?;
 
     let storage = Arc::new(MemoryStorage::new());
     orders.create(storage.as_ref(), &()).await?;

@@ -11,7 +11,8 @@
 //! - [`Declare`] starts a declaration (id, parameters `P`). Each
 //!   [`input`](Declare::input) and [`output`](Declare::output) returns a
 //!   typed handle ([`Input<T>`], [`Output<T>`], [`StateOutput`] and its
-//!   [`Collection<R>`]s). A constructor finishes it into a [`Projection`]:
+//!   [`Collection<R>`]s). A constructor finishes it into a [`Projection`]
+//!   (or, with [`Entries::at`], straight into a binding):
 //!   [`fold`](Declare::fold), [`emit`](Declare::emit),
 //!   [`map_accum`](Declare::map_accum) and
 //!   [`process_each`](Declare::process_each) take one entry handler per
@@ -36,7 +37,36 @@
 //!   writes a pending mark in its transaction, so a crash before the run
 //!   loses nothing; [`wake_marks()`] lists the marks.
 //!
+//! # Example: revenue
+//!
+//! A `fold` of order amounts, run once on a memory store (the examples
+//! directory has the other common cases: `fold_on_sqlite`, `emit_served`,
+//! `rows_followed`):
+//!
+//! ```
+//! use std::sync::Arc;
+//! use eddy_projection::{Declare, Host, RunOptions};
+//! use eddy_streams::{JsonStream, MemoryStorage};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let orders = JsonStream::<f64>::new("Shop/Orders", "orders")?;
+//! let declare = Declare::new("revenue");
+//! let input = declare.input("orders", &orders);
+//! let revenue = declare.fold(0.0).on(input, |sum, order, _| sum + order.item).at(())?;
+//!
+//! let store = Arc::new(MemoryStorage::new());
+//! orders.create(&*store, &()).await?;
+//! orders.append(&*store, &(), &[12.5, 7.0]).await?;
+//! let progress = Host::new(store).run(&revenue, RunOptions::default()).await?;
+//! assert_eq!(progress.state, Some(19.5));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+//!
 //! # Example: order totals
+//!
+//! An `emit` whose handler writes typed items to its output through the
+//! output's handle, committed by its producer:
 //!
 //! ```
 //! use std::sync::Arc;
@@ -57,14 +87,13 @@
 //! let declare = Declare::<()>::new("order-totals");
 //! let input = declare.input("input", &orders);
 //! let totals = declare.output("totals", &order_totals);
-//! let projection = declare
+//! let bound = declare
 //!     .emit(Commit::producer())
 //!     .on(input, move |entry, _unit, emits| {
 //!         let order = entry.item;
 //!         emits.push(totals, Total { order_id: order.order_id.clone(), total: order.amount });
 //!     })
-//!     .build()?;
-//! let bound = projection.at(())?;
+//!     .at(())?;
 //!
 //! let storage = Arc::new(MemoryStorage::new());
 //! orders.create(storage.as_ref(), &()).await?;
@@ -125,13 +154,20 @@
 //!   declaration (in a batch handler: the unit fails, nothing written).
 //!   A row whose type or key the state stream refuses fails its unit with
 //!   `pin/invalid-output` before anything of the unit is written.
-//! - **Handlers return a value, or a future that borrows.** A synchronous
+//! - **Handlers return a value, or are async closures.** A synchronous
 //!   handler returns the value itself, or a [`Step`] for fallible work.
 //!   The `_async` variants ([`Entries::on_async`],
 //!   [`Declare::process_async`], [`Declare::map_accum_batch_async`],
-//!   [`Commit::with_compensation_async`]) take closures that return
-//!   `Box::pin(async move { … })`; the future may borrow the entry, the
-//!   unit, the batch and the outputs for the duration of the call.
+//!   [`Commit::with_compensation_async`], and the handlers of
+//!   [`Declare::process_transaction`]) take async closures,
+//!   `async move |state, entry, unit| { … }`, with no boxing or argument
+//!   types to write ([`AsyncHandler`]); the future may borrow the entry,
+//!   the unit, the batch and the outputs for the duration of the call.
+//!   Each call runs a clone of the closure, so it may capture handles and
+//!   `Arc`s by `move`.
+//! - **No `mut`, one step to bind.** [`Declare`] records inputs and
+//!   outputs through `&self`; [`Entries::at`] builds and binds at once
+//!   (keep [`Entries::build`] for a [`Projection`] bound many times).
 //! - **Outputs** are [`JsonStream`](eddy_streams::JsonStream)s or
 //!   [`StateStream`](eddy_streams::StateStream)s. An output's owner is
 //!   this projection's storage unless it is declared with

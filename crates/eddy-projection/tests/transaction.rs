@@ -269,40 +269,37 @@ mod postgres {
                         Ok((count as usize, batch.items(input).len()))
                     },
                     async move |tx: &mut PgTx, work| {
-                        let (seen, store) = (&seen_in, &store_in);
-                        {
-                            let attempt = {
-                                let mut seen = seen.lock().expect("lock");
-                                seen.push((
-                                    work.unit.key.clone(),
-                                    work.batch.items(input).len(),
-                                    work.prepared.1,
-                                ));
-                                seen.len()
-                            };
-                            for order in work.batch.items(input) {
-                                sqlx::query(sqlx::AssertSqlSafe(format!(
-                                    "INSERT INTO \"{schema}\".order_totals VALUES ($1, $2)"
-                                )))
-                                .bind(&order.order_id)
-                                .bind(attempt as i64)
-                                .execute(&mut **tx)
-                                .await?;
-                            }
-                            if attempt == 2 {
-                                // New input arrives while the unit runs.
-                                append(&store, &[("b", 2)]).await;
-                            }
-                            if attempt <= 2 {
-                                sqlx::query(
-                                    "DO $$ BEGIN RAISE EXCEPTION 'lost' \
-                                     USING ERRCODE = 'serialization_failure'; END $$",
-                                )
-                                .execute(&mut **tx)
-                                .await?;
-                            }
-                            Ok(())
+                        let attempt = {
+                            let mut seen = seen_in.lock().expect("lock");
+                            seen.push((
+                                work.unit.key.clone(),
+                                work.batch.items(input).len(),
+                                work.prepared.1,
+                            ));
+                            seen.len()
+                        };
+                        for order in work.batch.items(input) {
+                            sqlx::query(sqlx::AssertSqlSafe(format!(
+                                "INSERT INTO \"{schema}\".order_totals VALUES ($1, $2)"
+                            )))
+                            .bind(&order.order_id)
+                            .bind(attempt as i64)
+                            .execute(&mut **tx)
+                            .await?;
                         }
+                        if attempt == 2 {
+                            // New input arrives while the unit runs.
+                            append(&store_in, &[("b", 2)]).await;
+                        }
+                        if attempt <= 2 {
+                            sqlx::query(
+                                "DO $$ BEGIN RAISE EXCEPTION 'lost' \
+                                 USING ERRCODE = 'serialization_failure'; END $$",
+                            )
+                            .execute(&mut **tx)
+                            .await?;
+                        }
+                        Ok(())
                     },
                 )
                 .expect("declare");
@@ -357,23 +354,20 @@ mod postgres {
             let signal_in = signal.clone();
             let projection = declare
                 .process_transaction(Commit::transaction(), async move |tx: &mut PgTx, work| {
-                    let (insert, hold, signal) = (&insert, &hold, &signal_in);
-                    {
-                        for order in work.batch.items(input) {
-                            sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
-                                .bind(&order.order_id)
-                                .bind(order.amount)
-                                .execute(&mut **tx)
-                                .await?;
-                        }
-                        // The rows are written, the checkpoint is not.
-                        std::fs::write(&signal, "in transaction")?;
-                        if hold == "hang" {
-                            std::future::pending::<()>().await;
-                        }
-                        wait_for(&signal.with_extension("go")).await;
-                        Ok(())
+                    for order in work.batch.items(input) {
+                        sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
+                            .bind(&order.order_id)
+                            .bind(order.amount)
+                            .execute(&mut **tx)
+                            .await?;
                     }
+                    // The rows are written, the checkpoint is not.
+                    std::fs::write(&signal_in, "in transaction")?;
+                    if hold == "hang" {
+                        std::future::pending::<()>().await;
+                    }
+                    wait_for(&signal_in.with_extension("go")).await;
+                    Ok(())
                 })
                 .expect("declare");
             let bound = projection.at(()).expect("bind");
