@@ -55,6 +55,44 @@ pub(crate) type EntryStep<P, S> = Arc<
 /// Every constructor that takes an asynchronous handler also names it as
 /// an `AsyncFnOnce` of the same arguments, so that the compiler infers
 /// the closure's argument types: none needs writing.
+///
+/// ```
+/// # use eddy_projection::{Commit, Declare};
+/// # use eddy_streams::JsonStream;
+/// # let numbers = JsonStream::<u32>::new("Test/N", "n").unwrap();
+/// # let doubled = JsonStream::<u64>::new("Test/D", "d").unwrap();
+/// let factor = std::sync::Arc::new(2);
+/// let declare = Declare::<()>::new("double");
+/// let input = declare.input("n", &numbers);
+/// let output = declare.output("d", &doubled);
+/// let double = declare
+///     .emit(Commit::producer())
+///     .on_async(input, async move |entry, _unit, emits| {
+///         tokio::task::yield_now().await;
+///         emits.push(output, u64::from(*entry.item) * *factor);
+///         Ok(())
+///     })
+///     .build();
+/// ```
+///
+/// The output's item type is still checked by the compiler:
+///
+/// ```compile_fail
+/// # use eddy_projection::{Commit, Declare};
+/// # use eddy_streams::JsonStream;
+/// # let numbers = JsonStream::<u32>::new("Test/N", "n").unwrap();
+/// # let doubled = JsonStream::<u64>::new("Test/D", "d").unwrap();
+/// let declare = Declare::<()>::new("double");
+/// let input = declare.input("n", &numbers);
+/// let output = declare.output("d", &doubled);
+/// let double = declare
+///     .emit(Commit::producer())
+///     .on_async(input, async move |entry, _unit, emits| {
+///         emits.push(output, "two");
+///         Ok(())
+///     })
+///     .build();
+/// ```
 pub trait AsyncHandler<'a, Args, Out>: Clone + Send + Sync + 'static {
     /// The future a call returns.
     type Future: Future<Output = Out> + Send + 'a;

@@ -116,19 +116,25 @@ mod postgres {
         let output = output.then(|| declare.output("totals", &totals()));
         declare
             .process_transaction(Commit::transaction(), async move |tx: &mut PgTx, work| {
-                for order in work.batch.items(input) {
-                    sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
-                        .bind(&order.order_id)
-                        .bind(order.amount)
-                        .execute(&mut **tx)
-                        .await?;
-                    if let Some(output) = output {
-                        work.emits.push(output, order);
-                    }
+                insert_each(tx, &insert, work.batch.items(input)).await?;
+                if let Some(output) = output {
+                    work.emits.extend(output, work.batch.items(input));
                 }
                 Ok(())
             })
             .expect("declare")
+    }
+
+    /// Runs `insert` with each order's id and amount in `tx`.
+    async fn insert_each(tx: &mut PgTx, insert: &str, orders: &[Order]) -> sqlx::Result<()> {
+        for order in orders {
+            sqlx::query(sqlx::AssertSqlSafe(insert.to_owned()))
+                .bind(&order.order_id)
+                .bind(order.amount)
+                .execute(&mut **tx)
+                .await?;
+        }
+        Ok(())
     }
 
     fn on_postgres<F, Fut>(name: &str, case: F)
@@ -354,13 +360,7 @@ mod postgres {
             let signal_in = signal.clone();
             let projection = declare
                 .process_transaction(Commit::transaction(), async move |tx: &mut PgTx, work| {
-                    for order in work.batch.items(input) {
-                        sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
-                            .bind(&order.order_id)
-                            .bind(order.amount)
-                            .execute(&mut **tx)
-                            .await?;
-                    }
+                    insert_each(tx, &insert, work.batch.items(input)).await?;
                     // The rows are written, the checkpoint is not.
                     std::fs::write(&signal_in, "in transaction")?;
                     if hold == "hang" {
