@@ -1,6 +1,6 @@
-//! Prints the DynamoDB requests the store makes per single append, per
-//! 100-message producer batch and per catch-up read of 200 × 1 KB, and
-//! the wall time of each, on moto (`EDDY_DYNAMODB_ENDPOINT`, feature
+//! Prints the DynamoDB requests the store makes per single append (one
+//! caller, then 50 at once), per 100-message producer batch and per
+//! catch-up read of 200 × 1 KB, and the wall time of each, on moto (`EDDY_DYNAMODB_ENDPOINT`, feature
 //! `aws`) or else on the embedded table.
 //!
 //!     cargo run -p eddy-streams-dynamodb --features aws --example requests
@@ -59,7 +59,10 @@ fn show(what: &str, calls: u64, stats: RequestStats, started: Instant) {
 #[tokio::main]
 async fn main() -> Result<(), eddy_streams::StreamError> {
     let table = table().await;
-    let store = eddy_streams_dynamodb::open(Arc::clone(&table), eddy_streams_dynamodb::options())?;
+    let store = Arc::new(eddy_streams_dynamodb::open(
+        Arc::clone(&table),
+        eddy_streams_dynamodb::options(),
+    )?);
     let one_kb = format!(r#"{{"pad":"{}"}}"#, "x".repeat(1012));
 
     let singles = StreamPath::new("singles")?;
@@ -72,6 +75,32 @@ async fn main() -> Result<(), eddy_streams::StreamError> {
     }
     show(
         "single append of 1 KB",
+        200,
+        table.request_stats() - before,
+        started,
+    );
+
+    // The same appends from 50 callers at once: group commit shares
+    // transactions between them.
+    let concurrent = StreamPath::new("concurrent")?;
+    store
+        .create(&concurrent, StreamConfig::json(), Payload::empty())
+        .await?;
+    let (before, started) = (table.request_stats(), Instant::now());
+    let callers = (0..50).map(|_| {
+        let (store, path, body) = (Arc::clone(&store), concurrent.clone(), one_kb.clone());
+        tokio::spawn(async move {
+            for _ in 0..4 {
+                store.append(&path, Append::body(body.clone())).await?;
+            }
+            Ok::<_, eddy_streams::StreamError>(())
+        })
+    });
+    for caller in futures::future::join_all(callers).await {
+        caller.map_err(|e| eddy_streams::StreamError::internal(e.to_string()))??;
+    }
+    show(
+        "single append of 1 KB, 50 callers at once",
         200,
         table.request_stats() - before,
         started,

@@ -214,6 +214,44 @@ pub(crate) fn client() -> reqwest::Client {
         .expect("client")
 }
 
+/// The number a server's `/metrics` page reports for `series`.
+async fn metric(http: &reqwest::Client, base: &str, series: &str) -> f64 {
+    let page = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics body");
+    page.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Waits until the server at `base` counts `readers` live readers: each
+/// has read the stream and parked, so only a wake can bring it new data.
+pub(crate) async fn until_live_readers(http: &reqwest::Client, base: &str, readers: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while metric(http, base, "eddy_live_readers").await < readers as f64 {
+        assert!(tokio::time::Instant::now() < deadline, "readers not parked");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The stream's tail offset now, as `?offset=now` answers it.
+pub(crate) async fn tail(http: &reqwest::Client, url: &str) -> String {
+    http.get(format!("{url}?offset=now"))
+        .send()
+        .await
+        .expect("tail")
+        .headers()
+        .get("stream-next-offset")
+        .and_then(|offset| offset.to_str().ok())
+        .map(str::to_owned)
+        .expect("next offset")
+}
+
 /// Creates the JSON stream at `url` (or finds it).
 pub(crate) async fn create(http: &reqwest::Client, url: &str) {
     let created = http

@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 use std::process::{Child, Command};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::crash::{client, crash_under_load, create, eddy_binary, runtime, serve_with};
+use crate::crash::{
+    client, crash_under_load, create, eddy_binary, runtime, serve_with, tail, until_live_readers,
+};
 
 /// A fresh table on moto, or `None` when `EDDY_SKIP_MOTO` says to skip.
 struct Table {
@@ -119,18 +121,22 @@ fn two_servers_on_one_table_serve_one_set_of_streams() {
     let (b, b_url) = table.serve();
     let http = client();
     runtime().block_on(async {
-        // An append through A wakes a long-poll on B.
+        // An append through A wakes a long-poll parked on B (B has read
+        // the stream at its tail before the append: only B's poll of the
+        // table can bring it the message).
         let (on_a, on_b) = (format!("{a_url}/live/s"), format!("{b_url}/live/s"));
         create(&http, &on_a).await;
+        let tail = tail(&http, &on_a).await;
         let live = {
             let (http, on_b) = (http.clone(), on_b.clone());
             tokio::spawn(async move {
-                http.get(format!("{on_b}?offset=-1&live=long-poll"))
+                http.get(format!("{on_b}?offset={tail}&live=long-poll"))
                     .send()
                     .await
                     .expect("long-poll")
             })
         };
+        until_live_readers(&http, &b_url, 1).await;
         let appended = http
             .post(&on_a)
             .header("content-type", "application/json")

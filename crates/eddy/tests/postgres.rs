@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use eddy_streams::sqlx::{self, Executor};
 
 use crate::crash::{
-    client, crash_under_load, create, eddy_binary, finish, runtime, serve, write_until_failure,
-    Acks, Rng, Writer, KILLS, KILL_AFTER_ACKS, WRITERS,
+    client, crash_under_load, create, eddy_binary, finish, runtime, serve, tail,
+    until_live_readers, write_until_failure, Acks, Rng, Writer, KILLS, KILL_AFTER_ACKS, WRITERS,
 };
 
 /// A schema of its own for one test, on the database at `DATABASE_URL`.
@@ -133,21 +133,6 @@ fn two_servers_serve_one_set_of_streams() {
     runtime().block_on(schema.drop());
 }
 
-/// The number a server's `/metrics` page reports for `series`.
-async fn metric(http: &reqwest::Client, base: &str, series: &str) -> f64 {
-    let page = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics body");
-    page.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
-}
-
 /// Many long-poll readers wait on one stream through each of two servers;
 /// one append through the first wakes them all, on both: the other server
 /// hears of it by one notification and reads the stream's head once for
@@ -164,16 +149,7 @@ fn long_poll_readers_on_two_servers_all_wake_from_one_append() {
     runtime().block_on(async {
         let on_a = format!("{a_url}/readers/s");
         create(&http, &on_a).await;
-        let tail = http
-            .get(format!("{on_a}?offset=now"))
-            .send()
-            .await
-            .expect("tail")
-            .headers()
-            .get("stream-next-offset")
-            .and_then(|offset| offset.to_str().ok())
-            .map(str::to_owned)
-            .expect("next offset");
+        let tail = tail(&http, &on_a).await;
         let readers: Vec<_> = [&a_url, &b_url]
             .into_iter()
             .flat_map(|base| std::iter::repeat_n(base, READERS))
@@ -186,13 +162,8 @@ fn long_poll_readers_on_two_servers_all_wake_from_one_append() {
                 })
             })
             .collect();
-        // Until both servers count their readers as live.
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
         for base in [&a_url, &b_url] {
-            while metric(&http, base, "eddy_live_readers").await < READERS as f64 {
-                assert!(tokio::time::Instant::now() < deadline, "readers not parked");
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
+            until_live_readers(&http, base, READERS).await;
         }
         let appended = http
             .post(&on_a)

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# The figures of issue 28 (crates/eddy-streams-dynamodb/DESIGN.md), in one
+# run, on a moto server of its own (scripts/moto.sh, one request at a time;
+# its speed is not DynamoDB's, so the request counts come first):
+#   1. DynamoDB requests per single append, per 100-message producer batch
+#      and per catch-up read of 200 x 1 KB messages, counted by the store
+#      (Table::request_stats, the `requests` example of
+#      eddy-streams-dynamodb): exact whatever the machine's load;
+#   2. appends/s and reads/s through one `eddy serve` on the table beside
+#      the same binary on SQLite (wrk -c$CONNECTIONS -d$DURATION, one
+#      server after the other on the same workloads);
+#   3. append -> live reader latency p50/p99 across two `eddy serve` on one
+#      table (writer on one, long-poll reader on the other; the other
+#      server's poll, --dynamodb-poll, 100 ms by default, bounds it), beside
+#      one server on the table and one on SQLite.
+# Prints the date, the machine's load before and after, and a summary.
+#
+#   scripts/bench/dynamodb.sh
+#   DURATION=5s CONNECTIONS=16 ROUNDS=100 scripts/bench/dynamodb.sh
+#   EDDY_BIN=target/release/eddy scripts/bench/dynamodb.sh   # a binary built with --features aws
+#
+# Environment: MOTO_VENV (where moto is installed, scripts/moto.sh's default
+# if unset), DURATION (10s), CONNECTIONS (16), ROUNDS (300 latency samples),
+# POLL (--dynamodb-poll, 100ms).
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+duration="${DURATION:-10s}"
+connections="${CONNECTIONS:-16}"
+rounds="${ROUNDS:-300}"
+poll="${POLL:-100ms}"
+
+command -v wrk >/dev/null || { apt-get install -y wrk >/dev/null 2>&1 || { echo "install wrk first" >&2; exit 1; }; }
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
+eddy="${EDDY_BIN:+$(realpath "$EDDY_BIN")}"
+if [ -z "$eddy" ]; then
+  (cd "$root" && cargo build --quiet --release -p eddy --features aws)
+  eddy="$CARGO_TARGET_DIR/release/eddy"
+fi
+(cd "$root" && cargo build --quiet --release -p eddy-server --example live_latency \
+  && cargo build --quiet --release -p eddy-streams-dynamodb --features aws --example requests)
+latency="$CARGO_TARGET_DIR/release/examples/live_latency"
+requests="$CARGO_TARGET_DIR/release/examples/requests"
+
+work="$(mktemp -d)"
+pids=()
+moto_state="$work/moto"
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  MOTO_STATE="$moto_state" "$root/scripts/moto.sh" stop >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+load_average() { cut -d' ' -f1-3 /proc/loadavg; }
+before="$(load_average)"
+echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) cores; load average: $before"
+
+# A moto of its own, so that no other client's requests share its one thread.
+eval "$(MOTO_STATE="$moto_state" "$root/scripts/moto.sh" start 2>/dev/null)"
+export AWS_ENDPOINT_URL="$EDDY_DYNAMODB_ENDPOINT" AWS_REGION=us-east-1 \
+  AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing
+
+# 1. Requests per operation.
+"$requests" >"$work/requests" 2>&1 || { cat "$work/requests" >&2; exit 1; }
+
+# 2 and 3. Through `eddy serve`.
+. "$here/pin.sh" # prepare_kb_stream
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+wait_up() { for _ in $(seq 1 100); do curl -fsS -o /dev/null "$1/healthz" 2>/dev/null && return; sleep 0.1; done; echo "server at $1 did not start" >&2; exit 1; }
+start_eddy() { # storage [serve args...]: sets `base`
+  local port storage="$1"; shift; port="$(free_port)"
+  "$eddy" serve --listen "127.0.0.1:$port" --storage "$storage" --data "$(mktemp -d -p "$work")" \
+    --long-poll-timeout 5s "$@" >"$work/log-$port" 2>&1 &
+  pids+=($!); base="http://127.0.0.1:$port"; wait_up "$base"
+}
+
+rps() { # url [wrk args...]: requests per second (non-2xx responses reported on stderr)
+  local url="$1"; shift
+  local out; out="$(wrk -t1 -c"$connections" -d"$duration" "$@" "$url" 2>&1)"
+  local bad; bad="$(grep -o 'Non-2xx or 3xx responses: [0-9]*' <<<"$out" | grep -o '[0-9]*$' || true)"
+  [ -n "$bad" ] && echo "  warning: $bad non-2xx responses from $url" >&2
+  awk '/Requests\/sec/ { print $2 }' <<<"$out"
+}
+
+batch_streams=16
+measure() { # base -> "appends/s batches/s messages-in-batches/s reads/s"
+  local base="$1" i a b r kb
+  curl -fsS -o /dev/null -X PUT -H 'content-type: text/plain' "$base/bench/append"
+  for i in $(seq 0 $((batch_streams - 1))); do
+    curl -fsS -o /dev/null -X PUT -H 'content-type: application/json' "$base/bench/b-$i"
+  done
+  prepare_kb_stream "$base"
+  # A catch-up read from -1 redirects to the stream's own first offset.
+  kb="$(curl -fsSL -o /dev/null -w '%{url_effective}' "$base/bench/kb?offset=-1")"
+  a="$(rps "$base/bench/append" -s "$here/append.lua")"
+  b="$(STREAMS=$batch_streams PREFIX=b BATCH=100 RUN="$(date +%s%N)" rps "$base/" -s "$here/spread.lua")"
+  r="$(rps "$kb")"
+  echo "$a $b $(awk -v b="$b" 'BEGIN { printf "%.0f", b * 100 }') $r"
+}
+
+table() { # a fresh table on moto, made as a user would
+  local name="bench-$$-$RANDOM"
+  "$eddy" dynamo create-table --table "$name" >/dev/null
+  echo "$name"
+}
+
+start_eddy sqlite; sqlite="$base"
+start_eddy "dynamodb://$(table)" --dynamodb-poll "$poll"; dynamo="$base"
+read -r sa sb sm sr <<<"$(measure "$sqlite")"
+read -r da db dm dr <<<"$(measure "$dynamo")"
+
+shared="$(table)"
+start_eddy "dynamodb://$shared" --dynamodb-poll "$poll"; dynamo_a="$base"
+start_eddy "dynamodb://$shared" --dynamodb-poll "$poll"; dynamo_b="$base"
+read -r sl50 sl99 _ <<<"$("$latency" "$sqlite" "$rounds")"
+read -r ol50 ol99 _ <<<"$("$latency" "$dynamo" "$rounds")"
+read -r tl50 tl99 _ <<<"$("$latency" "$dynamo_a" "$rounds" "$dynamo_b")"
+after="$(load_average)"
+
+echo
+echo "== DynamoDB requests per operation (eddy-streams-dynamodb, counted by Table::request_stats; 1 KB messages) =="
+grep -v '^table:' "$work/requests" | sed 's/^/  /'
+echo
+echo "== eddy serve on moto beside eddy serve on SQLite (wrk -t1 -c$connections -d$duration, one after the other) =="
+printf '%-52s %12s %12s %8s\n' "" "SQLite" "DynamoDB" "ratio"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "n/a" }'; }
+printf '%-52s %12s %12s %8s\n' "single appends, one stream (req/s)" "$sa" "$da" "$(ratio "$da" "$sa")"
+printf '%-52s %12s %12s %8s\n' "100-message producer batches, 16 streams (req/s)" "$sb" "$db" "$(ratio "$db" "$sb")"
+printf '%-52s %12s %12s %8s\n' "  (messages/s)" "$sm" "$dm" ""
+printf '%-52s %12s %12s %8s\n' "catch-up reads of 200 x 1 KB (req/s)" "$sr" "$dr" "$(ratio "$dr" "$sr")"
+echo
+echo "== append -> live long-poll reader, $rounds samples (ms) =="
+printf '%-52s %12s %12s\n' "" "p50" "p99"
+printf '%-52s %12s %12s\n' "SQLite, one server" "$sl50" "$sl99"
+printf '%-52s %12s %12s\n' "DynamoDB, one server" "$ol50" "$ol99"
+printf '%-52s %12s %12s\n' "DynamoDB, two servers on one table (poll $poll)" "$tl50" "$tl99"
+echo
+echo "load average (1, 5, 15 min) before: $before; after: $after"
