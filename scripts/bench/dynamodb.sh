@@ -58,7 +58,9 @@ before="$(load_average)"
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) cores; load average: $before"
 
 # A moto of its own, so that no other client's requests share its one thread.
-eval "$(MOTO_STATE="$moto_state" "$root/scripts/moto.sh" start 2>/dev/null)"
+moto_env="$(MOTO_STATE="$moto_state" "$root/scripts/moto.sh" start 2>"$work/moto.err")" \
+  || { cat "$work/moto.err" >&2; exit 1; }
+eval "$moto_env"
 export AWS_ENDPOINT_URL="$EDDY_DYNAMODB_ENDPOINT" AWS_REGION=us-east-1 \
   AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing
 
@@ -78,7 +80,7 @@ start_eddy() { # storage [serve args...]: sets `base`
 
 rps() { # url [wrk args...]: requests per second (non-2xx responses reported on stderr)
   local url="$1"; shift
-  local out; out="$(wrk -t1 -c"$connections" -d"$duration" "$@" "$url" 2>&1)"
+  local out; out="$(wrk -t1 -c"$connections" -d"$duration" --timeout 30s "$@" "$url" 2>&1)"
   local bad; bad="$(grep -o 'Non-2xx or 3xx responses: [0-9]*' <<<"$out" | grep -o '[0-9]*$' || true)"
   [ -n "$bad" ] && echo "  warning: $bad non-2xx responses from $url" >&2
   awk '/Requests\/sec/ { print $2 }' <<<"$out"
@@ -121,7 +123,7 @@ after="$(load_average)"
 
 echo
 echo "== DynamoDB requests per operation (eddy-streams-dynamodb, counted by Table::request_stats; 1 KB messages) =="
-grep -v '^table:' "$work/requests" | sed 's/^/  /'
+sed -e '/^table:/d' -e 's/^/  /' "$work/requests"
 echo
 echo "== eddy serve on moto beside eddy serve on SQLite (wrk -t1 -c$connections -d$duration, one after the other) =="
 printf '%-52s %12s %12s %8s\n' "" "SQLite" "DynamoDB" "ratio"
