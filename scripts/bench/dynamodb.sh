@@ -69,13 +69,12 @@ export AWS_ENDPOINT_URL="$EDDY_DYNAMODB_ENDPOINT" AWS_REGION=us-east-1 \
 
 # 2 and 3. Through `eddy serve`.
 . "$here/pin.sh" # prepare_kb_stream
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
-wait_up() { for _ in $(seq 1 100); do curl -fsS -o /dev/null "$1/healthz" 2>/dev/null && return; sleep 0.1; done; echo "server at $1 did not start" >&2; exit 1; }
+. "$root/scripts/lib/serve.sh" # free_port, wait_healthy
 start_eddy() { # storage [serve args...]: sets `base`
   local port storage="$1"; shift; port="$(free_port)"
   "$eddy" serve --listen "127.0.0.1:$port" --storage "$storage" --data "$(mktemp -d -p "$work")" \
     --long-poll-timeout 5s "$@" >"$work/log-$port" 2>&1 &
-  pids+=($!); base="http://127.0.0.1:$port"; wait_up "$base"
+  pids+=($!); base="http://127.0.0.1:$port"; wait_healthy "$base" "$!" "$work/log-$port" "eddy serve ($storage)" >&2
 }
 
 rps() { # url [wrk args...]: requests per second (non-2xx responses reported on stderr)
@@ -127,7 +126,7 @@ sed -e '/^table:/d' -e 's/^/  /' "$work/requests"
 echo
 echo "== eddy serve on moto beside eddy serve on SQLite (wrk -t1 -c$connections -d$duration, one after the other) =="
 printf '%-52s %12s %12s %8s\n' "" "SQLite" "DynamoDB" "ratio"
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "n/a" }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2g", a / b; else print "n/a" }'; }
 printf '%-52s %12s %12s %8s\n' "single appends, one stream (req/s)" "$sa" "$da" "$(ratio "$da" "$sa")"
 printf '%-52s %12s %12s %8s\n' "100-message producer batches, 16 streams (req/s)" "$sb" "$db" "$(ratio "$db" "$sb")"
 printf '%-52s %12s %12s %8s\n' "  (messages/s)" "$sm" "$dm" ""
