@@ -29,6 +29,7 @@ fn over_http(name: &str, case: impl Fn(Arc<dyn Storage>, Arc<ManualClock>) -> Te
         let sqlite = SqliteOptions {
             clock: clock.clone(),
             max_producers_per_stream: cases::MAX_PRODUCERS,
+            limits: cases::LIMITS,
             ..SqliteOptions::default()
         };
         let backends: Vec<(&str, Arc<dyn Storage>)> = vec![
@@ -37,6 +38,7 @@ fn over_http(name: &str, case: impl Fn(Arc<dyn Storage>, Arc<ManualClock>) -> Te
                 Arc::new(
                     MemoryStorage::new()
                         .with_clock(clock.clone())
+                        .with_limits(cases::LIMITS)
                         .with_max_producers_per_stream(cases::MAX_PRODUCERS),
                 ),
             ),

@@ -26,6 +26,7 @@ fn store(table: Arc<dyn Table>, clock: Arc<ManualClock>) -> Arc<dyn Storage> {
     let options = RecordOptions {
         clock,
         max_producers_per_stream: cases::MAX_PRODUCERS,
+        limits: cases::LIMITS,
         ..eddy_streams_dynamodb::options()
     };
     Arc::new(eddy_streams_dynamodb::open(table, options).expect("open"))

@@ -91,6 +91,7 @@ macro_rules! clocked_contract {
 
 cases::every_case!(contract);
 cases::every_clocked_case!(clocked_contract);
+cases::every_sweeping_case!(clocked_contract);
 snapshots::every_snapshot_case!(snapshot_contract);
 
 /// Every case again on PostgreSQL, each on a schema of its own.
@@ -158,5 +159,6 @@ mod postgres {
 
     cases::every_case!(pg_contract);
     cases::every_clocked_case!(pg_clocked_contract);
+    cases::every_sweeping_case!(pg_clocked_contract);
     snapshots::every_snapshot_case!(pg_snapshot_contract);
 }
