@@ -10,7 +10,8 @@ use eddy_server::{RemoteStorage, Server, ServerConfig};
 use eddy_streams::{ManualClock, MemoryStorage, SqliteOptions, SqliteStorage, Storage};
 
 #[path = "../../eddy-streams/tests/contract/cases.rs"]
-#[allow(dead_code)]
+// The sweep cases are not run here (see every_sweeping_case).
+#[allow(dead_code, unused_macros, unused_imports)]
 mod cases;
 
 type Test = Pin<Box<dyn Future<Output = ()> + Send>>;

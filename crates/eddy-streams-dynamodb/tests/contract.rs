@@ -12,7 +12,8 @@ use eddy_streams::{ManualClock, Storage};
 use crate::common;
 
 #[path = "../../eddy-streams/tests/contract/cases.rs"]
-#[allow(dead_code)]
+// The sweep cases are not run here (see every_sweeping_case).
+#[allow(dead_code, unused_macros, unused_imports)]
 mod cases;
 #[path = "../../eddy-streams/tests/contract/snapshots.rs"]
 #[allow(dead_code)]
