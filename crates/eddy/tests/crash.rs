@@ -215,6 +215,7 @@ pub(crate) fn client() -> reqwest::Client {
 }
 
 /// The number a server's `/metrics` page reports for `series`.
+#[cfg(any(feature = "aws", feature = "postgres"))]
 async fn metric(http: &reqwest::Client, base: &str, series: &str) -> f64 {
     let page = http
         .get(format!("{base}/metrics"))
@@ -231,6 +232,7 @@ async fn metric(http: &reqwest::Client, base: &str, series: &str) -> f64 {
 
 /// Waits until the server at `base` counts `readers` live readers: each
 /// has read the stream and parked, so only a wake can bring it new data.
+#[cfg(any(feature = "aws", feature = "postgres"))]
 pub(crate) async fn until_live_readers(http: &reqwest::Client, base: &str, readers: usize) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while metric(http, base, "eddy_live_readers").await < readers as f64 {
@@ -240,6 +242,7 @@ pub(crate) async fn until_live_readers(http: &reqwest::Client, base: &str, reade
 }
 
 /// The stream's tail offset now, as `?offset=now` answers it.
+#[cfg(any(feature = "aws", feature = "postgres"))]
 pub(crate) async fn tail(http: &reqwest::Client, url: &str) -> String {
     http.get(format!("{url}?offset=now"))
         .send()
