@@ -14,59 +14,68 @@ use std::time::Duration;
 use axum::body::Body;
 use bytes::Bytes;
 use hyper::body::{Frame, Incoming, SizeHint};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 use tower::Service;
 
 use crate::App;
 
-/// The requests in progress on one connection.
-#[derive(Default)]
+/// The requests in progress on one connection. A request only counts
+/// itself in and out (and notes when it ended): the connection's timer
+/// looks at these when it fires, so no request wakes a task or re-arms a
+/// timer.
 pub(crate) struct Activity {
+    /// When the connection was accepted; times below count from it.
+    opened: Instant,
     /// Requests in progress now.
     busy: AtomicUsize,
     /// Requests started so far.
     started: AtomicU64,
-    /// Signalled when the last request in progress ends.
-    idle: Notify,
+    /// When the last request ended, in milliseconds since `opened`.
+    last_end_ms: AtomicU64,
 }
 
 impl Activity {
+    /// The activity of a connection accepted at `opened`.
+    pub(crate) fn new(opened: Instant) -> Self {
+        Activity {
+            opened,
+            busy: AtomicUsize::new(0),
+            started: AtomicU64::new(0),
+            last_end_ms: AtomicU64::new(0),
+        }
+    }
+
     fn begin(self: &Arc<Self>) -> Busy {
         self.started.fetch_add(1, Ordering::AcqRel);
         self.busy.fetch_add(1, Ordering::AcqRel);
         Busy(Arc::clone(self))
     }
 
+    fn since_opened_ms(&self) -> u64 {
+        u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
     /// Resolves when the connection has had no request in progress for
     /// `idle` since its last one ended or, before its first request, at
-    /// `opening` (a client that connects and sends nothing, or only a
-    /// TLS handshake or an HTTP/2 preface).
-    pub(crate) async fn expired(&self, opening: Instant, idle: Duration) {
+    /// `first_request_by` (a client that connects and sends nothing, or
+    /// only a TLS handshake or an HTTP/2 preface).
+    pub(crate) async fn expired(&self, first_request_by: Instant, idle: Duration) {
+        tokio::time::sleep_until(first_request_by).await;
+        if self.started.load(Ordering::Acquire) == 0 {
+            return;
+        }
         loop {
-            if self.busy.load(Ordering::Acquire) > 0 {
-                // The end of the last request stores a permit if it comes
-                // before this wait begins: it is not missed.
-                self.idle.notified().await;
-                continue;
-            }
-            let started = self.started.load(Ordering::Acquire);
-            let deadline = if started == 0 {
-                opening
-            } else {
+            let deadline = if self.busy.load(Ordering::Acquire) > 0 {
+                // In use: look again an idle period from now.
                 Instant::now() + idle
+            } else {
+                let last_end = self.last_end_ms.load(Ordering::Acquire);
+                self.opened + Duration::from_millis(last_end) + idle
             };
-            tokio::select! {
-                () = tokio::time::sleep_until(deadline) => {
-                    let unused = self.started.load(Ordering::Acquire) == started
-                        && self.busy.load(Ordering::Acquire) == 0;
-                    if unused {
-                        return;
-                    }
-                }
-                // A request began and ended meanwhile: idle from now.
-                () = self.idle.notified() => {}
+            if deadline <= Instant::now() {
+                return;
             }
+            tokio::time::sleep_until(deadline).await;
         }
     }
 }
@@ -76,9 +85,11 @@ struct Busy(Arc<Activity>);
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        if self.0.busy.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.idle.notify_one();
-        }
+        // The end is noted before the request stops counting, so a timer
+        // that sees the connection unused also sees when it became so.
+        let now = self.0.since_opened_ms();
+        self.0.last_end_ms.fetch_max(now, Ordering::AcqRel);
+        self.0.busy.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

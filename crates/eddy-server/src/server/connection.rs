@@ -95,7 +95,7 @@ impl Connections {
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let activity = Arc::new(Activity::default());
+        let activity = Arc::new(Activity::new(Instant::now()));
         let service =
             TowerToHyperService::new(Tracked::new(self.app.clone(), Arc::clone(&activity)));
         let connection = self.builder.serve_connection(TokioIo::new(io), service);
