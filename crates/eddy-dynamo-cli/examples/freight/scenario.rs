@@ -152,11 +152,14 @@ pub async fn fold(
     let projections: [&dyn BatchProjection; 1] = [shipments];
     let mut after = None;
     loop {
-        let records = feed.read_changes(after.clone(), batch.max(1)).await?;
-        let Some(last) = records.last() else {
+        // A feed's position is its own (DynamoDB Streams keeps one per
+        // shard), not the last record's sequence number.
+        let read = feed.read_positioned(after.clone(), batch.max(1)).await?;
+        let records = read.records;
+        let Some(position) = read.positions.last() else {
             return Ok(());
         };
-        after = last.change.sequence_number.clone();
+        after = Some(position.clone());
         let result = process_batch_delivering(&records, &projections, deliver).await;
         if let Some(failed) = result.failures.first() {
             return Err(Error::InvalidArgument(format!(
