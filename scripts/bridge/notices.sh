@@ -24,7 +24,7 @@ streams="notices-$$-$RANDOM"
 "$EDDY_BIN" serve --listen 127.0.0.1:0 --storage "dynamodb://$streams" >"$work/serve.out" 2>"$work/serve.err" &
 pids+=($!)
 for _ in $(seq 1 100); do grep -q '^listening on ' "$work/serve.out" && break; sleep 0.1; done
-url="$(sed -n 's/^listening on //p' "$work/serve.out")"
+url="$(sed -n 's/^listening on \([^ ]*\).*/\1/p' "$work/serve.out")"
 [ -n "$url" ] || { echo "eddy serve did not start:"; cat "$work/serve.err"; exit 1; }
 
 curl -fsS -X PUT -H 'content-type: application/json' "$url/freight/notices" >/dev/null
