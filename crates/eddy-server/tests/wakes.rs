@@ -153,11 +153,12 @@ async fn subscribe(app: &eddy_server::App, id: &str, stream: &str, wake_stream: 
     .await;
 }
 
-/// The wake events in a stream, waiting (up to a generous bound, as the
-/// registry works on its own task) until there is one.
+/// The wake events in a stream, once there are some: each read is a
+/// long-poll, which waits on the store until the stream has data (or the
+/// server's long-poll timeout), as the registry works on its own task.
 async fn wake_events(app: &eddy_server::App, stream: &str) -> Vec<serde_json::Value> {
-    for _ in 0..500 {
-        let uri = format!("/v1/{stream}?offset=-1");
+    for _ in 0..100 {
+        let uri = format!("/v1/{stream}?offset=-1&live=long-poll");
         let (response, body) = send(app, req("GET", &uri).body(Body::empty()).expect("req")).await;
         if response.status() == StatusCode::OK {
             let events: Vec<serde_json::Value> = serde_json::from_str(&body).expect("json");
@@ -165,7 +166,6 @@ async fn wake_events(app: &eddy_server::App, stream: &str) -> Vec<serde_json::Va
                 return events;
             }
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     Vec::new()
 }
