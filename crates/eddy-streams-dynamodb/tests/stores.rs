@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use eddy_dynamo::{AttributeValue, Query, Table};
@@ -59,29 +59,45 @@ on_every_table!(
 );
 
 async fn a_reader_of_one_store_wakes_at_another_stores_append(table: Arc<dyn Table>) {
-    let (writer, reader) = (store(&table), store(&table));
-    let p = path("live/one");
-    reader
-        .create(&p, StreamConfig::json(), Payload::empty())
-        .await
-        .expect("create");
-    let waiting = tokio::spawn(async move {
-        let waited = reader
-            .wait(&path("live/one"), Offset::ZERO, Duration::from_secs(20))
-            .await;
-        (reader, waited)
-    });
-    writer.append(&p, Append::body("1")).await.expect("append");
-    let (reader, waited) = waiting.await.expect("join");
-    match waited.expect("wait") {
-        Wait::Changed(info) => assert_eq!(info.tail.position(), 1),
-        Wait::TimedOut(info) => panic!("the reader never saw the other store's append: {info:?}"),
+    let (writer, reader) = (store(&table), Arc::new(store(&table)));
+    // The case only counts when the reader was already waiting when the
+    // append came (else its first look finds the message without a wake-up):
+    // a round where the waiting task started late is run again.
+    for round in 0..5 {
+        let p = path(&format!("live/{round}"));
+        reader
+            .create(&p, StreamConfig::json(), Payload::empty())
+            .await
+            .expect("create");
+        let waiting = tokio::spawn({
+            let (reader, p) = (Arc::clone(&reader), p.clone());
+            async move {
+                let began = Instant::now();
+                let waited = reader.wait(&p, Offset::ZERO, Duration::from_secs(20)).await;
+                (began, waited)
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let appended = Instant::now();
+        writer.append(&p, Append::body("1")).await.expect("append");
+        let (began, waited) = waiting.await.expect("join");
+        match waited.expect("wait") {
+            Wait::Changed(info) => assert_eq!(info.tail.position(), 1),
+            Wait::TimedOut(info) => {
+                panic!("the reader never saw the other store's append: {info:?}")
+            }
+        }
+        if began >= appended {
+            continue;
+        }
+        let chunk = reader
+            .read(&p, ReadFrom::Beginning, 1 << 20)
+            .await
+            .expect("read");
+        assert_eq!(chunk.messages, vec![Bytes::from("1")]);
+        return;
     }
-    let chunk = reader
-        .read(&p, ReadFrom::Beginning, 1 << 20)
-        .await
-        .expect("read");
-    assert_eq!(chunk.messages, vec![Bytes::from("1")]);
+    panic!("in five rounds the reader never began waiting before the append");
 }
 
 /// Appends `count` messages as producer `id`, each retried while the

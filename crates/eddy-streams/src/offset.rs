@@ -81,25 +81,19 @@ impl Offset {
     pub fn text(self) -> OffsetText {
         let mut text = OffsetText {
             bytes: [b'0'; OffsetText::MAX],
-            len: 33,
+            len: 0,
         };
-        if self.incarnation > PART_MAX || self.position > PART_MAX {
-            // A part past 16 digits prints wider than the fixed form.
-            let wide = format!("{:016}_{:016}", self.incarnation, self.position);
-            text.len = wide.len();
-            text.bytes[..wide.len()].copy_from_slice(wide.as_bytes());
-            return text;
-        }
-        // Digit by digit, and only the digits that are not leading zeros.
-        text.bytes[16] = b'_';
-        for (part, mut value) in [(0..16, self.incarnation), (17..33, self.position)] {
-            for digit in text.bytes[part].iter_mut().rev() {
-                if value == 0 {
-                    break;
-                }
-                *digit = b'0' + (value % 10) as u8;
-                value /= 10;
+        let mut digits = itoa::Buffer::new();
+        for (index, part) in [self.incarnation, self.position].into_iter().enumerate() {
+            if index == 1 {
+                text.bytes[text.len] = b'_';
+                text.len += 1;
             }
+            // Right-aligned in 16 zeros; a part past 16 digits prints wider.
+            let printed = digits.format(part).as_bytes();
+            let end = text.len + printed.len().max(16);
+            text.bytes[end - printed.len()..end].copy_from_slice(printed);
+            text.len = end;
         }
         text
     }
@@ -120,11 +114,17 @@ impl OffsetText {
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[..self.len]
     }
+
+    /// The text as a string.
+    pub fn as_str(&self) -> &str {
+        // Only ASCII digits and `_` are ever written.
+        std::str::from_utf8(self.as_bytes()).unwrap_or_default()
+    }
 }
 
 impl fmt::Display for OffsetText {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(std::str::from_utf8(self.as_bytes()).map_err(|_| fmt::Error)?)
+        f.write_str(self.as_str())
     }
 }
 

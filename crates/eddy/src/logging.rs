@@ -27,10 +27,28 @@ pub fn init(format: LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .fmt_fields(plain_fields())
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().with_span_list(true).try_init(),
     };
+}
+
+/// Text fields as `name=value` and the message bare, as the default
+/// formatter prints them but without styling each name: every request
+/// opens a span whose three fields are formatted at once, and the styled
+/// names cost about 3 500 instructions of each request (a fifth of a
+/// `/healthz`), the plain ones a few hundred.
+fn plain_fields() -> impl for<'writer> tracing_subscriber::fmt::FormatFields<'writer> {
+    use tracing_subscriber::field::MakeExt;
+    tracing_subscriber::fmt::format::debug_fn(|writer, field, value| {
+        if field.name() != "message" {
+            writer.write_str(field.name())?;
+            writer.write_char('=')?;
+        }
+        write!(writer, "{value:?}")
+    })
+    .delimited(" ")
 }

@@ -1,4 +1,4 @@
-//! `eddy serve` as operators run it: a config file, JSON logs whose lines
+//! `eddy serve` as operators run it: a config file, text and JSON logs whose lines
 //! name the request id and the stream path, the readiness probe, the
 //! store's metrics on the page, and the TLS certificate reloaded on SIGHUP.
 
@@ -26,6 +26,20 @@ fn start(command: &mut Command) -> (Child, String) {
     (child, url)
 }
 
+/// Stops the server and returns what it logged.
+fn stop(mut child: Child) -> String {
+    child.kill().expect("kill");
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("read logs");
+    let _ = child.wait();
+    stderr
+}
+
 #[tokio::test]
 async fn json_logs_name_the_request_and_the_stream() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -35,7 +49,7 @@ async fn json_logs_name_the_request_and_the_stream() {
         "storage = \"memory\"\nlisten = \"127.0.0.1:0\"\nlog-format = \"json\"\n",
     )
     .expect("write config");
-    let (mut child, url) = start(
+    let (child, url) = start(
         Command::new(env!("CARGO_BIN_EXE_eddy"))
             .arg("serve")
             .arg("--config")
@@ -65,15 +79,7 @@ async fn json_logs_name_the_request_and_the_stream() {
         Some("probe-7")
     );
 
-    child.kill().expect("kill");
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .expect("stderr")
-        .read_to_string(&mut stderr)
-        .expect("read logs");
-    let _ = child.wait();
+    let stderr = stop(child);
     let lines: Vec<serde_json::Value> = stderr
         .lines()
         .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
@@ -86,6 +92,34 @@ async fn json_logs_name_the_request_and_the_stream() {
     assert_eq!(request["name"], "request", "{refused}");
     assert_eq!(request["request_id"], "probe-7", "{refused}");
     assert_eq!(request["path"], "/orders/missing", "{refused}");
+}
+
+#[tokio::test]
+async fn text_logs_name_the_request_and_the_stream() {
+    let (child, url) = start(
+        Command::new(env!("CARGO_BIN_EXE_eddy"))
+            .args(["serve", "--storage", "memory", "--listen", "127.0.0.1:0"])
+            .env("RUST_LOG", "debug")
+            .env_remove("EDDY_LOG_FORMAT"),
+    );
+    let missing = reqwest::Client::new()
+        .get(format!("{url}/orders/missing"))
+        .header("x-request-id", "probe-8")
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(missing.status().as_u16(), 404);
+
+    let stderr = stop(child);
+    let refused = stderr
+        .lines()
+        .find(|line| line.contains("request refused"))
+        .unwrap_or_else(|| panic!("no refusal logged: {stderr}"));
+    assert!(
+        refused.contains("request{request_id=probe-8 method=GET path=/orders/missing}:"),
+        "{refused}"
+    );
+    assert!(refused.contains("code=\"stream/not-found\""), "{refused}");
 }
 
 /// The value of the unlabelled series `name` on a Prometheus text page.
