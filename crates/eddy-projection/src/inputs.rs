@@ -126,10 +126,12 @@ impl Taken {
     }
 
     fn extend(&mut self, messages: impl Iterator<Item = Bytes>) {
-        for message in messages {
-            self.bytes = self.bytes.saturating_add(message.len());
-            self.messages.push(message);
-        }
+        // A plain `Vec::extend` moves the run at once; the bytes are
+        // counted after it (a push per message cost a tenth of a fold).
+        let before = self.messages.len();
+        self.messages.extend(messages);
+        let added: usize = self.messages[before..].iter().map(Bytes::len).sum();
+        self.bytes = self.bytes.saturating_add(added);
     }
 
     /// Whether the item bound is reached.

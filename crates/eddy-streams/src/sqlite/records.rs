@@ -594,17 +594,29 @@ fn messages(
     )?;
     let bound = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     let mut rows = stmt.query(params![id, bound(range.start), bound(range.end)])?;
-    let mut total = 0usize;
-    let mut messages = Vec::new();
+    // The rows' bytes go into one buffer and the messages are slices of
+    // it: one allocation per read instead of one per message (a catch-up
+    // read of small messages spent a tenth of its time in the allocator).
+    let mut data = Vec::new();
+    let mut ends = Vec::new();
     while let Some(row) = rows.next()? {
-        let data: Vec<u8> = row.get(0)?;
-        total += data.len();
-        if !messages.is_empty() && total > max_bytes {
+        let message = row.get_ref(0)?.as_blob().map_err(rusqlite::Error::from)?;
+        if !ends.is_empty() && data.len() + message.len() > max_bytes {
             break;
         }
-        messages.push(Bytes::from(data));
+        data.extend_from_slice(message);
+        ends.push(data.len());
     }
-    Ok(messages)
+    let data = Bytes::from(data);
+    let mut start = 0;
+    Ok(ends
+        .into_iter()
+        .map(|end| {
+            let message = data.slice(start..end);
+            start = end;
+            message
+        })
+        .collect())
 }
 
 impl From<rusqlite::Error> for StreamError {
