@@ -15,11 +15,16 @@
 //! stream's record, to know where its messages end and whether it holds
 //! JSON.
 //!
-//! The budget counts what the cache really pins: a message handed to it
+//! The budget counts what the cache really pins. A message handed to it
 //! is a slice of a larger buffer (a request body, a database answer), and
-//! keeping the slice would keep the whole buffer alive, so the cache keeps
-//! a copy of its own, and charges each message its length plus
-//! [`MESSAGE_OVERHEAD`].
+//! keeping the slice would keep the whole buffer alive, so the cache copies
+//! the messages of each write into buffers of its own (up to
+//! [`BUFFER_BYTES`] each; a larger message alone) and keeps slices of
+//! those: one allocation per buffer rather than per message. Each message
+//! is charged its slot; the last message of a buffer also carries the
+//! buffer (its bytes and [`BUFFER_OVERHEAD`]). Messages leave a stream
+//! from its front, so a buffer's last message leaves last, exactly when
+//! the buffer is freed: the charge is what the cache holds.
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
@@ -33,21 +38,63 @@ use crate::rules::take_within;
 /// The most streams the cache describes (each costs its record).
 const MAX_STREAMS: usize = 65_536;
 
-/// What holding one message costs besides its bytes: its slot in the
-/// stream's queue (a `Bytes`, 32 bytes), the allocator's header and
-/// rounding of its copy, and the shared header a `Bytes` allocates when it
-/// is first handed out to a reader.
-const MESSAGE_OVERHEAD: usize = 96;
+/// The most bytes of messages copied into one buffer (and at most an
+/// eighth of a stream's share of the budget, so that trimming a stream,
+/// which frees a buffer only with its last message, stays fine-grained).
+const BUFFER_BYTES: usize = 64 * 1024;
 
-/// A message as the cache keeps it: a copy of its own, so that it pins no
-/// larger buffer it was sliced from.
-fn owned(message: &Bytes) -> Bytes {
-    Bytes::copy_from_slice(message)
+/// What a buffer costs besides its bytes: the allocator's header and
+/// rounding, and the shared header a `Bytes` allocates when it is first
+/// sliced.
+const BUFFER_OVERHEAD: usize = 64;
+
+/// What holding one message costs besides its buffer: its slot.
+const SLOT: usize = std::mem::size_of::<Cached>();
+
+/// A message as the cache keeps it: a slice of a buffer of the cache's
+/// own, with what holding it costs.
+#[derive(Clone, Debug)]
+struct Cached {
+    message: Bytes,
+    /// Its slot, and for the last message of a buffer the buffer too.
+    cost: usize,
 }
 
-/// What holding `message` costs against the budget.
-fn cost(message: &Bytes) -> usize {
-    message.len() + MESSAGE_OVERHEAD
+/// Copies `messages` into buffers of the cache's own of at most
+/// `buffer_bytes` each (a larger message alone), so that they pin no
+/// larger buffer they were sliced from.
+fn packed(messages: &[Bytes], buffer_bytes: usize) -> Vec<Cached> {
+    let mut out = Vec::with_capacity(messages.len());
+    let mut rest = messages;
+    while !rest.is_empty() {
+        // As many messages as one buffer takes, one at least.
+        let (mut count, mut bytes) = (0, 0);
+        for message in rest {
+            if count > 0 && bytes + message.len() > buffer_bytes {
+                break;
+            }
+            bytes += message.len();
+            count += 1;
+        }
+        let (run, after) = rest.split_at(count);
+        let mut buffer = Vec::with_capacity(bytes);
+        for message in run {
+            buffer.extend_from_slice(message);
+        }
+        let buffer = Bytes::from(buffer);
+        let mut start = 0;
+        for (index, message) in run.iter().enumerate() {
+            let end = start + message.len();
+            let last = index + 1 == count;
+            out.push(Cached {
+                message: buffer.slice(start..end),
+                cost: SLOT + if last { bytes + BUFFER_OVERHEAD } else { 0 },
+            });
+            start = end;
+        }
+        rest = after;
+    }
+    out
 }
 
 /// A record write of a committed group, as the cache learns it.
@@ -94,7 +141,7 @@ struct Entry {
     record: Option<StreamRecord>,
     /// The position of the first cached message.
     first: u64,
-    messages: VecDeque<Bytes>,
+    messages: VecDeque<Cached>,
     bytes: usize,
     used: u64,
 }
@@ -121,6 +168,11 @@ impl Cache {
             inner: Mutex::default(),
             budget,
         }
+    }
+
+    /// The most bytes one buffer of messages takes (see [`BUFFER_BYTES`]).
+    fn buffer_bytes(&self) -> usize {
+        BUFFER_BYTES.min(self.budget / 64)
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -158,8 +210,9 @@ impl Cache {
                     if first != entry.end() {
                         freed = entry.restart(first);
                     }
-                    let added: usize = messages.iter().map(cost).sum();
-                    entry.messages.extend(messages.iter().map(owned));
+                    let packed = packed(&messages, self.buffer_bytes());
+                    let added: usize = packed.iter().map(|c| c.cost).sum();
+                    entry.messages.extend(packed);
                     entry.bytes += added;
                     inner.bytes = inner.bytes - freed + added;
                     touched.push(key);
@@ -201,23 +254,28 @@ impl Cache {
         let end = first + messages.len() as u64;
         let added = if entry.messages.is_empty() {
             entry.first = first;
-            let added: usize = messages.iter().map(cost).sum();
-            entry.messages.extend(messages.iter().map(owned));
+            let packed = packed(&messages, self.buffer_bytes());
+            let added: usize = packed.iter().map(|c| c.cost).sum();
+            entry.messages.extend(packed);
             added
         } else if first <= entry.end() && end >= entry.first {
             let (held_first, held_end) = (entry.first, entry.end());
             let mut added = 0;
             // Before the held run, newest first so each goes to the front.
             let before = usize::try_from(held_first.saturating_sub(first)).unwrap_or(0);
-            for message in messages[..before].iter().rev() {
-                added += cost(message);
-                entry.messages.push_front(owned(message));
+            for cached in packed(&messages[..before], self.buffer_bytes())
+                .into_iter()
+                .rev()
+            {
+                added += cached.cost;
+                entry.messages.push_front(cached);
             }
             entry.first = entry.first.min(first);
             let after = usize::try_from(held_end.saturating_sub(first)).unwrap_or(usize::MAX);
-            for message in messages.iter().skip(after) {
-                added += cost(message);
-                entry.messages.push_back(owned(message));
+            let after = after.min(messages.len());
+            for cached in packed(&messages[after..], self.buffer_bytes()) {
+                added += cached.cost;
+                entry.messages.push_back(cached);
             }
             added
         } else {
@@ -249,7 +307,12 @@ impl Cache {
         entry.used = inner.reads;
         let skip = usize::try_from(range.start - entry.first).ok()?;
         let take = usize::try_from(range.end - range.start).ok()?;
-        let wanted = entry.messages.iter().skip(skip).take(take).cloned();
+        let wanted = entry
+            .messages
+            .iter()
+            .skip(skip)
+            .take(take)
+            .map(|c| c.message.clone());
         Some(take_within(wanted, max_bytes))
     }
 }
@@ -289,7 +352,8 @@ impl Cache {
         entry.used = inner.reads;
         let skip = usize::try_from(start - entry.first).ok()?;
         let available = entry.messages.len() - skip;
-        let messages = take_within(entry.messages.iter().skip(skip).cloned(), max_bytes);
+        let held = entry.messages.iter().skip(skip).map(|c| c.message.clone());
+        let messages = take_within(held, max_bytes);
         Some(Held {
             key,
             bytes: messages.iter().map(Bytes::len).sum(),
@@ -337,12 +401,12 @@ impl Inner {
                 continue;
             };
             while entry.bytes > per_stream {
-                let Some(message) = entry.messages.pop_front() else {
+                let Some(cached) = entry.messages.pop_front() else {
                     break;
                 };
                 entry.first += 1;
-                entry.bytes -= cost(&message);
-                self.bytes -= cost(&message);
+                entry.bytes -= cached.cost;
+                self.bytes -= cached.cost;
             }
         }
         if self.bytes <= budget && self.streams.len() <= MAX_STREAMS {
@@ -415,13 +479,83 @@ mod tests {
 
     #[test]
     fn each_message_is_charged_what_holding_it_costs() {
-        // A stream keeps an eighth of the budget: 8 KiB of one-byte
-        // messages is not 8192 of them, each costs its slot and buffer.
+        // A stream keeps an eighth of the budget (8 KiB) and a buffer at
+        // most 1 KiB of it: 1 000 messages of 100 bytes are 100 buffers of
+        // ten, each costing ten slots, its bytes and its overhead.
         let cache = Cache::new(64 * 1024);
-        cache.apply(written(1, 0, 1000));
+        let mut changes = written(1, 0, 1000);
+        if let Change::Messages { messages, .. } = &mut changes[0] {
+            *messages = vec![Bytes::from(vec![b'x'; 100]); 1000];
+        }
+        cache.apply(changes);
         assert_eq!(cache.messages(1, 0..1000, usize::MAX), None);
-        let held = cache.lock().streams.get(&1).map(|e| e.messages.len());
-        assert!(held.is_some_and(|n| n <= 8 * 1024 / 64), "{held:?}");
+        let inner = cache.lock();
+        let entry = inner.streams.get(&1).expect("the stream is cached");
+        let buffer = 10 * SLOT + 1000 + BUFFER_OVERHEAD;
+        // Five buffers fit the share, a sixth does not: a buffer is
+        // charged whole while any of its messages is held, so none of the
+        // sixth's stays.
+        assert_eq!(entry.messages.len(), 50);
+        assert_eq!(entry.first, 950);
+        assert_eq!(entry.bytes, 5 * buffer);
+        assert_eq!(inner.bytes, entry.bytes);
+    }
+
+    #[test]
+    fn a_write_is_copied_into_shared_buffers_of_at_most_buffer_bytes() {
+        let small = messages(0..3);
+        let run = packed(&small, BUFFER_BYTES);
+        let lengths: usize = small.iter().map(Bytes::len).sum();
+        let shares_one_buffer = run.windows(2).all(|pair| {
+            pair[0].message.as_ptr().wrapping_add(pair[0].message.len()) == pair[1].message.as_ptr()
+        });
+        assert!(shares_one_buffer);
+        let costs: Vec<usize> = run.iter().map(|c| c.cost).collect();
+        assert_eq!(costs, [SLOT, SLOT, SLOT + lengths + BUFFER_OVERHEAD]);
+        // Two of 40 KiB do not fit one buffer: each is its own.
+        let large = vec![Bytes::from(vec![b'a'; 40 * 1024]); 2];
+        let costs: Vec<usize> = packed(&large, BUFFER_BYTES)
+            .iter()
+            .map(|c| c.cost)
+            .collect();
+        assert_eq!(costs, [SLOT + 40 * 1024 + BUFFER_OVERHEAD; 2]);
+        let messages: Vec<Bytes> = packed(&large, BUFFER_BYTES)
+            .into_iter()
+            .map(|c| c.message)
+            .collect();
+        assert_eq!(messages, large);
+    }
+
+    #[test]
+    fn a_buffer_stops_being_charged_with_its_last_message() {
+        // A stream's share is 1 KiB, a buffer at most 128 bytes: each
+        // write of four 30-byte messages is one buffer.
+        let cache = Cache::new(8 * 1024);
+        let write = |first: u64| {
+            let mut changes = written(1, first, 4);
+            if let Change::Messages { messages, .. } = &mut changes[0] {
+                *messages = vec![Bytes::from(vec![b'x'; 30]); 4];
+            }
+            changes
+        };
+        let buffer = 4 * SLOT + 120 + BUFFER_OVERHEAD;
+        cache.apply(write(0));
+        cache.apply(write(4));
+        assert_eq!(cache.lock().bytes, 2 * buffer);
+        // The third write passes the share by 8 bytes: the first message
+        // leaves, freeing its slot; its buffer stays, charged whole.
+        cache.apply(write(8));
+        let state = |cache: &Cache| {
+            let inner = cache.lock();
+            let entry = inner.streams.get(&1).expect("the stream is cached");
+            assert_eq!(inner.bytes, entry.bytes);
+            (entry.first, entry.bytes)
+        };
+        assert_eq!(state(&cache), (1, 3 * buffer - SLOT));
+        // The fourth: the first buffer's last message leaves and takes the
+        // buffer's charge with it; then the next buffer's first slot.
+        cache.apply(write(12));
+        assert_eq!(state(&cache), (5, 3 * buffer - SLOT));
     }
 
     #[cfg(feature = "postgres")]
