@@ -82,15 +82,25 @@ fn packed(messages: &[Bytes], buffer_bytes: usize) -> Vec<Cached> {
             buffer.extend_from_slice(message);
         }
         let buffer = Bytes::from(buffer);
-        let mut start = 0;
-        for (index, message) in run.iter().enumerate() {
-            let end = start + message.len();
-            let last = index + 1 == count;
+        let carried = SLOT + bytes + BUFFER_OVERHEAD;
+        if count == 1 {
+            // Kept whole: a slice would allocate the shared header now,
+            // where a message no reader asks for never needs one.
             out.push(Cached {
-                message: buffer.slice(start..end),
-                cost: SLOT + if last { bytes + BUFFER_OVERHEAD } else { 0 },
+                message: buffer,
+                cost: carried,
             });
-            start = end;
+        } else {
+            let mut start = 0;
+            for (index, message) in run.iter().enumerate() {
+                let end = start + message.len();
+                let last = index + 1 == count;
+                out.push(Cached {
+                    message: buffer.slice(start..end),
+                    cost: if last { carried } else { SLOT },
+                });
+                start = end;
+            }
         }
         rest = after;
     }
