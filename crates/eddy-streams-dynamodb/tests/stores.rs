@@ -4,10 +4,10 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
-use eddy_dynamo::{AttributeValue, Query, Table};
+use eddy_dynamo::{AttributeValue, Item, Query, Table, TableError};
 use eddy_streams::backend::RecordOptions;
 use eddy_streams::{
     Append, Offset, Payload, ProducerPosition, ReadFrom, Storage, StreamConfig, StreamPath, Wait,
@@ -59,45 +59,107 @@ on_every_table!(
 );
 
 async fn a_reader_of_one_store_wakes_at_another_stores_append(table: Arc<dyn Table>) {
-    let (writer, reader) = (store(&table), Arc::new(store(&table)));
-    // The case only counts when the reader was already waiting when the
-    // append came (else its first look finds the message without a wake-up):
-    // a round where the waiting task started late is run again.
-    for round in 0..5 {
-        let p = path(&format!("live/{round}"));
-        reader
-            .create(&p, StreamConfig::json(), Payload::empty())
-            .await
-            .expect("create");
-        let waiting = tokio::spawn({
-            let (reader, p) = (Arc::clone(&reader), p.clone());
-            async move {
-                let began = Instant::now();
-                let waited = reader.wait(&p, Offset::ZERO, Duration::from_secs(20)).await;
-                (began, waited)
-            }
-        });
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let appended = Instant::now();
-        writer.append(&p, Append::body("1")).await.expect("append");
-        let (began, waited) = waiting.await.expect("join");
-        match waited.expect("wait") {
-            Wait::Changed(info) => assert_eq!(info.tail.position(), 1),
-            Wait::TimedOut(info) => {
-                panic!("the reader never saw the other store's append: {info:?}")
-            }
-        }
-        if began >= appended {
-            continue;
-        }
-        let chunk = reader
-            .read(&p, ReadFrom::Beginning, 1 << 20)
-            .await
-            .expect("read");
-        assert_eq!(chunk.messages, vec![Bytes::from("1")]);
-        return;
+    let polled = Arc::new(Polled::new(Arc::clone(&table)));
+    let writer = store(&table);
+    let reader = Arc::new(store(&(Arc::clone(&polled) as Arc<dyn Table>)));
+    let p = path("live/one");
+    reader
+        .create(&p, StreamConfig::json(), Payload::empty())
+        .await
+        .expect("create");
+    let polls_before = *polled.polls.borrow();
+    let waiting = tokio::spawn({
+        let (reader, p) = (Arc::clone(&reader), p.clone());
+        async move { reader.wait(&p, Offset::ZERO, Duration::from_secs(20)).await }
+    });
+    // The reader polls the records of the streams it waits on: after two
+    // polls of an empty stream it has looked and is parked, so only a poll
+    // after the append can wake it.
+    polled.until(polls_before + 2).await;
+    writer.append(&p, Append::body("1")).await.expect("append");
+    match waiting.await.expect("join").expect("wait") {
+        Wait::Changed(info) => assert_eq!(info.tail.position(), 1),
+        Wait::TimedOut(info) => panic!("the reader never saw the other store's append: {info:?}"),
     }
-    panic!("in five rounds the reader never began waiting before the append");
+    let chunk = reader
+        .read(&p, ReadFrom::Beginning, 1 << 20)
+        .await
+        .expect("read");
+    assert_eq!(chunk.messages, vec![Bytes::from("1")]);
+}
+
+/// A table that counts the polls of stream records (`BatchGetItem`) made
+/// through it, and forwards every call.
+struct Polled {
+    table: Arc<dyn Table>,
+    polls: tokio::sync::watch::Sender<usize>,
+}
+
+impl Polled {
+    fn new(table: Arc<dyn Table>) -> Self {
+        Polled {
+            table,
+            polls: tokio::sync::watch::Sender::new(0),
+        }
+    }
+
+    /// Waits until `count` polls have been answered.
+    async fn until(&self, count: usize) {
+        let mut polls = self.polls.subscribe();
+        let answered = polls.wait_for(|polls| *polls >= count);
+        tokio::time::timeout(Duration::from_secs(20), answered)
+            .await
+            .expect("the reader never polled")
+            .expect("polls");
+    }
+}
+
+#[async_trait::async_trait]
+impl Table for Polled {
+    fn schema(&self) -> &eddy_dynamo::TableSchema {
+        self.table.schema()
+    }
+    fn request_stats(&self) -> eddy_dynamo::RequestStats {
+        self.table.request_stats()
+    }
+    fn rows_at_once(&self) -> usize {
+        self.table.rows_at_once()
+    }
+    async fn get_item(&self, key: Item) -> Result<Option<Item>, TableError> {
+        self.table.get_item(key).await
+    }
+    async fn transact_get_items(&self, keys: Vec<Item>) -> Result<Vec<Option<Item>>, TableError> {
+        self.table.transact_get_items(keys).await
+    }
+    async fn query(&self, query: Query) -> Result<eddy_dynamo::QueryPage, TableError> {
+        self.table.query(query).await
+    }
+    async fn transact_write_items(
+        &self,
+        items: Vec<eddy_dynamo::TransactWriteItem>,
+    ) -> Result<(), TableError> {
+        self.table.transact_write_items(items).await
+    }
+    async fn transact_write_tables(
+        &self,
+        items: Vec<eddy_dynamo::TableWrite>,
+    ) -> Result<(), TableError> {
+        self.table.transact_write_tables(items).await
+    }
+    async fn put_item(&self, put: eddy_dynamo::Put) -> Result<(), TableError> {
+        self.table.put_item(put).await
+    }
+    async fn update_item(&self, update: eddy_dynamo::UpdateItem) -> Result<Item, TableError> {
+        self.table.update_item(update).await
+    }
+    async fn delete_item(&self, delete: eddy_dynamo::Delete) -> Result<(), TableError> {
+        self.table.delete_item(delete).await
+    }
+    async fn batch_get_item(&self, keys: Vec<Item>) -> Result<Vec<Item>, TableError> {
+        let found = self.table.batch_get_item(keys).await;
+        self.polls.send_modify(|polls| *polls += 1);
+        found
+    }
 }
 
 /// Appends `count` messages as producer `id`, each retried while the
