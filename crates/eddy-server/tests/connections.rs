@@ -3,28 +3,17 @@
 //! between requests (idle), on raw sockets.
 
 use std::io::Read;
-use std::sync::Arc;
 use std::time::Duration;
 
-use eddy_server::{RunningServer, Server, ServerConfig};
-use eddy_streams::MemoryStorage;
+use eddy_server::ServerConfig;
+
+use crate::support::start;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Far longer than any timeout these tests configure: only a connection
 /// that is never closed reaches it.
 const NEVER: Duration = Duration::from_secs(30);
-
-async fn start(config: ServerConfig) -> RunningServer {
-    Server::bind(
-        ([127, 0, 0, 1], 0).into(),
-        Arc::new(MemoryStorage::new()),
-        config,
-    )
-    .await
-    .expect("bind")
-    .spawn()
-}
 
 /// Reads until the server closes the connection; returns what it sent,
 /// or `None` when it kept the connection open.

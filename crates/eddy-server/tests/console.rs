@@ -118,28 +118,6 @@ async fn server() -> RunningServer {
         .spawn()
 }
 
-/// Waits until the server counts `n` live readers: the page's tail is
-/// connected, so an append now reaches it.
-async fn live_readers_reach(base: &str, n: u64) {
-    let line = format!("eddy_live_readers {n}");
-    let http = reqwest::Client::new();
-    for _ in 0..1000 {
-        let page = http
-            .get(format!("{base}/metrics"))
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("metrics body");
-        if page.lines().any(|l| l == line) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("the console's tail never connected");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_lists_streams_and_bindings_and_tails_live() {
     let Some(driver) = driver() else {
@@ -171,7 +149,8 @@ async fn the_console_lists_streams_and_bindings_and_tails_live() {
         .expect("the failed binding is listed with its handler's error");
 
     link.click().await.expect("choose the stream");
-    live_readers_reach(&base, 1).await;
+    // The page's tail is connected, so an append now reaches it.
+    crate::support::until_series(&base, "eddy_live_readers", |n| n == 1.0).await;
     let appended = reqwest::Client::new()
         .post(format!("{base}/numbers"))
         .header("content-type", "application/json")

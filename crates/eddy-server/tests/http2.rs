@@ -50,17 +50,8 @@ fn https(server: &RunningServer, path: &str) -> String {
 }
 
 async fn metric(client: &reqwest::Client, base: &str, name: &str) -> u64 {
-    let body = client
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics body");
-    body.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no metric {name} in {body}"))
+    let page = crate::support::metrics_page(client, base).await;
+    crate::support::series(&page, name).unwrap_or_else(|| panic!("no metric {name} in {page}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

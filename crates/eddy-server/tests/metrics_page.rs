@@ -35,15 +35,7 @@ pub(crate) fn current(metrics: &Metrics, name: &str) -> f64 {
 }
 
 async fn scrape(client: &reqwest::Client, base: &str) -> Scrape {
-    let page = client
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics body");
-    parse(&page)
+    parse(&crate::support::metrics_page(client, base).await)
 }
 
 #[tokio::test]

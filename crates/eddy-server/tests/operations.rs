@@ -13,37 +13,7 @@ use eddy_streams::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-async fn start(config: ServerConfig) -> eddy_server::RunningServer {
-    Server::bind(
-        ([127, 0, 0, 1], 0).into(),
-        Arc::new(MemoryStorage::new()),
-        config,
-    )
-    .await
-    .expect("bind")
-    .spawn()
-}
-
-/// Waits until the server's `/metrics` has the line `line`: the server's
-/// own account that it reached a state.
-async fn metric_reaches(base: &str, line: &str) {
-    let http = reqwest::Client::new();
-    for _ in 0..1000 {
-        let body = http
-            .get(format!("{base}/metrics"))
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("metrics body");
-        if body.lines().any(|l| l == line) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("the server never reported `{line}`");
-}
+use crate::support::{start, until_series};
 
 /// Waits until the server refuses connections: it began to shut down.
 async fn refuses_connections(addr: std::net::SocketAddr) {
@@ -76,7 +46,7 @@ async fn shutdown_ends_live_reads_and_lets_requests_finish() {
                 .await
         }
     });
-    metric_reaches(&server.url(), "eddy_live_readers 1").await;
+    until_series(&server.url(), "eddy_live_readers", |n| n == 1.0).await;
     let started = Instant::now();
     server.stop().await.expect("stop");
     let answered = poll
@@ -177,7 +147,7 @@ async fn shutdown_finishes_an_append_in_flight() {
         .await
         .expect("write the first half");
     // This /metrics request and the append.
-    metric_reaches(&base, "eddy_requests_in_flight 2").await;
+    until_series(&base, "eddy_requests_in_flight", |n| n == 2.0).await;
     let addr = server.addr();
     let stopping = tokio::spawn(server.stop());
     refuses_connections(addr).await;
@@ -318,7 +288,7 @@ async fn shutdown_ends_within_its_grace_even_when_a_request_is_stuck() {
                 .await
         }
     });
-    metric_reaches(&base, "eddy_requests_in_flight 2").await;
+    until_series(&base, "eddy_requests_in_flight", |n| n == 2.0).await;
     tokio::time::timeout(Duration::from_secs(10), server.stop())
         .await
         .expect("stop returns once the grace period is over")

@@ -96,14 +96,7 @@ async fn server_with(config: ServerConfig) -> RunningServer {
         wake_retry_initial: Duration::from_millis(20),
         ..config
     };
-    Server::bind(
-        ([127, 0, 0, 1], 0).into(),
-        Arc::new(MemoryStorage::new()),
-        config,
-    )
-    .await
-    .expect("bind")
-    .spawn()
+    crate::support::start(config).await
 }
 
 /// Subscribes `url` to `events/*` under `/<base>`, then creates
@@ -134,25 +127,7 @@ async fn subscribe_and_write(server: &RunningServer, base: &str, url: &str) {
 
 /// Waits until `/metrics` shows a counter at `at_least` or more.
 async fn counter_reaches(server: &RunningServer, name: &str, at_least: u64) {
-    let http = reqwest::Client::new();
-    for _ in 0..2000 {
-        let body = http
-            .get(format!("{}/metrics", server.url()))
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("body");
-        let value = body
-            .lines()
-            .find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok());
-        if value.is_some_and(|v| v >= at_least) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("{name} never reached {at_least}");
+    crate::support::until_series(&server.url(), name, |v| v >= at_least as f64).await;
 }
 
 /// Regression: webhook URLs were checked only when they were IP literals,

@@ -217,17 +217,8 @@ pub(crate) fn client() -> reqwest::Client {
 /// The number a server's `/metrics` page reports for `series`.
 #[cfg(any(feature = "aws", feature = "postgres"))]
 async fn metric(http: &reqwest::Client, base: &str, series: &str) -> f64 {
-    let page = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics body");
-    page.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
+    let page = crate::serve_cli::metrics_page(http, base).await;
+    crate::serve_cli::series_value(&page, series).unwrap_or(0.0)
 }
 
 /// Waits until the server at `base` counts `readers` live readers: each

@@ -377,13 +377,7 @@ fn metrics_and_readyz_on_postgres() {
                 .expect("append");
             assert_eq!(appended.status().as_u16(), 204);
         }
-        http.get(format!("{url}/metrics"))
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("metrics body")
+        crate::serve_cli::metrics_page(&http, &url).await
     });
     stop(server);
     let listed = eddy(&[

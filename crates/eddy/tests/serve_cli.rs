@@ -122,11 +122,27 @@ async fn text_logs_name_the_request_and_the_stream() {
     assert!(refused.contains("code=\"stream/not-found\""), "{refused}");
 }
 
-/// The value of the unlabelled series `name` on a Prometheus text page.
-pub(crate) fn series(page: &str, name: &str) -> f64 {
+/// The server's `/metrics` page.
+pub(crate) async fn metrics_page(http: &reqwest::Client, base: &str) -> String {
+    http.get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics body")
+}
+
+/// The value of the unlabelled series `name` on a Prometheus text page,
+/// if it is there.
+pub(crate) fn series_value(page: &str, name: &str) -> Option<f64> {
     page.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no series {name} in {page}"))
+}
+
+/// The value of the unlabelled series `name` on a Prometheus text page.
+pub(crate) fn series(page: &str, name: &str) -> f64 {
+    series_value(page, name).unwrap_or_else(|| panic!("no series {name} in {page}"))
 }
 
 #[tokio::test]
@@ -155,14 +171,7 @@ async fn metrics_show_the_sqlite_group_commits() {
             .expect("append");
         assert_eq!(appended.status().as_u16(), 204);
     }
-    let page = http
-        .get(format!("{url}/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics body");
+    let page = metrics_page(&http, &url).await;
     child.kill().expect("kill");
     let _ = child.wait();
 
