@@ -53,7 +53,7 @@ const SLOT: usize = std::mem::size_of::<Cached>();
 
 /// A message as the cache keeps it: a slice of a buffer of the cache's
 /// own, with what holding it costs.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 struct Cached {
     message: Bytes,
     /// Its slot, and for the last message of a buffer the buffer too.
@@ -161,6 +161,26 @@ impl Entry {
         self.first + self.messages.len() as u64
     }
 
+    /// Holds `run` after the messages held; returns what it costs.
+    fn push_back(&mut self, run: Vec<Cached>) -> usize {
+        let added: usize = run.iter().map(|c| c.cost).sum();
+        self.messages.extend(run);
+        self.bytes += added;
+        added
+    }
+
+    /// Holds `run` (the messages just before `first`) before the messages
+    /// held; returns what it costs.
+    fn push_front(&mut self, run: Vec<Cached>) -> usize {
+        let added: usize = run.iter().map(|c| c.cost).sum();
+        self.first -= run.len() as u64;
+        for cached in run.into_iter().rev() {
+            self.messages.push_front(cached);
+        }
+        self.bytes += added;
+        added
+    }
+
     /// Forgets the messages; the cache now starts at `first`.
     fn restart(&mut self, first: u64) -> usize {
         let freed = self.bytes;
@@ -194,10 +214,19 @@ impl Cache {
         if changes.is_empty() {
             return;
         }
+        // Copied before the lock is taken: readers wait only for the
+        // bookkeeping.
+        let runs: Vec<Option<Vec<Cached>>> = changes
+            .iter()
+            .map(|change| match change {
+                Change::Messages { messages, .. } => Some(packed(messages, self.buffer_bytes())),
+                _ => None,
+            })
+            .collect();
         let mut inner = self.lock();
         let inner = &mut *inner;
         let mut touched = Vec::new();
-        for change in changes {
+        for (change, run) in changes.into_iter().zip(runs) {
             match change {
                 Change::Record { key, path, record } => {
                     let entry = inner.entry(key, path);
@@ -210,20 +239,14 @@ impl Cache {
                     touched.push(key);
                 }
                 Change::Messages {
-                    key,
-                    path,
-                    first,
-                    messages,
+                    key, path, first, ..
                 } => {
                     let entry = inner.entry(key, path);
                     let mut freed = 0;
                     if first != entry.end() {
                         freed = entry.restart(first);
                     }
-                    let packed = packed(&messages, self.buffer_bytes());
-                    let added: usize = packed.iter().map(|c| c.cost).sum();
-                    entry.messages.extend(packed);
-                    entry.bytes += added;
+                    let added = entry.push_back(run.unwrap_or_default());
                     inner.bytes = inner.bytes - freed + added;
                     touched.push(key);
                 }
@@ -262,36 +285,20 @@ impl Cache {
         let entry = inner.entry(key, path.to_owned());
         entry.used = used;
         let end = first + messages.len() as u64;
+        let buffer_bytes = self.buffer_bytes();
         let added = if entry.messages.is_empty() {
             entry.first = first;
-            let packed = packed(&messages, self.buffer_bytes());
-            let added: usize = packed.iter().map(|c| c.cost).sum();
-            entry.messages.extend(packed);
-            added
+            entry.push_back(packed(&messages, buffer_bytes))
         } else if first <= entry.end() && end >= entry.first {
             let (held_first, held_end) = (entry.first, entry.end());
-            let mut added = 0;
-            // Before the held run, newest first so each goes to the front.
             let before = usize::try_from(held_first.saturating_sub(first)).unwrap_or(0);
-            for cached in packed(&messages[..before], self.buffer_bytes())
-                .into_iter()
-                .rev()
-            {
-                added += cached.cost;
-                entry.messages.push_front(cached);
-            }
-            entry.first = entry.first.min(first);
             let after = usize::try_from(held_end.saturating_sub(first)).unwrap_or(usize::MAX);
             let after = after.min(messages.len());
-            for cached in packed(&messages[after..], self.buffer_bytes()) {
-                added += cached.cost;
-                entry.messages.push_back(cached);
-            }
-            added
+            entry.push_front(packed(&messages[..before], buffer_bytes))
+                + entry.push_back(packed(&messages[after..], buffer_bytes))
         } else {
             0
         };
-        entry.bytes += added;
         inner.bytes += added;
         inner.trim(&[key], self.budget);
     }
