@@ -171,6 +171,7 @@ impl Entry {
 
     /// Holds `run` (the messages just before `first`) before the messages
     /// held; returns what it costs.
+    #[cfg(feature = "postgres")]
     fn push_front(&mut self, run: Vec<Cached>) -> usize {
         let added: usize = run.iter().map(|c| c.cost).sum();
         self.first -= run.len() as u64;
