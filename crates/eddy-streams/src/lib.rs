@@ -66,6 +66,7 @@ mod backup;
 mod cache;
 mod clock;
 mod config;
+mod documents;
 mod engine;
 mod error;
 mod fork;
@@ -99,6 +100,10 @@ pub use backup::{
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
     is_json, media_type, same_media_type, Expiry, StreamConfig, StreamInfo, JSON, OCTET_STREAM,
+};
+pub use documents::{
+    check_document, next_version, Document, Documents, MemoryDocuments, MAX_DOCUMENT_BYTES,
+    MAX_DOCUMENT_KEY_BYTES,
 };
 pub use error::{Cause, ErrorKind, Result, StreamError};
 pub use fork::Fork;

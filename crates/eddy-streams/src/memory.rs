@@ -12,9 +12,9 @@ use crate::payload::DEFAULT_MAX_APPEND_BYTES;
 use crate::record::{RecordReader, Records, Stored, StreamRecord, Sweepable};
 use crate::rules::{take_within, ProducerState};
 use crate::{
-    Append, Appended, Clock, Created, Fork, Limits, Notifier, Payload, ReadChunk, ReadFrom,
-    Storage, StreamConfig, StreamError, StreamInfo, StreamPath, StreamSnapshot, SystemClock,
-    DEFAULT_MAX_PRODUCERS_PER_STREAM,
+    Append, Appended, Clock, Created, Documents, Fork, Limits, MemoryDocuments, Notifier, Payload,
+    ReadChunk, ReadFrom, Storage, StreamConfig, StreamError, StreamInfo, StreamPath,
+    StreamSnapshot, SystemClock, DEFAULT_MAX_PRODUCERS_PER_STREAM,
 };
 
 /// A stream store that keeps everything in memory. Nothing survives the
@@ -40,6 +40,7 @@ pub struct MemoryStorage {
     records: Mutex<MemoryRecords>,
     notifier: Notifier,
     engine: Engine,
+    documents: MemoryDocuments,
 }
 
 impl Default for MemoryStorage {
@@ -66,6 +67,7 @@ impl MemoryStorage {
                 clock: Arc::new(SystemClock),
                 incarnations: Default::default(),
             },
+            documents: MemoryDocuments::new(),
         }
     }
 
@@ -202,6 +204,10 @@ impl Storage for MemoryStorage {
 
     fn notifier(&self) -> &Notifier {
         &self.notifier
+    }
+
+    fn documents(&self) -> Option<&dyn Documents> {
+        Some(&self.documents)
     }
 }
 

@@ -210,6 +210,15 @@ pub trait Storage: Send + Sync + 'static {
     fn wake_marks(&self) -> Option<&dyn crate::WakeMarks> {
         None
     }
+
+    /// The store's shared [documents](crate::Documents): kept beside its
+    /// streams, so that every process serving the store sees the same
+    /// ones (SQLite, PostgreSQL, DynamoDB; a memory store's are its
+    /// process's own). `None` for a store that keeps none (a remote
+    /// server).
+    fn documents(&self) -> Option<&dyn crate::Documents> {
+        None
+    }
 }
 
 /// Whether a stream whose tail is `tail` has messages after `after`. The
