@@ -98,6 +98,12 @@ pub struct ServerConfig {
     pub wake_retry_initial: Duration,
     /// The longest delay between attempts of a failing wake.
     pub wake_retry_max: Duration,
+    /// How often the server reads all of the store's subscriptions: to
+    /// learn of those made through other servers, and to begin the wakes
+    /// that are due and held by no one (a lease that ended, a server that
+    /// died while delivering). A wake whose server died is taken over
+    /// within its lease plus this interval.
+    pub subscription_sweep_interval: Duration,
     /// Serve the console: the page at `/console` and the bindings at
     /// `/_eddy/bindings` (on by default).
     pub console: bool,
@@ -149,6 +155,7 @@ impl Default for ServerConfig {
             cache: CacheConfig::default(),
             wake_retry_initial: Duration::from_secs(1),
             wake_retry_max: Duration::from_secs(300),
+            subscription_sweep_interval: Duration::from_secs(1),
             console: true,
             checkpoint_table: None,
         }

@@ -90,6 +90,7 @@ impl Server {
             config,
             tls,
         } = self;
+        crate::subscriptions::start(&state);
         let serving = Arc::new(Connections::new(
             &config,
             app(state.clone()),

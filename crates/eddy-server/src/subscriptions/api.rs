@@ -1,7 +1,6 @@
 //! The HTTP endpoints under `<base>/__ds/`.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -12,7 +11,8 @@ use percent_encoding::percent_decode_str;
 use super::pattern::Pattern;
 use super::wake::{self, Ack};
 use super::{
-    registry, ActiveWake, Delivery, Link, Registry, Subscription, SubscriptionError, Watched,
+    now_ms, registry, stored, ActiveWake, Delivery, Link, Post, Registry, Subscription,
+    SubscriptionError, Watched,
 };
 use crate::auth::{self, Access, Caller, Operation};
 use crate::state::AppState;
@@ -66,20 +66,18 @@ async fn route(
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
+    stored::check_id(id)?;
     match (method.clone(), action) {
         (Method::PUT, "") => create(state, &registry, base_path, id, headers, &body).await,
         (Method::GET, "") => {
-            let subscriptions = registry.lock();
-            let sub = subscriptions
-                .get(id)
+            let (sub, _) = registry
+                .load(id)
+                .await?
                 .ok_or_else(|| SubscriptionError::not_found(id))?;
-            Ok(axum::Json(registry.describe(sub)).into_response())
+            Ok(axum::Json(registry.describe(&sub)).into_response())
         }
         (Method::DELETE, "") => {
-            registry
-                .lock()
-                .remove(id)
-                .ok_or_else(|| SubscriptionError::not_found(id))?;
+            registry.remove(id).await?;
             Ok(StatusCode::NO_CONTENT.into_response())
         }
         (Method::POST, "streams") => {
@@ -87,73 +85,79 @@ async fn route(
             let limit = state.config.max_subscription_streams;
             check_explicit(request.streams.len(), limit)?;
             let tails = tails(state, base_path, &request.streams).await;
-            let mut subscriptions = registry.lock();
-            let sub = subscriptions
-                .get_mut(id)
-                .ok_or_else(|| SubscriptionError::not_found(id))?;
-            let explicit = sub.streams.values().filter(|w| w.link == Link::Explicit);
-            let new = request
-                .streams
-                .iter()
-                .filter(|path| !sub.streams.contains_key(path.as_str()));
-            check_explicit(explicit.count() + new.count(), limit)?;
-            let added: usize = request
-                .streams
-                .iter()
-                .filter(|path| !sub.streams.contains_key(path.as_str()))
-                .map(String::len)
-                .sum();
-            check_size(sub.stored_bytes + added, &state.config)?;
-            sub.stored_bytes += added;
-            add_explicit(sub, tails);
+            registry
+                .update(id, |sub| {
+                    let explicit = sub.streams.values().filter(|w| w.link == Link::Explicit);
+                    let new: Vec<&String> = request
+                        .streams
+                        .iter()
+                        .filter(|path| !sub.streams.contains_key(path.as_str()))
+                        .collect();
+                    check_explicit(explicit.count() + new.len(), limit)?;
+                    let added: usize = new.iter().map(|path| path.len()).sum();
+                    check_size(sub.stored_bytes + added, &state.config)?;
+                    sub.stored_bytes += added;
+                    add_explicit(sub, &tails);
+                    Ok(())
+                })
+                .await?;
             Ok(StatusCode::NO_CONTENT.into_response())
         }
         (Method::DELETE, action) if action.starts_with("streams/") => {
             let path = percent_decode_str(&action["streams/".len()..])
                 .decode_utf8()
                 .map_err(|_| SubscriptionError::bad_request("the stream path is not UTF-8"))?;
-            let mut subscriptions = registry.lock();
-            let sub = subscriptions
-                .get_mut(id)
-                .ok_or_else(|| SubscriptionError::not_found(id))?;
-            sub.streams.remove(path.as_ref());
+            registry
+                .update(id, |sub| {
+                    sub.streams.remove(path.as_ref());
+                    Ok(())
+                })
+                .await?;
             Ok(StatusCode::NO_CONTENT.into_response())
         }
         (Method::POST, "callback" | "ack") => {
             let ack: Ack = json(&body)?;
-            let next_wake = wake::acknowledge(&registry, id, token, ack)?;
+            let next_wake = wake::acknowledge(&registry, id, token, ack).await?;
             Ok(
                 axum::Json(serde_json::json!({ "ok": true, "next_wake": next_wake }))
                     .into_response(),
             )
         }
         (Method::POST, "claim") => {
+            let request: ClaimRequest = json(&body)?;
             // A held lease is refused before the refresh, which lists the
             // store's streams and may take longer than a short lease.
-            if let Some(sub) = registry.lock().get(id) {
-                unclaimed(sub)?;
+            let (sub, _) = registry
+                .load(id)
+                .await?
+                .ok_or_else(|| SubscriptionError::not_found(id))?;
+            unclaimed(&sub, now_ms())?;
+            if let Err(err) = wake::refresh(&registry, id).await {
+                if err.status == StatusCode::NOT_FOUND {
+                    return Err(err);
+                }
+                tracing::warn!(subscription = %id, error = %err.body, "cannot read a subscription's streams before a claim; claiming what it knows");
             }
-            wake::refresh(&registry, id).await;
-            claim(&registry, id, &body)
+            claim(&registry, id, request.worker).await
         }
         (Method::POST, "release") => {
             let release: Release = json(&body)?;
-            {
-                let mut subscriptions = registry.lock();
-                let sub = subscriptions
-                    .get_mut(id)
-                    .ok_or_else(|| SubscriptionError::not_found(id))?;
-                let live = sub
-                    .wake
-                    .as_ref()
-                    .is_some_and(|w| w.is(&release.wake_id, release.generation, token));
-                if !live {
-                    return Err(SubscriptionError::fenced());
-                }
-                sub.wake = None;
-                sub.wake_posted = false;
-            }
-            wake::wake(&registry, id);
+            let now = now_ms();
+            let action = registry
+                .update(id, |sub| {
+                    let live = sub
+                        .wake
+                        .as_ref()
+                        .is_some_and(|w| w.is(&release.wake_id, release.generation, token));
+                    if !live {
+                        return Err(SubscriptionError::fenced());
+                    }
+                    sub.wake = None;
+                    sub.post = Post::None;
+                    Ok(wake::plan(&registry, sub, now))
+                })
+                .await?;
+            wake::run(&registry, action);
             Ok(StatusCode::NO_CONTENT.into_response())
         }
         _ => Err(SubscriptionError::new(
@@ -215,7 +219,7 @@ async fn create(
 ) -> Result<Response, SubscriptionError> {
     check_size(body.len(), &state.config)?;
     let raw: serde_json::Value = json(body)?;
-    let fingerprint = registry.fingerprint(&raw);
+    let fingerprint = fingerprint(&raw);
     let request: CreateRequest = json(body)?;
     let delivery = match request.kind.as_str() {
         #[cfg(feature = "webhooks")]
@@ -232,7 +236,7 @@ async fn create(
                 .get(header::HOST)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("localhost");
-            Delivery::Webhook(super::webhook::Target {
+            Delivery::Webhook(super::Target {
                 url,
                 origin: format!("http://{host}"),
             })
@@ -293,24 +297,18 @@ async fn create(
             ),
         ));
     }
-    let mut subscriptions = registry.lock();
-    if let Some(existing) = subscriptions.get(id) {
-        if existing.fingerprint == fingerprint && existing.base_path == base_path {
-            return Ok((StatusCode::OK, axum::Json(registry.describe(existing))).into_response());
-        }
-        return Err(SubscriptionError::new(
-            StatusCode::CONFLICT,
-            "CONFLICT",
-            format!("subscription `{id}` exists with another configuration"),
-        ));
-    }
     let limit = state.config.max_subscriptions;
-    if subscriptions.len() >= limit {
-        return Err(SubscriptionError::limit(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "max_subscriptions",
-            format!("the server holds {limit} subscriptions, its limit; delete one first"),
-        ));
+    {
+        let known = registry.known();
+        if known.len() >= limit && !known.contains_key(id) {
+            return Err(SubscriptionError::limit(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "max_subscriptions",
+                format!(
+                    "the store holds {limit} subscriptions, the server's limit; delete one first"
+                ),
+            ));
+        }
     }
     let mut sub = Subscription {
         id: id.to_owned(),
@@ -324,21 +322,39 @@ async fn create(
         streams: Default::default(),
         generation: 0,
         wake: None,
-        wake_posted: false,
+        post: Post::None,
         failures: 0,
-        pruned_at: None,
+        retry_at_ms: 0,
     };
-    add_explicit(&mut sub, tails);
+    add_explicit(&mut sub, &tails);
     for (path, tail) in baseline {
         sub.streams
             .entry(path)
             .or_insert(Watched::from(Link::Pattern, tail));
     }
-    let described = registry.describe(&sub);
-    subscriptions.insert(id.to_owned(), sub);
-    drop(subscriptions);
-    wake::listen(registry, state);
-    Ok((StatusCode::CREATED, axum::Json(described)).into_response())
+    if registry.insert(&sub).await? {
+        return Ok((StatusCode::CREATED, axum::Json(registry.describe(&sub))).into_response());
+    }
+    match registry.load(id).await? {
+        Some((existing, _))
+            if existing.fingerprint == sub.fingerprint && existing.base_path == base_path =>
+        {
+            Ok((StatusCode::OK, axum::Json(registry.describe(&existing))).into_response())
+        }
+        _ => Err(SubscriptionError::new(
+            StatusCode::CONFLICT,
+            "CONFLICT",
+            format!("subscription `{id}` exists with another configuration"),
+        )),
+    }
+}
+
+/// The fingerprint of a create request: equal for equal JSON (object keys
+/// in any order), and the same on every server.
+fn fingerprint(request: &serde_json::Value) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(request.to_string().as_bytes());
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The current tails of streams (relative to the base), zero for streams
@@ -437,20 +453,20 @@ fn check_explicit(count: usize, limit: usize) -> Result<(), SubscriptionError> {
 
 /// Adds explicitly listed streams, acknowledged up to their current tails:
 /// a subscription wakes for data that arrives after it is made.
-fn add_explicit(sub: &mut Subscription, tails: Vec<(String, Offset)>) {
+fn add_explicit(sub: &mut Subscription, tails: &[(String, Offset)]) {
     for (path, tail) in tails {
         sub.streams
-            .entry(path)
-            .or_insert(Watched::from(Link::Explicit, tail));
+            .entry(path.clone())
+            .or_insert(Watched::from(Link::Explicit, *tail));
     }
 }
 
 /// Refuses a claim while a worker holds the subscription's lease.
-fn unclaimed(sub: &Subscription) -> Result<(), SubscriptionError> {
+fn unclaimed(sub: &Subscription, now: u64) -> Result<(), SubscriptionError> {
     let holder = sub
         .wake
         .as_ref()
-        .filter(|w| w.expires > Instant::now())
+        .filter(|w| w.expires_ms > now)
         .and_then(|w| w.holder.clone());
     match holder {
         None => Ok(()),
@@ -466,42 +482,52 @@ fn unclaimed(sub: &Subscription) -> Result<(), SubscriptionError> {
     }
 }
 
-fn claim(registry: &Arc<Registry>, id: &str, body: &[u8]) -> Result<Response, SubscriptionError> {
-    let request: ClaimRequest = json(body)?;
-    let mut subscriptions = registry.lock();
-    let sub = subscriptions
-        .get_mut(id)
-        .ok_or_else(|| SubscriptionError::not_found(id))?;
-    if !matches!(sub.delivery, Delivery::PullWake { .. }) {
-        return Err(SubscriptionError::bad_request(
-            "only pull-wake subscriptions are claimed",
-        ));
-    }
-    unclaimed(sub)?;
-    let pending = sub.pending();
-    if pending.is_empty() {
-        return Ok(StatusCode::NO_CONTENT.into_response());
-    }
-    let wake = ActiveWake::begin(sub, Some(request.worker)).map_err(|e| {
-        SubscriptionError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "UNAVAILABLE",
-            format!("the OS random number generator failed: {e}"),
-        )
-    })?;
-    let body = serde_json::json!({
-        "subscription_id": sub.id,
-        "wake_id": wake.wake_id,
-        "generation": wake.generation,
-        "token": wake.token,
-        "lease_ttl_ms": sub.lease_ttl_ms,
-        "streams": pending.iter().map(|(path, tail, acked)| serde_json::json!({
-            "path": path,
-            "tail_offset": tail.to_string(),
-            "acked_offset": acked.to_string(),
-        })).collect::<Vec<_>>(),
-    });
-    sub.wake = Some(wake);
-    sub.wake_posted = false;
-    Ok(axum::Json(body).into_response())
+/// Claims a pull-wake subscription's lease for `worker`: one write, so
+/// of workers claiming at once through any servers, one wins.
+async fn claim(
+    registry: &Arc<Registry>,
+    id: &str,
+    worker: String,
+) -> Result<Response, SubscriptionError> {
+    let now = now_ms();
+    let body = registry
+        .update(id, |sub| {
+            if !matches!(sub.delivery, Delivery::PullWake { .. }) {
+                return Err(SubscriptionError::bad_request(
+                    "only pull-wake subscriptions are claimed",
+                ));
+            }
+            unclaimed(sub, now)?;
+            let pending = sub.pending();
+            if pending.is_empty() {
+                return Ok(None);
+            }
+            let wake = ActiveWake::begin(sub, Some(worker.clone())).map_err(|e| {
+                SubscriptionError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "UNAVAILABLE",
+                    format!("the OS random number generator failed: {e}"),
+                )
+            })?;
+            let body = serde_json::json!({
+                "subscription_id": sub.id,
+                "wake_id": wake.wake_id,
+                "generation": wake.generation,
+                "token": wake.token,
+                "lease_ttl_ms": sub.lease_ttl_ms,
+                "streams": pending.iter().map(|(path, tail, acked)| serde_json::json!({
+                    "path": path,
+                    "tail_offset": tail.to_string(),
+                    "acked_offset": acked.to_string(),
+                })).collect::<Vec<_>>(),
+            });
+            sub.wake = Some(wake);
+            sub.post = Post::None;
+            Ok(Some(body))
+        })
+        .await?;
+    Ok(match body {
+        Some(body) => axum::Json(body).into_response(),
+        None => StatusCode::NO_CONTENT.into_response(),
+    })
 }

@@ -13,36 +13,81 @@
 //!   workers `claim` a lease, `ack` offsets, and `release` it.
 //!
 //! Every wake has a generation number; acknowledgements for an older
-//! generation are fenced (409 `FENCED`). Subscriptions live in the server
-//! (they are not stored durably) and see the commits made through it.
+//! generation are fenced (409 `FENCED`).
+//!
+//! Subscriptions are kept in the store's shared [documents](eddy_streams::Documents),
+//! one each ([`stored`]), so every server on one store answers for every
+//! subscription: each change is a compare-and-set of its document, a wake
+//! is begun by the server whose write wins (so one server at a time
+//! delivers it, until the wake's lease ends), and each server records the
+//! commits made through it on the subscriptions that watch them
+//! ([`wake`]). Every server also looks through all subscriptions every
+//! `subscription_sweep_interval` ([`sweep`]) and takes over wakes whose
+//! lease ended (a server that died while delivering). A store without
+//! shared documents (a remote server) keeps them in this process.
 
 mod api;
 mod pattern;
 mod retry;
+mod stored;
+mod sweep;
 mod token;
 mod wake;
 #[cfg(feature = "webhooks")]
 mod webhook;
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use eddy_streams::{Offset, Storage};
+use eddy_streams::{Documents, MemoryDocuments, Offset, Storage};
+use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
 pub(crate) use api::handle;
 
 use crate::state::AppState;
 
+/// The wall clock in unix milliseconds: leases and retry times are
+/// compared across servers (keep their clocks in sync).
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// Where a webhook subscription delivers, and the public origin its
+/// callback and JWKS URLs start with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Target {
+    url: String,
+    /// `http://host`, from the request that made the subscription.
+    origin: String,
+}
+
+#[cfg(feature = "webhooks")]
+impl Target {
+    /// The public URL of `rest` under the subscription API of `base_path`.
+    fn public_url(&self, base_path: &str, rest: &str) -> String {
+        let base = if base_path.is_empty() {
+            String::new()
+        } else {
+            format!("/{base_path}")
+        };
+        format!("{}{base}/__ds/{rest}", self.origin)
+    }
+}
+
 /// How a subscription delivers wakes.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
 enum Delivery {
-    #[cfg(feature = "webhooks")]
-    Webhook(webhook::Target),
+    /// Kept by every build: a server without the `webhooks` feature
+    /// describes one but cannot deliver it.
+    Webhook(Target),
     PullWake {
         wake_stream: String,
     },
@@ -53,7 +98,6 @@ impl Delivery {
     /// subscription.
     fn wake_stream(&self) -> Option<&str> {
         match self {
-            #[cfg(feature = "webhooks")]
             Delivery::Webhook(_) => None,
             Delivery::PullWake { wake_stream } => Some(wake_stream),
         }
@@ -61,7 +105,8 @@ impl Delivery {
 }
 
 /// Why a stream belongs to a subscription.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 enum Link {
     Pattern,
     Explicit,
@@ -77,15 +122,16 @@ impl Link {
 }
 
 /// One watched stream.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct Watched {
     link: Link,
     tail: Offset,
     acked: Offset,
-    /// The registry's commit count when a commit of it was last observed
-    /// (0: never): a stream seen after a listing began is not dropped for
-    /// missing from it.
-    seen: u64,
+    /// When a commit of it was last recorded (unix ms; 0: never): a
+    /// stream recorded after a listing began is not dropped for missing
+    /// from it.
+    #[serde(default)]
+    seen_ms: u64,
 }
 
 impl Watched {
@@ -95,19 +141,22 @@ impl Watched {
             link,
             tail,
             acked: tail,
-            seen: 0,
+            seen_ms: 0,
         }
     }
 }
 
 /// The wake in progress: who holds it and until when.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct ActiveWake {
     wake_id: String,
     generation: u64,
     token: String,
+    /// The pull-wake worker that claimed it (`None` for a webhook's).
     holder: Option<String>,
-    expires: Instant,
+    /// When its lease ends (unix ms); after that any server may begin
+    /// the next generation.
+    expires_ms: u64,
 }
 
 impl ActiveWake {
@@ -122,7 +171,7 @@ impl ActiveWake {
             generation: sub.generation,
             token,
             holder,
-            expires: Instant::now() + Duration::from_millis(sub.lease_ttl_ms),
+            expires_ms: now_ms().saturating_add(sub.lease_ttl_ms),
         })
     }
 
@@ -136,39 +185,52 @@ impl ActiveWake {
     }
 }
 
-/// One subscription.
-#[derive(Debug)]
+/// Where a pull-wake subscription's wake event is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "state")]
+enum Post {
+    /// None is owed, or the last was claimed.
+    #[default]
+    None,
+    /// A server is appending one; another may take over after `until_ms`
+    /// (the first may have died before it appended).
+    Posting { until_ms: u64 },
+    /// Appended and not yet claimed.
+    Posted,
+}
+
+/// One subscription, as its document stores it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct Subscription {
     id: String,
     /// The stream path prefix its paths are relative to (`v1/stream`).
     base_path: String,
     delivery: Delivery,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pattern: Option<pattern::Pattern>,
     lease_ttl_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     description: Option<String>,
     /// A hash of the create request, to recognise an idempotent re-create
     /// without keeping the request.
-    fingerprint: u64,
+    fingerprint: String,
     /// The bytes it keeps, counted against `max_subscription_bytes`: its
     /// create request, and the paths of streams added to it later.
     stored_bytes: usize,
     streams: BTreeMap<String, Watched>,
     generation: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     wake: Option<ActiveWake>,
-    /// A pull-wake event was appended and not yet claimed.
-    wake_posted: bool,
+    #[serde(default)]
+    post: Post,
     /// Wakes (webhook notifications, pull-wake appends) that failed in a
     /// row: sets the retry delay.
+    #[serde(default)]
     failures: u32,
-    /// When a stream of its pattern was last left out for want of room
-    /// and its streams were read again to make some (at most once per
-    /// [`PRUNE_INTERVAL`]: each reading lists the store).
-    pruned_at: Option<Instant>,
+    /// No wake is begun before this time (unix ms) after a failure.
+    #[serde(default)]
+    retry_at_ms: u64,
 }
-
-/// How often a subscription whose pattern watches all the streams it may
-/// reads its streams again to drop deleted ones.
-const PRUNE_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The full store path of a path relative to a subscription's base.
 fn joined(base_path: &str, relative: &str) -> String {
@@ -176,6 +238,15 @@ fn joined(base_path: &str, relative: &str) -> String {
         relative.to_owned()
     } else {
         format!("{base_path}/{relative}")
+    }
+}
+
+/// The prefix of the store paths under a subscription base.
+fn prefix(base_path: &str) -> String {
+    if base_path.is_empty() {
+        String::new()
+    } else {
+        format!("{base_path}/")
     }
 }
 
@@ -187,12 +258,7 @@ impl Subscription {
 
     /// The path relative to the base, if the full path is under it.
     fn relative<'a>(&self, full: &'a str) -> Option<&'a str> {
-        if self.base_path.is_empty() {
-            Some(full)
-        } else {
-            full.strip_prefix(self.base_path.as_str())?
-                .strip_prefix('/')
-        }
+        relative_to(&self.base_path, full)
     }
 
     fn watches(&self, relative: &str) -> Option<Link> {
@@ -207,44 +273,32 @@ impl Subscription {
     }
 
     /// Records that the stream at `relative` has data up to `tail` (seen
-    /// at commit count `seen`), starting to watch it if it is new. Returns
-    /// `false`, and leaves it out, when it is a new stream of the pattern
-    /// and the subscription watches `max_matches` of those already.
+    /// at `seen_ms`), starting to watch it if it is new. Returns `false`,
+    /// and leaves it out, when it is a new stream of the pattern and the
+    /// subscription watches `max_matches` of those already.
     fn track(
         &mut self,
-        relative: String,
+        relative: &str,
         link: Link,
         tail: Offset,
-        seen: u64,
+        seen_ms: u64,
         max_matches: usize,
     ) -> bool {
         if link == Link::Pattern
-            && !self.streams.contains_key(&relative)
+            && !self.streams.contains_key(relative)
             && self.matched() >= max_matches
         {
             return false;
         }
-        let watched = self.streams.entry(relative).or_insert(Watched {
+        let watched = self.streams.entry(relative.to_owned()).or_insert(Watched {
             link,
             tail: Offset::ZERO,
             acked: Offset::ZERO,
-            seen,
+            seen_ms,
         });
         watched.tail = watched.tail.max(tail);
-        watched.seen = watched.seen.max(seen);
+        watched.seen_ms = watched.seen_ms.max(seen_ms);
         true
-    }
-
-    /// Whether a stream of its pattern left out for want of room should
-    /// make it read its streams again now; if so, the time is noted.
-    fn prune_due(&mut self) -> bool {
-        let due = self
-            .pruned_at
-            .is_none_or(|at| at.elapsed() >= PRUNE_INTERVAL);
-        if due {
-            self.pruned_at = Some(Instant::now());
-        }
-        due
     }
 
     /// How many streams it watches because they match its pattern.
@@ -256,22 +310,25 @@ impl Subscription {
     }
 
     /// Brings it up to date with the store's streams under its base, as
-    /// listed after the registry had observed `since` commits: tails move
-    /// on, new matches are watched (up to `max_matches`), and streams of
-    /// the pattern that no longer exist are dropped (an explicitly listed
-    /// one stays: its client named it).
-    fn record(&mut self, infos: &[eddy_streams::StreamInfo], since: u64, max_matches: usize) {
-        let mut present = std::collections::HashSet::new();
-        for info in infos {
-            let Some(relative) = self.relative(&info.path) else {
-                continue;
-            };
-            if self.watches(relative).is_some() {
-                present.insert(relative.to_owned());
-            }
-        }
+    /// listed from `listed_ms` on: tails move on, new matches are watched
+    /// (up to `max_matches`), and streams of the pattern that no longer
+    /// exist are dropped (an explicitly listed one stays: its client named
+    /// it; one recorded after the listing began stays too). Returns how
+    /// many new matches were left out.
+    fn record(
+        &mut self,
+        infos: &[eddy_streams::StreamInfo],
+        listed_ms: u64,
+        max_matches: usize,
+    ) -> usize {
+        let present: std::collections::HashSet<&str> = infos
+            .iter()
+            .filter_map(|info| self.relative(&info.path))
+            .collect();
         self.streams.retain(|path, watched| {
-            watched.link == Link::Explicit || watched.seen > since || present.contains(path)
+            watched.link == Link::Explicit
+                || watched.seen_ms > listed_ms
+                || present.contains(path.as_str())
         });
         let mut left_out = 0;
         for info in infos {
@@ -279,19 +336,12 @@ impl Subscription {
                 continue;
             };
             if let Some(link) = self.watches(&relative) {
-                if !self.track(relative, link, info.tail, 0, max_matches) {
+                if !self.track(&relative, link, info.tail, 0, max_matches) {
                     left_out += 1;
                 }
             }
         }
-        if left_out > 0 {
-            tracing::warn!(
-                subscription = %self.id,
-                left_out,
-                max_matches,
-                "a subscription's pattern matches more streams than it may watch (--max-subscription-matches); the rest wake nobody"
-            );
-        }
+        left_out
     }
 
     fn pending(&self) -> Vec<(String, Offset, Offset)> {
@@ -302,43 +352,102 @@ impl Subscription {
             .collect()
     }
 
-    fn wake_active(&self) -> bool {
-        self.wake
-            .as_ref()
-            .is_some_and(|w| w.expires > Instant::now())
+    fn has_pending(&self) -> bool {
+        self.streams.values().any(|w| w.tail > w.acked)
+    }
+
+    fn wake_active(&self, now_ms: u64) -> bool {
+        self.wake.as_ref().is_some_and(|w| w.expires_ms > now_ms)
     }
 }
 
-/// Every subscription of one server, and what it needs to call webhooks.
+/// The path relative to `base_path`, if `full` is under it.
+fn relative_to<'a>(base_path: &str, full: &'a str) -> Option<&'a str> {
+    if base_path.is_empty() {
+        Some(full)
+    } else {
+        full.strip_prefix(base_path)?.strip_prefix('/')
+    }
+}
+
+/// What a server needs to know of a subscription to see which commits
+/// concern it: its base, pattern and explicit streams.
+#[derive(Clone, Debug)]
+struct Watch {
+    base_path: String,
+    pattern: Option<pattern::Pattern>,
+    explicit: BTreeSet<String>,
+}
+
+impl Watch {
+    fn of(sub: &Subscription) -> Self {
+        Watch {
+            base_path: sub.base_path.clone(),
+            pattern: sub.pattern.clone(),
+            explicit: sub
+                .streams
+                .iter()
+                .filter(|(_, w)| w.link == Link::Explicit)
+                .map(|(path, _)| path.clone())
+                .collect(),
+        }
+    }
+
+    /// The path relative to the base when the subscription watches it.
+    fn concerns<'a>(&self, full: &'a str) -> Option<&'a str> {
+        let relative = relative_to(&self.base_path, full)?;
+        let watched = self.explicit.contains(relative)
+            || self.pattern.as_ref().is_some_and(|p| p.matches(relative));
+        watched.then_some(relative)
+    }
+}
+
+/// Every subscription of the store, as this server sees them, and what it
+/// needs to wake them.
 pub(crate) struct Registry {
-    subscriptions: Mutex<HashMap<String, Subscription>>,
     /// The store the subscriptions watch (and pull-wake events go to).
     store: Arc<dyn Storage>,
-    /// Turns `true` when the server stops; ends retry timers.
+    /// This process's documents, for a store that shares none.
+    local: MemoryDocuments,
+    /// Turns `true` when the server stops; ends timers and loops.
     stopping: tokio::sync::watch::Receiver<bool>,
     /// When failed wakes are tried again.
     retry: retry::Retry,
     #[cfg(feature = "webhooks")]
     webhooks: webhook::Webhooks,
-    listening: OnceLock<()>,
-    /// Commits observed so far (see [`Watched::seen`]).
-    observed: AtomicU64,
+    /// The subscriptions this server knows of (from its last sweep, and
+    /// those made or changed through it since), by id.
+    known: Mutex<HashMap<String, Watch>>,
+    /// Commits recorded on no subscription yet: tails by stream path
+    /// (relative to the base) by subscription id.
+    unrecorded: Mutex<HashMap<String, BTreeMap<String, Offset>>>,
+    /// Wakes the recorder when `unrecorded` gains something.
+    recorder: tokio::sync::Notify,
     /// The most streams one subscription watches through its pattern.
     max_matches: usize,
-    /// Keys the fingerprints of create requests.
-    hasher: std::collections::hash_map::RandomState,
 }
 
 impl Registry {
-    /// The fingerprint of a create request: equal for equal JSON (object
-    /// keys in any order).
-    fn fingerprint(&self, request: &serde_json::Value) -> u64 {
-        use std::hash::BuildHasher;
-        self.hasher.hash_one(request.to_string())
+    /// The documents the subscriptions are kept in.
+    fn documents(&self) -> &dyn Documents {
+        self.store.documents().unwrap_or(&self.local)
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Subscription>> {
-        self.subscriptions.lock().unwrap_or_else(|e| e.into_inner())
+    fn known(&self) -> MutexGuard<'_, HashMap<String, Watch>> {
+        self.known.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn unrecorded(&self) -> MutexGuard<'_, HashMap<String, BTreeMap<String, Offset>>> {
+        self.unrecorded.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes a subscription as it is now stored (or gone: `None`).
+    fn remember(&self, id: &str, sub: Option<&Subscription>) {
+        let mut known = self.known();
+        match sub {
+            Some(sub) => known.insert(id.to_owned(), Watch::of(sub)),
+            None => known.remove(id),
+        };
     }
 
     /// A subscription as the API shows it.
@@ -359,6 +468,7 @@ impl Registry {
         let mut out = serde_json::json!({
             "id": sub.id,
             "lease_ttl_ms": sub.lease_ttl_ms,
+            "generation": sub.generation,
             "streams": streams,
         });
         if let Some(pattern) = &sub.pattern {
@@ -368,10 +478,16 @@ impl Registry {
             out["description"] = description.clone().into();
         }
         match &sub.delivery {
-            #[cfg(feature = "webhooks")]
             Delivery::Webhook(target) => {
                 out["type"] = "webhook".into();
-                out["webhook"] = self.webhooks.describe(target, &sub.base_path);
+                #[cfg(feature = "webhooks")]
+                {
+                    out["webhook"] = self.webhooks.describe(target, &sub.base_path);
+                }
+                #[cfg(not(feature = "webhooks"))]
+                {
+                    out["webhook"] = serde_json::json!({ "url": target.url });
+                }
             }
             Delivery::PullWake { wake_stream } => {
                 out["type"] = "pull-wake".into();
@@ -383,30 +499,56 @@ impl Registry {
 }
 
 impl Registry {
-    /// An empty registry (with a fresh webhook signing key).
-    fn create(state: &AppState) -> Result<Arc<Registry>, SubscriptionError> {
+    /// The registry of `state`'s store (with the store's shared webhook
+    /// signing key, made by the first server that needs it).
+    async fn create(state: &AppState) -> Result<Arc<Registry>, SubscriptionError> {
+        let local = MemoryDocuments::new();
+        #[cfg(feature = "webhooks")]
+        let webhooks = {
+            let documents = state.store.documents().unwrap_or(&local);
+            webhook::Webhooks::new(&state.config, Arc::clone(&state.metrics), documents).await?
+        };
         Ok(Arc::new(Registry {
-            subscriptions: Mutex::new(HashMap::new()),
             store: Arc::clone(&state.store),
+            local,
             stopping: state.stopping(),
             retry: retry::Retry::new(&state.config),
             #[cfg(feature = "webhooks")]
-            webhooks: webhook::Webhooks::new(&state.config, Arc::clone(&state.metrics))?,
-            listening: OnceLock::new(),
-            observed: AtomicU64::new(0),
+            webhooks,
+            known: Mutex::new(HashMap::new()),
+            unrecorded: Mutex::new(HashMap::new()),
+            recorder: tokio::sync::Notify::new(),
             max_matches: state.config.max_subscription_matches,
-            hasher: std::collections::hash_map::RandomState::new(),
         }))
     }
 }
 
-/// The server's registry, created on first use.
+/// The server's registry, created on first use; creating it starts
+/// following the store's commits and sweeping the subscriptions.
 async fn registry(state: &AppState) -> Result<Arc<Registry>, SubscriptionError> {
     state
         .subscriptions
-        .get_or_try_init(|| async { Registry::create(state) })
+        .get_or_try_init(|| async {
+            let registry = Registry::create(state).await?;
+            wake::listen(&registry, state);
+            sweep::start(&registry, state);
+            Ok(registry)
+        })
         .await
         .cloned()
+}
+
+/// Starts the server's part in the store's subscriptions at once (rather
+/// than at the first subscription request): the subscriptions made
+/// through other servers are woken by commits made through this one.
+/// Failures are logged and tried again by the next request.
+pub(crate) fn start(state: &AppState) {
+    let state = state.clone();
+    tokio::spawn(async move {
+        if let Err(err) = registry(&state).await {
+            tracing::warn!(error = %err.body, "cannot start the subscriptions yet; the next subscription request tries again");
+        }
+    });
 }
 
 /// An error of the subscription API, in its own JSON shape:
@@ -454,6 +596,20 @@ impl SubscriptionError {
 
     fn internal(message: impl Into<String>) -> Self {
         SubscriptionError::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", message)
+    }
+
+    /// The store failed: a storage failure that may pass (503) or not
+    /// (500), as the store's error kind says.
+    fn store(err: &eddy_streams::StreamError) -> Self {
+        let status = match err.kind() {
+            eddy_streams::ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        SubscriptionError::new(
+            status,
+            "STORAGE_FAILURE",
+            format!("the subscription store failed: {err}"),
+        )
     }
 }
 

@@ -42,6 +42,12 @@ impl Pattern {
                 config.max_pattern_wildcards
             ));
         }
+        Pattern::compiled(text)
+    }
+
+    /// Compiles a pattern that passed the limits when its subscription
+    /// was made (the limits may have changed since).
+    fn compiled(text: &str) -> Result<Pattern, String> {
         let glob = GlobBuilder::new(text)
             .literal_separator(true)
             .build()
@@ -60,6 +66,20 @@ impl Pattern {
     /// The pattern as the client wrote it.
     pub(super) fn as_str(&self) -> &str {
         &self.text
+    }
+}
+
+/// A stored pattern is its text; loading compiles it again.
+impl serde::Serialize for Pattern {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Pattern {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Pattern::compiled(&text).map_err(serde::de::Error::custom)
     }
 }
 

@@ -1,142 +1,361 @@
-//! Waking subscriptions: following the store's commits, delivering
-//! webhooks and pull-wake events, and applying acknowledgements.
+//! Waking subscriptions: recording the commits made through this server on
+//! the subscriptions that watch them, beginning wakes (one server at a
+//! time: the one whose write of the wake wins), delivering pull-wake
+//! events, and applying acknowledgements.
 
-use std::collections::BTreeSet;
-use std::sync::atomic::Ordering;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use eddy_streams::{Append, Offset, StreamInfo, StreamPath};
 use tokio::sync::broadcast::error::RecvError;
 
-use super::{Delivery, Registry, SubscriptionError};
+use super::{now_ms, Delivery, Post, Registry, Subscription, SubscriptionError};
 use crate::state::AppState;
 
-/// Starts following the store's commits (once per server), until the
-/// server shuts down.
-pub(super) fn listen(registry: &Arc<Registry>, state: &AppState) {
-    if registry.listening.set(()).is_err() {
-        return;
+/// How long a server has to append a pull-wake event it began before
+/// another server may append it instead (the first may have died).
+const POST_LEASE_MS: u64 = 10_000;
+
+/// What a server does after a write of a subscription that began a wake.
+pub(super) enum Action {
+    /// Send a webhook notification.
+    #[cfg(feature = "webhooks")]
+    Notify(super::webhook::Notification),
+    /// Append a pull-wake event to the wake stream at `target`.
+    Post {
+        id: String,
+        target: String,
+        event: serde_json::Value,
+    },
+}
+
+/// Begins a wake of `sub` when it has pending data, no live wake, and no
+/// retry to wait for: the caller stores the change, and only if that write
+/// wins does it run the returned action.
+pub(super) fn plan(registry: &Registry, sub: &mut Subscription, now: u64) -> Option<Action> {
+    if !due(sub, now) {
+        return None;
     }
-    let mut commits = state.store.committed();
+    match sub.delivery.clone() {
+        #[cfg(feature = "webhooks")]
+        Delivery::Webhook(target) => {
+            let pending = sub.pending();
+            match super::webhook::Notification::start(sub, &target, pending) {
+                Ok(notification) => Some(Action::Notify(notification)),
+                Err(err) => {
+                    tracing::error!(subscription = %sub.id, error = %err, "no randomness for a wake id");
+                    registry.webhooks.failed();
+                    let delay = registry.retry.after_failure(sub);
+                    sub.retry_at_ms = now.saturating_add(millis(delay));
+                    None
+                }
+            }
+        }
+        #[cfg(not(feature = "webhooks"))]
+        Delivery::Webhook(_) => {
+            let _ = registry;
+            None
+        }
+        Delivery::PullWake { wake_stream } => {
+            sub.post = Post::Posting {
+                until_ms: now.saturating_add(POST_LEASE_MS),
+            };
+            let event = serde_json::json!({
+                "subscription_id": sub.id,
+                "streams": sub.pending().iter().map(|(path, tail, _)| serde_json::json!({
+                    "path": path,
+                    "tail_offset": tail.to_string(),
+                })).collect::<Vec<_>>(),
+            });
+            Some(Action::Post {
+                id: sub.id.clone(),
+                target: sub.full_path(&wake_stream),
+                event,
+            })
+        }
+    }
+}
+
+/// Whether a wake of `sub` is due now (see [`plan`]).
+pub(super) fn due(sub: &Subscription, now: u64) -> bool {
+    if !sub.has_pending() || sub.wake_active(now) || now < sub.retry_at_ms {
+        return false;
+    }
+    match sub.delivery {
+        Delivery::Webhook(_) => cfg!(feature = "webhooks"),
+        Delivery::PullWake { .. } => match sub.post {
+            Post::None => true,
+            Post::Posting { until_ms } => until_ms <= now,
+            Post::Posted => false,
+        },
+    }
+}
+
+/// Runs what a stored change began.
+pub(super) fn run(registry: &Arc<Registry>, action: Option<Action>) {
+    match action {
+        None => {}
+        #[cfg(feature = "webhooks")]
+        Some(Action::Notify(notification)) => {
+            tokio::spawn(notification.deliver(Arc::clone(registry)));
+        }
+        Some(Action::Post { id, target, event }) => {
+            tokio::spawn(post_wake(Arc::clone(registry), id, target, event));
+        }
+    }
+}
+
+/// Wakes subscription `id` if a wake is due (see [`plan`]).
+pub(super) async fn try_wake(registry: &Arc<Registry>, id: &str) {
+    let now = now_ms();
+    match registry
+        .update(id, |sub| Ok(plan(registry, sub, now)))
+        .await
+    {
+        Ok(action) => run(registry, action),
+        Err(err) if err.status == axum::http::StatusCode::NOT_FOUND => {}
+        Err(err) => {
+            tracing::warn!(subscription = %id, error = %err.body, "cannot wake a subscription; the sweep tries again");
+        }
+    }
+}
+
+/// Tries to wake a subscription after `delay` (unless the server stops
+/// first): retries of failed wakes and lease ends.
+pub(super) fn wake_later(registry: &Arc<Registry>, id: String, delay: Duration) {
     let registry = Arc::clone(registry);
-    let state = state.clone();
+    let mut stopping = registry.stopping.clone();
+    tokio::spawn(async move {
+        let stopped = tokio::select! {
+            () = tokio::time::sleep(delay) => false,
+            _ = stopping.wait_for(|stopping| *stopping) => true,
+        };
+        if !stopped {
+            try_wake(&registry, &id).await;
+        }
+    });
+}
+
+/// A duration in whole milliseconds.
+pub(super) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Starts following the store's commits (once per server), until the
+/// server shuts down: each commit is noted for the subscriptions that
+/// watch its stream, and a recorder task writes the notes.
+pub(super) fn listen(registry: &Arc<Registry>, state: &AppState) {
+    let mut commits = state.store.committed();
+    let listener = Arc::clone(registry);
+    let stopping = state.clone();
     tokio::spawn(async move {
         loop {
             let received = tokio::select! {
                 received = commits.recv() => received,
-                () = state.shutting_down() => return,
+                () = stopping.shutting_down() => return,
             };
             match received {
-                Ok(commit) => observe(&registry, &commit.path, commit.tail),
+                Ok(commit) => observe(&listener, &commit.path, commit.tail),
                 Err(RecvError::Lagged(missed)) => {
                     // The missed commits may be the only news of some
-                    // subscription's streams: ask the store instead. Commits
-                    // that arrive meanwhile wait in the feed (or lag again,
-                    // and another re-scan follows).
+                    // subscription's streams: ask the store instead.
                     tracing::warn!(
                         missed,
                         "subscriptions fell behind the commit feed; reading their streams again"
                     );
-                    rescan(&registry).await;
+                    rescan(&listener).await;
                 }
                 Err(RecvError::Closed) => return,
             }
         }
     });
+    let recorder = Arc::clone(registry);
+    tokio::spawn(async move { record_commits(recorder).await });
 }
 
-/// Records a commit on every subscription that watches the path, and wakes
-/// those with pending data.
-pub(super) fn observe(registry: &Arc<Registry>, full_path: &str, tail: Offset) {
-    let seen = registry.observed.fetch_add(1, Ordering::Relaxed) + 1;
-    let mut prune = Vec::new();
-    let ids: Vec<String> = {
-        let mut subscriptions = registry.lock();
-        subscriptions
-            .values_mut()
-            .filter_map(|sub| {
-                let relative = sub.relative(full_path)?.to_owned();
-                let link = sub.watches(&relative)?;
-                if !sub.track(relative, link, tail, seen, registry.max_matches) {
-                    // Full: streams of the pattern that were deleted since
-                    // may make room.
-                    if sub.prune_due() {
-                        prune.push(sub.id.clone());
-                    }
-                    return None;
+/// Notes a commit for every subscription that watches the path; the
+/// recorder writes it.
+pub(super) fn observe(registry: &Registry, full_path: &str, tail: Offset) {
+    let concerned: Vec<(String, String)> = registry
+        .known()
+        .iter()
+        .filter_map(|(id, watch)| Some((id.clone(), watch.concerns(full_path)?.to_owned())))
+        .collect();
+    if concerned.is_empty() {
+        return;
+    }
+    let mut unrecorded = registry.unrecorded();
+    for (id, relative) in concerned {
+        let noted = unrecorded
+            .entry(id)
+            .or_default()
+            .entry(relative)
+            .or_insert(tail);
+        *noted = (*noted).max(tail);
+    }
+    drop(unrecorded);
+    registry.recorder.notify_one();
+}
+
+/// The recorder: writes the noted commits on their subscriptions, one
+/// write per subscription for all the commits noted since the last, and
+/// wakes those with pending data. A write that fails keeps its notes for
+/// the next round, after a backoff.
+async fn record_commits(registry: Arc<Registry>) {
+    let mut stopping = registry.stopping.clone();
+    let mut failures = 0;
+    loop {
+        tokio::select! {
+            () = registry.recorder.notified() => {}
+            _ = stopping.wait_for(|stopping| *stopping) => return,
+        }
+        let noted = std::mem::take(&mut *registry.unrecorded());
+        let mut failed = false;
+        for (id, tails) in noted {
+            if let Err(err) = record_tails(&registry, &id, &tails).await {
+                tracing::warn!(subscription = %id, error = %err.body, "cannot record commits on a subscription; trying again");
+                let mut unrecorded = registry.unrecorded();
+                let kept = unrecorded.entry(id).or_default();
+                for (path, tail) in tails {
+                    let noted = kept.entry(path).or_insert(tail);
+                    *noted = (*noted).max(tail);
                 }
-                Some(sub.id.clone())
-            })
-            .collect()
-    };
-    for id in ids {
-        wake(registry, &id);
-    }
-    for id in prune {
-        let registry = Arc::clone(registry);
-        tokio::spawn(async move {
-            refresh(&registry, &id).await;
-            wake(&registry, &id);
-        });
+                failed = true;
+            }
+        }
+        if failed {
+            failures += 1;
+            tokio::select! {
+                () = tokio::time::sleep(registry.retry.delay(failures)) => {}
+                _ = stopping.wait_for(|stopping| *stopping) => return,
+            }
+            registry.recorder.notify_one();
+        } else {
+            failures = 0;
+        }
     }
 }
 
-/// The prefix of the store paths under a subscription base.
-fn prefix(base_path: &str) -> String {
-    if base_path.is_empty() {
-        String::new()
-    } else {
-        format!("{base_path}/")
+/// Records new tails of some of a subscription's streams and wakes it if
+/// that makes a wake due. A subscription deleted meanwhile is no error.
+async fn record_tails(
+    registry: &Arc<Registry>,
+    id: &str,
+    tails: &BTreeMap<String, Offset>,
+) -> Result<(), SubscriptionError> {
+    let now = now_ms();
+    let recorded = registry
+        .update(id, |sub| {
+            let mut left_out = 0;
+            for (relative, tail) in tails {
+                if let Some(link) = sub.watches(relative) {
+                    if !sub.track(relative, link, *tail, now, registry.max_matches) {
+                        left_out += 1;
+                    }
+                }
+            }
+            Ok((left_out, plan(registry, sub, now)))
+        })
+        .await;
+    match recorded {
+        Ok((left_out, action)) => {
+            if left_out > 0 {
+                warn_left_out(id, left_out, registry.max_matches);
+            }
+            run(registry, action);
+            Ok(())
+        }
+        Err(err) if err.status == axum::http::StatusCode::NOT_FOUND => Ok(()),
+        Err(err) => Err(err),
     }
+}
+
+fn warn_left_out(id: &str, left_out: usize, max_matches: usize) {
+    tracing::warn!(
+        subscription = %id,
+        left_out,
+        max_matches,
+        "a subscription's pattern matches more streams than it may watch (--max-subscription-matches); the rest wake nobody until deleted ones make room"
+    );
 }
 
 /// Brings a subscription's view of its streams up to date from the store
-/// (the commit feed may lag a request that just returned): the tails of
-/// the streams it watches, and the streams of its pattern that were
-/// deleted are dropped.
-pub(super) async fn refresh(registry: &Arc<Registry>, id: &str) {
-    let base = match registry.lock().get(id) {
-        Some(sub) => prefix(&sub.base_path),
-        None => return,
+/// (a commit may not have been recorded yet, or at all if the server that
+/// made it died first): the tails of the streams it watches, new streams
+/// of its pattern, and streams of its pattern that were deleted are
+/// dropped; then wakes it if that makes a wake due.
+pub(super) async fn refresh(registry: &Arc<Registry>, id: &str) -> Result<(), SubscriptionError> {
+    let known = registry
+        .known()
+        .get(id)
+        .map(|watch| watch.base_path.clone());
+    let base = match known {
+        Some(base) => base,
+        None => match registry.load(id).await? {
+            Some((sub, _)) => sub.base_path,
+            None => return Err(SubscriptionError::not_found(id)),
+        },
     };
-    let since = registry.observed.load(Ordering::Relaxed);
-    let infos = match registry.store.list(&base).await {
-        Ok(infos) => infos,
-        Err(err) => {
-            tracing::warn!(error = %err, "cannot list streams for a subscription");
-            return;
-        }
-    };
-    if let Some(sub) = registry.lock().get_mut(id) {
-        sub.record(&infos, since, registry.max_matches);
-    }
+    let listed_ms = now_ms();
+    let infos = registry
+        .store
+        .list(&super::prefix(&base))
+        .await
+        .map_err(|e| SubscriptionError::store(&e))?;
+    record_listing(registry, id, &infos, listed_ms).await
 }
 
-/// Reads every subscription's streams again from the store and wakes
-/// those with pending data; a failed read is retried (with backoff) until
-/// it succeeds or the server stops, so no wake is lost.
-async fn rescan(registry: &Arc<Registry>) {
+/// Records a listing of a subscription's base on it (see [`refresh`]).
+async fn record_listing(
+    registry: &Arc<Registry>,
+    id: &str,
+    infos: &[StreamInfo],
+    listed_ms: u64,
+) -> Result<(), SubscriptionError> {
+    let now = now_ms();
+    let (left_out, action) = registry
+        .update(id, |sub| {
+            let left_out = sub.record(infos, listed_ms, registry.max_matches);
+            Ok((left_out, plan(registry, sub, now)))
+        })
+        .await?;
+    if left_out > 0 {
+        warn_left_out(id, left_out, registry.max_matches);
+    }
+    run(registry, action);
+    Ok(())
+}
+
+/// Reads the streams of every subscription this server knows again from
+/// the store and wakes those with pending data; a failed listing is
+/// retried (with backoff) until it succeeds or the server stops, so no
+/// wake is lost.
+pub(super) async fn rescan(registry: &Arc<Registry>) {
     let bases: BTreeSet<String> = registry
-        .lock()
+        .known()
         .values()
-        .map(|sub| sub.base_path.clone())
+        .map(|watch| watch.base_path.clone())
         .collect();
     for base in bases {
-        let since = registry.observed.load(Ordering::Relaxed);
-        let Some(infos) = list_until_read(registry, &prefix(&base)).await else {
+        let listed_ms = now_ms();
+        let Some(infos) = list_until_read(registry, &super::prefix(&base)).await else {
             return;
         };
         let ids: Vec<String> = registry
-            .lock()
-            .values_mut()
-            .filter(|sub| sub.base_path == base)
-            .map(|sub| {
-                sub.record(&infos, since, registry.max_matches);
-                sub.id.clone()
-            })
+            .known()
+            .iter()
+            .filter(|(_, watch)| watch.base_path == base)
+            .map(|(id, _)| id.clone())
             .collect();
         for id in ids {
-            wake(registry, &id);
+            match record_listing(registry, &id, &infos, listed_ms).await {
+                Ok(()) => {}
+                Err(err) if err.status == axum::http::StatusCode::NOT_FOUND => {}
+                Err(err) => {
+                    tracing::warn!(subscription = %id, error = %err.body, "cannot record a listing on a subscription; the next sweep tries again");
+                }
+            }
         }
     }
 }
@@ -162,72 +381,8 @@ async fn list_until_read(registry: &Registry, prefix: &str) -> Option<Vec<Stream
     }
 }
 
-/// Wakes a subscription after `delay` (unless the server stops first):
-/// retries of failed wakes and lease ends.
-pub(super) fn wake_later(registry: &Arc<Registry>, id: String, delay: std::time::Duration) {
-    let registry = Arc::clone(registry);
-    let mut stopping = registry.stopping.clone();
-    tokio::spawn(async move {
-        tokio::select! {
-            () = tokio::time::sleep(delay) => wake(&registry, &id),
-            _ = stopping.wait_for(|stopping| *stopping) => {}
-        }
-    });
-}
-
-/// Wakes a subscription if it has pending data and no live wake.
-pub(super) fn wake(registry: &Arc<Registry>, id: &str) {
-    let mut subscriptions = registry.lock();
-    let Some(sub) = subscriptions.get_mut(id) else {
-        return;
-    };
-    let pending = sub.pending();
-    if pending.is_empty() || sub.wake_active() {
-        return;
-    }
-    match sub.delivery.clone() {
-        #[cfg(feature = "webhooks")]
-        Delivery::Webhook(target) => {
-            match super::webhook::Notification::start(sub, &target, pending) {
-                Ok(notification) => {
-                    drop(subscriptions);
-                    tokio::spawn(notification.deliver(Arc::clone(registry)));
-                }
-                Err(err) => {
-                    tracing::error!(subscription = %id, error = %err, "no randomness for a wake id");
-                    registry.webhooks.failed();
-                    let retry = registry.retry.after_failure(sub);
-                    drop(subscriptions);
-                    wake_later(registry, id.to_owned(), retry);
-                }
-            }
-        }
-        Delivery::PullWake { wake_stream } => {
-            if sub.wake_posted {
-                return;
-            }
-            sub.wake_posted = true;
-            let event = serde_json::json!({
-                "subscription_id": sub.id,
-                "streams": pending.iter().map(|(path, tail, _)| serde_json::json!({
-                    "path": path,
-                    "tail_offset": tail.to_string(),
-                })).collect::<Vec<_>>(),
-            });
-            let target = sub.full_path(&wake_stream);
-            drop(subscriptions);
-            tokio::spawn(post_wake(
-                Arc::clone(registry),
-                id.to_owned(),
-                target,
-                event,
-            ));
-        }
-    }
-}
-
 /// Appends a pull-wake event to the wake stream. When the append fails
-/// the subscription is no longer marked as woken and is woken again after
+/// the subscription is no longer marked as posted and is woken again after
 /// a backoff (with the streams pending then): a wake event that was never
 /// written must not keep its workers asleep.
 async fn post_wake(registry: Arc<Registry>, id: String, target: String, event: serde_json::Value) {
@@ -239,24 +394,40 @@ async fn post_wake(registry: Arc<Registry>, id: String, target: String, event: s
             .map(drop),
         Err(err) => Err(err),
     };
-    let retry = {
-        let mut subscriptions = registry.lock();
-        let Some(sub) = subscriptions.get_mut(&id) else {
-            return;
-        };
-        match appended {
-            Ok(()) => {
-                sub.failures = 0;
-                return;
+    if let Err(err) = &appended {
+        tracing::warn!(subscription = %id, error = %err, "cannot post a pull-wake event; trying again");
+    }
+    let now = now_ms();
+    let retry = registry
+        .update(&id, |sub| {
+            if !matches!(sub.post, Post::Posting { .. }) {
+                // Claimed (or taken over) meanwhile.
+                return Ok(None);
             }
-            Err(err) => {
-                tracing::warn!(subscription = %id, error = %err, "cannot post a pull-wake event; trying again");
-                sub.wake_posted = false;
-                registry.retry.after_failure(sub)
+            match &appended {
+                Ok(()) => {
+                    sub.post = Post::Posted;
+                    sub.failures = 0;
+                    Ok(None)
+                }
+                Err(_) => {
+                    sub.post = Post::None;
+                    let delay = registry.retry.after_failure(sub);
+                    sub.retry_at_ms = now.saturating_add(millis(delay));
+                    Ok(Some(delay))
+                }
             }
+        })
+        .await;
+    match retry {
+        Ok(Some(delay)) => wake_later(&registry, id, delay),
+        Ok(None) => {}
+        Err(err) if err.status == axum::http::StatusCode::NOT_FOUND => {}
+        // The post's lease ends and the sweep posts again.
+        Err(err) => {
+            tracing::warn!(subscription = %id, error = %err.body, "cannot record a pull-wake post");
         }
-    };
-    wake_later(&registry, id, retry);
+    }
 }
 
 /// An acknowledgement from a webhook callback or a pull-wake worker.
@@ -278,40 +449,43 @@ struct StreamAck {
 
 /// Applies an acknowledgement to the live wake it names; returns whether
 /// data is still pending (a next wake follows).
-pub(super) fn acknowledge(
+pub(super) async fn acknowledge(
     registry: &Arc<Registry>,
     id: &str,
     token: Option<&str>,
     ack: Ack,
 ) -> Result<bool, SubscriptionError> {
-    let next_wake = {
-        let mut subscriptions = registry.lock();
-        let sub = subscriptions
-            .get_mut(id)
-            .ok_or_else(|| SubscriptionError::not_found(id))?;
-        let live = sub
-            .wake
-            .as_ref()
-            .is_some_and(|w| w.is(&ack.wake_id, ack.generation, token));
-        if !live {
-            return Err(SubscriptionError::fenced());
-        }
-        for stream_ack in &ack.acks {
-            let offset: Offset = stream_ack.offset.parse().map_err(|_| {
-                SubscriptionError::bad_request(format!("bad offset `{}`", stream_ack.offset))
-            })?;
-            if let Some(watched) = sub.streams.get_mut(&stream_ack.stream) {
-                watched.acked = watched.acked.max(offset.min(watched.tail));
-            }
-        }
-        if ack.done {
-            sub.wake = None;
-            sub.wake_posted = false;
-        }
-        !sub.pending().is_empty()
-    };
-    if ack.done && next_wake {
-        wake(registry, id);
+    let mut offsets = Vec::with_capacity(ack.acks.len());
+    for stream_ack in &ack.acks {
+        let offset: Offset = stream_ack.offset.parse().map_err(|_| {
+            SubscriptionError::bad_request(format!("bad offset `{}`", stream_ack.offset))
+        })?;
+        offsets.push((stream_ack.stream.as_str(), offset));
     }
+    let now = now_ms();
+    let (next_wake, action) = registry
+        .update(id, |sub| {
+            let live = sub
+                .wake
+                .as_ref()
+                .is_some_and(|w| w.is(&ack.wake_id, ack.generation, token));
+            if !live {
+                return Err(SubscriptionError::fenced());
+            }
+            for (stream, offset) in &offsets {
+                if let Some(watched) = sub.streams.get_mut(*stream) {
+                    watched.acked = watched.acked.max((*offset).min(watched.tail));
+                }
+            }
+            let mut action = None;
+            if ack.done {
+                sub.wake = None;
+                sub.post = Post::None;
+                action = plan(registry, sub, now);
+            }
+            Ok((sub.has_pending(), action))
+        })
+        .await?;
+    run(registry, action);
     Ok(next_wake)
 }

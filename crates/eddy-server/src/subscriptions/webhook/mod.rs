@@ -11,7 +11,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use axum::http::StatusCode;
 use eddy_streams::Offset;
 
-use super::{wake, ActiveWake, Registry, Subscription, SubscriptionError};
+use super::wake::{self, millis};
+use super::{now_ms, ActiveWake, Registry, Subscription, SubscriptionError, Target};
 use crate::{Metrics, ServerConfig};
 use address::{AddressPolicy, GuardedResolver};
 use signing::WebhookKey;
@@ -32,15 +33,14 @@ pub(super) struct Webhooks {
 }
 
 impl Webhooks {
-    /// A fresh signing key and a client that reaches permitted addresses
-    /// only.
-    pub(super) fn new(
+    /// The store's signing key (made by the first server that needs one)
+    /// and a client that reaches permitted addresses only.
+    pub(super) async fn new(
         config: &ServerConfig,
         metrics: Arc<Metrics>,
+        documents: &dyn eddy_streams::Documents,
     ) -> Result<Self, SubscriptionError> {
-        let key = WebhookKey::generate().map_err(|e| {
-            SubscriptionError::internal(format!("no randomness for the signing key: {e}"))
-        })?;
+        let key = WebhookKey::shared(documents).await?;
         let policy = Arc::new(AddressPolicy::new(config.webhook_allowed_networks.clone()));
         let redirects = Arc::clone(&policy);
         let http = reqwest::Client::builder()
@@ -96,27 +96,6 @@ impl Webhooks {
     }
 }
 
-/// Where a webhook subscription delivers, and the public origin its
-/// callback and JWKS URLs start with.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(in crate::subscriptions) struct Target {
-    pub url: String,
-    /// `http://host`, from the request that made the subscription.
-    pub origin: String,
-}
-
-impl Target {
-    /// The public URL of `rest` under the subscription API of `base_path`.
-    fn public_url(&self, base_path: &str, rest: &str) -> String {
-        let base = if base_path.is_empty() {
-            String::new()
-        } else {
-            format!("/{base_path}")
-        };
-        format!("{}{base}/__ds/{rest}", self.origin)
-    }
-}
-
 impl Webhooks {
     /// The `webhook` object of a subscription's description.
     pub(super) fn describe(&self, target: &Target, base_path: &str) -> serde_json::Value {
@@ -139,6 +118,9 @@ pub(super) struct Notification {
     generation: u64,
     /// The tails the notification shows, acknowledged by `{"done": true}`.
     shown: Vec<(String, Offset)>,
+    /// How long the send may take: within the wake's lease, so that no
+    /// other server begins the next wake while this one still sends.
+    timeout: Duration,
 }
 
 impl Notification {
@@ -175,6 +157,7 @@ impl Notification {
             body,
             generation: wake.generation,
             shown: pending.into_iter().map(|(p, t, _)| (p, t)).collect(),
+            timeout: SEND_TIMEOUT.min(Duration::from_millis(sub.lease_ttl_ms)),
         };
         sub.wake = Some(wake);
         Ok(notification)
@@ -182,25 +165,29 @@ impl Notification {
 
     /// POSTs the signed notification and records the outcome: a
     /// `{"done": true}` answer acknowledges everything it showed; another
-    /// success leaves the wake to its lease (checked again when the lease
-    /// ends); a failure ends the wake and re-delivers after a backoff.
+    /// success leaves the wake to its lease (the next wake is begun when
+    /// it ends, by whichever server sweeps first); a failure ends the wake
+    /// and re-delivers after a backoff.
     pub(super) async fn deliver(self, registry: Arc<Registry>) {
         let webhooks = &registry.webhooks;
         let outcome = self.send(webhooks).await;
-        let next_check = {
-            let mut subscriptions = registry.lock();
-            let Some(sub) = subscriptions.get_mut(&self.id) else {
-                return;
-            };
-            let current = sub
-                .wake
-                .as_ref()
-                .is_some_and(|w| w.generation == self.generation);
-            match outcome {
-                Ok(done) => {
-                    webhooks.metrics.webhook_deliveries.increment(1);
-                    sub.failures = 0;
-                    if done && current {
+        match &outcome {
+            Ok(_) => webhooks.metrics.webhook_deliveries.increment(1),
+            Err(why) => {
+                tracing::warn!(subscription = %self.id, url = %self.url, error = %why, "webhook delivery failed");
+                webhooks.failed();
+            }
+        }
+        let now = now_ms();
+        let recorded = registry
+            .update(&self.id, |sub| {
+                let current = sub
+                    .wake
+                    .as_ref()
+                    .is_some_and(|w| w.generation == self.generation);
+                match &outcome {
+                    Ok(true) if current => {
+                        sub.failures = 0;
                         for (path, tail) in &self.shown {
                             if let Some(watched) = sub.streams.get_mut(path) {
                                 watched.acked = watched.acked.max(*tail);
@@ -208,23 +195,37 @@ impl Notification {
                         }
                         sub.wake = None;
                         // Data that arrived meanwhile wakes it again now.
-                        Duration::ZERO
-                    } else {
-                        Duration::from_millis(sub.lease_ttl_ms)
+                        Ok((None, wake::plan(&registry, sub, now)))
+                    }
+                    Ok(_) => {
+                        sub.failures = 0;
+                        Ok((Some(Duration::from_millis(sub.lease_ttl_ms)), None))
+                    }
+                    Err(_) => {
+                        if current {
+                            // Acks for this wake are fenced from now on.
+                            sub.wake = None;
+                        }
+                        let delay = registry.retry.after_failure(sub);
+                        sub.retry_at_ms = now.saturating_add(millis(delay));
+                        Ok((Some(delay), None))
                     }
                 }
-                Err(why) => {
-                    tracing::warn!(subscription = %self.id, url = %self.url, error = %why, "webhook delivery failed");
-                    webhooks.failed();
-                    if current {
-                        // Acks for this wake are fenced from now on.
-                        sub.wake = None;
-                    }
-                    registry.retry.after_failure(sub)
+            })
+            .await;
+        match recorded {
+            Ok((check_again, action)) => {
+                wake::run(&registry, action);
+                if let Some(delay) = check_again {
+                    wake::wake_later(&registry, self.id, delay);
                 }
             }
-        };
-        wake::wake_later(&registry, self.id, next_check);
+            Err(err) => {
+                // Gone, or the store failed: the wake's lease ends and a
+                // sweep begins the next one.
+                tracing::debug!(subscription = %self.id, error = %err.body, "cannot record a webhook delivery");
+            }
+        }
     }
 
     /// Sends the notification; `Ok(true)` when the receiver answered
@@ -238,6 +239,7 @@ impl Notification {
         let response = webhooks
             .http
             .post(&self.url)
+            .timeout(self.timeout)
             .header("content-type", "application/json")
             .header(
                 "webhook-signature",
