@@ -59,9 +59,16 @@ impl Table {
     }
 
     fn serve(&self) -> (Child, String) {
+        self.serve_args(&[])
+    }
+
+    /// Starts `eddy serve` on this table with more arguments.
+    fn serve_args(&self, extra: &[&str]) -> (Child, String) {
         let storage = format!("dynamodb://{}", self.name);
         let env: Vec<(&str, &str)> = self.env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        serve_with(eddy_binary(), &["--storage", &storage], &env)
+        let mut args = vec!["--storage", storage.as_str()];
+        args.extend_from_slice(extra);
+        serve_with(eddy_binary(), &args, &env)
     }
 }
 
@@ -195,4 +202,27 @@ fn two_servers_on_one_table_serve_one_set_of_streams() {
     });
     stop(a);
     stop(b);
+}
+
+/// Two servers on one table share their subscriptions: a webhook's
+/// delivery survives the SIGKILL of the server delivering it.
+#[test]
+fn webhook_delivery_survives_the_delivering_server() {
+    let Some(table) = Table::fresh("shared-webhook") else {
+        return;
+    };
+    crate::shared_subscriptions::webhook_delivery_survives_the_delivering_server(&|extra| {
+        table.serve_args(extra)
+    });
+}
+
+/// Two servers on one table: pull-wake claims are exclusive across them.
+#[test]
+fn pull_wake_claims_are_exclusive_across_servers() {
+    let Some(table) = Table::fresh("shared-pull-wake") else {
+        return;
+    };
+    crate::shared_subscriptions::pull_wake_claims_are_exclusive_across_servers(&|extra| {
+        table.serve_args(extra)
+    });
 }

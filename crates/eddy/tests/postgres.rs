@@ -40,10 +40,19 @@ impl Schema {
 
     /// Starts `eddy serve` on this schema.
     fn serve(&self) -> (Child, String) {
-        serve(
-            eddy_binary(),
-            &["--storage", &self.url, "--pg-schema", &self.name],
-        )
+        self.serve_with(&[])
+    }
+
+    /// Starts `eddy serve` on this schema with more arguments.
+    fn serve_with(&self, extra: &[&str]) -> (Child, String) {
+        let mut args = vec![
+            "--storage",
+            self.url.as_str(),
+            "--pg-schema",
+            self.name.as_str(),
+        ];
+        args.extend_from_slice(extra);
+        serve(eddy_binary(), &args)
     }
 
     async fn drop(self) {
@@ -407,4 +416,29 @@ fn metrics_and_readyz_on_postgres() {
         page.contains("# HELP eddy_store_commit_group_size Calls committed together"),
         "{page}"
     );
+}
+
+/// Two servers on one schema share their subscriptions: a webhook's
+/// delivery survives the SIGKILL of the server delivering it.
+#[test]
+fn webhook_delivery_survives_the_delivering_server() {
+    let Some(schema) = Schema::fresh("shared_webhook") else {
+        return;
+    };
+    crate::shared_subscriptions::webhook_delivery_survives_the_delivering_server(&|extra| {
+        schema.serve_with(extra)
+    });
+    runtime().block_on(schema.drop());
+}
+
+/// Two servers on one schema: pull-wake claims are exclusive across them.
+#[test]
+fn pull_wake_claims_are_exclusive_across_servers() {
+    let Some(schema) = Schema::fresh("shared_pull_wake") else {
+        return;
+    };
+    crate::shared_subscriptions::pull_wake_claims_are_exclusive_across_servers(&|extra| {
+        schema.serve_with(extra)
+    });
+    runtime().block_on(schema.drop());
 }

@@ -7,5 +7,6 @@ mod dynamodb;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod serve_cli;
+mod shared_subscriptions;
 mod status_cli;
 mod streams_cli;

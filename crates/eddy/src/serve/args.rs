@@ -178,6 +178,11 @@ pub struct ServeArgs {
     /// shorter gets 400.
     #[arg(long, default_value = "1s", value_parser = parse_duration, env = "EDDY_MIN_LEASE_TTL")]
     pub min_lease_ttl: Duration,
+    /// How often the server reads all of the store's subscriptions (to
+    /// learn of those made through other servers, and to take over wakes
+    /// whose lease ended, e.g. on a server that died while delivering).
+    #[arg(long, default_value = "1s", value_parser = parse_duration, env = "EDDY_SUBSCRIPTION_SWEEP_INTERVAL")]
+    pub subscription_sweep_interval: Duration,
     /// Require `Authorization: Bearer TOKEN` on every request.
     #[arg(long, env = "EDDY_AUTH_TOKEN", hide_env_values = true)]
     pub auth_token: Option<String>,
@@ -354,6 +359,7 @@ impl ServeArgs {
             max_subscription_bytes: self.max_subscription_bytes,
             max_subscription_matches: self.max_subscription_matches,
             min_lease_ttl: self.min_lease_ttl,
+            subscription_sweep_interval: self.subscription_sweep_interval,
             max_webhook_answer_bytes: self.webhook_max_answer_bytes,
             auth_token,
             admin_token: self.admin_token.clone(),
