@@ -540,13 +540,21 @@ async fn registry(state: &AppState) -> Result<Arc<Registry>, SubscriptionError> 
 
 /// Starts the server's part in the store's subscriptions at once (rather
 /// than at the first subscription request): the subscriptions made
-/// through other servers are woken by commits made through this one.
-/// Failures are logged and tried again by the next request.
+/// through other servers are woken by commits made through this one. A
+/// store that fails at first is asked again, with backoff, until it
+/// answers or the server stops.
 pub(crate) fn start(state: &AppState) {
     let state = state.clone();
     tokio::spawn(async move {
-        if let Err(err) = registry(&state).await {
-            tracing::warn!(error = %err.body, "cannot start the subscriptions yet; the next subscription request tries again");
+        let retry = retry::Retry::new(&state.config);
+        let mut failures = 0;
+        while let Err(err) = registry(&state).await {
+            failures += 1;
+            tracing::warn!(error = %err.body, "cannot start the subscriptions yet; trying again");
+            tokio::select! {
+                () = tokio::time::sleep(retry.delay(failures)) => {}
+                () = state.shutting_down() => return,
+            }
         }
     });
 }

@@ -4,8 +4,11 @@
 //! events, and applying acknowledgements.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+use futures::StreamExt;
 
 use eddy_streams::{Append, Offset, StreamInfo, StreamPath};
 use tokio::sync::broadcast::error::RecvError;
@@ -16,6 +19,9 @@ use crate::state::AppState;
 /// How long a server has to append a pull-wake event it began before
 /// another server may append it instead (the first may have died).
 const POST_LEASE_MS: u64 = 10_000;
+
+/// How many subscriptions the recorder writes at once.
+const RECORDERS: usize = 16;
 
 /// What a server does after a write of a subscription that began a wake.
 pub(super) enum Action {
@@ -211,19 +217,25 @@ async fn record_commits(registry: Arc<Registry>) {
             _ = stopping.wait_for(|stopping| *stopping) => return,
         }
         let noted = std::mem::take(&mut *registry.unrecorded());
-        let mut failed = false;
-        for (id, tails) in noted {
-            if let Err(err) = record_tails(&registry, &id, &tails).await {
-                tracing::warn!(subscription = %id, error = %err.body, "cannot record commits on a subscription; trying again");
-                let mut unrecorded = registry.unrecorded();
-                let kept = unrecorded.entry(id).or_default();
-                for (path, tail) in tails {
-                    let noted = kept.entry(path).or_insert(tail);
-                    *noted = (*noted).max(tail);
+        let failed = AtomicBool::new(false);
+        futures::stream::iter(noted)
+            .for_each_concurrent(RECORDERS, |(id, tails)| {
+                let (registry, failed) = (&registry, &failed);
+                async move {
+                    if let Err(err) = record_tails(registry, &id, &tails).await {
+                        tracing::warn!(subscription = %id, error = %err.body, "cannot record commits on a subscription; trying again");
+                        let mut unrecorded = registry.unrecorded();
+                        let kept = unrecorded.entry(id).or_default();
+                        for (path, tail) in tails {
+                            let noted = kept.entry(path).or_insert(tail);
+                            *noted = (*noted).max(tail);
+                        }
+                        failed.store(true, Ordering::Relaxed);
+                    }
                 }
-                failed = true;
-            }
-        }
+            })
+            .await;
+        let failed = failed.into_inner();
         if failed {
             failures += 1;
             tokio::select! {
