@@ -95,9 +95,20 @@ pub(crate) fn producer_state(item: &Item) -> Result<ProducerState, StreamError> 
     })
 }
 
-/// The transaction's items.
-fn transaction(keys: &Keys, state: &State) -> Result<Vec<TransactWriteItem>, StreamError> {
+/// A path item a transaction puts, and the write token it gives it: the
+/// mark by which a commit recognises its own write.
+struct Mark {
+    key: Item,
+    token: String,
+}
+
+/// The transaction's items, and the mark of its first path item put.
+fn transaction(
+    keys: &Keys,
+    state: &State,
+) -> Result<(Vec<TransactWriteItem>, Option<Mark>), StreamError> {
     let mut items = Vec::new();
+    let mut mark = None;
     for (path, entry) in &state.paths {
         let condition = match &entry.token {
             Some(token) => Condition::eq("v", AttributeValue::S(token.clone())),
@@ -107,8 +118,12 @@ fn transaction(keys: &Keys, state: &State) -> Result<Vec<TransactWriteItem>, Str
         items.push(if !entry.dirty {
             ConditionCheck { key, condition }.into()
         } else {
-            match path_item::encode(keys, path, &new_token(), &entry.state)? {
-                Some(item) => Put::new(item).when(condition).into(),
+            let token = new_token();
+            match path_item::encode(keys, path, &token, &entry.state)? {
+                Some(item) => {
+                    mark.get_or_insert(Mark { key, token });
+                    Put::new(item).when(condition).into()
+                }
                 None if entry.token.is_some() => Delete::new(key).when(condition).into(),
                 None => ConditionCheck { key, condition }.into(),
             }
@@ -140,7 +155,7 @@ fn transaction(keys: &Keys, state: &State) -> Result<Vec<TransactWriteItem>, Str
             items.push(Put::new(item).into());
         }
     }
-    Ok(items)
+    Ok((items, mark))
 }
 
 /// Commits a unit's state.
@@ -151,22 +166,43 @@ pub(crate) async fn commit(shared: &Arc<Shared>, state: State) -> Result<Commit,
     if let Some(overflow) = overflow(&shared.keys, &state) {
         return Err(overflow);
     }
-    let items = transaction(&shared.keys, &state)?;
-    match shared.table.transact_write_items(items).await {
-        Ok(()) => {
-            if !state.removed.is_empty() {
-                purge_later(shared, state.removed);
-            }
-            Ok(Commit::Done)
+    let (items, mark) = transaction(&shared.keys, &state)?;
+    if let Err(e) = shared.table.transact_write_items(items).await {
+        let unknown = matches!(
+            e.kind(),
+            TableErrorKind::ConditionFailed
+                | TableErrorKind::Conflict
+                | TableErrorKind::Throttled
+                | TableErrorKind::Unavailable
+        );
+        if !unknown || !landed(shared, mark.as_ref()).await? {
+            return match e.kind() {
+                TableErrorKind::ConditionFailed | TableErrorKind::Conflict => Ok(Commit::Conflict),
+                _ => Err(table_error("committing", e)),
+            };
         }
-        Err(e)
-            if matches!(
-                e.kind(),
-                TableErrorKind::ConditionFailed | TableErrorKind::Conflict
-            ) =>
-        {
-            Ok(Commit::Conflict)
-        }
-        Err(e) => Err(table_error("committing", e)),
+        tracing::debug!(error = %e, "a commit whose answer was an error had landed");
     }
+    if !state.removed.is_empty() {
+        purge_later(shared, state.removed);
+    }
+    Ok(Commit::Done)
+}
+
+/// Whether a transaction that failed had landed after all: its marked path
+/// item holds its write token (one strongly consistent read). A commit
+/// that put no path item cannot tell, and counts as not landed.
+async fn landed(shared: &Arc<Shared>, mark: Option<&Mark>) -> Result<bool, StreamError> {
+    let Some(mark) = mark else {
+        return Ok(false);
+    };
+    let item = shared
+        .table
+        .get_item(mark.key.clone())
+        .await
+        .map_err(|e| table_error("reading back a commit whose outcome was unknown", e))?;
+    Ok(item
+        .as_ref()
+        .and_then(|item| item.get("v"))
+        .is_some_and(|v| matches!(v, AttributeValue::S(token) if *token == mark.token)))
 }

@@ -4,4 +4,5 @@
 
 mod common;
 mod contract;
+mod lost_replies;
 mod stores;

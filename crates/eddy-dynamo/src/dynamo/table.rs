@@ -141,13 +141,15 @@ impl DynamoTable {
     async fn send_transaction(
         &self,
         requests: &[sdk::TransactWriteItem],
+        token: &str,
     ) -> Result<(), TableError> {
         let result = self
             .client
             .transact_write_items()
             .set_transact_items(Some(requests.to_vec()))
-            // One token per call: the SDK's retries of this call are idempotent.
-            .client_request_token(request_token())
+            // The caller's token: the SDK's retries of this call, and the
+            // caller's re-sends, are idempotent.
+            .client_request_token(token)
             .send()
             .await;
         self.requests.transact_write(requests.len());
@@ -462,7 +464,12 @@ impl Table for DynamoTable {
             .iter()
             .map(|i| Self::transact_item(self.name(), i))
             .collect::<Result<Vec<_>, _>>()?;
-        self.retrying(|| self.send_transaction(&requests)).await
+        // One token for every attempt: an attempt whose answer was lost
+        // and that landed makes the next attempt succeed without writing
+        // again (within DynamoDB's ten-minute idempotency window).
+        let token = request_token();
+        self.retrying(|| self.send_transaction(&requests, &token))
+            .await
     }
 
     async fn transact_write_tables(&self, items: Vec<TableWrite>) -> Result<(), TableError> {
@@ -489,7 +496,9 @@ impl Table for DynamoTable {
             .iter()
             .map(|(table, item)| Self::transact_item(&table.schema.name, item))
             .collect::<Result<Vec<_>, _>>()?;
-        self.retrying(|| self.send_transaction(&requests)).await
+        let token = request_token();
+        self.retrying(|| self.send_transaction(&requests, &token))
+            .await
     }
 
     async fn put_item(&self, put: Put) -> Result<(), TableError> {
