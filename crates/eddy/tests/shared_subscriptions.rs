@@ -77,9 +77,25 @@ impl Receiver {
     }
 }
 
-fn kill(mut child: Child) {
-    let _ = child.kill();
-    let _ = child.wait();
+/// A server that is killed when dropped, so a failed test leaves no
+/// process behind.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts a server that a failed test does not leave running.
+fn running((child, url): (Child, String)) -> (Running, String) {
+    (Running(child), url)
+}
+
+/// SIGKILLs a server.
+fn kill(server: Running) {
+    drop(server);
 }
 
 async fn put_json(
@@ -148,7 +164,7 @@ pub(crate) fn webhook_delivery_survives_the_delivering_server(launch: Launch) {
     rt.block_on(async {
         let http = client();
         let mut receiver = Receiver::start(1).await;
-        let (a, a_url) = launch(ARGS);
+        let (a, a_url) = running(launch(ARGS));
         let created = put_json(
             &http,
             &format!("{a_url}/app/__ds/subscriptions/hooked"),
@@ -172,7 +188,7 @@ pub(crate) fn webhook_delivery_survives_the_delivering_server(launch: Launch) {
         // Only `a` runs: it delivers generation 1, which is never answered.
         let first = receiver.next().await;
         assert_eq!(first["generation"], 1, "{first}");
-        let (b, b_url) = launch(ARGS);
+        let (b, b_url) = running(launch(ARGS));
         let keys = |url: String| {
             let http = http.clone();
             async move {
@@ -211,7 +227,7 @@ pub(crate) fn webhook_delivery_survives_the_delivering_server(launch: Launch) {
         );
 
         // A restarted server and `b` take turns; every append is notified.
-        let (c, c_url) = launch(ARGS);
+        let (c, c_url) = running(launch(ARGS));
         let servers = [c_url.as_str(), b_url.as_str()];
         let mut generation = 2;
         for round in 0..6 {
@@ -286,8 +302,8 @@ pub(crate) fn pull_wake_claims_are_exclusive_across_servers(launch: Launch) {
     let rt = runtime();
     rt.block_on(async {
         let http = client();
-        let (a, a_url) = launch(ARGS);
-        let (b, b_url) = launch(ARGS);
+        let (a, a_url) = running(launch(ARGS));
+        let (b, b_url) = running(launch(ARGS));
         let created = put_json(
             &http,
             &format!("{a_url}/app/__ds/subscriptions/pulled"),
@@ -443,7 +459,7 @@ fn a_subscription_outlives_its_server_on_sqlite() {
     rt.block_on(async {
         let http = client();
         let mut receiver = Receiver::start(0).await;
-        let (first, url) = launch(ARGS);
+        let (first, url) = running(launch(ARGS));
         let created = put_json(
             &http,
             &format!("{url}/app/__ds/subscriptions/kept"),
@@ -452,7 +468,7 @@ fn a_subscription_outlives_its_server_on_sqlite() {
         .await;
         assert_eq!(created.status(), 201);
         kill(first);
-        let (second, url) = launch(ARGS);
+        let (second, url) = running(launch(ARGS));
         describe(&http, &url, "kept").await;
         let written = put_json(&http, &format!("{url}/app/orders/1"), &serde_json::json!({"n": 1})).await;
         assert_eq!(written.status(), 201);
