@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use eddy_dynamo::{
     item_size, AttributeValue, Condition, ConditionCheck, Delete, Item, Put, TableErrorKind,
-    TransactWriteItem,
+    TransactWriteItem, MAX_ITEM_SIZE,
 };
 use eddy_streams::backend::{Commit, ProducerState};
 use eddy_streams::StreamError;
@@ -51,7 +51,16 @@ pub(crate) fn overflow(keys: &Keys, state: &State) -> Option<StreamError> {
         if entry.dirty {
             if let Ok(Some(item)) = path_item::encode(keys, path, "0000000000000000", &entry.state)
             {
-                bytes += item_size(&item);
+                // An item DynamoDB would refuse is refused here, as too
+                // large, before anything is sent.
+                let size = item_size(&item);
+                if size > MAX_ITEM_SIZE {
+                    return Some(StreamError::TooLarge {
+                        size,
+                        limit: MAX_ITEM_SIZE,
+                    });
+                }
+                bytes += size;
             }
         }
     }

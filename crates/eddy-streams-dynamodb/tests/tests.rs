@@ -4,5 +4,6 @@
 
 mod common;
 mod contract;
+mod item_limits;
 mod lost_replies;
 mod stores;

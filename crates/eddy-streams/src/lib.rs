@@ -109,7 +109,10 @@ pub use error::{Cause, ErrorKind, Result, StreamError};
 pub use fork::Fork;
 pub use incarnation::SWEEP_GRACE;
 pub use json_stream::{JsonStream, TypedChunk};
-pub use limits::{Limits, DEFAULT_MAX_APPEND_MESSAGES, DEFAULT_MAX_FORK_BYTES, FORK_MESSAGE_COST};
+pub use limits::{
+    Limits, DEFAULT_MAX_APPEND_MESSAGES, DEFAULT_MAX_FORK_BYTES, FORK_MESSAGE_COST,
+    MAX_STORED_VALUE_BYTES,
+};
 pub use marks::{MarkOwner, Marker, MarkerGuard, WakeMark, WakeMarks};
 pub use memory::MemoryStorage;
 pub use notify::{Committed, Notifier, Watcher};

@@ -16,6 +16,26 @@ pub const DEFAULT_MAX_FORK_BYTES: u64 = 64 * 1024 * 1024;
 /// (an index entry, a row header) whatever its size.
 pub const FORK_MESSAGE_COST: u64 = 64;
 
+/// The most bytes of a value the store keeps from a request: a stream's
+/// content type, a `Stream-Seq`, an idempotent producer's id. Each lives
+/// in the stream's record (and a producer's id in its own row or item),
+/// which every later write of the stream rewrites on some backends
+/// (DynamoDB: one item of at most 400 KB): a longer one is refused with
+/// [`StreamError::InvalidArgument`](crate::StreamError::InvalidArgument)
+/// and nothing is written.
+pub const MAX_STORED_VALUE_BYTES: usize = 1024;
+
+/// Refuses a value over [`MAX_STORED_VALUE_BYTES`]; `what` names it.
+pub(crate) fn check_stored_value(what: &str, value: &str) -> Result<(), crate::StreamError> {
+    if value.len() > MAX_STORED_VALUE_BYTES {
+        return Err(crate::StreamError::InvalidArgument(format!(
+            "{what} is {} bytes; the store keeps at most {MAX_STORED_VALUE_BYTES}",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
 /// Bounds on what one write may do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {

@@ -158,6 +158,12 @@ pub(crate) fn decide(
     if message_count == 0 && !append.close {
         return Err(StreamError::EmptyAppend);
     }
+    if let Some(seq) = &append.stream_seq {
+        crate::limits::check_stored_value("the Stream-Seq", seq)?;
+    }
+    if let Some(producer) = &append.producer {
+        crate::limits::check_stored_value("the producer id", &producer.id)?;
+    }
     if message_count > 0 {
         if let Some(sent) = &append.content_type {
             if !same_media_type(sent, &head.config.content_type) {

@@ -92,6 +92,7 @@ impl Engine {
         config: StreamConfig,
         initial: Payload,
     ) -> Result<Created, StreamError> {
+        crate::limits::check_stored_value("the content type", &config.content_type)?;
         let now = self.now_ms();
         let messages = split(initial, config.is_json(), self.bounds(), true)?;
         let after = match existing_or_free(records, path, now).await? {

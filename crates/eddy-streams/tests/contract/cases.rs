@@ -58,6 +58,7 @@ macro_rules! every_case {
             a_fork_at_a_replaced_streams_offset_is_refused,
             appends_of_more_messages_than_the_limit_are_refused,
             forks_that_may_copy_more_than_the_limit_are_refused,
+            values_the_store_keeps_are_bounded,
         );
     };
 }
@@ -1519,4 +1520,55 @@ pub async fn expired_streams_and_old_tombstones_are_swept_in_steps(
         .expect("create again");
     let stale = store.read(&gone, ReadFrom::Offset(old_tail), 1 << 20).await;
     assert_eq!(stale.err().map(|e| e.code()), Some("offset/stale"));
+}
+
+/// Regression (issue 33): a content type, a `Stream-Seq` and a producer id
+/// were kept whatever their length, in a record some backends rewrite on
+/// every write (on DynamoDB an item that fails every write past 400 KB).
+/// Each is refused past [`eddy_streams::MAX_STORED_VALUE_BYTES`], with
+/// nothing written; one at the limit is kept.
+pub async fn values_the_store_keeps_are_bounded(store: Arc<dyn Storage>) {
+    let max = eddy_streams::MAX_STORED_VALUE_BYTES;
+    let content_type =
+        |len: usize| format!("text/plain; x={}", "a".repeat(len - "text/plain; x=".len()));
+    let long = path("kept/long-type");
+    let refused = store
+        .create(
+            &long,
+            StreamConfig::bytes(content_type(max + 1)),
+            Payload::empty(),
+        )
+        .await;
+    assert_eq!(refused.err().map(|e| e.code()), Some("invalid-argument"));
+    let absent = store.head(&long).await.err();
+    assert_eq!(absent.map(|e| e.code()), Some("stream/not-found"));
+    store
+        .create(
+            &long,
+            StreamConfig::bytes(content_type(max)),
+            Payload::empty(),
+        )
+        .await
+        .expect("a content type at the limit");
+
+    let p = json_stream(&*store, "kept/values").await;
+    let seq = store
+        .append(&p, Append::body("1").with_stream_seq("9".repeat(max + 1)))
+        .await;
+    assert_eq!(seq.err().map(|e| e.code()), Some("invalid-argument"));
+    let producer = ProducerPosition::new("p".repeat(max + 1), 0, 0);
+    let produced = store
+        .append(&p, Append::body("1").with_producer(producer))
+        .await;
+    assert_eq!(produced.err().map(|e| e.code()), Some("invalid-argument"));
+    assert_eq!(store.head(&p).await.expect("head").tail.position(), 0);
+    store
+        .append(
+            &p,
+            Append::body("1")
+                .with_stream_seq("9".repeat(max))
+                .with_producer(ProducerPosition::new("p".repeat(max), 0, 0)),
+        )
+        .await
+        .expect("values at the limit");
 }
