@@ -173,6 +173,18 @@ impl Backend for DynamoBackend {
         }
     }
 
+    /// One strongly consistent `GetItem` of a key no stream uses: the
+    /// endpoint answers, the credentials hold, the table exists and may
+    /// be read. (Write capacity is not probed: that would cost a write.)
+    async fn writable(&self) -> Result<(), StreamError> {
+        self.shared
+            .table
+            .get_item(self.shared.keys.path(""))
+            .await
+            .map(drop)
+            .map_err(|e| table_error("answering the readiness probe", e))
+    }
+
     async fn records(&self, paths: &[String]) -> Result<Vec<Option<StreamRecord>>, StreamError> {
         let keys = &self.shared.keys;
         let items = self

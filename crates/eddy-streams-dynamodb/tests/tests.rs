@@ -6,4 +6,5 @@ mod common;
 mod contract;
 mod item_limits;
 mod lost_replies;
+mod readiness;
 mod stores;

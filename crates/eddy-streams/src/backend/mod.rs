@@ -82,6 +82,13 @@ pub trait Backend: Send + Sync + 'static {
     /// no stream): how the store sees other processes' commits to the
     /// streams its readers wait on.
     fn records(&self, paths: &[String]) -> impl Op<Vec<Option<StreamRecord>>>;
+
+    /// Checks that the backend's store answers now, writing nothing: the
+    /// readiness probe's question ([`Storage::writable`](crate::Storage::writable)).
+    /// The default says yes.
+    fn writable(&self) -> impl Op<()> {
+        async { Ok(()) }
+    }
 }
 
 /// The key type of a backend's units.

@@ -281,6 +281,10 @@ impl<B: Backend> Storage for RecordStorage<B> {
         }
     }
 
+    async fn writable(&self) -> Result<(), StreamError> {
+        self.inner.backend.writable().await
+    }
+
     fn notifier(&self) -> &Notifier {
         &self.inner.notifier
     }
