@@ -1,0 +1,337 @@
+//! Live readers waiting at one offset are answered from one store read
+//! per append (issue 32, part 4): long-poll and SSE readers at the tail of
+//! one stream, one append, and the store calls it cost, counted by a
+//! store wrapper (memory) or by the table's own request count (the
+//! DynamoDB stream store on the embedded table).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use eddy_server::{app, App, AppState, ServerConfig};
+use eddy_streams::{
+    Append, Appended, Created, MemoryStorage, Notifier, Payload, ReadChunk, ReadFrom, Storage,
+    StreamConfig, StreamError, StreamInfo, StreamPath,
+};
+use http_body_util::BodyExt;
+use tokio::sync::watch;
+use tower::ServiceExt;
+
+use crate::support::series;
+
+/// A memory store that counts the reads and heads asked of it. It keeps
+/// the default `wait`, as the memory store does, so the heads a wait
+/// makes are counted too.
+struct Counted {
+    inner: MemoryStorage,
+    reads: AtomicUsize,
+    heads: watch::Sender<usize>,
+}
+
+impl Counted {
+    fn new() -> Self {
+        Counted {
+            inner: MemoryStorage::new(),
+            reads: AtomicUsize::new(0),
+            heads: watch::Sender::new(0),
+        }
+    }
+
+    /// (reads, heads) so far.
+    fn counts(&self) -> (usize, usize) {
+        (self.reads.load(Ordering::SeqCst), *self.heads.borrow())
+    }
+
+    /// Waits until `count` heads have been asked: each waiting reader
+    /// looks at the stream once before it parks.
+    async fn until_heads(&self, count: usize) {
+        let mut heads = self.heads.subscribe();
+        tokio::time::timeout(Duration::from_secs(60), heads.wait_for(|n| *n >= count))
+            .await
+            .expect("the readers never all waited")
+            .expect("heads");
+    }
+}
+
+#[async_trait]
+impl Storage for Counted {
+    async fn create(
+        &self,
+        path: &StreamPath,
+        config: StreamConfig,
+        initial: Payload,
+    ) -> Result<Created, StreamError> {
+        self.inner.create(path, config, initial).await
+    }
+
+    async fn append(&self, path: &StreamPath, append: Append) -> Result<Appended, StreamError> {
+        self.inner.append(path, append).await
+    }
+
+    async fn read(
+        &self,
+        path: &StreamPath,
+        from: ReadFrom,
+        max_bytes: usize,
+    ) -> Result<ReadChunk, StreamError> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.inner.read(path, from, max_bytes).await
+    }
+
+    async fn head(&self, path: &StreamPath) -> Result<StreamInfo, StreamError> {
+        self.heads.send_modify(|n| *n += 1);
+        self.inner.head(path).await
+    }
+
+    async fn delete(&self, path: &StreamPath) -> Result<(), StreamError> {
+        self.inner.delete(path).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<StreamInfo>, StreamError> {
+        self.inner.list(prefix).await
+    }
+
+    fn notifier(&self) -> &Notifier {
+        self.inner.notifier()
+    }
+}
+
+/// The application over `store`, with room for 20 000 live readers.
+fn serve(store: Arc<dyn Storage>) -> App {
+    let (stop, stopping) = watch::channel(false);
+    // The server runs for the whole test.
+    std::mem::forget(stop);
+    let config = ServerConfig {
+        max_live_readers: 20_000,
+        long_poll_timeout: Duration::from_secs(60),
+        ..ServerConfig::default()
+    };
+    app(AppState::new(store, config, stopping))
+}
+
+const STREAM: &str = "/v1/stream/live";
+
+async fn call(app: &App, method: &str, uri: &str, body: &'static str) -> (StatusCode, String) {
+    let request = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("content-type", "text/plain")
+        .body(Body::from(body))
+        .expect("request");
+    let response = app.clone().oneshot(request).await.expect("infallible");
+    let status = response.status();
+    let offset = response
+        .headers()
+        .get("stream-next-offset")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    (status, offset)
+}
+
+/// Creates the stream with one message and returns its tail offset.
+async fn stream_with_one_message(app: &App) -> String {
+    let (status, _) = call(app, "PUT", STREAM, "").await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, tail) = call(app, "POST", STREAM, "a").await;
+    assert!(status.is_success(), "append: {status}");
+    tail
+}
+
+/// A long-poll reader at `offset`: the status and body it is answered.
+async fn long_poll(app: App, offset: String) -> (StatusCode, String) {
+    let request = Request::builder()
+        .uri(format!("{STREAM}?offset={offset}&live=long-poll"))
+        .body(Body::empty())
+        .expect("request");
+    let response = app.oneshot(request).await.expect("infallible");
+    let status = response.status();
+    let body = response.into_body().collect().await.expect("body");
+    (
+        status,
+        String::from_utf8_lossy(&body.to_bytes()).into_owned(),
+    )
+}
+
+/// An SSE reader at `offset`: its events up to its first data event.
+async fn sse(app: App, offset: String) -> String {
+    let request = Request::builder()
+        .uri(format!("{STREAM}?offset={offset}&live=sse"))
+        .body(Body::empty())
+        .expect("request");
+    let response = app.oneshot(request).await.expect("infallible");
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body();
+    let mut events = String::new();
+    while !events.contains("event: data") {
+        let frame = body.frame().await.expect("an event").expect("a frame");
+        if let Ok(data) = frame.into_data() {
+            events.push_str(&String::from_utf8_lossy(&data));
+        }
+    }
+    events
+}
+
+/// How a reader of the test is answered.
+#[derive(Clone, Copy, Debug)]
+enum Live {
+    LongPoll,
+    Sse,
+}
+
+/// Starts `count` readers of `live` at `tail`; each returns whether it
+/// got the message `b`.
+fn readers(app: &App, live: Live, tail: &str, count: usize) -> Vec<tokio::task::JoinHandle<bool>> {
+    (0..count)
+        .map(|_| {
+            let (app, tail) = (app.clone(), tail.to_owned());
+            tokio::spawn(async move {
+                match live {
+                    Live::LongPoll => long_poll(app, tail).await == (StatusCode::OK, "b".into()),
+                    Live::Sse => sse(app, tail).await.contains("event: data\ndata:b\n"),
+                }
+            })
+        })
+        .collect()
+}
+
+/// Store calls of one append that `count` waiting readers see: (reads,
+/// heads) between the append and the last reader's answer.
+async fn memory_calls_per_append(live: Live, count: usize) -> (usize, usize) {
+    let store = Arc::new(Counted::new());
+    let app = serve(Arc::clone(&store) as Arc<dyn Storage>);
+    let tail = stream_with_one_message(&app).await;
+    let (_, heads_before) = store.counts();
+    let waiting = readers(&app, live, &tail, count);
+    store.until_heads(heads_before + count).await;
+    let (reads, heads) = store.counts();
+    let (status, _) = call(&app, "POST", STREAM, "b").await;
+    assert!(status.is_success(), "append: {status}");
+    for reader in waiting {
+        assert!(
+            reader.await.expect("reader"),
+            "every reader gets the message"
+        );
+    }
+    let (reads_after, heads_after) = store.counts();
+    let calls = (reads_after - reads, heads_after - heads);
+    println!(
+        "memory, {live:?}, {count} readers: {} reads, {} heads per append",
+        calls.0, calls.1
+    );
+    calls
+}
+
+/// At most this many reads answer one append, however many wait: the
+/// woken readers share one; a reader woken a moment later by the same
+/// commit may start a second.
+const READS_PER_APPEND: usize = 2;
+
+/// Measures 1, 100 and 10 000 readers of `live`, then checks each.
+async fn assert_bounded(live: Live) {
+    let mut measured = Vec::new();
+    for count in [1, 100, 10_000] {
+        measured.push((count, memory_calls_per_append(live, count).await));
+    }
+    for (count, (reads, heads)) in measured {
+        assert!(reads <= READS_PER_APPEND, "{count} readers: {reads} reads");
+        assert_eq!(heads, 0, "woken readers decide from the commit");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_poll_readers_at_one_offset_share_one_read_per_append() {
+    assert_bounded(Live::LongPoll).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_readers_at_one_offset_share_one_read_per_append() {
+    assert_bounded(Live::Sse).await;
+}
+
+/// The DynamoDB stream store on the embedded table: table requests of one
+/// append that `count` waiting long-poll readers see.
+async fn dynamodb_requests_per_append(count: usize) -> u64 {
+    let table: Arc<dyn eddy_dynamo::Table> = Arc::new(eddy_dynamo::EmbeddedTable::memory(
+        eddy_streams_dynamodb::layout(format!("fanout-{count}-{:08x}", fastrand::u32(..))),
+    ));
+    let store = eddy_streams_dynamodb::open(Arc::clone(&table), eddy_streams_dynamodb::options())
+        .expect("open");
+    let app = serve(Arc::new(store));
+    let tail = stream_with_one_message(&app).await;
+    let waiting = readers(&app, Live::LongPoll, &tail, count);
+    until_live_readers(&app, count).await;
+    let before = table.request_stats();
+    let (status, _) = call(&app, "POST", STREAM, "b").await;
+    assert!(status.is_success(), "append: {status}");
+    for reader in waiting {
+        assert!(
+            reader.await.expect("reader"),
+            "every reader gets the message"
+        );
+    }
+    let all = table.request_stats() - before;
+    let requests = all.reads + all.writes + all.transactions;
+    println!(
+        "dynamodb, {count} long-poll readers: {requests} requests per append \
+         ({} reads, {} writes, {} transactions)",
+        all.reads, all.writes, all.transactions
+    );
+    requests
+}
+
+/// Waits until the server counts `count` live readers.
+async fn until_live_readers(app: &App, count: usize) {
+    for _ in 0..6000 {
+        let request = Request::builder()
+            .uri("/metrics")
+            .body(Body::empty())
+            .expect("request");
+        let response = app.clone().oneshot(request).await.expect("infallible");
+        let page = response
+            .into_body()
+            .collect()
+            .await
+            .expect("page")
+            .to_bytes();
+        let page = String::from_utf8_lossy(&page);
+        if series::<f64>(&page, "eddy_live_readers").is_some_and(|n| n >= count as f64) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the readers never all waited");
+}
+
+/// The append's own requests plus one shared read (a record and a page of
+/// messages) and a poll or two of the watched stream.
+const DYNAMODB_REQUESTS_PER_APPEND: u64 = 12;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamodb_long_poll_readers_share_one_read_per_append() {
+    let mut measured = Vec::new();
+    for count in [1, 100, 1_000] {
+        measured.push((count, dynamodb_requests_per_append(count).await));
+    }
+    for (count, requests) in measured {
+        assert!(
+            requests <= DYNAMODB_REQUESTS_PER_APPEND,
+            "{count} readers: {requests} requests"
+        );
+    }
+}
+
+/// The same with 10 000 readers (a few seconds): `cargo test -p
+/// eddy-server --test integration -- --ignored shared_reads`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "10 000 readers: run on demand"]
+async fn dynamodb_ten_thousand_long_poll_readers_share_one_read_per_append() {
+    let requests = dynamodb_requests_per_append(10_000).await;
+    assert!(
+        requests <= DYNAMODB_REQUESTS_PER_APPEND,
+        "{requests} requests"
+    );
+}
