@@ -1,0 +1,225 @@
+//! Live readers share store reads: one append wakes every long-poll and
+//! SSE reader waiting at the stream's tail, and they all want the same
+//! read. Readers at one (path, start, max bytes) form a [`ReadGroup`];
+//! a reader joins the group of the offset it waits at *before* it waits,
+//! so every reader one commit wakes is in the group when it wakes, and
+//! the group answers them all from one read, on every store.
+//!
+//! Which read a reader may take:
+//!
+//! - A woken reader reads for the stream state its wake handed it (tail
+//!   and close, [`Seen`]). The group keeps the read for the latest such
+//!   state, in flight or done: it was started by a reader that had
+//!   already seen that state, so it holds everything up to that state,
+//!   which is all a reader woken with it can know of. Readers woken by the
+//!   same commit thus share one read even when it ends before most of
+//!   them are scheduled.
+//! - A first read, before any wait, takes only a read still in flight: an
+//!   answer that is at worst a shorter prefix of the stream (an empty one
+//!   sends the reader to wait, and the wait looks at the stream again).
+//!   A first read from the tail (`now`) is never shared: an earlier read's
+//!   tail would hand the reader messages appended before its request.
+//!
+//! Bounds: a group lives while one of its readers holds it, and keeps one
+//! read; there are never more groups than live readers plus first reads
+//! running.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use eddy_streams::{Offset, ReadChunk, ReadFrom, Storage, StreamError, StreamPath};
+use futures::future::{BoxFuture, FutureExt, Shared};
+
+/// What a shared read answers: one chunk or one error for every reader.
+pub(crate) type SharedChunk = Result<Arc<ReadChunk>, StreamError>;
+
+/// The stream state a woken reader learned from its wake (the tail and
+/// whether the stream is closed); `None` for a first read.
+pub(crate) type Seen = Option<(Offset, bool)>;
+
+/// The groups of live readers, by the read they want.
+#[derive(Default)]
+pub(crate) struct SharedReads {
+    groups: Arc<Mutex<Groups>>,
+}
+
+type Groups = HashMap<Key, Weak<Group>>;
+
+/// Which read a group's readers want.
+#[derive(Clone, PartialEq, Eq)]
+struct Key {
+    path: StreamPath,
+    from: ReadFrom,
+    max_bytes: usize,
+}
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.path.hash(state);
+        match self.from {
+            ReadFrom::Beginning => 0u8.hash(state),
+            ReadFrom::Tail => 1u8.hash(state),
+            ReadFrom::Offset(offset) => {
+                2u8.hash(state);
+                offset.hash(state);
+            }
+        }
+        self.max_bytes.hash(state);
+    }
+}
+
+/// Readers that want one read: a handle to the group, held by each of
+/// them while it waits and reads.
+#[derive(Clone)]
+pub(crate) struct ReadGroup(Arc<Group>);
+
+struct Group {
+    key: Key,
+    groups: Arc<Mutex<Groups>>,
+    /// The group's latest read and the state it was started for.
+    latest: Mutex<Option<(Seen, Flight)>>,
+}
+
+type Flight = Shared<BoxFuture<'static, SharedChunk>>;
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl SharedReads {
+    /// Joins the group of readers of `path` from `from`, up to
+    /// `max_bytes`.
+    pub(crate) fn group(&self, path: &StreamPath, from: ReadFrom, max_bytes: usize) -> ReadGroup {
+        let key = Key {
+            path: path.clone(),
+            from,
+            max_bytes,
+        };
+        let mut groups = lock(&self.groups);
+        if let Some(group) = groups.get(&key).and_then(Weak::upgrade) {
+            return ReadGroup(group);
+        }
+        let group = Arc::new(Group {
+            key: key.clone(),
+            groups: Arc::clone(&self.groups),
+            latest: Mutex::new(None),
+        });
+        groups.insert(key, Arc::downgrade(&group));
+        ReadGroup(group)
+    }
+
+    /// How many groups exist.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        lock(&self.groups).len()
+    }
+}
+
+impl ReadGroup {
+    /// Whether this is the group of readers of `path` from `from`.
+    pub(crate) fn is_at(&self, path: &StreamPath, from: ReadFrom) -> bool {
+        self.0.key.path == *path && self.0.key.from == from
+    }
+
+    /// The group's read for a reader that has `seen` (see the module
+    /// docs): shared with the other readers when they may share it.
+    pub(crate) async fn read(&self, store: &Arc<dyn Storage>, seen: Seen) -> SharedChunk {
+        let Key {
+            path,
+            from,
+            max_bytes,
+        } = &self.0.key;
+        if seen.is_none() && *from == ReadFrom::Tail {
+            return store.read(path, *from, *max_bytes).await.map(Arc::new);
+        }
+        let flight = {
+            let mut latest = lock(&self.0.latest);
+            match &*latest {
+                Some((held, flight))
+                    if *held == seen && (seen.is_some() || flight.peek().is_none()) =>
+                {
+                    flight.clone()
+                }
+                _ => {
+                    let flight = read(Arc::clone(store), self.0.key.clone());
+                    *latest = Some((seen, flight.clone()));
+                    flight
+                }
+            }
+        };
+        flight.await
+    }
+}
+
+/// One read, as a future any of the group's readers can drive.
+fn read(store: Arc<dyn Storage>, key: Key) -> Flight {
+    async move {
+        store
+            .read(&key.path, key.from, key.max_bytes)
+            .await
+            .map(Arc::new)
+    }
+    .boxed()
+    .shared()
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let mut groups = lock(&self.groups);
+        // A reader may have made a new group for the key meanwhile.
+        if groups
+            .get(&self.key)
+            .is_some_and(|group| group.strong_count() == 0)
+        {
+            groups.remove(&self.key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use eddy_streams::{Append, MemoryStorage, Payload, StreamConfig};
+
+    fn seen(tail: Offset) -> Seen {
+        Some((tail, false))
+    }
+
+    #[tokio::test]
+    async fn readers_of_one_state_share_its_read_and_its_error() {
+        let store: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+        let path = StreamPath::new("s").expect("path");
+        let reads = SharedReads::default();
+        let (first, second) = (
+            reads.group(&path, ReadFrom::Beginning, 1024),
+            reads.group(&path, ReadFrom::Beginning, 1024),
+        );
+        let tail = seen(Offset::new(1, 1));
+        let missing = first.read(&store, tail).await.expect_err("no stream");
+        assert_eq!(second.read(&store, tail).await, Err(missing));
+
+        store
+            .create(&path, StreamConfig::default(), Payload::empty())
+            .await
+            .expect("create");
+        store
+            .append(&path, Append::body("a"))
+            .await
+            .expect("append");
+        let later = seen(Offset::new(1, 2));
+        let one = first.read(&store, later).await.expect("read");
+        let other = second.read(&store, later).await.expect("read");
+        assert!(Arc::ptr_eq(&one, &other), "one read answered both");
+        assert_eq!(one.messages, ["a"]);
+
+        let fresh = first.read(&store, None).await.expect("read");
+        assert!(
+            !Arc::ptr_eq(&one, &fresh),
+            "a first read takes no done read"
+        );
+        assert_eq!(reads.len(), 1);
+        drop((first, second));
+        assert_eq!(reads.len(), 0, "a group goes with its last reader");
+    }
+}
