@@ -5,20 +5,32 @@
 //! so every reader one commit wakes is in the group when it wakes, and
 //! the group answers them all from one read, on every store.
 //!
-//! Which read a reader may take:
+//! Which read a reader may take: the group keeps its latest read, in
+//! flight or done, with the stream state it was started for ([`Seen`]:
+//! tail and close), and a reader takes it when it knows that same state
+//! and nothing later.
 //!
-//! - A woken reader reads for the stream state its wake handed it (tail
-//!   and close, [`Seen`]). The group keeps the read for the latest such
-//!   state, in flight or done: it was started by a reader that had
-//!   already seen that state, so it holds everything up to that state,
-//!   which is all a reader woken with it can know of. Readers woken by the
-//!   same commit thus share one read even when it ends before most of
-//!   them are scheduled.
-//! - A first read, before any wait, takes only a read still in flight: an
-//!   answer that is at worst a shorter prefix of the stream (an empty one
-//!   sends the reader to wait, and the wait looks at the stream again).
-//!   A first read from the tail (`now`) is never shared: an earlier read's
-//!   tail would hand the reader messages appended before its request.
+//! - A woken reader knows the state its wake handed it. The read for that
+//!   state was started by a reader that had already seen it, so it holds
+//!   everything up to it, which is all a reader woken with it can know
+//!   of. Readers woken by the same commit thus share one read even when
+//!   it ends before most of them are scheduled.
+//! - A first read, before any wait, knows the state the store last
+//!   published for the stream (while anyone waits on it): a read for that
+//!   state holds every commit published before the reader came. So the
+//!   readers an append answered, polling again at once, share one read
+//!   too. A commit of another process that this one has not seen yet
+//!   reaches such a reader with its wake, within the store's poll, as it
+//!   reaches readers already waiting.
+//! - A first read with no published state takes only a read still in
+//!   flight: an answer that is at worst a shorter prefix of the stream (an
+//!   empty one sends the reader to wait, and the wait looks at the stream
+//!   again).
+//! - A read from the tail (`now`) is never shared: an earlier read's tail
+//!   would hand the reader messages appended before its request.
+//!
+//! Errors are shared by the readers that took the read while it ran; a
+//! reader that comes after a failed read reads again.
 //!
 //! Bounds: a group lives while one of its readers holds it, and keeps one
 //! read; there are never more groups than live readers plus first reads
@@ -34,8 +46,9 @@ use futures::future::{BoxFuture, FutureExt, Shared};
 /// What a shared read answers: one chunk or one error for every reader.
 pub(crate) type SharedChunk = Result<Arc<ReadChunk>, StreamError>;
 
-/// The stream state a woken reader learned from its wake (the tail and
-/// whether the stream is closed); `None` for a first read.
+/// The stream state a reader knows: what its wake handed it, or what the
+/// store last published before its first read (the tail and whether the
+/// stream is closed); `None` when it knows none.
 pub(crate) type Seen = Option<(Offset, bool)>;
 
 /// The groups of live readers, by the read they want.
@@ -122,6 +135,18 @@ impl ReadGroup {
         self.0.key.path == *path && self.0.key.from == from
     }
 
+    /// A reader's first read, before it waits: shared for the state the
+    /// store last published for the stream, if it did (see the module
+    /// docs).
+    pub(crate) async fn first_read(&self, store: &Arc<dyn Storage>) -> SharedChunk {
+        let published = store
+            .notifier()
+            .watch(self.0.key.path.as_str())
+            .latest()
+            .map(|info| (info.tail, info.closed));
+        self.read(store, published).await
+    }
+
     /// The group's read for a reader that has `seen` (see the module
     /// docs): shared with the other readers when they may share it.
     pub(crate) async fn read(&self, store: &Arc<dyn Storage>, seen: Seen) -> SharedChunk {
@@ -130,17 +155,13 @@ impl ReadGroup {
             from,
             max_bytes,
         } = &self.0.key;
-        if seen.is_none() && *from == ReadFrom::Tail {
+        if *from == ReadFrom::Tail {
             return store.read(path, *from, *max_bytes).await.map(Arc::new);
         }
         let flight = {
             let mut latest = lock(&self.0.latest);
             match &*latest {
-                Some((held, flight))
-                    if *held == seen && (seen.is_some() || flight.peek().is_none()) =>
-                {
-                    flight.clone()
-                }
+                Some((held, flight)) if *held == seen && joinable(flight, seen) => flight.clone(),
                 _ => {
                     let flight = read(Arc::clone(store), self.0.key.clone());
                     *latest = Some((seen, flight.clone()));
@@ -149,6 +170,19 @@ impl ReadGroup {
             }
         };
         flight.await
+    }
+}
+
+/// Whether a reader that has `seen` may take `flight`, a read for that
+/// state: while it runs, always; once done, when it succeeded and the
+/// reader knows a state (an error ends with the readers that shared it,
+/// so that a store's passing failure is not handed to readers who come
+/// later).
+fn joinable(flight: &Flight, seen: Seen) -> bool {
+    match flight.peek() {
+        None => true,
+        Some(Ok(_)) => seen.is_some(),
+        Some(Err(_)) => false,
     }
 }
 
@@ -196,8 +230,9 @@ mod tests {
             reads.group(&path, ReadFrom::Beginning, 1024),
         );
         let tail = seen(Offset::new(1, 1));
-        let missing = first.read(&store, tail).await.expect_err("no stream");
-        assert_eq!(second.read(&store, tail).await, Err(missing));
+        let (one, other) = futures::join!(first.read(&store, tail), second.read(&store, tail));
+        assert!(matches!(one, Err(StreamError::NotFound { .. })), "{one:?}");
+        assert_eq!(one, other, "the error is shared");
 
         store
             .create(&path, StreamConfig::default(), Payload::empty())

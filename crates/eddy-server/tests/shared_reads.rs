@@ -141,19 +141,24 @@ async fn stream_with_one_message(app: &App) -> String {
     tail
 }
 
-/// A long-poll reader at `offset`: the status and body it is answered.
-async fn long_poll(app: App, offset: String) -> (StatusCode, String) {
+/// A long-poll reader at `offset`: the status and body it is answered,
+/// and the offset the answer names.
+async fn long_poll(app: App, offset: String) -> (StatusCode, String, String) {
     let request = Request::builder()
         .uri(format!("{STREAM}?offset={offset}&live=long-poll"))
         .body(Body::empty())
         .expect("request");
     let response = app.oneshot(request).await.expect("infallible");
     let status = response.status();
+    let next = response
+        .headers()
+        .get("stream-next-offset")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
     let body = response.into_body().collect().await.expect("body");
-    (
-        status,
-        String::from_utf8_lossy(&body.to_bytes()).into_owned(),
-    )
+    let body = String::from_utf8_lossy(&body.to_bytes()).into_owned();
+    (status, body, next)
 }
 
 /// An SSE reader at `offset`: its events up to its first data event.
@@ -190,7 +195,10 @@ fn readers(app: &App, live: Live, tail: &str, count: usize) -> Vec<tokio::task::
             let (app, tail) = (app.clone(), tail.to_owned());
             tokio::spawn(async move {
                 match live {
-                    Live::LongPoll => long_poll(app, tail).await == (StatusCode::OK, "b".into()),
+                    Live::LongPoll => {
+                        let (status, body, _) = long_poll(app, tail).await;
+                        (status, body.as_str()) == (StatusCode::OK, "b")
+                    }
                     Live::Sse => sse(app, tail).await.contains("event: data\ndata:b\n"),
                 }
             })
@@ -376,4 +384,78 @@ async fn until_polls(table: &Arc<dyn eddy_dynamo::Table>, count: u64) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     panic!("the store never polled");
+}
+
+/// `count` long-poll readers at `tail` that, once answered, poll again
+/// from the offset the answer names, as clients do; `answered` counts the
+/// first answers. Each returns whether it got `b`, then `c`.
+fn polling_readers(
+    app: &App,
+    tail: &str,
+    count: usize,
+    answered: &Arc<AtomicUsize>,
+) -> Vec<tokio::task::JoinHandle<bool>> {
+    (0..count)
+        .map(|_| {
+            let (app, tail, answered) = (app.clone(), tail.to_owned(), Arc::clone(answered));
+            tokio::spawn(async move {
+                let (status, first, next) = long_poll(app.clone(), tail).await;
+                answered.fetch_add(1, Ordering::SeqCst);
+                let (again, second, _) = long_poll(app, next).await;
+                (status, first.as_str(), again, second.as_str())
+                    == (StatusCode::OK, "b", StatusCode::OK, "c")
+            })
+        })
+        .collect()
+}
+
+/// Table requests of one append in the steady state of polling clients:
+/// from the append until every reader it answered waits again.
+async fn dynamodb_requests_per_append_polling_again(count: usize) -> u64 {
+    let (table, app) = dynamodb(Duration::from_secs(600));
+    let tail = stream_with_one_message(&app).await;
+    let answered = Arc::new(AtomicUsize::new(0));
+    let waiting = polling_readers(&app, &tail, count, &answered);
+    until_live_readers(&app, count).await;
+    let before = table.request_stats();
+    let (status, _) = call(&app, "POST", STREAM, "b").await;
+    assert!(status.is_success(), "append: {status}");
+    while answered.load(Ordering::SeqCst) < count {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    until_live_readers(&app, count).await;
+    let all = table.request_stats() - before;
+    let (status, _) = call(&app, "POST", STREAM, "c").await;
+    assert!(status.is_success(), "append: {status}");
+    for reader in waiting {
+        assert!(reader.await.expect("reader"), "every reader gets b, then c");
+    }
+    let requests = all.reads + all.writes + all.transactions;
+    println!(
+        "dynamodb, {count} long-poll readers polling again: {requests} requests per append \
+         ({} reads, {} writes, {} transactions)",
+        all.reads, all.writes, all.transactions
+    );
+    requests
+}
+
+/// [`DYNAMODB_REQUESTS_PER_APPEND`] and the readers' next polls, which
+/// share one read (the record and a page) too.
+const DYNAMODB_REQUESTS_PER_APPEND_POLLING_AGAIN: u64 = DYNAMODB_REQUESTS_PER_APPEND + 2;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamodb_long_poll_readers_polling_again_share_their_next_read() {
+    let mut measured = Vec::new();
+    for count in [1, 100, 1_000, 10_000] {
+        measured.push((
+            count,
+            dynamodb_requests_per_append_polling_again(count).await,
+        ));
+    }
+    for (count, requests) in measured {
+        assert!(
+            requests <= DYNAMODB_REQUESTS_PER_APPEND_POLLING_AGAIN,
+            "{count} readers: {requests} requests"
+        );
+    }
 }

@@ -102,7 +102,7 @@ async fn long_poll(
     // thousand of them costs one read.
     let mut chunk = state
         .live_reads(path, from)
-        .read(&state.store, None)
+        .first_read(&state.store)
         .await?;
     if chunk.messages.is_empty() && !chunk.closed {
         let _slot = state.live_reader()?;

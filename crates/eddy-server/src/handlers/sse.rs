@@ -33,7 +33,7 @@ pub(super) async fn sse(
     // plain 404 rather than an empty event stream.
     let first = state
         .live_reads(path, from)
-        .read(&state.store, None)
+        .first_read(&state.store)
         .await?;
     let slot = state.live_reader()?;
     let encoding = SseEncoding::for_content_type(&first.content_type);
