@@ -15,17 +15,17 @@
 //!   everything up to it, which is all a reader woken with it can know
 //!   of. Readers woken by the same commit thus share one read even when
 //!   it ends before most of them are scheduled.
-//! - A first read, before any wait, knows the state the store last
-//!   published for the stream (while anyone waits on it): a read for that
-//!   state holds every commit published before the reader came. So the
-//!   readers an append answered, polling again at once, share one read
-//!   too. A commit of another process that this one has not seen yet
-//!   reaches such a reader with its wake, within the store's poll, as it
-//!   reaches readers already waiting.
-//! - A first read with no published state takes only a read still in
-//!   flight: an answer that is at worst a shorter prefix of the stream (an
-//!   empty one sends the reader to wait, and the wait looks at the stream
-//!   again).
+//! - A reader that was not woken (its first read, before any wait; an SSE
+//!   reader catching up) knows the state the store last published for
+//!   the stream (while anyone waits on it): a read for that state holds
+//!   every commit published before the reader came. So the readers an
+//!   append answered, polling again at once, share one read too. A commit
+//!   of another process that this one has not seen yet reaches such a
+//!   reader with its wake, within the store's poll, as it reaches readers
+//!   already waiting.
+//! - A reader that knows no state takes only a read still in flight: an
+//!   answer that is at worst a shorter prefix of the stream (an empty one
+//!   sends the reader to wait, and the wait looks at the stream again).
 //! - A read from the tail (`now`) is never shared: an earlier read's tail
 //!   would hand the reader messages appended before its request.
 //!
@@ -33,7 +33,7 @@
 //! reader that comes after a failed read reads again.
 //!
 //! Bounds: a group lives while one of its readers holds it, and keeps one
-//! read; there are never more groups than live readers plus first reads
+//! read; there are never more groups than live readers plus reads
 //! running.
 
 use std::collections::HashMap;
@@ -46,9 +46,9 @@ use futures::future::{BoxFuture, FutureExt, Shared};
 /// What a shared read answers: one chunk or one error for every reader.
 pub(crate) type SharedChunk = Result<Arc<ReadChunk>, StreamError>;
 
-/// The stream state a reader knows: what its wake handed it, or what the
-/// store last published before its first read (the tail and whether the
-/// stream is closed); `None` when it knows none.
+/// The stream state a reader knows (the tail and whether the stream is
+/// closed): what its wake handed it, or what the store last published;
+/// `None` when it knows none.
 pub(crate) type Seen = Option<(Offset, bool)>;
 
 /// The groups of live readers, by the read they want.
@@ -135,21 +135,18 @@ impl ReadGroup {
         self.0.key.path == *path && self.0.key.from == from
     }
 
-    /// A reader's first read, before it waits: shared for the state the
-    /// store last published for the stream, if it did (see the module
-    /// docs).
-    pub(crate) async fn first_read(&self, store: &Arc<dyn Storage>) -> SharedChunk {
-        let published = store
-            .notifier()
-            .watch(self.0.key.path.as_str())
-            .latest()
-            .map(|info| (info.tail, info.closed));
-        self.read(store, published).await
-    }
-
-    /// The group's read for a reader that has `seen` (see the module
-    /// docs): shared with the other readers when they may share it.
-    pub(crate) async fn read(&self, store: &Arc<dyn Storage>, seen: Seen) -> SharedChunk {
+    /// The group's read for a reader woken with the state `woken`, or
+    /// (`None`) for one that was not woken, which knows the state the
+    /// store last published for the stream, if it did. Shared with the
+    /// other readers when they may share it (see the module docs).
+    pub(crate) async fn read(&self, store: &Arc<dyn Storage>, woken: Seen) -> SharedChunk {
+        let seen = woken.or_else(|| {
+            store
+                .notifier()
+                .watch(self.0.key.path.as_str())
+                .latest()
+                .map(|info| (info.tail, info.closed))
+        });
         let Key {
             path,
             from,
@@ -251,8 +248,21 @@ mod tests {
         let fresh = first.read(&store, None).await.expect("read");
         assert!(
             !Arc::ptr_eq(&one, &fresh),
-            "a first read takes no done read"
+            "a reader that knows no state takes no done read"
         );
+
+        let _waiting = store.notifier().watch("s");
+        store
+            .append(&path, Append::body("b"))
+            .await
+            .expect("append");
+        let one = first.read(&store, None).await.expect("read");
+        let other = second.read(&store, None).await.expect("read");
+        assert!(
+            Arc::ptr_eq(&one, &other),
+            "readers share the read for the published state"
+        );
+        assert_eq!(one.messages, ["a", "b"]);
         assert_eq!(reads.len(), 1);
         drop((first, second));
         assert_eq!(reads.len(), 0, "a group goes with its last reader");

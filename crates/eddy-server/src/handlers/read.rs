@@ -102,7 +102,7 @@ async fn long_poll(
     // thousand of them costs one read.
     let mut chunk = state
         .live_reads(path, from)
-        .first_read(&state.store)
+        .read(&state.store, None)
         .await?;
     if chunk.messages.is_empty() && !chunk.closed {
         let _slot = state.live_reader()?;

@@ -33,7 +33,7 @@ pub(super) async fn sse(
     // plain 404 rather than an empty event stream.
     let first = state
         .live_reads(path, from)
-        .first_read(&state.store)
+        .read(&state.store, None)
         .await?;
     let slot = state.live_reader()?;
     let encoding = SseEncoding::for_content_type(&first.content_type);
