@@ -353,12 +353,17 @@ async fn dynamodb_waiting_readers_cost_one_poll_per_round() {
     let (table, app) = dynamodb(Duration::from_millis(20));
     let tail = stream_with_one_message(&app).await;
     let count = 1_000;
+    let arriving = table.request_stats();
     let waiting = readers(&app, Live::LongPoll, &tail, count);
     until_live_readers(&app, count).await;
     // Two polls after the readers all wait: each of them has looked.
     let settled = table.request_stats().transactions + 2;
     until_polls(&table, settled).await;
     let before = table.request_stats();
+    println!(
+        "dynamodb, {count} long-poll readers arriving: {:?}",
+        before - arriving
+    );
     until_polls(&table, before.transactions + 5).await;
     let polled = table.request_stats() - before;
     println!("dynamodb, {count} waiting long-poll readers, 5 poll rounds: {polled:?}");
