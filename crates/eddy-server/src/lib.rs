@@ -100,6 +100,7 @@ mod protocol;
 mod route_class;
 mod router;
 mod server;
+mod shared_read;
 mod state;
 mod stream_budget;
 mod subscriptions;

@@ -2,10 +2,11 @@
 
 use std::sync::Arc;
 
-use eddy_streams::Storage;
+use eddy_streams::{ReadFrom, Storage, StreamPath};
 use tokio::sync::{watch, OnceCell, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ApiError;
+use crate::shared_read::{ReadGroup, SharedReads};
 use crate::stream_budget::StreamBudget;
 use crate::subscriptions::Registry;
 use crate::{Metrics, ServerConfig};
@@ -27,6 +28,7 @@ pub struct Shared {
     shutdown: watch::Receiver<bool>,
     pub(crate) subscriptions: Arc<OnceCell<Arc<Registry>>>,
     pub(crate) streams: Arc<StreamBudget>,
+    reads: SharedReads,
 }
 
 impl std::ops::Deref for AppState {
@@ -55,6 +57,7 @@ impl AppState {
             metrics,
             shutdown,
             subscriptions: Arc::new(OnceCell::new()),
+            reads: SharedReads::default(),
         }))
     }
 
@@ -75,6 +78,13 @@ impl AppState {
             _permit: permit,
             metrics: Arc::clone(&self.metrics),
         })
+    }
+
+    /// The group of live readers of `path` from `from` (up to the
+    /// configured bytes), which share their reads (see
+    /// [`crate::shared_read`]).
+    pub(crate) fn live_reads(&self, path: &StreamPath, from: ReadFrom) -> ReadGroup {
+        self.reads.group(path, from, self.config.max_read_bytes)
     }
 
     /// A receiver that turns `true` when the server begins to shut down.

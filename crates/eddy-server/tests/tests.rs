@@ -18,6 +18,7 @@ mod remote_contract;
 #[cfg(feature = "remote")]
 mod remote_errors;
 mod router;
+mod shared_reads;
 mod support;
 mod wakes;
 #[cfg(feature = "webhooks")]

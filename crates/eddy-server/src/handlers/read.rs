@@ -98,18 +98,24 @@ async fn long_poll(
     from: ReadFrom,
     client_cursor: Option<&str>,
 ) -> Result<Response, ApiError> {
-    let max = state.config.max_read_bytes;
-    let mut chunk = state.store.read(path, from, max).await?;
+    // Readers at one offset share their reads: an append that wakes ten
+    // thousand of them costs one read.
+    let mut chunk = state
+        .live_reads(path, from)
+        .read(&state.store, None)
+        .await?;
     if chunk.messages.is_empty() && !chunk.closed {
         let _slot = state.live_reader()?;
+        // Joined before waiting, so that it holds every reader this wait's
+        // commit wakes.
+        let group = state.live_reads(path, ReadFrom::Offset(chunk.next_offset));
         let waited = tokio::select! {
             waited = state.store.wait(path, chunk.next_offset, state.config.long_poll_timeout) => Some(waited?),
             () = state.shutting_down() => None,
         };
-        if let Some(Wait::Changed(_)) = waited {
-            chunk = state
-                .store
-                .read(path, ReadFrom::Offset(chunk.next_offset), max)
+        if let Some(Wait::Changed(info)) = waited {
+            chunk = group
+                .read(&state.store, Some((info.tail, info.closed)))
                 .await?;
         }
     }

@@ -3,6 +3,7 @@
 //! whether the reader is up to date or the stream closed.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use axum::body::Body;
@@ -16,6 +17,7 @@ use super::put;
 use crate::cursor;
 use crate::error::ApiError;
 use crate::protocol;
+use crate::shared_read::{ReadGroup, Seen};
 use crate::state::{AppState, LiveReader};
 
 /// nginx's header that turns off its buffering of one response.
@@ -30,8 +32,8 @@ pub(super) async fn sse(
     // The first read happens before answering, so an unknown stream is a
     // plain 404 rather than an empty event stream.
     let first = state
-        .store
-        .read(path, from, state.config.max_read_bytes)
+        .live_reads(path, from)
+        .read(&state.store, None)
         .await?;
     let slot = state.live_reader()?;
     let encoding = SseEncoding::for_content_type(&first.content_type);
@@ -41,6 +43,7 @@ pub(super) async fn sse(
         encoding,
         client_cursor,
         next: Step::Chunk(first),
+        group: None,
         _slot: slot,
     };
     let events = futures::stream::unfold(feed, |mut feed| async move {
@@ -67,6 +70,9 @@ struct Feed {
     encoding: SseEncoding,
     client_cursor: Option<String>,
     next: Step,
+    /// The readers of the offset this feed waits at, which it joins
+    /// before waiting so that one read answers everyone a commit wakes.
+    group: Option<ReadGroup>,
     _slot: LiveReader,
 }
 
@@ -74,16 +80,35 @@ struct Feed {
 enum Step {
     /// Send this chunk: its data event (if it has messages), then its
     /// control event.
-    Chunk(ReadChunk),
+    Chunk(Arc<ReadChunk>),
     /// Send the control event that follows a data event.
-    Control(ReadChunk),
-    /// Read on from `next`, after waiting for data if `wait`.
-    Read { next: Offset, wait: bool },
+    Control(Arc<ReadChunk>),
+    /// Read on from `next`, after waiting for data if `wait`; `seen` is
+    /// the state a wake handed over, which the read shares with the
+    /// readers woken by the same commit.
+    Read {
+        next: Offset,
+        wait: bool,
+        seen: Seen,
+    },
     /// The stream is closed or gone, the server stops, or a read failed.
     Done,
 }
 
 impl Feed {
+    /// The group of readers at `next`, joined if this feed is not in it.
+    fn group_at(&mut self, next: Offset) -> ReadGroup {
+        let from = ReadFrom::Offset(next);
+        match &self.group {
+            Some(group) if group.is_at(&self.path, from) => group.clone(),
+            _ => {
+                let group = self.state.live_reads(&self.path, from);
+                self.group = Some(group.clone());
+                group
+            }
+        }
+    }
+
     async fn next_event(&mut self) -> Option<Bytes> {
         loop {
             match std::mem::replace(&mut self.next, Step::Done) {
@@ -102,36 +127,53 @@ impl Feed {
                         self.next = Step::Read {
                             next: chunk.next_offset,
                             wait: chunk.up_to_date,
+                            seen: None,
                         };
                     }
                     return Some(event);
                 }
-                Step::Read { next, wait: true } => {
+                Step::Read {
+                    next, wait: true, ..
+                } => {
+                    self.group_at(next);
                     let waited = tokio::select! {
                         waited = self.state.store.wait(&self.path, next, self.state.config.sse_keep_alive) => waited,
                         () = self.state.shutting_down() => return None,
                     };
                     match waited {
-                        Ok(Wait::Changed(_)) => self.next = Step::Read { next, wait: false },
+                        Ok(Wait::Changed(info)) => {
+                            self.next = Step::Read {
+                                next,
+                                wait: false,
+                                seen: Some((info.tail, info.closed)),
+                            }
+                        }
                         Ok(Wait::TimedOut(_)) => {
-                            self.next = Step::Read { next, wait: true };
+                            self.next = Step::Read {
+                                next,
+                                wait: true,
+                                seen: None,
+                            };
                             return Some(Bytes::from_static(b": keep-alive\n\n"));
                         }
                         Err(_) => return None,
                     }
                 }
-                Step::Read { next, wait: false } => {
-                    let read = self
-                        .state
-                        .store
-                        .read(
-                            &self.path,
-                            ReadFrom::Offset(next),
-                            self.state.config.max_read_bytes,
-                        )
-                        .await;
+                Step::Read {
+                    next,
+                    wait: false,
+                    seen,
+                } => {
+                    let read = self.group_at(next).read(&self.state.store, seen).await;
                     match read {
-                        Ok(chunk) => self.next = Step::Chunk(chunk),
+                        Ok(chunk) => {
+                            if !chunk.messages.is_empty() {
+                                // Moving on: the group stays with the readers
+                                // still at `next`.
+                                self.group = None;
+                            }
+                            self.next = Step::Chunk(chunk);
+                        }
                         Err(err) => {
                             tracing::debug!(path = %self.path, error = %err, "SSE stream ended");
                             return None;
