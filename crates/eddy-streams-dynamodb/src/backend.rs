@@ -150,6 +150,10 @@ impl Backend for DynamoBackend {
         unit.commit()
     }
 
+    fn unchanged(&self, unit: DynamoUnit) -> impl Op<bool> {
+        unit.unchanged()
+    }
+
     async fn slide(&self, key: &StreamKey, at_ms: i64) -> Result<(), StreamError> {
         let at = AttributeValue::N(at_ms.max(0).to_string());
         let touch = UpdateItem::new(

@@ -607,4 +607,36 @@ impl DynamoUnit {
     pub(crate) async fn commit(self) -> Result<eddy_streams::backend::Commit, StreamError> {
         commit::commit(&self.shared, self.state).await
     }
+
+    /// Whether every path item the unit loaded still holds the write token
+    /// it had (or is still absent): every commit that changes a stream's
+    /// record, producers or data puts its path item with a new token, so
+    /// the unit's reads are then as of one commit. One strongly consistent
+    /// read of the loaded path items.
+    pub(crate) async fn unchanged(self) -> Result<bool, StreamError> {
+        let keys = &self.shared.keys;
+        let paths: Vec<&String> = self.state.paths.keys().collect();
+        if paths.is_empty() {
+            return Ok(true);
+        }
+        let items = self
+            .shared
+            .table
+            .batch_get_item(paths.iter().map(|path| keys.path(path)).collect())
+            .await
+            .map_err(|e| table_error("reading back the records a read loaded", e))?;
+        let mut now: HashMap<String, String> = HashMap::with_capacity(items.len());
+        for item in &items {
+            if let (Some(path), Some(AttributeValue::S(token))) =
+                (keys.path_of(item), item.get("v"))
+            {
+                now.insert(path, token.clone());
+            }
+        }
+        Ok(self
+            .state
+            .paths
+            .iter()
+            .all(|(path, entry)| now.get(path) == entry.token.as_ref()))
+    }
 }

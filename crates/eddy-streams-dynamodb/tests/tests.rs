@@ -7,4 +7,5 @@ mod contract;
 mod item_limits;
 mod lost_replies;
 mod readiness;
+mod snapshots;
 mod stores;

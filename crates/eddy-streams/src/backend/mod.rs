@@ -83,6 +83,16 @@ pub trait Backend: Send + Sync + 'static {
     /// streams its readers wait on.
     fn records(&self, paths: &[String]) -> impl Op<Vec<Option<StreamRecord>>>;
 
+    /// Whether every record `unit` loaded is still as it was loaded, writing
+    /// nothing: several reads of one unit (a stream's record and its
+    /// producers: a snapshot) are as of one commit when they are. The
+    /// default says yes, for backends whose units read one consistent
+    /// view.
+    fn unchanged(&self, unit: Self::Unit) -> impl Op<bool> {
+        drop(unit);
+        async { Ok(true) }
+    }
+
     /// Checks that the backend's store answers now, writing nothing: the
     /// readiness probe's question ([`Storage::writable`](crate::Storage::writable)).
     /// The default says yes.

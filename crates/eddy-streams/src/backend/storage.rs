@@ -254,9 +254,21 @@ impl<B: Backend> Storage for RecordStorage<B> {
         self.inner.engine.list(&mut unit, prefix).await
     }
 
+    /// Read in one unit, and read again while a commit changed what the
+    /// unit read before it was done (its record and producers would be of
+    /// two commits).
     async fn snapshot(&self, path: &StreamPath) -> Result<StreamSnapshot, StreamError> {
-        let mut unit = self.inner.backend.open();
-        self.inner.engine.snapshot(&mut unit, path).await
+        let inner = &self.inner;
+        let mut pause = group::FIRST_PAUSE;
+        for _ in 1..inner.options.max_attempts {
+            let mut unit = inner.backend.open();
+            let snapshot = inner.engine.snapshot(&mut unit, path).await?;
+            if inner.backend.unchanged(unit).await? {
+                return Ok(snapshot);
+            }
+            pause = group::pause(pause).await;
+        }
+        Err(group::contended(inner.options.max_attempts))
     }
 
     async fn restore(
