@@ -3,9 +3,6 @@
 //! server whose table was gone, or unreachable, stayed in the load
 //! balancer's pool. It now reads the table.
 
-use std::sync::Arc;
-
-use eddy_dynamo::Table;
 use eddy_streams::Storage;
 
 use crate::common;
@@ -22,6 +19,10 @@ async fn a_store_whose_table_answers_is_ready() {
 #[cfg(feature = "aws")]
 #[tokio::test]
 async fn a_store_whose_table_is_gone_is_not_ready() {
+    use std::sync::Arc;
+
+    use eddy_dynamo::Table;
+
     let Ok(endpoint) = std::env::var("EDDY_DYNAMODB_ENDPOINT") else {
         assert!(
             std::env::var("EDDY_SKIP_MOTO").as_deref() == Ok("1"),
