@@ -6,9 +6,16 @@
 #     one upstream read (eddy's own eddy_reads_total counts it);
 #   - a read at the tail is never served stale (and neither is HEAD);
 #   - compressed and plain copies are cached apart (Vary: Accept-Encoding);
+#   - a read from `-1` is answered with its data and never stored (it
+#     names whichever stream the path holds now), and names the immutable
+#     URL of the same bytes in Content-Location;
 #   - a stream deleted and created again, and a memory store restarted,
-#     never get the old stream's cached chunks: `-1` redirects (uncached)
-#     to the new stream's own offsets, and the old offsets are refused.
+#     never get the old stream's cached chunks: `-1` (uncached) answers
+#     with the new stream's data and names its own offsets, and the old
+#     offsets are refused;
+#   - with --redirect-first-reads, `-1` redirects (uncached) to the
+#     stream's own offset, so 200 clients reading from `-1` through the
+#     cache cause one upstream read.
 # Prints what it checked; exits non-zero on the first failure.
 #
 #   scripts/nginx/run.sh
@@ -109,28 +116,45 @@ curl -fsS -X PUT -H 'content-type: application/json' "$direct/feed" >/dev/null
 msg="$(python3 -c 'print("[" + ",".join("{\"n\":%d,\"pad\":\"%s\"}" % (i, "x" * 1000) for i in range(16)) + "]")')"
 curl -fsS -X POST -H 'content-type: application/json' --data-binary "$msg" "$direct/feed" >/dev/null
 
-# The URL of the first chunk of the stream at /feed now: `-1` redirects
-# (uncached) to the stream's own first offset.
-first_chunk() { curl -fsS -o /dev/null -w '%{redirect_url}' "$cached/feed?offset=-1"; }
+# The URL of the first chunk of the stream at /feed now, at its own
+# offset: what a read from `-1` names in Content-Location.
+first_chunk() {
+  local location
+  location="$(curl -fsS -D - -o /dev/null "$cached/feed?offset=-1" | tr -d '\r' \
+    | awk -F': ' 'tolower($1) == "content-location" { print $2 }')"
+  [ -n "$location" ] || fail "a read from -1 names no Content-Location"
+  echo "$cached/feed$location"
+}
+
+# 0. A read from -1 is answered with its data and never stored.
+before="$(reads)"
+for _ in 1 2; do
+  headers="$(curl -fsS -D - -o "$work/first" "$cached/feed?offset=-1" | tr -d '\r')"
+  grep -qi '^cache-control: no-store' <<<"$headers" || fail "a read from -1 is cacheable: $headers"
+  grep -q '"n":0' "$work/first" || fail "a read from -1 did not answer the first messages"
+done
+[ $(($(reads) - before)) = 2 ] || fail "nginx answered a read from -1 from its cache"
+echo "nginx: a read from -1 is answered with its data, never from the cache"
 
 # 1. 200 concurrent clients, one historical chunk, one upstream read.
+old_chunk="$(first_chunk)"
+case "$old_chunk" in */feed\?offset=*_0000000000000000) ;; *) fail "-1 does not name the stream's own offset: $old_chunk" ;; esac
 before="$(reads)"
-seq 1 200 | xargs -P 200 -I{} curl -fsSL -o "$work/out.{}" "$cached/feed?offset=-1"
+seq 1 200 | xargs -P 200 -I{} curl -fsS -o "$work/out.{}" "$old_chunk"
 after="$(reads)"
 upstream=$((after - before))
 distinct="$(md5sum "$work"/out.* | awk '{print $1}' | sort -u | wc -l)"
 [ "$distinct" = 1 ] || fail "the 200 clients got $distinct different bodies"
 [ "$upstream" = 1 ] || fail "200 clients caused $upstream upstream reads, not 1"
-old_chunk="$(first_chunk)"
-case "$old_chunk" in */feed\?offset=*_0000000000000000) ;; *) fail "-1 does not redirect to the stream's own offset: $old_chunk" ;; esac
+cmp -s "$work/out.1" "$work/first" || fail "the immutable URL names other bytes than -1 answered"
 hits="$(grep -c "^/feed?offset=${old_chunk##*offset=} 200 HIT" "$work/access.log" || true)"
 echo "nginx: 200 concurrent reads of one historical chunk -> $upstream upstream read ($hits cache hits)"
 
 # 2. A compressed copy is cached apart from the plain one.
-gz="$(curl -fsSL -H 'accept-encoding: gzip' -D - -o "$work/gz" "$cached/feed?offset=-1" | tr -d '\r')"
+gz="$(curl -fsS -H 'accept-encoding: gzip' -D - -o "$work/gz" "$old_chunk" | tr -d '\r')"
 grep -qi '^content-encoding: gzip' <<<"$gz" || fail "no gzip copy through nginx"
 gunzip -c <"$work/gz" | cmp -s - "$work/out.1" || fail "the gzip copy decodes to other bytes"
-curl -fsSL -o /dev/null "$cached/feed?offset=-1" # plain again: still a hit
+curl -fsS -o /dev/null "$old_chunk" # plain again: still a hit
 echo "nginx: gzip and plain copies of the chunk are cached apart, same bytes after decoding"
 
 # 3. The tail is never stale: read it, append, read the same URL again.
@@ -159,7 +183,7 @@ new_feed_is_served() {
   local what="$1" chunk
   chunk="$(first_chunk)"
   [ "$chunk" != "$old_chunk" ] || fail "$what: the new stream's first chunk has the old chunk's URL"
-  curl -fsSL -o "$work/new" "$cached/feed?offset=-1"
+  curl -fsS -o "$work/new" "$cached/feed?offset=-1"
   grep -q "\"$2\"" "$work/new" || fail "$what: -1 through nginx served other bytes than the new stream's"
   cmp -s "$work/new" "$work/out.1" && fail "$what: -1 through nginx served the old stream's cached chunk"
   status="$(curl -sS -o /dev/null -w '%{http_code}' "$direct/feed?offset=${old_chunk##*offset=}")"
@@ -180,3 +204,21 @@ for _ in $(seq 1 100); do curl -fsS "$direct/healthz" >/dev/null 2>&1 && break; 
 fill_feed restarted
 new_feed_is_served "a memory store restarted" restarted
 echo "nginx: a restarted memory store's stream gets its own chunk URLs"
+
+# 6. With --redirect-first-reads, `-1` is a redirect (never stored) to the
+# stream's own offset, so 200 clients reading from `-1` through the cache
+# (following the redirect) cause one upstream read.
+kill "$eddy_pid"; wait "$eddy_pid" 2>/dev/null || true
+"$eddy" serve --storage memory --listen "127.0.0.1:$eddy_port" --max-read-bytes 4096 \
+  --long-poll-timeout 500ms --redirect-first-reads >>"$work/eddy.log" 2>&1 &
+eddy_pid=$!
+for _ in $(seq 1 100); do curl -fsS "$direct/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
+fill_feed redirected
+status="$(curl -sS -o /dev/null -w '%{http_code}' "$cached/feed?offset=-1")"
+[ "$status" = 307 ] || fail "with --redirect-first-reads, -1 answered $status, not 307"
+before="$(reads)"
+seq 1 200 | xargs -P 200 -I{} curl -fsSL -o "$work/redirected.{}" "$cached/feed?offset=-1"
+upstream=$(($(reads) - before))
+[ "$upstream" = 1 ] || fail "with --redirect-first-reads, 200 clients at -1 caused $upstream upstream reads, not 1"
+grep -q '"redirected"' "$work/redirected.1" || fail "the redirected read served other bytes"
+echo "nginx: with --redirect-first-reads, 200 concurrent reads from -1 -> $upstream upstream read"

@@ -48,13 +48,12 @@ pub(crate) fn control(state: &AppState, path: &StreamPath, freshness: Freshness)
     }
 }
 
-/// The answer to a catch-up read whose URL names no offset of the stream
-/// the path holds now (`-1`, the zero offset, a fork source's offset): a
-/// temporary redirect to the same read at the stream's own offset `start`,
-/// never stored, so that a cache keeps chunks only under URLs that name one
-/// stream's bytes forever. The location is relative (the query alone), so
-/// it keeps the path as the client sent it.
-pub(crate) fn to_own_offset(query: Option<&str>, start: Offset) -> Response {
+/// The URL of the same read at the stream's own offset `start`, for a
+/// catch-up read whose URL names no offset of the stream the path holds
+/// now (`-1`, the zero offset, a fork source's offset): its bytes are the
+/// same, and its chunk is immutable. Relative (the query alone), so it
+/// keeps the path as the client sent it.
+pub(crate) fn own_offset_url(query: Option<&str>, start: Offset) -> String {
     let mut location = format!("?offset={start}");
     for pair in query.unwrap_or("").split('&') {
         let key = pair.split_once('=').map_or(pair, |(key, _)| key);
@@ -63,6 +62,14 @@ pub(crate) fn to_own_offset(query: Option<&str>, start: Offset) -> Response {
             location.push_str(pair);
         }
     }
+    location
+}
+
+/// A temporary redirect to `location` (see [`own_offset_url`]), never
+/// stored: with [`CacheConfig::redirect_first_reads`](crate::CacheConfig),
+/// a cache keeps chunks only under URLs that name one stream's bytes
+/// forever.
+pub(crate) fn redirect(location: String) -> Response {
     let mut response = Response::new(axum::body::Body::empty());
     *response.status_mut() = StatusCode::TEMPORARY_REDIRECT;
     let headers = response.headers_mut();

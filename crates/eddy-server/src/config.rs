@@ -241,6 +241,15 @@ pub struct CacheConfig {
     /// Stream path prefixes (without the leading `/`) whose reads are
     /// `public` even when the server requires a bearer token.
     pub public_prefixes: Vec<String>,
+    /// How a catch-up read whose URL names no offset of the stream the
+    /// path holds now (`-1`, the zero offset, a fork source's offset) is
+    /// answered. `false` (the default): with the data, `no-store`, and a
+    /// `Content-Location` naming the same bytes' immutable URL (the
+    /// stream's own offset), which every client reads. `true`: with a
+    /// `307` redirect to that URL, so that every first read reaches a
+    /// cache through the immutable URL, for deployments whose clients all
+    /// follow redirects.
+    pub redirect_first_reads: bool,
 }
 
 impl Default for CacheConfig {
@@ -248,6 +257,7 @@ impl Default for CacheConfig {
         CacheConfig {
             max_age: Duration::from_secs(3600),
             public_prefixes: Vec::new(),
+            redirect_first_reads: false,
         }
     }
 }

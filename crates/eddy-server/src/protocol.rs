@@ -60,7 +60,7 @@ pub const RESERVED_STREAM_PREFIX: &str = "__eddy/";
 /// extensions, when to retry, and the request id to quote in a report.
 pub(crate) const EXPOSED_HEADERS: &str = "stream-next-offset, stream-up-to-date, stream-cursor, \
 stream-closed, stream-ttl, stream-expires-at, producer-epoch, producer-seq, \
-producer-expected-seq, producer-received-seq, stream-sse-data-encoding, etag, location, \
+producer-expected-seq, producer-received-seq, stream-sse-data-encoding, etag, location, content-location, \
 content-type, eddy-error, eddy-stream-bytes, eddy-read-start, eddy-duplicate, eddy-limit, \
 retry-after, x-request-id";
 

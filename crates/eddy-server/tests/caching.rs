@@ -37,12 +37,25 @@ async fn create_with_four_messages(app: &eddy_server::App, path: &str, token: Op
     }
 }
 
+/// The URL of a stream's first chunk at its own offset: what a read from
+/// `-1` names in `Content-Location`.
+async fn first_chunk_url(app: &eddy_server::App, path: &str, token: Option<&str>) -> String {
+    let mut request = req("GET", &format!("{path}?offset=-1"));
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let (first, _) = send(app, request.body(Body::empty()).expect("request")).await;
+    let location = header(&first, "content-location").expect("content-location");
+    format!("{path}{location}")
+}
+
 #[tokio::test]
 async fn a_historical_chunk_is_immutable_and_the_tail_is_not_stored() {
     let app = router(paged(fast()));
     create_with_four_messages(&app, "/s", None).await;
+    let url = first_chunk_url(&app, "/s", None).await;
 
-    let (first, body) = send_empty(&app, "GET", "/s?offset=-1").await;
+    let (first, body) = send_empty(&app, "GET", &url).await;
     assert_eq!(body, "message0message1");
     assert_eq!(header(&first, "stream-up-to-date"), None);
     assert_eq!(
@@ -55,11 +68,11 @@ async fn a_historical_chunk_is_immutable_and_the_tail_is_not_stored() {
 
     // The same chunk again is the same representation, and a revalidation
     // is a 304 with the tag.
-    let (again, _) = send_empty(&app, "GET", "/s?offset=-1").await;
+    let (again, _) = send_empty(&app, "GET", &url).await;
     assert_eq!(header(&again, "etag"), Some(etag.as_str()));
     let (revalidated, body) = send(
         &app,
-        req("GET", "/s?offset=-1")
+        req("GET", &url)
             .header("if-none-match", &etag)
             .body(Body::empty())
             .expect("request"),
@@ -143,24 +156,27 @@ async fn with_a_token_chunks_are_private_unless_their_prefix_is_public() {
         cache: CacheConfig {
             max_age: Duration::from_secs(60),
             public_prefixes: vec!["news/".into()],
+            ..CacheConfig::default()
         },
         ..fast()
     });
     let app = router(config);
     create_with_four_messages(&app, "/news/today", Some("secret")).await;
     create_with_four_messages(&app, "/mail/alice", Some("secret")).await;
-    let read = |path: &str| {
-        req("GET", &format!("{path}?offset=-1"))
+    let read = |url: String| {
+        req("GET", &url)
             .header("authorization", "Bearer secret")
             .body(Body::empty())
             .expect("request")
     };
-    let (public, _) = send(&app, read("/news/today")).await;
+    let news = first_chunk_url(&app, "/news/today", Some("secret")).await;
+    let mail = first_chunk_url(&app, "/mail/alice", Some("secret")).await;
+    let (public, _) = send(&app, read(news)).await;
     assert_eq!(
         header(&public, "cache-control"),
         Some("public, max-age=60, immutable")
     );
-    let (private, _) = send(&app, read("/mail/alice")).await;
+    let (private, _) = send(&app, read(mail)).await;
     assert_eq!(
         header(&private, "cache-control"),
         Some("private, max-age=60, immutable")
@@ -222,16 +238,60 @@ async fn a_slow_sse_reader_makes_the_server_read_one_chunk_at_a_time() {
     assert_eq!(reads(&metrics) - before, 50.0);
 }
 
-/// What a cache may keep stays right when a stream is deleted and created
-/// again (issue 24 §1): a read from `-1` or the zero offset, whose bytes
-/// depend on the stream the path holds now, is a redirect that is never
-/// stored, to the same read at the stream's own offset, whose chunk is
-/// immutable. The old stream's chunk URLs and tags never name the new
-/// stream's bytes: its offsets are refused as stale (never stored), and a
-/// revalidation with its tag is answered in full.
+/// Regression (issue 32): a read from `-1` or the zero offset answered
+/// with a redirect, which the public Python client (and every client that
+/// does not follow redirects) could not read. It is answered with the
+/// data, never stored (its bytes depend on the stream the path holds
+/// now), naming the same bytes' immutable URL in `Content-Location`.
 #[tokio::test]
-async fn a_stream_created_again_never_answers_for_the_old_one() {
+async fn a_first_read_is_answered_with_its_data_and_names_its_immutable_url() {
     let app = router(paged(fast()));
+    create_with_four_messages(&app, "/first", None).await;
+    for sentinel in ["-1", "0000000000000000_0000000000000000"] {
+        let (first, body) = crate::router::send_raw(
+            &app,
+            req("GET", &format!("/first?offset={sentinel}&eddy=1"))
+                .body(Body::empty())
+                .expect("request"),
+        )
+        .await;
+        assert_eq!(first.status(), StatusCode::OK, "{sentinel}");
+        assert_eq!(body, "message0message1", "{sentinel}");
+        assert_eq!(header(&first, "cache-control"), Some("no-store"));
+        let location = header(&first, "content-location").expect("content-location");
+        assert!(
+            location.starts_with("?offset=") && location.ends_with("_0000000000000000&eddy=1"),
+            "{location}"
+        );
+        assert!(
+            !location.starts_with("?offset=0000000000000000_"),
+            "{location}"
+        );
+        // The named URL answers the same bytes, immutable.
+        let query = location.trim_start_matches('?');
+        let (own, own_body) = crate::router::send_raw(
+            &app,
+            req("GET", &format!("/first?{query}"))
+                .body(Body::empty())
+                .expect("request"),
+        )
+        .await;
+        assert_eq!(own.status(), StatusCode::OK);
+        assert_eq!(own_body, body);
+        assert_eq!(header(&own, "etag"), header(&first, "etag"));
+        assert!(header(&own, "cache-control").is_some_and(|c| c.contains("immutable")));
+        assert_eq!(header(&own, "content-location"), None);
+    }
+}
+
+/// With `redirect_first_reads`, a read from `-1` or the zero offset is a
+/// redirect that is never stored, to the same read at the stream's own
+/// offset, so that caches see every first read under the immutable URL.
+#[tokio::test]
+async fn first_reads_may_be_redirected_to_their_immutable_url() {
+    let mut config = paged(fast());
+    config.cache.redirect_first_reads = true;
+    let app = router(config);
     create_with_four_messages(&app, "/again", None).await;
     for sentinel in ["-1", "0000000000000000_0000000000000000"] {
         let (redirect, body) = crate::router::send_raw(
@@ -252,12 +312,18 @@ async fn a_stream_created_again_never_answers_for_the_old_one() {
             location.starts_with("?offset=") && location.ends_with("_0000000000000000&eddy=1"),
             "{location}"
         );
-        assert!(
-            !location.starts_with("?offset=0000000000000000_"),
-            "{location}"
-        );
         assert_eq!(body, "");
     }
+}
+
+/// What a cache may keep stays right when a stream is deleted and created
+/// again (issue 24 §1): the old stream's chunk URLs and tags never name
+/// the new stream's bytes: its offsets are refused as stale (never
+/// stored), and a revalidation with its tag is answered in full.
+#[tokio::test]
+async fn a_stream_created_again_never_answers_for_the_old_one() {
+    let app = router(paged(fast()));
+    create_with_four_messages(&app, "/again", None).await;
     let (old, old_body) = send_empty(&app, "GET", "/again?offset=-1").await;
     let old_url = format!(
         "/again?offset={}",

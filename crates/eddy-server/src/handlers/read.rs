@@ -3,7 +3,7 @@
 use std::time::SystemTime;
 
 use axum::body::Body;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use eddy_streams::{ReadChunk, ReadFrom, StreamPath, Wait};
 
@@ -33,8 +33,10 @@ pub(super) async fn get(
 
 /// A catch-up read. Its answer is cached for good only when the offset in
 /// its URL is one of the stream's own: a read from `-1`, the zero offset
-/// or a fork source's offset is sent to the same read at the stream's own
-/// offset instead (see [`cache::to_own_offset`]).
+/// or a fork source's offset depends on the stream the path holds now, so
+/// it is answered with the data and `no-store`, naming the same bytes'
+/// immutable URL in `Content-Location` (or, with
+/// `redirect_first_reads`, redirected there: see [`cache::own_offset_url`]).
 async fn catch_up(
     state: &AppState,
     path: &StreamPath,
@@ -48,25 +50,32 @@ async fn catch_up(
             .min(state.config.max_read_bytes),
         None => state.config.max_read_bytes,
     };
+    let redirect = state.config.cache.redirect_first_reads;
     // `-1` and the zero offset name whichever stream the path holds now:
-    // one message is enough to learn where its data starts.
+    // to redirect, one message is enough to learn where its data starts.
     let sentinel = matches!(from, ReadFrom::Beginning)
         || matches!(from, ReadFrom::Offset(offset) if offset.is_zero());
     let chunk = state
         .store
-        .read(path, from, if sentinel { 1 } else { max })
+        .read(path, from, if sentinel && redirect { 1 } else { max })
         .await?;
-    if !matches!(from, ReadFrom::Tail) && from != ReadFrom::Offset(chunk.start) {
-        return Ok(cache::to_own_offset(query, chunk.start));
+    let own = matches!(from, ReadFrom::Tail) || from == ReadFrom::Offset(chunk.start);
+    if !own && redirect {
+        return Ok(cache::redirect(cache::own_offset_url(query, chunk.start)));
     }
     state.metrics.reads.increment(1);
     let etag = cache::etag(&chunk);
     let mut out = chunk_headers(&chunk);
-    let freshness = if from == ReadFrom::Tail || chunk.up_to_date {
+    let freshness = if !own || from == ReadFrom::Tail || chunk.up_to_date {
         Freshness::Tail
     } else {
         Freshness::Historical
     };
+    if !own {
+        if let Ok(url) = HeaderValue::try_from(cache::own_offset_url(query, chunk.start)) {
+            out.insert(header::CONTENT_LOCATION, url);
+        }
+    }
     put(
         &mut out,
         header::CACHE_CONTROL,

@@ -239,6 +239,12 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub cache_public_prefixes: Vec<String>,
+    /// Answer a read from `-1`, the zero offset or a fork source's offset
+    /// with a redirect to the stream's own offset (its immutable URL)
+    /// instead of with the data; only for deployments whose clients all
+    /// follow redirects.
+    #[arg(long, env = "EDDY_REDIRECT_FIRST_READS")]
+    pub redirect_first_reads: bool,
     /// The TLS certificate chain, PEM, leaf first. With `--tls-key` the
     /// port speaks HTTPS only (HTTP/2 or HTTP/1.1, chosen by ALPN); SIGHUP
     /// reads both files again (a failed reload keeps the current pair).
@@ -382,6 +388,7 @@ impl ServeArgs {
                     .iter()
                     .map(|prefix| prefix.trim_start_matches('/').to_owned())
                     .collect(),
+                redirect_first_reads: self.redirect_first_reads,
             },
             console: !self.no_console,
             ..ServerConfig::default()
