@@ -203,8 +203,8 @@ mod dynamodb_only {
     use std::sync::Arc;
 
     use eddy_dynamo::{
-        create_table, n, s, BatchProjection, Condition, DynamoStreams, DynamoTable, Item,
-        Provisioned, Put, StreamsFollower, Table, TableSchema,
+        create_table, n, s, BatchProjection, ChangeFeed, Condition, DynamoStreams, DynamoTable,
+        Item, Provisioned, Put, StreamsFollower, Table, TableSchema,
     };
 
     use super::{endpoint, options, unique};
@@ -600,6 +600,59 @@ mod dynamodb_only {
         seen.sort();
         assert_eq!(seen, ["at depot", "at dock"]);
         assert!(projection.pending_rows().await.unwrap().is_empty());
+    }
+
+    /// Regression (issue 33): a position saved by the previous release is
+    /// a record's sequence number, read as a floor below which records do
+    /// not count. Reading applied the batch limit before the floor, so a
+    /// consumer with more than `limit` records at or below its floor read
+    /// an empty batch forever. Now the floor is applied first.
+    #[tokio::test]
+    async fn an_older_position_with_more_records_below_it_than_the_limit_makes_progress() {
+        let Some((_, moto)) = moto().await else {
+            return;
+        };
+        for i in 0..12 {
+            let item = Item::from([
+                ("pk".to_owned(), s(format!("item-{i:02}"))),
+                ("sk".to_owned(), s("x")),
+            ]);
+            moto.table.put_item(Put::new(item)).await.unwrap();
+        }
+        let all = moto.streams.read_changes(None, 100).await.unwrap();
+        assert_eq!(all.len(), 12);
+        let sequences = |records: &[eddy_dynamo::ChangeRecord]| -> Vec<String> {
+            records
+                .iter()
+                .filter_map(|r| r.change.sequence_number.clone())
+                .collect()
+        };
+        // The previous release saved the 8th record's sequence number.
+        let saved = all[7].change.sequence_number.clone().unwrap();
+        let read = moto
+            .streams
+            .read_positioned(Some(saved.clone()), 3)
+            .await
+            .unwrap();
+        assert_eq!(sequences(&read.records), sequences(&all[8..11]));
+
+        // A follower whose checkpoint item the previous release wrote goes
+        // on from there, in batches smaller than what lies below it.
+        let name = follower_name(&moto);
+        moto.checkpoints
+            .put_item(Put::new(Item::from([
+                ("pk".to_owned(), s(format!("$eddy#streams#{name}"))),
+                (
+                    "sk".to_owned(),
+                    s(format!("{}#*", moto.streams.stream_arn())),
+                ),
+                ("sequence".to_owned(), s(saved)),
+            ])))
+            .await
+            .unwrap();
+        let follower = eddy_dynamo::Follower::new(moto.streams.clone(), name).batch_size(3);
+        assert_eq!(follower.catch_up(&[]).await.unwrap(), 4);
+        assert_eq!(follower.catch_up(&[]).await.unwrap(), 0);
     }
 
     #[tokio::test]

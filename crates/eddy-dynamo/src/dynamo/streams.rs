@@ -198,6 +198,19 @@ impl DynamoStreams {
         after: Option<&str>,
         limit: usize,
     ) -> Result<ShardRead, TableError> {
+        self.read_shard_above(shard, after, None, limit).await
+    }
+
+    /// [`read_shard`](Self::read_shard), skipping the records numbered at
+    /// or below `floor` before the limit counts: a consumer with more than
+    /// `limit` records below its floor still reaches the ones above it.
+    async fn read_shard_above(
+        &self,
+        shard: &str,
+        after: Option<&str>,
+        floor: Option<u128>,
+        limit: usize,
+    ) -> Result<ShardRead, TableError> {
         let mut position = after.map(str::to_owned);
         let mut iterator = Some(self.iterator(shard, position.as_deref()).await?);
         let mut read = ShardRead::default();
@@ -243,7 +256,9 @@ impl DynamoStreams {
             for record in records {
                 let record = to_change_record(record, &self.stream_arn)?;
                 position = record.change.sequence_number.clone();
-                read.records.push(record);
+                if !at_or_below(position.as_deref(), floor) {
+                    read.records.push(record);
+                }
             }
             iterator = out.next_shard_iterator;
             if empty >= EMPTY_PAGES || (empty > 0 && !read.records.is_empty()) {
@@ -285,6 +300,16 @@ impl DynamoStreams {
                         .into(),
             })
     }
+}
+
+/// Whether a record numbered `sequence` is at or below an older
+/// position's `floor` (so it was done before the upgrade).
+fn at_or_below(sequence: Option<&str>, floor: Option<u128>) -> bool {
+    floor.is_some_and(|f| {
+        sequence
+            .and_then(|s| s.parse::<u128>().ok())
+            .is_some_and(|s| s <= f)
+    })
 }
 
 /// Orders shards so every parent comes before its children.
@@ -346,18 +371,20 @@ impl ChangeFeed for DynamoStreams {
             let (start, floor) = position.start(&shard.id);
             let start = start.map(str::to_owned);
             let read = self
-                .read_shard(&shard.id, start.as_deref(), limit - out.records.len())
+                .read_shard_above(
+                    &shard.id,
+                    start.as_deref(),
+                    floor,
+                    limit - out.records.len(),
+                )
                 .await?;
             for record in read.records {
                 let Some(sequence) = record.change.sequence_number.clone() else {
                     continue;
                 };
                 position.advance(&shard.id, &sequence);
-                let older = floor.is_some_and(|f| sequence.parse::<u128>().is_ok_and(|s| s <= f));
-                if !older {
-                    out.records.push(record);
-                    out.positions.push(position.render());
-                }
+                out.records.push(record);
+                out.positions.push(position.render());
             }
             if read.exhausted && shard.closed {
                 position.finish(&shard.id);
