@@ -165,6 +165,7 @@ mod entity;
 mod error;
 mod event_item;
 mod event_stream;
+mod feed_position;
 mod follower;
 mod item;
 mod key_schema;
@@ -199,6 +200,7 @@ pub use entity::{Entity, KeyComposite};
 pub use error::{BoxError, CancellationReason, Error, TableError, TableErrorKind, ValidationError};
 pub use event_item::{EventItem, StreamId, StreamIdentity};
 pub use event_stream::{make_stream, EventStream, StoredEvent, MAX_APPEND};
+pub use feed_position::{FeedPosition, PositionError};
 pub use follower::Follower;
 pub use item::{
     compare_values, get_present, get_str, get_u64, item_size, items_equal, n, s, value_size,
