@@ -5,34 +5,7 @@
 //! shard only, so a position there names the last record done in every
 //! shard.
 //!
-//! # Text form
-//!
-//! A position's text (its `Display`, `FromStr` and serde form) is a JSON
-//! object whose `feed` says which kind of feed it belongs to:
-//!
-//! - `{"feed":"embedded","after":42}`: after record 42 of an embedded
-//!   table's log;
-//! - `{"feed":"dynamodb-streams","shards":{"<shard id>":{"after":"<sequence>","done":true}}}`:
-//!   per shard of a DynamoDB stream, the last record done and whether the
-//!   (closed) shard is finished; shards the stream no longer lists are
-//!   dropped as the position moves on;
-//! - `{"feed":"upgraded","after":"<sequence>"}`: a sequence number saved
-//!   by an older eddy (below).
-//!
-//! # Upgrading a position saved by an older eddy
-//!
-//! Before positions had a type, eddy saved a record's sequence number.
-//! [`FeedPosition::upgrade`] reads such a value (and the per-shard JSON an
-//! unreleased version wrote without `feed`) explicitly; the strict parse
-//! refuses it. An upgraded sequence number is a floor: the embedded table
-//! reads after it (its sequence numbers are its order); DynamoDB Streams
-//! reads each shard it has no mark for from its oldest record, skipping
-//! the records numbered at or below the floor before the batch limit
-//! counts. Sequence numbers of different shards say nothing about which
-//! record came first, so on a stream of several shards the floor can skip
-//! records of another shard that an older eddy had not read (as that eddy
-//! itself would have); the first record read in a shard replaces the floor
-//! there with an exact mark.
+//! See [`FeedPosition`] for its text form and the upgrade path.
 
 mod shards;
 
@@ -47,9 +20,36 @@ pub(crate) use shards::{at_or_below, ShardPositions};
 /// Where a consumer of a [`ChangeFeed`](crate::ChangeFeed) is: the
 /// position after a record, as the feed handed it out with the record
 /// ([`FeedRead`](crate::FeedRead)). Save it with its text form
-/// (`to_string`, serde) and pass it back to read on; see the
-/// [module docs](self) for the form and for upgrading an older eddy's
-/// saved sequence number.
+/// (`to_string`, serde) and pass it back to read on.
+///
+/// # Text form
+///
+/// A position's text (its `Display`, `FromStr` and serde form) is a JSON
+/// object whose `feed` says which kind of feed it belongs to:
+///
+/// - `{"feed":"embedded","after":42}`: after record 42 of an embedded
+///   table's log;
+/// - `{"feed":"dynamodb-streams","shards":{"<shard id>":{"after":"<sequence>","done":true}}}`:
+///   per shard of a DynamoDB stream, the last record done and whether the
+///   (closed) shard is finished; shards the stream no longer lists are
+///   dropped as the position moves on;
+/// - `{"feed":"upgraded","after":"<sequence>"}`: a sequence number saved
+///   by an older eddy (below).
+///
+/// # Upgrading a position saved by an older eddy
+///
+/// Before positions had a type, eddy saved a record's sequence number.
+/// [`FeedPosition::upgrade`] reads such a value (and a DynamoDB stream's
+/// per-shard JSON written before positions named their feed) explicitly;
+/// the strict parse refuses it. An upgraded sequence number is a floor: the embedded table
+/// reads after it (its sequence numbers are its order); DynamoDB Streams
+/// reads each shard it has no mark for from its oldest record, skipping
+/// the records numbered at or below the floor before the batch limit
+/// counts. Sequence numbers of different shards say nothing about which
+/// record came first, so on a stream of several shards the floor can skip
+/// records of another shard that an older eddy had not read (as that eddy
+/// itself would have); the first record read in a shard replaces the floor
+/// there with an exact mark.
 ///
 /// ```
 /// use eddy_dynamo::FeedPosition;
@@ -121,9 +121,9 @@ const STREAMS: &str = "a DynamoDB stream";
 
 impl FeedPosition {
     /// Reads a saved position: its text form, or a value an older eddy
-    /// saved — a record's sequence number (a floor, see the
-    /// [module docs](self)) or a DynamoDB stream's per-shard JSON without
-    /// `feed`.
+    /// saved — a record's sequence number (a floor, see
+    /// [above](FeedPosition#upgrading-a-position-saved-by-an-older-eddy))
+    /// or a DynamoDB stream's per-shard JSON without `feed`.
     pub fn upgrade(saved: &str) -> Result<Self, PositionError> {
         let text = saved.trim();
         if is_sequence_number(text) {
@@ -265,7 +265,7 @@ mod tests {
     }
 
     #[test]
-    fn the_unreleased_per_shard_json_is_upgraded_to_a_streams_position() {
+    fn per_shard_json_without_a_feed_is_upgraded_to_a_streams_position() {
         let old = r#"{"shards":{"shard-a":{"after":"300"}}}"#;
         assert_eq!(
             old.parse::<FeedPosition>().unwrap_err().code(),
