@@ -114,10 +114,12 @@ fn sigkill_of_the_deliverer_under_load_delivers_each_notice_once_in_order() {
                 freight.scans.append(&id, &[scan], at).await.expect("scan");
             }
             loop {
-                let records = table.read_changes(after.clone(), 1).await.expect("feed");
-                let Some(last) = records.last() else { break };
-                after = last.change.sequence_number.clone();
-                let result = process_batch(&records, &projections).await;
+                let read = table.read_changes(after.as_ref(), 1).await.expect("feed");
+                let Some(last) = read.last_position() else {
+                    break;
+                };
+                after = Some(last.clone());
+                let result = process_batch(read.records(), &projections).await;
                 assert!(result.failures.is_empty(), "{:?}", result.failures);
             }
         });

@@ -95,7 +95,11 @@ async fn seeded(table: EmbeddedTable) -> (Arc<dyn Table>, Vec<ChangeRecord>) {
         let events = vec![Counted::Added { by: 1 }; 10];
         stream.append(&id, &events, 0).await.expect("append");
     }
-    let records = table.read_changes(None, 10_000).await.expect("records");
+    let records = table
+        .read_changes(None, 10_000)
+        .await
+        .expect("records")
+        .into_records();
     assert_eq!(records.len(), 1_000);
     (shared, records)
 }

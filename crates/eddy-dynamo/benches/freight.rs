@@ -84,7 +84,11 @@ async fn seeded(table: EmbeddedTable) -> (Arc<dyn Table>, Vec<ChangeRecord>) {
     let shared: Arc<dyn Table> = Arc::new(table.clone());
     let f = Freight::new(Arc::clone(&shared)).expect("freight");
     let appended = seed(&f).await;
-    let records = table.read_changes(None, 100_000).await.expect("records");
+    let records = table
+        .read_changes(None, 100_000)
+        .await
+        .expect("records")
+        .into_records();
     assert_eq!(records.len(), appended);
     (shared, records)
 }

@@ -168,7 +168,7 @@ async fn run(target: &Target) -> anyhow::Result<Report> {
         .checkpoint("version")
         .build()?;
 
-    let records = table.read_changes(None, 100).await?;
+    let records = table.read_changes(None, 100).await?.into_records();
     let poison_sequence = records
         .get(2)
         .and_then(|r| r.change.sequence_number.clone());

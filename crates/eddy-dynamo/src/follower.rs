@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::batch::{process, BatchProjection, BatchResult};
 use crate::change_feed::ChangeFeed;
 use crate::error::TableError;
+use crate::feed_position::FeedPosition;
 use crate::outbox::Deliver;
 
 /// Reads a change feed in batches, runs
@@ -62,9 +63,8 @@ impl<F: ChangeFeed> Follower<F> {
         self
     }
 
-    /// The position of the last record done, if any (for the embedded
-    /// table its sequence number).
-    pub async fn checkpoint(&self) -> Result<Option<String>, TableError> {
+    /// The position after the last record done, if any.
+    pub async fn checkpoint(&self) -> Result<Option<FeedPosition>, TableError> {
         self.feed.load_checkpoint(&self.name).await
     }
 
@@ -74,15 +74,18 @@ impl<F: ChangeFeed> Follower<F> {
         projections: &[&dyn BatchProjection],
     ) -> Result<Option<BatchResult>, TableError> {
         let after = self.feed.load_checkpoint(&self.name).await?;
-        let read = self.feed.read_positioned(after, self.batch_size).await?;
-        if read.records.is_empty() {
+        let read = self
+            .feed
+            .read_changes(after.as_ref(), self.batch_size)
+            .await?;
+        if read.is_empty() {
             return Ok(None);
         }
-        let result = process(&read.records, projections, self.deliver.as_deref()).await;
+        let result = process(read.records(), projections, self.deliver.as_deref()).await;
         let done = match result.first_failure() {
-            None => read.positions.last(),
+            None => read.last_position(),
             Some(0) => None,
-            Some(first) => read.positions.get(first - 1),
+            Some(first) => read.position_after(first - 1),
         };
         if let Some(position) = done {
             self.feed.save_checkpoint(&self.name, position).await?;

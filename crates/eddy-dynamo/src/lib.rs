@@ -16,7 +16,11 @@
 //!   (conditions, 100-item transactions with cancellation reasons, the item
 //!   size limit, sparse indexes, TTL sweeps), plus an ordered change feed
 //!   ([`ChangeFeed`]) of [`ChangeRecord`]s: the DynamoDB Streams record type
-//!   of `aws_lambda_events`, so one decoding path serves both.
+//!   of `aws_lambda_events`, so one decoding path serves both. Every read
+//!   ([`FeedRead`]) hands out each record with the [`FeedPosition`] after
+//!   it, which a consumer saves (its text form) and passes back to go on;
+//!   an older eddy's saved sequence number is read with
+//!   [`FeedPosition::upgrade`].
 //! - **Entities**: an [`AppSchema`] namespaces keys; an [`Entity`] stores a
 //!   serde model under keys composed from named attributes ([`KeyComposite`]).
 //! - **Event streams**: [`make_stream`] declares an [`EventStream`] over a
@@ -52,7 +56,8 @@
 //! - **Request accounting**: every backend counts its requests by kind
 //!   ([`Table::request_stats`], [`RequestStats`]).
 //!
-//! Every error has a stable code ([`TableError::code`], [`Error::code`]),
+//! Every error has a stable code ([`TableError::code`], [`Error::code`],
+//! [`PositionError::code`]),
 //! kept out of its message; a table error also has a [`TableErrorKind`]
 //! that decides whether to retry, and keeps its cause as its source.
 //!
@@ -77,6 +82,34 @@
 //! let late = stream.append(&id, &[Counter::Incremented { by: 5 }], 0).await;
 //! assert_eq!(late.unwrap_err().code(), "VersionConflict");
 //! assert_eq!(stream.current_version(&id).await?, 1);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Reading the change feed in batches, saving the position each read hands
+//! out:
+//!
+//! ```
+//! use eddy_dynamo::{s, ChangeFeed, EmbeddedTable, FeedPosition, Item, Put, Table, TableSchema};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let table = EmbeddedTable::memory(TableSchema::single_table("app"));
+//! for i in 0..5 {
+//!     let item = Item::from([("pk".to_owned(), s(format!("k{i}"))), ("sk".to_owned(), s("x"))]);
+//!     table.put_item(Put::new(item)).await?;
+//! }
+//! let mut saved: Option<String> = None; // what a consumer keeps between runs
+//! let mut seen = 0;
+//! loop {
+//!     let after = saved.as_deref().map(str::parse::<FeedPosition>).transpose()?;
+//!     let read = table.read_changes(after.as_ref(), 2).await?;
+//!     let Some(position) = read.last_position() else { break };
+//!     seen += read.len(); // … process read.records() …
+//!     saved = Some(position.to_string());
+//! }
+//! assert_eq!(seen, 5);
+//! assert_eq!(saved.as_deref(), Some(r#"{"feed":"embedded","after":5}"#));
 //! # Ok(())
 //! # }
 //! ```
@@ -165,6 +198,7 @@ mod entity;
 mod error;
 mod event_item;
 mod event_stream;
+mod feed_position;
 mod follower;
 mod item;
 mod key_schema;
@@ -199,6 +233,7 @@ pub use entity::{Entity, KeyComposite};
 pub use error::{BoxError, CancellationReason, Error, TableError, TableErrorKind, ValidationError};
 pub use event_item::{EventItem, StreamId, StreamIdentity};
 pub use event_stream::{make_stream, EventStream, StoredEvent, MAX_APPEND};
+pub use feed_position::{FeedPosition, PositionError};
 pub use follower::Follower;
 pub use item::{
     compare_values, get_present, get_str, get_u64, item_size, items_equal, n, s, value_size,

@@ -1,6 +1,7 @@
 //! Failures of [`Table`](crate::Table) operations: each has a stable code,
 //! a kind that decides whether to retry, and its cause as the error source.
 
+use crate::feed_position::PositionError;
 use crate::item::Item;
 
 /// A cause kept as an error's source.
@@ -187,6 +188,10 @@ pub enum TableError {
         #[source]
         source: Option<BoxError>,
     },
+    /// A change-feed position that cannot be read, or not by this feed;
+    /// nothing was read or saved.
+    #[error(transparent)]
+    Position(#[from] PositionError),
     /// The storage failed in a way retrying does not fix.
     #[error("{message}")]
     Internal {
@@ -219,6 +224,7 @@ impl TableError {
             TableError::Throttled { .. } => "ThrottlingException",
             TableError::HistoryUnavailable { .. } => "history-unavailable",
             TableError::Unavailable { .. } => "storage-unavailable",
+            TableError::Position(e) => e.code(),
             TableError::Internal { .. } => "storage-failure",
         }
     }
@@ -238,6 +244,7 @@ impl TableError {
             TableError::Throttled { .. } => TableErrorKind::Throttled,
             TableError::HistoryUnavailable { .. } => TableErrorKind::HistoryUnavailable,
             TableError::Unavailable { .. } => TableErrorKind::Unavailable,
+            TableError::Position(_) => TableErrorKind::Invalid,
             TableError::Internal { .. } => TableErrorKind::Internal,
         }
     }

@@ -43,7 +43,7 @@ pub async fn a_poison_record_is_reported_and_nothing_after_it_in_its_stream_is_d
         .append(&o2, &[placed("bob"), line(2, 5)], 0)
         .await
         .unwrap();
-    let records = t.read_changes(None, 100).await.unwrap();
+    let records = t.read_changes(None, 100).await.unwrap().into_records();
     assert_eq!(records.len(), 6);
 
     let p = summary_projection(&t, false);
@@ -69,7 +69,7 @@ pub async fn a_poison_record_is_reported_and_nothing_after_it_in_its_stream_is_d
     assert_eq!(o2_row.total_cents, 10);
 
     // The feed now also holds the read-model rows: they are ignored.
-    let all = t.read_changes(None, 100).await.unwrap();
+    let all = t.read_changes(None, 100).await.unwrap().into_records();
     let again = process_batch(&all, &[&p as &dyn BatchProjection]).await;
     assert_eq!(again.ignored.len(), all.len() - 6);
     assert_eq!(again.first_failure(), Some(2));
@@ -89,7 +89,7 @@ pub async fn an_empty_batch_or_one_without_events_needs_no_retry(t: TestTable) {
     ])))
     .await
     .unwrap();
-    let records = t.read_changes(None, 10).await.unwrap();
+    let records = t.read_changes(None, 10).await.unwrap().into_records();
     let result = process_batch(&records, &[&p as &dyn BatchProjection]).await;
     assert_eq!((result.ignored.len(), result.failures.len()), (1, 0));
 }
@@ -213,7 +213,7 @@ pub async fn embedded_records_round_trip_through_the_lambda_json_shape(t: TestTa
     let stream = orders(&t);
     let id = stream.id([("orderId", "o-1")]).unwrap();
     stream.append(&id, &[placed("ann")], 0).await.unwrap();
-    let records = t.read_changes(None, 10).await.unwrap();
+    let records = t.read_changes(None, 10).await.unwrap().into_records();
     let json = serde_json::to_string(&json!({ "Records": records })).unwrap();
     let event: StreamEvent = serde_json::from_str(&json).unwrap();
     assert_eq!(event.records, records);
@@ -251,7 +251,7 @@ pub async fn records_of_another_application_are_ignored_and_reported(t: TestTabl
         .append(&id, &[placed("zed"), line(1, 500), line(1, 700)], 0)
         .await
         .unwrap();
-    let records = t.read_changes(None, 100).await.unwrap();
+    let records = t.read_changes(None, 100).await.unwrap().into_records();
     assert_eq!(records.len(), 5);
 
     let p = summary_projection(&t, false);
@@ -287,7 +287,7 @@ pub async fn records_of_another_application_are_ignored_and_reported(t: TestTabl
 pub async fn records_without_a_new_image_are_refused(t: TestTable) {
     use eddy_dynamo::ChangeRecord;
     crate::common::place_order(&t, "o-1").await;
-    let records = t.read_changes(None, 100).await.unwrap();
+    let records = t.read_changes(None, 100).await.unwrap().into_records();
     assert_eq!(records.len(), 2);
     let keys_only: Vec<ChangeRecord> = records
         .into_iter()

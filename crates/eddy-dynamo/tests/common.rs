@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use eddy_dynamo::{
-    make_stream, AppSchema, ChangeFeed, ChangeRecord, EmbeddedTable, Entity, EventStream,
+    make_stream, AppSchema, ChangeFeed, EmbeddedTable, Entity, EventStream, FeedPosition,
     KeyComposite, Table, TableError, TableSchema,
 };
 use serde::{Deserialize, Serialize};
@@ -170,23 +170,20 @@ forward_table!(TestTable);
 impl ChangeFeed for TestTable {
     async fn read_changes(
         &self,
-        after: Option<String>,
-        limit: usize,
-    ) -> Result<Vec<ChangeRecord>, TableError> {
-        self.feed.read_changes(after, limit).await
-    }
-    async fn read_positioned(
-        &self,
-        after: Option<String>,
+        after: Option<&FeedPosition>,
         limit: usize,
     ) -> Result<eddy_dynamo::FeedRead, TableError> {
-        self.feed.read_positioned(after, limit).await
+        self.feed.read_changes(after, limit).await
     }
-    async fn load_checkpoint(&self, consumer: &str) -> Result<Option<String>, TableError> {
+    async fn load_checkpoint(&self, consumer: &str) -> Result<Option<FeedPosition>, TableError> {
         self.feed.load_checkpoint(consumer).await
     }
-    async fn save_checkpoint(&self, consumer: &str, sequence: &str) -> Result<(), TableError> {
-        self.feed.save_checkpoint(consumer, sequence).await
+    async fn save_checkpoint(
+        &self,
+        consumer: &str,
+        position: &FeedPosition,
+    ) -> Result<(), TableError> {
+        self.feed.save_checkpoint(consumer, position).await
     }
 }
 

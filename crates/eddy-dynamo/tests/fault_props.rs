@@ -170,7 +170,7 @@ async fn scenario(t: TestTable, plan: Plan, fates: Vec<u8>) -> Result<(), TestCa
     let clean = Freight::with_read_model(t.table.clone(), "CleanSummary").unwrap();
     let faulty = Freight::with_read_model(faulty_table.clone(), "ShipmentSummary").unwrap();
     append_ops(&events, &ops).await;
-    let records = t.read_changes(None, 10_000).await.unwrap();
+    let records = t.read_changes(None, 10_000).await.unwrap().into_records();
     prop_assert_eq!(records.len(), ops.len());
     let records = reordered(&records, &picks);
 

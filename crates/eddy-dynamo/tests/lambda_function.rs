@@ -198,7 +198,7 @@ impl Function {
 
 /// The stream records of the events, keyed by (order id, version).
 async fn inserts(moto: &MotoTable) -> Vec<((String, u64), ChangeRecord)> {
-    let records = moto.read_changes(None, 1000).await.unwrap();
+    let records = moto.read_changes(None, 1000).await.unwrap().into_records();
     records
         .into_iter()
         .filter(|r| r.event_name == "INSERT")

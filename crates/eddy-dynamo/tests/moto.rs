@@ -19,7 +19,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use eddy_dynamo::{
-    ChangeFeed, ChangeRecord, DynamoOptions, DynamoStreams, DynamoTable, TableError, TableSchema,
+    ChangeFeed, ChangeRecord, DynamoOptions, DynamoStreams, DynamoTable, FeedPosition, FeedRead,
+    TableError, TableSchema,
 };
 
 /// The moto endpoint, or `None` when skipping was asked for explicitly.
@@ -124,31 +125,27 @@ crate::forward_table!(MotoTable);
 impl ChangeFeed for MotoTable {
     async fn read_changes(
         &self,
-        after: Option<String>,
+        after: Option<&FeedPosition>,
         limit: usize,
-    ) -> Result<Vec<ChangeRecord>, TableError> {
-        Ok(self.read_positioned(after, limit).await?.records)
-    }
-    async fn read_positioned(
-        &self,
-        after: Option<String>,
-        limit: usize,
-    ) -> Result<eddy_dynamo::FeedRead, TableError> {
-        let read = self.streams.read_positioned(after, usize::MAX).await?;
-        let (mut records, mut positions) = (Vec::new(), Vec::new());
-        for (record, position) in read.records.into_iter().zip(read.positions) {
-            if !moto_noop(&record) && records.len() < limit {
-                records.push(record);
-                positions.push(position);
+    ) -> Result<FeedRead, TableError> {
+        let read = self.streams.read_changes(after, usize::MAX).await?;
+        let mut out = FeedRead::default();
+        for (record, position) in read {
+            if !moto_noop(&record) && out.len() < limit {
+                out.push(record, position);
             }
         }
-        Ok(eddy_dynamo::FeedRead { records, positions })
+        Ok(out)
     }
-    async fn load_checkpoint(&self, consumer: &str) -> Result<Option<String>, TableError> {
+    async fn load_checkpoint(&self, consumer: &str) -> Result<Option<FeedPosition>, TableError> {
         self.streams.load_checkpoint(consumer).await
     }
-    async fn save_checkpoint(&self, consumer: &str, sequence: &str) -> Result<(), TableError> {
-        self.streams.save_checkpoint(consumer, sequence).await
+    async fn save_checkpoint(
+        &self,
+        consumer: &str,
+        position: &FeedPosition,
+    ) -> Result<(), TableError> {
+        self.streams.save_checkpoint(consumer, position).await
     }
 }
 
@@ -203,8 +200,8 @@ mod dynamodb_only {
     use std::sync::Arc;
 
     use eddy_dynamo::{
-        create_table, n, s, BatchProjection, Condition, DynamoStreams, DynamoTable, Item,
-        Provisioned, Put, StreamsFollower, Table, TableSchema,
+        create_table, n, s, BatchProjection, ChangeFeed, Condition, DynamoStreams, DynamoTable,
+        FeedPosition, Item, Provisioned, Put, StreamsFollower, Table, TableSchema,
     };
 
     use super::{endpoint, options, unique};
@@ -600,6 +597,109 @@ mod dynamodb_only {
         seen.sort();
         assert_eq!(seen, ["at depot", "at dock"]);
         assert!(projection.pending_rows().await.unwrap().is_empty());
+    }
+
+    /// Regression (issue 33): a position saved by the previous release is
+    /// a record's sequence number, read (upgraded) as a floor below which
+    /// records do not count. Reading applied the batch limit before the
+    /// floor, so a consumer with more than `limit` records at or below its
+    /// floor read an empty batch forever. Now the floor is applied first,
+    /// and the positions read from there are the feed's own.
+    #[tokio::test]
+    async fn an_older_position_with_more_records_below_it_than_the_limit_makes_progress() {
+        let Some((_, moto)) = moto().await else {
+            return;
+        };
+        for i in 0..12 {
+            let item = Item::from([
+                ("pk".to_owned(), s(format!("item-{i:02}"))),
+                ("sk".to_owned(), s("x")),
+            ]);
+            moto.table.put_item(Put::new(item)).await.unwrap();
+        }
+        let all = moto
+            .streams
+            .read_changes(None, 100)
+            .await
+            .unwrap()
+            .into_records();
+        assert_eq!(all.len(), 12);
+        let sequences = |records: &[eddy_dynamo::ChangeRecord]| -> Vec<String> {
+            records
+                .iter()
+                .filter_map(|r| r.change.sequence_number.clone())
+                .collect()
+        };
+        // The previous release saved the 8th record's sequence number.
+        let saved = all[7].change.sequence_number.clone().unwrap();
+        let upgraded = FeedPosition::upgrade(&saved).unwrap();
+        let read = moto.streams.read_changes(Some(&upgraded), 3).await.unwrap();
+        assert_eq!(sequences(read.records()), sequences(&all[8..11]));
+        // From the position the feed gave, the last record follows.
+        let rest = moto
+            .streams
+            .read_changes(read.last_position(), 3)
+            .await
+            .unwrap();
+        assert_eq!(sequences(rest.records()), sequences(&all[11..]));
+        // A bare sequence number is no position; an embedded table's
+        // position is refused by a DynamoDB stream, and the other way round.
+        assert_eq!(
+            saved.parse::<FeedPosition>().unwrap_err().code(),
+            "feed-position/invalid"
+        );
+        let embedded = eddy_dynamo::EmbeddedTable::memory(TableSchema::single_table("other"));
+        embedded
+            .put_item(Put::new(Item::from([
+                ("pk".to_owned(), s("a")),
+                ("sk".to_owned(), s("x")),
+            ])))
+            .await
+            .unwrap();
+        let theirs = embedded.read_changes(None, 1).await.unwrap();
+        let err = moto
+            .streams
+            .read_changes(theirs.last_position(), 3)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "feed-position/other-feed");
+        let err = embedded
+            .read_changes(read.last_position(), 3)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "feed-position/other-feed");
+        let err = moto
+            .streams
+            .save_checkpoint("wrong", theirs.last_position().unwrap())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "feed-position/other-feed");
+
+        // A follower whose checkpoint item the previous release wrote goes
+        // on from there, in batches smaller than what lies below it.
+        let name = follower_name(&moto);
+        moto.checkpoints
+            .put_item(Put::new(Item::from([
+                ("pk".to_owned(), s(format!("$eddy#streams#{name}"))),
+                (
+                    "sk".to_owned(),
+                    s(format!("{}#*", moto.streams.stream_arn())),
+                ),
+                ("sequence".to_owned(), s(saved)),
+            ])))
+            .await
+            .unwrap();
+        let follower = eddy_dynamo::Follower::new(moto.streams.clone(), name).batch_size(3);
+        assert_eq!(follower.catch_up(&[]).await.unwrap(), 4);
+        assert_eq!(follower.catch_up(&[]).await.unwrap(), 0);
+        // The checkpoint it saved is the feed's own position now.
+        let checkpoint = follower.checkpoint().await.unwrap().unwrap();
+        assert!(
+            checkpoint
+                .to_string()
+                .starts_with(r#"{"feed":"dynamodb-streams""#),
+            "{checkpoint}"
+        );
     }
 
     #[tokio::test]

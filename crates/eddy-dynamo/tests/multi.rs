@@ -751,7 +751,7 @@ pub async fn process_batch_routes_each_record_to_every_projection_reading_its_st
         &[weighed("sh-1", 0), weighed("sh-2", 9)],
     )
     .await;
-    let records = t.read_changes(None, 100).await.unwrap();
+    let records = t.read_changes(None, 100).await.unwrap().into_records();
     assert_eq!(records.len(), 6);
     let projections: [&dyn BatchProjection; 2] = [&shipments, &scan_counts];
     let result = process_batch(&records, &projections).await;
@@ -798,7 +798,7 @@ pub async fn process_batch_routes_each_record_to_every_projection_reading_its_st
 
     // The rows' own writes are in the feed now: ignored, never failures;
     // the events again are already applied.
-    let all = t.read_changes(None, 100).await.unwrap();
+    let all = t.read_changes(None, 100).await.unwrap().into_records();
     let again = process_batch(&all, &projections).await;
     assert!(again.failures.is_empty());
     assert!(

@@ -170,7 +170,7 @@ async fn scenario(
     let f = Freight::new(t.table.clone()).unwrap();
     let reference = Freight::with_read_model(t.table.clone(), "ReferenceSummary").unwrap();
     append_ops(&f, &ops).await;
-    let records = t.read_changes(None, 10_000).await.unwrap();
+    let records = t.read_changes(None, 10_000).await.unwrap().into_records();
     prop_assert_eq!(records.len(), ops.len());
 
     let sequential = reference.projection(None).unwrap();
@@ -417,7 +417,7 @@ async fn scenario_with_effects(
     let f = Freight::with_read_model(t.table.clone(), "NotifiedSummary").unwrap();
     let reference = Freight::with_read_model(t.table.clone(), "ReferenceSummary").unwrap();
     append_ops(&f, &ops).await;
-    let records: Vec<ChangeRecord> = t.read_changes(None, 10_000).await.unwrap();
+    let records: Vec<ChangeRecord> = t.read_changes(None, 10_000).await.unwrap().into_records();
     prop_assert_eq!(records.len(), ops.len());
     let outbox = |summaries| {
         let outbox = eddy_dynamo::Outbox::new(summaries)

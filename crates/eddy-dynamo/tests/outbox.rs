@@ -734,9 +734,14 @@ async fn scan_sh1(
 ) -> (Vec<eddy_dynamo::ChangeRecord>, eddy_dynamo::BatchResult) {
     use crate::multi::{append, scan_id, scanned};
     use eddy_dynamo::ChangeFeed;
-    let last = seen.last().and_then(|r| r.change.sequence_number.clone());
+    let last = p.first.read_changes(None, seen.len()).await.unwrap();
     append(&f.scans, &scan_id(f, "sh-1"), &[scanned(location)]).await;
-    let records = p.first.read_changes(last, 10_000).await.unwrap();
+    let records = p
+        .first
+        .read_changes(last.last_position(), 10_000)
+        .await
+        .unwrap()
+        .into_records();
     let result = eddy_dynamo::process_batch_delivering(&records, projections, deliver).await;
     (records, result)
 }
@@ -758,13 +763,18 @@ async fn process_batch_delivers_each_written_rows_effects_in_order(p: Pair) {
         let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let deliver = notices.deliver(down.clone());
         let seen = p.first.read_changes(None, 10_000).await.unwrap();
-        let last = seen.last().and_then(|r| r.change.sequence_number.clone());
+        let last = seen.last_position().cloned();
 
         append(&f.scans, &scan_id(&f, "sh-1"), &[scanned("depot")]).await;
         append(&f.scans, &scan_id(&f, "sh-2"), &[scanned("dock")]).await;
         let o = crate::multi::order_id(&f, &format!("o-{place:?}"));
         append(&f.orders, &o, &[parcels("sh-3", 1)]).await;
-        let records = p.first.read_changes(last, 10_000).await.unwrap();
+        let records = p
+            .first
+            .read_changes(last.as_ref(), 10_000)
+            .await
+            .unwrap()
+            .into_records();
         let result = process_batch_delivering(&records, &projections, &deliver).await;
         assert!(result.failures.is_empty(), "{:?}", result.failures);
         let mine: Vec<_> = result
@@ -900,7 +910,12 @@ async fn the_lambda_handler_delivers_each_written_rows_effects() {
     let (f, projection) = freight_with_outbox(&p, Place::RowPartition, "Lambda");
     append(&f.scans, &scan_id(&f, "sh-1"), &[scanned("depot")]).await;
     append(&f.scans, &scan_id(&f, "sh-2"), &[scanned("dock")]).await;
-    let records = p.first.read_changes(None, 100).await.unwrap();
+    let records = p
+        .first
+        .read_changes(None, 100)
+        .await
+        .unwrap()
+        .into_records();
     let json = serde_json::json!({ "Records": records }).to_string();
     let event: StreamEvent = serde_json::from_str(&json).unwrap();
     let notices = Notices::default();

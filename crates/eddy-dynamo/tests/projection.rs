@@ -436,6 +436,7 @@ pub async fn a_gap_fill_missing_a_version_fails_and_moves_nothing(t: TestTable) 
     let records: Vec<_> = eddy_dynamo::ChangeFeed::read_changes(&t, None, 100)
         .await
         .unwrap()
+        .into_records()
         .into_iter()
         .filter(|r| r.event_name == "INSERT")
         .collect();
@@ -565,7 +566,8 @@ pub async fn skipped_events_write_nothing_and_are_decided_again(t: TestTable) {
     // Records whose events were skipped are done: no partial batch failure.
     let records: Vec<_> = eddy_dynamo::ChangeFeed::read_changes(&t, None, 100)
         .await
-        .unwrap();
+        .unwrap()
+        .into_records();
     let result =
         eddy_dynamo::process_batch(&records, &[&p as &dyn eddy_dynamo::BatchProjection]).await;
     assert!(result.failures.is_empty(), "{:?}", result.failures);

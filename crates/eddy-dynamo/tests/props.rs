@@ -62,7 +62,7 @@ async fn scenario(
         }
         *version = stream.append(&id, &[event], *version).await.unwrap();
     }
-    let records = t.read_changes(None, 10_000).await.unwrap();
+    let records = t.read_changes(None, 10_000).await.unwrap().into_records();
     let p = summary_projection(&t, true);
     let projections = [&p as &dyn BatchProjection];
     for chunk in records.chunks(batch) {

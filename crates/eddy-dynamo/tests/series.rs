@@ -147,7 +147,7 @@ async fn batches(handle: &PrometheusHandle) {
     )
     .unwrap();
     append(&other, &scan_id(&f, "sh-9"), &[Teleport::Teleported]).await;
-    let records = t.read_changes(None, 100).await.unwrap();
+    let records = t.read_changes(None, 100).await.unwrap().into_records();
     assert_eq!(records.len(), 4);
     let result = process_batch_delivering(&records, &projections, &deliver).await;
     assert_eq!(result.failures.len(), 1, "{:?}", result.failures);

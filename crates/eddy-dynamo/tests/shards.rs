@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use eddy_dynamo::{
-    BatchProjection, ChangeFeed, DynamoOptions, DynamoStreams, EmbeddedTable, Follower,
+    BatchProjection, ChangeFeed, DynamoOptions, DynamoStreams, EmbeddedTable, FeedPosition,
+    Follower,
 };
 use serde_json::{json, Value};
 
@@ -132,6 +133,70 @@ async fn streams(url: &str) -> DynamoStreams {
     .unwrap()
 }
 
+/// Shards a (closed, with child c) and b, five records in all.
+fn three_shards() -> Vec<(&'static str, Option<&'static str>, Vec<Value>)> {
+    vec![
+        (
+            "shard-a",
+            None,
+            vec![
+                record(100, "o-1", 1, placed("ann")),
+                record(300, "o-1", 2, line(10)),
+            ],
+        ),
+        (
+            "shard-b",
+            None,
+            vec![
+                record(200, "o-2", 1, placed("bob")),
+                record(400, "o-2", 2, line(20)),
+            ],
+        ),
+        (
+            "shard-c",
+            Some("shard-a"),
+            vec![record(500, "o-1", 3, line(5))],
+        ),
+    ]
+}
+
+/// From the start or after any record, in batches of any size, each
+/// position saved as text and read back: every later record once, in the
+/// feed's order (parents before children, each shard in order). An older
+/// eddy's sequence number, upgraded, is a floor in every shard.
+#[tokio::test]
+async fn batches_of_any_size_from_any_saved_position_read_every_record_once() {
+    use crate::feed_positions::{read_in_batches, saved, sequences};
+    let feed = streams(&stub(three_shards()).await).await;
+    let all = feed.read_changes(None, 100).await.unwrap();
+    let order = sequences(&all);
+    assert_eq!(order, ["100", "300", "200", "400", "500"]);
+    for start in 0..=all.len() {
+        let after = start
+            .checked_sub(1)
+            .map(|i| saved(all.position_after(i).unwrap()));
+        for size in 1..=all.len() + 1 {
+            let seen = read_in_batches(&feed, after.clone(), &[size]).await;
+            assert_eq!(
+                seen,
+                order[start..],
+                "after {start} records, batches of {size}"
+            );
+        }
+        let seen = read_in_batches(&feed, after.clone(), &[2, 1, 3]).await;
+        assert_eq!(
+            seen,
+            order[start..],
+            "after {start} records, batches of 2, 1, 3"
+        );
+    }
+    let floor = FeedPosition::upgrade("250").unwrap();
+    for size in 1..=3 {
+        let seen = read_in_batches(&feed, Some(floor.clone()), &[size]).await;
+        assert_eq!(seen, ["300", "400", "500"], "batches of {size}");
+    }
+}
+
 /// Regression (issue 25): `DynamoStreams` as a change feed kept one
 /// position for the whole stream and compared sequence numbers across
 /// shards, so a follower that finished shard A at 300 read only shard B's
@@ -190,7 +255,7 @@ async fn a_follower_on_a_stream_of_several_shards_sees_every_record() {
     );
 
     // Read whole, the feed is each shard in order, the child after its parent.
-    let all = feed.read_changes(None, 100).await.unwrap();
+    let all = feed.read_changes(None, 100).await.unwrap().into_records();
     let order: Vec<&str> = all
         .iter()
         .map(|r| r.change.sequence_number.as_deref().unwrap())

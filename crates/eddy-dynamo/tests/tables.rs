@@ -148,7 +148,13 @@ async fn one_transaction_spans_two_tables(p: Pair) {
         .unwrap();
     assert!(first_index.items.is_empty());
     // Another table's changes stay out of the first table's feed.
-    let records = p.first.feed.read_changes(None, 100).await.unwrap();
+    let records = p
+        .first
+        .feed
+        .read_changes(None, 100)
+        .await
+        .unwrap()
+        .into_records();
     assert_eq!(
         records.len(),
         1,

@@ -9,6 +9,7 @@ mod embedded;
 mod entity;
 mod fault_props;
 mod faults;
+mod feed_positions;
 mod follower;
 /// The freight scenario, shared with the example of `eddy-dynamo-cli`.
 #[path = "../../eddy-dynamo-cli/examples/freight/model.rs"]

@@ -152,15 +152,14 @@ pub async fn fold(
     let projections: [&dyn BatchProjection; 1] = [shipments];
     let mut after = None;
     loop {
-        // A feed's position is its own (DynamoDB Streams keeps one per
-        // shard), not the last record's sequence number.
-        let read = feed.read_positioned(after.clone(), batch.max(1)).await?;
-        let records = read.records;
-        let Some(position) = read.positions.last() else {
+        // Each read hands out the position after its last record (for
+        // DynamoDB Streams one mark per shard): the next read starts there.
+        let read = feed.read_changes(after.as_ref(), batch.max(1)).await?;
+        let Some(position) = read.last_position().cloned() else {
             return Ok(());
         };
-        after = Some(position.clone());
-        let result = process_batch_delivering(&records, &projections, deliver).await;
+        after = Some(position);
+        let result = process_batch_delivering(read.records(), &projections, deliver).await;
         if let Some(failed) = result.failures.first() {
             return Err(Error::InvalidArgument(format!(
                 "record {} failed: {}: {}",

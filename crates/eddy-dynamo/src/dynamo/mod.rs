@@ -6,7 +6,6 @@ mod errors;
 mod expr;
 mod follower;
 mod options;
-mod position;
 mod provision;
 mod streams;
 mod table;

@@ -18,9 +18,9 @@ use chrono::DateTime;
 
 use super::errors::map_sdk;
 use super::options::DynamoOptions;
-use super::position::StreamPosition;
 use crate::change_feed::{ChangeFeed, ChangeRecord, FeedRead};
 use crate::error::TableError;
+use crate::feed_position::{at_or_below, FeedPosition};
 use crate::item::{AttributeValue, Item};
 use crate::request::Put;
 use crate::table::Table;
@@ -198,6 +198,19 @@ impl DynamoStreams {
         after: Option<&str>,
         limit: usize,
     ) -> Result<ShardRead, TableError> {
+        self.read_shard_above(shard, after, None, limit).await
+    }
+
+    /// [`read_shard`](Self::read_shard), skipping the records numbered at
+    /// or below `floor` before the limit counts: a consumer with more than
+    /// `limit` records below its floor still reaches the ones above it.
+    async fn read_shard_above(
+        &self,
+        shard: &str,
+        after: Option<&str>,
+        floor: Option<&str>,
+        limit: usize,
+    ) -> Result<ShardRead, TableError> {
         let mut position = after.map(str::to_owned);
         let mut iterator = Some(self.iterator(shard, position.as_deref()).await?);
         let mut read = ShardRead::default();
@@ -243,7 +256,13 @@ impl DynamoStreams {
             for record in records {
                 let record = to_change_record(record, &self.stream_arn)?;
                 position = record.change.sequence_number.clone();
-                read.records.push(record);
+                let older = position
+                    .as_deref()
+                    .zip(floor)
+                    .is_some_and(|(s, f)| at_or_below(s, f));
+                if !older {
+                    read.records.push(record);
+                }
             }
             iterator = out.next_shard_iterator;
             if empty >= EMPTY_PAGES || (empty > 0 && !read.records.is_empty()) {
@@ -310,30 +329,27 @@ fn lineage_order(shards: Vec<ShardInfo>) -> Vec<ShardInfo> {
 
 #[async_trait]
 impl ChangeFeed for DynamoStreams {
+    /// Reads shard by shard, parents before children: each shard from its
+    /// own mark in `after`, a child only once its parent is done (or
+    /// trimmed). A record's position is the reader's mark in every shard
+    /// as of that record. Sequence numbers are compared within a shard
+    /// only; an upgraded older position's floor applies to the shards
+    /// without a mark, before the limit counts.
     async fn read_changes(
         &self,
-        after: Option<String>,
-        limit: usize,
-    ) -> Result<Vec<ChangeRecord>, TableError> {
-        Ok(self.read_positioned(after, limit).await?.records)
-    }
-
-    /// Reads shard by shard, parents before children: each shard from its
-    /// own position, a child only once its parent is done (or trimmed).
-    /// A record's position is the consumer's position in every shard as of
-    /// that record. Sequence numbers are compared within a shard only.
-    async fn read_positioned(
-        &self,
-        after: Option<String>,
+        after: Option<&FeedPosition>,
         limit: usize,
     ) -> Result<FeedRead, TableError> {
-        let mut position = StreamPosition::parse(after.as_deref())?;
+        let mut position = after
+            .map(FeedPosition::shard_positions)
+            .transpose()?
+            .unwrap_or_default();
         let shards = self.shards().await?;
         position.keep_only(shards.iter().map(|s| s.id.as_str()));
         let listed: HashSet<&str> = shards.iter().map(|s| s.id.as_str()).collect();
         let mut out = FeedRead::default();
         for shard in &shards {
-            if out.records.len() >= limit {
+            if out.len() >= limit {
                 break;
             }
             if position.done(&shard.id) {
@@ -344,32 +360,33 @@ impl ChangeFeed for DynamoStreams {
                 continue; // parents before children
             }
             let (start, floor) = position.start(&shard.id);
-            let start = start.map(str::to_owned);
+            let (start, floor) = (start.map(str::to_owned), floor.map(str::to_owned));
             let read = self
-                .read_shard(&shard.id, start.as_deref(), limit - out.records.len())
+                .read_shard_above(
+                    &shard.id,
+                    start.as_deref(),
+                    floor.as_deref(),
+                    limit - out.len(),
+                )
                 .await?;
             for record in read.records {
                 let Some(sequence) = record.change.sequence_number.clone() else {
                     continue;
                 };
                 position.advance(&shard.id, &sequence);
-                let older = floor.is_some_and(|f| sequence.parse::<u128>().is_ok_and(|s| s <= f));
-                if !older {
-                    out.records.push(record);
-                    out.positions.push(position.render());
-                }
+                out.push(record, FeedPosition::streams(position.clone()));
             }
             if read.exhausted && shard.closed {
                 position.finish(&shard.id);
-                if let Some(last) = out.positions.last_mut() {
-                    *last = position.render();
-                }
+                out.move_last_position(FeedPosition::streams(position.clone()));
             }
         }
         Ok(out)
     }
 
-    async fn load_checkpoint(&self, consumer: &str) -> Result<Option<String>, TableError> {
+    /// The consumer's position; a checkpoint an older eddy saved (a
+    /// sequence number) is upgraded to a floor.
+    async fn load_checkpoint(&self, consumer: &str) -> Result<Option<FeedPosition>, TableError> {
         let key = checkpoint_key(
             self.checkpoint_table()?.as_ref(),
             consumer,
@@ -377,13 +394,19 @@ impl ChangeFeed for DynamoStreams {
             "*",
         )?;
         let item = self.checkpoint_table()?.get_item(key).await?;
-        Ok(item.and_then(|i| crate::item::get_str(&i, "sequence").map(str::to_owned)))
+        let saved = item.and_then(|i| crate::item::get_str(&i, "sequence").map(str::to_owned));
+        Ok(saved.as_deref().map(FeedPosition::upgrade).transpose()?)
     }
 
-    async fn save_checkpoint(&self, consumer: &str, position: &str) -> Result<(), TableError> {
+    async fn save_checkpoint(
+        &self,
+        consumer: &str,
+        position: &FeedPosition,
+    ) -> Result<(), TableError> {
+        let position = FeedPosition::streams(position.shard_positions()?);
         let table = self.checkpoint_table()?;
         let mut item = checkpoint_key(table.as_ref(), consumer, &self.stream_arn, "*")?;
-        item.insert("sequence".into(), AttributeValue::S(position.to_owned()));
+        item.insert("sequence".into(), AttributeValue::S(position.to_string()));
         table.put_item(Put::new(item)).await
     }
 }

@@ -24,8 +24,9 @@ use tokio::sync::Notify;
 use self::engine::{WriteClock, Writes};
 use self::store::{in_write, Store};
 use crate::accounting::{RequestCounter, RequestStats};
-use crate::change_feed::{ChangeFeed, ChangeRecord};
+use crate::change_feed::{ChangeFeed, ChangeRecord, FeedRead};
 use crate::error::{TableError, ValidationError};
+use crate::feed_position::FeedPosition;
 use crate::item::Item;
 use crate::key_schema::TableSchema;
 use crate::query::{Query, QueryPage};
@@ -33,7 +34,7 @@ use crate::request::{TableWrite, TransactWriteItem};
 use crate::table::Table;
 
 pub(crate) use keys::encode_value;
-pub(crate) use records::{format_sequence, parse_sequence};
+use records::parse_sequence;
 pub(crate) use tables::{Namespace, TableRef};
 #[cfg_attr(not(feature = "aws"), allow(unused_imports))]
 pub(crate) use {
@@ -380,40 +381,54 @@ impl Table for EmbeddedTable {
     }
 }
 
-fn sequence(text: &str) -> Result<u64, TableError> {
-    parse_sequence(text).ok_or_else(|| {
-        ValidationError::InvalidQuery(format!("{text} is not a sequence number of this feed"))
-            .into()
-    })
+/// The position after a record of this table's log.
+fn position_after(record: &ChangeRecord) -> Result<FeedPosition, TableError> {
+    record
+        .change
+        .sequence_number
+        .as_deref()
+        .and_then(parse_sequence)
+        .map(FeedPosition::embedded)
+        .ok_or_else(|| TableError::internal("a change record of the log has no sequence number"))
 }
 
 #[async_trait]
 impl ChangeFeed for EmbeddedTable {
+    /// Records of the log after `after` (an embedded position, or an older
+    /// eddy's sequence number upgraded: the log's order is its sequence
+    /// numbers').
     async fn read_changes(
         &self,
-        after: Option<String>,
+        after: Option<&FeedPosition>,
         limit: usize,
-    ) -> Result<Vec<ChangeRecord>, TableError> {
-        let after = after.as_deref().map(sequence).transpose()?;
-        self.read(move |store, _| store.changes_after(after, limit))
-            .await
+    ) -> Result<FeedRead, TableError> {
+        let after = after.map(FeedPosition::embedded_after).transpose()?;
+        let records = self
+            .read(move |store, _| store.changes_after(after, limit))
+            .await?;
+        let mut read = FeedRead::default();
+        for record in records {
+            let position = position_after(&record)?;
+            read.push(record, position);
+        }
+        Ok(read)
     }
 
-    async fn load_checkpoint(&self, consumer: &str) -> Result<Option<String>, TableError> {
+    async fn load_checkpoint(&self, consumer: &str) -> Result<Option<FeedPosition>, TableError> {
         let consumer = consumer.to_owned();
         let seq = self
             .read(move |store, _| store.load_checkpoint(&consumer))
             .await?;
-        Ok(seq.map(format_sequence))
+        Ok(seq.map(FeedPosition::embedded))
     }
 
     /// Saves the checkpoint and trims what every follower has now passed.
     async fn save_checkpoint(
         &self,
         consumer: &str,
-        sequence_number: &str,
+        position: &FeedPosition,
     ) -> Result<(), TableError> {
-        let seq = sequence(sequence_number)?;
+        let seq = position.embedded_after()?;
         let (consumer, clock) = (consumer.to_owned(), self.clock(Utc::now()));
         in_write(self.store.as_ref(), move |txn| {
             txn.save_checkpoint(&consumer, seq)?;
