@@ -173,6 +173,11 @@ while read -r line; do summary+=("      $line"); done < <(grep '^bridge:' "$log_
 step "conformance suite" bash -o pipefail -c "scripts/conformance/run.sh memory sqlite postgres dynamodb | tee '$log_dir/conformance.log'"
 while read -r line; do summary+=("      $line"); done < <(grep '^conformance' "$log_dir/conformance.log")
 
+# The public Python client (durable-streams on PyPI), on every backend: it
+# follows no redirect, so it reads what any plain HTTP client reads.
+step "Python client (durable-streams)" bash -o pipefail -c "EDDY_BIN='$EDDY_BIN' scripts/python/run.sh memory sqlite postgres dynamodb | tee '$log_dir/python.log'"
+while read -r line; do summary+=("      $line"); done < <(grep '^python client (' "$log_dir/python.log")
+
 # State streams between eddy and the public @durable-streams/state package,
 # both ways, on memory and SQLite: what the package writes (upsert, a null
 # value, controls with offsets) eddy reads to the same rows, and what eddy
@@ -193,7 +198,9 @@ while read -r line; do summary+=("      $line"); done < <(grep '^nginx:' "$log_d
 print_summary
 total_passed=$passed
 total_failed=$failed
-for n in $(grep -o '[0-9]* passed' "$log_dir/conformance.log" | awk '{print $1}'); do total_passed=$((total_passed + n)); done
-for n in $(grep -o '[0-9]* failed' "$log_dir/conformance.log" | awk '{print $1}'); do total_failed=$((total_failed + n)); done
+for log in conformance python; do
+  for n in $(grep -o '[0-9]* passed' "$log_dir/$log.log" | awk '{print $1}'); do total_passed=$((total_passed + n)); done
+  for n in $(grep -o '[0-9]* failed' "$log_dir/$log.log" | awk '{print $1}'); do total_failed=$((total_failed + n)); done
+done
 echo
 echo "all: $total_passed passed, $total_failed failed"
