@@ -28,6 +28,19 @@ pub struct ServerConfig {
     /// request's head is also bounded by
     /// [`header_timeout`](Self::header_timeout), whichever is shorter.
     pub idle_timeout: Duration,
+    /// How long a response may have bytes the client does not take: a
+    /// connection on which no response has progressed for this long
+    /// while one had bytes to send is closed, and its live-reader slots
+    /// and buffers freed. (A long-poll or an idle SSE stream waiting for
+    /// data is not a response the client fails to take.)
+    pub write_timeout: Duration,
+    /// The most bytes of read responses (catch-up and long-poll bodies)
+    /// one connection holds before its client takes them; a read that
+    /// would pass it waits until the client takes earlier ones. With
+    /// HTTP/2's many streams per connection this bounds what a client
+    /// that stops reading pins (at least one read's budget,
+    /// [`max_read_bytes`](Self::max_read_bytes), is always allowed).
+    pub max_unread_bytes: usize,
     /// The most connections open at once; more wait (in the listen
     /// backlog) until one closes.
     pub max_connections: usize,
@@ -133,6 +146,8 @@ impl Default for ServerConfig {
             body_timeout: Duration::from_secs(30),
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
+            write_timeout: Duration::from_secs(30),
+            max_unread_bytes: 16 * 1024 * 1024,
             max_connections: 10_000,
             max_read_bytes: 1024 * 1024,
             max_live_readers: 10_000,

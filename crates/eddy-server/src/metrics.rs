@@ -63,6 +63,9 @@ pub struct Metrics {
     /// within the header timeout, or none for the idle timeout since the
     /// last one.
     pub connections_idle_closed: Counter,
+    /// Connections closed because their client took no byte of their
+    /// responses for the write timeout.
+    pub connections_stalled_closed: Counter,
     /// Connections refused on the TLS port: failed or timed-out handshakes,
     /// and plain HTTP sent to it.
     pub tls_failures: Counter,
@@ -114,6 +117,7 @@ impl Metrics {
             webhook_failures: counter("eddy_webhook_failures_total"),
             connections: counter("eddy_connections_total"),
             connections_idle_closed: counter("eddy_connections_idle_closed_total"),
+            connections_stalled_closed: counter("eddy_connections_stalled_closed_total"),
             tls_failures: counter("eddy_tls_failures_total"),
             live_readers: gauge("eddy_live_readers"),
             connections_open: gauge("eddy_connections_open"),
@@ -238,6 +242,10 @@ fn describe() {
     describe_counter!(
         "eddy_connections_idle_closed_total",
         "Connections closed because they stayed unused (no first request in time, or idle too long)."
+    );
+    describe_counter!(
+        "eddy_connections_stalled_closed_total",
+        "Connections closed because their client took no byte of their responses for the write timeout."
     );
     describe_counter!(
         "eddy_tls_failures_total",

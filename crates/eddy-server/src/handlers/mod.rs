@@ -67,7 +67,10 @@ async fn dispatch(state: AppState, request: Request) -> Result<Response, ApiErro
     match parts.method {
         Method::PUT => create::create(&state, &path, &parts.uri, &parts.headers, body).await,
         Method::POST => append::append(&state, &path, &parts.headers, body).await,
-        Method::GET => read::get(&state, &path, parts.uri.query(), &parts.headers).await,
+        Method::GET => {
+            let unread = parts.extensions.get::<crate::server::UnreadBudget>();
+            read::get(&state, &path, parts.uri.query(), &parts.headers, unread).await
+        }
         Method::HEAD => head(&state, &path).await,
         Method::DELETE => {
             state.store.delete(&path).await?;

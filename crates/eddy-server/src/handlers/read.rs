@@ -14,6 +14,7 @@ use crate::cursor;
 use crate::error::ApiError;
 use crate::parse::{self, Live};
 use crate::protocol;
+use crate::server::{UnreadBudget, UnreadBytes};
 use crate::state::AppState;
 
 pub(super) async fn get(
@@ -21,12 +22,13 @@ pub(super) async fn get(
     path: &StreamPath,
     query: Option<&str>,
     headers: &HeaderMap,
+    unread: Option<&UnreadBudget>,
 ) -> Result<Response, ApiError> {
     let parsed = parse::read_query(query)?;
     let from = parsed.offset.unwrap_or(ReadFrom::Beginning);
     match parsed.live {
-        Live::No => catch_up(state, path, from, query, headers).await,
-        Live::LongPoll => long_poll(state, path, from, parsed.cursor.as_deref()).await,
+        Live::No => catch_up(state, path, from, query, headers, unread).await,
+        Live::LongPoll => long_poll(state, path, from, parsed.cursor.as_deref(), unread).await,
         Live::Sse => super::sse::sse(state, path, from, parsed.cursor).await,
     }
 }
@@ -43,6 +45,7 @@ async fn catch_up(
     from: ReadFrom,
     query: Option<&str>,
     headers: &HeaderMap,
+    unread: Option<&UnreadBudget>,
 ) -> Result<Response, ApiError> {
     let max = match parse::header(headers, protocol::MAX_BYTES)? {
         Some(sent) => usize::try_from(parse::decimal("Eddy-Max-Bytes", sent, false)?)
@@ -50,6 +53,10 @@ async fn catch_up(
             .min(state.config.max_read_bytes),
         None => state.config.max_read_bytes,
     };
+    // The connection's share is taken before the read: a client that
+    // does not take its answers makes its next reads wait, not the
+    // server's memory grow.
+    let share = take_unread(unread, max).await;
     let redirect = state.config.cache.redirect_first_reads;
     // `-1` and the zero offset name whichever stream the path holds now:
     // to redirect, one message is enough to learn where its data starts.
@@ -98,7 +105,26 @@ async fn catch_up(
     } else {
         encode::body(&chunk.content_type, &chunk.messages)
     };
-    Ok(respond(StatusCode::OK, out, body.into()))
+    Ok(holding(share, respond(StatusCode::OK, out, body.into())))
+}
+
+/// A share of the connection's unread budget for a response of up to
+/// `bytes` (none for a request served without a connection).
+async fn take_unread(unread: Option<&UnreadBudget>, bytes: usize) -> Option<UnreadBytes> {
+    match unread {
+        Some(budget) => budget.take(bytes).await,
+        None => None,
+    }
+}
+
+/// `response`, holding `share` for the bytes of its body until it is sent.
+fn holding(share: Option<UnreadBytes>, mut response: Response) -> Response {
+    if let Some(share) = share {
+        let hint = hyper::body::Body::size_hint(response.body());
+        let bytes = usize::try_from(hint.lower()).unwrap_or(usize::MAX);
+        share.hold(bytes, &mut response);
+    }
+    response
 }
 
 async fn long_poll(
@@ -106,6 +132,7 @@ async fn long_poll(
     path: &StreamPath,
     from: ReadFrom,
     client_cursor: Option<&str>,
+    unread: Option<&UnreadBudget>,
 ) -> Result<Response, ApiError> {
     // Readers at one offset share their reads: an append that wakes ten
     // thousand of them costs one read.
@@ -155,8 +182,10 @@ async fn long_poll(
         return Ok(respond(StatusCode::NO_CONTENT, out, Body::empty()));
     }
     put(&mut out, header::ETAG, cache::etag(&chunk));
+    // The read is shared; each answer's body is its own.
+    let share = take_unread(unread, chunk.messages.iter().map(|m| m.len()).sum()).await;
     let body = encode::body(&chunk.content_type, &chunk.messages);
-    Ok(respond(StatusCode::OK, out, body.into()))
+    Ok(holding(share, respond(StatusCode::OK, out, body.into())))
 }
 
 /// The headers of a read response.

@@ -1,7 +1,10 @@
 //! Whether a connection is in use: the requests in progress on it (from
 //! the request head to the last byte of the response, so a long-poll or an
 //! SSE stream counts all along), and a timer that fires when it has had
-//! none for too long.
+//! none for too long, or when its client stopped taking the bytes of its
+//! responses (a frame handed over and not taken, with no response of the
+//! connection progressing, for the write timeout). It also holds the
+//! connection's budget of unread response bytes ([`UnreadBudget`]).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -14,6 +17,7 @@ use std::time::Duration;
 use axum::body::Body;
 use bytes::Bytes;
 use hyper::body::{Frame, Incoming, SizeHint};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tower::Service;
 
@@ -32,16 +36,37 @@ pub(crate) struct Activity {
     started: AtomicU64,
     /// When the last request ended, in milliseconds since `opened`.
     last_end_ms: AtomicU64,
+    /// Responses whose last frame was handed to the connection and not
+    /// yet taken (the body was not asked for its next frame since).
+    outstanding: AtomicUsize,
+    /// When a response of the connection was last asked for a frame, in
+    /// milliseconds since `opened`.
+    last_progress_ms: AtomicU64,
+    /// The connection's budget of unread response bytes.
+    unread: UnreadBudget,
+}
+
+/// Why a connection's timer fired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Expired {
+    /// No request in progress for the idle timeout.
+    Unused,
+    /// Its client took no byte of its responses for the write timeout.
+    Stalled,
 }
 
 impl Activity {
-    /// The activity of a connection accepted at `opened`.
-    pub(crate) fn new(opened: Instant) -> Self {
+    /// The activity of a connection accepted at `opened`, which may hold
+    /// `max_unread` bytes of read responses.
+    pub(crate) fn new(opened: Instant, max_unread: usize) -> Self {
         Activity {
             opened,
             busy: AtomicUsize::new(0),
             started: AtomicU64::new(0),
             last_end_ms: AtomicU64::new(0),
+            outstanding: AtomicUsize::new(0),
+            last_progress_ms: AtomicU64::new(0),
+            unread: UnreadBudget::new(max_unread),
         }
     }
 
@@ -58,26 +83,105 @@ impl Activity {
     /// Resolves when the connection has had no request in progress for
     /// `idle` since its last one ended or, before its first request, at
     /// `first_request_by` (a client that connects and sends nothing, or
-    /// only a TLS handshake or an HTTP/2 preface).
-    pub(crate) async fn expired(&self, first_request_by: Instant, idle: Duration) {
+    /// only a TLS handshake or an HTTP/2 preface); or when a response had
+    /// a frame its client did not take, and no response progressed, for
+    /// `write_timeout`.
+    pub(crate) async fn expired(
+        &self,
+        first_request_by: Instant,
+        idle: Duration,
+        write_timeout: Duration,
+    ) -> Expired {
         tokio::time::sleep_until(first_request_by).await;
         if self.started.load(Ordering::Acquire) == 0 {
-            return;
+            return Expired::Unused;
         }
         loop {
+            let now = Instant::now();
             let deadline = if self.busy.load(Ordering::Acquire) > 0 {
-                // In use: look again an idle period from now.
-                Instant::now() + idle
+                if self.outstanding.load(Ordering::Acquire) > 0 {
+                    let progress = self.last_progress_ms.load(Ordering::Acquire);
+                    let stalled = self.opened + Duration::from_millis(progress) + write_timeout;
+                    if stalled <= now {
+                        return Expired::Stalled;
+                    }
+                    stalled.min(now + idle)
+                } else {
+                    // In use: look again an idle period from now.
+                    now + idle
+                }
             } else {
                 let last_end = self.last_end_ms.load(Ordering::Acquire);
-                self.opened + Duration::from_millis(last_end) + idle
+                let unused = self.opened + Duration::from_millis(last_end) + idle;
+                if unused <= now {
+                    return Expired::Unused;
+                }
+                unused
             };
-            if deadline <= Instant::now() {
-                return;
-            }
             tokio::time::sleep_until(deadline).await;
         }
     }
+
+    /// Notes that a response was asked for a frame: its client takes
+    /// bytes.
+    fn progressed(&self) {
+        let now = self.since_opened_ms();
+        self.last_progress_ms.fetch_max(now, Ordering::AcqRel);
+    }
+}
+
+/// A connection's budget of unread response bytes: a read takes its share
+/// before it reads, and its response body gives it back once sent (or
+/// dropped). Requests find it in their extensions; a request served
+/// without a connection (a test's `oneshot`) has none and is not bounded.
+#[derive(Clone)]
+pub(crate) struct UnreadBudget {
+    bytes: Arc<Semaphore>,
+    max: usize,
+}
+
+impl UnreadBudget {
+    fn new(max: usize) -> Self {
+        let max = max.clamp(1, Semaphore::MAX_PERMITS);
+        UnreadBudget {
+            bytes: Arc::new(Semaphore::new(max)),
+            max,
+        }
+    }
+
+    /// Takes `bytes` of the budget (at most all of it), waiting while
+    /// earlier responses hold it.
+    pub(crate) async fn take(&self, bytes: usize) -> Option<UnreadBytes> {
+        let bytes = u32::try_from(bytes.clamp(1, self.max)).unwrap_or(u32::MAX);
+        let permit = Arc::clone(&self.bytes).acquire_many_owned(bytes).await.ok()?;
+        Some(UnreadBytes(permit))
+    }
+}
+
+/// A share of a connection's [`UnreadBudget`], taken before a read.
+pub(crate) struct UnreadBytes(OwnedSemaphorePermit);
+
+impl UnreadBytes {
+    /// Keeps `bytes` (what the response really holds) for `response`,
+    /// giving back the rest; its body gives them back once sent.
+    pub(crate) fn hold<B>(mut self, bytes: usize, response: &mut hyper::Response<B>) {
+        let keep = bytes.max(1);
+        if keep < self.0.num_permits() {
+            drop(self.0.split(self.0.num_permits() - keep));
+        }
+        response
+            .extensions_mut()
+            .insert(HeldBytes {
+                _share: Arc::new(self),
+            });
+    }
+}
+
+/// The unread bytes a response holds, in its extensions until the
+/// connection's tracked body takes them over.
+#[derive(Clone)]
+pub(crate) struct HeldBytes {
+    _share: Arc<UnreadBytes>,
 }
 
 /// One request in progress; dropped with its response body.
@@ -116,8 +220,11 @@ impl Service<hyper::Request<Incoming>> for Tracked {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: hyper::Request<Incoming>) -> TrackedFuture {
+    fn call(&mut self, mut request: hyper::Request<Incoming>) -> TrackedFuture {
         let busy = self.activity.begin();
+        request
+            .extensions_mut()
+            .insert(self.activity.unread.clone());
         TrackedFuture {
             response: self.app.call(request),
             busy: Some(busy),
@@ -141,15 +248,47 @@ impl Future for TrackedFuture {
             Poll::Pending => return Poll::Pending,
         };
         let busy = self.busy.take();
-        Poll::Ready(Ok(response.map(|body| TrackedBody { body, _busy: busy })))
+        let mut response = response;
+        let held = response.extensions_mut().remove::<HeldBytes>();
+        Poll::Ready(Ok(response.map(|body| TrackedBody {
+            body,
+            _busy: busy,
+            _held: held,
+            handed: false,
+        })))
     }
 }
 
 /// A response body that counts its request as in progress until it is
-/// sent (or dropped).
+/// sent (or dropped), and notes whether its client takes its frames.
 pub(crate) struct TrackedBody {
     body: Body,
     _busy: Option<Busy>,
+    /// The connection's unread bytes it holds until it is sent.
+    _held: Option<HeldBytes>,
+    /// A frame was handed over and the body not asked again since.
+    handed: bool,
+}
+
+impl TrackedBody {
+    fn activity(&self) -> Option<&Activity> {
+        self._busy.as_ref().map(|busy| &*busy.0)
+    }
+
+    /// Notes that the frame handed before is taken (or never will be).
+    fn taken(&mut self) {
+        if std::mem::take(&mut self.handed) {
+            if let Some(activity) = self.activity() {
+                activity.outstanding.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+}
+
+impl Drop for TrackedBody {
+    fn drop(&mut self) {
+        self.taken();
+    }
 }
 
 impl hyper::body::Body for TrackedBody {
@@ -160,7 +299,19 @@ impl hyper::body::Body for TrackedBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
+        // Asked again: the connection took the frame handed before.
+        self.taken();
+        if let Some(activity) = self.activity() {
+            activity.progressed();
+        }
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(_))) = &polled {
+            if let Some(activity) = self.activity() {
+                activity.outstanding.fetch_add(1, Ordering::AcqRel);
+            }
+            self.handed = true;
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {

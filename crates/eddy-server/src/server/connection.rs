@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
-use super::activity::{Activity, Tracked};
+use super::activity::{Activity, Expired, Tracked};
 use super::tls::{self, Opening};
 use crate::{App, Metrics, ServerConfig};
 
@@ -25,6 +25,8 @@ pub(crate) struct Connections {
     tls: Option<TlsAcceptor>,
     header_timeout: Duration,
     idle_timeout: Duration,
+    write_timeout: Duration,
+    max_unread_bytes: usize,
     metrics: Arc<Metrics>,
 }
 
@@ -52,6 +54,9 @@ impl Connections {
             tls: tls.map(TlsAcceptor::from),
             header_timeout: config.header_timeout,
             idle_timeout: config.idle_timeout,
+            write_timeout: config.write_timeout,
+            // One read's budget always fits.
+            max_unread_bytes: config.max_unread_bytes.max(config.max_read_bytes),
             metrics,
         }
     }
@@ -95,14 +100,25 @@ impl Connections {
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let activity = Arc::new(Activity::new(Instant::now()));
+        let activity = Arc::new(Activity::new(Instant::now(), self.max_unread_bytes));
         let service =
             TowerToHyperService::new(Tracked::new(self.app.clone(), Arc::clone(&activity)));
         let connection = self.builder.serve_connection(TokioIo::new(io), service);
         tokio::pin!(connection);
+        let expired = activity.expired(opening, self.idle_timeout, self.write_timeout);
         let unused = tokio::select! {
             ended = connection.as_mut() => return log_end(ended),
-            () = activity.expired(opening, self.idle_timeout) => true,
+            expired = expired => match expired {
+                Expired::Unused => true,
+                Expired::Stalled => {
+                    // Its client takes nothing: waiting for its responses
+                    // to finish would hold them (and their live-reader
+                    // slots) for good. Dropped at once.
+                    Metrics::inc(&self.metrics.connections_stalled_closed);
+                    tracing::debug!("a connection whose client took no response bytes for the write timeout was closed");
+                    return;
+                }
+            },
             _ = stopping.wait_for(|stopping| *stopping) => false,
         };
         // No request is in progress when the connection is unused; on a

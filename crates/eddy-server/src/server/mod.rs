@@ -24,6 +24,7 @@ use tokio::task::JoinSet;
 
 use crate::{app, AppState, ServerConfig};
 use connection::Connections;
+pub(crate) use activity::{UnreadBudget, UnreadBytes};
 pub use tls::{TlsCertificates, TlsError};
 
 /// A bound server, ready to run.

@@ -132,6 +132,16 @@ pub struct ServeArgs {
     /// headers at most --header-timeout.
     #[arg(long, default_value = "60s", value_parser = parse_duration, env = "EDDY_IDLE_TIMEOUT")]
     pub idle_timeout: Duration,
+    /// How long a response may have bytes its client does not take: a
+    /// connection on which no response progressed for this long while one
+    /// had bytes to send is closed (its live-reader slots freed).
+    #[arg(long, default_value = "30s", value_parser = parse_duration, env = "EDDY_WRITE_TIMEOUT")]
+    pub write_timeout: Duration,
+    /// The most bytes of read responses one connection holds before its
+    /// client takes them; more reads wait (at least one read's
+    /// --max-read-bytes is always allowed).
+    #[arg(long, default_value_t = ServerConfig::default().max_unread_bytes, env = "EDDY_MAX_UNREAD_BYTES")]
+    pub max_unread_bytes: usize,
     /// The most connections open at once; more wait in the listen backlog
     /// until one closes.
     #[arg(long, default_value_t = ServerConfig::default().max_connections, env = "EDDY_MAX_CONNECTIONS")]
@@ -358,6 +368,8 @@ impl ServeArgs {
             body_timeout: self.body_timeout,
             header_timeout: self.header_timeout,
             idle_timeout: self.idle_timeout,
+            write_timeout: self.write_timeout,
+            max_unread_bytes: self.max_unread_bytes,
             max_connections: self.max_connections,
             max_live_readers: self.max_live_readers,
             max_streams: self.max_streams,
