@@ -177,4 +177,19 @@ mod postgres {
     cases::every_clocked_case!(pg_clocked_contract);
     cases::every_sweeping_case!(pg_clocked_contract);
     snapshots::every_snapshot_case!(pg_snapshot_contract);
+
+    /// Two stores on one schema, as two processes would open it, share
+    /// their documents.
+    #[test]
+    fn documents_are_shared_by_two_stores_on_one_schema() {
+        let Some(schema) = Schema::fresh("shared_documents") else {
+            return;
+        };
+        run(async move {
+            let a = PgStorage::open(schema.options()).await.expect("open a");
+            let b = PgStorage::open(schema.options()).await.expect("open b");
+            cases::documents_are_shared_by_stores_on_one_database(Arc::new(a), Arc::new(b)).await;
+            schema.drop().await;
+        });
+    }
 }
