@@ -82,6 +82,14 @@ pub trait Backend: Send + Sync + 'static {
     /// no stream): how the store sees other processes' commits to the
     /// streams its readers wait on.
     fn records(&self, paths: &[String]) -> impl Op<Vec<Option<StreamRecord>>>;
+
+    /// The backend's shared [documents](crate::Documents), which
+    /// [`RecordStorage`] answers for
+    /// [`Storage::documents`](crate::Storage::documents). A backend that
+    /// keeps none keeps this default.
+    fn documents(&self) -> Option<&dyn crate::Documents> {
+        None
+    }
 }
 
 /// The key type of a backend's units.

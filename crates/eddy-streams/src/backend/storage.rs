@@ -281,6 +281,10 @@ impl<B: Backend> Storage for RecordStorage<B> {
         }
     }
 
+    fn documents(&self) -> Option<&dyn crate::Documents> {
+        self.inner.backend.documents()
+    }
+
     fn notifier(&self) -> &Notifier {
         &self.inner.notifier
     }
