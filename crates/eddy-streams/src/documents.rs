@@ -73,7 +73,8 @@ pub trait Documents: Send + Sync {
     ) -> Result<Vec<(String, Document)>, StreamError>;
 }
 
-/// Refuses a key or body over the limits, before anything is written.
+/// Refuses a key or body over the limits, before anything is written (a
+/// get or remove checks its key with an empty body).
 pub fn check_document(key: &str, body: &[u8]) -> Result<(), StreamError> {
     if key.is_empty() || key.len() > MAX_DOCUMENT_KEY_BYTES {
         return Err(StreamError::InvalidArgument(format!(
@@ -202,6 +203,7 @@ impl MemoryDocuments {
 #[async_trait]
 impl Documents for MemoryDocuments {
     async fn get(&self, key: &str) -> Result<Option<Document>, StreamError> {
+        check_document(key, b"")?;
         Ok(self.lock().get(key).cloned())
     }
 
@@ -223,6 +225,7 @@ impl Documents for MemoryDocuments {
     }
 
     async fn remove(&self, key: &str, expected: u64) -> Result<bool, StreamError> {
+        check_document(key, b"")?;
         let mut documents = self.lock();
         if documents.get(key).map(|d| d.version) != Some(expected) {
             return Ok(false);

@@ -38,6 +38,7 @@ impl PgStorage {
 #[async_trait]
 impl Documents for PgStorage {
     async fn get(&self, key: &str) -> Result<Option<Document>, StreamError> {
+        check_document(key, b"")?;
         let failed = |e| pg_error("cannot read a document", e);
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT version, body FROM {} WHERE key = $1",
@@ -83,6 +84,7 @@ impl Documents for PgStorage {
     }
 
     async fn remove(&self, key: &str, expected: u64) -> Result<bool, StreamError> {
+        check_document(key, b"")?;
         let deleted = sqlx::query(sqlx::AssertSqlSafe(format!(
             "DELETE FROM {} WHERE key = $1 AND version = $2",
             self.documents_table()

@@ -58,6 +58,7 @@ fn scan(
 #[async_trait]
 impl Documents for SqliteStorage {
     async fn get(&self, key: &str) -> Result<Option<Document>, StreamError> {
+        check_document(key, b"")?;
         let key = key.to_owned();
         self.with_reader(move |_, records| get(records.conn(), &key))
             .await
@@ -95,6 +96,7 @@ impl Documents for SqliteStorage {
     }
 
     async fn remove(&self, key: &str, expected: u64) -> Result<bool, StreamError> {
+        check_document(key, b"")?;
         let (key, expected) = (key.to_owned(), signed(expected)?);
         self.submit(0, Containment::Savepoint, move |_, records| {
             let deleted = records

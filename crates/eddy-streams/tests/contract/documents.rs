@@ -183,6 +183,14 @@ pub async fn oversized_documents_and_keys_write_nothing(store: Arc<dyn Storage>)
             key.len()
         );
     }
+    for key in [long.as_str(), ""] {
+        let get = documents.get(key).await.err().map(|e| e.code());
+        let remove = documents.remove(key, 1).await.err().map(|e| e.code());
+        assert_eq!(
+            (get, remove),
+            (Some("invalid-argument"), Some("invalid-argument"))
+        );
+    }
     let at_limit = "k".repeat(MAX_DOCUMENT_KEY_BYTES);
     let made = documents
         .put(&at_limit, None, "{}".into())
