@@ -74,6 +74,10 @@ impl DynamoBackend {
         &self.shared.table
     }
 
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
     /// Deletes the data items of streams removed earlier whose deletion a
     /// crash interrupted (listed in the garbage partition). Returns how
     /// many streams it finished.
@@ -141,6 +145,11 @@ async fn purge(shared: &Shared, id: &str) -> Result<(), StreamError> {
 
 impl Backend for DynamoBackend {
     type Unit = DynamoUnit;
+
+    /// Items of their own in the table (see `documents.rs`).
+    fn documents(&self) -> Option<&dyn eddy_streams::Documents> {
+        Some(self)
+    }
 
     fn open(&self) -> DynamoUnit {
         DynamoUnit::new(Arc::clone(&self.shared))

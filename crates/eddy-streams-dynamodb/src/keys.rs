@@ -8,6 +8,7 @@
 //! | an idempotent producer | `ds|d|<stream id>` | `p|<producer id>` |
 //! | the directory entry of a live path | `ds|l` | `<path>` |
 //! | a removed stream whose data is still to delete | `ds|g` | `<stream id>` |
+//! | a shared document | `ds|doc` | `<document key>` |
 //!
 //! `end` is the position after the item's last message, so the items
 //! holding positions `a..` are those whose sort key is at least
@@ -20,6 +21,9 @@ use eddy_streams::StreamError;
 const DIRECTORY: &str = "ds|l";
 /// The partition of removed streams whose data items are to delete.
 const GARBAGE: &str = "ds|g";
+/// The partition of the shared documents. (No stream's data partition:
+/// those are `ds|d|<id>`.)
+const DOCUMENTS: &str = "ds|doc";
 
 /// The key attribute names of the table.
 #[derive(Clone, Debug)]
@@ -88,6 +92,16 @@ impl Keys {
     /// The garbage partition key.
     pub fn garbage(&self) -> AttributeValue {
         AttributeValue::S(GARBAGE.into())
+    }
+
+    /// The key of the document at `key`.
+    pub fn document(&self, key: &str) -> Item {
+        self.key(DOCUMENTS.into(), key.into())
+    }
+
+    /// The documents' partition key.
+    pub fn documents(&self) -> AttributeValue {
+        AttributeValue::S(DOCUMENTS.into())
     }
 
     /// The path whose item has this partition key.

@@ -46,6 +46,7 @@
 
 mod backend;
 mod commit;
+mod documents;
 mod errors;
 mod keys;
 mod pack;

@@ -78,6 +78,21 @@ cases::every_case!(contract);
 cases::every_clocked_case!(clocked_contract);
 snapshots::every_snapshot_case!(snapshot_contract);
 
+/// Two stores on one embedded table, as two processes would share a
+/// table, share their documents.
+#[test]
+fn documents_are_shared_by_two_stores_on_one_table() {
+    common::runtime().block_on(async {
+        let table = common::embedded();
+        let clock = Arc::new(ManualClock::starting_now());
+        let (a, b) = (
+            store(Arc::clone(&table), clock.clone()),
+            store(table, clock),
+        );
+        cases::documents_are_shared_by_stores_on_one_database(a, b).await;
+    });
+}
+
 /// Every case again on moto, each on a table of its own.
 #[cfg(feature = "aws")]
 mod moto {
@@ -135,4 +150,20 @@ mod moto {
     cases::every_case!(moto_contract);
     cases::every_clocked_case!(moto_clocked_contract);
     snapshots::every_snapshot_case!(moto_snapshot_contract);
+
+    /// Two stores on one moto table share their documents.
+    #[test]
+    fn documents_are_shared_by_two_stores_on_one_table() {
+        common::runtime().block_on(async {
+            let Some(table) = common::moto().await else {
+                return;
+            };
+            let clock = Arc::new(ManualClock::starting_now());
+            let (a, b) = (
+                store(Arc::clone(&table), clock.clone()),
+                store(table, clock),
+            );
+            cases::documents_are_shared_by_stores_on_one_database(a, b).await;
+        });
+    }
 }

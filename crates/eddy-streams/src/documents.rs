@@ -73,7 +73,8 @@ pub trait Documents: Send + Sync {
     ) -> Result<Vec<(String, Document)>, StreamError>;
 }
 
-/// Refuses a key or body over the limits, before anything is written.
+/// Refuses a key or body over the limits, before anything is written (a
+/// get or remove checks its key with an empty body).
 pub fn check_document(key: &str, body: &[u8]) -> Result<(), StreamError> {
     if key.is_empty() || key.len() > MAX_DOCUMENT_KEY_BYTES {
         return Err(StreamError::InvalidArgument(format!(
@@ -93,15 +94,91 @@ pub fn check_document(key: &str, body: &[u8]) -> Result<(), StreamError> {
 /// The version a write gives a document that had `previous` (`None`: a new
 /// document): one more than before, or, for a new one, the clock's
 /// microseconds (at least 1).
+///
+/// New documents' versions also rise within the process even when two are
+/// made in one microsecond, so a document removed and made again at once
+/// still gets a version above its first one's.
 pub fn next_version(previous: Option<u64>) -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    /// The last version this process gave a new document.
+    static LAST_NEW: AtomicU64 = AtomicU64::new(0);
     match previous {
         Some(version) => version.saturating_add(1),
-        None => std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-            .unwrap_or(0)
-            .max(1),
+        None => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+                .unwrap_or(0)
+                .max(1);
+            let last = LAST_NEW
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
+                    Some(now.max(last.saturating_add(1)))
+                })
+                .unwrap_or(now);
+            now.max(last.saturating_add(1))
+        }
     }
+}
+
+/// The keys a [`Documents::scan`] reads, as SQL bounds: every key from
+/// `start` (itself included or not) up to `end` (excluded; `None`: no end).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct KeyRange {
+    pub start: String,
+    pub start_included: bool,
+    pub end: Option<String>,
+}
+
+impl KeyRange {
+    /// The keys that start with `prefix` and sort after `after`, or `None`
+    /// when there can be none.
+    pub fn of(prefix: &str, after: Option<&str>) -> Option<KeyRange> {
+        let end = prefix_end(prefix);
+        let range = match after {
+            Some(after) if after >= prefix => KeyRange {
+                start: after.to_owned(),
+                start_included: false,
+                end,
+            },
+            _ => KeyRange {
+                start: prefix.to_owned(),
+                start_included: true,
+                end,
+            },
+        };
+        let empty = range.end.as_ref().is_some_and(|end| &range.start >= end);
+        (!empty).then_some(range)
+    }
+
+    /// The condition on `column`, with placeholder `start` for the start
+    /// bound and `end` for the end bound (left out when there is none).
+    pub fn condition(&self, column: &str, start: &str, end: &str) -> String {
+        let op = if self.start_included { ">=" } else { ">" };
+        match self.end {
+            Some(_) => format!("{column} {op} {start} AND {column} < {end}"),
+            None => format!("{column} {op} {start}"),
+        }
+    }
+}
+
+/// The least string above every string that starts with `prefix` (`None`
+/// when there is none: `prefix` is empty or all `char::MAX`). Strings sort
+/// by code point, as their UTF-8 bytes do, so the keys with the prefix are
+/// exactly those from `prefix` up to this.
+fn prefix_end(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        // The next scalar value, stepping over the surrogates.
+        let next = match u32::from(last) + 1 {
+            0xD800 => Some('\u{E000}'),
+            code => char::from_u32(code),
+        };
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
 }
 
 /// Documents in this process's memory: what a memory store shares (with
@@ -126,6 +203,7 @@ impl MemoryDocuments {
 #[async_trait]
 impl Documents for MemoryDocuments {
     async fn get(&self, key: &str) -> Result<Option<Document>, StreamError> {
+        check_document(key, b"")?;
         Ok(self.lock().get(key).cloned())
     }
 
@@ -147,6 +225,7 @@ impl Documents for MemoryDocuments {
     }
 
     async fn remove(&self, key: &str, expected: u64) -> Result<bool, StreamError> {
+        check_document(key, b"")?;
         let mut documents = self.lock();
         if documents.get(key).map(|d| d.version) != Some(expected) {
             return Ok(false);
@@ -173,5 +252,36 @@ impl Documents for MemoryDocuments {
             .take(limit)
             .map(|(key, document)| (key.clone(), document.clone()))
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prefix_ends_at_its_successor() {
+        assert_eq!(prefix_end("sub/"), Some("sub0".into()));
+        assert_eq!(prefix_end("a\u{D7FF}"), Some("a\u{E000}".into()));
+        assert_eq!(prefix_end("a\u{10FFFF}"), Some("b".into()));
+        assert_eq!(prefix_end("\u{10FFFF}"), None);
+        assert_eq!(prefix_end(""), None);
+    }
+
+    #[test]
+    fn a_range_starts_after_a_later_key_and_is_empty_past_its_prefix() {
+        let range = KeyRange::of("s/", Some("s/b")).expect("a range");
+        assert_eq!((range.start.as_str(), range.start_included), ("s/b", false));
+        assert_eq!(range.end.as_deref(), Some("s0"));
+        let before = KeyRange::of("s/", Some("a")).expect("a range");
+        assert_eq!((before.start.as_str(), before.start_included), ("s/", true));
+        assert_eq!(KeyRange::of("s/", Some("t")), None);
+        assert_eq!(KeyRange::of("", None).map(|r| r.end), Some(None));
+    }
+
+    #[test]
+    fn new_versions_rise_within_a_process() {
+        let versions: Vec<u64> = (0..1000).map(|_| next_version(None)).collect();
+        assert!(versions.windows(2).all(|w| w[0] < w[1]));
     }
 }

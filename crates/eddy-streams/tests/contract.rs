@@ -94,6 +94,22 @@ cases::every_clocked_case!(clocked_contract);
 cases::every_sweeping_case!(clocked_contract);
 snapshots::every_snapshot_case!(snapshot_contract);
 
+/// Two SQLite stores on one file, as two processes would open it, share
+/// their documents.
+#[test]
+fn documents_are_shared_by_two_sqlite_stores_on_one_file() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let open =
+        || -> Arc<dyn Storage> { Arc::new(SqliteStorage::open(dir.path()).expect("open sqlite")) };
+    let (a, b) = (open(), open());
+    runtime.block_on(cases::documents_are_shared_by_stores_on_one_database(a, b));
+}
+
 /// Every case again on PostgreSQL, each on a schema of its own.
 #[cfg(feature = "postgres")]
 mod postgres {
@@ -161,4 +177,19 @@ mod postgres {
     cases::every_clocked_case!(pg_clocked_contract);
     cases::every_sweeping_case!(pg_clocked_contract);
     snapshots::every_snapshot_case!(pg_snapshot_contract);
+
+    /// Two stores on one schema, as two processes would open it, share
+    /// their documents.
+    #[test]
+    fn documents_are_shared_by_two_stores_on_one_schema() {
+        let Some(schema) = Schema::fresh("shared_documents") else {
+            return;
+        };
+        run(async move {
+            let a = PgStorage::open(schema.options()).await.expect("open a");
+            let b = PgStorage::open(schema.options()).await.expect("open b");
+            cases::documents_are_shared_by_stores_on_one_database(Arc::new(a), Arc::new(b)).await;
+            schema.drop().await;
+        });
+    }
 }

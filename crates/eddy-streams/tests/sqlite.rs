@@ -27,8 +27,8 @@ PRAGMA user_version = 2;
 ";
 
 /// A version 2 file (fork counts) opens as the current version (forks
-/// found by source, projection checkpoints) with its streams and fork
-/// links intact.
+/// found by source, projection checkpoints, documents) with its streams
+/// and fork links intact.
 #[test]
 fn a_version_2_database_is_upgraded() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -65,12 +65,18 @@ fn a_version_2_database_is_upgraded() {
         );
         let refork = store.fork(&fork, Fork::of(src.clone())).await.err();
         assert_eq!(refork.map(|e| e.code()), Some("stream/gone"));
+        let documents = store.documents().expect("documents");
+        let version = documents
+            .put("subscriptions/a", None, "{}".into())
+            .await
+            .expect("put a document in the upgraded file");
+        assert!(version.is_some());
     });
     let conn = Connection::open(&file).expect("open");
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .expect("read the version");
-    assert_eq!(version, 6);
+    assert_eq!(version, 7);
     let checkpoints: i64 = conn
         .query_row("SELECT count(*) FROM projection_checkpoints", [], |r| {
             r.get(0)

@@ -297,6 +297,10 @@ impl<B: Backend> Storage for RecordStorage<B> {
         self.inner.backend.writable().await
     }
 
+    fn documents(&self) -> Option<&dyn crate::Documents> {
+        self.inner.backend.documents()
+    }
+
     fn notifier(&self) -> &Notifier {
         &self.inner.notifier
     }

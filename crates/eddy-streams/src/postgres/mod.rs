@@ -5,6 +5,7 @@
 
 mod batch;
 mod connections;
+mod documents;
 mod error;
 mod flusher;
 mod group;
@@ -564,6 +565,10 @@ impl Storage for PgStorage {
     }
 
     fn wake_marks(&self) -> Option<&dyn crate::WakeMarks> {
+        Some(self)
+    }
+
+    fn documents(&self) -> Option<&dyn crate::Documents> {
         Some(self)
     }
 

@@ -14,7 +14,7 @@ use super::error::pg_error;
 use crate::StreamError;
 
 /// The layout this build writes: the last migration's version.
-pub(super) const VERSION: i64 = 4;
+pub(super) const VERSION: i64 = 5;
 
 /// Version 1: streams, messages, producers and tombstones, as the SQLite
 /// layout of version 3 (forks found by source). Table names are unqualified:
@@ -101,6 +101,16 @@ ALTER TABLE streams ADD COLUMN fork_incarnation BIGINT;
 ALTER TABLE tombstones ADD COLUMN incarnation BIGINT NOT NULL DEFAULT 0;
 "#;
 
+/// Version 5: the shared documents (`Documents`), one row per key,
+/// replaced or deleted only by compare-and-set on its version.
+const DOCUMENTS: &str = r#"
+CREATE TABLE documents (
+    key     TEXT   COLLATE "C" PRIMARY KEY,
+    version BIGINT NOT NULL,
+    body    BYTEA  NOT NULL
+);
+"#;
+
 /// Every migration, in order.
 fn migrations() -> Vec<Migration> {
     let steps = [
@@ -108,6 +118,7 @@ fn migrations() -> Vec<Migration> {
         (2, "projection checkpoints", PROJECTION_CHECKPOINTS),
         (3, "wake marks", WAKE_MARKS),
         (4, "incarnations", INCARNATIONS),
+        (5, "documents", DOCUMENTS),
     ];
     steps
         .into_iter()

@@ -3,6 +3,7 @@
 //! See `DESIGN-sqlite.md` in the crate for the record layout and the commit
 //! protocol.
 
+mod documents;
 mod heads;
 mod marks;
 mod options;
@@ -457,6 +458,10 @@ impl Storage for SqliteStorage {
     }
 
     fn wake_marks(&self) -> Option<&dyn crate::WakeMarks> {
+        Some(self)
+    }
+
+    fn documents(&self) -> Option<&dyn crate::Documents> {
         Some(self)
     }
 }

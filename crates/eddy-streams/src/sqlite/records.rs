@@ -79,6 +79,11 @@ impl<'c> SqliteRecords<'c> {
         }
     }
 
+    /// The connection, for statements on tables other than the streams'.
+    pub fn conn(&self) -> &'c Connection {
+        self.conn
+    }
+
     /// Whether a statement that writes has run, or begun to: a write the
     /// writer's copy took instead of the row does not count.
     pub fn wrote(&self) -> bool {

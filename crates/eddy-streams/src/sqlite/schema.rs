@@ -5,7 +5,7 @@ use rusqlite::Connection;
 use crate::StreamError;
 
 /// The schema version this code writes (`PRAGMA user_version`).
-const VERSION: i64 = 6;
+const VERSION: i64 = 7;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS streams (
@@ -100,6 +100,16 @@ ALTER TABLE streams ADD COLUMN fork_incarnation INTEGER;
 ALTER TABLE tombstones ADD COLUMN incarnation INTEGER NOT NULL DEFAULT 0;
 ";
 
+/// Version 7 adds the shared documents (`Documents`): one row per key,
+/// replaced or deleted only by compare-and-set on its version.
+const DOCUMENTS: &str = "
+CREATE TABLE documents (
+    key     TEXT    NOT NULL PRIMARY KEY,
+    version INTEGER NOT NULL,
+    body    BLOB    NOT NULL
+) WITHOUT ROWID;
+";
+
 /// Creates the tables or upgrades an older layout, each step in one
 /// transaction, or refuses a file written by a newer build.
 pub(super) fn migrate(conn: &Connection) -> Result<(), StreamError> {
@@ -125,6 +135,7 @@ pub(super) fn migrate(conn: &Connection) -> Result<(), StreamError> {
         (PROJECTION_CHECKPOINTS, 4),
         (WAKE_MARKS, 5),
         (INCARNATIONS, 6),
+        (DOCUMENTS, 7),
     ];
     for (sql, to) in steps {
         if version < to {

@@ -16,6 +16,10 @@ use eddy_streams::{
 mod incarnations;
 pub use incarnations::*;
 
+#[path = "documents.rs"]
+mod documents;
+pub use documents::*;
+
 /// Calls `$run!(case, case, ...)` with every contract case.
 macro_rules! every_case {
     ($run:ident) => {
@@ -59,6 +63,11 @@ macro_rules! every_case {
             appends_of_more_messages_than_the_limit_are_refused,
             forks_that_may_copy_more_than_the_limit_are_refused,
             values_the_store_keeps_are_bounded,
+            documents_are_written_by_compare_and_set,
+            documents_are_scanned_by_prefix_in_pages,
+            oversized_documents_and_keys_write_nothing,
+            concurrent_document_puts_have_one_winner,
+            documents_are_not_streams,
         );
     };
 }

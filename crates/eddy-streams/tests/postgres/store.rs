@@ -209,6 +209,31 @@ fn a_schema_written_by_a_newer_build_is_refused() {
     });
 }
 
+/// A schema of layout version 4 (before documents) is upgraded: the
+/// documents table is made, and documents can be written.
+#[test]
+fn a_schema_without_documents_is_upgraded() {
+    let Some(schema) = Schema::fresh("documents_upgrade") else {
+        return;
+    };
+    run(async move {
+        drop(schema.open(Arc::new(SystemClock)).await);
+        schema
+            .execute(&format!(
+                "DROP TABLE \"{0}\".documents;
+                 DELETE FROM \"{0}\"._sqlx_migrations WHERE version = 5",
+                schema.name
+            ))
+            .await;
+        let store = schema.open(Arc::new(SystemClock)).await;
+        let documents = store.documents().expect("documents");
+        let made = documents.put("a", None, "{}".into()).await.expect("put");
+        assert!(made.is_some());
+        drop(store);
+        schema.drop().await;
+    });
+}
+
 #[test]
 fn opening_twice_at_once_migrates_once() {
     let Some(schema) = Schema::fresh("concurrent_open") else {
