@@ -83,7 +83,6 @@ pub trait Backend: Send + Sync + 'static {
     /// streams its readers wait on.
     fn records(&self, paths: &[String]) -> impl Op<Vec<Option<StreamRecord>>>;
 
-<<<<<<< HEAD
     /// Whether every record `unit` loaded is still as it was loaded, writing
     /// nothing: several reads of one unit (a stream's record and its
     /// producers: a snapshot) are as of one commit when they are. The
@@ -99,14 +98,14 @@ pub trait Backend: Send + Sync + 'static {
     /// The default says yes.
     fn writable(&self) -> impl Op<()> {
         async { Ok(()) }
-=======
+    }
+
     /// The backend's shared [documents](crate::Documents), which
     /// [`RecordStorage`] answers for
     /// [`Storage::documents`](crate::Storage::documents). A backend that
     /// keeps none keeps this default.
     fn documents(&self) -> Option<&dyn crate::Documents> {
         None
->>>>>>> docs
     }
 }
 
