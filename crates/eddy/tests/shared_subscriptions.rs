@@ -304,6 +304,13 @@ pub(crate) fn pull_wake_claims_are_exclusive_across_servers(launch: Launch) {
         let http = client();
         let (a, a_url) = running(launch(ARGS));
         let (b, b_url) = running(launch(ARGS));
+        let wakes = http
+            .put(format!("{a_url}/app/wakes/1"))
+            .header("content-type", "application/json")
+            .send()
+            .await
+            .expect("create the wake stream");
+        assert_eq!(wakes.status(), 201);
         let created = put_json(
             &http,
             &format!("{a_url}/app/__ds/subscriptions/pulled"),

@@ -153,7 +153,10 @@ impl UnreadBudget {
     /// earlier responses hold it.
     pub(crate) async fn take(&self, bytes: usize) -> Option<UnreadBytes> {
         let bytes = u32::try_from(bytes.clamp(1, self.max)).unwrap_or(u32::MAX);
-        let permit = Arc::clone(&self.bytes).acquire_many_owned(bytes).await.ok()?;
+        let permit = Arc::clone(&self.bytes)
+            .acquire_many_owned(bytes)
+            .await
+            .ok()?;
         Some(UnreadBytes(permit))
     }
 }
@@ -169,11 +172,9 @@ impl UnreadBytes {
         if keep < self.0.num_permits() {
             drop(self.0.split(self.0.num_permits() - keep));
         }
-        response
-            .extensions_mut()
-            .insert(HeldBytes {
-                _share: Arc::new(self),
-            });
+        response.extensions_mut().insert(HeldBytes {
+            _share: Arc::new(self),
+        });
     }
 }
 

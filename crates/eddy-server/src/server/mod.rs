@@ -23,8 +23,8 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::{app, AppState, ServerConfig};
-use connection::Connections;
 pub(crate) use activity::{UnreadBudget, UnreadBytes};
+use connection::Connections;
 pub use tls::{TlsCertificates, TlsError};
 
 /// A bound server, ready to run.
