@@ -54,6 +54,11 @@ pub enum ApiError {
     /// A method streams do not support.
     #[error("method {0} is not supported on a stream")]
     MethodNotAllowed(Method),
+    /// The request's connection was closed before it was answered (its
+    /// client took no response bytes for the write timeout): nobody
+    /// reads the answer.
+    #[error("the connection was closed before the answer")]
+    ConnectionClosed,
 }
 
 impl ApiError {
@@ -83,6 +88,7 @@ impl ApiError {
             ApiError::TooManyLiveReaders { .. } => "live/too-many-readers",
             ApiError::TooManyStreams { .. } => "limit/streams",
             ApiError::MethodNotAllowed(_) => "request/method-not-allowed",
+            ApiError::ConnectionClosed => "request/connection-closed",
         }
     }
 
@@ -99,6 +105,7 @@ impl ApiError {
             ApiError::TooManyLiveReaders { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::TooManyStreams { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::ConnectionClosed => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 

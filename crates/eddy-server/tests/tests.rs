@@ -19,6 +19,7 @@ mod remote_contract;
 mod remote_errors;
 mod router;
 mod shared_reads;
+mod stalled_clients;
 mod support;
 mod wakes;
 #[cfg(feature = "webhooks")]

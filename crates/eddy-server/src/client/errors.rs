@@ -183,9 +183,10 @@ impl ErrorParts {
             "auth/unauthorized" | "auth/forbidden" => StreamError::Unauthorized(answered()),
             // The server's own waits (too many live readers, a slow body)
             // end; so may a backend failure.
-            "storage-failure" | "live/too-many-readers" | "request/timeout" => {
-                StreamError::unavailable(answered())
-            }
+            "storage-failure"
+            | "live/too-many-readers"
+            | "request/timeout"
+            | "request/connection-closed" => StreamError::unavailable(answered()),
             "storage/internal" => StreamError::internal(answered()),
             // Without a code the status is all there is (a proxy's answer).
             "" => match self.status {
@@ -235,11 +236,13 @@ mod tests {
             ApiError::TooManyLiveReaders { .. } => ErrorKind::Unavailable,
             // Fails until streams are deleted or `max_streams` raised.
             ApiError::TooManyStreams { .. } => ErrorKind::LimitReached,
+            // Nobody read it; a client that reads may send again.
+            ApiError::ConnectionClosed => ErrorKind::Unavailable,
         }
     }
 
     /// How many variants [`kind_of`] matches.
-    const API_ERROR_VARIANTS: usize = 10;
+    const API_ERROR_VARIANTS: usize = 11;
 
     /// One answer of each kind the server sends: every store error, and
     /// each of the server's own refusals.
@@ -258,6 +261,7 @@ mod tests {
             ApiError::TooManyLiveReaders { limit: 3 },
             ApiError::TooManyStreams { limit: 2 },
             ApiError::MethodNotAllowed(Method::PATCH),
+            ApiError::ConnectionClosed,
         ]);
         answers
     }

@@ -56,7 +56,7 @@ async fn catch_up(
     // The connection's share is taken before the read: a client that
     // does not take its answers makes its next reads wait, not the
     // server's memory grow.
-    let share = take_unread(unread, max).await;
+    let share = take_unread(unread, max).await?;
     let redirect = state.config.cache.redirect_first_reads;
     // `-1` and the zero offset name whichever stream the path holds now:
     // to redirect, one message is enough to learn where its data starts.
@@ -109,11 +109,18 @@ async fn catch_up(
 }
 
 /// A share of the connection's unread budget for a response of up to
-/// `bytes` (none for a request served without a connection).
-async fn take_unread(unread: Option<&UnreadBudget>, bytes: usize) -> Option<UnreadBytes> {
+/// `bytes` (none for a request served without a connection); an error
+/// once the connection is closed, so that no read is made for it.
+async fn take_unread(
+    unread: Option<&UnreadBudget>,
+    bytes: usize,
+) -> Result<Option<UnreadBytes>, ApiError> {
     match unread {
-        Some(budget) => budget.take(bytes).await,
-        None => None,
+        Some(budget) => match budget.take(bytes).await {
+            Some(share) => Ok(Some(share)),
+            None => Err(ApiError::ConnectionClosed),
+        },
+        None => Ok(None),
     }
 }
 
@@ -183,7 +190,7 @@ async fn long_poll(
     }
     put(&mut out, header::ETAG, cache::etag(&chunk));
     // The read is shared; each answer's body is its own.
-    let share = take_unread(unread, chunk.messages.iter().map(|m| m.len()).sum()).await;
+    let share = take_unread(unread, chunk.messages.iter().map(|m| m.len()).sum()).await?;
     let body = encode::body(&chunk.content_type, &chunk.messages);
     Ok(holding(share, respond(StatusCode::OK, out, body.into())))
 }

@@ -122,6 +122,12 @@ impl Activity {
         }
     }
 
+    /// The connection is closed: its requests still running (HTTP/2
+    /// streams run on tasks of their own) make no more reads.
+    pub(crate) fn closed(&self) {
+        self.unread.close();
+    }
+
     /// Notes that a response was asked for a frame: its client takes
     /// bytes.
     fn progressed(&self) {
@@ -150,7 +156,8 @@ impl UnreadBudget {
     }
 
     /// Takes `bytes` of the budget (at most all of it), waiting while
-    /// earlier responses hold it.
+    /// earlier responses hold it; `None` once the connection is closed
+    /// (its requests that still run make no more reads).
     pub(crate) async fn take(&self, bytes: usize) -> Option<UnreadBytes> {
         let bytes = u32::try_from(bytes.clamp(1, self.max)).unwrap_or(u32::MAX);
         let permit = Arc::clone(&self.bytes)
@@ -158,6 +165,11 @@ impl UnreadBudget {
             .await
             .ok()?;
         Some(UnreadBytes(permit))
+    }
+
+    /// The connection is closed: no more of the budget is handed out.
+    fn close(&self) {
+        self.bytes.close();
     }
 }
 

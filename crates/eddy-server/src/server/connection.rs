@@ -18,6 +18,10 @@ use super::activity::{Activity, Expired, Tracked};
 use super::tls::{self, Opening};
 use crate::{App, Metrics, ServerConfig};
 
+/// The most bytes an HTTP/2 stream buffers before its response body is
+/// asked for its next frame.
+const H2_SEND_BUFFER: usize = 64 * 1024;
+
 /// What every connection of one server shares.
 pub(crate) struct Connections {
     builder: auto::Builder<TokioExecutor>,
@@ -46,6 +50,11 @@ impl Connections {
             .http2()
             .timer(TokioTimer::new())
             .max_concurrent_streams(config.http2.max_concurrent_streams)
+            // What a stream buffers beyond the response frame it was
+            // handed: the frame itself is held under the connection's
+            // unread budget until the body ends, which waits for the
+            // buffer to drain below this.
+            .max_send_buf_size(H2_SEND_BUFFER)
             .initial_stream_window_size(config.http2.stream_window_bytes)
             .initial_connection_window_size(config.http2.connection_window_bytes);
         Connections {
@@ -105,6 +114,7 @@ impl Connections {
             TowerToHyperService::new(Tracked::new(self.app.clone(), Arc::clone(&activity)));
         let connection = self.builder.serve_connection(TokioIo::new(io), service);
         tokio::pin!(connection);
+        let _closed = Closed(&activity);
         let expired = activity.expired(opening, self.idle_timeout, self.write_timeout);
         let unused = tokio::select! {
             ended = connection.as_mut() => return log_end(ended),
@@ -139,6 +149,15 @@ impl Connections {
 fn log_end(ended: Result<(), Box<dyn std::error::Error + Send + Sync>>) {
     if let Err(err) = ended {
         tracing::debug!(error = %err, "connection ended with an error");
+    }
+}
+
+/// Tells a connection's activity that it ended, however `http` returns.
+struct Closed<'a>(&'a Activity);
+
+impl Drop for Closed<'_> {
+    fn drop(&mut self) {
+        self.0.closed();
     }
 }
 
