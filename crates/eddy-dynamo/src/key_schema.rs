@@ -5,6 +5,12 @@ use serde::{Deserialize, Serialize};
 use crate::error::ValidationError;
 use crate::item::{AttributeValue, Item, ScalarType};
 
+/// The most bytes of a partition key value (DynamoDB's limit).
+pub const MAX_PARTITION_KEY_BYTES: usize = 2048;
+
+/// The most bytes of a sort key value (DynamoDB's limit).
+pub const MAX_SORT_KEY_BYTES: usize = 1024;
+
 /// One key attribute: its name and scalar type.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyAttribute {
@@ -158,8 +164,20 @@ impl TableSchema {
         item: &Item,
         required: bool,
     ) -> Result<(), ValidationError> {
-        let attrs = std::iter::once(&key.partition).chain(key.sort.iter());
-        for attr in attrs {
+        let attrs = std::iter::once((&key.partition, MAX_PARTITION_KEY_BYTES))
+            .chain(key.sort.iter().map(|sort| (sort, MAX_SORT_KEY_BYTES)));
+        for (attr, max_bytes) in attrs {
+            let bytes = match item.get(&attr.name) {
+                Some(AttributeValue::S(s)) => s.len(),
+                Some(AttributeValue::B(b)) => b.len(),
+                _ => 0,
+            };
+            if bytes > max_bytes {
+                return Err(ValidationError::InvalidKey(format!(
+                    "key attribute {} is {bytes} bytes; DynamoDB allows {max_bytes}",
+                    attr.name
+                )));
+            }
             match item.get(&attr.name) {
                 None if required => {
                     return Err(ValidationError::InvalidKey(format!(

@@ -239,7 +239,10 @@ pub use item::{
     compare_values, get_present, get_str, get_u64, item_size, items_equal, n, s, value_size,
     values_equal, AttributeValue, Item, ScalarType, MAX_ITEM_SIZE, MAX_TRANSACTION_SIZE,
 };
-pub use key_schema::{IndexDefinition, KeyAttribute, KeyDefinition, TableSchema};
+pub use key_schema::{
+    IndexDefinition, KeyAttribute, KeyDefinition, TableSchema, MAX_PARTITION_KEY_BYTES,
+    MAX_SORT_KEY_BYTES,
+};
 pub use lambda::{
     handle_stream_event, handle_stream_event_delivering, StreamEvent, StreamEventResponse,
 };

@@ -86,6 +86,26 @@ pub async fn put_get_round_trips_every_type<T: Table + ChangeFeed>(t: &T) {
     assert_eq!(t.get_item(key("p", "other")).await.unwrap(), None);
 }
 
+/// Regression (issue 33): the embedded table took keys DynamoDB refuses
+/// (a sort key over 1 024 bytes, a partition key over 2 048), so a stream
+/// whose producer id made a long sort key worked in tests and failed on
+/// DynamoDB. Keys at the limits are taken; one byte more is refused, with
+/// nothing written.
+pub async fn keys_over_dynamodbs_sizes_are_refused<T: Table + ChangeFeed>(t: &T) {
+    let at_limit = item(&"p".repeat(2048), &"s".repeat(1024), &[]);
+    t.put_item(Put::new(at_limit)).await.unwrap();
+    for (pk, sk) in [
+        ("p".repeat(2049), "s".to_owned()),
+        ("p".to_owned(), "s".repeat(1025)),
+    ] {
+        let refused = t.put_item(Put::new(item(&pk, &sk, &[]))).await;
+        assert!(
+            matches!(&refused, Err(e) if e.kind() == TableErrorKind::Invalid),
+            "{refused:?}"
+        );
+    }
+}
+
 pub async fn conditional_put_fails_and_returns_the_item<T: Table + ChangeFeed>(t: &T) {
     let first = item("p", "s", &[("v", n(1))]);
     t.put_item(Put::new(first.clone()).when(Condition::not_exists("pk")))

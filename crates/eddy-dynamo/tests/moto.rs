@@ -165,6 +165,7 @@ mod contract {
         moto_table!(crate::contract::schema()),
         put_get_round_trips_every_type,
         conditional_put_fails_and_returns_the_item,
+        keys_over_dynamodbs_sizes_are_refused,
         condition_tree_is_evaluated,
         update_sets_removes_and_adds,
         conditional_delete,

@@ -64,3 +64,110 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .build()
         .expect("runtime")
 }
+
+/// What a test changes of a table's answers: each hook gets the real
+/// table and, by default, forwards to it.
+#[async_trait::async_trait]
+pub trait Hooks: Send + Sync {
+    async fn query(
+        &self,
+        table: &dyn Table,
+        query: eddy_dynamo::Query,
+    ) -> Result<eddy_dynamo::QueryPage, eddy_dynamo::TableError> {
+        table.query(query).await
+    }
+
+    async fn transact_write_items(
+        &self,
+        table: &dyn Table,
+        items: Vec<eddy_dynamo::TransactWriteItem>,
+    ) -> Result<(), eddy_dynamo::TableError> {
+        table.transact_write_items(items).await
+    }
+
+    async fn batch_get_item(
+        &self,
+        table: &dyn Table,
+        keys: Vec<eddy_dynamo::Item>,
+    ) -> Result<Vec<eddy_dynamo::Item>, eddy_dynamo::TableError> {
+        table.batch_get_item(keys).await
+    }
+}
+
+/// A table whose queries, transactions and batch reads go through `hooks`
+/// (fault injection, counting, interleaving), and every other call
+/// straight to `table`.
+pub struct Hooked<H> {
+    pub table: Arc<dyn Table>,
+    pub hooks: H,
+}
+
+impl<H: Hooks> Hooked<H> {
+    pub fn new(table: Arc<dyn Table>, hooks: H) -> Arc<Self> {
+        Arc::new(Hooked { table, hooks })
+    }
+}
+
+#[async_trait::async_trait]
+impl<H: Hooks> Table for Hooked<H> {
+    fn schema(&self) -> &eddy_dynamo::TableSchema {
+        self.table.schema()
+    }
+    fn request_stats(&self) -> eddy_dynamo::RequestStats {
+        self.table.request_stats()
+    }
+    fn rows_at_once(&self) -> usize {
+        self.table.rows_at_once()
+    }
+    async fn get_item(
+        &self,
+        key: eddy_dynamo::Item,
+    ) -> Result<Option<eddy_dynamo::Item>, eddy_dynamo::TableError> {
+        self.table.get_item(key).await
+    }
+    async fn transact_get_items(
+        &self,
+        keys: Vec<eddy_dynamo::Item>,
+    ) -> Result<Vec<Option<eddy_dynamo::Item>>, eddy_dynamo::TableError> {
+        self.table.transact_get_items(keys).await
+    }
+    async fn query(
+        &self,
+        query: eddy_dynamo::Query,
+    ) -> Result<eddy_dynamo::QueryPage, eddy_dynamo::TableError> {
+        self.hooks.query(&*self.table, query).await
+    }
+    async fn transact_write_items(
+        &self,
+        items: Vec<eddy_dynamo::TransactWriteItem>,
+    ) -> Result<(), eddy_dynamo::TableError> {
+        self.hooks.transact_write_items(&*self.table, items).await
+    }
+    async fn transact_write_tables(
+        &self,
+        items: Vec<eddy_dynamo::TableWrite>,
+    ) -> Result<(), eddy_dynamo::TableError> {
+        self.table.transact_write_tables(items).await
+    }
+    async fn put_item(&self, put: eddy_dynamo::Put) -> Result<(), eddy_dynamo::TableError> {
+        self.table.put_item(put).await
+    }
+    async fn update_item(
+        &self,
+        update: eddy_dynamo::UpdateItem,
+    ) -> Result<eddy_dynamo::Item, eddy_dynamo::TableError> {
+        self.table.update_item(update).await
+    }
+    async fn delete_item(
+        &self,
+        delete: eddy_dynamo::Delete,
+    ) -> Result<(), eddy_dynamo::TableError> {
+        self.table.delete_item(delete).await
+    }
+    async fn batch_get_item(
+        &self,
+        keys: Vec<eddy_dynamo::Item>,
+    ) -> Result<Vec<eddy_dynamo::Item>, eddy_dynamo::TableError> {
+        self.hooks.batch_get_item(&*self.table, keys).await
+    }
+}

@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use eddy_dynamo::{Item, Query, Table, TableError};
+use eddy_dynamo::{Table, TableError};
 use eddy_streams::{Append, Payload, ReadFrom, Storage, StreamConfig, StreamError, StreamPath};
 
 use crate::common;
@@ -27,20 +27,18 @@ enum Loss {
     NotApplied,
 }
 
-/// A table that loses the answer of its `lose_at`-th transaction.
+/// Loses the answer of a chosen transaction.
 struct Lossy {
-    table: Arc<dyn Table>,
     transactions: AtomicUsize,
     plan: Mutex<Option<(usize, Loss)>>,
 }
 
 impl Lossy {
-    fn new(table: Arc<dyn Table>) -> Arc<Self> {
-        Arc::new(Lossy {
-            table,
+    fn new() -> Self {
+        Lossy {
             transactions: AtomicUsize::new(0),
             plan: Mutex::new(None),
-        })
+        }
     }
 
     /// Loses the answer of the next transaction as `loss` says.
@@ -58,27 +56,10 @@ fn unavailable() -> TableError {
 }
 
 #[async_trait::async_trait]
-impl Table for Lossy {
-    fn schema(&self) -> &eddy_dynamo::TableSchema {
-        self.table.schema()
-    }
-    fn request_stats(&self) -> eddy_dynamo::RequestStats {
-        self.table.request_stats()
-    }
-    fn rows_at_once(&self) -> usize {
-        self.table.rows_at_once()
-    }
-    async fn get_item(&self, key: Item) -> Result<Option<Item>, TableError> {
-        self.table.get_item(key).await
-    }
-    async fn transact_get_items(&self, keys: Vec<Item>) -> Result<Vec<Option<Item>>, TableError> {
-        self.table.transact_get_items(keys).await
-    }
-    async fn query(&self, query: Query) -> Result<eddy_dynamo::QueryPage, TableError> {
-        self.table.query(query).await
-    }
+impl common::Hooks for Lossy {
     async fn transact_write_items(
         &self,
+        table: &dyn Table,
         items: Vec<eddy_dynamo::TransactWriteItem>,
     ) -> Result<(), TableError> {
         let n = self.transactions.fetch_add(1, Ordering::SeqCst) + 1;
@@ -87,35 +68,17 @@ impl Table for Lossy {
             _ => None,
         };
         match loss {
-            None => self.table.transact_write_items(items).await,
+            None => table.transact_write_items(items).await,
             Some(Loss::AppliedThenConditionFailed) => {
-                self.table.transact_write_items(items).await?;
+                table.transact_write_items(items).await?;
                 Err(TableError::ConditionalCheckFailed { item: None })
             }
             Some(Loss::AppliedThenUnavailable) => {
-                self.table.transact_write_items(items).await?;
+                table.transact_write_items(items).await?;
                 Err(unavailable())
             }
             Some(Loss::NotApplied) => Err(unavailable()),
         }
-    }
-    async fn transact_write_tables(
-        &self,
-        items: Vec<eddy_dynamo::TableWrite>,
-    ) -> Result<(), TableError> {
-        self.table.transact_write_tables(items).await
-    }
-    async fn put_item(&self, put: eddy_dynamo::Put) -> Result<(), TableError> {
-        self.table.put_item(put).await
-    }
-    async fn update_item(&self, update: eddy_dynamo::UpdateItem) -> Result<Item, TableError> {
-        self.table.update_item(update).await
-    }
-    async fn delete_item(&self, delete: eddy_dynamo::Delete) -> Result<(), TableError> {
-        self.table.delete_item(delete).await
-    }
-    async fn batch_get_item(&self, keys: Vec<Item>) -> Result<Vec<Item>, TableError> {
-        self.table.batch_get_item(keys).await
     }
 }
 
@@ -137,8 +100,12 @@ async fn messages(store: &dyn Storage, p: &StreamPath) -> Vec<String> {
 
 /// A store on a lossy embedded table, with one JSON stream holding one
 /// message.
-async fn lossy_store() -> (Arc<Lossy>, eddy_streams_dynamodb::DynamoStorage, StreamPath) {
-    let table = Lossy::new(common::embedded());
+async fn lossy_store() -> (
+    Arc<common::Hooked<Lossy>>,
+    eddy_streams_dynamodb::DynamoStorage,
+    StreamPath,
+) {
+    let table = common::Hooked::new(common::embedded(), Lossy::new());
     let store = eddy_streams_dynamodb::open(
         Arc::clone(&table) as Arc<dyn Table>,
         eddy_streams_dynamodb::options(),
@@ -163,7 +130,7 @@ async fn an_append_whose_answer_was_lost_is_written_once_and_succeeds() {
         Loss::AppliedThenUnavailable,
     ] {
         let (table, store, p) = lossy_store().await;
-        table.lose_next(loss);
+        table.hooks.lose_next(loss);
         let appended = store.append(&p, Append::body(r#"{"n":1}"#)).await;
         assert!(appended.is_ok(), "{loss:?}: {appended:?}");
         assert_eq!(
@@ -181,7 +148,7 @@ async fn a_stream_seq_append_whose_answer_was_lost_succeeds() {
         Loss::AppliedThenUnavailable,
     ] {
         let (table, store, p) = lossy_store().await;
-        table.lose_next(loss);
+        table.hooks.lose_next(loss);
         let appended = store
             .append(&p, Append::body(r#"{"n":1}"#).with_stream_seq("0001"))
             .await;
@@ -197,7 +164,7 @@ async fn a_delete_whose_answer_was_lost_succeeds() {
         Loss::AppliedThenUnavailable,
     ] {
         let (table, store, p) = lossy_store().await;
-        table.lose_next(loss);
+        table.hooks.lose_next(loss);
         let deleted = store.delete(&p).await;
         assert!(deleted.is_ok(), "{loss:?}: {deleted:?}");
         assert!(
@@ -212,7 +179,7 @@ async fn a_delete_whose_answer_was_lost_succeeds() {
 #[tokio::test]
 async fn a_commit_that_did_not_land_still_fails_and_writes_nothing() {
     let (table, store, p) = lossy_store().await;
-    table.lose_next(Loss::NotApplied);
+    table.hooks.lose_next(Loss::NotApplied);
     let appended = store.append(&p, Append::body(r#"{"n":1}"#)).await;
     assert!(
         matches!(&appended, Err(e) if e.is_retryable()),

@@ -8,77 +8,36 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
-use eddy_dynamo::{Item, Query, Table, TableError};
+use eddy_dynamo::{Query, Table, TableError};
 use eddy_streams::{Append, Payload, ProducerPosition, Storage, StreamConfig, StreamPath};
 
 use crate::common;
 
 type Hook = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// A table that runs a hook before its next query (a commit of another
+/// Runs a hook before the table's next query (a commit of another
 /// process landing between two reads of one snapshot).
-struct Interleaved {
-    table: Arc<dyn Table>,
-    before_query: Mutex<Option<Hook>>,
-}
+struct Interleaved(Mutex<Option<Hook>>);
 
 #[async_trait::async_trait]
-impl Table for Interleaved {
-    fn schema(&self) -> &eddy_dynamo::TableSchema {
-        self.table.schema()
-    }
-    fn request_stats(&self) -> eddy_dynamo::RequestStats {
-        self.table.request_stats()
-    }
-    fn rows_at_once(&self) -> usize {
-        self.table.rows_at_once()
-    }
-    async fn get_item(&self, key: Item) -> Result<Option<Item>, TableError> {
-        self.table.get_item(key).await
-    }
-    async fn transact_get_items(&self, keys: Vec<Item>) -> Result<Vec<Option<Item>>, TableError> {
-        self.table.transact_get_items(keys).await
-    }
-    async fn query(&self, query: Query) -> Result<eddy_dynamo::QueryPage, TableError> {
-        let hook = self.before_query.lock().expect("hook").take();
+impl common::Hooks for Interleaved {
+    async fn query(
+        &self,
+        table: &dyn Table,
+        query: Query,
+    ) -> Result<eddy_dynamo::QueryPage, TableError> {
+        let hook = self.0.lock().expect("hook").take();
         if let Some(hook) = hook {
             hook.await;
         }
-        self.table.query(query).await
-    }
-    async fn transact_write_items(
-        &self,
-        items: Vec<eddy_dynamo::TransactWriteItem>,
-    ) -> Result<(), TableError> {
-        self.table.transact_write_items(items).await
-    }
-    async fn transact_write_tables(
-        &self,
-        items: Vec<eddy_dynamo::TableWrite>,
-    ) -> Result<(), TableError> {
-        self.table.transact_write_tables(items).await
-    }
-    async fn put_item(&self, put: eddy_dynamo::Put) -> Result<(), TableError> {
-        self.table.put_item(put).await
-    }
-    async fn update_item(&self, update: eddy_dynamo::UpdateItem) -> Result<Item, TableError> {
-        self.table.update_item(update).await
-    }
-    async fn delete_item(&self, delete: eddy_dynamo::Delete) -> Result<(), TableError> {
-        self.table.delete_item(delete).await
-    }
-    async fn batch_get_item(&self, keys: Vec<Item>) -> Result<Vec<Item>, TableError> {
-        self.table.batch_get_item(keys).await
+        table.query(query).await
     }
 }
 
 #[tokio::test]
 async fn a_snapshot_is_as_of_one_commit() {
     let inner = common::embedded();
-    let table = Arc::new(Interleaved {
-        table: Arc::clone(&inner),
-        before_query: Mutex::new(None),
-    });
+    let table = common::Hooked::new(Arc::clone(&inner), Interleaved(Mutex::new(None)));
     let options = eddy_streams_dynamodb::options;
     let reader =
         eddy_streams_dynamodb::open(Arc::clone(&table) as Arc<dyn Table>, options()).expect("open");
@@ -97,7 +56,7 @@ async fn a_snapshot_is_as_of_one_commit() {
     // Another process appends between the snapshot's record and its
     // producers.
     let (store, path) = (Arc::clone(&other), p.clone());
-    *table.before_query.lock().expect("hook") = Some(Box::pin(async move {
+    *table.hooks.0.lock().expect("hook") = Some(Box::pin(async move {
         store.append(&path, produce(1)).await.expect("append 1");
     }));
     let snapshot = reader.snapshot(&p).await.expect("snapshot");

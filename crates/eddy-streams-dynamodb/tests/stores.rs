@@ -59,7 +59,10 @@ on_every_table!(
 );
 
 async fn a_reader_of_one_store_wakes_at_another_stores_append(table: Arc<dyn Table>) {
-    let polled = Arc::new(Polled::new(Arc::clone(&table)));
+    let polled = common::Hooked::new(
+        Arc::clone(&table),
+        Polls(tokio::sync::watch::Sender::new(0)),
+    );
     let writer = store(&table);
     let reader = Arc::new(store(&(Arc::clone(&polled) as Arc<dyn Table>)));
     let p = path("live/one");
@@ -67,7 +70,7 @@ async fn a_reader_of_one_store_wakes_at_another_stores_append(table: Arc<dyn Tab
         .create(&p, StreamConfig::json(), Payload::empty())
         .await
         .expect("create");
-    let polls_before = *polled.polls.borrow();
+    let polls_before = *polled.hooks.0.borrow();
     let waiting = tokio::spawn({
         let (reader, p) = (Arc::clone(&reader), p.clone());
         async move { reader.wait(&p, Offset::ZERO, Duration::from_secs(20)).await }
@@ -75,7 +78,7 @@ async fn a_reader_of_one_store_wakes_at_another_stores_append(table: Arc<dyn Tab
     // The reader polls the records of the streams it waits on: after two
     // polls of an empty stream it has looked and is parked, so only a poll
     // after the append can wake it.
-    polled.until(polls_before + 2).await;
+    polled.hooks.until(polls_before + 2).await;
     writer.append(&p, Append::body("1")).await.expect("append");
     match waiting.await.expect("join").expect("wait") {
         Wait::Changed(info) => assert_eq!(info.tail.position(), 1),
@@ -88,24 +91,14 @@ async fn a_reader_of_one_store_wakes_at_another_stores_append(table: Arc<dyn Tab
     assert_eq!(chunk.messages, vec![Bytes::from("1")]);
 }
 
-/// A table that counts the polls of stream records (`BatchGetItem`) made
-/// through it, and forwards every call.
-struct Polled {
-    table: Arc<dyn Table>,
-    polls: tokio::sync::watch::Sender<usize>,
-}
+/// Counts the polls of stream records (`BatchGetItem`) made through a
+/// table.
+struct Polls(tokio::sync::watch::Sender<usize>);
 
-impl Polled {
-    fn new(table: Arc<dyn Table>) -> Self {
-        Polled {
-            table,
-            polls: tokio::sync::watch::Sender::new(0),
-        }
-    }
-
+impl Polls {
     /// Waits until `count` polls have been answered.
     async fn until(&self, count: usize) {
-        let mut polls = self.polls.subscribe();
+        let mut polls = self.0.subscribe();
         let answered = polls.wait_for(|polls| *polls >= count);
         tokio::time::timeout(Duration::from_secs(20), answered)
             .await
@@ -115,49 +108,14 @@ impl Polled {
 }
 
 #[async_trait::async_trait]
-impl Table for Polled {
-    fn schema(&self) -> &eddy_dynamo::TableSchema {
-        self.table.schema()
-    }
-    fn request_stats(&self) -> eddy_dynamo::RequestStats {
-        self.table.request_stats()
-    }
-    fn rows_at_once(&self) -> usize {
-        self.table.rows_at_once()
-    }
-    async fn get_item(&self, key: Item) -> Result<Option<Item>, TableError> {
-        self.table.get_item(key).await
-    }
-    async fn transact_get_items(&self, keys: Vec<Item>) -> Result<Vec<Option<Item>>, TableError> {
-        self.table.transact_get_items(keys).await
-    }
-    async fn query(&self, query: Query) -> Result<eddy_dynamo::QueryPage, TableError> {
-        self.table.query(query).await
-    }
-    async fn transact_write_items(
+impl common::Hooks for Polls {
+    async fn batch_get_item(
         &self,
-        items: Vec<eddy_dynamo::TransactWriteItem>,
-    ) -> Result<(), TableError> {
-        self.table.transact_write_items(items).await
-    }
-    async fn transact_write_tables(
-        &self,
-        items: Vec<eddy_dynamo::TableWrite>,
-    ) -> Result<(), TableError> {
-        self.table.transact_write_tables(items).await
-    }
-    async fn put_item(&self, put: eddy_dynamo::Put) -> Result<(), TableError> {
-        self.table.put_item(put).await
-    }
-    async fn update_item(&self, update: eddy_dynamo::UpdateItem) -> Result<Item, TableError> {
-        self.table.update_item(update).await
-    }
-    async fn delete_item(&self, delete: eddy_dynamo::Delete) -> Result<(), TableError> {
-        self.table.delete_item(delete).await
-    }
-    async fn batch_get_item(&self, keys: Vec<Item>) -> Result<Vec<Item>, TableError> {
-        let found = self.table.batch_get_item(keys).await;
-        self.polls.send_modify(|polls| *polls += 1);
+        table: &dyn Table,
+        keys: Vec<Item>,
+    ) -> Result<Vec<Item>, TableError> {
+        let found = table.batch_get_item(keys).await;
+        self.0.send_modify(|polls| *polls += 1);
         found
     }
 }

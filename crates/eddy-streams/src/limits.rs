@@ -20,10 +20,11 @@ pub const FORK_MESSAGE_COST: u64 = 64;
 /// content type, a `Stream-Seq`, an idempotent producer's id. Each lives
 /// in the stream's record (and a producer's id in its own row or item),
 /// which every later write of the stream rewrites on some backends
-/// (DynamoDB: one item of at most 400 KB): a longer one is refused with
+/// (DynamoDB: one item of at most 400 KB, and a producer's id is part of
+/// its item's sort key, at most 1 KB): a longer one is refused with
 /// [`StreamError::InvalidArgument`](crate::StreamError::InvalidArgument)
 /// and nothing is written.
-pub const MAX_STORED_VALUE_BYTES: usize = 1024;
+pub const MAX_STORED_VALUE_BYTES: usize = 512;
 
 /// Refuses a value over [`MAX_STORED_VALUE_BYTES`]; `what` names it.
 pub(crate) fn check_stored_value(what: &str, value: &str) -> Result<(), crate::StreamError> {
