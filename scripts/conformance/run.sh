@@ -40,30 +40,13 @@ fi
 # One backend's run: start a server, run the suite against it, print one
 # count line (and, on failure, where the logs are). Exits non-zero on failure.
 run_backend() {
-  local backend="$1" port data log storage server report counts status=0 schema=""
+  local backend="$1" port data log storage server report counts status=0 schema
   local long_poll_ms="$long_poll_ms"
   [ "$backend" != dynamodb ] || long_poll_ms="$dynamodb_long_poll_ms"
   port="$(free_port)"
   data="$(mktemp -d)"
   log="$(mktemp)"
-  storage=("--storage" "$backend" "--data" "$data")
-  if [ "$backend" = postgres ]; then
-    : "${DATABASE_URL:?postgres needs DATABASE_URL}"
-    schema="conformance_$$"
-    storage=("--storage" "$DATABASE_URL" "--pg-schema" "$schema")
-  fi
-  if [ "$backend" = dynamodb ]; then
-    : "${EDDY_DYNAMODB_ENDPOINT:?dynamodb needs EDDY_DYNAMODB_ENDPOINT}"
-    export AWS_ENDPOINT_URL="$EDDY_DYNAMODB_ENDPOINT" AWS_REGION=us-east-1 \
-      AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing
-    local table="conformance-$$-$RANDOM"
-    "$eddy" dynamo create-table --table "$table" >"$log" 2>&1 || {
-      echo "conformance ($backend): could not create the table; its log:"
-      cat "$log"
-      return 1
-    }
-    storage=("--storage" "dynamodb://$table")
-  fi
+  storage_for "$backend" "$data" "$log" "conformance ($backend)" || return 1
   # The suite's webhook receivers listen on 127.0.0.1, an internal address
   # that webhooks may not reach unless allowed.
   "$eddy" serve --listen "127.0.0.1:$port" "${storage[@]}" \
@@ -95,9 +78,7 @@ run_backend() {
     echo "  server log: $log; vitest output: $report.out"
   fi
   rm -rf "$data"
-  if [ -n "$schema" ] && command -v psql >/dev/null; then
-    psql -q "$DATABASE_URL" -c "DROP SCHEMA IF EXISTS $schema CASCADE" >/dev/null 2>&1 || true
-  fi
+  drop_schema
   return "$status"
 }
 

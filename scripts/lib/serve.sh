@@ -21,3 +21,40 @@ wait_healthy() {
   kill "$pid" 2>/dev/null || true
   return 1
 }
+
+# The `eddy serve` storage arguments of BACKEND (memory, sqlite, postgres,
+# dynamodb), in the array `storage`: `postgres` in a schema of its own on
+# DATABASE_URL (named in `schema`, to drop with drop_schema), `dynamodb` on
+# a fresh table made by `$eddy dynamo create-table` at
+# EDDY_DYNAMODB_ENDPOINT. Fails, saying why as LABEL, when the table cannot
+# be made.
+#   storage_for BACKEND DATA_DIR LOG LABEL
+storage_for() {
+  local backend="$1" data="$2" log="$3" label="$4"
+  storage=("--storage" "$backend" "--data" "$data")
+  schema=""
+  if [ "$backend" = postgres ]; then
+    : "${DATABASE_URL:?postgres needs DATABASE_URL}"
+    schema="eddy_script_$$_$RANDOM"
+    storage=("--storage" "$DATABASE_URL" "--pg-schema" "$schema")
+  fi
+  if [ "$backend" = dynamodb ]; then
+    : "${EDDY_DYNAMODB_ENDPOINT:?dynamodb needs EDDY_DYNAMODB_ENDPOINT}"
+    export AWS_ENDPOINT_URL="$EDDY_DYNAMODB_ENDPOINT" AWS_REGION=us-east-1 \
+      AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing
+    local table="eddy-script-$$-$RANDOM"
+    "$eddy" dynamo create-table --table "$table" >"$log" 2>&1 || {
+      echo "$label: could not create the table; its log:"
+      cat "$log"
+      return 1
+    }
+    storage=("--storage" "dynamodb://$table")
+  fi
+}
+
+# Drops the PostgreSQL schema storage_for made, if any.
+drop_schema() {
+  if [ -n "${schema:-}" ] && command -v psql >/dev/null; then
+    psql -q "$DATABASE_URL" -c "DROP SCHEMA IF EXISTS $schema CASCADE" >/dev/null 2>&1 || true
+  fi
+}

@@ -36,28 +36,11 @@ fi
 . "$root/scripts/lib/serve.sh"
 
 run_backend() {
-  local backend="$1" port data log server status=0 schema=""
+  local backend="$1" port data log server status=0 storage schema
   port="$(free_port)"
   data="$(mktemp -d)"
   log="$(mktemp)"
-  local storage=("--storage" "$backend" "--data" "$data")
-  if [ "$backend" = postgres ]; then
-    : "${DATABASE_URL:?postgres needs DATABASE_URL}"
-    schema="python_client_$$"
-    storage=("--storage" "$DATABASE_URL" "--pg-schema" "$schema")
-  fi
-  if [ "$backend" = dynamodb ]; then
-    : "${EDDY_DYNAMODB_ENDPOINT:?dynamodb needs EDDY_DYNAMODB_ENDPOINT}"
-    export AWS_ENDPOINT_URL="$EDDY_DYNAMODB_ENDPOINT" AWS_REGION=us-east-1 \
-      AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing
-    local table="python-client-$$-$RANDOM"
-    "$eddy" dynamo create-table --table "$table" >"$log" 2>&1 || {
-      echo "python client ($backend): could not create the table; its log:"
-      cat "$log"
-      return 1
-    }
-    storage=("--storage" "dynamodb://$table")
-  fi
+  storage_for "$backend" "$data" "$log" "python client ($backend)" || return 1
   "$eddy" serve --listen "127.0.0.1:$port" "${storage[@]}" --long-poll-timeout 2s >"$log" 2>&1 &
   server=$!
   wait_healthy "http://127.0.0.1:$port" "$server" "$log" "python client ($backend)" || return 1
@@ -66,9 +49,7 @@ run_backend() {
   wait "$server" 2>/dev/null || true
   [ "$status" -eq 0 ] || echo "  server log: $log"
   rm -rf "$data"
-  if [ -n "$schema" ] && command -v psql >/dev/null; then
-    psql -q "$DATABASE_URL" -c "DROP SCHEMA IF EXISTS $schema CASCADE" >/dev/null 2>&1 || true
-  fi
+  drop_schema
   return "$status"
 }
 

@@ -107,8 +107,9 @@ impl Activity {
                     }
                     stalled.min(now + idle)
                 } else {
-                    // In use: look again an idle period from now.
-                    now + idle
+                    // In use: look again before a stall that starts now
+                    // could outlast the write timeout twice.
+                    now + idle.min(write_timeout)
                 }
             } else {
                 let last_end = self.last_end_ms.load(Ordering::Acquire);

@@ -133,7 +133,7 @@ async fn route(
                 .ok_or_else(|| SubscriptionError::not_found(id))?;
             unclaimed(&sub, now_ms())?;
             if let Err(err) = wake::refresh(&registry, id).await {
-                if err.status == StatusCode::NOT_FOUND {
+                if err.is_not_found() {
                     return Err(err);
                 }
                 tracing::warn!(subscription = %id, error = %err.body, "cannot read a subscription's streams before a claim; claiming what it knows");

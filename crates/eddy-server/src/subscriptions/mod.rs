@@ -594,6 +594,11 @@ impl SubscriptionError {
         )
     }
 
+    /// Whether it says the subscription does not exist (deleted meanwhile).
+    fn is_not_found(&self) -> bool {
+        self.status == StatusCode::NOT_FOUND
+    }
+
     fn fenced() -> Self {
         SubscriptionError::new(
             StatusCode::CONFLICT,

@@ -65,6 +65,19 @@ impl Registry {
             .transpose()
     }
 
+    /// The document of subscription `id` (at `key`); `NOT_FOUND`, and
+    /// forgotten here, when there is none.
+    async fn fetch(&self, id: &str, key: &str) -> Result<Document, SubscriptionError> {
+        match self.documents().get(key).await {
+            Ok(Some(document)) => Ok(document),
+            Ok(None) => {
+                self.remember(id, None);
+                Err(SubscriptionError::not_found(id))
+            }
+            Err(e) => Err(SubscriptionError::store(&e)),
+        }
+    }
+
     /// Stores a new subscription; `false` when one with its id exists.
     pub(super) async fn insert(&self, sub: &Subscription) -> Result<bool, SubscriptionError> {
         let stored = self
@@ -91,14 +104,7 @@ impl Registry {
         let documents = self.documents();
         let key = key(id);
         for _ in 0..MAX_ROUNDS {
-            let Some(document) = documents
-                .get(&key)
-                .await
-                .map_err(|e| SubscriptionError::store(&e))?
-            else {
-                self.remember(id, None);
-                return Err(SubscriptionError::not_found(id));
-            };
+            let document = self.fetch(id, &key).await?;
             let mut sub = decode(&document)?;
             let out = change(&mut sub)?;
             let body = encode(&sub)?;
@@ -122,14 +128,7 @@ impl Registry {
         let documents = self.documents();
         let key = key(id);
         for _ in 0..MAX_ROUNDS {
-            let Some(document) = documents
-                .get(&key)
-                .await
-                .map_err(|e| SubscriptionError::store(&e))?
-            else {
-                self.remember(id, None);
-                return Err(SubscriptionError::not_found(id));
-            };
+            let document = self.fetch(id, &key).await?;
             if documents
                 .remove(&key, document.version)
                 .await

@@ -120,7 +120,7 @@ pub(super) async fn try_wake(registry: &Arc<Registry>, id: &str) {
         .await
     {
         Ok(action) => run(registry, action),
-        Err(err) if err.status == axum::http::StatusCode::NOT_FOUND => {}
+        Err(err) if err.is_not_found() => {}
         Err(err) => {
             tracing::warn!(subscription = %id, error = %err.body, "cannot wake a subscription; the sweep tries again");
         }
@@ -278,7 +278,7 @@ async fn record_tails(
             run(registry, action);
             Ok(())
         }
-        Err(err) if err.status == axum::http::StatusCode::NOT_FOUND => Ok(()),
+        Err(err) if err.is_not_found() => Ok(()),
         Err(err) => Err(err),
     }
 }
@@ -363,7 +363,7 @@ pub(super) async fn rescan(registry: &Arc<Registry>) {
         for id in ids {
             match record_listing(registry, &id, &infos, listed_ms).await {
                 Ok(()) => {}
-                Err(err) if err.status == axum::http::StatusCode::NOT_FOUND => {}
+                Err(err) if err.is_not_found() => {}
                 Err(err) => {
                     tracing::warn!(subscription = %id, error = %err.body, "cannot record a listing on a subscription; the next sweep tries again");
                 }
@@ -434,7 +434,7 @@ async fn post_wake(registry: Arc<Registry>, id: String, target: String, event: s
     match retry {
         Ok(Some(delay)) => wake_later(&registry, id, delay),
         Ok(None) => {}
-        Err(err) if err.status == axum::http::StatusCode::NOT_FOUND => {}
+        Err(err) if err.is_not_found() => {}
         // The post's lease ends and the sweep posts again.
         Err(err) => {
             tracing::warn!(subscription = %id, error = %err.body, "cannot record a pull-wake post");
