@@ -8,96 +8,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use eddy_server::{app, App, AppState, ServerConfig};
-use eddy_streams::{
-    Append, Appended, Created, MemoryStorage, Notifier, Payload, ReadChunk, ReadFrom, Storage,
-    StreamConfig, StreamError, StreamInfo, StreamPath,
-};
+use eddy_streams::Storage;
 use http_body_util::BodyExt;
 use tokio::sync::watch;
 use tower::ServiceExt;
 
-use crate::support::series;
-
-/// A memory store that counts the reads and heads asked of it. It keeps
-/// the default `wait`, as the memory store does, so the heads a wait
-/// makes are counted too.
-struct Counted {
-    inner: MemoryStorage,
-    reads: AtomicUsize,
-    heads: watch::Sender<usize>,
-}
-
-impl Counted {
-    fn new() -> Self {
-        Counted {
-            inner: MemoryStorage::new(),
-            reads: AtomicUsize::new(0),
-            heads: watch::Sender::new(0),
-        }
-    }
-
-    /// (reads, heads) so far.
-    fn counts(&self) -> (usize, usize) {
-        (self.reads.load(Ordering::SeqCst), *self.heads.borrow())
-    }
-
-    /// Waits until `count` heads have been asked: each waiting reader
-    /// looks at the stream once before it parks.
-    async fn until_heads(&self, count: usize) {
-        let mut heads = self.heads.subscribe();
-        tokio::time::timeout(Duration::from_secs(60), heads.wait_for(|n| *n >= count))
-            .await
-            .expect("the readers never all waited")
-            .expect("heads");
-    }
-}
-
-#[async_trait]
-impl Storage for Counted {
-    async fn create(
-        &self,
-        path: &StreamPath,
-        config: StreamConfig,
-        initial: Payload,
-    ) -> Result<Created, StreamError> {
-        self.inner.create(path, config, initial).await
-    }
-
-    async fn append(&self, path: &StreamPath, append: Append) -> Result<Appended, StreamError> {
-        self.inner.append(path, append).await
-    }
-
-    async fn read(
-        &self,
-        path: &StreamPath,
-        from: ReadFrom,
-        max_bytes: usize,
-    ) -> Result<ReadChunk, StreamError> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        self.inner.read(path, from, max_bytes).await
-    }
-
-    async fn head(&self, path: &StreamPath) -> Result<StreamInfo, StreamError> {
-        self.heads.send_modify(|n| *n += 1);
-        self.inner.head(path).await
-    }
-
-    async fn delete(&self, path: &StreamPath) -> Result<(), StreamError> {
-        self.inner.delete(path).await
-    }
-
-    async fn list(&self, prefix: &str) -> Result<Vec<StreamInfo>, StreamError> {
-        self.inner.list(prefix).await
-    }
-
-    fn notifier(&self) -> &Notifier {
-        self.inner.notifier()
-    }
-}
+use crate::support::{series, Counted};
 
 /// The application over `store`, with room for 20 000 live readers.
 fn serve(store: Arc<dyn Storage>) -> App {

@@ -1,12 +1,18 @@
-//! What the test modules share: a server on a memory store, and the
-//! series of its `/metrics` page.
+//! What the test modules share: a server on a memory store, the series of
+//! its `/metrics` page, and a memory store that counts what it is asked.
 
 use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use eddy_server::{RunningServer, Server, ServerConfig};
-use eddy_streams::MemoryStorage;
+use eddy_streams::{
+    Append, Appended, Created, MemoryStorage, Notifier, Payload, ReadChunk, ReadFrom, Storage,
+    StreamConfig, StreamError, StreamInfo, StreamPath,
+};
+use tokio::sync::watch;
 
 /// A server with `config` on a fresh memory store, at a free local port.
 pub(crate) async fn start(config: ServerConfig) -> RunningServer {
@@ -50,4 +56,93 @@ pub(crate) async fn until_series(base: &str, name: &str, reached: impl Fn(f64) -
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     panic!("the server's {name} never reached the value waited for");
+}
+
+/// A memory store that counts the reads, heads and listings asked of it. It keeps
+/// the default `wait`, as the memory store does, so the heads a wait
+/// makes are counted too.
+pub(crate) struct Counted {
+    inner: MemoryStorage,
+    reads: AtomicUsize,
+    lists: AtomicUsize,
+    heads: watch::Sender<usize>,
+}
+
+impl Counted {
+    pub(crate) fn new() -> Self {
+        Counted {
+            inner: MemoryStorage::new(),
+            reads: AtomicUsize::new(0),
+            lists: AtomicUsize::new(0),
+            heads: watch::Sender::new(0),
+        }
+    }
+
+    /// Listings so far.
+    pub(crate) fn lists(&self) -> usize {
+        self.lists.load(Ordering::SeqCst)
+    }
+
+    /// (reads, heads) so far.
+    pub(crate) fn counts(&self) -> (usize, usize) {
+        (self.reads.load(Ordering::SeqCst), *self.heads.borrow())
+    }
+
+    /// Waits until `count` heads have been asked: each waiting reader
+    /// looks at the stream once before it parks.
+    pub(crate) async fn until_heads(&self, count: usize) {
+        let mut heads = self.heads.subscribe();
+        tokio::time::timeout(Duration::from_secs(60), heads.wait_for(|n| *n >= count))
+            .await
+            .expect("the readers never all waited")
+            .expect("heads");
+    }
+}
+
+#[async_trait]
+impl Storage for Counted {
+    async fn create(
+        &self,
+        path: &StreamPath,
+        config: StreamConfig,
+        initial: Payload,
+    ) -> Result<Created, StreamError> {
+        self.inner.create(path, config, initial).await
+    }
+
+    async fn append(&self, path: &StreamPath, append: Append) -> Result<Appended, StreamError> {
+        self.inner.append(path, append).await
+    }
+
+    async fn read(
+        &self,
+        path: &StreamPath,
+        from: ReadFrom,
+        max_bytes: usize,
+    ) -> Result<ReadChunk, StreamError> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.inner.read(path, from, max_bytes).await
+    }
+
+    async fn head(&self, path: &StreamPath) -> Result<StreamInfo, StreamError> {
+        self.heads.send_modify(|n| *n += 1);
+        self.inner.head(path).await
+    }
+
+    async fn delete(&self, path: &StreamPath) -> Result<(), StreamError> {
+        self.inner.delete(path).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<StreamInfo>, StreamError> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        self.inner.list(prefix).await
+    }
+
+    fn documents(&self) -> Option<&dyn eddy_streams::Documents> {
+        self.inner.documents()
+    }
+
+    fn notifier(&self) -> &Notifier {
+        self.inner.notifier()
+    }
 }

@@ -2,6 +2,7 @@
 
 mod authorization;
 mod caching;
+mod claims;
 mod compression;
 mod connections;
 mod console;

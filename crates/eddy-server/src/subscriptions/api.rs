@@ -125,13 +125,19 @@ async fn route(
         }
         (Method::POST, "claim") => {
             let request: ClaimRequest = json(&body)?;
-            // A held lease is refused before the refresh, which lists the
-            // store's streams and may take longer than a short lease.
+            // A held lease is refused before anything else is read.
             let (sub, _) = registry
                 .load(id)
                 .await?
                 .ok_or_else(|| SubscriptionError::not_found(id))?;
             unclaimed(&sub, now_ms())?;
+            // With work recorded, the claim hands it out: a commit not
+            // recorded yet wakes the subscription again once it is. With
+            // none, the store is read for commits the feed has not
+            // brought yet.
+            if sub.has_pending() {
+                return claim(&registry, id, request.worker).await;
+            }
             if let Err(err) = wake::refresh(&registry, id).await {
                 if err.is_not_found() {
                     return Err(err);

@@ -1,0 +1,95 @@
+//! What a pull-wake claim asks of the store (issue 33: no request reads
+//! every stream). A claim reads the subscription's streams from the store
+//! only when it has nothing pending to hand out: the commits recorded on
+//! it already name the work, and a commit recorded later wakes it again.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use eddy_server::{app, App, AppState, ServerConfig};
+use tokio::sync::watch;
+use tower::ServiceExt;
+
+use crate::support::Counted;
+
+/// Whether the subscription has data past what it acknowledged.
+async fn pending(app: &App) -> bool {
+    let request = Request::builder()
+        .uri("/app/__ds/subscriptions/s")
+        .body(Body::empty())
+        .expect("request");
+    let response = app.clone().oneshot(request).await.expect("infallible");
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .expect("body")
+        .to_bytes();
+    let described: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    described["streams"][0]["has_pending"] == true
+}
+
+async fn call(app: &App, method: &str, uri: &str, body: &str) -> StatusCode {
+    let request = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_owned()))
+        .expect("request");
+    app.clone()
+        .oneshot(request)
+        .await
+        .expect("infallible")
+        .status()
+}
+
+#[tokio::test]
+async fn a_claim_with_work_pending_lists_no_stream() {
+    let store = Arc::new(Counted::new());
+    let (stop, stopping) = watch::channel(false);
+    let app = app(AppState::new(
+        Arc::clone(&store) as Arc<dyn eddy_streams::Storage>,
+        ServerConfig::default(),
+        stopping,
+    ));
+    assert_eq!(
+        call(&app, "PUT", "/app/wakes", "").await,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        call(&app, "PUT", "/app/jobs/1", "").await,
+        StatusCode::CREATED
+    );
+    let subscribe = r#"{"type":"pull-wake","streams":["jobs/1"],"wake_stream":"wakes"}"#;
+    let created = call(&app, "PUT", "/app/__ds/subscriptions/s", subscribe).await;
+    assert_eq!(created, StatusCode::CREATED);
+    assert_eq!(
+        call(&app, "POST", "/app/jobs/1", r#"{"n":1}"#).await,
+        StatusCode::NO_CONTENT
+    );
+
+    // Once the append is recorded on the subscription, a claim answers
+    // from the subscription alone.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !pending(&app).await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the append was never recorded"
+        );
+        tokio::task::yield_now().await;
+    }
+    let claim = |worker: &'static str| {
+        let app = app.clone();
+        async move {
+            let body = format!(r#"{{"worker":"{worker}"}}"#);
+            call(&app, "POST", "/app/__ds/subscriptions/s/claim", &body).await
+        }
+    };
+    let before = store.lists();
+    assert_eq!(claim("w1").await, StatusCode::OK);
+    assert_eq!(store.lists(), before, "the claim listed the store");
+    // A held lease is refused without reading anything.
+    let before = store.lists();
+    assert_eq!(claim("w2").await, StatusCode::CONFLICT);
+    assert_eq!(store.lists(), before);
+    drop(stop);
+}
