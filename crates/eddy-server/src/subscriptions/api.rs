@@ -338,6 +338,7 @@ async fn create(
             .entry(path)
             .or_insert(Watched::from(Link::Pattern, tail));
     }
+    wake::listen(registry, state);
     if registry.insert(&sub).await? {
         return Ok((StatusCode::CREATED, axum::Json(registry.describe(&sub))).into_response());
     }

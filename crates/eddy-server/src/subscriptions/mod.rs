@@ -423,6 +423,8 @@ pub(crate) struct Registry {
     unrecorded: Mutex<HashMap<String, BTreeMap<String, Offset>>>,
     /// Wakes the recorder when `unrecorded` gains something.
     recorder: tokio::sync::Notify,
+    /// Set once the server follows the store's commits.
+    listening: std::sync::OnceLock<()>,
     /// The most streams one subscription watches through its pattern.
     max_matches: usize,
 }
@@ -518,6 +520,7 @@ impl Registry {
             known: Mutex::new(HashMap::new()),
             unrecorded: Mutex::new(HashMap::new()),
             recorder: tokio::sync::Notify::new(),
+            listening: std::sync::OnceLock::new(),
             max_matches: state.config.max_subscription_matches,
         }))
     }
@@ -530,7 +533,6 @@ async fn registry(state: &AppState) -> Result<Arc<Registry>, SubscriptionError> 
         .subscriptions
         .get_or_try_init(|| async {
             let registry = Registry::create(state).await?;
-            wake::listen(&registry, state);
             sweep::start(&registry, state);
             Ok(registry)
         })

@@ -21,6 +21,7 @@ const RESCAN_EVERY: u32 = 30;
 pub(super) fn start(registry: &Arc<Registry>, state: &AppState) {
     let registry = Arc::clone(registry);
     let interval = state.config.subscription_sweep_interval;
+    let state = state.clone();
     tokio::spawn(async move {
         let mut stopping = registry.stopping.clone();
         let mut round: u32 = 0;
@@ -30,7 +31,7 @@ pub(super) fn start(registry: &Arc<Registry>, state: &AppState) {
                 _ = stopping.wait_for(|stopping| *stopping) => return,
             }
             round = round.wrapping_add(1);
-            if let Err(err) = sweep(&registry).await {
+            if let Err(err) = sweep(&registry, &state).await {
                 tracing::warn!(error = %err, "cannot read the subscriptions; the next sweep tries again");
                 continue;
             }
@@ -43,7 +44,10 @@ pub(super) fn start(registry: &Arc<Registry>, state: &AppState) {
 
 /// One sweep: every subscription read, the known ones replaced by them,
 /// new ones brought up to date from the store, and due wakes begun.
-async fn sweep(registry: &Arc<Registry>) -> Result<(), eddy_streams::StreamError> {
+async fn sweep(
+    registry: &Arc<Registry>,
+    state: &AppState,
+) -> Result<(), eddy_streams::StreamError> {
     let now = now_ms();
     let mut found = HashMap::new();
     let mut due = Vec::new();
@@ -74,6 +78,9 @@ async fn sweep(registry: &Arc<Registry>) -> Result<(), eddy_streams::StreamError
         if !full {
             break;
         }
+    }
+    if !found.is_empty() {
+        wake::listen(registry, state);
     }
     let new: Vec<String> = {
         let mut known = registry.known();

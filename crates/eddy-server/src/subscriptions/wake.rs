@@ -148,10 +148,15 @@ pub(super) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Starts following the store's commits (once per server), until the
-/// server shuts down: each commit is noted for the subscriptions that
-/// watch its stream, and a recorder task writes the notes.
+/// Starts following the store's commits (once per server, when it first
+/// knows of a subscription: a server with none pays nothing per commit),
+/// until the server shuts down: each commit is noted for the
+/// subscriptions that watch its stream, and a recorder task writes the
+/// notes.
 pub(super) fn listen(registry: &Arc<Registry>, state: &AppState) {
+    if registry.listening.set(()).is_err() {
+        return;
+    }
     let mut commits = state.store.committed();
     let listener = Arc::clone(registry);
     let stopping = state.clone();
