@@ -633,6 +633,21 @@ pub async fn batch_and_transactional_get<T: Table + ChangeFeed>(t: &T) {
         .unwrap();
     batch.sort_by_key(|i| eddy_dynamo::get_str(i, "sk").unwrap_or_default().to_owned());
     assert_eq!(batch, vec![item("p", "1", &[]), item("p", "2", &[])]);
+
+    // More keys than one request carries (DynamoTable sends its chunks
+    // at once): every present item once, whatever the chunking.
+    for n in 0..250 {
+        t.put_item(Put::new(item("many", &format!("{n:03}"), &[])))
+            .await
+            .unwrap();
+    }
+    let keys: Vec<Item> = (0..300).map(|n| key("many", &format!("{n:03}"))).collect();
+    let mut many = t.batch_get_item(keys).await.unwrap();
+    many.sort_by_key(|i| eddy_dynamo::get_str(i, "sk").unwrap_or_default().to_owned());
+    let wanted: Vec<Item> = (0..250)
+        .map(|n| item("many", &format!("{n:03}"), &[]))
+        .collect();
+    assert_eq!(many, wanted);
 }
 
 pub async fn change_feed_records_real_changes_in_order<T: Table + ChangeFeed>(t: &T) {

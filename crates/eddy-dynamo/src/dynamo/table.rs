@@ -13,6 +13,7 @@ use aws_sdk_dynamodb::types::{
     self as sdk, KeysAndAttributes, ReturnValue, ReturnValuesOnConditionCheckFailure,
 };
 use aws_sdk_dynamodb::Client;
+use futures::{StreamExt, TryStreamExt};
 
 use super::convert::{from_sdk_item, from_sdk_opt, to_sdk_item};
 use super::errors::{cancelled, map_sdk};
@@ -31,6 +32,8 @@ use crate::table::Table;
 const BATCH_GET_KEYS: usize = 100;
 /// Attempts at the unprocessed keys of a `BatchGetItem` before giving up.
 const BATCH_GET_ATTEMPTS: u32 = 8;
+/// How many `BatchGetItem` chunks of one call are in flight at once.
+const BATCH_GET_AT_ONCE: usize = 8;
 
 /// A DynamoDB table through `aws-sdk-dynamodb`, with the same semantics and
 /// typed errors as [`EmbeddedTable`](crate::EmbeddedTable).
@@ -526,45 +529,59 @@ impl Table for DynamoTable {
             .into_iter()
             .filter(|k| seen.insert(crate::embedded::encode_key_of(&self.schema, k)))
             .collect();
+        // The chunks go out at once (a few at a time): a poll of many
+        // paths waits for about one request, not one per 100 keys.
+        let chunks: Vec<Vec<Item>> = keys.chunks(BATCH_GET_KEYS).map(<[Item]>::to_vec).collect();
+        let found: Vec<Vec<Item>> = futures::stream::iter(chunks)
+            .map(|chunk| self.batch_get_chunk(chunk))
+            .buffer_unordered(BATCH_GET_AT_ONCE)
+            .try_collect()
+            .await?;
+        Ok(found.into_iter().flatten().collect())
+    }
+}
+
+impl DynamoTable {
+    /// One chunk of a [`Table::batch_get_item`]: at most 100 keys, their
+    /// unprocessed keys sent again with backoff.
+    async fn batch_get_chunk(&self, chunk: Vec<Item>) -> Result<Vec<Item>, TableError> {
         let mut found = Vec::new();
-        for chunk in keys.chunks(BATCH_GET_KEYS) {
-            let mut pending = chunk.iter().map(to_sdk_item).collect::<Vec<_>>();
-            let mut attempt = 0;
-            while !pending.is_empty() {
-                if attempt == BATCH_GET_ATTEMPTS {
-                    return Err(TableError::Throttled {
-                        message: format!(
-                            "{} keys of a BatchGetItem stayed unprocessed after {attempt} attempts",
-                            pending.len()
-                        ),
-                    });
-                }
-                if attempt > 0 {
-                    tokio::time::sleep(backoff(attempt)).await;
-                }
-                attempt += 1;
-                let request = KeysAndAttributes::builder()
-                    .set_keys(Some(std::mem::take(&mut pending)))
-                    .consistent_read(true)
-                    .build()
-                    .map_err(|e| TableError::internal_from("building a batch get", e))?;
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .request_items(self.name(), request)
-                    .send()
-                    .await
-                    .map_err(|e| map_sdk(self.name(), e))?;
-                let mut responses: HashMap<_, _> = out.responses.unwrap_or_default();
-                let items = responses.remove(self.name()).unwrap_or_default();
-                self.requests.read(items.len());
-                for item in items {
-                    found.push(from_sdk_item(item)?);
-                }
-                if let Some(mut unprocessed) = out.unprocessed_keys {
-                    if let Some(rest) = unprocessed.remove(self.name()) {
-                        pending = rest.keys;
-                    }
+        let mut pending = chunk.iter().map(to_sdk_item).collect::<Vec<_>>();
+        let mut attempt = 0;
+        while !pending.is_empty() {
+            if attempt == BATCH_GET_ATTEMPTS {
+                return Err(TableError::Throttled {
+                    message: format!(
+                        "{} keys of a BatchGetItem stayed unprocessed after {attempt} attempts",
+                        pending.len()
+                    ),
+                });
+            }
+            if attempt > 0 {
+                tokio::time::sleep(backoff(attempt)).await;
+            }
+            attempt += 1;
+            let request = KeysAndAttributes::builder()
+                .set_keys(Some(std::mem::take(&mut pending)))
+                .consistent_read(true)
+                .build()
+                .map_err(|e| TableError::internal_from("building a batch get", e))?;
+            let out = self
+                .client
+                .batch_get_item()
+                .request_items(self.name(), request)
+                .send()
+                .await
+                .map_err(|e| map_sdk(self.name(), e))?;
+            let mut responses: HashMap<_, _> = out.responses.unwrap_or_default();
+            let items = responses.remove(self.name()).unwrap_or_default();
+            self.requests.read(items.len());
+            for item in items {
+                found.push(from_sdk_item(item)?);
+            }
+            if let Some(mut unprocessed) = out.unprocessed_keys {
+                if let Some(rest) = unprocessed.remove(self.name()) {
+                    pending = rest.keys;
                 }
             }
         }
