@@ -8,8 +8,9 @@
 //! `eddy_streams::Storage` (SQLite, PostgreSQL, DynamoDB, or a remote
 //! `eddy serve`), chosen per row, per projection, or by a function
 //! ([`Route`]), as an idempotent producer whose identity comes from the
-//! row and whose position from the effect's place in the row's outbox
-//! order. A redelivery after any crash appends nothing twice, and each
+//! row and the event's stream instance, and whose position from the
+//! event's version and the effect's place among its effects: the
+//! outbox's own identity of an effect, `(stream id, version, index)`. A redelivery after any crash appends nothing twice, and each
 //! row's effects sit in the stream in outbox order, so a read model's
 //! changes can be served live to browsers over the Durable Streams
 //! protocol.
@@ -57,12 +58,6 @@ pub enum BridgeError {
     /// The effect did not encode into a message.
     #[error("the effect does not encode: {0}")]
     Encode(#[source] eddy_dynamo::BoxError),
-    /// The row's revision is too large to number its effects.
-    #[error("revision {revision} is too large to number its effects as producer epochs")]
-    Revision {
-        /// The revision.
-        revision: u64,
-    },
     /// The store refused the append or the create.
     #[error("appending to stream `{path}`: {source}")]
     Store {
@@ -80,7 +75,6 @@ impl BridgeError {
         match self {
             BridgeError::Route(_) => "bridge/route",
             BridgeError::Encode(_) => "bridge/encode",
-            BridgeError::Revision { .. } => "bridge/revision",
             BridgeError::Store { source, .. } => source.code(),
         }
     }

@@ -1,22 +1,29 @@
 //! The idempotent producer an effect is appended as.
 //!
-//! Each row is one producer (its id comes from the row's key), and each
-//! effect one *epoch* of it, starting at sequence 0: epoch = revision ×
-//! 100 + position, where the revision is the row write's (it only grows
-//! for a row: tombstones keep it) and the position the effect's place in
-//! that write (below 100). Epochs therefore grow in the row's outbox
-//! order, whatever stream each effect goes to:
+//! An effect's identity is the outbox's own: `(stream id, version,
+//! index)` — the event's stream instance, its version, and the effect's
+//! place among that event's effects. Each row and event stream instance
+//! it reads is one producer (its id comes from both), each event one
+//! *epoch* of it (its version), and each effect one sequence number in
+//! that epoch (its index). A row applies one stream's events in version
+//! order, and the outbox hands out its effects in that order, so each
+//! producer's positions only grow:
 //!
-//! - a redelivery of the effect last appended to a stream is the same
-//!   epoch and sequence: the store answers it as a duplicate;
-//! - a redelivery of an older effect (an expired claim let a second
-//!   drainer deliver it after the next one) has a lower epoch: the store
-//!   refuses it as fenced, which means a later effect of the row is
-//!   already in the stream, so this one was delivered before it.
+//! - a redelivery of an effect of the last event appended is a sequence
+//!   at or below the last one: the store answers it as a duplicate;
+//! - a redelivery of an older event's effect (an expired claim let a
+//!   second drainer deliver it after the next one, or a `rebuild`
+//!   committed it again) has a lower epoch: the store refuses it as
+//!   fenced, which means a later effect of that producer is already in
+//!   the stream, so this one was delivered before it.
 //!
-//! Nothing is appended twice, and a row's effects are in outbox order.
-
-use eddy_dynamo::{Effect, MAX_EFFECTS_PER_WRITE};
+//! Neither depends on the row's revision, which starts again when a
+//! row's tombstone expires and changes when a `rebuild` writes the row
+//! again: a revived row's events have versions above the old ones (or
+//! come from a new stream instance, a new producer), so they are
+//! appended.
+//!
+use eddy_dynamo::Effect;
 use eddy_streams::ProducerPosition;
 use sha2::{Digest, Sha256};
 
@@ -26,23 +33,19 @@ const MAX_ID_BYTES: usize = 200;
 /// The producer position of `effect`, for rows of `name` (the projection,
 /// or any name that tells the rows of different tables apart on one
 /// stream).
-pub fn position(name: &str, effect: &Effect) -> Result<ProducerPosition, crate::BridgeError> {
-    let epoch = effect
-        .revision
-        .checked_mul(MAX_EFFECTS_PER_WRITE as u64 + 1)
-        .and_then(|base| base.checked_add(u64::from(effect.position)))
-        .ok_or(crate::BridgeError::Revision {
-            revision: effect.revision,
-        })?;
-    Ok(ProducerPosition::new(id(name, effect), epoch, 0))
+pub fn position(name: &str, effect: &Effect) -> ProducerPosition {
+    ProducerPosition::new(id(name, effect), effect.version, u64::from(effect.index))
 }
 
-/// `<name>:<key>/<key>` of the effect's row (its key attributes in name
-/// order, escaped as in [`row_path`](crate::row_path): visible ASCII, so
-/// that the id travels in an HTTP header), or `<name>:sha256:<digest>`
-/// when that is long.
+/// `<name>:<key>/<key>:<stream id>` of the effect's row and event
+/// stream instance (the row's key attributes in name order, each part
+/// escaped as in [`row_path`](crate::row_path): visible ASCII, so that
+/// the id travels in an HTTP header), or `<name>:sha256:<digest>` when
+/// that is long.
 pub fn id(name: &str, effect: &Effect) -> String {
-    let key = crate::route::escaped_key(effect);
+    let mut key = crate::route::escaped_key(effect);
+    key.push(':');
+    crate::route::escape(effect.stream_id.to_string().as_bytes(), &mut key);
     let id = format!("{name}:{key}");
     if id.len() <= MAX_ID_BYTES {
         return id;

@@ -82,7 +82,7 @@ pub(crate) fn escaped_key(effect: &Effect) -> String {
     key
 }
 
-fn escape(bytes: &[u8], out: &mut String) {
+pub(crate) fn escape(bytes: &[u8], out: &mut String) {
     if bytes.is_empty() {
         out.push_str("%00");
     }

@@ -36,6 +36,7 @@ pub(crate) const EFFECT: &str = "effect";
 pub(crate) const CLAIMED_UNTIL: &str = "claimedUntil";
 pub(crate) const CLAIM_ID: &str = "claimId";
 pub(crate) const ENQUEUED_AT: &str = "enqueuedAt";
+pub(crate) const INDEX: &str = "index";
 
 /// Every attribute an outbox item may carry besides its keys.
 pub(crate) const ATTRIBUTES: &[&str] = &[
@@ -47,14 +48,17 @@ pub(crate) const ATTRIBUTES: &[&str] = &[
     CLAIMED_UNTIL,
     CLAIM_ID,
     ENQUEUED_AT,
+    INDEX,
 ];
 
 /// What separates a row's sort key from its effects' positions.
 const OUTBOX_SEPARATOR: &str = "#$outbox#";
 
 /// A committed effect, as a drainer hands it to `deliver`. Consumers
-/// deduplicate on `(stream_id, version)` (with `position` when one event
-/// produces several effects): delivery is at least once.
+/// deduplicate on `(stream_id, version, index)`: delivery is at least
+/// once, and that identity stays an effect's own when its row's revision
+/// starts again (a tombstone's TTL expired) or a `rebuild` commits it
+/// again under a new revision and position.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Effect {
     /// The table key of its row.
@@ -69,6 +73,8 @@ pub struct Effect {
     pub revision: u64,
     /// Its place among that write's effects.
     pub position: u32,
+    /// Its place among its event's effects (`(stream_id, version)`).
+    pub index: u32,
     /// The effect, encoded.
     pub payload: AttributeValue,
 }
@@ -103,7 +109,13 @@ impl Outbox {
         let table = self.table.schema().name.clone();
         let mut writes = Vec::with_capacity(effects.len());
         let now = (self.clock)();
+        let mut index = 0u32;
         for (position, effect) in effects.iter().enumerate() {
+            // An event's effects are next to each other in a write.
+            let same_event = position > 0
+                && effects[position - 1].stream_id == effect.stream_id
+                && effects[position - 1].version == effect.version;
+            index = if same_event { index + 1 } else { 0 };
             let sk = format!("{row_sk}{OUTBOX_SEPARATOR}{revision:020}#{position:02}");
             let mut item = Item::from([
                 (pk_name.clone(), s(pk.clone())),
@@ -115,6 +127,7 @@ impl Outbox {
                 (VERSION.to_owned(), n(effect.version)),
                 (EFFECT.to_owned(), effect.payload.clone()),
                 (ENQUEUED_AT.to_owned(), n(now)),
+                (INDEX.to_owned(), n(index)),
             ]);
             if let Some(index) = &self.index {
                 item.insert(index.partition.clone(), s(self.index_partition.clone()));
@@ -182,6 +195,13 @@ impl Outbox {
         let position = tail.next().and_then(|p| p.parse().ok());
         let revision = tail.next().and_then(|r| r.parse().ok());
         let stream_id = get_str(item, STREAM_ID).and_then(|t| t.parse::<StreamId>().ok());
+        let position: Option<u32> = position;
+        // Items committed before the index was kept: one effect per event
+        // was the common case, and the position is the best guess left.
+        let index = match get_u64(item, INDEX) {
+            Some(index) => u32::try_from(index).ok(),
+            None => position,
+        };
         Ok(Effect {
             row,
             source: get_str(item, SOURCE).ok_or_else(|| bad(SOURCE))?.to_owned(),
@@ -189,6 +209,7 @@ impl Outbox {
             version: get_u64(item, VERSION).ok_or_else(|| bad(VERSION))?,
             revision: revision.ok_or_else(|| bad("revision"))?,
             position: position.ok_or_else(|| bad("position"))?,
+            index: index.ok_or_else(|| bad(INDEX))?,
             payload: item.get(EFFECT).cloned().ok_or_else(|| bad(EFFECT))?,
         })
     }
