@@ -100,7 +100,7 @@ impl StreamDelivery {
         } else {
             message
         };
-        let producer = producer::position(&self.name, effect);
+        let producer = producer::position(&self.name, effect)?;
         let append = Append::body(body)
             .with_content_type(self.config.content_type.clone())
             .with_producer(producer);

@@ -58,6 +58,13 @@ pub enum BridgeError {
     /// The effect did not encode into a message.
     #[error("the effect does not encode: {0}")]
     Encode(#[source] eddy_dynamo::BoxError),
+    /// The event's version is too large to number its effects as a
+    /// producer's epochs (above `u64::MAX / 100`).
+    #[error("event version {version} is too large to number its effects")]
+    Version {
+        /// The event's version.
+        version: u64,
+    },
     /// The store refused the append or the create.
     #[error("appending to stream `{path}`: {source}")]
     Store {
@@ -75,6 +82,7 @@ impl BridgeError {
         match self {
             BridgeError::Route(_) => "bridge/route",
             BridgeError::Encode(_) => "bridge/encode",
+            BridgeError::Version { .. } => "bridge/version",
             BridgeError::Store { source, .. } => source.code(),
         }
     }

@@ -3,15 +3,16 @@
 //! An effect's identity is the outbox's own: `(stream id, version,
 //! index)` — the event's stream instance, its version, and the effect's
 //! place among that event's effects. Each row and event stream instance
-//! it reads is one producer (its id comes from both), each event one
-//! *epoch* of it (its version), and each effect one sequence number in
-//! that epoch (its index). A row applies one stream's events in version
-//! order, and the outbox hands out its effects in that order, so each
-//! producer's positions only grow:
+//! it reads is one producer (its id comes from both), and each effect one
+//! *epoch* of it, starting at sequence 0: epoch = version × 100 + index
+//! (an event has at most 100 effects). Each effect being an epoch of its
+//! own, the effects of one event may go to different streams. A row
+//! applies one stream's events in version order, and the outbox hands
+//! out its effects in that order, so each producer's epochs only grow:
 //!
-//! - a redelivery of an effect of the last event appended is a sequence
-//!   at or below the last one: the store answers it as a duplicate;
-//! - a redelivery of an older event's effect (an expired claim let a
+//! - a redelivery of the effect last appended to a stream is the same
+//!   epoch and sequence: the store answers it as a duplicate;
+//! - a redelivery of an older effect (an expired claim let a
 //!   second drainer deliver it after the next one, or a `rebuild`
 //!   committed it again) has a lower epoch: the store refuses it as
 //!   fenced, which means a later effect of that producer is already in
@@ -22,8 +23,8 @@
 //! again: a revived row's events have versions above the old ones (or
 //! come from a new stream instance, a new producer), so they are
 //! appended.
-//!
-use eddy_dynamo::Effect;
+
+use eddy_dynamo::{Effect, MAX_EFFECTS_PER_WRITE};
 use eddy_streams::ProducerPosition;
 use sha2::{Digest, Sha256};
 
@@ -33,8 +34,15 @@ const MAX_ID_BYTES: usize = 200;
 /// The producer position of `effect`, for rows of `name` (the projection,
 /// or any name that tells the rows of different tables apart on one
 /// stream).
-pub fn position(name: &str, effect: &Effect) -> ProducerPosition {
-    ProducerPosition::new(id(name, effect), effect.version, u64::from(effect.index))
+pub fn position(name: &str, effect: &Effect) -> Result<ProducerPosition, crate::BridgeError> {
+    let epoch = effect
+        .version
+        .checked_mul(MAX_EFFECTS_PER_WRITE as u64 + 1)
+        .and_then(|base| base.checked_add(u64::from(effect.index)))
+        .ok_or(crate::BridgeError::Version {
+            version: effect.version,
+        })?;
+    Ok(ProducerPosition::new(id(name, effect), epoch, 0))
 }
 
 /// `<name>:<key>/<key>:<stream id>` of the effect's row and event
