@@ -9,10 +9,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use axum::body::Body;
 use axum::http::StatusCode;
+use bytes::Bytes;
 use eddy_server::{app, AppState, ServerConfig};
 use eddy_streams::{
-    Append, Appended, Committed, Created, Fork, MemoryStorage, Notifier, Payload, ReadChunk,
-    ReadFrom, Storage, StreamConfig, StreamError, StreamInfo, StreamPath,
+    Append, Appended, Committed, Created, Document, Documents, Fork, MemoryDocuments,
+    MemoryStorage, Notifier, Payload, ReadChunk, ReadFrom, Storage, StreamConfig, StreamError,
+    StreamInfo, StreamPath,
 };
 use tokio::sync::broadcast;
 
@@ -31,6 +33,55 @@ struct Rigged {
     failing_path: String,
     failures_left: AtomicUsize,
     failed: AtomicUsize,
+    documents: FlakyDocuments,
+}
+
+/// Documents whose next writes fail, as a store that is briefly away.
+#[derive(Default)]
+struct FlakyDocuments {
+    inner: MemoryDocuments,
+    failures_left: AtomicUsize,
+    failed: AtomicUsize,
+}
+
+#[async_trait]
+impl Documents for FlakyDocuments {
+    async fn get(&self, key: &str) -> Result<Option<Document>, StreamError> {
+        self.inner.get(key).await
+    }
+
+    async fn put(
+        &self,
+        key: &str,
+        expected: Option<u64>,
+        body: Bytes,
+    ) -> Result<Option<u64>, StreamError> {
+        let fail = self
+            .failures_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if fail {
+            self.failed.fetch_add(1, Ordering::SeqCst);
+            return Err(StreamError::Unavailable {
+                message: "the database is away".into(),
+                source: None,
+            });
+        }
+        self.inner.put(key, expected, body).await
+    }
+
+    async fn remove(&self, key: &str, expected: u64) -> Result<bool, StreamError> {
+        self.inner.remove(key, expected).await
+    }
+
+    async fn scan(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Document)>, StreamError> {
+        self.inner.scan(prefix, after, limit).await
+    }
 }
 
 impl Rigged {
@@ -44,6 +95,7 @@ impl Rigged {
             failing_path: failing_path.to_owned(),
             failures_left: AtomicUsize::new(failures),
             failed: AtomicUsize::new(0),
+            documents: FlakyDocuments::default(),
         })
     }
 
@@ -115,6 +167,10 @@ impl Storage for Rigged {
 
     fn committed(&self) -> broadcast::Receiver<Committed> {
         self.feed.subscribe()
+    }
+
+    fn documents(&self) -> Option<&dyn Documents> {
+        Some(&self.documents)
     }
 }
 
@@ -220,5 +276,37 @@ async fn a_failed_wake_append_is_retried_and_the_subscription_wakes_again() {
     let events = wake_events(&app, "wake/one").await;
     assert_eq!(store.failed.load(Ordering::SeqCst), 2, "two appends failed");
     assert_eq!(events.len(), 1, "the third attempt posts the wake event");
+    assert_eq!(events[0]["streams"][0]["path"], "events/a");
+}
+
+/// A commit whose recording on its subscription fails (the store's
+/// documents briefly refuse writes) is recorded again after a backoff,
+/// and the subscription is woken: nothing is lost to a passing failure.
+#[tokio::test]
+async fn a_commit_whose_recording_fails_is_recorded_again_and_wakes() {
+    let store = Rigged::new("", 0);
+    let app = serve(
+        Arc::clone(&store),
+        ServerConfig {
+            wake_retry_initial: Duration::from_millis(10),
+            ..fast()
+        },
+    );
+    for stream in ["events/a", "wake/one"] {
+        call(&app, "PUT", &format!("/v1/{stream}"), "").await;
+    }
+    subscribe(&app, "one", "events/a", "wake/one").await;
+    store.release();
+    store.documents.failures_left.store(3, Ordering::SeqCst);
+    call(&app, "POST", "/v1/events/a", r#"{"n":1}"#).await;
+    store.release();
+
+    let events = wake_events(&app, "wake/one").await;
+    assert_eq!(
+        store.documents.failed.load(Ordering::SeqCst),
+        3,
+        "three writes of the subscription failed"
+    );
+    assert_eq!(events.len(), 1, "the commit was recorded and woke it");
     assert_eq!(events[0]["streams"][0]["path"], "events/a");
 }
