@@ -13,7 +13,8 @@
 //! (the console page; `/_eddy/bindings` is its data), the reserved
 //! `/_eddy/` prefix (Eddy's listing) and any path with a `__ds` segment
 //! (the protocol's subscription API: signed webhooks and pull-wake leases,
-//! kept in the server process).
+//! kept in the store's shared documents, so every server on one store
+//! answers for every subscription).
 //!
 //! | request | store call | success |
 //! | --- | --- | --- |

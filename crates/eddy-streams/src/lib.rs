@@ -16,6 +16,10 @@
 //!   [`StaleOffset`](StreamError::StaleOffset) on it, never its data.
 //! - [`Storage::wait`] waits for changes without losing wake-ups, and
 //!   [`Storage::committed`] reports every commit of the process.
+//! - [`Storage::documents`] gives the store's shared [`Documents`]: small
+//!   versioned values beside the streams, written by compare-and-set, that
+//!   every process on the store sees (the server keeps its subscriptions
+//!   there).
 //!
 //! A backend outside this crate implements the record-level seam of
 //! [`backend`] and leaves every rule to the store's one engine.
