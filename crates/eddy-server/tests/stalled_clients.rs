@@ -60,9 +60,6 @@ async fn sse_readers_that_never_read_give_their_slots_back() {
     let server = start(ServerConfig {
         max_live_readers: 2,
         write_timeout: Duration::from_millis(300),
-        // The connection's timer first looks at it this long after the
-        // accept.
-        header_timeout: Duration::from_secs(1),
         ..ServerConfig::default()
     })
     .await;
@@ -101,7 +98,6 @@ async fn an_http2_client_that_reads_nothing_pins_at_most_its_unread_budget() {
         max_read_bytes: read,
         max_unread_bytes: 2 * read,
         write_timeout: Duration::from_millis(500),
-        header_timeout: Duration::from_secs(1),
         ..ServerConfig::default()
     })
     .await;

@@ -92,12 +92,16 @@ impl Activity {
         idle: Duration,
         write_timeout: Duration,
     ) -> Expired {
-        tokio::time::sleep_until(first_request_by).await;
-        if self.started.load(Ordering::Acquire) == 0 {
-            return Expired::Unused;
-        }
         loop {
             let now = Instant::now();
+            if self.started.load(Ordering::Acquire) == 0 {
+                if first_request_by <= now {
+                    return Expired::Unused;
+                }
+                // A first request may start, and stall, meanwhile.
+                tokio::time::sleep_until(first_request_by.min(now + write_timeout)).await;
+                continue;
+            }
             let deadline = if self.busy.load(Ordering::Acquire) > 0 {
                 if self.outstanding.load(Ordering::Acquire) > 0 {
                     let progress = self.last_progress_ms.load(Ordering::Acquire);
