@@ -96,6 +96,7 @@ async fn route(
                     check_explicit(explicit.count() + new.len(), limit)?;
                     let added: usize = new.iter().map(|path| path.len()).sum();
                     check_size(sub.stored_bytes + added, &state.config)?;
+                    check_watched(sub, new.iter().map(|path| path.as_str()))?;
                     sub.stored_bytes += added;
                     add_explicit(sub, &tails);
                     Ok(())
@@ -338,6 +339,8 @@ async fn create(
             .entry(path)
             .or_insert(Watched::from(Link::Pattern, tail));
     }
+    // Its explicit streams and its pattern's first matches.
+    check_watched(&sub, [])?;
     wake::listen(registry, state);
     if registry.insert(&sub).await? {
         return Ok((StatusCode::CREATED, axum::Json(registry.describe(&sub))).into_response());
@@ -444,6 +447,22 @@ fn check_size(bytes: usize, config: &crate::ServerConfig) -> Result<(), Subscrip
         ));
     }
     Ok(())
+}
+
+/// Refuses streams that would take a subscription's document past
+/// [`MAX_WATCHED_BYTES`](super::subscription::MAX_WATCHED_BYTES).
+fn check_watched<'a>(
+    sub: &Subscription,
+    paths: impl IntoIterator<Item = &'a str>,
+) -> Result<(), SubscriptionError> {
+    if sub.fits(paths) {
+        return Ok(());
+    }
+    Err(SubscriptionError::limit(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "max_subscription_bytes",
+        "the streams a subscription watches (their paths and offsets) would not fit in its stored form; watch fewer or shorter paths",
+    ))
 }
 
 /// Refuses an explicit stream list longer than the limit.

@@ -198,6 +198,20 @@ pub(super) struct Subscription {
     pub(super) retry_at_ms: u64,
 }
 
+/// The most bytes a subscription's watched streams take in its document:
+/// with its request (at most `max_subscription_bytes`) and the rest it
+/// keeps, the document stays under the store's
+/// [`MAX_DOCUMENT_BYTES`](eddy_streams::MAX_DOCUMENT_BYTES). A stream of
+/// its pattern past it is left out (as past `max_subscription_matches`);
+/// an explicit one is refused.
+pub(super) const MAX_WATCHED_BYTES: usize = 192 * 1024;
+
+/// What a watched stream at `path` takes in the document: its path, and
+/// about this much for its link, offsets and time as JSON.
+fn watched_bytes(path: &str) -> usize {
+    path.len() + 128
+}
+
 /// The full store path of a path relative to a subscription's base.
 pub(super) fn joined(base_path: &str, relative: &str) -> String {
     if base_path.is_empty() {
@@ -252,7 +266,7 @@ impl Subscription {
     ) -> bool {
         if link == Link::Pattern
             && !self.streams.contains_key(relative)
-            && self.matched() >= max_matches
+            && (self.matched() >= max_matches || !self.fits([relative]))
         {
             return false;
         }
@@ -265,6 +279,14 @@ impl Subscription {
         watched.tail = watched.tail.max(tail);
         watched.seen_ms = watched.seen_ms.max(seen_ms);
         true
+    }
+
+    /// Whether streams at `paths` fit beside the ones it watches in its
+    /// document (see [`MAX_WATCHED_BYTES`]).
+    pub(super) fn fits<'a>(&self, paths: impl IntoIterator<Item = &'a str>) -> bool {
+        let watched: usize = self.streams.keys().map(|path| watched_bytes(path)).sum();
+        let more: usize = paths.into_iter().map(watched_bytes).sum();
+        watched + more <= MAX_WATCHED_BYTES
     }
 
     /// How many streams it watches because they match its pattern.
@@ -365,5 +387,43 @@ impl Watch {
         let watched = self.explicit.contains(relative)
             || self.pattern.as_ref().is_some_and(|p| p.matches(relative));
         watched.then_some(relative)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: a subscription's document grew with every stream its
+    /// pattern matched, and long paths could take it past the store's
+    /// document limit, after which no change of it could be stored.
+    #[test]
+    fn the_streams_a_pattern_adds_keep_the_document_under_its_limit() {
+        let mut sub: Subscription = serde_json::from_value(serde_json::json!({
+            "id": "s",
+            "base_path": "app",
+            "delivery": {"type": "pull-wake", "wake_stream": "wakes"},
+            "pattern": "**",
+            "lease_ttl_ms": 30000,
+            "fingerprint": "f",
+            "stored_bytes": 100,
+            "streams": {},
+            "generation": 0,
+        }))
+        .expect("a subscription");
+        let mut left_out = 0;
+        for n in 0..1000 {
+            let path = format!("{n:04}/{}", "p".repeat(1000));
+            if !sub.track(&path, Link::Pattern, Offset::ZERO, 1, 1000) {
+                left_out += 1;
+            }
+        }
+        assert!(left_out > 0, "every long path was taken");
+        let encoded = serde_json::to_vec(&sub).expect("encode");
+        assert!(
+            encoded.len() + 16 * 1024 < eddy_streams::MAX_DOCUMENT_BYTES,
+            "{} bytes",
+            encoded.len()
+        );
     }
 }
