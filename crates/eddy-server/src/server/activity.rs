@@ -240,9 +240,13 @@ impl Service<hyper::Request<Incoming>> for Tracked {
 
     fn call(&mut self, mut request: hyper::Request<Incoming>) -> TrackedFuture {
         let busy = self.activity.begin();
-        request
-            .extensions_mut()
-            .insert(self.activity.unread.clone());
+        // Only reads take from the budget: other requests are spared the
+        // extension.
+        if request.method() == hyper::Method::GET {
+            request
+                .extensions_mut()
+                .insert(self.activity.unread.clone());
+        }
         TrackedFuture {
             response: self.app.call(request),
             busy: Some(busy),
