@@ -39,9 +39,9 @@ pub(crate) struct Activity {
     /// Responses whose last frame was handed to the connection and not
     /// yet taken (the body was not asked for its next frame since).
     outstanding: AtomicUsize,
-    /// When a response of the connection was last asked for a frame, in
-    /// milliseconds since `opened`.
-    last_progress_ms: AtomicU64,
+    /// Frames its clients took so far: the timer compares it between two
+    /// looks, so a response's progress costs no clock read.
+    taken: AtomicU64,
     /// The connection's budget of unread response bytes.
     unread: UnreadBudget,
 }
@@ -65,7 +65,7 @@ impl Activity {
             started: AtomicU64::new(0),
             last_end_ms: AtomicU64::new(0),
             outstanding: AtomicUsize::new(0),
-            last_progress_ms: AtomicU64::new(0),
+            taken: AtomicU64::new(0),
             unread: UnreadBudget::new(max_unread),
         }
     }
@@ -92,6 +92,8 @@ impl Activity {
         idle: Duration,
         write_timeout: Duration,
     ) -> Expired {
+        // Frames taken at the last look, if a frame was out then.
+        let mut out_at_last_look: Option<u64> = None;
         loop {
             let now = Instant::now();
             if self.started.load(Ordering::Acquire) == 0 {
@@ -103,19 +105,22 @@ impl Activity {
                 continue;
             }
             let deadline = if self.busy.load(Ordering::Acquire) > 0 {
+                // A frame out now and at the last look, a write timeout
+                // ago, with none taken since: the client takes nothing.
+                let taken = self.taken.load(Ordering::Acquire);
                 if self.outstanding.load(Ordering::Acquire) > 0 {
-                    let progress = self.last_progress_ms.load(Ordering::Acquire);
-                    let stalled = self.opened + Duration::from_millis(progress) + write_timeout;
-                    if stalled <= now {
+                    if out_at_last_look == Some(taken) {
                         return Expired::Stalled;
                     }
-                    stalled.min(now + idle)
+                    out_at_last_look = Some(taken);
                 } else {
-                    // In use: look again before a stall that starts now
-                    // could outlast the write timeout twice.
-                    now + idle.min(write_timeout)
+                    out_at_last_look = None;
                 }
+                // In use: look again every write timeout, so a stall is
+                // noticed within two.
+                now + idle.min(write_timeout)
             } else {
+                out_at_last_look = None;
                 let last_end = self.last_end_ms.load(Ordering::Acquire);
                 let unused = self.opened + Duration::from_millis(last_end) + idle;
                 if unused <= now {
@@ -131,13 +136,6 @@ impl Activity {
     /// streams run on tasks of their own) make no more reads.
     pub(crate) fn closed(&self) {
         self.unread.close();
-    }
-
-    /// Notes that a response was asked for a frame: its client takes
-    /// bytes.
-    fn progressed(&self) {
-        let now = self.since_opened_ms();
-        self.last_progress_ms.fetch_max(now, Ordering::AcqRel);
     }
 }
 
@@ -301,6 +299,7 @@ impl TrackedBody {
     fn taken(&mut self) {
         if std::mem::take(&mut self.handed) {
             if let Some(activity) = self.activity() {
+                activity.taken.fetch_add(1, Ordering::AcqRel);
                 activity.outstanding.fetch_sub(1, Ordering::AcqRel);
             }
         }
@@ -323,9 +322,6 @@ impl hyper::body::Body for TrackedBody {
     ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
         // Asked again: the connection took the frame handed before.
         self.taken();
-        if let Some(activity) = self.activity() {
-            activity.progressed();
-        }
         let polled = Pin::new(&mut self.body).poll_frame(cx);
         if let Poll::Ready(Some(Ok(_))) = &polled {
             if let Some(activity) = self.activity() {
