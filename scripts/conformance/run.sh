@@ -82,18 +82,5 @@ run_backend() {
   return "$status"
 }
 
-# The backends run side by side (the suite mostly waits on long polls), each
-# into its own output file, printed in the order given.
-out_dir="$(mktemp -d)"
-pids=()
-for backend in "${backends[@]}"; do
-  run_backend "$backend" >"$out_dir/$backend" 2>&1 &
-  pids+=($!)
-done
-status=0
-for i in "${!backends[@]}"; do
-  wait "${pids[$i]}" || status=1
-  cat "$out_dir/${backends[$i]}"
-done
-rm -rf "$out_dir"
-exit "$status"
+# The backends run side by side (the suite mostly waits on long polls).
+run_side_by_side "${backends[@]}"

@@ -58,3 +58,22 @@ drop_schema() {
     psql -q "$DATABASE_URL" -c "DROP SCHEMA IF EXISTS $schema CASCADE" >/dev/null 2>&1 || true
   fi
 }
+
+# Runs `run_backend BACKEND` for each backend given, side by side, each
+# into its own output file, printed in the order given; fails if any did.
+#   run_side_by_side memory sqlite ...
+run_side_by_side() {
+  local out_dir status=0 i
+  local -a pids=() backends=("$@")
+  out_dir="$(mktemp -d)"
+  for backend in "${backends[@]}"; do
+    run_backend "$backend" >"$out_dir/$backend" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!backends[@]}"; do
+    wait "${pids[$i]}" || status=1
+    cat "$out_dir/${backends[$i]}"
+  done
+  rm -rf "$out_dir"
+  return "$status"
+}

@@ -53,16 +53,4 @@ run_backend() {
   return "$status"
 }
 
-out_dir="$(mktemp -d)"
-pids=()
-for backend in "${backends[@]}"; do
-  run_backend "$backend" >"$out_dir/$backend" 2>&1 &
-  pids+=($!)
-done
-status=0
-for i in "${!backends[@]}"; do
-  wait "${pids[$i]}" || status=1
-  cat "$out_dir/${backends[$i]}"
-done
-rm -rf "$out_dir"
-exit "$status"
+run_side_by_side "${backends[@]}"

@@ -4,7 +4,6 @@
 //! store wrapper (memory) or by the table's own request count (the
 //! DynamoDB stream store on the embedded table).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -317,14 +316,14 @@ fn polling_readers(
     app: &App,
     tail: &str,
     count: usize,
-    answered: &Arc<AtomicUsize>,
+    answered: &Arc<watch::Sender<usize>>,
 ) -> Vec<tokio::task::JoinHandle<bool>> {
     (0..count)
         .map(|_| {
             let (app, tail, answered) = (app.clone(), tail.to_owned(), Arc::clone(answered));
             tokio::spawn(async move {
                 let (status, first, next) = long_poll(app.clone(), tail).await;
-                answered.fetch_add(1, Ordering::SeqCst);
+                answered.send_modify(|n| *n += 1);
                 let (again, second, _) = long_poll(app, next).await;
                 (status, first.as_str(), again, second.as_str())
                     == (StatusCode::OK, "b", StatusCode::OK, "c")
@@ -338,15 +337,17 @@ fn polling_readers(
 async fn dynamodb_requests_per_append_polling_again(count: usize) -> u64 {
     let (table, app) = dynamodb(Duration::from_secs(600));
     let tail = stream_with_one_message(&app).await;
-    let answered = Arc::new(AtomicUsize::new(0));
+    let answered = Arc::new(watch::Sender::new(0));
     let waiting = polling_readers(&app, &tail, count, &answered);
     until_live_readers(&app, count).await;
     let before = table.request_stats();
     let (status, _) = call(&app, "POST", STREAM, "b").await;
     assert!(status.is_success(), "append: {status}");
-    while answered.load(Ordering::SeqCst) < count {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    answered
+        .subscribe()
+        .wait_for(|n| *n >= count)
+        .await
+        .expect("answers");
     until_live_readers(&app, count).await;
     let all = table.request_stats() - before;
     let (status, _) = call(&app, "POST", STREAM, "c").await;

@@ -258,22 +258,7 @@ async fn a_registry_that_falls_behind_the_commit_feed_still_wakes_every_subscrip
 #[tokio::test]
 async fn a_failed_wake_append_is_retried_and_the_subscription_wakes_again() {
     let store = Rigged::new("v1/wake/one", 2);
-    let app = serve(
-        Arc::clone(&store),
-        ServerConfig {
-            wake_retry_initial: Duration::from_millis(10),
-            ..fast()
-        },
-    );
-    for stream in ["events/a", "wake/one"] {
-        call(&app, "PUT", &format!("/v1/{stream}"), "").await;
-    }
-    subscribe(&app, "one", "events/a", "wake/one").await;
-    store.release();
-    call(&app, "POST", "/v1/events/a", r#"{"n":1}"#).await;
-    store.release();
-
-    let events = wake_events(&app, "wake/one").await;
+    let events = wake_events_of_one_commit(&store, || {}).await;
     assert_eq!(store.failed.load(Ordering::SeqCst), 2, "two appends failed");
     assert_eq!(events.len(), 1, "the third attempt posts the wake event");
     assert_eq!(events[0]["streams"][0]["path"], "events/a");
@@ -285,8 +270,28 @@ async fn a_failed_wake_append_is_retried_and_the_subscription_wakes_again() {
 #[tokio::test]
 async fn a_commit_whose_recording_fails_is_recorded_again_and_wakes() {
     let store = Rigged::new("", 0);
+    let events = wake_events_of_one_commit(&store, || {
+        store.documents.failures_left.store(3, Ordering::SeqCst);
+    })
+    .await;
+    assert_eq!(
+        store.documents.failed.load(Ordering::SeqCst),
+        3,
+        "three writes of the subscription failed"
+    );
+    assert_eq!(events.len(), 1, "the commit was recorded and woke it");
+    assert_eq!(events[0]["streams"][0]["path"], "events/a");
+}
+
+/// The wake events of pull-wake subscription `one` of `events/a` after one
+/// append there, on a server that retries failed wakes quickly; `arm`
+/// runs between the subscription and the append.
+async fn wake_events_of_one_commit(
+    store: &Arc<Rigged>,
+    arm: impl FnOnce(),
+) -> Vec<serde_json::Value> {
     let app = serve(
-        Arc::clone(&store),
+        Arc::clone(store),
         ServerConfig {
             wake_retry_initial: Duration::from_millis(10),
             ..fast()
@@ -297,16 +302,8 @@ async fn a_commit_whose_recording_fails_is_recorded_again_and_wakes() {
     }
     subscribe(&app, "one", "events/a", "wake/one").await;
     store.release();
-    store.documents.failures_left.store(3, Ordering::SeqCst);
+    arm();
     call(&app, "POST", "/v1/events/a", r#"{"n":1}"#).await;
     store.release();
-
-    let events = wake_events(&app, "wake/one").await;
-    assert_eq!(
-        store.documents.failed.load(Ordering::SeqCst),
-        3,
-        "three writes of the subscription failed"
-    );
-    assert_eq!(events.len(), 1, "the commit was recorded and woke it");
-    assert_eq!(events[0]["streams"][0]["path"], "events/a");
+    wake_events(&app, "wake/one").await
 }

@@ -23,6 +23,9 @@ pub(crate) type Launch<'a> = &'a dyn Fn(&[&str]) -> (Child, String);
 
 /// Quick sweeps and short leases, and webhooks may reach loopback.
 const ARGS: &[&str] = &[
+    // Shorter than the test client's timeout.
+    "--long-poll-timeout",
+    "5s",
     "--subscription-sweep-interval",
     "100ms",
     "--min-lease-ttl",
@@ -331,23 +334,21 @@ pub(crate) fn pull_wake_claims_are_exclusive_across_servers(launch: Launch) {
         .await;
         assert_eq!(written.status(), 201);
 
-        // The wake event reaches the wake stream (read through `a`).
+        // The wake event reaches the wake stream (read through `a`, by
+        // long-polls: the server answers once it is there).
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
             let read = http
-                .get(format!("{a_url}/app/wakes/1?offset=-1"))
+                .get(format!("{a_url}/app/wakes/1?offset=-1&live=long-poll"))
                 .send()
                 .await
                 .expect("read the wake stream");
             if read.status() == 200 {
                 let events: serde_json::Value = read.json().await.expect("JSON");
-                if events.as_array().is_some_and(|e| !e.is_empty()) {
-                    assert_eq!(events[0]["subscription_id"], "pulled", "{events}");
-                    break;
-                }
+                assert_eq!(events[0]["subscription_id"], "pulled", "{events}");
+                break;
             }
             assert!(tokio::time::Instant::now() < deadline, "no wake event");
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
 
         let claims = (0..20).map(|worker| {
