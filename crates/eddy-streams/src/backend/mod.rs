@@ -44,6 +44,7 @@ pub use crate::rules::ProducerState;
 
 mod group;
 mod poll;
+mod retry;
 mod storage;
 
 use std::sync::Arc;
@@ -160,9 +161,11 @@ pub struct RecordOptions {
     pub poll: Duration,
     /// The most appends to one stream committed together.
     pub max_group: usize,
-    /// How often a call that lost a race runs again before it fails with
-    /// a retryable error.
-    pub max_attempts: u32,
+    /// How long a call that keeps losing races to other writers of the
+    /// same stream runs again before it fails with a retryable error
+    /// having written nothing (see the DESIGN of a backend for the bound
+    /// this gives W writer processes).
+    pub contention_timeout: Duration,
 }
 
 impl Default for RecordOptions {
@@ -174,7 +177,7 @@ impl Default for RecordOptions {
             clock: Arc::new(SystemClock),
             poll: Duration::from_millis(100),
             max_group: 64,
-            max_attempts: 16,
+            contention_timeout: Duration::from_secs(10),
         }
     }
 }
