@@ -4,7 +4,8 @@
 # own wrk appending single messages to the same stream for DURATION, all at
 # once; then the appends answered, the appends refused (non-2xx: a call
 # that lost every race with the other processes for as long as the store
-# retries) and their share, for W = 2, 8 and 16. With OLD_BIN, an older
+# retries), their share and the worst writer's 99th percentile latency,
+# for W = 2, 8 and 16. With OLD_BIN, an older
 # binary runs the same rounds first, in the same run.
 #
 #   scripts/bench/contention.sh
@@ -77,27 +78,30 @@ round() {
   curl -fsS -o /dev/null -X PUT -H 'content-type: text/plain' "${bases[0]}/bench/contended"
   local loads=()
   for i in "${!bases[@]}"; do
-    wrk -t1 -c"$connections" -d"$duration" --timeout 60s -s "$here/append.lua" \
+    wrk -t1 -c"$connections" -d"$duration" --timeout 60s --latency -s "$here/append.lua" \
       "${bases[$i]}/bench/contended" >"$work/wrk-$i" 2>&1 &
     loads+=($!)
   done
   wait "${loads[@]}"
-  local answered=0 refused=0 n bad
+  local answered=0 refused=0 n bad p99
+  p99="$(awk '$1 == "99%" { v = $2; f = v ~ /us$/ ? 0.001 : v ~ /ms$/ ? 1 : v ~ /m$/ ? 60000 : 1000
+                             sub(/[a-z]+$/, "", v); ms = v * f; if (ms > worst) worst = ms }
+             END { printf "%.0fms", worst }' "$work"/wrk-*)"
   for i in "${!bases[@]}"; do
     n="$(awk '/requests in/ { print $1 }' "$work/wrk-$i")"
     bad="$(grep -o 'Non-2xx or 3xx responses: [0-9]*' "$work/wrk-$i" | grep -o '[0-9]*$' || echo 0)"
     answered=$((answered + n - bad)); refused=$((refused + bad))
   done
   stop_servers
-  echo "$answered $refused"
+  echo "$answered $refused $p99"
 }
 
-printf '%-6s %8s %10s %10s %9s\n' build writers answered refused "refused%"
+printf '%-6s %8s %10s %10s %9s %12s\n' build writers answered refused "refused%" "worst p99"
 for writers in $writers_list; do
   for build in "${builds[@]}"; do
-    read -r answered refused <<<"$(round "${build#*=}" "$writers")"
-    printf '%-6s %8s %10s %10s %9s\n' "${build%%=*}" "$writers" "$answered" "$refused" \
-      "$(awk -v a="$answered" -v r="$refused" 'BEGIN { t = a + r; printf "%.1f", t ? 100 * r / t : 0 }')"
+    read -r answered refused p99 <<<"$(round "${build#*=}" "$writers")"
+    printf '%-6s %8s %10s %10s %9s %12s\n' "${build%%=*}" "$writers" "$answered" "$refused" \
+      "$(awk -v a="$answered" -v r="$refused" 'BEGIN { t = a + r; printf "%.1f", t ? 100 * r / t : 0 }')" "$p99"
   done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
