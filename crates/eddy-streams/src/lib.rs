@@ -97,7 +97,9 @@ mod storage;
 mod touches;
 
 pub use crate::metrics::describe_metrics;
-pub use append::{Append, Appended, ProducerPosition, DEFAULT_MAX_PRODUCERS_PER_STREAM};
+pub use append::{
+    Append, Appended, ProducerPosition, DEFAULT_MAX_PRODUCERS_PER_STREAM, DEFAULT_PRODUCER_EXPIRY,
+};
 pub use backup::{
     export, import, BackupError, BackupProgress, BackupSummary, BACKUP_FORMAT, BACKUP_VERSION,
 };
@@ -126,7 +128,7 @@ pub use payload::{Payload, DEFAULT_MAX_APPEND_BYTES};
 #[cfg(feature = "postgres")]
 pub use postgres::{PgOptions, PgStorage, PgTransaction, DEFAULT_SCHEMA};
 pub use route::Route;
-pub use snapshot::StreamSnapshot;
+pub use snapshot::{SnapshotProducer, StreamSnapshot};
 pub use sqlite::{
     Durability, SqliteOptions, SqliteStorage, SqliteTransaction, DATABASE_FILE, DEFAULT_CACHE_BYTES,
 };

@@ -37,6 +37,22 @@ pub(crate) struct PgRecords {
 }
 
 impl PgRecords {
+    /// Drops up to `max` producers last written at or before `cutoff_ms`,
+    /// of stream `key` or of any.
+    async fn drop_expired(
+        &mut self,
+        key: Option<i64>,
+        cutoff_ms: i64,
+        max: usize,
+    ) -> Result<u64, StreamError> {
+        let max = i64::try_from(max).unwrap_or(i64::MAX);
+        let sql = Arc::clone(&self.sql.drop_expired_producers);
+        self.execute(query(&sql).bind(cutoff_ms).bind(key).bind(max))
+            .await
+    }
+}
+
+impl PgRecords {
     /// Records in `tx`; `lock` for a transaction that writes.
     pub fn new(
         tx: Transaction<'static, Postgres>,
@@ -170,6 +186,7 @@ impl RecordReader for PgRecords {
                     ProducerState {
                         epoch: row.try_get::<i64, _>(1)? as u64,
                         seq: row.try_get::<i64, _>(2)? as u64,
+                        last_ms: row.try_get(3)?,
                     },
                 ))
             })
@@ -191,6 +208,7 @@ impl RecordReader for PgRecords {
             Ok::<_, sqlx::Error>(ProducerState {
                 epoch: row.try_get::<i64, _>(0)? as u64,
                 seq: row.try_get::<i64, _>(1)? as u64,
+                last_ms: row.try_get(2)?,
             })
         })();
         state.map(Some).map_err(|e| self.fail(e))
@@ -379,7 +397,8 @@ impl Records for PgRecords {
                 .bind(key)
                 .bind(producer)
                 .bind(state.epoch as i64)
-                .bind(state.seq as i64),
+                .bind(state.seq as i64)
+                .bind(state.last_ms),
         )
         .await?;
         Ok(())
@@ -389,6 +408,23 @@ impl Records for PgRecords {
         let sql = Arc::clone(&self.sql.remove_producer);
         let removed = self.execute(query(&sql).bind(key).bind(producer)).await?;
         Ok(removed > 0)
+    }
+
+    async fn drop_expired_producers(
+        &mut self,
+        key: &i64,
+        cutoff_ms: i64,
+        max: usize,
+    ) -> Result<u64, StreamError> {
+        self.drop_expired(Some(*key), cutoff_ms, max).await
+    }
+
+    async fn sweep_expired_producers(
+        &mut self,
+        cutoff_ms: i64,
+        max: usize,
+    ) -> Result<u64, StreamError> {
+        self.drop_expired(None, cutoff_ms, max).await
     }
 
     async fn remove(&mut self, key: &i64, _path: &str) -> Result<(), StreamError> {

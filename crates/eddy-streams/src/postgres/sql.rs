@@ -20,12 +20,14 @@ pub(super) const STREAM_COLUMN_COUNT: usize = 20;
 /// A group commit in one statement (see `group/statement.rs`). Each
 /// stream of the group ($1) is checked at the version the group decided
 /// on: its count ($2) and close ($3), not soft-deleted, the producer
-/// states it read ($32–$35) unchanged, none of the producers it took as
-/// absent ($20, $21) present, and, where it refused a producer at the cap,
-/// its producer count ($36, $37). A stream it writes ($4) is locked first,
+/// states it read ($32–$35) unchanged, and none of the producers it took
+/// as absent ($20, $21) present (a group never refuses a producer at the
+/// cap: the stream's expired producers must go first, which only a
+/// transaction does, so such an append goes back to its caller). A stream
+/// it writes ($4) is locked first,
 /// in id order (so that two groups never wait for each other in a cycle),
 /// and so are the producer rows it read, and it is checked once locked;
-/// then its record ($5–$12), messages ($13–$15), producers ($16–$19) and
+/// then its record ($5–$12), messages ($13–$15), producers ($16–$19, $36) and
 /// wake-up marks ($26–$31) are written and its notification lines ($24,
 /// $25) sent on channel $22, prefixed with $23, in notifications of at
 /// most ~7 KB. Returns the id of every stream that passed its check, and a
@@ -65,9 +67,6 @@ fn group_commit(s: &str) -> String {
              WHERE r.id NOT IN (SELECT id FROM held) AND NOT EXISTS (
                  SELECT 1 FROM {s}.producers AS p WHERE p.stream_id = r.id
                      AND p.producer = r.producer AND p.epoch = r.epoch AND p.seq = r.seq)
-             UNION
-             SELECT c.id FROM unnest($36::bigint[], $37::bigint[]) AS c(id, n)
-             WHERE (SELECT count(*) FROM {s}.producers AS p WHERE p.stream_id = c.id) <> c.n
          ), written AS (
              UPDATE {s}.streams AS s SET count = g.count, bytes = g.bytes, closed = g.closed,
                  last_stream_seq = g.last_stream_seq, closed_by_id = g.closed_by_id,
@@ -86,13 +85,14 @@ fn group_commit(s: &str) -> String {
              FROM unnest($13::bigint[], $14::bigint[], $15::bytea[]) AS m(id, seq, data)
              WHERE m.id IN (SELECT id FROM written)
          ), producers AS (
-             INSERT INTO {s}.producers (stream_id, producer, epoch, seq)
-             SELECT p.id, p.producer, p.epoch, p.seq
-             FROM unnest($16::bigint[], $17::text[], $18::bigint[], $19::bigint[])
-                 AS p(id, producer, epoch, seq)
+             INSERT INTO {s}.producers (stream_id, producer, epoch, seq, last_ms)
+             SELECT p.id, p.producer, p.epoch, p.seq, p.last_ms
+             FROM unnest($16::bigint[], $17::text[], $18::bigint[], $19::bigint[],
+                 $36::bigint[])
+                 AS p(id, producer, epoch, seq, last_ms)
              WHERE p.id IN (SELECT id FROM written)
              ON CONFLICT (stream_id, producer)
-             DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq
+             DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq, last_ms = excluded.last_ms
          ), marks AS (
              INSERT INTO {s}.wake_marks
                  (projection, version, params, path, commits, attempts, due_ms)
@@ -157,6 +157,7 @@ pub(crate) struct Sql {
     pub copy_prefix: Arc<str>,
     pub save_producer: Arc<str>,
     pub remove_producer: Arc<str>,
+    pub drop_expired_producers: Arc<str>,
     pub remove: Arc<str>,
     pub slide: Arc<str>,
     pub tombstone: Arc<str>,
@@ -185,10 +186,11 @@ impl Sql {
                 "SELECT path FROM {s}.streams WHERE fork_source = $1"
             )),
             producer: sql(format!(
-                "SELECT epoch, seq FROM {s}.producers WHERE stream_id = $1 AND producer = $2"
+                "SELECT epoch, seq, last_ms FROM {s}.producers WHERE stream_id = $1 AND producer = $2"
             )),
             producers: sql(format!(
-                "SELECT producer, epoch, seq FROM {s}.producers WHERE stream_id = $1 ORDER BY producer"
+                "SELECT producer, epoch, seq, last_ms FROM {s}.producers WHERE stream_id = $1
+                 ORDER BY producer"
             )),
             producer_count: sql(format!(
                 "SELECT count(*) FROM {s}.producers WHERE stream_id = $1"
@@ -243,9 +245,18 @@ impl Sql {
                 "DELETE FROM {s}.producers WHERE stream_id = $1 AND producer = $2"
             )),
             save_producer: sql(format!(
-                "INSERT INTO {s}.producers (stream_id, producer, epoch, seq) VALUES ($1, $2, $3, $4)
+                "INSERT INTO {s}.producers (stream_id, producer, epoch, seq, last_ms)
+                 VALUES ($1, $2, $3, $4, $5)
                  ON CONFLICT (stream_id, producer)
-                 DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq"
+                 DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq, last_ms = excluded.last_ms"
+            )),
+            // Up to $3 producers last written at or before $1, of stream
+            // $2 or of any (found through the index by last write).
+            drop_expired_producers: sql(format!(
+                "DELETE FROM {s}.producers WHERE (stream_id, producer) IN (
+                     SELECT stream_id, producer FROM {s}.producers
+                     WHERE last_ms <= $1 AND ($2::bigint IS NULL OR stream_id = $2)
+                     ORDER BY last_ms LIMIT $3)"
             )),
             remove: sql(format!(
                 "WITH m AS (DELETE FROM {s}.messages WHERE stream_id = $1),
@@ -313,11 +324,11 @@ impl Sql {
             group_load: sql(format!(
                 "SELECT {STREAM_COLUMNS},
                      (SELECT count(*) FROM {s}.producers AS c WHERE c.stream_id = s.id),
-                     p.names, p.epochs, p.seqs
+                     p.names, p.epochs, p.seqs, p.lasts
                  FROM {s}.streams AS s
                  LEFT JOIN LATERAL (
                      SELECT array_agg(pr.producer) AS names, array_agg(pr.epoch) AS epochs,
-                         array_agg(pr.seq) AS seqs
+                         array_agg(pr.seq) AS seqs, array_agg(pr.last_ms) AS lasts
                      FROM {s}.producers AS pr
                      WHERE pr.stream_id = s.id AND pr.producer IN (
                          SELECT w.producer FROM unnest($2::text[], $3::text[]) AS w(path, producer)

@@ -264,6 +264,19 @@ impl Records for SqliteRecords<'_> {
         ready(remove_producer(self.conn, *key, producer))
     }
 
+    fn drop_expired_producers(&mut self, key: &i64, cutoff_ms: i64, max: usize) -> impl Op<u64> {
+        let dropped = drop_expired_producers(self.conn, Some(*key), cutoff_ms, max);
+        // Dropping none wrote nothing: a refusal after it is clean.
+        self.wrote |= !matches!(dropped, Ok(0));
+        ready(dropped)
+    }
+
+    fn sweep_expired_producers(&mut self, cutoff_ms: i64, max: usize) -> impl Op<u64> {
+        let dropped = drop_expired_producers(self.conn, None, cutoff_ms, max);
+        self.wrote |= !matches!(dropped, Ok(0));
+        ready(dropped)
+    }
+
     fn remove(&mut self, key: &i64, _path: &str) -> impl Op<()> {
         let key = *key;
         self.wrote = true;
@@ -530,7 +543,8 @@ fn producer_states(
     id: i64,
 ) -> Result<Vec<(String, ProducerState)>, StreamError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT producer, epoch, seq FROM producers WHERE stream_id = ?1 ORDER BY producer",
+        "SELECT producer, epoch, seq, last_ms FROM producers WHERE stream_id = ?1
+         ORDER BY producer",
     )?;
     let rows = stmt.query_map(params![id], |r| {
         Ok((
@@ -538,6 +552,7 @@ fn producer_states(
             ProducerState {
                 epoch: r.get::<_, i64>(1)? as u64,
                 seq: r.get::<_, i64>(2)? as u64,
+                last_ms: r.get(3)?,
             },
         ))
     })?;
@@ -550,13 +565,14 @@ fn producer_state(
     producer: &str,
 ) -> Result<Option<ProducerState>, StreamError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT epoch, seq FROM producers WHERE stream_id = ?1 AND producer = ?2",
+        "SELECT epoch, seq, last_ms FROM producers WHERE stream_id = ?1 AND producer = ?2",
     )?;
     Ok(stmt
         .query_row(params![id, producer], |r| {
             Ok(ProducerState {
                 epoch: r.get::<_, i64>(0)? as u64,
                 seq: r.get::<_, i64>(1)? as u64,
+                last_ms: r.get(2)?,
             })
         })
         .optional()?)
@@ -581,11 +597,41 @@ fn save_producer(
     state: ProducerState,
 ) -> Result<(), StreamError> {
     conn.prepare_cached(
-        "INSERT INTO producers (stream_id, producer, epoch, seq) VALUES (?1, ?2, ?3, ?4)
-         ON CONFLICT (stream_id, producer) DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq",
+        "INSERT INTO producers (stream_id, producer, epoch, seq, last_ms) VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (stream_id, producer)
+         DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq, last_ms = excluded.last_ms",
     )?
-    .execute(params![id, producer, state.epoch as i64, state.seq as i64])?;
+    .execute(params![
+        id,
+        producer,
+        state.epoch as i64,
+        state.seq as i64,
+        state.last_ms
+    ])?;
     Ok(())
+}
+
+/// Drops up to `max` producers last written at or before `cutoff_ms`, of
+/// stream `id` or of any. Found through the index by last write (`+` keeps
+/// the planner off the primary key, which would read every producer of a
+/// large stream): it reads the expired producers of every stream up to the
+/// stream's, which the sweep keeps few.
+fn drop_expired_producers(
+    conn: &Connection,
+    id: Option<i64>,
+    cutoff_ms: i64,
+    max: usize,
+) -> Result<u64, StreamError> {
+    let max = i64::try_from(max).unwrap_or(i64::MAX);
+    let dropped = conn
+        .prepare_cached(
+            "DELETE FROM producers WHERE (stream_id, producer) IN (
+                 SELECT stream_id, producer FROM producers INDEXED BY producers_by_last_write
+                 WHERE last_ms <= ?1 AND (?2 IS NULL OR +stream_id = ?2)
+                 ORDER BY last_ms LIMIT ?3)",
+        )?
+        .execute(params![cutoff_ms, id, max])?;
+    Ok(dropped as u64)
 }
 
 fn messages(

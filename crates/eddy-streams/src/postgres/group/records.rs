@@ -38,8 +38,6 @@ pub(super) struct Draft {
     /// Producer states the group read from the copy (the statement
     /// checks them: another process may have released one).
     pub relied: HashMap<String, ProducerState>,
-    /// The producer count the group read, if it read one.
-    pub counted: Option<u64>,
     /// Messages written, from position `base.record.head.count` on.
     pub messages: Vec<Bytes>,
     /// Whether the record was written (data, a close, or a TTL slide).
@@ -57,7 +55,6 @@ impl Draft {
             saved: HashMap::new(),
             absent: HashSet::new(),
             relied: HashMap::new(),
-            counted: None,
             messages: Vec::new(),
             written: false,
             changes: 0,
@@ -218,6 +215,9 @@ impl RecordReader for GroupRecords<'_> {
         self.unused("list producers")
     }
 
+    /// The copy's count, which may be stale: a group only counts to add a
+    /// producer below the cap; at the cap the append goes back to its
+    /// caller, whose transaction counts again.
     async fn producer_count(&mut self, key: &i64) -> Result<u64, StreamError> {
         let draft = self.draft(*key)?;
         let added = draft
@@ -225,9 +225,7 @@ impl RecordReader for GroupRecords<'_> {
             .keys()
             .filter(|name| !draft.base.producers.contains_key(*name))
             .count() as u64;
-        let count = draft.base.producer_count + added;
-        draft.counted = Some(draft.counted.unwrap_or(0).max(count));
-        Ok(count)
+        Ok(draft.base.producer_count + added)
     }
 
     async fn messages(
