@@ -308,6 +308,7 @@ fn a_version_7_database_keeps_its_producers_from_the_upgrade_on() {
             conn.execute_batch(
                 "DROP INDEX producers_by_last_write;
                  ALTER TABLE producers DROP COLUMN last_ms;
+                 ALTER TABLE streams DROP COLUMN producer_count;
                  PRAGMA user_version = 7;",
             )
         })
@@ -315,6 +316,10 @@ fn a_version_7_database_keeps_its_producers_from_the_upgrade_on() {
     clock.advance(DEFAULT_PRODUCER_EXPIRY * 2);
     runtime.block_on(async {
         let store = open();
+        let counted: i64 = Connection::open(&file)
+            .and_then(|conn| conn.query_row("SELECT producer_count FROM streams", [], |r| r.get(0)))
+            .expect("read the count");
+        assert_eq!(counted, 1, "the upgrade counts the stream's producers");
         clock.advance(DEFAULT_PRODUCER_EXPIRY - Duration::from_secs(60));
         let retry = store.append(&path, write(0)).await.expect("retry");
         assert!(retry.duplicate, "kept, and within a window of the upgrade");

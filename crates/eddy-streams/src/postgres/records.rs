@@ -47,8 +47,20 @@ impl PgRecords {
     ) -> Result<u64, StreamError> {
         let max = i64::try_from(max).unwrap_or(i64::MAX);
         let sql = Arc::clone(&self.sql.drop_expired_producers);
-        self.execute(query(&sql).bind(cutoff_ms).bind(key).bind(max))
+        self.counted(query(&sql).bind(cutoff_ms).bind(key).bind(max))
             .await
+    }
+
+    /// The count a statement answers in its one row.
+    async fn counted(
+        &mut self,
+        query: sqlx::query::Query<'_, Postgres, sqlx::postgres::PgArguments>,
+    ) -> Result<u64, StreamError> {
+        let Some(row) = self.fetch_optional(query).await? else {
+            return Ok(0);
+        };
+        let count: i64 = row.try_get(0).map_err(|e| self.fail(e))?;
+        Ok(u64::try_from(count).unwrap_or(0))
     }
 }
 
@@ -216,11 +228,7 @@ impl RecordReader for PgRecords {
 
     async fn producer_count(&mut self, key: &i64) -> Result<u64, StreamError> {
         let sql = Arc::clone(&self.sql.producer_count);
-        let Some(row) = self.fetch_optional(query(&sql).bind(key)).await? else {
-            return Ok(0);
-        };
-        let count: i64 = row.try_get(0).map_err(|e| self.fail(e))?;
-        Ok(u64::try_from(count).unwrap_or(0))
+        self.counted(query(&sql).bind(key)).await
     }
 
     async fn messages(
@@ -406,7 +414,7 @@ impl Records for PgRecords {
 
     async fn remove_producer(&mut self, key: &i64, producer: &str) -> Result<bool, StreamError> {
         let sql = Arc::clone(&self.sql.remove_producer);
-        let removed = self.execute(query(&sql).bind(key).bind(producer)).await?;
+        let removed = self.counted(query(&sql).bind(key).bind(producer)).await?;
         Ok(removed > 0)
     }
 

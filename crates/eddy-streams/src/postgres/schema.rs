@@ -113,12 +113,17 @@ CREATE TABLE documents (
 
 /// Version 6: when each producer last had a write accepted (unix ms),
 /// indexed so that expired producers are found without reading the
-/// others. Producers from before count as written at the upgrade (the
-/// database's clock): each keeps a whole expiry window.
+/// others, and each stream's producer count in its row, so that the cap
+/// costs no count of a million rows. Producers from before count as
+/// written at the upgrade (the database's clock): each keeps a whole
+/// expiry window.
 const PRODUCER_LAST_WRITE: &str = r#"
 ALTER TABLE producers ADD COLUMN last_ms BIGINT NOT NULL DEFAULT 0;
 UPDATE producers SET last_ms = (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
 CREATE INDEX producers_by_last_write ON producers (last_ms);
+ALTER TABLE streams ADD COLUMN producer_count BIGINT NOT NULL DEFAULT 0;
+UPDATE streams SET producer_count =
+    (SELECT count(*) FROM producers WHERE producers.stream_id = streams.id);
 "#;
 
 /// Every migration, in order.

@@ -112,12 +112,16 @@ CREATE TABLE documents (
 
 /// Version 8 keeps when each producer last had a write accepted (unix
 /// ms), indexed so that expired producers are found without reading the
-/// others. Producers from before count as written at the upgrade
-/// (`{now}`): each keeps a whole expiry window.
+/// others, and each stream's producer count in its row, so that the cap
+/// costs no count of a million rows. Producers from before count as
+/// written at the upgrade (`{now}`): each keeps a whole expiry window.
 const PRODUCER_LAST_WRITE: &str = "
 ALTER TABLE producers ADD COLUMN last_ms INTEGER NOT NULL DEFAULT 0;
 UPDATE producers SET last_ms = {now};
 CREATE INDEX producers_by_last_write ON producers (last_ms);
+ALTER TABLE streams ADD COLUMN producer_count INTEGER NOT NULL DEFAULT 0;
+UPDATE streams SET producer_count =
+    (SELECT count(*) FROM producers WHERE producers.stream_id = streams.id);
 ";
 
 /// Creates the tables or upgrades an older layout, each step in one

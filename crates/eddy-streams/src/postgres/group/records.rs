@@ -61,14 +61,19 @@ impl Draft {
         }
     }
 
+    /// How many producers the draft saved that its stream did not have
+    /// (the statement checks that each was absent).
+    pub fn new_producers(&self) -> u64 {
+        self.saved
+            .keys()
+            .filter(|name| !self.base.producers.contains_key(*name))
+            .count() as u64
+    }
+
     /// The copy's new entry once the statement confirmed this draft.
     pub fn confirmed(self) -> (String, Known) {
+        let added = self.new_producers();
         let mut known = self.base;
-        let added = self
-            .saved
-            .keys()
-            .filter(|name| !known.producers.contains_key(*name))
-            .count() as u64;
         known.producer_count += added;
         known.producers.extend(self.saved);
         known.record = self.record;
@@ -220,12 +225,7 @@ impl RecordReader for GroupRecords<'_> {
     /// caller, whose transaction counts again.
     async fn producer_count(&mut self, key: &i64) -> Result<u64, StreamError> {
         let draft = self.draft(*key)?;
-        let added = draft
-            .saved
-            .keys()
-            .filter(|name| !draft.base.producers.contains_key(*name))
-            .count() as u64;
-        Ok(draft.base.producer_count + added)
+        Ok(draft.base.producer_count + draft.new_producers())
     }
 
     async fn messages(

@@ -89,6 +89,7 @@ struct Columns<'d> {
     closed_by_epoch: Vec<Option<i64>>,
     closed_by_seq: Vec<Option<i64>>,
     accessed_ms: Vec<i64>,
+    new_producers: Vec<i64>,
     message_ids: Vec<i64>,
     message_seqs: Vec<i64>,
     message_data: Vec<&'d [u8]>,
@@ -131,6 +132,7 @@ impl<'d> Columns<'d> {
         self.closed_by_epoch.push(closer.map(|p| signed(p.epoch)));
         self.closed_by_seq.push(closer.map(|p| signed(p.seq)));
         self.accessed_ms.push(draft.record.accessed_ms);
+        self.new_producers.push(signed(draft.new_producers()));
         for (n, message) in draft.messages.iter().enumerate() {
             self.message_ids.push(id);
             self.message_seqs.push(signed(base.count + n as u64));
@@ -228,6 +230,7 @@ pub(super) async fn commit(
         .bind(c.relied_epochs)
         .bind(c.relied_seqs)
         .bind(c.producer_lasts)
+        .bind(c.new_producers)
         .fetch_all(conn)
         .await?;
     rows.iter()
