@@ -579,10 +579,15 @@ impl Records for DynamoUnit {
                 None => break,
             }
         }
-        let data = self.state.data.entry(Arc::clone(&key.id)).or_default();
         // Only stored states: one this unit wrote is fresh.
-        expired.retain(|producer| !data.producers.contains_key(producer));
+        if let Some(data) = self.state.data.get(&key.id) {
+            expired.retain(|producer| !data.producers.contains_key(producer));
+        }
+        if expired.is_empty() {
+            return Ok(0);
+        }
         let dropped = expired.len() as u64;
+        let data = self.state.data.entry(Arc::clone(&key.id)).or_default();
         for producer in expired {
             let cached = (Arc::clone(&key.id), producer.clone());
             data.dropped_producers.insert(producer);

@@ -12,9 +12,10 @@ pub const DEFAULT_MAX_PRODUCERS_PER_STREAM: usize = 1_000_000;
 
 /// The default time an idle producer's state is kept: seven days, as
 /// Kafka's `producer.id.expiration.ms`. A producer whose last accepted
-/// write is older is forgotten: its next append starts it fresh (as a
-/// producer the stream never saw), so a retry is deduplicated only when
-/// it comes within this window of the producer's last accepted write.
+/// write is older is forgotten: its next append starts it afresh, as a
+/// producer the stream never saw (any epoch, sequence 0; a later sequence
+/// is a gap), so a retry is deduplicated only when it comes within this
+/// window of the producer's last accepted write.
 pub const DEFAULT_PRODUCER_EXPIRY: std::time::Duration =
     std::time::Duration::from_secs(7 * 24 * 60 * 60);
 
