@@ -372,3 +372,57 @@ fn twenty_thousand_producers_append_to_one_stream() {
         }
     });
 }
+
+/// A stream over its producer cap (the cap was lowered) takes a new
+/// producer in place of an expired one without growing, and refuses one
+/// cleanly (`limit/producers`, nothing written) when none expired.
+#[test]
+fn a_stream_over_a_lowered_cap_takes_new_producers_only_in_place_of_expired_ones() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use eddy_streams::{
+        ManualClock, ProducerPosition, SqliteOptions, StreamConfig, StreamError,
+        DEFAULT_PRODUCER_EXPIRY,
+    };
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::starting_now());
+    let open = |cap| {
+        let options = SqliteOptions {
+            clock: clock.clone(),
+            max_producers_per_stream: cap,
+            ..SqliteOptions::default()
+        };
+        SqliteStorage::open_with(dir.path(), options).expect("open")
+    };
+    let path = StreamPath::new("lowered").expect("path");
+    let by = |id: &str| Append::body("1").with_producer(ProducerPosition::new(id, 0, 0));
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let store = open(4);
+        store
+            .create(&path, StreamConfig::json(), eddy_streams::Payload::empty())
+            .await
+            .expect("create");
+        store.append(&path, by("old")).await.expect("write");
+        clock.advance(DEFAULT_PRODUCER_EXPIRY / 2);
+        for id in ["a", "b", "c"] {
+            store.append(&path, by(id)).await.expect("write");
+        }
+        drop(store);
+        clock.advance(DEFAULT_PRODUCER_EXPIRY / 2 + Duration::from_secs(60));
+        let store = open(2);
+        store
+            .append(&path, by("new"))
+            .await
+            .expect("in place of the expired one");
+        let refused = store.append(&path, by("newer")).await;
+        assert!(
+            matches!(refused, Err(StreamError::TooManyProducers { .. })),
+            "{refused:?}"
+        );
+        let producers = store.snapshot(&path).await.expect("snapshot").producers;
+        assert_eq!(producers.len(), 4, "the count did not grow");
+    });
+}

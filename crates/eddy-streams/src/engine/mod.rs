@@ -196,7 +196,10 @@ impl Engine {
     /// states as allowed; known producers are never refused. At the cap,
     /// the stream's expired producers go first, one bounded step of them
     /// ([`EXPIRED_PRODUCERS_STEP`]), so the cap counts only producers
-    /// within the expiry window.
+    /// within the expiry window. A new producer that found any expired
+    /// takes a place they left, so the count never grows past the cap,
+    /// and a refusal has written nothing (a stream over the cap, after the
+    /// cap was lowered, shrinks toward it instead).
     async fn check_producer_room<R: Records>(
         &self,
         records: &mut R,
@@ -205,16 +208,15 @@ impl Engine {
         producer: &str,
         now: i64,
     ) -> Result<(), StreamError> {
-        let max = self.max_producers as u64;
-        let mut count = records.producer_count(key).await?;
-        if count >= max {
-            let cutoff = cutoff(now, self.producer_expiry_ms);
-            let dropped = records
-                .drop_expired_producers(key, cutoff, EXPIRED_PRODUCERS_STEP)
-                .await?;
-            count = count.saturating_sub(dropped);
+        let count = records.producer_count(key).await?;
+        if count < self.max_producers as u64 {
+            return Ok(());
         }
-        if count >= max {
+        let cutoff = cutoff(now, self.producer_expiry_ms);
+        let dropped = records
+            .drop_expired_producers(key, cutoff, EXPIRED_PRODUCERS_STEP)
+            .await?;
+        if dropped == 0 {
             return Err(StreamError::TooManyProducers {
                 path: path.to_string(),
                 producer: producer.to_owned(),
