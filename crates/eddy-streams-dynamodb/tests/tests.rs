@@ -6,6 +6,7 @@ mod common;
 mod contract;
 mod item_limits;
 mod lost_replies;
+mod producer_expiry;
 mod readiness;
 mod snapshots;
 mod stores;

@@ -51,7 +51,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::payload::DEFAULT_MAX_APPEND_BYTES;
-use crate::{Clock, Limits, StreamError, SystemClock, DEFAULT_MAX_PRODUCERS_PER_STREAM};
+use crate::{
+    Clock, Limits, StreamError, SystemClock, DEFAULT_MAX_PRODUCERS_PER_STREAM,
+    DEFAULT_PRODUCER_EXPIRY,
+};
 
 pub use storage::RecordStorage;
 
@@ -150,6 +153,10 @@ pub struct RecordOptions {
     /// The most idempotent producers whose state one stream keeps; a new
     /// producer beyond it is refused ([`StreamError::TooManyProducers`]).
     pub max_producers_per_stream: usize,
+    /// How long an idle producer's state is kept after its last accepted
+    /// write: retries within it are deduplicated, and after it the
+    /// producer's next append starts it afresh.
+    pub producer_expiry: Duration,
     /// What one write may do: messages per append, bytes a fork copies.
     pub limits: Limits,
     /// Where the store reads the time (for expiry). Processes that share
@@ -173,6 +180,7 @@ impl Default for RecordOptions {
         RecordOptions {
             max_append_bytes: DEFAULT_MAX_APPEND_BYTES,
             max_producers_per_stream: DEFAULT_MAX_PRODUCERS_PER_STREAM,
+            producer_expiry: DEFAULT_PRODUCER_EXPIRY,
             limits: Limits::default(),
             clock: Arc::new(SystemClock),
             poll: Duration::from_millis(100),

@@ -59,6 +59,7 @@ impl<B: Backend> RecordStorage<B> {
         let engine = Engine {
             max_append_bytes: options.max_append_bytes,
             max_producers: options.max_producers_per_stream,
+            producer_expiry_ms: crate::clock::duration_ms(options.producer_expiry),
             limits: options.limits,
             clock: Arc::clone(&options.clock),
             incarnations: Default::default(),

@@ -20,6 +20,10 @@ pub use incarnations::*;
 mod documents;
 pub use documents::*;
 
+#[path = "producer_expiry.rs"]
+mod producer_expiry;
+pub use producer_expiry::*;
+
 /// Calls `$run!(case, case, ...)` with every contract case.
 macro_rules! every_case {
     ($run:ident) => {
@@ -85,6 +89,9 @@ macro_rules! every_clocked_case {
             a_fork_of_a_fork_outlives_its_expired_parent,
             recreate_waits_for_the_forks_of_an_expired_source,
             an_expired_stream_created_again_is_a_new_incarnation,
+            producer_state_expires_after_the_window,
+            a_full_stream_takes_a_new_producer_once_one_expired,
+            a_restore_keeps_when_producers_last_wrote,
         );
     };
 }
@@ -96,7 +103,10 @@ pub(crate) use every_clocked_case;
 /// sweep yet.
 macro_rules! every_sweeping_case {
     ($run:ident) => {
-        $run!(expired_streams_and_old_tombstones_are_swept_in_steps);
+        $run!(
+            expired_streams_and_old_tombstones_are_swept_in_steps,
+            the_sweep_drops_expired_producers_in_steps,
+        );
     };
 }
 pub(crate) use every_sweeping_case;
