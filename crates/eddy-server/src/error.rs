@@ -211,11 +211,11 @@ impl ErrorBody {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
-        if status.is_server_error() {
-            // As a `dyn Error`, so that the log shows the chain of causes.
-            let error: &(dyn std::error::Error + 'static) = &self;
-            tracing::error!(code = self.code(), error, "request failed");
-        } else {
+        let failure = status.is_server_error().then(|| crate::observe::Failure {
+            code: self.code(),
+            error: chain(&self),
+        });
+        if failure.is_none() {
             tracing::debug!(code = self.code(), error = %self, "request refused");
         }
         let body = ErrorBody::of(&self);
@@ -225,6 +225,22 @@ impl IntoResponse for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        if let Some(failure) = failure {
+            // The middleware logs it, with the request's id, method and path.
+            response.extensions_mut().insert(failure);
+        }
         response
     }
+}
+
+/// An error and its causes, as one line: `error: cause: cause`.
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }

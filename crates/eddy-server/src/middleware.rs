@@ -37,19 +37,22 @@ pub(crate) async fn serve(parts: &Parts, request: axum::extract::Request) -> Res
     let id = observe::request_id(request.headers());
     let span = observe::span(&id, &request);
     let route = RouteClass::of(&request);
-    let traced = tracing::enabled!(tracing::Level::DEBUG)
-        .then(|| (request.method().clone(), request.uri().path().to_owned()));
+    // Kept to name the request in its failure's log line (a `Uri` clone
+    // shares its bytes).
+    let (method, uri) = (request.method().clone(), request.uri().clone());
+    let traced = tracing::enabled!(tracing::Level::DEBUG);
     let mut response = guarded(parts, request).instrument(span).await;
+    observe::log_failure(&response, &id, &method, uri.path());
     if response.status().is_client_error() || response.status().is_server_error() {
         state.metrics.errors.increment(1);
     }
     state
         .metrics
         .request(route, response.status().as_u16(), started.elapsed());
-    if let Some((method, path)) = traced {
+    if traced {
         tracing::debug!(
             %method,
-            %path,
+            path = uri.path(),
             status = response.status().as_u16(),
             elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
             "request"

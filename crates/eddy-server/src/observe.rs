@@ -1,8 +1,12 @@
-//! Request ids and the request span: every request gets an `x-request-id`
-//! (the client's, or a new random UUID), echoed on the response by the
-//! middleware, and is handled inside a `request` span carrying that id,
-//! the method and the path (the stream path), so every log line the
-//! request causes names them.
+//! Request ids and the request span: every request (but the liveness
+//! probe) gets an `x-request-id` (the client's, or a new random UUID),
+//! echoed on the response by the middleware. A request that fails with a
+//! server error is logged once, at `error`, with that id, its method and
+//! its path ([`Failure`]). At `debug` every request is also handled
+//! inside a `request` span carrying them, so every log line the request
+//! causes names them; at the default level the span is not built (a
+//! subscriber formats a span's fields when it opens, which cost every
+//! request about a sixth of its time).
 
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
@@ -22,10 +26,37 @@ pub(crate) fn request_id(headers: &HeaderMap) -> HeaderValue {
     }
 }
 
-/// The span of one request, with its id, method and path; a disabled
-/// span (nothing to build) when no subscriber listens at its level.
+/// A server error an endpoint answered, for the middleware to log with
+/// the request it belongs to: its code and its chain of causes.
+#[derive(Clone, Debug)]
+pub(crate) struct Failure {
+    pub code: &'static str,
+    pub error: String,
+}
+
+/// Logs the server error `response` carries, if any, naming the request.
+pub(crate) fn log_failure(
+    response: &axum::response::Response,
+    id: &HeaderValue,
+    method: &axum::http::Method,
+    path: &str,
+) {
+    if let Some(failure) = response.extensions().get::<Failure>() {
+        tracing::error!(
+            request_id = %id.to_str().unwrap_or(""),
+            %method,
+            path,
+            code = failure.code,
+            error = %failure.error,
+            "request failed"
+        );
+    }
+}
+
+/// The span of one request, with its id, method and path, at `debug`; a
+/// disabled span (nothing to build) when no subscriber listens there.
 pub(crate) fn span(id: &HeaderValue, request: &Request) -> tracing::Span {
-    tracing::info_span!(
+    tracing::debug_span!(
         "request",
         request_id = %id.to_str().unwrap_or(""),
         method = %request.method(),
@@ -51,7 +82,67 @@ fn uuid_v4(random: u128) -> [u8; 36] {
 
 #[cfg(test)]
 mod tests {
-    use super::uuid_v4;
+    use std::sync::{Arc, Mutex};
+
+    use axum::response::IntoResponse;
+
+    use super::*;
+    use crate::error::ApiError;
+
+    /// A server error is logged once, at the default level, naming the
+    /// request (the span that used to carry these is `debug` only now).
+    #[test]
+    fn a_server_error_is_logged_with_its_request_and_causes() {
+        let lines = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let writer = {
+            let lines = Arc::clone(&lines);
+            move || Logged(Arc::clone(&lines))
+        };
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(writer)
+            .with_ansi(false)
+            .finish();
+        let error = ApiError::from(eddy_streams::StreamError::internal_from(
+            "committing an append",
+            std::io::Error::other("disk full"),
+        ));
+        let response = error.into_response();
+        assert_eq!(response.status(), 500);
+        let id = HeaderValue::from_static("req-9");
+        tracing::subscriber::with_default(subscriber, || {
+            log_failure(&response, &id, &axum::http::Method::POST, "/orders/1");
+            let refused = ApiError::from(eddy_streams::StreamError::NotFound { path: "x".into() })
+                .into_response();
+            log_failure(&refused, &id, &axum::http::Method::GET, "/x");
+        });
+        let text = String::from_utf8(lines.lock().map(|l| l.clone()).unwrap_or_default())
+            .unwrap_or_default();
+        assert_eq!(text.lines().count(), 1, "only the server error: {text}");
+        for part in [
+            "ERROR",
+            "request_id=req-9",
+            "method=POST",
+            "path=\"/orders/1\"",
+            "disk full",
+        ] {
+            assert!(text.contains(part), "{part} in {text}");
+        }
+    }
+
+    struct Logged(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Logged {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if let Ok(mut lines) = self.0.lock() {
+                lines.extend_from_slice(buf);
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
 
     #[test]
     fn request_ids_are_version_4_uuids() {

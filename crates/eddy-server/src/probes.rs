@@ -2,14 +2,32 @@
 //! take traffic: not shutting down, and its store open and writable.
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+use crate::router;
 use crate::state::AppState;
 
-/// `GET /healthz`: the process is up.
-pub(crate) async fn healthz() -> &'static str {
-    "ok\n"
+/// Whether `request` is the liveness probe, `GET /healthz`.
+pub(crate) fn is_liveness<B>(request: &axum::http::Request<B>) -> bool {
+    request.method() == axum::http::Method::GET && request.uri().path() == router::HEALTHZ
+}
+
+/// The answer to `GET /healthz`: the process is up. It is given before
+/// the middleware (no token is needed, no request id, span, metrics or
+/// CORS headers are added): it says only that this process answers HTTP.
+pub(crate) fn alive() -> Response {
+    (
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            ),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+        ],
+        "ok\n",
+    )
+        .into_response()
 }
 
 /// `GET /readyz`: 200 when the store takes writes, 503 with the reason

@@ -21,7 +21,7 @@ pub(crate) const METRICS: &str = "/metrics";
 /// [`routes`] does not name does.
 pub(crate) fn operational(state: &AppState) -> Router {
     Router::new()
-        .route(HEALTHZ, get(probes::healthz))
+        .route(HEALTHZ, get(|| async { probes::alive() }))
         .route(READYZ, get(probes::readyz))
         .route(METRICS, get(metrics))
         .merge(console::routes(state))
