@@ -59,6 +59,8 @@ pub(crate) async fn serve(parts: &Parts, request: axum::extract::Request) -> Res
         );
     }
     let headers = response.headers_mut();
+    // One growth of the map for the six headers below, not one per insert.
+    headers.reserve(6);
     if !headers.contains_key(header::CACHE_CONTROL) {
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }

@@ -64,18 +64,20 @@ pub(crate) fn span(id: &HeaderValue, request: &Request) -> tracing::Span {
     )
 }
 
-/// `random` as a version-4 UUID in its hyphenated lower-case form.
+/// `random` as a version-4 UUID in its hyphenated lower-case form, a
+/// byte at a time (two hex digits each).
 fn uuid_v4(random: u128) -> [u8; 36] {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let bits = random & 0xFFFF_FFFF_FFFF_4FFF_BFFF_FFFF_FFFF_FFFF | 0x4000_8000_0000_0000_0000;
     let mut out = [b'-'; 36];
-    let mut nibble = 0;
-    for (i, slot) in out.iter_mut().enumerate() {
-        if matches!(i, 8 | 13 | 18 | 23) {
-            continue;
+    let mut at = 0;
+    for (i, byte) in bits.to_be_bytes().into_iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            at += 1; // past a hyphen
         }
-        *slot = HEX[((bits >> (124 - 4 * nibble)) & 0xF) as usize];
-        nibble += 1;
+        out[at] = HEX[usize::from(byte >> 4)];
+        out[at + 1] = HEX[usize::from(byte & 0xF)];
+        at += 2;
     }
     out
 }
