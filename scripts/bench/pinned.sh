@@ -30,6 +30,17 @@ start_floor() {
   echo "the fan-out floor at $base did not start" >&2; exit 1
 }
 
+# The request floor: a bare hyper server (examples/request_floor.rs) that
+# answers a GET with `ok` and any other request with a 204, reading the
+# body: what one request costs in hyper and the kernel alone.
+start_request_floor() {
+  local port; port="$(free_port)"
+  (exec_pinned "$server_core" "$request_floor" "127.0.0.1:$port" >/dev/null 2>&1) &
+  pids+=($!); base="http://127.0.0.1:$port"
+  for _ in $(seq 1 100); do curl -fsS -o /dev/null "$base/healthz" 2>/dev/null && return; sleep 0.1; done
+  echo "the request floor at $base did not start" >&2; exit 1
+}
+
 stop_pinned() { # the last server started that still runs
   local pid="${pids[-1]}"
   kill "$pid" 2>/dev/null || true
@@ -54,7 +65,7 @@ measure_floor() { # -> sets `floor_h1` and `floor_h2` ("p50/p99/max")
 
 
 measure_pinned() { # binary -> sets `figures` (see pinned_report)
-  local bin="$1" mem sql h ma sa mr sr fan_h1 fan_h2 hs="" mas="" sas="" r_ma="" r_sa=""
+  local bin="$1" mem sql fl h ma sa fg fp mr sr fan_h1 fan_h2 hs="" mas="" sas="" r_ma="" r_sa="" r_hf="" r_af=""
   # Both stores' servers run side by side on the server core (an idle one
   # costs nothing), and the load alternates between them in short slices:
   # on a shared VM a figure drifts by several percent from one second to
@@ -62,6 +73,7 @@ measure_pinned() { # binary -> sets `figures` (see pinned_report)
   # slices is reported, with their range.
   start_pinned "$bin" memory; mem="$base"
   start_pinned "$bin" sqlite; sql="$base"
+  start_request_floor; fl="$base"
   for b in "$mem" "$sql"; do
     curl -fsS -o /dev/null -X PUT -H 'content-type: text/plain' "$b/bench/append"
     prepare_kb_stream "$b"
@@ -70,9 +82,13 @@ measure_pinned() { # binary -> sets `figures` (see pinned_report)
     h="$(duration="$slice_duration" pinned_rps "$mem/healthz")"
     ma="$(duration="$slice_duration" pinned_rps "$mem/bench/append" -s "$here/append.lua")"
     sa="$(duration="$slice_duration" pinned_rps "$sql/bench/append" -s "$here/append.lua")"
+    fg="$(duration="$slice_duration" pinned_rps "$fl/healthz")"
+    fp="$(duration="$slice_duration" pinned_rps "$fl/bench/append" -s "$here/append.lua")"
     hs="$hs $h"; mas="$mas $ma"; sas="$sas $sa"
     r_ma="$r_ma $(ratio2 "$ma" "$h")"; r_sa="$r_sa $(ratio2 "$sa" "$ma")"
+    r_hf="$r_hf $(ratio2 "$h" "$fg")"; r_af="$r_af $(ratio2 "$ma" "$fp")"
   done
+  stop_pinned
   mr="$(pinned_rps "$(first_chunk_url "$mem/bench/kb")")"
   sr="$(pinned_rps "$(first_chunk_url "$sql/bench/kb")")"
   fan_h1="$(fan_out "$mem")"
@@ -80,11 +96,12 @@ measure_pinned() { # binary -> sets `figures` (see pinned_report)
   stop_pinned; stop_pinned
   figures="$(median <<<"$hs") $(median <<<"$mas") $(median <<<"$sas") $mr $sr $fan_h1 $fan_h2"
   figures="$figures $(median <<<"$r_sa" | two_places) $(range <<<"$r_sa") $(median <<<"$r_ma" | two_places) $(range <<<"$r_ma")"
+  figures="$figures $(median <<<"$r_hf" | two_places) $(range <<<"$r_hf") $(median <<<"$r_af" | two_places) $(range <<<"$r_af")"
 }
 
 pinned_report() { # label figures
-  local h ma sa mr sr fan_h1 fan_h2 r_sa range_sa r_ma range_ma
-  read -r h ma sa mr sr fan_h1 fan_h2 r_sa range_sa r_ma range_ma <<<"$2"
+  local h ma sa mr sr fan_h1 fan_h2 r_sa range_sa r_ma range_ma r_hf range_hf r_af range_af
+  read -r h ma sa mr sr fan_h1 fan_h2 r_sa range_sa r_ma range_ma r_hf range_hf r_af range_af <<<"$2"
   echo
   echo "== $1 (server on core $server_core, wrk -t1 -c$pinned_connections on core $load_core) =="
   echo "   ($ratio_slices slices of $slice_duration per rate and store, medians; reads $duration)"
@@ -96,6 +113,8 @@ pinned_report() { # label figures
   printf '%-52s %12s  (target >= 0.50)\n' "ratio SQLite / memory catch-up reads" "$(ratio2 "$sr" "$mr")"
   printf '%-52s %12s  (slices %s; target >= 0.50)\n' "ratio SQLite / memory single appends" "$r_sa" "$range_sa"
   printf '%-52s %12s  (slices %s; target >= 0.85)\n' "ratio memory appends / healthz" "$r_ma" "$range_ma"
+  printf '%-52s %12s  (slices %s; target >= 0.90)\n' "ratio /healthz / request floor GET" "$r_hf" "$range_hf"
+  printf '%-52s %12s  (slices %s; target >= 0.70)\n' "ratio memory appends / request floor POST" "$r_af" "$range_af"
   printf '%-52s %18s  (floor %s; target: all <= 100 ms)\n' "$fanout_readers long-poll readers, HTTP/1.1, p50/p99/max ms" "$fan_h1" "$floor_h1"
   printf '%-52s %18s  (floor %s)\n' "  the same over $fanout_h2c h2c connections" "$fan_h2" "$floor_h2"
 }

@@ -61,10 +61,11 @@ if [ -z "$eddy" ]; then
   (cd "$root" && cargo build --quiet --release -p eddy --features postgres)
   eddy="$CARGO_TARGET_DIR/release/eddy"
 fi
-[ "$mode" = postgres-pinned ] || (cd "$root" && cargo build --quiet --release -p eddy-server --example live_latency --example live_fanout --example fanout_floor)
+[ "$mode" = postgres-pinned ] || (cd "$root" && cargo build --quiet --release -p eddy-server --example live_latency --example live_fanout --example fanout_floor --example request_floor)
 latency="$CARGO_TARGET_DIR/release/examples/live_latency"
 fanout="$CARGO_TARGET_DIR/release/examples/live_fanout"
 floor="$CARGO_TARGET_DIR/release/examples/fanout_floor"
+request_floor="$CARGO_TARGET_DIR/release/examples/request_floor"
 
 work="$(mktemp -d)"
 pids=()
