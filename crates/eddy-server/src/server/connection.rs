@@ -10,7 +10,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
@@ -115,12 +115,27 @@ impl Connections {
         let connection = self.builder.serve_connection(TokioIo::new(io), service);
         tokio::pin!(connection);
         let _closed = Closed(&activity);
-        let expired = activity.expired(opening, self.idle_timeout, self.write_timeout);
+        // The timer and the shutdown signal are watched by a task of their
+        // own: in the `select!` below they would be polled again at every
+        // wake of the connection, a few times per request.
+        let (stop, stopped) = oneshot::channel();
+        let watcher = tokio::spawn({
+            let activity = Arc::clone(&activity);
+            let (idle, write) = (self.idle_timeout, self.write_timeout);
+            async move {
+                let why = tokio::select! {
+                    expired = activity.expired(opening, idle, write) => Some(expired),
+                    _ = stopping.wait_for(|stopping| *stopping) => None,
+                };
+                let _ = stop.send(why);
+            }
+        });
+        let _watcher = AbortOnDrop(watcher);
         let unused = tokio::select! {
             ended = connection.as_mut() => return log_end(ended),
-            expired = expired => match expired {
-                Expired::Unused => true,
-                Expired::Stalled => {
+            why = stopped => match why {
+                Ok(Some(Expired::Unused)) => true,
+                Ok(Some(Expired::Stalled)) => {
                     // Its client takes nothing: waiting for its responses
                     // to finish would hold them (and their live-reader
                     // slots) for good. Dropped at once.
@@ -128,8 +143,9 @@ impl Connections {
                     tracing::debug!("a connection whose client took no response bytes for the write timeout was closed");
                     return;
                 }
+                // Shutting down.
+                Ok(None) | Err(_) => false,
             },
-            _ = stopping.wait_for(|stopping| *stopping) => false,
         };
         // No request is in progress when the connection is unused; on a
         // shutdown, those in progress finish (the server bounds the wait).
@@ -149,6 +165,15 @@ impl Connections {
 fn log_end(ended: Result<(), Box<dyn std::error::Error + Send + Sync>>) {
     if let Err(err) = ended {
         tracing::debug!(error = %err, "connection ended with an error");
+    }
+}
+
+/// Stops a connection's watcher task when the connection ends.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
