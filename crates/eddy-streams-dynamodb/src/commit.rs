@@ -22,7 +22,7 @@ use crate::backend::{purge_later, Shared};
 use crate::errors::table_error;
 use crate::keys::{self, Keys};
 use crate::pack::{self, ITEM_OVERHEAD};
-use crate::path_item::{self, new_token};
+use crate::path_item::{self, new_token, PathState};
 use crate::unit::State;
 
 /// The most items of one transaction (DynamoDB's limit).
@@ -37,7 +37,39 @@ fn writes(state: &State) -> bool {
     state.paths.values().any(|entry| entry.dirty)
         || !state.data.is_empty()
         || !state.directory.is_empty()
+        || !state.fork_refs.is_empty()
         || !state.removed.is_empty()
+}
+
+/// How many items the unit's transaction holds.
+pub(crate) fn item_count(state: &State) -> usize {
+    let data: usize = state
+        .data
+        .values()
+        .map(|data| data.producers.len() + data.packs.iter().map(pack::Pack::items).sum::<usize>())
+        .sum();
+    state.paths.len() + state.directory.len() + state.fork_refs.len() + state.removed.len() + data
+}
+
+/// Moves the forks that path items written by the unit still list in
+/// themselves (tables written before fork references) into fork
+/// references, as many as the transaction has room for: the legacy sets
+/// shrink with every write until they are gone.
+fn migrate_legacy_forks(state: &mut State) {
+    let mut room = MAX_ITEMS.saturating_sub(item_count(state));
+    for entry in state.paths.values_mut() {
+        let PathState::Stream(stream) = &mut entry.state else {
+            continue;
+        };
+        while entry.dirty && room > 0 {
+            let Some(fork) = stream.legacy_forks.pop_first() else {
+                break;
+            };
+            stream.forks += 1;
+            state.fork_refs.insert((Arc::clone(&stream.id), fork), true);
+            room -= 1;
+        }
+    }
 }
 
 /// Why the unit cannot be one transaction, if it cannot.
@@ -45,7 +77,7 @@ pub(crate) fn overflow(keys: &Keys, state: &State) -> Option<StreamError> {
     if !writes(state) {
         return None;
     }
-    let mut items = state.paths.len() + state.directory.len() + state.removed.len();
+    let items = item_count(state);
     let mut bytes = ITEM_OVERHEAD * items;
     for (path, entry) in &state.paths {
         if entry.dirty {
@@ -64,14 +96,17 @@ pub(crate) fn overflow(keys: &Keys, state: &State) -> Option<StreamError> {
             }
         }
     }
+    bytes += state
+        .fork_refs
+        .keys()
+        .map(|(id, fork)| id.len() + fork.len())
+        .sum::<usize>();
     for data in state.data.values() {
-        items += data.producers.len();
         bytes += data
             .producers
             .keys()
             .map(|id| id.len() + ITEM_OVERHEAD)
             .sum::<usize>();
-        items += data.packs.iter().map(pack::Pack::items).sum::<usize>();
         bytes += data.packs.iter().map(pack::Pack::size).sum::<usize>();
     }
     if bytes > MAX_BYTES {
@@ -146,6 +181,14 @@ fn transaction(
             Delete::new(key).into()
         });
     }
+    for ((id, fork), live) in &state.fork_refs {
+        let key = keys.fork_ref(id, fork);
+        items.push(if *live {
+            Put::new(key).into()
+        } else {
+            Delete::new(key).into()
+        });
+    }
     for id in &state.removed {
         items.push(Put::new(keys.garbage_entry(id)).into());
     }
@@ -168,13 +211,14 @@ fn transaction(
 }
 
 /// Commits a unit's state.
-pub(crate) async fn commit(shared: &Arc<Shared>, state: State) -> Result<Commit, StreamError> {
+pub(crate) async fn commit(shared: &Arc<Shared>, mut state: State) -> Result<Commit, StreamError> {
     if !writes(&state) {
         return Ok(Commit::Done);
     }
     if let Some(overflow) = overflow(&shared.keys, &state) {
         return Err(overflow);
     }
+    migrate_legacy_forks(&mut state);
     let (items, mark) = transaction(&shared.keys, &state)?;
     if let Err(e) = shared.table.transact_write_items(items).await {
         let unknown = matches!(

@@ -6,6 +6,7 @@
 //! | a pack of messages | `ds|d|<stream id>` | `m|<end, 20 digits>` |
 //! | a part of one large message | `ds|d|<stream id>` | `m|<end, 20 digits>|<part, 4 digits>` |
 //! | an idempotent producer | `ds|d|<stream id>` | `p|<producer id>` |
+//! | a fork of the stream | `ds|f|<stream id>` | `<fork's path>` |
 //! | the directory entry of a live path | `ds|l` | `<path>` |
 //! | a removed stream whose data is still to delete | `ds|g` | `<stream id>` |
 //! | a shared document | `ds|doc` | `<document key>` |
@@ -74,6 +75,17 @@ impl Keys {
         self.key(data_partition(id), sort)
     }
 
+    /// The partition key of the fork references of stream `id`.
+    pub fn forks(&self, id: &str) -> AttributeValue {
+        AttributeValue::S(forks_partition(id))
+    }
+
+    /// The key of the reference to the fork at `fork` in the partition of
+    /// its source, the stream `id`.
+    pub fn fork_ref(&self, id: &str, fork: &str) -> Item {
+        self.key(forks_partition(id), fork.into())
+    }
+
     /// The key of a path's directory entry.
     pub fn directory_entry(&self, path: &str) -> Item {
         self.key(DIRECTORY.into(), path.into())
@@ -123,6 +135,13 @@ impl Keys {
 
 fn data_partition(id: &str) -> String {
     format!("ds|d|{id}")
+}
+
+/// A stream's forks are a partition of their own, not sort keys of its
+/// data partition: a fork's path takes up to 1 024 bytes, the whole of a
+/// sort key.
+fn forks_partition(id: &str) -> String {
+    format!("ds|f|{id}")
 }
 
 /// The sort key of the pack whose last message is at `end - 1`.

@@ -59,6 +59,9 @@ pub(crate) struct State {
     pub producers_read: HashMap<(Arc<str>, String), Option<ProducerState>>,
     /// Directory entries to write (`true`) or delete.
     pub directory: BTreeMap<String, bool>,
+    /// Fork references to write (`true`) or delete, by (source stream
+    /// id, fork path).
+    pub fork_refs: BTreeMap<(Arc<str>, String), bool>,
     /// Streams removed: their data items are deleted after the commit.
     pub removed: Vec<Arc<str>>,
 }
@@ -291,11 +294,38 @@ impl RecordReader for DynamoUnit {
         })
     }
 
+    /// The legacy set of the path item, and the stream's fork references:
+    /// stored ones (one `Query`, none when its count says it has none)
+    /// with the unit's own writes over them.
     async fn forks_of(&mut self, path: &str) -> Result<Vec<String>, StreamError> {
-        Ok(match &self.entry(path).await?.state {
-            PathState::Stream(stream) => stream.forks.iter().cloned().collect(),
-            PathState::Absent | PathState::Tombstone(_) => Vec::new(),
-        })
+        let (id, stored, mut forks) = match &self.entry(path).await?.state {
+            PathState::Stream(stream) => (
+                Arc::clone(&stream.id),
+                stream.forks,
+                stream.legacy_forks.clone(),
+            ),
+            PathState::Absent | PathState::Tombstone(_) => return Ok(Vec::new()),
+        };
+        if stored > 0 {
+            let query = Query::partition(self.shared.keys.forks(&id));
+            for item in all_items(&*self.shared.table, query, "reading forks").await? {
+                if let Some(fork) = self.shared.keys.sort_of(&item) {
+                    forks.insert(fork.to_owned());
+                }
+            }
+        }
+        let written = self
+            .state
+            .fork_refs
+            .range((Arc::clone(&id), String::new())..);
+        for ((_, fork), live) in written.take_while(|((source, _), _)| *source == id) {
+            if *live {
+                forks.insert(fork.clone());
+            } else {
+                forks.remove(fork);
+            }
+        }
+        Ok(forks.into_iter().collect())
     }
 
     async fn producer(
@@ -445,7 +475,8 @@ impl Records for DynamoUnit {
             id: Arc::clone(&id),
             record: record.clone(),
             base: Vec::new(),
-            forks: Default::default(),
+            forks: 0,
+            legacy_forks: Default::default(),
             producers: 0,
         }));
         entry.dirty = true;
@@ -453,8 +484,12 @@ impl Records for DynamoUnit {
         if let Some(source) = record.fork_source() {
             let entry = self.entry(source).await?;
             if let PathState::Stream(stream) = &mut entry.state {
-                stream.forks.insert(path.to_owned());
+                // The source's path item is written too (its count, a new
+                // token): units that decided on its forks conflict.
+                stream.forks += 1;
                 entry.dirty = true;
+                let reference = (Arc::clone(&stream.id), path.to_owned());
+                self.state.fork_refs.insert(reference, true);
             }
         }
         Ok(StreamKey {
@@ -558,8 +593,12 @@ impl Records for DynamoUnit {
         if let Some(source) = source {
             let entry = self.entry(&source).await?;
             if let PathState::Stream(stream) = &mut entry.state {
-                stream.forks.remove(path);
                 entry.dirty = true;
+                if !stream.legacy_forks.remove(path) {
+                    stream.forks = stream.forks.saturating_sub(1);
+                    let reference = (Arc::clone(&stream.id), path.to_owned());
+                    self.state.fork_refs.insert(reference, false);
+                }
             }
         }
         Ok(())
