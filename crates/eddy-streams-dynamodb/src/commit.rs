@@ -23,6 +23,7 @@ use crate::errors::table_error;
 use crate::keys::{self, Keys};
 use crate::pack::{self, ITEM_OVERHEAD};
 use crate::path_item::{self, new_token, PathState};
+use crate::steps;
 use crate::unit::State;
 
 /// The most items of one transaction (DynamoDB's limit).
@@ -115,12 +116,18 @@ pub(crate) fn overflow(keys: &Keys, state: &State) -> Option<StreamError> {
             limit: MAX_BYTES,
         });
     }
-    if items > MAX_ITEMS {
-        return Some(StreamError::internal(format!(
-            "the call writes {items} items, more than the {MAX_ITEMS} one DynamoDB transaction holds"
-        )));
+    // A removal of many streams is committed in steps (`steps.rs`): only
+    // its last step must fit one transaction, which `commit` checks.
+    if items > MAX_ITEMS && state.removed.is_empty() {
+        return Some(too_many_items(items));
     }
     None
+}
+
+fn too_many_items(items: usize) -> StreamError {
+    StreamError::internal(format!(
+        "the call writes {items} items, more than the {MAX_ITEMS} one DynamoDB transaction holds"
+    ))
 }
 
 /// A producer's state from its item.
@@ -189,8 +196,8 @@ fn transaction(
             Delete::new(key).into()
         });
     }
-    for id in &state.removed {
-        items.push(Put::new(keys.garbage_entry(id)).into());
+    for removal in &state.removed {
+        items.push(Put::new(keys.garbage_entry(&removal.id)).into());
     }
     for (id, data) in &state.data {
         for pack in &data.packs {
@@ -218,7 +225,21 @@ pub(crate) async fn commit(shared: &Arc<Shared>, mut state: State) -> Result<Com
     if let Some(overflow) = overflow(&shared.keys, &state) {
         return Err(overflow);
     }
+    if item_count(&state) > MAX_ITEMS {
+        if steps::remove_in_steps(shared, &mut state).await? == Commit::Conflict {
+            return Ok(Commit::Conflict);
+        }
+        let items = item_count(&state);
+        if items > MAX_ITEMS {
+            return Err(too_many_items(items));
+        }
+    }
     migrate_legacy_forks(&mut state);
+    transact(shared, state).await
+}
+
+/// Writes `state` in one transaction (the unit's, or one step of it).
+pub(crate) async fn transact(shared: &Arc<Shared>, state: State) -> Result<Commit, StreamError> {
     let (items, mark) = transaction(&shared.keys, &state)?;
     if let Err(e) = shared.table.transact_write_items(items).await {
         let unknown = matches!(
@@ -237,7 +258,7 @@ pub(crate) async fn commit(shared: &Arc<Shared>, mut state: State) -> Result<Com
         tracing::debug!(error = %e, "a commit whose answer was an error had landed");
     }
     if !state.removed.is_empty() {
-        purge_later(shared, state.removed);
+        purge_later(shared, state.removed.into_iter().map(|r| r.id).collect());
     }
     Ok(Commit::Done)
 }

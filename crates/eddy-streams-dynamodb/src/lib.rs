@@ -52,6 +52,7 @@ mod keys;
 mod pack;
 mod path_item;
 mod query;
+mod steps;
 mod unit;
 
 use std::sync::Arc;

@@ -63,7 +63,20 @@ pub(crate) struct State {
     /// id, fork path).
     pub fork_refs: BTreeMap<(Arc<str>, String), bool>,
     /// Streams removed: their data items are deleted after the commit.
-    pub removed: Vec<Arc<str>>,
+    pub removed: Vec<Removal>,
+}
+
+/// A stream the unit removes.
+#[derive(Clone, Debug)]
+pub(crate) struct Removal {
+    /// Its data partition's id.
+    pub id: Arc<str>,
+    /// Its path.
+    pub path: String,
+    /// The path it was forked from, if it is a fork.
+    pub source: Option<String>,
+    /// Whether it was soft-deleted (retired) when removed.
+    pub retired: bool,
 }
 
 /// A path in a unit.
@@ -579,17 +592,23 @@ impl Records for DynamoUnit {
 
     async fn remove(&mut self, key: &StreamKey, path: &str) -> Result<(), StreamError> {
         let entry = self.entry(path).await?;
-        let source = match &entry.state {
-            PathState::Stream(stream) if stream.id == key.id => {
-                stream.record.fork_source().map(str::to_owned)
-            }
+        let (source, retired) = match &entry.state {
+            PathState::Stream(stream) if stream.id == key.id => (
+                stream.record.fork_source().map(str::to_owned),
+                stream.record.soft_deleted(),
+            ),
             _ => return Ok(()),
         };
         entry.state = PathState::Absent;
         entry.dirty = true;
         self.state.directory.insert(path.to_owned(), false);
         self.state.data.remove(&key.id);
-        self.state.removed.push(Arc::clone(&key.id));
+        self.state.removed.push(Removal {
+            id: Arc::clone(&key.id),
+            path: path.to_owned(),
+            source: source.clone(),
+            retired,
+        });
         if let Some(source) = source {
             let entry = self.entry(&source).await?;
             if let PathState::Stream(stream) = &mut entry.state {

@@ -2,6 +2,7 @@
 //! per area. Every suite runs on eddy-dynamo's embedded table and, with
 //! the `aws` feature, on moto (`EDDY_DYNAMODB_ENDPOINT`).
 
+mod cascades;
 mod common;
 mod contract;
 mod item_limits;

@@ -60,6 +60,14 @@ impl StreamRecord {
         self.accessed_ms = self.accessed_ms.max(at_ms);
     }
 
+    /// Whether the stream was deleted while forks still read from it
+    /// (retired until they are gone): a backend that removes a chain of
+    /// forks in several steps tells the stream a delete removes (live
+    /// until then) from those that were already dead.
+    pub fn soft_deleted(&self) -> bool {
+        self.soft_deleted
+    }
+
     /// The path this stream was forked from, if it is a fork.
     pub fn fork_source(&self) -> Option<&str> {
         self.origin.as_ref().map(|origin| origin.source.as_str())
