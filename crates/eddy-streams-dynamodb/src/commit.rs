@@ -40,6 +40,7 @@ fn writes(state: &State) -> bool {
         || !state.directory.is_empty()
         || !state.fork_refs.is_empty()
         || !state.removed.is_empty()
+        || !state.sweep_entries.is_empty()
 }
 
 /// How many items the unit's transaction holds.
@@ -49,7 +50,12 @@ pub(crate) fn item_count(state: &State) -> usize {
         .values()
         .map(|data| data.producers.len() + data.packs.iter().map(pack::Pack::items).sum::<usize>())
         .sum();
-    state.paths.len() + state.directory.len() + state.fork_refs.len() + state.removed.len() + data
+    state.paths.len()
+        + state.directory.len()
+        + state.fork_refs.len()
+        + state.removed.len()
+        + state.sweep_entries.len()
+        + data
 }
 
 /// Moves the forks that path items written by the unit still list in
@@ -101,6 +107,11 @@ pub(crate) fn overflow(keys: &Keys, state: &State) -> Option<StreamError> {
         .fork_refs
         .keys()
         .map(|(id, fork)| id.len() + fork.len())
+        .sum::<usize>();
+    bytes += state
+        .sweep_entries
+        .iter()
+        .map(|((_, sort), path)| sort.len() + path.as_ref().map_or(0, String::len))
         .sum::<usize>();
     for data in state.data.values() {
         bytes += data
@@ -198,6 +209,16 @@ fn transaction(
     }
     for removal in &state.removed {
         items.push(Put::new(keys.garbage_entry(&removal.id)).into());
+    }
+    for ((partition, sort), path) in &state.sweep_entries {
+        let mut key = keys.sweep_entry(partition, sort.clone());
+        items.push(match path {
+            Some(path) => {
+                key.insert("p".into(), AttributeValue::S(path.clone()));
+                Put::new(key).into()
+            }
+            None => Delete::new(key).into(),
+        });
     }
     for (id, data) in &state.data {
         for pack in &data.packs {

@@ -9,6 +9,8 @@
 //! | a fork of the stream | `ds|f|<stream id>` | `<fork's path>` |
 //! | the directory entry of a live path | `ds|l` | `<path>` |
 //! | a removed stream whose data is still to delete | `ds|g` | `<stream id>` |
+//! | a stream that expires, by when at the earliest | `ds|x` | `<unix ms, 20 digits>|<stream id>` |
+//! | a tombstone, by its incarnation | `ds|t` | `<incarnation, 20 digits>|<stream id>` |
 //! | a shared document | `ds|doc` | `<document key>` |
 //!
 //! `end` is the position after the item's last message, so the items
@@ -22,6 +24,11 @@ use eddy_streams::StreamError;
 const DIRECTORY: &str = "ds|l";
 /// The partition of removed streams whose data items are to delete.
 const GARBAGE: &str = "ds|g";
+/// The partition of streams that expire, ordered by the earliest time
+/// they may (the sweep's queue).
+pub(crate) const EXPIRING: &str = "ds|x";
+/// The partition of tombstones, ordered by incarnation.
+pub(crate) const TOMBSTONES: &str = "ds|t";
 /// The partition of the shared documents. (No stream's data partition:
 /// those are `ds|d|<id>`.)
 const DOCUMENTS: &str = "ds|doc";
@@ -106,6 +113,12 @@ impl Keys {
         AttributeValue::S(GARBAGE.into())
     }
 
+    /// The key of the sweep entry `sort` of partition `partition`
+    /// ([`EXPIRING`] or [`TOMBSTONES`]).
+    pub fn sweep_entry(&self, partition: &str, sort: String) -> Item {
+        self.key(partition.into(), sort)
+    }
+
     /// The key of the document at `key`.
     pub fn document(&self, key: &str) -> Item {
         self.key(DOCUMENTS.into(), key.into())
@@ -156,6 +169,18 @@ pub(crate) fn part(end: u64, part: usize) -> String {
 
 /// The sort key after every message item.
 pub(crate) const AFTER_MESSAGES: &str = "m|~";
+
+/// The sort key of a sweep entry: `at` (a time or an incarnation), then
+/// the stream's id (a path may take the whole 1 024 bytes of a sort key,
+/// so the path is an attribute, `p`).
+pub(crate) fn sweep_sort(at: u64, id: &str) -> String {
+    format!("{at:020}|{id}")
+}
+
+/// The sort key before every sweep entry at `at` or later.
+pub(crate) fn sweep_before(at: u64) -> String {
+    format!("{at:020}")
+}
 
 /// The sort key of a producer's state.
 pub(crate) fn producer(id: &str) -> String {

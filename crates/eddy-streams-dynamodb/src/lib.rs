@@ -53,6 +53,7 @@ mod pack;
 mod path_item;
 mod query;
 mod steps;
+mod sweep;
 mod unit;
 
 use std::sync::Arc;

@@ -90,11 +90,23 @@ fn next_step(state: &mut State, last: &HashSet<String>) -> State {
     while index < state.removed.len() {
         let removal = &state.removed[index];
         let reference = reference_of(state, removal);
-        let cost = 3 + usize::from(reference.is_some());
+        let entries: Vec<_> = state
+            .sweep_entries
+            .iter()
+            .filter(|(_, path)| path.as_deref() == Some(removal.path.as_str()))
+            .map(|(key, _)| key.clone())
+            .collect();
+        let cost = 3 + usize::from(reference.is_some()) + entries.len();
         // A fork listed in its source's item itself (an older table) has
         // no reference to delete: it goes with its source's write.
         let listed_in_source = removal.source.is_some() && reference.is_none();
-        if last.contains(&removal.path)
+        // A path the unit writes a new stream at (a create meeting a dead
+        // one) is the call's own write.
+        let gone = state.paths.get(&removal.path).is_some_and(|entry| {
+            matches!(entry.state, PathState::Absent | PathState::Tombstone(_))
+        });
+        if !gone
+            || last.contains(&removal.path)
             || sources.contains(&removal.path)
             || listed_in_source
             || items + cost > MAX_ITEMS
@@ -112,6 +124,11 @@ fn next_step(state: &mut State, last: &HashSet<String>) -> State {
         if let Some(reference) = reference {
             state.fork_refs.remove(&reference);
             step.fork_refs.insert(reference, false);
+        }
+        for key in entries {
+            if let Some(path) = state.sweep_entries.remove(&key) {
+                step.sweep_entries.insert(key, path);
+            }
         }
         step.removed.push(removal);
         items += cost;

@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use eddy_dynamo::{AttributeValue, Item, Query, SortCondition};
-use eddy_streams::backend::{ProducerState, RecordReader, Records, Stored, StreamRecord, Unit};
+use eddy_streams::backend::{
+    ProducerState, RecordReader, Records, Stored, StreamRecord, Sweepable, Unit,
+};
 use eddy_streams::StreamError;
 
 use crate::backend::Shared;
@@ -44,7 +46,7 @@ impl StreamKey {
 
 /// A unit of the DynamoDB backend.
 pub struct DynamoUnit {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     pub(crate) state: State,
 }
 
@@ -64,6 +66,12 @@ pub(crate) struct State {
     pub fork_refs: BTreeMap<(Arc<str>, String), bool>,
     /// Streams removed: their data items are deleted after the commit.
     pub removed: Vec<Removal>,
+    /// Sweep entries to put (with the path they name) or delete, by
+    /// (partition, sort key): see `sweep.rs`.
+    pub sweep_entries: BTreeMap<(&'static str, String), Option<String>>,
+    /// The sort keys of the tombstone entries the unit's sweep found, by
+    /// path, for the tombstones it drops.
+    pub found_tombstones: HashMap<String, String>,
 }
 
 /// A stream the unit removes.
@@ -445,6 +453,16 @@ impl RecordReader for DynamoUnit {
         Ok(collect.messages)
     }
 
+    /// The sweep's queues (`sweep.rs`).
+    async fn sweepable(
+        &mut self,
+        now_ms: i64,
+        below: u64,
+        max: usize,
+    ) -> Result<Sweepable, StreamError> {
+        crate::sweep::sweepable(self, now_ms, below, max).await
+    }
+
     async fn list(&mut self, prefix: &str) -> Result<Vec<(String, StreamRecord)>, StreamError> {
         let keys = &self.shared.keys;
         let mut query = Query::partition(keys.directory());
@@ -494,6 +512,13 @@ impl Records for DynamoUnit {
         }));
         entry.dirty = true;
         self.state.directory.insert(path.to_owned(), true);
+        if let Some(at) = record.expires_at_ms() {
+            let at = u64::try_from(at).unwrap_or(0);
+            let entry = (keys::EXPIRING, keys::sweep_sort(at, &id));
+            self.state
+                .sweep_entries
+                .insert(entry, Some(path.to_owned()));
+        }
         if let Some(source) = record.fork_source() {
             let entry = self.entry(source).await?;
             if let PathState::Stream(stream) = &mut entry.state {
@@ -637,7 +662,28 @@ impl Records for DynamoUnit {
         let entry = self.entry(path).await?;
         entry.state = PathState::Tombstone(incarnation);
         entry.dirty = true;
+        let removed = self.state.removed.iter().rev().find(|r| r.path == path);
+        if let Some(removal) = removed {
+            let entry = (keys::TOMBSTONES, keys::sweep_sort(incarnation, &removal.id));
+            self.state
+                .sweep_entries
+                .insert(entry, Some(path.to_owned()));
+        }
         Ok(())
+    }
+
+    async fn drop_tombstone(&mut self, path: &str, below: u64) -> Result<bool, StreamError> {
+        let entry = self.entry(path).await?;
+        if !matches!(entry.state, PathState::Tombstone(incarnation) if incarnation < below) {
+            return Ok(false);
+        }
+        entry.state = PathState::Absent;
+        entry.dirty = true;
+        if let Some(sort) = self.state.found_tombstones.get(path) {
+            let entry = (keys::TOMBSTONES, sort.clone());
+            self.state.sweep_entries.insert(entry, None);
+        }
+        Ok(true)
     }
 }
 

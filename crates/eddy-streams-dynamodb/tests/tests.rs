@@ -10,3 +10,4 @@ mod lost_replies;
 mod readiness;
 mod snapshots;
 mod stores;
+mod sweeps;

@@ -68,6 +68,26 @@ impl StreamRecord {
         self.soft_deleted
     }
 
+    /// The stream's incarnation (its creation time in microseconds).
+    pub fn incarnation(&self) -> u64 {
+        self.head.incarnation
+    }
+
+    /// When the stream expires as its record stands, in unix
+    /// milliseconds; `None` if it never does. Reads and appends move a
+    /// sliding TTL's expiry later, never earlier, so an expiry computed
+    /// from an older record is never after the stream's.
+    pub fn expires_at_ms(&self) -> Option<i64> {
+        match self.head.config.expiry {
+            Expiry::Never => None,
+            Expiry::Ttl(secs) => Some(
+                self.accessed_ms
+                    .saturating_add(i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX)),
+            ),
+            Expiry::At(at) => Some(unix_ms(at)),
+        }
+    }
+
     /// The path this stream was forked from, if it is a fork.
     pub fn fork_source(&self) -> Option<&str> {
         self.origin.as_ref().map(|origin| origin.source.as_str())

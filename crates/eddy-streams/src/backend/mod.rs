@@ -45,6 +45,7 @@ pub use crate::rules::ProducerState;
 mod group;
 mod poll;
 mod storage;
+mod sweep;
 
 use std::sync::Arc;
 use std::time::Duration;

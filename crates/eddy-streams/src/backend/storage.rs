@@ -254,6 +254,12 @@ impl<B: Backend> Storage for RecordStorage<B> {
         self.inner.engine.list(&mut unit, prefix).await
     }
 
+    /// What the backend's `sweepable` finds, removed in one unit (see
+    /// `sweep.rs`).
+    async fn sweep(&self, max: usize) -> Result<usize, StreamError> {
+        super::sweep::step(&self.inner, max).await
+    }
+
     /// Read in one unit, and read again while a commit changed what the
     /// unit read before it was done (its record and producers would be of
     /// two commits).
