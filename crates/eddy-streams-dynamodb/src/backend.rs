@@ -109,10 +109,23 @@ pub(crate) fn purge_later(shared: &Arc<Shared>, ids: Vec<Arc<str>>) {
     });
 }
 
-/// Deletes every data item and fork reference of the removed stream
-/// `id`, then its garbage entry, in transactions of up to 100 deletes.
+/// Deletes every data item and fork reference of the removed (or never
+/// committed) stream `id`, then its garbage entry, in transactions of up
+/// to 100 deletes.
 async fn purge(shared: &Shared, id: &str) -> Result<(), StreamError> {
     let keys = &shared.keys;
+    // Marked first: a new stream whose items were staged under this entry
+    // (`staging.rs`) then never commits, or had committed and removed it.
+    let mark = UpdateItem::new(
+        keys.garbage_entry(id),
+        eddy_dynamo::Update::new().set("purging", AttributeValue::Bool(true)),
+    )
+    .when(Condition::exists(keys.pk.clone()));
+    match shared.table.update_item(mark).await {
+        Ok(_) => {}
+        Err(e) if e.is_condition_failure() => return Ok(()),
+        Err(e) => return Err(table_error("marking a garbage entry", e)),
+    }
     for partition in [keys.data(id), keys.forks(id)] {
         delete_partition(shared, partition).await?;
     }

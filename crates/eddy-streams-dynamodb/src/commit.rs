@@ -23,8 +23,8 @@ use crate::errors::table_error;
 use crate::keys::{self, Keys};
 use crate::pack::{self, ITEM_OVERHEAD};
 use crate::path_item::{self, new_token, PathState};
-use crate::steps;
 use crate::unit::State;
+use crate::{staging, steps};
 
 /// The most items of one transaction (DynamoDB's limit).
 pub(crate) const MAX_ITEMS: usize = 100;
@@ -41,6 +41,7 @@ fn writes(state: &State) -> bool {
         || !state.fork_refs.is_empty()
         || !state.removed.is_empty()
         || !state.sweep_entries.is_empty()
+        || !state.staged.is_empty()
 }
 
 /// How many items the unit's transaction holds.
@@ -55,6 +56,7 @@ pub(crate) fn item_count(state: &State) -> usize {
         + state.fork_refs.len()
         + state.removed.len()
         + state.sweep_entries.len()
+        + state.staged.len()
         + data
 }
 
@@ -129,7 +131,10 @@ pub(crate) fn overflow(keys: &Keys, state: &State) -> Option<StreamError> {
     }
     // A removal of many streams is committed in steps (`steps.rs`): only
     // its last step must fit one transaction, which `commit` checks.
-    if items > MAX_ITEMS && state.removed.is_empty() {
+    // A new stream's data is written ahead when it does not fit
+    // (`staging.rs`).
+    let fixed = items - staging::stageable(state) + staging::entries(state);
+    if fixed > MAX_ITEMS && state.removed.is_empty() {
         return Some(too_many_items(items));
     }
     None
@@ -155,6 +160,14 @@ pub(crate) fn producer_state(item: &Item) -> Result<ProducerState, StreamError> 
         epoch: number("e")?,
         seq: number("s")?,
     })
+}
+
+/// The item of a producer's state on stream `id`.
+pub(crate) fn producer_item(keys: &Keys, id: &str, producer: &str, state: ProducerState) -> Item {
+    let mut item = keys.data_item(id, keys::producer(producer));
+    item.insert("e".into(), AttributeValue::N(state.epoch.to_string()));
+    item.insert("s".into(), AttributeValue::N(state.seq.to_string()));
+    item
 }
 
 /// A path item a transaction puts, and the write token it gives it: the
@@ -210,6 +223,10 @@ fn transaction(
     for removal in &state.removed {
         items.push(Put::new(keys.garbage_entry(&removal.id)).into());
     }
+    for id in &state.staged {
+        let committable = Condition::exists(keys.pk.clone()).and(Condition::not_exists("purging"));
+        items.push(Delete::new(keys.garbage_entry(id)).when(committable).into());
+    }
     for ((partition, sort), path) in &state.sweep_entries {
         let mut key = keys.sweep_entry(partition, sort.clone());
         items.push(match path {
@@ -229,10 +246,7 @@ fn transaction(
             );
         }
         for (producer, position) in &data.producers {
-            let mut item = keys.data_item(id, keys::producer(producer));
-            item.insert("e".into(), AttributeValue::N(position.epoch.to_string()));
-            item.insert("s".into(), AttributeValue::N(position.seq.to_string()));
-            items.push(Put::new(item).into());
+            items.push(Put::new(producer_item(keys, id, producer, *position)).into());
         }
     }
     Ok((items, mark))
@@ -250,13 +264,26 @@ pub(crate) async fn commit(shared: &Arc<Shared>, mut state: State) -> Result<Com
         if steps::remove_in_steps(shared, &mut state).await? == Commit::Conflict {
             return Ok(Commit::Conflict);
         }
+        if item_count(&state) > MAX_ITEMS && staging::stageable(&state) > 0 {
+            if let Err(e) = staging::stage(shared, &mut state).await {
+                purge_later(shared, state.staged);
+                return Err(e);
+            }
+        }
         let items = item_count(&state);
         if items > MAX_ITEMS {
+            purge_later(shared, std::mem::take(&mut state.staged));
             return Err(too_many_items(items));
         }
     }
     migrate_legacy_forks(&mut state);
-    transact(shared, state).await
+    let staged = state.staged.clone();
+    let committed = transact(shared, state).await;
+    if !matches!(committed, Ok(Commit::Done)) && !staged.is_empty() {
+        // Not committed: what was written ahead is garbage.
+        purge_later(shared, staged);
+    }
+    committed
 }
 
 /// Writes `state` in one transaction (the unit's, or one step of it).

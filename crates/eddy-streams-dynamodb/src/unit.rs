@@ -6,7 +6,7 @@
 //! and the commit is conditioned on each token: the unit commits only if
 //! every path item it read or wrote is still as it read it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -66,6 +66,12 @@ pub(crate) struct State {
     pub fork_refs: BTreeMap<(Arc<str>, String), bool>,
     /// Streams removed: their data items are deleted after the commit.
     pub removed: Vec<Removal>,
+    /// Streams created by the unit (new ids): their data partitions hold
+    /// nothing before the commit.
+    pub fresh: BTreeSet<Arc<str>>,
+    /// New streams whose data items were written ahead (`staging.rs`):
+    /// the commit deletes their garbage entries.
+    pub staged: Vec<Arc<str>>,
     /// Sweep entries to put (with the path they name) or delete, by
     /// (partition, sort key): see `sweep.rs`.
     pub sweep_entries: BTreeMap<(&'static str, String), Option<String>>,
@@ -362,6 +368,9 @@ impl RecordReader for DynamoUnit {
         {
             return Ok(Some(*state));
         }
+        if self.state.fresh.contains(&key.id) {
+            return Ok(None);
+        }
         let cached = (Arc::clone(&key.id), producer.to_owned());
         if let Some(state) = self.state.producers_read.get(&cached) {
             return Ok(*state);
@@ -501,6 +510,7 @@ impl Records for DynamoUnit {
         record: &StreamRecord,
     ) -> Result<StreamKey, StreamError> {
         let id: Arc<str> = keys::new_id().into();
+        self.state.fresh.insert(Arc::clone(&id));
         let entry = self.entry(path).await?;
         entry.state = PathState::Stream(Box::new(Stream {
             id: Arc::clone(&id),

@@ -8,6 +8,7 @@ mod contract;
 mod item_limits;
 mod lost_replies;
 mod readiness;
+mod restores;
 mod snapshots;
 mod stores;
 mod sweeps;
