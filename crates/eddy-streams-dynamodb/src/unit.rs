@@ -473,16 +473,93 @@ impl RecordReader for DynamoUnit {
     }
 
     async fn list(&mut self, prefix: &str) -> Result<Vec<(String, StreamRecord)>, StreamError> {
-        let keys = &self.shared.keys;
-        let mut query = Query::partition(keys.directory());
-        if !prefix.is_empty() {
-            query = query.sort(SortCondition::BeginsWith(AttributeValue::S(prefix.into())));
-        }
+        let query = directory_query(&self.shared.keys, prefix);
         let entries = all_items(&*self.shared.table, query, "listing streams").await?;
+        self.records_of(&entries).await
+    }
+
+    /// One `Query` of the directory (at most `limit` entries from after
+    /// `after`) and one `BatchGetItem` of their path items.
+    async fn list_page(
+        &mut self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<(String, StreamRecord)>, Option<String>), StreamError> {
+        let keys = &self.shared.keys;
+        let mut query = directory_query(keys, prefix).limit(limit.max(1));
+        match after {
+            // Past every path of the prefix: nothing more.
+            Some(after) if after > prefix && !after.starts_with(prefix) => {
+                return Ok((Vec::new(), None))
+            }
+            // A start key must satisfy the key condition (DynamoDB refuses
+            // one outside it); one before the prefix starts at it anyway.
+            Some(after) if after.starts_with(prefix) => {
+                query = query.start_after(Some(keys.directory_entry(after)));
+            }
+            _ => {}
+        }
+        let page = self
+            .shared
+            .table
+            .query(query)
+            .await
+            .map_err(|e| table_error("listing streams", e))?;
+        let next = page
+            .last_evaluated_key
+            .as_ref()
+            .and_then(|last| keys.sort_of(last))
+            .map(str::to_owned);
+        Ok((self.records_of(&page.items).await?, next))
+    }
+
+    /// The directory's entries under `prefix`, counted page by page (each
+    /// entry is a key alone, so a page holds thousands); no record is read.
+    async fn count(&mut self, prefix: &str) -> Result<Option<usize>, StreamError> {
+        let mut query = directory_query(&self.shared.keys, prefix);
+        let mut count = 0;
+        loop {
+            let page = self
+                .shared
+                .table
+                .query(query.clone())
+                .await
+                .map_err(|e| table_error("counting streams", e))?;
+            count += page.items.len();
+            match page.last_evaluated_key {
+                Some(last) => query = query.start_after(Some(last)),
+                None => return Ok(Some(count)),
+            }
+        }
+    }
+}
+
+/// The query of the directory's entries under `prefix`.
+fn directory_query(keys: &keys::Keys, prefix: &str) -> Query {
+    let query = Query::partition(keys.directory());
+    if prefix.is_empty() {
+        query
+    } else {
+        query.sort(SortCondition::BeginsWith(AttributeValue::S(prefix.into())))
+    }
+}
+
+impl DynamoUnit {
+    /// The stream records that directory `entries` name, sorted by path
+    /// (one `BatchGetItem` per 100).
+    async fn records_of(
+        &self,
+        entries: &[Item],
+    ) -> Result<Vec<(String, StreamRecord)>, StreamError> {
+        let keys = &self.shared.keys;
         let paths: Vec<String> = entries
             .iter()
             .filter_map(|item| keys.sort_of(item).map(str::to_owned))
             .collect();
+        if paths.is_empty() {
+            return Ok(Vec::new());
+        }
         let items: Vec<Item> = self
             .shared
             .table

@@ -6,6 +6,7 @@ mod cascades;
 mod common;
 mod contract;
 mod item_limits;
+mod listing;
 mod lost_replies;
 mod readiness;
 mod restores;

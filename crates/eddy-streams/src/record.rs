@@ -244,6 +244,42 @@ pub trait RecordReader {
     /// Every record whose path starts with `prefix`, sorted by path.
     fn list(&mut self, prefix: &str) -> impl Op<Vec<(String, StreamRecord)>>;
 
+    /// One page of [`list`](RecordReader::list): the records whose path
+    /// starts with `prefix` and sorts after `after`, at most `limit`,
+    /// with where the next page starts (`None` on the last). The default
+    /// lists everything and keeps the page.
+    fn list_page(
+        &mut self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> impl Op<(Vec<(String, StreamRecord)>, Option<String>)> {
+        let listed = self.list(prefix);
+        async move {
+            let mut page: Vec<_> = listed
+                .await?
+                .into_iter()
+                .filter(|(path, _)| after.is_none_or(|after| path.as_str() > after))
+                .take(limit.saturating_add(1))
+                .collect();
+            let next = if page.len() > limit {
+                page.truncate(limit);
+                page.last().map(|(path, _)| path.clone())
+            } else {
+                None
+            };
+            Ok((page, next))
+        }
+    }
+
+    /// How many records there are under `prefix` (live or not), when the
+    /// backend can tell without reading them; the default cannot
+    /// (`None`), and the store counts a listing of live streams instead.
+    fn count(&mut self, prefix: &str) -> impl Op<Option<usize>> {
+        let _ = prefix;
+        std::future::ready(Ok(None))
+    }
+
     /// What may be swept (see [`Sweepable`]): up to `max` streams that
     /// are not soft-deleted, whose incarnation is below `below` and that
     /// had expired by `now_ms` as far as their stored record says, and up
