@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use eddy_dynamo::{AttributeValue, Query, Table, TableError};
+use eddy_dynamo::{Table, TableError};
 use eddy_streams::backend::RecordOptions;
 use eddy_streams::{Expiry, Fork, ManualClock, Payload, Storage, StreamConfig, StreamPath};
 
@@ -25,20 +25,6 @@ fn store(table: &Arc<dyn Table>, clock: &Arc<ManualClock>) -> Arc<dyn Storage> {
 
 fn path(s: &str) -> StreamPath {
     StreamPath::new(s).expect("path")
-}
-
-/// How many items the partition `pk` holds.
-async fn items(table: &Arc<dyn Table>, pk: &str) -> usize {
-    let mut query = Query::partition(AttributeValue::S(pk.into()));
-    let mut count = 0;
-    loop {
-        let page = table.query(query.clone()).await.expect("query");
-        count += page.items.len();
-        match page.last_evaluated_key {
-            Some(last) => query = query.start_after(Some(last)),
-            None => return count,
-        }
-    }
 }
 
 /// A source with `n` forks, each retired (deleted while its own fork
@@ -89,7 +75,7 @@ async fn a_cascade_past_one_transaction_is_removed_in_steps(table: Arc<dyn Table
         );
     }
     assert_eq!(
-        items(&table, "ds|l").await,
+        common::items(&*table, "ds|l").await,
         0,
         "every directory entry is gone"
     );
@@ -172,7 +158,7 @@ fn a_removal_interrupted_between_steps_is_finished_by_the_next_call() {
             );
         }
         assert!(
-            items(&table, "ds|l").await < 81,
+            common::items(&*table, "ds|l").await < 81,
             "the first step removed some"
         );
         store.delete(&source).await.expect("the delete again");
@@ -180,6 +166,6 @@ fn a_removal_interrupted_between_steps_is_finished_by_the_next_call() {
             store.head(&source).await.expect_err("deleted").code(),
             "stream/gone"
         );
-        assert_eq!(items(&table, "ds|l").await, 0);
+        assert_eq!(common::items(&*table, "ds|l").await, 0);
     });
 }

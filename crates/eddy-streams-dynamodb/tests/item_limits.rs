@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use eddy_dynamo::{AttributeValue, Item, Query, Table};
+use eddy_dynamo::{AttributeValue, Item, Table};
 use eddy_streams::{Append, Fork, Payload, ReadFrom, Storage, StreamConfig, StreamPath};
 
 use crate::common;
@@ -29,31 +29,10 @@ fn fork_path(n: usize) -> StreamPath {
     path(&format!("big/{n:04}/{}", "f".repeat(990)))
 }
 
-fn key(pk: &str, sk: &str) -> Item {
-    Item::from([
-        ("pk".to_owned(), AttributeValue::S(pk.into())),
-        ("sk".to_owned(), AttributeValue::S(sk.into())),
-    ])
-}
-
-/// How many items the partition `pk` holds.
-async fn items(table: &Arc<dyn Table>, pk: &str) -> usize {
-    let mut query = Query::partition(AttributeValue::S(pk.into()));
-    let mut count = 0;
-    loop {
-        let page = table.query(query.clone()).await.expect("query");
-        count += page.items.len();
-        match page.last_evaluated_key {
-            Some(last) => query = query.start_after(Some(last)),
-            None => return count,
-        }
-    }
-}
-
 /// The source's path item.
 async fn path_item(table: &Arc<dyn Table>, p: &str) -> Item {
     table
-        .get_item(key(&format!("ds|s|{p}"), "-"))
+        .get_item(common::key(&format!("ds|s|{p}"), "-"))
         .await
         .expect("get")
         .expect("the path item")
@@ -117,7 +96,7 @@ async fn many_forks_leave_the_source_writable(table: Arc<dyn Table>, forks: usiz
         .await
         .expect("purge");
     assert_eq!(
-        items(&table, &format!("ds|f|{id}")).await,
+        common::items(&*table, &format!("ds|f|{id}")).await,
         0,
         "no fork references left"
     );
@@ -168,7 +147,7 @@ fn forks_listed_in_the_path_item_are_read_and_moved_out_at_the_next_write() {
         let id = stream_id(&item);
         for fork in &forks {
             table
-                .delete_item(eddy_dynamo::Delete::new(key(
+                .delete_item(eddy_dynamo::Delete::new(common::key(
                     &format!("ds|f|{id}"),
                     fork.as_str(),
                 )))
@@ -191,7 +170,7 @@ fn forks_listed_in_the_path_item_are_read_and_moved_out_at_the_next_write() {
             "moved out at that write: {item:?}"
         );
         assert_eq!(item.get("nf"), Some(&AttributeValue::N("2".into())));
-        assert_eq!(items(&table, &format!("ds|f|{id}")).await, 2);
+        assert_eq!(common::items(&*table, &format!("ds|f|{id}")).await, 2);
         store.delete(&source).await.expect("delete the source");
         assert_eq!(
             store.head(&source).await.expect_err("retired").code(),

@@ -8,24 +8,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use eddy_dynamo::{AttributeValue, Query, Table, TableError, TransactWriteItem};
+use eddy_dynamo::{AttributeValue, Table, TableError, TransactWriteItem};
 use eddy_streams::{Append, ProducerPosition, Storage, StreamConfig, StreamPath, StreamSnapshot};
 
 use crate::common;
-
-/// How many items the partition `pk` holds.
-async fn items(table: &dyn Table, pk: &str) -> usize {
-    let mut query = Query::partition(AttributeValue::S(pk.into()));
-    let mut count = 0;
-    loop {
-        let page = table.query(query.clone()).await.expect("query");
-        count += page.items.len();
-        match page.last_evaluated_key {
-            Some(last) => query = query.start_after(Some(last)),
-            None => return count,
-        }
-    }
-}
 
 fn snapshot(producers: usize) -> StreamSnapshot {
     StreamSnapshot {
@@ -65,7 +51,11 @@ async fn a_stream_with_thousands_of_producers_is_restored(table: Arc<dyn Table>,
     let next = Append::body("[3]").with_producer(ProducerPosition::new("producer-00042", 0, 8));
     let appended = store.append(&snapshot.path, next).await.expect("next");
     assert!(!appended.duplicate);
-    assert_eq!(items(&*table, "ds|g").await, 0, "no staged entry is left");
+    assert_eq!(
+        common::items(&*table, "ds|g").await,
+        0,
+        "no staged entry is left"
+    );
 }
 
 #[test]
@@ -129,7 +119,7 @@ fn staged_items_of_a_lost_commit_are_purged() {
             .expect("the restore");
         assert!(hooked.hooks.0.load(Ordering::SeqCst), "a commit was lost");
         store.backend().purge_pending().await.expect("purge");
-        assert_eq!(items(&*inner, "ds|g").await, 0, "no garbage left");
+        assert_eq!(common::items(&*inner, "ds|g").await, 0, "no garbage left");
         let taken = store.snapshot(&snapshot.path).await.expect("snapshot");
         assert_eq!(taken.producers.len(), 300);
     });

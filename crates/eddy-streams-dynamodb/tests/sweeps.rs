@@ -18,20 +18,6 @@ fn path(s: &str) -> StreamPath {
     StreamPath::new(s).expect("path")
 }
 
-/// How many items the partition `pk` holds.
-async fn items(table: &Arc<dyn Table>, pk: &str) -> usize {
-    let mut query = Query::partition(AttributeValue::S(pk.into()));
-    let mut count = 0;
-    loop {
-        let page = table.query(query.clone()).await.expect("query");
-        count += page.items.len();
-        match page.last_evaluated_key {
-            Some(last) => query = query.start_after(Some(last)),
-            None => return count,
-        }
-    }
-}
-
 /// Counts the sweep's own reads: queries other than the purge's (of
 /// removed streams' data and fork partitions), batch reads and the keys
 /// they ask for.
@@ -100,11 +86,15 @@ async fn expired_streams_and_old_tombstones_go(table: Arc<dyn Table>, counted: O
         .await
         .expect("create");
     assert_eq!(
-        items(&table, "ds|x").await,
+        common::items(&*table, "ds|x").await,
         41,
         "one entry per stream that expires"
     );
-    assert_eq!(items(&table, "ds|t").await, 20, "one entry per tombstone");
+    assert_eq!(
+        common::items(&*table, "ds|t").await,
+        20,
+        "one entry per tombstone"
+    );
     // Past the grace; the sliding stream is read just before.
     clock.advance(eddy_streams::SWEEP_GRACE + Duration::from_secs(10));
     store
@@ -161,24 +151,28 @@ async fn expired_streams_and_old_tombstones_go(table: Arc<dyn Table>, counted: O
         .head(&path("slides"))
         .await
         .expect("a touched stream stays");
-    assert_eq!(items(&table, "ds|l").await, 2, "directory: kept and slides");
-    assert_eq!(items(&table, "ds|t").await, 0);
     assert_eq!(
-        items(&table, "ds|x").await,
+        common::items(&*table, "ds|l").await,
+        2,
+        "directory: kept and slides"
+    );
+    assert_eq!(common::items(&*table, "ds|t").await, 0);
+    assert_eq!(
+        common::items(&*table, "ds|x").await,
         1,
         "the touched stream, moved on"
     );
     store.backend().purge_pending().await.expect("purge");
     assert_eq!(
-        items(&table, "ds|g").await,
+        common::items(&*table, "ds|g").await,
         0,
         "every removed stream's data is purged"
     );
     // Later, the touched one expires too and goes.
     clock.advance(Duration::from_secs(200));
     while store.sweep(64).await.expect("sweep") > 0 {}
-    assert_eq!(items(&table, "ds|l").await, 1);
-    assert_eq!(items(&table, "ds|x").await, 0);
+    assert_eq!(common::items(&*table, "ds|l").await, 1);
+    assert_eq!(common::items(&*table, "ds|x").await, 0);
 }
 
 #[test]
