@@ -12,15 +12,17 @@
 //! - a stream not expired yet (touched since) moves to its new expiry;
 //! - one expired but younger than the sweep's grace moves to the end of
 //!   the grace;
-//! - one expired and old enough is handed to the engine (its path item
+//! - one expired (or retired) and old enough is handed to the engine,
+//!   which removes it if nothing live reads it (its path item
 //!   kept in the unit, so the engine's reads of it cost nothing and the
 //!   commit is conditioned on it), its entry deleted in the unit's
-//!   transaction; one with forks gets an entry a grace later too, in
-//!   case a live fork keeps it;
+//!   transaction; an expired one with forks gets an entry a grace later
+//!   too, in case a live fork keeps it (a retired one goes with its last
+//!   fork);
 //! - a tombstone still there is handed to the engine, which drops it and
 //!   its entry in the unit's transaction;
 //! - an entry whose stream or tombstone is no longer at its path (removed,
-//!   created again, retired) is deleted.
+//!   created again) is deleted.
 //!
 //! So one step costs two `Query`s of at most [`MAX_PER_STEP`] entries,
 //! one `BatchGetItem`, at most one `TransactWriteItems` of moved and
@@ -158,10 +160,10 @@ pub(crate) async fn sweepable(
         let expires = record
             .expires_at_ms()
             .map(|at| u64::try_from(at).unwrap_or(0));
+        let retired = record.soft_deleted();
         match expires {
-            _ if record.soft_deleted() => moves.push(delete(unit, EXPIRING, &queued.sort)),
             None => moves.push(delete(unit, EXPIRING, &queued.sort)),
-            Some(at) if at > now => {
+            Some(at) if at > now && !retired => {
                 moves.extend(requeue(unit, queued, at));
             }
             Some(_) if record.incarnation() >= below => {
@@ -169,10 +171,13 @@ pub(crate) async fn sweepable(
                 moves.extend(requeue(unit, queued, after_grace));
             }
             Some(_) => {
+                // A retired stream goes with its last fork, when a live
+                // one keeps it now; an expired one with forks may be
+                // kept by a live fork, so it is looked at again later.
                 let has_forks = stream.forks > 0 || !stream.legacy_forks.is_empty();
                 let entries = &mut unit.state.sweep_entries;
                 entries.insert((EXPIRING, queued.sort.clone()), None);
-                if has_forks {
+                if has_forks && !retired {
                     let later = keys::sweep_sort(now + grace_ms, &queued.id);
                     entries.insert((EXPIRING, later), Some(queued.path.clone()));
                 }
