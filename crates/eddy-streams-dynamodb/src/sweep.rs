@@ -28,9 +28,9 @@
 //! one `BatchGetItem`, at most one `TransactWriteItems` of moved and
 //! deleted entries, and the engine's transaction.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-use eddy_dynamo::{AttributeValue, Delete, Item, Put, Query, SortCondition, TransactWriteItem};
+use eddy_dynamo::{AttributeValue, Delete, Put, Query, SortCondition, TransactWriteItem};
 use eddy_streams::backend::Sweepable;
 use eddy_streams::StreamError;
 
@@ -137,7 +137,7 @@ pub(crate) async fn sweepable(
     // Now and the end of the grace, in ms: a stream created at
     // incarnation `i` (µs) may be swept after `i / 1000 + grace`.
     let grace_ms = now.saturating_sub(below / 1000);
-    let mut moves: Vec<TransactWriteItem> = Vec::new();
+    let mut moves = Moves::default();
     let mut found = Sweepable::default();
     let take = |unit: &mut DynamoUnit, path: &str| {
         if let Some(entry) = loaded.get(path) {
@@ -152,7 +152,7 @@ pub(crate) async fn sweepable(
         let stream = match state {
             Some(PathState::Stream(stream)) if *stream.id == *queued.id => stream,
             _ => {
-                moves.push(delete(unit, EXPIRING, &queued.sort));
+                moves.delete(EXPIRING, &queued.sort);
                 continue;
             }
         };
@@ -162,13 +162,13 @@ pub(crate) async fn sweepable(
             .map(|at| u64::try_from(at).unwrap_or(0));
         let retired = record.soft_deleted();
         match expires {
-            None => moves.push(delete(unit, EXPIRING, &queued.sort)),
+            None => moves.delete(EXPIRING, &queued.sort),
             Some(at) if at > now && !retired => {
-                moves.extend(requeue(unit, queued, at));
+                moves.requeue(queued, at);
             }
             Some(_) if record.incarnation() >= below => {
                 let after_grace = record.incarnation() / 1000 + grace_ms + 1;
-                moves.extend(requeue(unit, queued, after_grace));
+                moves.requeue(queued, after_grace);
             }
             Some(_) => {
                 // A retired stream goes with its last fork, when a live
@@ -196,31 +196,51 @@ pub(crate) async fn sweepable(
                 take(unit, &queued.path);
                 found.tombstones.push(queued.path.clone());
             }
-            _ => moves.push(delete(unit, TOMBSTONES, &queued.sort)),
+            _ => moves.delete(TOMBSTONES, &queued.sort),
         }
     }
     found.streams.dedup();
     found.tombstones.dedup();
-    if !moves.is_empty() {
+    if !moves.0.is_empty() {
+        let keys = &unit.shared.keys;
+        let items: Vec<TransactWriteItem> = (moves.0)
+            .into_iter()
+            .map(|((partition, sort), path)| {
+                let mut item = keys.sweep_entry(partition, sort);
+                match path {
+                    Some(path) => {
+                        item.insert("p".into(), AttributeValue::S(path));
+                        Put::new(item).into()
+                    }
+                    None => Delete::new(item).into(),
+                }
+            })
+            .collect();
         unit.shared
             .table
-            .transact_write_items(moves)
+            .transact_write_items(items)
             .await
             .map_err(|e| table_error("moving the sweep's queue", e))?;
     }
     Ok(found)
 }
 
-fn delete(unit: &DynamoUnit, partition: &str, sort: &str) -> TransactWriteItem {
-    Delete::new(unit.shared.keys.sweep_entry(partition, sort.to_owned())).into()
-}
+/// The sweep entries a step moves or deletes outside the unit, by
+/// (partition, sort key): a put (with its path) or a delete, at most one
+/// of them per item (a transaction names an item once). A put wins: an
+/// entry too many costs a read later, one too few loses a sweep.
+#[derive(Default)]
+struct Moves(BTreeMap<(&'static str, String), Option<String>>);
 
-/// Moves an expiring stream's entry to `at`.
-fn requeue(unit: &DynamoUnit, queued: &Queued, at: u64) -> [TransactWriteItem; 2] {
-    let mut item: Item = unit
-        .shared
-        .keys
-        .sweep_entry(EXPIRING, keys::sweep_sort(at, &queued.id));
-    item.insert("p".into(), AttributeValue::S(queued.path.clone()));
-    [Put::new(item).into(), delete(unit, EXPIRING, &queued.sort)]
+impl Moves {
+    fn delete(&mut self, partition: &'static str, sort: &str) {
+        self.0.entry((partition, sort.to_owned())).or_insert(None);
+    }
+
+    /// Moves an expiring stream's entry to `at`.
+    fn requeue(&mut self, queued: &Queued, at: u64) {
+        let sort = keys::sweep_sort(at, &queued.id);
+        self.0.insert((EXPIRING, sort), Some(queued.path.clone()));
+        self.delete(EXPIRING, &queued.sort);
+    }
 }
