@@ -6,7 +6,8 @@
 # a few hundred instructions per request shows where wrk's req/s cannot
 # (they move ±5 % from run to run on a shared VM). Kernel time is not
 # counted. The append figure minus the /healthz one is what an append
-# costs beyond the HTTP floor.
+# costs beyond /healthz; the first row is the true floor, a bare hyper
+# server (examples/request_floor.rs) answering the same requests.
 #
 #   scripts/bench/instructions.sh                      # this checkout's release build
 #   scripts/bench/instructions.sh /tmp/eddy-before     # that binary, then this build's
@@ -23,7 +24,8 @@ command -v wrk >/dev/null || apt-get install -y wrk >/dev/null
 command -v valgrind >/dev/null || apt-get install -y valgrind >/dev/null
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
 # The features server.sh builds with, so the two share one binary.
-[ -n "${NO_BUILD:-}" ] || (cd "$root" && cargo build --quiet --release -p eddy --features postgres)
+[ -n "${NO_BUILD:-}" ] || (cd "$root" && cargo build --quiet --release -p eddy --features postgres \
+  && cargo build --quiet --release -p eddy-server --example request_floor)
 work="$(mktemp -d)"
 server=""
 cleanup() { [ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$work"; }
@@ -33,8 +35,9 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 measure() { # binary -> prints "label healthz_ir append_ir difference"
   local bin="$1" port label; port="$(free_port)"; label="$(basename "$bin")"
-  valgrind --tool=callgrind --callgrind-out-file="$work/cg.%p" \
-    "$bin" serve --listen "127.0.0.1:$port" --storage "$storage" --data "$work/data-$port" >/dev/null 2>&1 &
+  local args=(serve --listen "127.0.0.1:$port" --storage "$storage" --data "$work/data-$port")
+  [ "$label" = request_floor ] && args=("127.0.0.1:$port")
+  valgrind --tool=callgrind --callgrind-out-file="$work/cg.%p" "$bin" "${args[@]}" >/dev/null 2>&1 &
   server=$!
   for _ in $(seq 1 200); do curl -fsS -o /dev/null "http://127.0.0.1:$port/healthz" 2>/dev/null && break; sleep 0.2; done
   curl -fsS -o /dev/null -X PUT -H 'content-type: text/plain' "http://127.0.0.1:$port/bench/append"
@@ -63,5 +66,8 @@ measure() { # binary -> prints "label healthz_ir append_ir difference"
 }
 
 printf '%-28s %12s %12s %12s %12s\n' "instructions per request ($storage)" "/healthz" "append" "difference" "read"
+# The floor first: a bare hyper server answering a GET and a POST with
+# fixed bodies (examples/request_floor.rs); its "read" is a plain GET.
+[ -n "${NO_BUILD:-}" ] || measure "$CARGO_TARGET_DIR/release/examples/request_floor"
 for bin in "$@"; do measure "$bin"; done
 [ -n "${NO_BUILD:-}" ] || measure "$CARGO_TARGET_DIR/release/eddy"

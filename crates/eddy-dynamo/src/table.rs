@@ -99,6 +99,15 @@ pub trait Table: Send + Sync {
         }
         Ok(found)
     }
+
+    /// Reads several items as [`batch_get_item`](Self::batch_get_item)
+    /// does, but eventually consistent where the table offers it
+    /// (DynamoDB: half the read units, and an item may be answered as it
+    /// was a moment ago); for callers that look again later anyway, such
+    /// as a poll. A table without such reads answers consistently.
+    async fn batch_get_item_eventually(&self, keys: Vec<Item>) -> Result<Vec<Item>, TableError> {
+        self.batch_get_item(keys).await
+    }
 }
 
 /// Turns the cancellation of a one-item transaction into the error of a

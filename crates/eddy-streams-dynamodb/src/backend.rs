@@ -227,7 +227,10 @@ impl Backend for DynamoBackend {
         let items = self
             .shared
             .table
-            .batch_get_item(paths.iter().map(|path| keys.path(path)).collect())
+            // A record a moment old only delays a wake to the next poll
+            // (a waiter takes a state later than its own, and reads
+            // consistently once woken): half the read units.
+            .batch_get_item_eventually(paths.iter().map(|path| keys.path(path)).collect())
             .await
             .map_err(|e| table_error("polling stream records", e))?;
         let mut found = std::collections::HashMap::with_capacity(items.len());

@@ -4,7 +4,8 @@
 //! conditioned on the write token it had when loaded (or on having no
 //! item): a written path is put (or deleted) with a new token, a path
 //! only read gets a condition check. Then the data items: packs of new
-//! messages, producers' states, directory entries, garbage entries of
+//! messages, producers' states (and deletes of expired ones), directory
+//! entries, garbage entries of
 //! removed streams. DynamoDB applies all or nothing; a failed condition
 //! means another writer got there first, and the store runs the call
 //! again.
@@ -49,7 +50,11 @@ pub(crate) fn item_count(state: &State) -> usize {
     let data: usize = state
         .data
         .values()
-        .map(|data| data.producers.len() + data.packs.iter().map(pack::Pack::items).sum::<usize>())
+        .map(|data| {
+            data.producers.len()
+                + data.dropped_producers.len()
+                + data.packs.iter().map(pack::Pack::items).sum::<usize>()
+        })
         .sum();
     state.paths.len()
         + state.directory.len()
@@ -119,6 +124,7 @@ pub(crate) fn overflow(keys: &Keys, state: &State) -> Option<StreamError> {
         bytes += data
             .producers
             .keys()
+            .chain(&data.dropped_producers)
             .map(|id| id.len() + ITEM_OVERHEAD)
             .sum::<usize>();
         bytes += data.packs.iter().map(pack::Pack::size).sum::<usize>();
@@ -148,26 +154,51 @@ fn too_many_items(items: usize) -> StreamError {
 
 /// A producer's state from its item.
 pub(crate) fn producer_state(item: &Item) -> Result<ProducerState, StreamError> {
-    let number = |name: &str| match item.get(name) {
-        Some(AttributeValue::N(n)) => n
-            .parse()
-            .map_err(|_| StreamError::internal("a producer item has a bad number")),
-        _ => Err(StreamError::internal(
-            "a producer item lacks its epoch or seq",
-        )),
+    fn number<T: std::str::FromStr>(item: &Item, name: &str) -> Result<T, StreamError> {
+        match item.get(name) {
+            Some(AttributeValue::N(n)) => n
+                .parse()
+                .map_err(|_| StreamError::internal("a producer item has a bad number")),
+            _ => Err(StreamError::internal(
+                "a producer item lacks its epoch or seq",
+            )),
+        }
+    }
+    let last_ms = match item.get("t") {
+        Some(_) => number(item, "t")?,
+        None => written_before_expiry(),
     };
     Ok(ProducerState {
-        epoch: number("e")?,
-        seq: number("s")?,
+        epoch: number(item, "e")?,
+        seq: number(item, "s")?,
+        last_ms,
     })
 }
 
 /// The item of a producer's state on stream `id`.
-pub(crate) fn producer_item(keys: &Keys, id: &str, producer: &str, state: ProducerState) -> Item {
+pub(crate) fn producer_item(keys: &Keys, id: &str, producer: &str, state: &ProducerState) -> Item {
     let mut item = keys.data_item(id, keys::producer(producer));
+    encode_producer(&mut item, state);
+    item
+}
+
+/// When a producer item written before producer states expired (one
+/// without `t`) counts as last written: when this process first met one,
+/// so that it keeps a whole expiry window after the upgrade.
+fn written_before_expiry() -> i64 {
+    static UPGRADE_MS: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *UPGRADE_MS.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    })
+}
+
+/// A producer item's attributes besides its key.
+fn encode_producer(item: &mut Item, state: &ProducerState) {
     item.insert("e".into(), AttributeValue::N(state.epoch.to_string()));
     item.insert("s".into(), AttributeValue::N(state.seq.to_string()));
-    item
+    item.insert("t".into(), AttributeValue::N(state.last_ms.to_string()));
 }
 
 /// A path item a transaction puts, and the write token it gives it: the
@@ -245,8 +276,11 @@ fn transaction(
                     .map(|item| Put::new(item).into()),
             );
         }
-        for (producer, position) in &data.producers {
-            items.push(Put::new(producer_item(keys, id, producer, *position)).into());
+        for (producer, state) in &data.producers {
+            items.push(Put::new(producer_item(keys, id, producer, state)).into());
+        }
+        for producer in &data.dropped_producers {
+            items.push(Delete::new(keys.data_item(id, keys::producer(producer))).into());
         }
     }
     Ok((items, mark))

@@ -73,7 +73,10 @@ pub(crate) async fn stage(shared: &Arc<Shared>, state: &mut State) -> Result<(),
         }
         for (producer, position) in std::mem::take(&mut data.producers) {
             items.push(
-                Put::new(crate::commit::producer_item(keys, &id, &producer, position)).into(),
+                Put::new(crate::commit::producer_item(
+                    keys, &id, &producer, &position,
+                ))
+                .into(),
             );
         }
         let mut entry = keys.garbage_entry(&id);

@@ -108,6 +108,8 @@ pub(crate) struct Entry {
 pub(crate) struct Data {
     pub packs: Vec<Pack>,
     pub producers: BTreeMap<String, ProducerState>,
+    /// Expired producers to delete.
+    pub dropped_producers: BTreeSet<String>,
     /// The bytes a fork inherited, before its own first message.
     pub inherited_bytes: Option<u64>,
 }
@@ -693,13 +695,67 @@ impl Records for DynamoUnit {
         if self.producer(key, producer).await?.is_none() {
             self.stream_mut(key)?.producers += 1;
         }
-        self.state
-            .data
-            .entry(Arc::clone(&key.id))
-            .or_default()
-            .producers
-            .insert(producer.to_owned(), state);
+        let data = self.state.data.entry(Arc::clone(&key.id)).or_default();
+        data.dropped_producers.remove(producer);
+        data.producers.insert(producer.to_owned(), state);
         Ok(())
+    }
+
+    /// Reads the stream's producer items from the first, in pages, at most
+    /// [`EXPIRED_SCAN_ITEMS`] of them, and deletes (in the unit's
+    /// transaction) up to [`MAX_EXPIRED_DROPS`] of those expired.
+    async fn drop_expired_producers(
+        &mut self,
+        key: &StreamKey,
+        cutoff_ms: i64,
+        max: usize,
+    ) -> Result<u64, StreamError> {
+        let max = max.min(MAX_EXPIRED_DROPS);
+        let mut query = Query::partition(self.shared.keys.data(&key.id))
+            .sort(SortCondition::BeginsWith(AttributeValue::S(
+                keys::PRODUCERS.into(),
+            )))
+            .limit(EXPIRED_SCAN_PAGE);
+        let (mut read, mut expired) = (0, Vec::new());
+        while read < EXPIRED_SCAN_ITEMS && expired.len() < max {
+            let page = self
+                .shared
+                .table
+                .query(query.clone())
+                .await
+                .map_err(|e| table_error("reading producers", e))?;
+            read += page.items.len();
+            for item in &page.items {
+                let sort = self.shared.keys.sort_of(item);
+                let Some(producer) = sort.and_then(|sk| sk.strip_prefix(keys::PRODUCERS)) else {
+                    continue;
+                };
+                if expired.len() < max && commit::producer_state(item)?.last_ms <= cutoff_ms {
+                    expired.push(producer.to_owned());
+                }
+            }
+            match page.last_evaluated_key {
+                Some(last) => query = query.start_after(Some(last)),
+                None => break,
+            }
+        }
+        // Only stored states: one this unit wrote is fresh.
+        if let Some(data) = self.state.data.get(&key.id) {
+            expired.retain(|producer| !data.producers.contains_key(producer));
+        }
+        if expired.is_empty() {
+            return Ok(0);
+        }
+        let dropped = expired.len() as u64;
+        let data = self.state.data.entry(Arc::clone(&key.id)).or_default();
+        for producer in expired {
+            let cached = (Arc::clone(&key.id), producer.clone());
+            data.dropped_producers.insert(producer);
+            self.state.producers_read.insert(cached, None);
+        }
+        let stream = self.stream_mut(key)?;
+        stream.producers = stream.producers.saturating_sub(dropped);
+        Ok(dropped)
     }
 
     async fn remove(&mut self, key: &StreamKey, path: &str) -> Result<(), StreamError> {
@@ -773,6 +829,14 @@ impl Records for DynamoUnit {
         Ok(true)
     }
 }
+
+/// The most producer items the at-cap eviction reads per append.
+const EXPIRED_SCAN_ITEMS: usize = 1_000;
+/// Producer items per page of that read.
+const EXPIRED_SCAN_PAGE: usize = 250;
+/// The most expired producers one append deletes: each is an item of its
+/// transaction, which holds at most 100.
+const MAX_EXPIRED_DROPS: usize = 16;
 
 /// A savepoint of a [`DynamoUnit`]: what it had read and written.
 pub struct Savepoint(State);

@@ -63,8 +63,8 @@ async fn a_snapshot_is_as_of_one_commit() {
     let seq = snapshot
         .producers
         .iter()
-        .find(|producer| producer.id == "p1")
-        .map(|producer| producer.seq);
+        .find(|producer| producer.position.id == "p1")
+        .map(|producer| producer.position.seq);
     assert_eq!(
         (snapshot.count, seq),
         (2, Some(1)),

@@ -285,3 +285,70 @@ fn concurrent_appends_share_transactions_and_the_overflow_goes_next() {
         assert!(chunk.messages[2..].iter().all(|m| m.len() == 1_500_000));
     });
 }
+
+/// Sixteen stores on one table (as sixteen server processes) append to
+/// one stream at once, each from eight callers that never pause: every
+/// append is answered, none refused for losing races, and the stream
+/// holds each once, every caller's in its order. With 16 attempts and no
+/// turn-taking a store that lost 16 rounds in a row refused its group.
+#[test]
+fn sixteen_writer_processes_on_one_stream_have_every_append_answered() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    /// Each transaction takes a few milliseconds, as DynamoDB's do: long
+    /// enough for the other writers to read the record meanwhile.
+    struct RoundTrip;
+    #[async_trait::async_trait]
+    impl common::Hooks for RoundTrip {
+        async fn transact_write_items(
+            &self,
+            table: &dyn Table,
+            items: Vec<eddy_dynamo::TransactWriteItem>,
+        ) -> Result<(), TableError> {
+            tokio::time::sleep(Duration::from_millis(3)).await;
+            table.transact_write_items(items).await
+        }
+    }
+    runtime.block_on(async {
+        let table: Arc<dyn Table> = common::Hooked::new(common::embedded(), RoundTrip);
+        let stores: Vec<Arc<DynamoStorage>> = (0..16).map(|_| Arc::new(store(&table))).collect();
+        let p = path("contended");
+        stores[0]
+            .create(&p, StreamConfig::json(), Payload::empty())
+            .await
+            .expect("create");
+        let per_caller = 20;
+        let mut callers = Vec::new();
+        for (s, store) in stores.iter().enumerate() {
+            for c in 0..8 {
+                let (store, p) = (Arc::clone(store), p.clone());
+                callers.push(tokio::spawn(async move {
+                    for n in 0..per_caller {
+                        let body = format!(r#"{{"w":"{s}-{c}","n":{n}}}"#);
+                        store.append(&p, Append::body(body)).await?;
+                    }
+                    Ok::<_, eddy_streams::StreamError>(())
+                }));
+            }
+        }
+        for caller in callers {
+            caller.await.expect("caller").expect("no append refused");
+        }
+        let chunk = stores[15]
+            .read(&p, ReadFrom::Beginning, usize::MAX)
+            .await
+            .expect("read");
+        assert_eq!(chunk.messages.len(), 16 * 8 * per_caller);
+        let mut next: HashMap<String, u64> = HashMap::new();
+        for message in &chunk.messages {
+            let value: serde_json::Value = serde_json::from_slice(message).expect("json");
+            let writer = value["w"].as_str().expect("writer").to_owned();
+            let expected = next.entry(writer.clone()).or_default();
+            assert_eq!(value["n"].as_u64(), Some(*expected), "{writer}");
+            *expected += 1;
+        }
+    });
+}

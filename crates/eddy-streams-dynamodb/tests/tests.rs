@@ -8,6 +8,7 @@ mod contract;
 mod item_limits;
 mod listing;
 mod lost_replies;
+mod producer_expiry;
 mod readiness;
 mod restores;
 mod snapshots;

@@ -2,10 +2,22 @@
 
 use crate::{Offset, Payload};
 
-/// The default cap on idempotent producers per stream: the store keeps
-/// each producer's state for as long as the stream lives, so without a
-/// cap a client could grow a stream's state without end.
-pub const DEFAULT_MAX_PRODUCERS_PER_STREAM: usize = 10_000;
+/// The default cap on idempotent producers per stream. A producer's state
+/// is kept while it writes and for [`DEFAULT_PRODUCER_EXPIRY`] after its
+/// last accepted write, so a stream's producer state grows with the
+/// producers active within that window: the expiry is the bound, and the
+/// cap a ceiling against a burst of new producers inside one window (an
+/// outbox that makes each row its own producer writes millions over time).
+pub const DEFAULT_MAX_PRODUCERS_PER_STREAM: usize = 1_000_000;
+
+/// The default time an idle producer's state is kept: seven days, as
+/// Kafka's `producer.id.expiration.ms`. A producer whose last accepted
+/// write is older is forgotten: its next append starts it afresh, as a
+/// producer the stream never saw (any epoch, sequence 0; a later sequence
+/// is a gap), so a retry is deduplicated only when it comes within this
+/// window of the producer's last accepted write.
+pub const DEFAULT_PRODUCER_EXPIRY: std::time::Duration =
+    std::time::Duration::from_secs(7 * 24 * 60 * 60);
 
 /// An idempotent producer's position: who is writing, in which epoch, and
 /// the sequence number of this append within the epoch.

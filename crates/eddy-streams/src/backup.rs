@@ -7,7 +7,9 @@
 //! 1. `{"header":{"format":"eddy-streams-backup","version":1}}`;
 //! 2. per stream, `{"stream":{…}}` (path, content type, expiry, closed,
 //!    count, bytes, `Stream-Seq`, the producer that closed it, the
-//!    producers' positions), then its messages in order, each
+//!    producers' positions with when each last wrote, `last_ms`: optional,
+//!    a backup without it restores them as written at the restore), then
+//!    its messages in order, each
 //!    `{"text":"…"}` (UTF-8) or `{"base64":"…"}` (other bytes);
 //! 3. `{"end":{"streams":N,"messages":M}}`, so a cut-off file is detected.
 //!
@@ -32,7 +34,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::record::{expiry_columns, expiry_from_columns};
 use crate::{
-    ProducerPosition, ReadFrom, Storage, StreamConfig, StreamError, StreamPath, StreamSnapshot,
+    ProducerPosition, ReadFrom, SnapshotProducer, Storage, StreamConfig, StreamError, StreamPath,
+    StreamSnapshot,
 };
 
 /// The `format` of the header line.
@@ -154,7 +157,18 @@ struct StreamLine {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     closed_by: Option<ProducerPosition>,
     #[serde(default)]
-    producers: Vec<ProducerPosition>,
+    producers: Vec<ProducerLine>,
+}
+
+/// A producer's state as the format writes it: its position, and since
+/// producer states expire, when its last write was accepted (absent in
+/// backups from before; those restore with the restore's time).
+#[derive(Debug, Serialize, Deserialize)]
+struct ProducerLine {
+    #[serde(flatten)]
+    position: ProducerPosition,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    last_ms: Option<i64>,
 }
 
 impl From<&StreamSnapshot> for StreamLine {
@@ -171,7 +185,14 @@ impl From<&StreamSnapshot> for StreamLine {
             bytes: s.bytes,
             last_stream_seq: s.last_stream_seq.clone(),
             closed_by: s.closed_by.clone(),
-            producers: s.producers.clone(),
+            producers: s
+                .producers
+                .iter()
+                .map(|p| ProducerLine {
+                    position: p.position.clone(),
+                    last_ms: p.last_ms,
+                })
+                .collect(),
         }
     }
 }
@@ -192,7 +213,14 @@ impl StreamLine {
             bytes: self.bytes,
             last_stream_seq: self.last_stream_seq,
             closed_by: self.closed_by,
-            producers: self.producers,
+            producers: self
+                .producers
+                .into_iter()
+                .map(|p| SnapshotProducer {
+                    position: p.position,
+                    last_ms: p.last_ms,
+                })
+                .collect(),
         })
     }
 }

@@ -85,3 +85,8 @@ pub(crate) fn unix_ms(at: SystemTime) -> i64 {
         Err(e) => -i64::try_from(e.duration().as_millis()).unwrap_or(i64::MAX),
     }
 }
+
+/// `duration` in whole milliseconds, saturating.
+pub(crate) fn duration_ms(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}

@@ -9,7 +9,13 @@
 //! - JSON streams store one JSON value per message; appending an array
 //!   appends its elements ([`Payload`]).
 //! - Appends are atomic and may carry an idempotent producer position, an
-//!   expected tail, a `Stream-Seq`, and a close ([`Append`]).
+//!   expected tail, a `Stream-Seq`, and a close ([`Append`]). A producer's
+//!   state is kept for the store's producer expiry
+//!   ([`DEFAULT_PRODUCER_EXPIRY`], seven days, as Kafka's
+//!   `producer.id.expiration.ms`) after its last accepted write: retries
+//!   within it are deduplicated; after it the producer starts afresh. A
+//!   stream keeps at most [`DEFAULT_MAX_PRODUCERS_PER_STREAM`] producers
+//!   within that window.
 //! - Deleted streams are [`Gone`](StreamError::Gone), never-created ones
 //!   [`NotFound`](StreamError::NotFound). A stream created again at a path
 //!   is a new incarnation: the old stream's offsets are
@@ -98,7 +104,9 @@ mod storage;
 mod touches;
 
 pub use crate::metrics::describe_metrics;
-pub use append::{Append, Appended, ProducerPosition, DEFAULT_MAX_PRODUCERS_PER_STREAM};
+pub use append::{
+    Append, Appended, ProducerPosition, DEFAULT_MAX_PRODUCERS_PER_STREAM, DEFAULT_PRODUCER_EXPIRY,
+};
 pub use backup::{
     export, import, BackupError, BackupProgress, BackupSummary, BACKUP_FORMAT, BACKUP_VERSION,
 };
@@ -128,7 +136,7 @@ pub use payload::{Payload, DEFAULT_MAX_APPEND_BYTES};
 #[cfg(feature = "postgres")]
 pub use postgres::{PgOptions, PgStorage, PgTransaction, DEFAULT_SCHEMA};
 pub use route::Route;
-pub use snapshot::StreamSnapshot;
+pub use snapshot::{SnapshotProducer, StreamSnapshot};
 pub use sqlite::{
     Durability, SqliteOptions, SqliteStorage, SqliteTransaction, DATABASE_FILE, DEFAULT_CACHE_BYTES,
 };

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use bytes::Bytes;
 
+use crate::clock::duration_ms;
 use crate::engine::{complete, Engine};
 use crate::payload::DEFAULT_MAX_APPEND_BYTES;
 use crate::record::{RecordReader, Records, Stored, StreamRecord, Sweepable};
@@ -14,7 +15,7 @@ use crate::rules::{take_within, ProducerState};
 use crate::{
     Append, Appended, Clock, Created, Documents, Fork, Limits, MemoryDocuments, Notifier, Payload,
     ReadChunk, ReadFrom, Storage, StreamConfig, StreamError, StreamInfo, StreamPath,
-    StreamSnapshot, SystemClock, DEFAULT_MAX_PRODUCERS_PER_STREAM,
+    StreamSnapshot, SystemClock, DEFAULT_MAX_PRODUCERS_PER_STREAM, DEFAULT_PRODUCER_EXPIRY,
 };
 
 /// A stream store that keeps everything in memory. Nothing survives the
@@ -63,6 +64,7 @@ impl MemoryStorage {
             engine: Engine {
                 max_append_bytes,
                 max_producers: DEFAULT_MAX_PRODUCERS_PER_STREAM,
+                producer_expiry_ms: duration_ms(DEFAULT_PRODUCER_EXPIRY),
                 limits: Limits::default(),
                 clock: Arc::new(SystemClock),
                 incarnations: Default::default(),
@@ -76,6 +78,15 @@ impl MemoryStorage {
     /// ([`StreamError::TooManyProducers`]).
     pub fn with_max_producers_per_stream(mut self, max: usize) -> Self {
         self.engine.max_producers = max;
+        self
+    }
+
+    /// This store, forgetting an idempotent producer's state once it has
+    /// had no write accepted for `expiry` (default
+    /// [`DEFAULT_PRODUCER_EXPIRY`]): its retries are deduplicated within
+    /// that window, and after it its next append starts it afresh.
+    pub fn with_producer_expiry(mut self, expiry: std::time::Duration) -> Self {
+        self.engine.producer_expiry_ms = duration_ms(expiry);
         self
     }
 
@@ -184,7 +195,9 @@ impl Storage for MemoryStorage {
         let mut records = self.lock();
         let (now, below) = (self.engine.now_ms(), self.engine.sweep_floor());
         let found = complete(records.sweepable(now, below, max))?;
-        Ok(complete(self.engine.sweep(&mut *records, &found))?.count())
+        let swept = complete(self.engine.sweep(&mut *records, &found))?.count();
+        let producers = complete(self.engine.sweep_producers(&mut *records, max))?;
+        Ok(swept + producers as usize)
     }
 
     async fn restore(
@@ -232,8 +245,54 @@ pub(crate) struct MemoryRecords {
 #[derive(Debug)]
 struct MemoryStream {
     record: StreamRecord,
-    producers: HashMap<String, ProducerState>,
+    producers: Producers,
     messages: Vec<Bytes>,
+}
+
+/// A stream's producer states, with an index by last write so that the
+/// expired ones are found without looking at the others.
+#[derive(Debug, Default)]
+struct Producers {
+    states: HashMap<String, ProducerState>,
+    by_last_write: BTreeSet<(i64, String)>,
+}
+
+impl Producers {
+    fn insert(&mut self, producer: &str, state: ProducerState) {
+        if let Some(old) = self.states.insert(producer.to_owned(), state) {
+            self.by_last_write
+                .remove(&(old.last_ms, producer.to_owned()));
+        }
+        self.by_last_write
+            .insert((state.last_ms, producer.to_owned()));
+    }
+
+    fn remove(&mut self, producer: &str) -> bool {
+        let Some(old) = self.states.remove(producer) else {
+            return false;
+        };
+        self.by_last_write
+            .remove(&(old.last_ms, producer.to_owned()));
+        true
+    }
+
+    /// Drops up to `max` states last written at or before `cutoff_ms`.
+    fn drop_expired(&mut self, cutoff_ms: i64, max: usize) -> u64 {
+        let mut dropped = 0;
+        while dropped < max {
+            let Some((last_ms, _)) = self.by_last_write.first() else {
+                break;
+            };
+            if *last_ms > cutoff_ms {
+                break;
+            }
+            if let Some((_, producer)) = self.by_last_write.pop_first() {
+                self.states.remove(&producer);
+            }
+            dropped += 1;
+        }
+        dropped as u64
+    }
 }
 
 impl MemoryRecords {
@@ -273,6 +332,7 @@ impl RecordReader for MemoryRecords {
         let mut producers: Vec<_> = self
             .stream(key)?
             .producers
+            .states
             .iter()
             .map(|(id, state)| (id.clone(), *state))
             .collect();
@@ -285,11 +345,11 @@ impl RecordReader for MemoryRecords {
         key: &Key,
         producer: &str,
     ) -> Result<Option<ProducerState>, StreamError> {
-        Ok(self.stream(key)?.producers.get(producer).copied())
+        Ok(self.stream(key)?.producers.states.get(producer).copied())
     }
 
     async fn producer_count(&mut self, key: &Key) -> Result<u64, StreamError> {
-        Ok(self.stream(key)?.producers.len() as u64)
+        Ok(self.stream(key)?.producers.states.len() as u64)
     }
 
     async fn messages(
@@ -354,7 +414,7 @@ impl Records for MemoryRecords {
         }
         let stream = MemoryStream {
             record: record.clone(),
-            producers: HashMap::new(),
+            producers: Producers::default(),
             messages: Vec::new(),
         };
         let key: Key = Arc::from(path);
@@ -404,14 +464,37 @@ impl Records for MemoryRecords {
         producer: &str,
         state: ProducerState,
     ) -> Result<(), StreamError> {
-        self.stream(key)?
-            .producers
-            .insert(producer.to_owned(), state);
+        self.stream(key)?.producers.insert(producer, state);
         Ok(())
     }
 
     async fn remove_producer(&mut self, key: &Key, producer: &str) -> Result<bool, StreamError> {
-        Ok(self.stream(key)?.producers.remove(producer).is_some())
+        Ok(self.stream(key)?.producers.remove(producer))
+    }
+
+    async fn drop_expired_producers(
+        &mut self,
+        key: &Key,
+        cutoff_ms: i64,
+        max: usize,
+    ) -> Result<u64, StreamError> {
+        Ok(self.stream(key)?.producers.drop_expired(cutoff_ms, max))
+    }
+
+    async fn sweep_expired_producers(
+        &mut self,
+        cutoff_ms: i64,
+        max: usize,
+    ) -> Result<u64, StreamError> {
+        let mut dropped = 0;
+        for stream in self.streams.values_mut() {
+            let left = max.saturating_sub(dropped as usize);
+            if left == 0 {
+                break;
+            }
+            dropped += stream.producers.drop_expired(cutoff_ms, left);
+        }
+        Ok(dropped)
     }
 
     async fn remove(&mut self, key: &Key, path: &str) -> Result<(), StreamError> {

@@ -347,6 +347,33 @@ pub trait Records: RecordReader {
         )))
     }
 
+    /// Drops up to `max` of stream `key`'s producer states whose last
+    /// accepted write was at or before `cutoff_ms` (expired ones); how many
+    /// it dropped. The engine calls it when a new producer would pass the
+    /// stream's cap, so it should find them without reading every
+    /// producer of the stream, and may drop fewer than `max` (a backend
+    /// whose unit holds few writes). A backend that cannot keeps this
+    /// default, which drops none: its expired producers then still count
+    /// against the cap.
+    fn drop_expired_producers(
+        &mut self,
+        key: &Self::Key,
+        cutoff_ms: i64,
+        max: usize,
+    ) -> impl Op<u64> {
+        let _ = (key, cutoff_ms, max);
+        std::future::ready(Ok(0))
+    }
+
+    /// Drops up to `max` producer states of any stream whose last accepted
+    /// write was at or before `cutoff_ms`; how many it dropped: one step
+    /// of the store's sweep. The default drops none (for a backend that
+    /// cannot find them without reading every stream).
+    fn sweep_expired_producers(&mut self, cutoff_ms: i64, max: usize) -> impl Op<u64> {
+        let _ = (cutoff_ms, max);
+        std::future::ready(Ok(0))
+    }
+
     /// Removes a stream with its messages and producers.
     fn remove(&mut self, key: &Self::Key, path: &str) -> impl Op<()>;
 

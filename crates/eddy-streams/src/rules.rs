@@ -132,6 +132,24 @@ pub struct ProducerState {
     pub epoch: u64,
     /// The last sequence number accepted in that epoch.
     pub seq: u64,
+    /// When its last write was accepted, in unix milliseconds of the
+    /// store's clock: a state idle past the store's producer expiry is
+    /// forgotten.
+    pub last_ms: i64,
+}
+
+impl ProducerState {
+    /// Whether this state is forgotten at `now_ms`: `expiry_ms` or more
+    /// have passed since its last accepted write.
+    pub(crate) fn expired(&self, now_ms: i64, expiry_ms: i64) -> bool {
+        self.last_ms <= cutoff(now_ms, expiry_ms)
+    }
+}
+
+/// The latest last write of a producer whose state is forgotten at
+/// `now_ms` (see [`ProducerState::expired`]).
+pub(crate) fn cutoff(now_ms: i64, expiry_ms: i64) -> i64 {
+    now_ms.saturating_sub(expiry_ms)
 }
 
 /// What to do with an append.
@@ -146,14 +164,16 @@ pub(crate) enum Decision {
     Acknowledge(Appended),
 }
 
-/// Decides an append of `message_count` messages to the stream `head`, given
-/// the producer's stored state.
+/// Decides an append of `message_count` messages to the stream `head` at
+/// `now_ms`, given the producer's stored state (`None` for a producer the
+/// stream does not know, or whose state expired).
 pub(crate) fn decide(
     path: &str,
     head: &Head,
     producer_state: Option<ProducerState>,
     append: &Append,
     message_count: usize,
+    now_ms: i64,
 ) -> Result<Decision, StreamError> {
     if message_count == 0 && !append.close {
         return Err(StreamError::EmptyAppend);
@@ -179,7 +199,7 @@ pub(crate) fn decide(
     }
     let producer = match &append.producer {
         None => None,
-        Some(position) => match check_producer(position, producer_state)? {
+        Some(position) => match check_producer(position, producer_state, now_ms)? {
             ProducerCheck::Accept(state) => Some(state),
             ProducerCheck::Duplicate(state) => {
                 return Ok(Decision::Acknowledge(Appended {
@@ -254,11 +274,13 @@ enum ProducerCheck {
 fn check_producer(
     sent: &ProducerPosition,
     stored: Option<ProducerState>,
+    now_ms: i64,
 ) -> Result<ProducerCheck, StreamError> {
     let accept = || {
         Ok(ProducerCheck::Accept(ProducerState {
             epoch: sent.epoch,
             seq: sent.seq,
+            last_ms: now_ms,
         }))
     };
     let gap = |expected| {

@@ -31,6 +31,20 @@ pub struct StreamSnapshot {
     /// The producer append that closed the stream, so that its retry is
     /// still acknowledged after a restore.
     pub closed_by: Option<ProducerPosition>,
-    /// Every idempotent producer's last accepted position, sorted by id.
-    pub producers: Vec<ProducerPosition>,
+    /// Every idempotent producer's last accepted position, with when it
+    /// was accepted, sorted by id. Expired states the store still holds
+    /// are included (an append treats them as unknown either way).
+    pub producers: Vec<SnapshotProducer>,
+}
+
+/// One idempotent producer's state in a [`StreamSnapshot`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotProducer {
+    /// Its last accepted position.
+    pub position: ProducerPosition,
+    /// When that write was accepted, in unix milliseconds: a restore
+    /// keeps it, so the producer expires when it would have. `None` (a
+    /// backup written before the store kept it) restores as the restore's
+    /// time.
+    pub last_ms: Option<i64>,
 }

@@ -149,8 +149,9 @@ pub trait Storage: Send + Sync + 'static {
     /// streams (their messages and producers; nothing live forked from
     /// them) and drops up to `max` tombstones of deleted paths, each once
     /// its stream was created more than
-    /// [`SWEEP_GRACE`](crate::SWEEP_GRACE) ago; returns how many it
-    /// removed. A path whose tombstone was dropped answers
+    /// [`SWEEP_GRACE`](crate::SWEEP_GRACE) ago, and up to `max` idempotent
+    /// producers' states past the store's producer expiry (which appends
+    /// already treat as unknown); returns how many it removed. A path whose tombstone was dropped answers
     /// [`NotFound`](StreamError::NotFound) rather than
     /// [`Gone`](StreamError::Gone). Call it again while it returns
     /// something; each step is one short write.

@@ -300,3 +300,50 @@ fn damaged_and_foreign_backups_are_refused() {
         assert!(matches!(foreign, Err(BackupError::Format { line: 1, .. })), "{foreign:?}");
     });
 }
+
+/// A backup keeps when each producer last wrote (`last_ms`); one written
+/// before producers expired has none, and imports with the import's time:
+/// its producers keep a whole expiry window from then.
+#[test]
+fn producers_keep_their_last_write_and_older_backups_take_the_import_time() {
+    use eddy_streams::{Clock, ManualClock, DEFAULT_PRODUCER_EXPIRY};
+
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let clock = Arc::new(ManualClock::starting_now());
+        let source = MemoryStorage::new().with_clock(clock.clone());
+        let p = path("kept");
+        source
+            .create(&p, StreamConfig::json(), Payload::empty())
+            .await
+            .expect("create");
+        source.append(&p, by("w", 0, 0, "1")).await.expect("write");
+        let written_at = clock.now_ms();
+        let backup = export_to_vec(&source).await;
+        let text = String::from_utf8(backup.clone()).expect("utf-8");
+        assert!(
+            text.contains(&format!("\"last_ms\":{written_at}")),
+            "{text}"
+        );
+
+        clock.advance(Duration::from_secs(3600));
+        let target = MemoryStorage::new().with_clock(clock.clone());
+        import(&target, &mut backup.as_slice(), false, &mut ())
+            .await
+            .expect("import");
+        let kept = target.snapshot(&p).await.expect("snapshot").producers;
+        assert_eq!(kept[0].last_ms, Some(written_at), "kept, not the import's");
+
+        let older = text.replace(&format!(",\"last_ms\":{written_at}"), "");
+        assert!(!older.contains("last_ms"));
+        let target = MemoryStorage::new().with_clock(clock.clone());
+        import(&target, &mut older.as_bytes(), false, &mut ())
+            .await
+            .expect("an older backup imports");
+        let imported = target.snapshot(&p).await.expect("snapshot").producers;
+        assert_eq!(imported[0].last_ms, Some(clock.now_ms()));
+        clock.advance(DEFAULT_PRODUCER_EXPIRY - Duration::from_secs(60));
+        let retry = target.append(&p, by("w", 0, 0, "1")).await.expect("retry");
+        assert!(retry.duplicate, "a window from the import");
+    });
+}

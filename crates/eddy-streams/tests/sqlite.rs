@@ -76,7 +76,7 @@ fn a_version_2_database_is_upgraded() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .expect("read the version");
-    assert_eq!(version, 7);
+    assert_eq!(version, 8);
     let checkpoints: i64 = conn
         .query_row("SELECT count(*) FROM projection_checkpoints", [], |r| {
             r.get(0)
@@ -267,4 +267,162 @@ async fn a_path_created_again_by_another_opener_gets_a_later_incarnation() {
         second.incarnation() > first.incarnation(),
         "{second} after {first}"
     );
+}
+
+/// A layout 7 file (producers without their last write) opens as layout
+/// 8: its producers are kept, counted as written at the upgrade, so each
+/// keeps deduplicating for a whole expiry window from then.
+#[test]
+fn a_version_7_database_keeps_its_producers_from_the_upgrade_on() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use eddy_streams::{
+        ManualClock, ProducerPosition, SqliteOptions, StreamConfig, DEFAULT_PRODUCER_EXPIRY,
+    };
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join(eddy_streams::DATABASE_FILE);
+    let clock = Arc::new(ManualClock::starting_now());
+    let open = || {
+        let options = SqliteOptions {
+            clock: clock.clone(),
+            ..SqliteOptions::default()
+        };
+        SqliteStorage::open_with(dir.path(), options).expect("open")
+    };
+    let path = StreamPath::new("kept").expect("path");
+    let write = |seq| Append::body("1").with_producer(ProducerPosition::new("w", 0, seq));
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let store = open();
+        store
+            .create(&path, StreamConfig::json(), eddy_streams::Payload::empty())
+            .await
+            .expect("create");
+        store.append(&path, write(0)).await.expect("write");
+    });
+    // Back to layout 7, as a build before producer expiry wrote it.
+    Connection::open(&file)
+        .and_then(|conn| {
+            conn.execute_batch(
+                "DROP INDEX producers_by_last_write;
+                 ALTER TABLE producers DROP COLUMN last_ms;
+                 ALTER TABLE streams DROP COLUMN producer_count;
+                 PRAGMA user_version = 7;",
+            )
+        })
+        .expect("write a version 7 file");
+    clock.advance(DEFAULT_PRODUCER_EXPIRY * 2);
+    runtime.block_on(async {
+        let store = open();
+        let counted: i64 = Connection::open(&file)
+            .and_then(|conn| conn.query_row("SELECT producer_count FROM streams", [], |r| r.get(0)))
+            .expect("read the count");
+        assert_eq!(counted, 1, "the upgrade counts the stream's producers");
+        clock.advance(DEFAULT_PRODUCER_EXPIRY - Duration::from_secs(60));
+        let retry = store.append(&path, write(0)).await.expect("retry");
+        assert!(retry.duplicate, "kept, and within a window of the upgrade");
+        clock.advance(Duration::from_secs(120));
+        let fresh = store.append(&path, write(0)).await.expect("fresh");
+        assert!(!fresh.duplicate, "expired a window after the upgrade");
+    });
+    let conn = Connection::open(&file).expect("open");
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .expect("read the version");
+    assert_eq!(version, 8);
+}
+
+/// With the default options (but no fsync per commit, to keep the test
+/// short), 20 000 distinct producers append to one stream (the outbox
+/// bridge makes each row its own producer; the cap was 10 000).
+#[test]
+fn twenty_thousand_producers_append_to_one_stream() {
+    use eddy_streams::{MemoryStorage, Payload, ProducerPosition, StreamConfig};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let options = eddy_streams::SqliteOptions {
+            durability: eddy_streams::Durability::Process,
+            ..Default::default()
+        };
+        let sqlite = SqliteStorage::open_with(dir.path(), options).expect("open");
+        let stores: [(&str, &dyn Storage); 2] =
+            [("memory", &MemoryStorage::new()), ("sqlite", &sqlite)];
+        for (name, store) in stores {
+            let path = StreamPath::new("many").expect("path");
+            store
+                .create(&path, StreamConfig::json(), Payload::empty())
+                .await
+                .expect("create");
+            for n in 0..20_000 {
+                let append = Append::body("1").with_producer(ProducerPosition::new(
+                    format!("row-{n}"),
+                    0,
+                    0,
+                ));
+                store.append(&path, append).await.unwrap_or_else(|e| {
+                    panic!("{name}: producer {n}: {e}");
+                });
+            }
+            let head = store.head(&path).await.expect("head");
+            assert_eq!(head.tail.position(), 20_000, "{name}");
+        }
+    });
+}
+
+/// A stream over its producer cap (the cap was lowered) takes a new
+/// producer in place of an expired one without growing, and refuses one
+/// cleanly (`limit/producers`, nothing written) when none expired.
+#[test]
+fn a_stream_over_a_lowered_cap_takes_new_producers_only_in_place_of_expired_ones() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use eddy_streams::{
+        ManualClock, ProducerPosition, SqliteOptions, StreamConfig, StreamError,
+        DEFAULT_PRODUCER_EXPIRY,
+    };
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::starting_now());
+    let open = |cap| {
+        let options = SqliteOptions {
+            clock: clock.clone(),
+            max_producers_per_stream: cap,
+            ..SqliteOptions::default()
+        };
+        SqliteStorage::open_with(dir.path(), options).expect("open")
+    };
+    let path = StreamPath::new("lowered").expect("path");
+    let by = |id: &str| Append::body("1").with_producer(ProducerPosition::new(id, 0, 0));
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let store = open(4);
+        store
+            .create(&path, StreamConfig::json(), eddy_streams::Payload::empty())
+            .await
+            .expect("create");
+        store.append(&path, by("old")).await.expect("write");
+        clock.advance(DEFAULT_PRODUCER_EXPIRY / 2);
+        for id in ["a", "b", "c"] {
+            store.append(&path, by(id)).await.expect("write");
+        }
+        drop(store);
+        clock.advance(DEFAULT_PRODUCER_EXPIRY / 2 + Duration::from_secs(60));
+        let store = open(2);
+        store
+            .append(&path, by("new"))
+            .await
+            .expect("in place of the expired one");
+        let refused = store.append(&path, by("newer")).await;
+        assert!(
+            matches!(refused, Err(StreamError::TooManyProducers { .. })),
+            "{refused:?}"
+        );
+        let producers = store.snapshot(&path).await.expect("snapshot").producers;
+        assert_eq!(producers.len(), 4, "the count did not grow");
+    });
 }

@@ -520,6 +520,17 @@ impl Table for DynamoTable {
     }
 
     async fn batch_get_item(&self, keys: Vec<Item>) -> Result<Vec<Item>, TableError> {
+        self.batch_get(keys, true).await
+    }
+
+    async fn batch_get_item_eventually(&self, keys: Vec<Item>) -> Result<Vec<Item>, TableError> {
+        self.batch_get(keys, false).await
+    }
+}
+
+impl DynamoTable {
+    /// A `BatchGetItem` of any number of keys, strongly consistent or not.
+    async fn batch_get(&self, keys: Vec<Item>, consistent: bool) -> Result<Vec<Item>, TableError> {
         for key in &keys {
             self.schema.validate_key(key)?;
         }
@@ -533,18 +544,20 @@ impl Table for DynamoTable {
         // paths waits for about one request, not one per 100 keys.
         let chunks: Vec<Vec<Item>> = keys.chunks(BATCH_GET_KEYS).map(<[Item]>::to_vec).collect();
         let found: Vec<Vec<Item>> = futures::stream::iter(chunks)
-            .map(|chunk| self.batch_get_chunk(chunk))
+            .map(|chunk| self.batch_get_chunk(chunk, consistent))
             .buffer_unordered(BATCH_GET_AT_ONCE)
             .try_collect()
             .await?;
         Ok(found.into_iter().flatten().collect())
     }
-}
 
-impl DynamoTable {
     /// One chunk of a [`Table::batch_get_item`]: at most 100 keys, their
     /// unprocessed keys sent again with backoff.
-    async fn batch_get_chunk(&self, chunk: Vec<Item>) -> Result<Vec<Item>, TableError> {
+    async fn batch_get_chunk(
+        &self,
+        chunk: Vec<Item>,
+        consistent: bool,
+    ) -> Result<Vec<Item>, TableError> {
         let mut found = Vec::new();
         let mut pending = chunk.iter().map(to_sdk_item).collect::<Vec<_>>();
         let mut attempt = 0;
@@ -563,7 +576,7 @@ impl DynamoTable {
             attempt += 1;
             let request = KeysAndAttributes::builder()
                 .set_keys(Some(std::mem::take(&mut pending)))
-                .consistent_read(true)
+                .consistent_read(consistent)
                 .build()
                 .map_err(|e| TableError::internal_from("building a batch get", e))?;
             let out = self

@@ -11,35 +11,13 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+use super::retry::Retry;
 use super::storage::Inner;
 use super::{Backend, Commit, Unit};
 use crate::{Append, Appended, StreamError, StreamPath};
-
-/// The first pause after a lost race.
-pub(super) const FIRST_PAUSE: Duration = Duration::from_millis(1);
-
-/// The longest pause between two runs of a call.
-const MAX_PAUSE: Duration = Duration::from_millis(100);
-
-/// Sleeps for about `pause` (between half of it and all of it, so that
-/// writers that lost to each other do not meet again) and returns the
-/// next pause.
-pub(super) async fn pause(pause: Duration) -> Duration {
-    tokio::time::sleep(pause.mul_f64(0.5 + fastrand::f64() / 2.0)).await;
-    (pause * 2).min(MAX_PAUSE)
-}
-
-/// The error of a call that kept losing races.
-pub(super) fn contended(attempts: u32) -> StreamError {
-    StreamError::unavailable(format!(
-        "lost {attempts} races in a row with concurrent writers of the same stream; \
-         nothing was written, retry"
-    ))
-}
 
 /// One queued append and where its answer goes.
 struct Job {
@@ -127,7 +105,7 @@ async fn run<B: Backend>(inner: Arc<Inner<B>>, path: StreamPath) {
             let take = queue.len().min(inner.options.max_group.max(1));
             queue.drain(..take).collect()
         };
-        let deferred = commit(&inner, &path, jobs).await;
+        let (deferred, retry) = commit(&inner, &path, jobs).await;
         if !deferred.is_empty() {
             let mut queues = inner.queues.lock();
             let queue = queues.entry(path.to_string()).or_default();
@@ -135,15 +113,21 @@ async fn run<B: Backend>(inner: Arc<Inner<B>>, path: StreamPath) {
                 queue.push_front(job);
             }
         }
+        // Writers in other processes waited while this one won: their turn.
+        retry.yield_turn().await;
     }
 }
 
 /// Runs `jobs` on one unit and commits it, running them all again when the
 /// unit lost a race. Answers the jobs it committed (or failed) and returns
-/// those that did not fit in the unit, for the next one.
-async fn commit<B: Backend>(inner: &Inner<B>, path: &StreamPath, mut jobs: Vec<Job>) -> Vec<Job> {
-    let mut pause_for = FIRST_PAUSE;
-    let mut attempt = 1;
+/// those that did not fit in the unit, for the next one, with the
+/// attempts it took.
+async fn commit<B: Backend>(
+    inner: &Inner<B>,
+    path: &StreamPath,
+    mut jobs: Vec<Job>,
+) -> (Vec<Job>, Retry) {
+    let mut retry = Retry::start(inner.options.contention_timeout);
     loop {
         let mut unit = inner.backend.open();
         let mut outcomes = Vec::with_capacity(jobs.len());
@@ -184,12 +168,10 @@ async fn commit<B: Backend>(inner: &Inner<B>, path: &StreamPath, mut jobs: Vec<J
                 }
                 None
             }
-            Ok(Commit::Conflict) if attempt < inner.options.max_attempts => {
-                attempt += 1;
-                pause_for = pause(pause_for).await;
-                continue;
-            }
-            Ok(Commit::Conflict) => Some(contended(attempt)),
+            Ok(Commit::Conflict) => match retry.lost().await {
+                Ok(()) => continue,
+                Err(contended) => Some(contended),
+            },
             Err(error) => Some(error),
         };
         let deferred = jobs.split_off(cut);
@@ -201,6 +183,6 @@ async fn commit<B: Backend>(inner: &Inner<B>, path: &StreamPath, mut jobs: Vec<J
             // A caller that stopped waiting is no reason to stop.
             let _ = job.answer.send(outcome);
         }
-        return deferred;
+        return (deferred, retry);
     }
 }

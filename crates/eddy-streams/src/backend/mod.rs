@@ -44,6 +44,7 @@ pub use crate::rules::ProducerState;
 
 mod group;
 mod poll;
+mod retry;
 mod storage;
 mod sweep;
 
@@ -51,7 +52,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::payload::DEFAULT_MAX_APPEND_BYTES;
-use crate::{Clock, Limits, StreamError, SystemClock, DEFAULT_MAX_PRODUCERS_PER_STREAM};
+use crate::{
+    Clock, Limits, StreamError, SystemClock, DEFAULT_MAX_PRODUCERS_PER_STREAM,
+    DEFAULT_PRODUCER_EXPIRY,
+};
 
 pub use storage::RecordStorage;
 
@@ -150,6 +154,10 @@ pub struct RecordOptions {
     /// The most idempotent producers whose state one stream keeps; a new
     /// producer beyond it is refused ([`StreamError::TooManyProducers`]).
     pub max_producers_per_stream: usize,
+    /// How long an idle producer's state is kept after its last accepted
+    /// write: retries within it are deduplicated, and after it the
+    /// producer's next append starts it afresh.
+    pub producer_expiry: Duration,
     /// What one write may do: messages per append, bytes a fork copies.
     pub limits: Limits,
     /// Where the store reads the time (for expiry). Processes that share
@@ -161,9 +169,11 @@ pub struct RecordOptions {
     pub poll: Duration,
     /// The most appends to one stream committed together.
     pub max_group: usize,
-    /// How often a call that lost a race runs again before it fails with
-    /// a retryable error.
-    pub max_attempts: u32,
+    /// How long a call that keeps losing races to other writers of the
+    /// same stream runs again before it fails with a retryable error
+    /// having written nothing (see the DESIGN of a backend for the bound
+    /// this gives W writer processes).
+    pub contention_timeout: Duration,
 }
 
 impl Default for RecordOptions {
@@ -171,11 +181,12 @@ impl Default for RecordOptions {
         RecordOptions {
             max_append_bytes: DEFAULT_MAX_APPEND_BYTES,
             max_producers_per_stream: DEFAULT_MAX_PRODUCERS_PER_STREAM,
+            producer_expiry: DEFAULT_PRODUCER_EXPIRY,
             limits: Limits::default(),
             clock: Arc::new(SystemClock),
             poll: Duration::from_millis(100),
             max_group: 64,
-            max_attempts: 16,
+            contention_timeout: Duration::from_secs(10),
         }
     }
 }

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use tokio::task::JoinHandle;
 
+use super::retry::Retry;
 use super::{group, poll, Backend, Commit, RecordOptions, Unit};
 use crate::engine::Engine;
 use crate::storage::wait_for;
@@ -21,8 +22,10 @@ use crate::{
 /// Each call runs the engine on one unit of the backend and commits it
 /// once; a call whose unit lost a race to another writer (in this process
 /// or another) runs again on a new unit after a jittered pause (1 ms
-/// doubling to 100 ms), at most [`RecordOptions::max_attempts`] times,
-/// and then fails with a retryable error having written nothing.
+/// doubling to 100 ms) for up to [`RecordOptions::contention_timeout`],
+/// and then fails with a retryable error having written nothing; a
+/// winner that had lost first lets the others commit before its next
+/// group.
 /// Concurrent appends to one stream queue up and are committed together,
 /// up to [`RecordOptions::max_group`] per unit. Readers of this process
 /// wake at its commits, and at other processes' within
@@ -56,6 +59,7 @@ impl<B: Backend> RecordStorage<B> {
         let engine = Engine {
             max_append_bytes: options.max_append_bytes,
             max_producers: options.max_producers_per_stream,
+            producer_expiry_ms: crate::clock::duration_ms(options.producer_expiry),
             limits: options.limits,
             clock: Arc::clone(&options.clock),
             incarnations: Default::default(),
@@ -81,8 +85,7 @@ impl<B: Backend> RecordStorage<B> {
     /// fails.
     async fn write(&self, call: &Write) -> Result<Written, StreamError> {
         let inner = &self.inner;
-        let mut pause = group::FIRST_PAUSE;
-        let mut attempt = 1;
+        let mut retry = Retry::start(inner.options.contention_timeout);
         loop {
             let mut unit = inner.backend.open();
             let written = call.run(&inner.engine, &mut unit).await?;
@@ -91,11 +94,7 @@ impl<B: Backend> RecordStorage<B> {
             }
             match inner.backend.commit(unit).await? {
                 Commit::Done => return Ok(written),
-                Commit::Conflict if attempt < inner.options.max_attempts => {
-                    attempt += 1;
-                    pause = group::pause(pause).await;
-                }
-                Commit::Conflict => return Err(group::contended(attempt)),
+                Commit::Conflict => retry.lost().await?,
             }
         }
     }
@@ -284,16 +283,15 @@ impl<B: Backend> Storage for RecordStorage<B> {
     /// two commits).
     async fn snapshot(&self, path: &StreamPath) -> Result<StreamSnapshot, StreamError> {
         let inner = &self.inner;
-        let mut pause = group::FIRST_PAUSE;
-        for _ in 1..inner.options.max_attempts {
+        let mut retry = Retry::start(inner.options.contention_timeout);
+        loop {
             let mut unit = inner.backend.open();
             let snapshot = inner.engine.snapshot(&mut unit, path).await?;
             if inner.backend.unchanged(unit).await? {
                 return Ok(snapshot);
             }
-            pause = group::pause(pause).await;
+            retry.lost().await?;
         }
-        Err(group::contended(inner.options.max_attempts))
     }
 
     async fn restore(

@@ -1,9 +1,11 @@
 //! [`Storage::sweep`](crate::Storage::sweep) over a [`Backend`]: one step
-//! is what the backend's `sweepable` finds, removed by the engine in one
-//! unit, committed once.
+//! is what the backend's `sweepable` finds and the expired producer
+//! states its `sweep_expired_producers` drops, removed by the engine in
+//! one unit, committed once (a unit that wrote nothing costs no commit).
 
+use super::retry::Retry;
 use super::storage::Inner;
-use super::{group, Backend, Commit, Unit};
+use super::{Backend, Commit, Unit};
 use crate::record::RecordReader;
 use crate::StreamError;
 
@@ -11,16 +13,13 @@ use crate::StreamError;
 /// many it removed. A step that lost a race to another writer looks
 /// again, as a write does.
 pub(super) async fn step<B: Backend>(inner: &Inner<B>, max: usize) -> Result<usize, StreamError> {
-    let mut pause = group::FIRST_PAUSE;
-    let mut attempt = 1;
+    let mut retry = Retry::start(inner.options.contention_timeout);
     loop {
         let mut unit = inner.backend.open();
         let (now, below) = (inner.engine.now_ms(), inner.engine.sweep_floor());
         let found = unit.sweepable(now, below, max).await?;
-        if found.is_empty() {
-            return Ok(0);
-        }
         let swept = inner.engine.sweep(&mut unit, &found).await?;
+        let producers = inner.engine.sweep_producers(&mut unit, max).await?;
         if let Some(overflow) = unit.overflow() {
             return Err(overflow);
         }
@@ -29,13 +28,10 @@ pub(super) async fn step<B: Backend>(inner: &Inner<B>, max: usize) -> Result<usi
                 for path in &swept.streams {
                     inner.notifier.touch(path);
                 }
-                return Ok(swept.count());
+                let producers = usize::try_from(producers).unwrap_or(usize::MAX);
+                return Ok(swept.count().saturating_add(producers));
             }
-            Commit::Conflict if attempt < inner.options.max_attempts => {
-                attempt += 1;
-                pause = group::pause(pause).await;
-            }
-            Commit::Conflict => return Err(group::contended(attempt)),
+            Commit::Conflict => retry.lost().await?,
         }
     }
 }

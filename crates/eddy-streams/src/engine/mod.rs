@@ -26,7 +26,12 @@ use crate::fork::{branch_message_position, check_refork, plan};
 use crate::incarnation::Incarnations;
 use crate::payload::{split, Bounds, Split};
 use crate::record::{RecordReader, Records, StreamRecord};
-use crate::rules::{decide, Decision, Head};
+use crate::rules::{cutoff, decide, Decision, Head};
+
+/// The most expired producers one append drops from a stream at its
+/// producer cap: each makes room for one new producer, so the step pays
+/// for the next ones too, while keeping the append's own write small.
+pub(crate) const EXPIRED_PRODUCERS_STEP: usize = 64;
 use crate::{
     Append, Appended, Clock, Created, Fork, Limits, Payload, ReadChunk, ReadFrom, StreamConfig,
     StreamError, StreamInfo, StreamPath, FORK_MESSAGE_COST,
@@ -40,6 +45,8 @@ pub(crate) struct Engine {
     pub max_append_bytes: usize,
     /// The most idempotent producers whose state one stream keeps.
     pub max_producers: usize,
+    /// How long an idle producer's state is kept, in milliseconds.
+    pub producer_expiry_ms: i64,
     /// What one write may do besides: messages per append, bytes a fork
     /// copies.
     pub limits: Limits,
@@ -142,16 +149,20 @@ impl Engine {
             Some(ahead) if ahead.json == json => ahead.messages,
             _ => split(payload, json, self.bounds(), false)?,
         };
-        let producer_state = match &append.producer {
+        let stored_state = match &append.producer {
             Some(producer) => records.producer(&key, &producer.id).await?,
             None => None,
         };
+        // An expired state is forgotten: the producer starts afresh.
+        let producer_state =
+            stored_state.filter(|state| !state.expired(now, self.producer_expiry_ms));
         let decision = decide(
             path.as_str(),
             &record.head,
             producer_state,
             &append,
             messages.len(),
+            now,
         )?;
         record.accessed_ms = now;
         let (producer, close) = match decision {
@@ -164,8 +175,10 @@ impl Engine {
             }
             Decision::Write { producer, close } => (producer, close),
         };
-        if let (Some(position), None) = (&append.producer, producer_state) {
-            self.check_producer_room(records, &key, path, &position.id)
+        // A producer whose expired state is still stored takes its own
+        // place again; only one the stream keeps nothing for needs room.
+        if let (Some(position), None) = (&append.producer, stored_state) {
+            self.check_producer_room(records, &key, path, &position.id, now)
                 .await?;
         }
         let first = record.head.count;
@@ -180,16 +193,30 @@ impl Engine {
     }
 
     /// Refuses a new producer on a stream that keeps as many producers'
-    /// states as allowed; known producers are never refused.
+    /// states as allowed; known producers are never refused. At the cap,
+    /// the stream's expired producers go first, one bounded step of them
+    /// ([`EXPIRED_PRODUCERS_STEP`]), so the cap counts only producers
+    /// within the expiry window. A new producer that found any expired
+    /// takes a place they left, so the count never grows past the cap,
+    /// and a refusal has written nothing (a stream over the cap, after the
+    /// cap was lowered, shrinks toward it instead).
     async fn check_producer_room<R: Records>(
         &self,
         records: &mut R,
         key: &R::Key,
         path: &StreamPath,
         producer: &str,
+        now: i64,
     ) -> Result<(), StreamError> {
         let count = records.producer_count(key).await?;
-        if count >= self.max_producers as u64 {
+        if count < self.max_producers as u64 {
+            return Ok(());
+        }
+        let cutoff = cutoff(now, self.producer_expiry_ms);
+        let dropped = records
+            .drop_expired_producers(key, cutoff, EXPIRED_PRODUCERS_STEP)
+            .await?;
+        if dropped == 0 {
             return Err(StreamError::TooManyProducers {
                 path: path.to_string(),
                 producer: producer.to_owned(),

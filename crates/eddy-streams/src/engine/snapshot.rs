@@ -9,7 +9,10 @@ use super::lifecycle::{existing_or_free, find, Slot};
 use super::Engine;
 use crate::record::{RecordReader, Records, StreamRecord};
 use crate::rules::{Head, ProducerState};
-use crate::{ProducerPosition, StreamConfig, StreamError, StreamInfo, StreamPath, StreamSnapshot};
+use crate::{
+    ProducerPosition, SnapshotProducer, StreamConfig, StreamError, StreamInfo, StreamPath,
+    StreamSnapshot,
+};
 
 impl Engine {
     /// A live stream's state apart from its messages, with its producers,
@@ -34,7 +37,10 @@ impl Engine {
             closed_by: head.closed_by,
             producers: producers
                 .into_iter()
-                .map(|(id, state)| ProducerPosition::new(id, state.epoch, state.seq))
+                .map(|(id, state)| SnapshotProducer {
+                    position: ProducerPosition::new(id, state.epoch, state.seq),
+                    last_ms: Some(state.last_ms),
+                })
                 .collect(),
         })
     }
@@ -101,11 +107,13 @@ impl Engine {
                 empty.head.bytes = 0;
                 let key = records.insert(path.as_str(), &empty).await?;
                 for producer in &snapshot.producers {
+                    let position = &producer.position;
                     let state = ProducerState {
-                        epoch: producer.epoch,
-                        seq: producer.seq,
+                        epoch: position.epoch,
+                        seq: position.seq,
+                        last_ms: producer.last_ms.unwrap_or(now),
                     };
-                    records.save_producer(&key, &producer.id, state).await?;
+                    records.save_producer(&key, &position.id, state).await?;
                 }
                 key
             }

@@ -146,6 +146,7 @@ async fn engine_calls_are_send_futures_over_suspending_records() {
     let engine = Engine {
         max_append_bytes: 1 << 20,
         max_producers: 10,
+        producer_expiry_ms: i64::MAX,
         limits: Default::default(),
         clock: Arc::new(ManualClock::starting_now()),
         incarnations: Default::default(),
@@ -183,6 +184,7 @@ async fn a_split_for_the_other_kind_of_stream_is_ignored() {
     let engine = Engine {
         max_append_bytes: 1 << 20,
         max_producers: 10,
+        producer_expiry_ms: i64::MAX,
         limits: Default::default(),
         clock: Arc::new(ManualClock::starting_now()),
         incarnations: Default::default(),

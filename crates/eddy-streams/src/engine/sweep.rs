@@ -1,11 +1,13 @@
 //! Sweeping: the remains of expired streams and deleted streams'
 //! tombstones, forgotten once their incarnation is below the clock's
-//! floor (see `incarnation.rs` for why that is safe).
+//! floor (see `incarnation.rs` for why that is safe); and producer states
+//! past the producer expiry, which an append already treats as unknown.
 
 use super::lifecycle::{collect, find, Found};
 use super::Engine;
 use crate::incarnation::sweep_floor;
 use crate::record::{Records, Sweepable};
+use crate::rules::cutoff;
 use crate::StreamError;
 
 impl Engine {
@@ -39,6 +41,16 @@ impl Engine {
             }
         }
         Ok(swept)
+    }
+
+    /// Drops up to `max` expired producer states, of any stream; how many.
+    pub async fn sweep_producers<R: Records>(
+        &self,
+        records: &mut R,
+        max: usize,
+    ) -> Result<u64, StreamError> {
+        let cutoff = cutoff(self.now_ms(), self.producer_expiry_ms);
+        records.sweep_expired_producers(cutoff, max).await
     }
 }
 

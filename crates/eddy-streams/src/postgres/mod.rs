@@ -34,7 +34,7 @@ use crate::{
     Append, Appended, Clock, Created, Durability, Fork, Notifier, Payload, ReadChunk, ReadFrom,
     Storage, StreamConfig, StreamError, StreamInfo, StreamPath, StreamSnapshot, SystemClock,
 };
-use crate::{Limits, DEFAULT_MAX_PRODUCERS_PER_STREAM};
+use crate::{Limits, DEFAULT_MAX_PRODUCERS_PER_STREAM, DEFAULT_PRODUCER_EXPIRY};
 use batch::Batcher;
 use connections::Connections;
 use error::pg_error;
@@ -74,6 +74,10 @@ pub struct PgOptions {
     /// The most idempotent producers whose state one stream keeps; a new
     /// producer beyond it is refused ([`StreamError::TooManyProducers`]).
     pub max_producers_per_stream: usize,
+    /// How long an idle producer's state is kept after its last accepted
+    /// write: retries within it are deduplicated, and after it the
+    /// producer's next append starts it afresh.
+    pub producer_expiry: Duration,
     /// What one write may do: messages per append, bytes a fork copies.
     pub limits: Limits,
     /// Where the store reads the time (for expiry). Processes that share a
@@ -99,6 +103,7 @@ impl PgOptions {
             durability: Durability::Sync,
             max_append_bytes: DEFAULT_MAX_APPEND_BYTES,
             max_producers_per_stream: DEFAULT_MAX_PRODUCERS_PER_STREAM,
+            producer_expiry: DEFAULT_PRODUCER_EXPIRY,
             limits: Limits::default(),
             clock: Arc::new(SystemClock),
             recheck: Duration::from_secs(1),
@@ -240,6 +245,7 @@ impl PgStorage {
             engine: Engine {
                 max_append_bytes: options.max_append_bytes,
                 max_producers: options.max_producers_per_stream,
+                producer_expiry_ms: crate::clock::duration_ms(options.producer_expiry),
                 limits: options.limits,
                 clock: options.clock,
                 incarnations: Default::default(),
@@ -464,12 +470,10 @@ impl Storage for PgStorage {
                 (tx, found)
             })
             .await?;
-        if found.is_empty() {
-            return Ok(0);
-        }
+        // Expired producers are found in the write, through their index.
         let found = &found;
         self.write(|mut tx| async move {
-            let swept = tx.sweep(found).await;
+            let swept = tx.sweep(found, max).await;
             (tx, swept)
         })
         .await

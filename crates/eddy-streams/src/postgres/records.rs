@@ -37,6 +37,34 @@ pub(crate) struct PgRecords {
 }
 
 impl PgRecords {
+    /// Drops up to `max` producers last written at or before `cutoff_ms`,
+    /// of stream `key` or of any.
+    async fn drop_expired(
+        &mut self,
+        key: Option<i64>,
+        cutoff_ms: i64,
+        max: usize,
+    ) -> Result<u64, StreamError> {
+        let max = i64::try_from(max).unwrap_or(i64::MAX);
+        let sql = Arc::clone(&self.sql.drop_expired_producers);
+        self.counted(query(&sql).bind(cutoff_ms).bind(key).bind(max))
+            .await
+    }
+
+    /// The count a statement answers in its one row.
+    async fn counted(
+        &mut self,
+        query: sqlx::query::Query<'_, Postgres, sqlx::postgres::PgArguments>,
+    ) -> Result<u64, StreamError> {
+        let Some(row) = self.fetch_optional(query).await? else {
+            return Ok(0);
+        };
+        let count: i64 = row.try_get(0).map_err(|e| self.fail(e))?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+}
+
+impl PgRecords {
     /// Records in `tx`; `lock` for a transaction that writes.
     pub fn new(
         tx: Transaction<'static, Postgres>,
@@ -170,6 +198,7 @@ impl RecordReader for PgRecords {
                     ProducerState {
                         epoch: row.try_get::<i64, _>(1)? as u64,
                         seq: row.try_get::<i64, _>(2)? as u64,
+                        last_ms: row.try_get(3)?,
                     },
                 ))
             })
@@ -191,6 +220,7 @@ impl RecordReader for PgRecords {
             Ok::<_, sqlx::Error>(ProducerState {
                 epoch: row.try_get::<i64, _>(0)? as u64,
                 seq: row.try_get::<i64, _>(1)? as u64,
+                last_ms: row.try_get(2)?,
             })
         })();
         state.map(Some).map_err(|e| self.fail(e))
@@ -198,11 +228,7 @@ impl RecordReader for PgRecords {
 
     async fn producer_count(&mut self, key: &i64) -> Result<u64, StreamError> {
         let sql = Arc::clone(&self.sql.producer_count);
-        let Some(row) = self.fetch_optional(query(&sql).bind(key)).await? else {
-            return Ok(0);
-        };
-        let count: i64 = row.try_get(0).map_err(|e| self.fail(e))?;
-        Ok(u64::try_from(count).unwrap_or(0))
+        self.counted(query(&sql).bind(key)).await
     }
 
     async fn messages(
@@ -379,7 +405,8 @@ impl Records for PgRecords {
                 .bind(key)
                 .bind(producer)
                 .bind(state.epoch as i64)
-                .bind(state.seq as i64),
+                .bind(state.seq as i64)
+                .bind(state.last_ms),
         )
         .await?;
         Ok(())
@@ -387,8 +414,25 @@ impl Records for PgRecords {
 
     async fn remove_producer(&mut self, key: &i64, producer: &str) -> Result<bool, StreamError> {
         let sql = Arc::clone(&self.sql.remove_producer);
-        let removed = self.execute(query(&sql).bind(key).bind(producer)).await?;
+        let removed = self.counted(query(&sql).bind(key).bind(producer)).await?;
         Ok(removed > 0)
+    }
+
+    async fn drop_expired_producers(
+        &mut self,
+        key: &i64,
+        cutoff_ms: i64,
+        max: usize,
+    ) -> Result<u64, StreamError> {
+        self.drop_expired(Some(*key), cutoff_ms, max).await
+    }
+
+    async fn sweep_expired_producers(
+        &mut self,
+        cutoff_ms: i64,
+        max: usize,
+    ) -> Result<u64, StreamError> {
+        self.drop_expired(None, cutoff_ms, max).await
     }
 
     async fn remove(&mut self, key: &i64, _path: &str) -> Result<(), StreamError> {

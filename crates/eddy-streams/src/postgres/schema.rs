@@ -14,7 +14,7 @@ use super::error::pg_error;
 use crate::StreamError;
 
 /// The layout this build writes: the last migration's version.
-pub(super) const VERSION: i64 = 5;
+pub(super) const VERSION: i64 = 6;
 
 /// Version 1: streams, messages, producers and tombstones, as the SQLite
 /// layout of version 3 (forks found by source). Table names are unqualified:
@@ -111,6 +111,21 @@ CREATE TABLE documents (
 );
 "#;
 
+/// Version 6: when each producer last had a write accepted (unix ms),
+/// indexed so that expired producers are found without reading the
+/// others, and each stream's producer count in its row, so that the cap
+/// costs no count of a million rows. Producers from before count as
+/// written at the upgrade (the database's clock): each keeps a whole
+/// expiry window.
+const PRODUCER_LAST_WRITE: &str = r#"
+ALTER TABLE producers ADD COLUMN last_ms BIGINT NOT NULL DEFAULT 0;
+UPDATE producers SET last_ms = (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+CREATE INDEX producers_by_last_write ON producers (last_ms);
+ALTER TABLE streams ADD COLUMN producer_count BIGINT NOT NULL DEFAULT 0;
+UPDATE streams SET producer_count =
+    (SELECT count(*) FROM producers WHERE producers.stream_id = streams.id);
+"#;
+
 /// Every migration, in order.
 fn migrations() -> Vec<Migration> {
     let steps = [
@@ -119,6 +134,7 @@ fn migrations() -> Vec<Migration> {
         (3, "wake marks", WAKE_MARKS),
         (4, "incarnations", INCARNATIONS),
         (5, "documents", DOCUMENTS),
+        (6, "producer last write", PRODUCER_LAST_WRITE),
     ];
     steps
         .into_iter()

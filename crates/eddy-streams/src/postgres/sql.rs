@@ -20,12 +20,16 @@ pub(super) const STREAM_COLUMN_COUNT: usize = 20;
 /// A group commit in one statement (see `group/statement.rs`). Each
 /// stream of the group ($1) is checked at the version the group decided
 /// on: its count ($2) and close ($3), not soft-deleted, the producer
-/// states it read ($32–$35) unchanged, none of the producers it took as
-/// absent ($20, $21) present, and, where it refused a producer at the cap,
-/// its producer count ($36, $37). A stream it writes ($4) is locked first,
+/// states it read ($32–$35) unchanged, and none of the producers it took
+/// as absent ($20, $21) present (a group never refuses a producer at the
+/// cap: the stream's expired producers must go first, which only a
+/// transaction does, so such an append goes back to its caller). A stream
+/// it writes ($4) is locked first,
 /// in id order (so that two groups never wait for each other in a cycle),
 /// and so are the producer rows it read, and it is checked once locked;
-/// then its record ($5–$12), messages ($13–$15), producers ($16–$19) and
+/// then its record ($5–$12; $37 the producers it adds to its count: those
+/// it saved that it took as absent), messages ($13–$15), producers
+/// ($16–$19, $36) and
 /// wake-up marks ($26–$31) are written and its notification lines ($24,
 /// $25) sent on channel $22, prefixed with $23, in notifications of at
 /// most ~7 KB. Returns the id of every stream that passed its check, and a
@@ -35,9 +39,9 @@ fn group_commit(s: &str) -> String {
         "WITH g AS (
              SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bool[], $4::bool[],
                  $5::bigint[], $6::bigint[], $7::bool[], $8::text[], $9::text[],
-                 $10::bigint[], $11::bigint[], $12::bigint[])
+                 $10::bigint[], $11::bigint[], $12::bigint[], $37::bigint[])
              AS g(id, was_count, was_closed, write, count, bytes, closed, last_stream_seq,
-                 closed_by_id, closed_by_epoch, closed_by_seq, accessed_ms)
+                 closed_by_id, closed_by_epoch, closed_by_seq, accessed_ms, new_producers)
          ), relied AS (
              SELECT * FROM unnest($32::bigint[], $33::text[], $34::bigint[], $35::bigint[])
                  AS r(id, producer, epoch, seq)
@@ -65,14 +69,12 @@ fn group_commit(s: &str) -> String {
              WHERE r.id NOT IN (SELECT id FROM held) AND NOT EXISTS (
                  SELECT 1 FROM {s}.producers AS p WHERE p.stream_id = r.id
                      AND p.producer = r.producer AND p.epoch = r.epoch AND p.seq = r.seq)
-             UNION
-             SELECT c.id FROM unnest($36::bigint[], $37::bigint[]) AS c(id, n)
-             WHERE (SELECT count(*) FROM {s}.producers AS p WHERE p.stream_id = c.id) <> c.n
          ), written AS (
              UPDATE {s}.streams AS s SET count = g.count, bytes = g.bytes, closed = g.closed,
                  last_stream_seq = g.last_stream_seq, closed_by_id = g.closed_by_id,
                  closed_by_epoch = g.closed_by_epoch, closed_by_seq = g.closed_by_seq,
-                 accessed_ms = greatest(s.accessed_ms, g.accessed_ms)
+                 accessed_ms = greatest(s.accessed_ms, g.accessed_ms),
+                 producer_count = s.producer_count + g.new_producers
              FROM g JOIN held ON held.id = g.id
              WHERE s.id = g.id AND s.id NOT IN (SELECT id FROM unsure)
              RETURNING s.id
@@ -86,13 +88,14 @@ fn group_commit(s: &str) -> String {
              FROM unnest($13::bigint[], $14::bigint[], $15::bytea[]) AS m(id, seq, data)
              WHERE m.id IN (SELECT id FROM written)
          ), producers AS (
-             INSERT INTO {s}.producers (stream_id, producer, epoch, seq)
-             SELECT p.id, p.producer, p.epoch, p.seq
-             FROM unnest($16::bigint[], $17::text[], $18::bigint[], $19::bigint[])
-                 AS p(id, producer, epoch, seq)
+             INSERT INTO {s}.producers (stream_id, producer, epoch, seq, last_ms)
+             SELECT p.id, p.producer, p.epoch, p.seq, p.last_ms
+             FROM unnest($16::bigint[], $17::text[], $18::bigint[], $19::bigint[],
+                 $36::bigint[])
+                 AS p(id, producer, epoch, seq, last_ms)
              WHERE p.id IN (SELECT id FROM written)
              ON CONFLICT (stream_id, producer)
-             DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq
+             DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq, last_ms = excluded.last_ms
          ), marks AS (
              INSERT INTO {s}.wake_marks
                  (projection, version, params, path, commits, attempts, due_ms)
@@ -157,6 +160,7 @@ pub(crate) struct Sql {
     pub copy_prefix: Arc<str>,
     pub save_producer: Arc<str>,
     pub remove_producer: Arc<str>,
+    pub drop_expired_producers: Arc<str>,
     pub remove: Arc<str>,
     pub slide: Arc<str>,
     pub tombstone: Arc<str>,
@@ -185,13 +189,16 @@ impl Sql {
                 "SELECT path FROM {s}.streams WHERE fork_source = $1"
             )),
             producer: sql(format!(
-                "SELECT epoch, seq FROM {s}.producers WHERE stream_id = $1 AND producer = $2"
+                "SELECT epoch, seq, last_ms FROM {s}.producers WHERE stream_id = $1 AND producer = $2"
             )),
             producers: sql(format!(
-                "SELECT producer, epoch, seq FROM {s}.producers WHERE stream_id = $1 ORDER BY producer"
+                "SELECT producer, epoch, seq, last_ms FROM {s}.producers WHERE stream_id = $1
+                 ORDER BY producer"
             )),
+            // Kept in the stream's row: counting the producers' rows would
+            // read all of them on every new producer.
             producer_count: sql(format!(
-                "SELECT count(*) FROM {s}.producers WHERE stream_id = $1"
+                "SELECT producer_count FROM {s}.streams WHERE id = $1"
             )),
             messages: sql(format!(
                 "SELECT data FROM {s}.messages WHERE stream_id = $1 AND seq >= $2 AND seq < $3
@@ -239,13 +246,47 @@ impl Sql {
                     RETURNING length(data) AS size)
                  SELECT coalesce(sum(size), 0)::bigint FROM copied"
             )),
+            // Whether it removed one; the stream's count follows.
             remove_producer: sql(format!(
-                "DELETE FROM {s}.producers WHERE stream_id = $1 AND producer = $2"
+                "WITH d AS (
+                     DELETE FROM {s}.producers WHERE stream_id = $1 AND producer = $2
+                     RETURNING stream_id
+                 ), c AS (
+                     UPDATE {s}.streams SET producer_count = producer_count - 1
+                     WHERE id IN (SELECT stream_id FROM d)
+                 )
+                 SELECT count(*) FROM d"
             )),
+            // A new producer (inserted, `xmax = 0`) counts on its stream.
             save_producer: sql(format!(
-                "INSERT INTO {s}.producers (stream_id, producer, epoch, seq) VALUES ($1, $2, $3, $4)
-                 ON CONFLICT (stream_id, producer)
-                 DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq"
+                "WITH p AS (
+                     INSERT INTO {s}.producers (stream_id, producer, epoch, seq, last_ms)
+                     VALUES ($1, $2, $3, $4, $5)
+                     ON CONFLICT (stream_id, producer)
+                     DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq,
+                         last_ms = excluded.last_ms
+                     RETURNING (xmax = 0) AS inserted
+                 )
+                 UPDATE {s}.streams SET producer_count = producer_count + 1
+                 WHERE id = $1 AND (SELECT inserted FROM p)"
+            )),
+            // Up to $3 producers last written at or before $1, of stream
+            // $2 or of any (found through the index by last write), their
+            // streams' counts lowered; how many.
+            drop_expired_producers: sql(format!(
+                "WITH d AS (
+                     DELETE FROM {s}.producers WHERE (stream_id, producer) IN (
+                         SELECT stream_id, producer FROM {s}.producers
+                         WHERE last_ms <= $1 AND ($2::bigint IS NULL OR stream_id = $2)
+                         ORDER BY last_ms LIMIT $3)
+                     RETURNING stream_id
+                 ), c AS (
+                     SELECT stream_id, count(*) AS n FROM d GROUP BY stream_id
+                 ), u AS (
+                     UPDATE {s}.streams AS s SET producer_count = s.producer_count - c.n
+                     FROM c WHERE s.id = c.stream_id
+                 )
+                 SELECT coalesce(sum(n), 0)::bigint FROM c"
             )),
             remove: sql(format!(
                 "WITH m AS (DELETE FROM {s}.messages WHERE stream_id = $1),
@@ -312,12 +353,12 @@ impl Sql {
             // and the states of the producers ($3) named for each ($2).
             group_load: sql(format!(
                 "SELECT {STREAM_COLUMNS},
-                     (SELECT count(*) FROM {s}.producers AS c WHERE c.stream_id = s.id),
-                     p.names, p.epochs, p.seqs
+                     s.producer_count,
+                     p.names, p.epochs, p.seqs, p.lasts
                  FROM {s}.streams AS s
                  LEFT JOIN LATERAL (
                      SELECT array_agg(pr.producer) AS names, array_agg(pr.epoch) AS epochs,
-                         array_agg(pr.seq) AS seqs
+                         array_agg(pr.seq) AS seqs, array_agg(pr.last_ms) AS lasts
                      FROM {s}.producers AS pr
                      WHERE pr.stream_id = s.id AND pr.producer IN (
                          SELECT w.producer FROM unnest($2::text[], $3::text[]) AS w(path, producer)

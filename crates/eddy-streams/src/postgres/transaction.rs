@@ -256,12 +256,19 @@ impl PgTransaction {
         self.records.sweepable(now, below, max).await
     }
 
-    /// Removes what may go of `found`; how many things it removed.
-    pub(crate) async fn sweep(&mut self, found: &Sweepable) -> Result<usize, StreamError> {
+    /// Removes what may go of `found`, and up to `max` expired producer
+    /// states; how many things it removed.
+    pub(crate) async fn sweep(
+        &mut self,
+        found: &Sweepable,
+        max: usize,
+    ) -> Result<usize, StreamError> {
         self.records.set_locking(true);
         self.calls += 1;
-        let swept = self.wiring.engine.sweep(&mut self.records, found).await?;
-        let count = swept.count();
+        let engine = &self.wiring.engine;
+        let swept = engine.sweep(&mut self.records, found).await?;
+        let producers = engine.sweep_producers(&mut self.records, max).await?;
+        let count = swept.count() + producers as usize;
         self.changes
             .extend(swept.streams.into_iter().map(Change::Deleted));
         Ok(count)

@@ -254,7 +254,7 @@ mod tests {
     #[test]
     fn a_flush_inside_a_job_that_rolls_back_leaves_its_records_unwritten() {
         let conn = rusqlite::Connection::open_in_memory().expect("open");
-        super::super::schema::migrate(&conn).expect("schema");
+        super::super::schema::migrate(&conn, 0).expect("schema");
         let mut heads = Heads::default();
         heads.begin_job();
         heads.write("a", 1, record(1));

@@ -105,7 +105,7 @@ impl SqliteStorage {
             Durability::Process => "NORMAL",
         };
         conn.pragma_update(None, "synchronous", synchronous)?;
-        schema::migrate(&conn)?;
+        schema::migrate(&conn, options.clock.now_ms())?;
         #[cfg(test)]
         {
             let fail = Arc::clone(&options.fail_commits);
@@ -116,6 +116,7 @@ impl SqliteStorage {
         let engine = Engine {
             max_append_bytes: options.max_append_bytes,
             max_producers: options.max_producers_per_stream,
+            producer_expiry_ms: crate::clock::duration_ms(options.producer_expiry),
             limits: options.limits,
             clock: options.clock,
             incarnations: Default::default(),
@@ -416,11 +417,11 @@ impl Storage for SqliteStorage {
                 ))
             })
             .await?;
-        if found.is_empty() {
-            return Ok(0);
-        }
+        // Expired producers are found by the writer, through their index.
         self.submit(0, Containment::Savepoint, move |engine, records| {
-            Ok((complete(engine.sweep(records, &found))?.count(), None))
+            let swept = complete(engine.sweep(records, &found))?.count();
+            let producers = complete(engine.sweep_producers(records, max))?;
+            Ok((swept + producers as usize, None))
         })
         .await
     }

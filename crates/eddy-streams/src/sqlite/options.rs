@@ -1,10 +1,11 @@
 //! How a SQLite store is opened.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::payload::DEFAULT_MAX_APPEND_BYTES;
-use crate::DEFAULT_MAX_PRODUCERS_PER_STREAM;
 use crate::{Clock, Limits, SystemClock};
+use crate::{DEFAULT_MAX_PRODUCERS_PER_STREAM, DEFAULT_PRODUCER_EXPIRY};
 
 /// When a commit counts as done.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -33,6 +34,10 @@ pub struct SqliteOptions {
     /// producer beyond it is refused
     /// ([`StreamError::TooManyProducers`](crate::StreamError::TooManyProducers)).
     pub max_producers_per_stream: usize,
+    /// How long an idle producer's state is kept after its last accepted
+    /// write: retries within it are deduplicated, and after it the
+    /// producer's next append starts it afresh.
+    pub producer_expiry: Duration,
     /// What one write may do: messages per append, bytes a fork copies.
     pub limits: Limits,
     /// Where the store reads the time (for expiry).
@@ -52,6 +57,7 @@ impl Default for SqliteOptions {
             durability: Durability::Sync,
             max_append_bytes: DEFAULT_MAX_APPEND_BYTES,
             max_producers_per_stream: DEFAULT_MAX_PRODUCERS_PER_STREAM,
+            producer_expiry: DEFAULT_PRODUCER_EXPIRY,
             limits: Limits::default(),
             clock: Arc::new(SystemClock),
             cache_bytes: DEFAULT_CACHE_BYTES,

@@ -264,6 +264,19 @@ impl Records for SqliteRecords<'_> {
         ready(remove_producer(self.conn, *key, producer))
     }
 
+    fn drop_expired_producers(&mut self, key: &i64, cutoff_ms: i64, max: usize) -> impl Op<u64> {
+        let dropped = drop_expired_producers(self.conn, Some(*key), cutoff_ms, max);
+        // Dropping none wrote nothing: a refusal after it is clean.
+        self.wrote |= !matches!(dropped, Ok(0));
+        ready(dropped)
+    }
+
+    fn sweep_expired_producers(&mut self, cutoff_ms: i64, max: usize) -> impl Op<u64> {
+        let dropped = drop_expired_producers(self.conn, None, cutoff_ms, max);
+        self.wrote |= !matches!(dropped, Ok(0));
+        ready(dropped)
+    }
+
     fn remove(&mut self, key: &i64, _path: &str) -> impl Op<()> {
         let key = *key;
         self.wrote = true;
@@ -530,7 +543,8 @@ fn producer_states(
     id: i64,
 ) -> Result<Vec<(String, ProducerState)>, StreamError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT producer, epoch, seq FROM producers WHERE stream_id = ?1 ORDER BY producer",
+        "SELECT producer, epoch, seq, last_ms FROM producers WHERE stream_id = ?1
+         ORDER BY producer",
     )?;
     let rows = stmt.query_map(params![id], |r| {
         Ok((
@@ -538,6 +552,7 @@ fn producer_states(
             ProducerState {
                 epoch: r.get::<_, i64>(1)? as u64,
                 seq: r.get::<_, i64>(2)? as u64,
+                last_ms: r.get(3)?,
             },
         ))
     })?;
@@ -550,27 +565,41 @@ fn producer_state(
     producer: &str,
 ) -> Result<Option<ProducerState>, StreamError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT epoch, seq FROM producers WHERE stream_id = ?1 AND producer = ?2",
+        "SELECT epoch, seq, last_ms FROM producers WHERE stream_id = ?1 AND producer = ?2",
     )?;
     Ok(stmt
         .query_row(params![id, producer], |r| {
             Ok(ProducerState {
                 epoch: r.get::<_, i64>(0)? as u64,
                 seq: r.get::<_, i64>(1)? as u64,
+                last_ms: r.get(2)?,
             })
         })
         .optional()?)
 }
 
+/// A stream's producer count, kept in its row: counting the producers'
+/// rows would read all of them on every new producer.
 fn producer_count(conn: &Connection, id: i64) -> Result<u64, StreamError> {
-    let mut stmt = conn.prepare_cached("SELECT count(*) FROM producers WHERE stream_id = ?1")?;
-    Ok(stmt.query_row([id], |r| r.get::<_, i64>(0))? as u64)
+    let mut stmt = conn.prepare_cached("SELECT producer_count FROM streams WHERE id = ?1")?;
+    let count: Option<i64> = stmt.query_row([id], |r| r.get(0)).optional()?;
+    Ok(count.map_or(0, |n| u64::try_from(n).unwrap_or(0)))
+}
+
+/// Moves stream `id`'s producer count by `by`.
+fn count_producers(conn: &Connection, id: i64, by: i64) -> Result<(), StreamError> {
+    conn.prepare_cached("UPDATE streams SET producer_count = producer_count + ?2 WHERE id = ?1")?
+        .execute(params![id, by])?;
+    Ok(())
 }
 
 fn remove_producer(conn: &Connection, id: i64, producer: &str) -> Result<bool, StreamError> {
     let removed = conn
         .prepare_cached("DELETE FROM producers WHERE stream_id = ?1 AND producer = ?2")?
         .execute(params![id, producer])?;
+    if removed > 0 {
+        count_producers(conn, id, -1)?;
+    }
     Ok(removed > 0)
 }
 
@@ -580,12 +609,55 @@ fn save_producer(
     producer: &str,
     state: ProducerState,
 ) -> Result<(), StreamError> {
-    conn.prepare_cached(
-        "INSERT INTO producers (stream_id, producer, epoch, seq) VALUES (?1, ?2, ?3, ?4)
-         ON CONFLICT (stream_id, producer) DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq",
-    )?
-    .execute(params![id, producer, state.epoch as i64, state.seq as i64])?;
+    let (epoch, seq) = (state.epoch as i64, state.seq as i64);
+    let updated = conn
+        .prepare_cached(
+            "UPDATE producers SET epoch = ?3, seq = ?4, last_ms = ?5
+             WHERE stream_id = ?1 AND producer = ?2",
+        )?
+        .execute(params![id, producer, epoch, seq, state.last_ms])?;
+    if updated == 0 {
+        conn.prepare_cached(
+            "INSERT INTO producers (stream_id, producer, epoch, seq, last_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?
+        .execute(params![id, producer, epoch, seq, state.last_ms])?;
+        count_producers(conn, id, 1)?;
+    }
     Ok(())
+}
+
+/// Drops up to `max` producers last written at or before `cutoff_ms`, of
+/// stream `id` or of any, and lowers their streams' counts. Found through
+/// the index by last write (`+` keeps the planner off the primary key,
+/// which would read every producer of a large stream): it reads the
+/// expired producers of every stream up to the stream's, which the sweep
+/// keeps few.
+fn drop_expired_producers(
+    conn: &Connection,
+    id: Option<i64>,
+    cutoff_ms: i64,
+    max: usize,
+) -> Result<u64, StreamError> {
+    let max = i64::try_from(max).unwrap_or(i64::MAX);
+    let mut stmt = conn.prepare_cached(
+        "DELETE FROM producers WHERE (stream_id, producer) IN (
+             SELECT stream_id, producer FROM producers INDEXED BY producers_by_last_write
+             WHERE last_ms <= ?1 AND (?2 IS NULL OR +stream_id = ?2)
+             ORDER BY last_ms LIMIT ?3)
+         RETURNING stream_id",
+    )?;
+    let streams = stmt
+        .query_map(params![cutoff_ms, id, max], |r| r.get::<_, i64>(0))?
+        .collect::<Result<Vec<i64>, _>>()?;
+    let mut counts: std::collections::BTreeMap<i64, i64> = Default::default();
+    for stream in &streams {
+        *counts.entry(*stream).or_default() += 1;
+    }
+    for (stream, dropped) in counts {
+        count_producers(conn, stream, -dropped)?;
+    }
+    Ok(streams.len() as u64)
 }
 
 fn messages(

@@ -5,7 +5,7 @@ use rusqlite::Connection;
 use crate::StreamError;
 
 /// The schema version this code writes (`PRAGMA user_version`).
-const VERSION: i64 = 7;
+const VERSION: i64 = 8;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS streams (
@@ -110,9 +110,24 @@ CREATE TABLE documents (
 ) WITHOUT ROWID;
 ";
 
+/// Version 8 keeps when each producer last had a write accepted (unix
+/// ms), indexed so that expired producers are found without reading the
+/// others, and each stream's producer count in its row, so that the cap
+/// costs no count of a million rows. Producers from before count as
+/// written at the upgrade (`{now}`): each keeps a whole expiry window.
+const PRODUCER_LAST_WRITE: &str = "
+ALTER TABLE producers ADD COLUMN last_ms INTEGER NOT NULL DEFAULT 0;
+UPDATE producers SET last_ms = {now};
+CREATE INDEX producers_by_last_write ON producers (last_ms);
+ALTER TABLE streams ADD COLUMN producer_count INTEGER NOT NULL DEFAULT 0;
+UPDATE streams SET producer_count =
+    (SELECT count(*) FROM producers WHERE producers.stream_id = streams.id);
+";
+
 /// Creates the tables or upgrades an older layout, each step in one
-/// transaction, or refuses a file written by a newer build.
-pub(super) fn migrate(conn: &Connection) -> Result<(), StreamError> {
+/// transaction, or refuses a file written by a newer build. `now_ms` is
+/// the upgrade's time, for what it stamps.
+pub(super) fn migrate(conn: &Connection, now_ms: i64) -> Result<(), StreamError> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     let step = |sql: &str, to: i64| -> Result<(), StreamError> {
         conn.execute_batch(&format!(
@@ -136,10 +151,11 @@ pub(super) fn migrate(conn: &Connection) -> Result<(), StreamError> {
         (WAKE_MARKS, 5),
         (INCARNATIONS, 6),
         (DOCUMENTS, 7),
+        (PRODUCER_LAST_WRITE, 8),
     ];
     for (sql, to) in steps {
         if version < to {
-            step(sql, to)?;
+            step(&sql.replace("{now}", &now_ms.to_string()), to)?;
         }
     }
     Ok(())

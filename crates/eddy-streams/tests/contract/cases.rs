@@ -20,6 +20,10 @@ pub use incarnations::*;
 mod documents;
 pub use documents::*;
 
+#[path = "producer_expiry.rs"]
+mod producer_expiry;
+pub use producer_expiry::*;
+
 /// Calls `$run!(case, case, ...)` with every contract case.
 macro_rules! every_case {
     ($run:ident) => {
@@ -86,21 +90,33 @@ macro_rules! every_clocked_case {
             a_fork_of_a_fork_outlives_its_expired_parent,
             recreate_waits_for_the_forks_of_an_expired_source,
             an_expired_stream_created_again_is_a_new_incarnation,
+            producer_state_expires_after_the_window,
+            a_full_stream_takes_a_new_producer_once_one_expired,
+            a_restore_keeps_when_producers_last_wrote,
         );
     };
 }
 pub(crate) use every_clocked_case;
 
 /// The cases of the sweep of expired streams and old tombstones, for the
-/// stores that sweep their own records (memory, SQLite, PostgreSQL): a
-/// remote store is swept by its server, and the DynamoDB backend does not
-/// sweep yet.
+/// stores that sweep their own records (memory, SQLite, PostgreSQL,
+/// DynamoDB): a remote store is swept by its server.
 macro_rules! every_sweeping_case {
     ($run:ident) => {
         $run!(expired_streams_and_old_tombstones_are_swept_in_steps);
     };
 }
 pub(crate) use every_sweeping_case;
+
+/// The sweep of expired producer states, for the stores that find them
+/// across streams (memory, SQLite, PostgreSQL; not DynamoDB, whose
+/// producer items no index finds).
+macro_rules! every_producer_sweeping_case {
+    ($run:ident) => {
+        $run!(the_sweep_drops_expired_producers_in_steps);
+    };
+}
+pub(crate) use every_producer_sweeping_case;
 
 /// The producers per stream every harness's store allows
 /// (`max_producers_per_stream`): as many as the concurrent appenders case

@@ -234,6 +234,53 @@ fn a_schema_without_documents_is_upgraded() {
     });
 }
 
+/// A schema of layout version 5 (producers without their last write)
+/// is upgraded: its producers are kept and counted, stamped with the
+/// upgrade's time, so a retry is still deduplicated and the stream's cap
+/// sees them.
+#[test]
+fn a_schema_before_producer_expiry_keeps_its_producers() {
+    use eddy_streams::{PgOptions, ProducerPosition, StreamConfig, StreamError, StreamPath};
+
+    let Some(schema) = Schema::fresh("producer_expiry_upgrade") else {
+        return;
+    };
+    run(async move {
+        let path = StreamPath::new("kept").expect("path");
+        let write = |id: &str| Append::body("1").with_producer(ProducerPosition::new(id, 0, 0));
+        let store = schema.open(Arc::new(SystemClock)).await;
+        store
+            .create(&path, StreamConfig::json(), eddy_streams::Payload::empty())
+            .await
+            .expect("create");
+        store.append(&path, write("w")).await.expect("write");
+        drop(store);
+        schema
+            .execute(&format!(
+                "DROP INDEX \"{0}\".producers_by_last_write;
+                 ALTER TABLE \"{0}\".producers DROP COLUMN last_ms;
+                 ALTER TABLE \"{0}\".streams DROP COLUMN producer_count;
+                 DELETE FROM \"{0}\"._sqlx_migrations WHERE version = 6",
+                schema.name
+            ))
+            .await;
+        let options = PgOptions {
+            max_producers_per_stream: 1,
+            ..schema.options()
+        };
+        let store = PgStorage::open(options).await.expect("open and upgrade");
+        let retry = store.append(&path, write("w")).await.expect("retry");
+        assert!(retry.duplicate, "the producer is kept and fresh");
+        let refused = store.append(&path, write("other")).await;
+        assert!(
+            matches!(refused, Err(StreamError::TooManyProducers { .. })),
+            "the upgrade counted it: {refused:?}"
+        );
+        drop(store);
+        schema.drop().await;
+    });
+}
+
 #[test]
 fn opening_twice_at_once_migrates_once() {
     let Some(schema) = Schema::fresh("concurrent_open") else {

@@ -156,6 +156,12 @@ pub struct ServeArgs {
     /// producer beyond it gets 429 (known producers may still append).
     #[arg(long, default_value_t = eddy_streams::DEFAULT_MAX_PRODUCERS_PER_STREAM, env = "EDDY_MAX_PRODUCERS_PER_STREAM")]
     pub max_producers_per_stream: usize,
+    /// How long a stream keeps an idle idempotent producer's state after
+    /// its last accepted write: its retries are deduplicated within it;
+    /// after it, its next append starts it afresh, and it no longer
+    /// counts against --max-producers-per-stream.
+    #[arg(long, default_value = "7d", value_parser = parse_duration, env = "EDDY_PRODUCER_EXPIRY")]
+    pub producer_expiry: Duration,
     /// The most messages one append may hold (a JSON array's elements;
     /// also a create's or fork's initial data); more get 413
     /// `append/too-many-messages`.
@@ -315,12 +321,14 @@ pub fn parse_duration(value: &str) -> Result<Duration, String> {
     };
     let n: u64 = digits
         .parse()
-        .map_err(|_| format!("`{value}` is not a duration like 500ms, 20s or 1m"))?;
+        .map_err(|_| format!("`{value}` is not a duration like 500ms, 20s, 1m, 2h or 7d"))?;
     match unit {
         "ms" => Ok(Duration::from_millis(n)),
         "s" => Ok(Duration::from_secs(n)),
         "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
-        _ => Err(format!("`{value}`: the unit must be ms, s or m")),
+        "h" => Ok(Duration::from_secs(n.saturating_mul(60 * 60))),
+        "d" => Ok(Duration::from_secs(n.saturating_mul(24 * 60 * 60))),
+        _ => Err(format!("`{value}`: the unit must be ms, s, m, h or d")),
     }
 }
 
@@ -421,6 +429,10 @@ impl ServeArgs {
     pub async fn open_store_with_table(
         &self,
     ) -> anyhow::Result<(Arc<dyn Storage>, Option<CheckpointTable>)> {
+        // Zero would forget every producer at once: no retry deduplicated.
+        if self.producer_expiry.is_zero() {
+            bail!("--producer-expiry must be positive");
+        }
         let durability = if self.no_fsync {
             Durability::Process
         } else {
@@ -431,6 +443,7 @@ impl ServeArgs {
                 Arc::new(
                     MemoryStorage::with_max_append_bytes(self.max_body_bytes)
                         .with_max_producers_per_stream(self.max_producers_per_stream)
+                        .with_producer_expiry(self.producer_expiry)
                         .with_limits(self.limits()),
                 ),
                 None,
@@ -440,6 +453,7 @@ impl ServeArgs {
                     durability,
                     max_append_bytes: self.max_body_bytes,
                     max_producers_per_stream: self.max_producers_per_stream,
+                    producer_expiry: self.producer_expiry,
                     limits: self.limits(),
                     ..SqliteOptions::default()
                 };
@@ -463,6 +477,7 @@ impl ServeArgs {
         let options = eddy_streams::backend::RecordOptions {
             max_append_bytes: self.max_body_bytes,
             max_producers_per_stream: self.max_producers_per_stream,
+            producer_expiry: self.producer_expiry,
             limits: self.limits(),
             poll: self.dynamodb_poll,
             ..eddy_streams_dynamodb::options()
@@ -489,6 +504,7 @@ impl ServeArgs {
             durability,
             max_append_bytes: self.max_body_bytes,
             max_producers_per_stream: self.max_producers_per_stream,
+            producer_expiry: self.producer_expiry,
             limits: self.limits(),
             ..eddy_streams::PgOptions::new(url).with_schema(&self.pg_schema)
         };
@@ -629,6 +645,23 @@ mod tests {
         assert_eq!(limits.http2.stream_window_bytes, 131_072);
         assert!(config(&["--http2-max-streams", "0"]).is_err());
         assert!(config(&["--http2-connection-window-bytes", "4294967295"]).is_err());
+    }
+
+    /// `--producer-expiry` takes hours and days, and refuses zero.
+    #[tokio::test]
+    async fn the_producer_expiry_is_parsed_and_must_be_positive() {
+        let parse = |value: &str| {
+            Cli::try_parse_from(["eddy", "--storage", "memory", "--producer-expiry", value])
+                .expect("args")
+                .serve
+        };
+        assert_eq!(parse("2h").producer_expiry, Duration::from_secs(7200));
+        let default = Cli::try_parse_from(["eddy"]).expect("args").serve;
+        assert_eq!(
+            default.producer_expiry,
+            eddy_streams::DEFAULT_PRODUCER_EXPIRY
+        );
+        assert!(parse("0s").open_store_with_table().await.is_err());
     }
 
     /// `--max-producers-per-stream` reaches the store of either kind: a

@@ -117,7 +117,16 @@ mod tests {
     fn known(key: i64, producers: usize) -> Known {
         let record = StreamRecord::new(Head::new(StreamConfig::json(), 1), None, 0);
         let producers = (0..producers)
-            .map(|n| (format!("p{n}"), ProducerState { epoch: 0, seq: 0 }))
+            .map(|n| {
+                (
+                    format!("p{n}"),
+                    ProducerState {
+                        epoch: 0,
+                        seq: 0,
+                        last_ms: 0,
+                    },
+                )
+            })
             .collect();
         Known::new(key, record, producers, 0)
     }

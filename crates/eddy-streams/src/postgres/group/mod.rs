@@ -59,8 +59,9 @@ const QUEUE_KIB: u32 = 64 * 1024;
 pub(super) enum Outcome {
     /// Decided and, when it wrote, committed.
     Done(Result<Appended, StreamError>),
-    /// Its stream kept changing under the group: the caller appends in a
-    /// transaction of its own.
+    /// Its stream kept changing under the group, or it is a new producer
+    /// at the stream's cap: the caller appends in a transaction of its own
+    /// (which drops the stream's expired producers first).
     Contended(Append),
 }
 
@@ -290,6 +291,13 @@ impl GroupWriter {
                     job.split.clone(),
                 )
                 .await;
+            if let Err(StreamError::TooManyProducers { .. }) = &outcome {
+                // The group cannot drop the stream's expired producers to
+                // make room: the caller's own transaction decides.
+                let Job { append, reply, .. } = job;
+                let _ = reply.send(Outcome::Contended(append));
+                continue;
+            }
             let key = drafts.key(job.path.as_str());
             let outcome = outcome.map(|(appended, head)| {
                 if let (Some(_), Some(key)) = (head, key) {
@@ -306,7 +314,6 @@ impl GroupWriter {
             channel: &wiring.channel,
             prefix: &wiring.notice_prefix,
             markers: &wiring.markers,
-            max_producers: wiring.engine.max_producers as u64,
         };
         let started = Instant::now();
         let committed = if drafts.is_empty() {

@@ -38,8 +38,6 @@ pub(super) struct Draft {
     /// Producer states the group read from the copy (the statement
     /// checks them: another process may have released one).
     pub relied: HashMap<String, ProducerState>,
-    /// The producer count the group read, if it read one.
-    pub counted: Option<u64>,
     /// Messages written, from position `base.record.head.count` on.
     pub messages: Vec<Bytes>,
     /// Whether the record was written (data, a close, or a TTL slide).
@@ -57,21 +55,25 @@ impl Draft {
             saved: HashMap::new(),
             absent: HashSet::new(),
             relied: HashMap::new(),
-            counted: None,
             messages: Vec::new(),
             written: false,
             changes: 0,
         }
     }
 
+    /// How many producers the draft saved that its stream did not have
+    /// (the statement checks that each was absent).
+    pub fn new_producers(&self) -> u64 {
+        self.saved
+            .keys()
+            .filter(|name| !self.base.producers.contains_key(*name))
+            .count() as u64
+    }
+
     /// The copy's new entry once the statement confirmed this draft.
     pub fn confirmed(self) -> (String, Known) {
+        let added = self.new_producers();
         let mut known = self.base;
-        let added = self
-            .saved
-            .keys()
-            .filter(|name| !known.producers.contains_key(*name))
-            .count() as u64;
         known.producer_count += added;
         known.producers.extend(self.saved);
         known.record = self.record;
@@ -218,16 +220,12 @@ impl RecordReader for GroupRecords<'_> {
         self.unused("list producers")
     }
 
+    /// The copy's count, which may be stale: a group only counts to add a
+    /// producer below the cap; at the cap the append goes back to its
+    /// caller, whose transaction counts again.
     async fn producer_count(&mut self, key: &i64) -> Result<u64, StreamError> {
         let draft = self.draft(*key)?;
-        let added = draft
-            .saved
-            .keys()
-            .filter(|name| !draft.base.producers.contains_key(*name))
-            .count() as u64;
-        let count = draft.base.producer_count + added;
-        draft.counted = Some(draft.counted.unwrap_or(0).max(count));
-        Ok(count)
+        Ok(draft.base.producer_count + draft.new_producers())
     }
 
     async fn messages(

@@ -41,19 +41,21 @@ pub(super) async fn load(
             let names: Option<Vec<String>> = row.try_get(STREAM_COLUMN_COUNT + 1)?;
             let epochs: Option<Vec<i64>> = row.try_get(STREAM_COLUMN_COUNT + 2)?;
             let seqs: Option<Vec<i64>> = row.try_get(STREAM_COLUMN_COUNT + 3)?;
+            let lasts: Option<Vec<i64>> = row.try_get(STREAM_COLUMN_COUNT + 4)?;
+            let states = epochs
+                .unwrap_or_default()
+                .into_iter()
+                .zip(seqs.unwrap_or_default())
+                .zip(lasts.unwrap_or_default());
             let producers: HashMap<String, ProducerState> = names
                 .unwrap_or_default()
                 .into_iter()
-                .zip(
-                    epochs
-                        .unwrap_or_default()
-                        .into_iter()
-                        .zip(seqs.unwrap_or_default()),
-                )
-                .map(|(name, (epoch, seq))| {
+                .zip(states)
+                .map(|(name, ((epoch, seq), last_ms))| {
                     let state = ProducerState {
                         epoch: epoch as u64,
                         seq: seq as u64,
+                        last_ms,
                     };
                     (name, state)
                 })
@@ -70,9 +72,6 @@ pub(super) struct Announce<'a> {
     /// Starts every notification: the sender's id and a newline.
     pub prefix: &'a str,
     pub markers: &'a Markers,
-    /// The most producers a stream keeps: a group that refused one at the
-    /// cap has the statement count them again.
-    pub max_producers: u64,
 }
 
 /// The columns of a group's commit statement, one array per parameter.
@@ -90,6 +89,7 @@ struct Columns<'d> {
     closed_by_epoch: Vec<Option<i64>>,
     closed_by_seq: Vec<Option<i64>>,
     accessed_ms: Vec<i64>,
+    new_producers: Vec<i64>,
     message_ids: Vec<i64>,
     message_seqs: Vec<i64>,
     message_data: Vec<&'d [u8]>,
@@ -97,6 +97,7 @@ struct Columns<'d> {
     producer_names: Vec<&'d str>,
     producer_epochs: Vec<i64>,
     producer_seqs: Vec<i64>,
+    producer_lasts: Vec<i64>,
     absent_ids: Vec<i64>,
     absent_names: Vec<&'d str>,
     note_ids: Vec<i64>,
@@ -111,8 +112,6 @@ struct Columns<'d> {
     relied_names: Vec<&'d str>,
     relied_epochs: Vec<i64>,
     relied_seqs: Vec<i64>,
-    recount_ids: Vec<i64>,
-    recount_expected: Vec<i64>,
 }
 
 impl<'d> Columns<'d> {
@@ -133,6 +132,7 @@ impl<'d> Columns<'d> {
         self.closed_by_epoch.push(closer.map(|p| signed(p.epoch)));
         self.closed_by_seq.push(closer.map(|p| signed(p.seq)));
         self.accessed_ms.push(draft.record.accessed_ms);
+        self.new_producers.push(signed(draft.new_producers()));
         for (n, message) in draft.messages.iter().enumerate() {
             self.message_ids.push(id);
             self.message_seqs.push(signed(base.count + n as u64));
@@ -146,6 +146,7 @@ impl<'d> Columns<'d> {
             self.producer_names.push(name);
             self.producer_epochs.push(signed(state.epoch));
             self.producer_seqs.push(signed(state.seq));
+            self.producer_lasts.push(state.last_ms);
         }
         for name in &draft.absent {
             self.absent_ids.push(id);
@@ -156,16 +157,6 @@ impl<'d> Columns<'d> {
             self.relied_names.push(name);
             self.relied_epochs.push(signed(state.epoch));
             self.relied_seqs.push(signed(state.seq));
-        }
-        // A refusal at the cap depends on the exact count, which a release
-        // elsewhere lowers without moving the stream's version.
-        if draft
-            .counted
-            .is_some_and(|count| count >= announce.max_producers)
-        {
-            self.recount_ids.push(id);
-            self.recount_expected
-                .push(signed(draft.base.producer_count));
         }
         if draft.changes == 0 {
             return;
@@ -238,8 +229,8 @@ pub(super) async fn commit(
         .bind(c.relied_names)
         .bind(c.relied_epochs)
         .bind(c.relied_seqs)
-        .bind(c.recount_ids)
-        .bind(c.recount_expected)
+        .bind(c.producer_lasts)
+        .bind(c.new_producers)
         .fetch_all(conn)
         .await?;
     rows.iter()
