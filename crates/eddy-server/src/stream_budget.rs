@@ -1,7 +1,8 @@
 //! The cap on streams per server: creates and forks reserve a slot before
 //! they reach the store and keep it only when they made a stream.
 //!
-//! The count starts from a listing of the store and then follows this
+//! The count starts from the store's count (`Storage::count`: a listing,
+//! or on DynamoDB the directory's entries alone) and then follows this
 //! server's creates and deletes. Streams that expire (or that another
 //! writer of the store deletes) leave it too high, so a create that would
 //! pass the cap counts the store again — at most once a second, so a
@@ -103,5 +104,5 @@ impl Drop for Slot<'_> {
 }
 
 async fn stored(store: &dyn Storage) -> Result<usize, ApiError> {
-    Ok(store.list("").await?.len())
+    Ok(store.count("").await?)
 }

@@ -28,6 +28,15 @@ pub struct ListedStream {
     pub bytes: u64,
 }
 
+/// One page of a listing (`GET /_eddy/streams?limit=N&after=PATH`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ListedPage {
+    /// The page's streams, sorted by path.
+    pub streams: Vec<ListedStream>,
+    /// Where the next page starts (its `after`); `null` on the last page.
+    pub next: Option<String>,
+}
+
 impl From<&StreamInfo> for ListedStream {
     fn from(info: &StreamInfo) -> Self {
         let (ttl_secs, expires_at_ms) = match info.config.expiry {

@@ -358,3 +358,49 @@ async fn a_lease_outside_the_sane_range_is_refused_at_create() {
         "at the limit: {body}"
     );
 }
+
+/// Issue 33: the stream cap counted the store by listing it, which on
+/// DynamoDB read every stream's record (a `Query` of the directory and a
+/// `BatchGetItem` per 100 records). It now counts the directory's
+/// entries alone: a create at the cap over 1 000 streams reads no record.
+#[tokio::test]
+async fn the_stream_cap_on_dynamodb_counts_without_reading_records() {
+    use std::sync::Arc;
+
+    use eddy_streams::{Payload, Storage, StreamConfig, StreamPath};
+
+    let table: Arc<dyn eddy_dynamo::Table> = Arc::new(eddy_dynamo::EmbeddedTable::memory(
+        eddy_streams_dynamodb::layout(format!("cap-{:08x}", fastrand::u32(..))),
+    ));
+    let store = eddy_streams_dynamodb::open(Arc::clone(&table), eddy_streams_dynamodb::options())
+        .expect("open");
+    for n in 0..1000 {
+        let path = StreamPath::new(format!("s/{n:04}")).expect("path");
+        store
+            .create(&path, StreamConfig::json(), Payload::empty())
+            .await
+            .expect("create");
+    }
+    let (_stop, stopping) = tokio::sync::watch::channel(false);
+    let config = ServerConfig {
+        max_streams: 1000,
+        ..fast()
+    };
+    let app = eddy_server::app(eddy_server::AppState::new(
+        Arc::new(store),
+        config,
+        stopping,
+    ));
+    let before = table.request_stats();
+    let (refused, body) = send_empty(&app, "PUT", "/one-more").await;
+    let cost = table.request_stats() - before;
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    // The first count, and the recount at the cap: a Query each (1 000
+    // directory entries fit one page), and the create's `GetItem` of its
+    // path; no BatchGetItem (which the embedded table counts as a
+    // transaction), no record read. (Listing: 2 Queries and 20
+    // BatchGetItems, 4 000 items.)
+    assert_eq!(cost.reads, 3, "{cost:?}");
+    assert_eq!(cost.transactions, 0, "{cost:?}");
+    assert_eq!(cost.items_read, 2000, "{cost:?}");
+}

@@ -670,3 +670,51 @@ async fn a_browser_at_the_root_lands_on_the_console() {
     let (not_served, _) = send_raw(&off, browser()).await;
     assert_eq!(header(&not_served, "eddy-error"), Some("path/invalid"));
 }
+
+/// `GET /_eddy/streams` pages with `limit` and `after` (an object with
+/// the page's `streams` and the `next` page's `after`), and answers the
+/// whole listing as an array without them, as before.
+#[tokio::test]
+async fn the_listing_pages_with_a_cursor_and_keeps_its_array_form() {
+    let app = router(fast());
+    for name in ["a/1", "a/2", "a/3", "a/4", "a/5", "b/1"] {
+        let (created, _) = send(
+            &app,
+            req("PUT", &format!("/{name}"))
+                .header("content-type", "text/plain")
+                .body(Body::empty())
+                .expect("request"),
+        )
+        .await;
+        assert_eq!(created.status(), StatusCode::CREATED);
+    }
+    let (_, whole) = send_empty(&app, "GET", "/_eddy/streams?prefix=a%2F").await;
+    let whole: serde_json::Value = serde_json::from_str(&whole).expect("json");
+    assert_eq!(whole.as_array().map(Vec::len), Some(5), "{whole}");
+
+    let mut paths = Vec::new();
+    let mut after: Option<String> = None;
+    for _ in 0..5 {
+        let uri = match &after {
+            Some(after) => format!("/_eddy/streams?prefix=a%2F&limit=2&after={after}"),
+            None => "/_eddy/streams?prefix=a%2F&limit=2".to_owned(),
+        };
+        let (response, body) = send_empty(&app, "GET", &uri).await;
+        assert_eq!(response.status(), StatusCode::OK, "{body}");
+        let page: serde_json::Value = serde_json::from_str(&body).expect("json");
+        let streams = page["streams"].as_array().expect("streams");
+        assert!(streams.len() <= 2, "{page}");
+        paths.extend(
+            streams
+                .iter()
+                .filter_map(|s| s["path"].as_str().map(str::to_owned)),
+        );
+        match page["next"].as_str() {
+            Some(next) => after = Some(next.replace('/', "%2F")),
+            None => break,
+        }
+    }
+    assert_eq!(paths, ["a/1", "a/2", "a/3", "a/4", "a/5"]);
+    let (refused, _) = send_empty(&app, "GET", "/_eddy/streams?limit=0").await;
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+}

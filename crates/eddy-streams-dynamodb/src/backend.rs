@@ -109,25 +109,54 @@ pub(crate) fn purge_later(shared: &Arc<Shared>, ids: Vec<Arc<str>>) {
     });
 }
 
-/// Deletes every data item of the removed stream `id`, then its garbage
-/// entry, in transactions of up to 100 deletes.
+/// Deletes every data item and fork reference of the removed (or never
+/// committed) stream `id`, then its garbage entry, in transactions of up
+/// to 100 deletes.
 async fn purge(shared: &Shared, id: &str) -> Result<(), StreamError> {
+    let keys = &shared.keys;
+    // Marked first: a new stream whose items were staged under this entry
+    // (`staging.rs`) then never commits, or had committed and removed it.
+    let mark = UpdateItem::new(
+        keys.garbage_entry(id),
+        eddy_dynamo::Update::new().set("purging", AttributeValue::Bool(true)),
+    )
+    .when(Condition::exists(keys.pk.clone()));
+    match shared.table.update_item(mark).await {
+        Ok(_) => {}
+        Err(e) if e.is_condition_failure() => return Ok(()),
+        Err(e) => return Err(table_error("marking a garbage entry", e)),
+    }
+    for partition in [keys.data(id), keys.forks(id)] {
+        delete_partition(shared, partition).await?;
+    }
+    shared
+        .table
+        .delete_item(Delete::new(keys.garbage_entry(id)))
+        .await
+        .map_err(|e| table_error("deleting a garbage entry", e))
+}
+
+/// Deletes every item of `partition`, 100 per transaction.
+async fn delete_partition(shared: &Shared, partition: AttributeValue) -> Result<(), StreamError> {
     let keys = &shared.keys;
     loop {
         let page = shared
             .table
-            .query(Query::partition(keys.data(id)).limit(crate::commit::MAX_ITEMS))
+            .query(Query::partition(partition.clone()).limit(crate::commit::MAX_ITEMS))
             .await
             .map_err(|e| table_error("reading a removed stream's items", e))?;
         if page.items.is_empty() {
-            break;
+            return Ok(());
         }
         let deletes = page
             .items
             .iter()
             .filter_map(|item| {
-                let sort = keys.sort_of(item)?;
-                Some(Delete::new(keys.data_item(id, sort.to_owned())).into())
+                let mut key = eddy_dynamo::Item::new();
+                for name in [&keys.pk, &keys.sk] {
+                    key.insert(name.clone(), item.get(name)?.clone());
+                }
+                Some(Delete::new(key).into())
             })
             .collect();
         shared
@@ -136,11 +165,6 @@ async fn purge(shared: &Shared, id: &str) -> Result<(), StreamError> {
             .await
             .map_err(|e| table_error("deleting a removed stream's items", e))?;
     }
-    shared
-        .table
-        .delete_item(Delete::new(keys.garbage_entry(id)))
-        .await
-        .map_err(|e| table_error("deleting a garbage entry", e))
 }
 
 impl Backend for DynamoBackend {

@@ -23,8 +23,9 @@ use crate::backend::{purge_later, Shared};
 use crate::errors::table_error;
 use crate::keys::{self, Keys};
 use crate::pack::{self, ITEM_OVERHEAD};
-use crate::path_item::{self, new_token};
+use crate::path_item::{self, new_token, PathState};
 use crate::unit::State;
+use crate::{staging, steps};
 
 /// The most items of one transaction (DynamoDB's limit).
 pub(crate) const MAX_ITEMS: usize = 100;
@@ -38,7 +39,51 @@ fn writes(state: &State) -> bool {
     state.paths.values().any(|entry| entry.dirty)
         || !state.data.is_empty()
         || !state.directory.is_empty()
+        || !state.fork_refs.is_empty()
         || !state.removed.is_empty()
+        || !state.sweep_entries.is_empty()
+        || !state.staged.is_empty()
+}
+
+/// How many items the unit's transaction holds.
+pub(crate) fn item_count(state: &State) -> usize {
+    let data: usize = state
+        .data
+        .values()
+        .map(|data| {
+            data.producers.len()
+                + data.dropped_producers.len()
+                + data.packs.iter().map(pack::Pack::items).sum::<usize>()
+        })
+        .sum();
+    state.paths.len()
+        + state.directory.len()
+        + state.fork_refs.len()
+        + state.removed.len()
+        + state.sweep_entries.len()
+        + state.staged.len()
+        + data
+}
+
+/// Moves the forks that path items written by the unit still list in
+/// themselves (tables written before fork references) into fork
+/// references, as many as the transaction has room for: the legacy sets
+/// shrink with every write until they are gone.
+fn migrate_legacy_forks(state: &mut State) {
+    let mut room = MAX_ITEMS.saturating_sub(item_count(state));
+    for entry in state.paths.values_mut() {
+        let PathState::Stream(stream) = &mut entry.state else {
+            continue;
+        };
+        while entry.dirty && room > 0 {
+            let Some(fork) = stream.legacy_forks.pop_first() else {
+                break;
+            };
+            stream.forks += 1;
+            state.fork_refs.insert((Arc::clone(&stream.id), fork), true);
+            room -= 1;
+        }
+    }
 }
 
 /// Why the unit cannot be one transaction, if it cannot.
@@ -46,7 +91,7 @@ pub(crate) fn overflow(keys: &Keys, state: &State) -> Option<StreamError> {
     if !writes(state) {
         return None;
     }
-    let mut items = state.paths.len() + state.directory.len() + state.removed.len();
+    let items = item_count(state);
     let mut bytes = ITEM_OVERHEAD * items;
     for (path, entry) in &state.paths {
         if entry.dirty {
@@ -65,15 +110,23 @@ pub(crate) fn overflow(keys: &Keys, state: &State) -> Option<StreamError> {
             }
         }
     }
+    bytes += state
+        .fork_refs
+        .keys()
+        .map(|(id, fork)| id.len() + fork.len())
+        .sum::<usize>();
+    bytes += state
+        .sweep_entries
+        .iter()
+        .map(|((_, sort), path)| sort.len() + path.as_ref().map_or(0, String::len))
+        .sum::<usize>();
     for data in state.data.values() {
-        items += data.producers.len() + data.dropped_producers.len();
         bytes += data
             .producers
             .keys()
             .chain(&data.dropped_producers)
             .map(|id| id.len() + ITEM_OVERHEAD)
             .sum::<usize>();
-        items += data.packs.iter().map(pack::Pack::items).sum::<usize>();
         bytes += data.packs.iter().map(pack::Pack::size).sum::<usize>();
     }
     if bytes > MAX_BYTES {
@@ -82,12 +135,21 @@ pub(crate) fn overflow(keys: &Keys, state: &State) -> Option<StreamError> {
             limit: MAX_BYTES,
         });
     }
-    if items > MAX_ITEMS {
-        return Some(StreamError::internal(format!(
-            "the call writes {items} items, more than the {MAX_ITEMS} one DynamoDB transaction holds"
-        )));
+    // A removal of many streams is committed in steps (`steps.rs`): only
+    // its last step must fit one transaction, which `commit` checks.
+    // A new stream's data is written ahead when it does not fit
+    // (`staging.rs`).
+    let fixed = items - staging::stageable(state) + staging::entries(state);
+    if fixed > MAX_ITEMS && state.removed.is_empty() {
+        return Some(too_many_items(items));
     }
     None
+}
+
+fn too_many_items(items: usize) -> StreamError {
+    StreamError::internal(format!(
+        "the call writes {items} items, more than the {MAX_ITEMS} one DynamoDB transaction holds"
+    ))
 }
 
 /// A producer's state from its item.
@@ -111,6 +173,13 @@ pub(crate) fn producer_state(item: &Item) -> Result<ProducerState, StreamError> 
         seq: number(item, "s")?,
         last_ms,
     })
+}
+
+/// The item of a producer's state on stream `id`.
+pub(crate) fn producer_item(keys: &Keys, id: &str, producer: &str, state: &ProducerState) -> Item {
+    let mut item = keys.data_item(id, keys::producer(producer));
+    encode_producer(&mut item, state);
+    item
 }
 
 /// When a producer item written before producer states expired (one
@@ -174,8 +243,30 @@ fn transaction(
             Delete::new(key).into()
         });
     }
-    for id in &state.removed {
-        items.push(Put::new(keys.garbage_entry(id)).into());
+    for ((id, fork), live) in &state.fork_refs {
+        let key = keys.fork_ref(id, fork);
+        items.push(if *live {
+            Put::new(key).into()
+        } else {
+            Delete::new(key).into()
+        });
+    }
+    for removal in &state.removed {
+        items.push(Put::new(keys.garbage_entry(&removal.id)).into());
+    }
+    for id in &state.staged {
+        let committable = Condition::exists(keys.pk.clone()).and(Condition::not_exists("purging"));
+        items.push(Delete::new(keys.garbage_entry(id)).when(committable).into());
+    }
+    for ((partition, sort), path) in &state.sweep_entries {
+        let mut key = keys.sweep_entry(partition, sort.clone());
+        items.push(match path {
+            Some(path) => {
+                key.insert("p".into(), AttributeValue::S(path.clone()));
+                Put::new(key).into()
+            }
+            None => Delete::new(key).into(),
+        });
     }
     for (id, data) in &state.data {
         for pack in &data.packs {
@@ -186,9 +277,7 @@ fn transaction(
             );
         }
         for (producer, state) in &data.producers {
-            let mut item = keys.data_item(id, keys::producer(producer));
-            encode_producer(&mut item, state);
-            items.push(Put::new(item).into());
+            items.push(Put::new(producer_item(keys, id, producer, state)).into());
         }
         for producer in &data.dropped_producers {
             items.push(Delete::new(keys.data_item(id, keys::producer(producer))).into());
@@ -198,13 +287,41 @@ fn transaction(
 }
 
 /// Commits a unit's state.
-pub(crate) async fn commit(shared: &Arc<Shared>, state: State) -> Result<Commit, StreamError> {
+pub(crate) async fn commit(shared: &Arc<Shared>, mut state: State) -> Result<Commit, StreamError> {
     if !writes(&state) {
         return Ok(Commit::Done);
     }
     if let Some(overflow) = overflow(&shared.keys, &state) {
         return Err(overflow);
     }
+    if item_count(&state) > MAX_ITEMS {
+        if steps::remove_in_steps(shared, &mut state).await? == Commit::Conflict {
+            return Ok(Commit::Conflict);
+        }
+        if item_count(&state) > MAX_ITEMS && staging::stageable(&state) > 0 {
+            if let Err(e) = staging::stage(shared, &mut state).await {
+                purge_later(shared, state.staged);
+                return Err(e);
+            }
+        }
+        let items = item_count(&state);
+        if items > MAX_ITEMS {
+            purge_later(shared, std::mem::take(&mut state.staged));
+            return Err(too_many_items(items));
+        }
+    }
+    migrate_legacy_forks(&mut state);
+    let staged = state.staged.clone();
+    let committed = transact(shared, state).await;
+    if !matches!(committed, Ok(Commit::Done)) && !staged.is_empty() {
+        // Not committed: what was written ahead is garbage.
+        purge_later(shared, staged);
+    }
+    committed
+}
+
+/// Writes `state` in one transaction (the unit's, or one step of it).
+pub(crate) async fn transact(shared: &Arc<Shared>, state: State) -> Result<Commit, StreamError> {
     let (items, mark) = transaction(&shared.keys, &state)?;
     if let Err(e) = shared.table.transact_write_items(items).await {
         let unknown = matches!(
@@ -223,7 +340,7 @@ pub(crate) async fn commit(shared: &Arc<Shared>, state: State) -> Result<Commit,
         tracing::debug!(error = %e, "a commit whose answer was an error had landed");
     }
     if !state.removed.is_empty() {
-        purge_later(shared, state.removed);
+        purge_later(shared, state.removed.into_iter().map(|r| r.id).collect());
     }
     Ok(Commit::Done)
 }

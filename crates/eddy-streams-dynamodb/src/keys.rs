@@ -6,8 +6,11 @@
 //! | a pack of messages | `ds|d|<stream id>` | `m|<end, 20 digits>` |
 //! | a part of one large message | `ds|d|<stream id>` | `m|<end, 20 digits>|<part, 4 digits>` |
 //! | an idempotent producer | `ds|d|<stream id>` | `p|<producer id>` |
+//! | a fork of the stream | `ds|f|<stream id>` | `<fork's path>` |
 //! | the directory entry of a live path | `ds|l` | `<path>` |
 //! | a removed stream whose data is still to delete | `ds|g` | `<stream id>` |
+//! | a stream that expires, by when at the earliest | `ds|x` | `<unix ms, 20 digits>|<stream id>` |
+//! | a tombstone, by its incarnation | `ds|t` | `<incarnation, 20 digits>|<stream id>` |
 //! | a shared document | `ds|doc` | `<document key>` |
 //!
 //! `end` is the position after the item's last message, so the items
@@ -21,6 +24,11 @@ use eddy_streams::StreamError;
 const DIRECTORY: &str = "ds|l";
 /// The partition of removed streams whose data items are to delete.
 const GARBAGE: &str = "ds|g";
+/// The partition of streams that expire, ordered by the earliest time
+/// they may (the sweep's queue).
+pub(crate) const EXPIRING: &str = "ds|x";
+/// The partition of tombstones, ordered by incarnation.
+pub(crate) const TOMBSTONES: &str = "ds|t";
 /// The partition of the shared documents. (No stream's data partition:
 /// those are `ds|d|<id>`.)
 const DOCUMENTS: &str = "ds|doc";
@@ -74,6 +82,17 @@ impl Keys {
         self.key(data_partition(id), sort)
     }
 
+    /// The partition key of the fork references of stream `id`.
+    pub fn forks(&self, id: &str) -> AttributeValue {
+        AttributeValue::S(forks_partition(id))
+    }
+
+    /// The key of the reference to the fork at `fork` in the partition of
+    /// its source, the stream `id`.
+    pub fn fork_ref(&self, id: &str, fork: &str) -> Item {
+        self.key(forks_partition(id), fork.into())
+    }
+
     /// The key of a path's directory entry.
     pub fn directory_entry(&self, path: &str) -> Item {
         self.key(DIRECTORY.into(), path.into())
@@ -92,6 +111,12 @@ impl Keys {
     /// The garbage partition key.
     pub fn garbage(&self) -> AttributeValue {
         AttributeValue::S(GARBAGE.into())
+    }
+
+    /// The key of the sweep entry `sort` of partition `partition`
+    /// ([`EXPIRING`] or [`TOMBSTONES`]).
+    pub fn sweep_entry(&self, partition: &str, sort: String) -> Item {
+        self.key(partition.into(), sort)
     }
 
     /// The key of the document at `key`.
@@ -125,6 +150,13 @@ fn data_partition(id: &str) -> String {
     format!("ds|d|{id}")
 }
 
+/// A stream's forks are a partition of their own, not sort keys of its
+/// data partition: a fork's path takes up to 1 024 bytes, the whole of a
+/// sort key.
+fn forks_partition(id: &str) -> String {
+    format!("ds|f|{id}")
+}
+
 /// The sort key of the pack whose last message is at `end - 1`.
 pub(crate) fn pack(end: u64) -> String {
     format!("m|{end:020}")
@@ -137,6 +169,18 @@ pub(crate) fn part(end: u64, part: usize) -> String {
 
 /// The sort key after every message item.
 pub(crate) const AFTER_MESSAGES: &str = "m|~";
+
+/// The sort key of a sweep entry: `at` (a time or an incarnation), then
+/// the stream's id (a path may take the whole 1 024 bytes of a sort key,
+/// so the path is an attribute, `p`).
+pub(crate) fn sweep_sort(at: u64, id: &str) -> String {
+    format!("{at:020}|{id}")
+}
+
+/// The sort key before every sweep entry at `at` or later.
+pub(crate) fn sweep_before(at: u64) -> String {
+    format!("{at:020}")
+}
 
 /// The sort key of a producer's state.
 pub(crate) fn producer(id: &str) -> String {

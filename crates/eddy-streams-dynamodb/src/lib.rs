@@ -52,6 +52,9 @@ mod keys;
 mod pack;
 mod path_item;
 mod query;
+mod staging;
+mod steps;
+mod sweep;
 mod unit;
 
 use std::sync::Arc;

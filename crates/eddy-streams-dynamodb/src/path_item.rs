@@ -4,9 +4,15 @@
 //! Attributes: `v` the write token (a random value replaced at every
 //! write, what commits are conditioned on); for a stream `id` (its data
 //! partition), `r` the record's serde form, `acc` the last access a read
-//! touch stored, `base` the inherited segments of a fork, `fk` the paths
-//! forked from it, `np` how many producers it keeps; for a tombstone
-//! `gone` and `inc`, the deleted stream's incarnation.
+//! touch stored, `base` the inherited segments of a fork, `nf` how many
+//! fork references it has (items of their own, `keys::Keys::fork_ref`),
+//! `np` how many producers it keeps; for a tombstone `gone` and `inc`,
+//! the deleted stream's incarnation.
+//!
+//! Tables written before forks had items of their own keep a stream's
+//! forks in its path item (`fk`, a string set). Such a set is still read,
+//! and each later write of the path item moves as much of it into fork
+//! references as its transaction has room for (`commit.rs`).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -37,8 +43,11 @@ pub(crate) struct Stream {
     pub record: StreamRecord,
     /// Where the messages before its own come from (a fork's prefix).
     pub base: Vec<Segment>,
-    /// The paths forked from it.
-    pub forks: BTreeSet<String>,
+    /// How many fork references it has (items of their own).
+    pub forks: u64,
+    /// The paths forked from it still listed in the path item itself, as
+    /// tables written before fork references keep them (`fk`).
+    pub legacy_forks: BTreeSet<String>,
     /// How many producers' states it keeps.
     pub producers: u64,
 }
@@ -106,11 +115,12 @@ pub(crate) fn decode(item: &Item) -> Result<Loaded, StreamError> {
             .collect::<Result<_, _>>()?,
         Some(_) => return Err(corrupt("a bad base")),
     };
-    let forks = match item.get("fk") {
+    let legacy_forks = match item.get("fk") {
         None => BTreeSet::new(),
         Some(AttributeValue::Ss(forks)) => forks.iter().cloned().collect(),
         Some(_) => return Err(corrupt("bad forks")),
     };
+    let forks = number(item, "nf")?.unwrap_or(0);
     let producers = number(item, "np")?.unwrap_or(0);
     Ok(Loaded {
         token,
@@ -119,6 +129,7 @@ pub(crate) fn decode(item: &Item) -> Result<Loaded, StreamError> {
             record,
             base,
             forks,
+            legacy_forks,
             producers,
         })),
     })
@@ -162,9 +173,12 @@ pub(crate) fn encode(
                     .collect();
                 item.insert("base".into(), AttributeValue::L(base));
             }
-            if !stream.forks.is_empty() {
-                let forks = stream.forks.iter().cloned().collect();
+            if !stream.legacy_forks.is_empty() {
+                let forks = stream.legacy_forks.iter().cloned().collect();
                 item.insert("fk".into(), AttributeValue::Ss(forks));
+            }
+            if stream.forks > 0 {
+                item.insert("nf".into(), AttributeValue::N(stream.forks.to_string()));
             }
             if stream.producers > 0 {
                 item.insert("np".into(), AttributeValue::N(stream.producers.to_string()));

@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use eddy_dynamo::{AttributeValue, Item, Query, SortCondition};
-use eddy_streams::backend::{ProducerState, RecordReader, Records, Stored, StreamRecord, Unit};
+use eddy_streams::backend::{
+    ProducerState, RecordReader, Records, Stored, StreamRecord, Sweepable, Unit,
+};
 use eddy_streams::StreamError;
 
 use crate::backend::Shared;
@@ -44,7 +46,7 @@ impl StreamKey {
 
 /// A unit of the DynamoDB backend.
 pub struct DynamoUnit {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     pub(crate) state: State,
 }
 
@@ -59,8 +61,36 @@ pub(crate) struct State {
     pub producers_read: HashMap<(Arc<str>, String), Option<ProducerState>>,
     /// Directory entries to write (`true`) or delete.
     pub directory: BTreeMap<String, bool>,
+    /// Fork references to write (`true`) or delete, by (source stream
+    /// id, fork path).
+    pub fork_refs: BTreeMap<(Arc<str>, String), bool>,
     /// Streams removed: their data items are deleted after the commit.
-    pub removed: Vec<Arc<str>>,
+    pub removed: Vec<Removal>,
+    /// Streams created by the unit (new ids): their data partitions hold
+    /// nothing before the commit.
+    pub fresh: BTreeSet<Arc<str>>,
+    /// New streams whose data items were written ahead (`staging.rs`):
+    /// the commit deletes their garbage entries.
+    pub staged: Vec<Arc<str>>,
+    /// Sweep entries to put (with the path they name) or delete, by
+    /// (partition, sort key): see `sweep.rs`.
+    pub sweep_entries: BTreeMap<(&'static str, String), Option<String>>,
+    /// The sort keys of the tombstone entries the unit's sweep found, by
+    /// path, for the tombstones it drops.
+    pub found_tombstones: HashMap<String, String>,
+}
+
+/// A stream the unit removes.
+#[derive(Clone, Debug)]
+pub(crate) struct Removal {
+    /// Its data partition's id.
+    pub id: Arc<str>,
+    /// Its path.
+    pub path: String,
+    /// The path it was forked from, if it is a fork.
+    pub source: Option<String>,
+    /// Whether it was soft-deleted (retired) when removed.
+    pub retired: bool,
 }
 
 /// A path in a unit.
@@ -293,11 +323,38 @@ impl RecordReader for DynamoUnit {
         })
     }
 
+    /// The legacy set of the path item, and the stream's fork references:
+    /// stored ones (one `Query`, none when its count says it has none)
+    /// with the unit's own writes over them.
     async fn forks_of(&mut self, path: &str) -> Result<Vec<String>, StreamError> {
-        Ok(match &self.entry(path).await?.state {
-            PathState::Stream(stream) => stream.forks.iter().cloned().collect(),
-            PathState::Absent | PathState::Tombstone(_) => Vec::new(),
-        })
+        let (id, stored, mut forks) = match &self.entry(path).await?.state {
+            PathState::Stream(stream) => (
+                Arc::clone(&stream.id),
+                stream.forks,
+                stream.legacy_forks.clone(),
+            ),
+            PathState::Absent | PathState::Tombstone(_) => return Ok(Vec::new()),
+        };
+        if stored > 0 {
+            let query = Query::partition(self.shared.keys.forks(&id));
+            for item in all_items(&*self.shared.table, query, "reading forks").await? {
+                if let Some(fork) = self.shared.keys.sort_of(&item) {
+                    forks.insert(fork.to_owned());
+                }
+            }
+        }
+        let written = self
+            .state
+            .fork_refs
+            .range((Arc::clone(&id), String::new())..);
+        for ((_, fork), live) in written.take_while(|((source, _), _)| *source == id) {
+            if *live {
+                forks.insert(fork.clone());
+            } else {
+                forks.remove(fork);
+            }
+        }
+        Ok(forks.into_iter().collect())
     }
 
     async fn producer(
@@ -312,6 +369,9 @@ impl RecordReader for DynamoUnit {
             .and_then(|data| data.producers.get(producer))
         {
             return Ok(Some(*state));
+        }
+        if self.state.fresh.contains(&key.id) {
+            return Ok(None);
         }
         let cached = (Arc::clone(&key.id), producer.to_owned());
         if let Some(state) = self.state.producers_read.get(&cached) {
@@ -404,17 +464,104 @@ impl RecordReader for DynamoUnit {
         Ok(collect.messages)
     }
 
+    /// The sweep's queues (`sweep.rs`).
+    async fn sweepable(
+        &mut self,
+        now_ms: i64,
+        below: u64,
+        max: usize,
+    ) -> Result<Sweepable, StreamError> {
+        crate::sweep::sweepable(self, now_ms, below, max).await
+    }
+
     async fn list(&mut self, prefix: &str) -> Result<Vec<(String, StreamRecord)>, StreamError> {
-        let keys = &self.shared.keys;
-        let mut query = Query::partition(keys.directory());
-        if !prefix.is_empty() {
-            query = query.sort(SortCondition::BeginsWith(AttributeValue::S(prefix.into())));
-        }
+        let query = directory_query(&self.shared.keys, prefix);
         let entries = all_items(&*self.shared.table, query, "listing streams").await?;
+        self.records_of(&entries).await
+    }
+
+    /// One `Query` of the directory (at most `limit` entries from after
+    /// `after`) and one `BatchGetItem` of their path items.
+    async fn list_page(
+        &mut self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<(String, StreamRecord)>, Option<String>), StreamError> {
+        let keys = &self.shared.keys;
+        let mut query = directory_query(keys, prefix).limit(limit.max(1));
+        match after {
+            // Past every path of the prefix: nothing more.
+            Some(after) if after > prefix && !after.starts_with(prefix) => {
+                return Ok((Vec::new(), None))
+            }
+            // A start key must satisfy the key condition (DynamoDB refuses
+            // one outside it); one before the prefix starts at it anyway.
+            Some(after) if after.starts_with(prefix) => {
+                query = query.start_after(Some(keys.directory_entry(after)));
+            }
+            _ => {}
+        }
+        let page = self
+            .shared
+            .table
+            .query(query)
+            .await
+            .map_err(|e| table_error("listing streams", e))?;
+        let next = page
+            .last_evaluated_key
+            .as_ref()
+            .and_then(|last| keys.sort_of(last))
+            .map(str::to_owned);
+        Ok((self.records_of(&page.items).await?, next))
+    }
+
+    /// The directory's entries under `prefix`, counted page by page (each
+    /// entry is a key alone, so a page holds thousands); no record is read.
+    async fn count(&mut self, prefix: &str) -> Result<Option<usize>, StreamError> {
+        let mut query = directory_query(&self.shared.keys, prefix);
+        let mut count = 0;
+        loop {
+            let page = self
+                .shared
+                .table
+                .query(query.clone())
+                .await
+                .map_err(|e| table_error("counting streams", e))?;
+            count += page.items.len();
+            match page.last_evaluated_key {
+                Some(last) => query = query.start_after(Some(last)),
+                None => return Ok(Some(count)),
+            }
+        }
+    }
+}
+
+/// The query of the directory's entries under `prefix`.
+fn directory_query(keys: &keys::Keys, prefix: &str) -> Query {
+    let query = Query::partition(keys.directory());
+    if prefix.is_empty() {
+        query
+    } else {
+        query.sort(SortCondition::BeginsWith(AttributeValue::S(prefix.into())))
+    }
+}
+
+impl DynamoUnit {
+    /// The stream records that directory `entries` name, sorted by path
+    /// (one `BatchGetItem` per 100).
+    async fn records_of(
+        &self,
+        entries: &[Item],
+    ) -> Result<Vec<(String, StreamRecord)>, StreamError> {
+        let keys = &self.shared.keys;
         let paths: Vec<String> = entries
             .iter()
             .filter_map(|item| keys.sort_of(item).map(str::to_owned))
             .collect();
+        if paths.is_empty() {
+            return Ok(Vec::new());
+        }
         let items: Vec<Item> = self
             .shared
             .table
@@ -442,21 +589,34 @@ impl Records for DynamoUnit {
         record: &StreamRecord,
     ) -> Result<StreamKey, StreamError> {
         let id: Arc<str> = keys::new_id().into();
+        self.state.fresh.insert(Arc::clone(&id));
         let entry = self.entry(path).await?;
         entry.state = PathState::Stream(Box::new(Stream {
             id: Arc::clone(&id),
             record: record.clone(),
             base: Vec::new(),
-            forks: Default::default(),
+            forks: 0,
+            legacy_forks: Default::default(),
             producers: 0,
         }));
         entry.dirty = true;
         self.state.directory.insert(path.to_owned(), true);
+        if let Some(at) = record.expires_at_ms() {
+            let at = u64::try_from(at).unwrap_or(0);
+            let entry = (keys::EXPIRING, keys::sweep_sort(at, &id));
+            self.state
+                .sweep_entries
+                .insert(entry, Some(path.to_owned()));
+        }
         if let Some(source) = record.fork_source() {
             let entry = self.entry(source).await?;
             if let PathState::Stream(stream) = &mut entry.state {
-                stream.forks.insert(path.to_owned());
+                // The source's path item is written too (its count, a new
+                // token): units that decided on its forks conflict.
+                stream.forks += 1;
                 entry.dirty = true;
+                let reference = (Arc::clone(&stream.id), path.to_owned());
+                self.state.fork_refs.insert(reference, true);
             }
         }
         Ok(StreamKey {
@@ -600,22 +760,32 @@ impl Records for DynamoUnit {
 
     async fn remove(&mut self, key: &StreamKey, path: &str) -> Result<(), StreamError> {
         let entry = self.entry(path).await?;
-        let source = match &entry.state {
-            PathState::Stream(stream) if stream.id == key.id => {
-                stream.record.fork_source().map(str::to_owned)
-            }
+        let (source, retired) = match &entry.state {
+            PathState::Stream(stream) if stream.id == key.id => (
+                stream.record.fork_source().map(str::to_owned),
+                stream.record.soft_deleted(),
+            ),
             _ => return Ok(()),
         };
         entry.state = PathState::Absent;
         entry.dirty = true;
         self.state.directory.insert(path.to_owned(), false);
         self.state.data.remove(&key.id);
-        self.state.removed.push(Arc::clone(&key.id));
+        self.state.removed.push(Removal {
+            id: Arc::clone(&key.id),
+            path: path.to_owned(),
+            source: source.clone(),
+            retired,
+        });
         if let Some(source) = source {
             let entry = self.entry(&source).await?;
             if let PathState::Stream(stream) = &mut entry.state {
-                stream.forks.remove(path);
                 entry.dirty = true;
+                if !stream.legacy_forks.remove(path) {
+                    stream.forks = stream.forks.saturating_sub(1);
+                    let reference = (Arc::clone(&stream.id), path.to_owned());
+                    self.state.fork_refs.insert(reference, false);
+                }
             }
         }
         Ok(())
@@ -635,7 +805,28 @@ impl Records for DynamoUnit {
         let entry = self.entry(path).await?;
         entry.state = PathState::Tombstone(incarnation);
         entry.dirty = true;
+        let removed = self.state.removed.iter().rev().find(|r| r.path == path);
+        if let Some(removal) = removed {
+            let entry = (keys::TOMBSTONES, keys::sweep_sort(incarnation, &removal.id));
+            self.state
+                .sweep_entries
+                .insert(entry, Some(path.to_owned()));
+        }
         Ok(())
+    }
+
+    async fn drop_tombstone(&mut self, path: &str, below: u64) -> Result<bool, StreamError> {
+        let entry = self.entry(path).await?;
+        if !matches!(entry.state, PathState::Tombstone(incarnation) if incarnation < below) {
+            return Ok(false);
+        }
+        entry.state = PathState::Absent;
+        entry.dirty = true;
+        if let Some(sort) = self.state.found_tombstones.get(path) {
+            let entry = (keys::TOMBSTONES, sort.clone());
+            self.state.sweep_entries.insert(entry, None);
+        }
+        Ok(true)
     }
 }
 

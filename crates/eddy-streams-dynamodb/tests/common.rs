@@ -171,3 +171,25 @@ impl<H: Hooks> Table for Hooked<H> {
         self.hooks.batch_get_item(&*self.table, keys).await
     }
 }
+
+/// How many items the partition `pk` holds.
+pub async fn items(table: &dyn Table, pk: &str) -> usize {
+    let mut query = eddy_dynamo::Query::partition(eddy_dynamo::AttributeValue::S(pk.into()));
+    let mut count = 0;
+    loop {
+        let page = table.query(query.clone()).await.expect("query");
+        count += page.items.len();
+        match page.last_evaluated_key {
+            Some(last) => query = query.start_after(Some(last)),
+            None => return count,
+        }
+    }
+}
+
+/// The key of the item `(pk, sk)` of the streams' table.
+pub fn key(pk: &str, sk: &str) -> eddy_dynamo::Item {
+    eddy_dynamo::Item::from([
+        ("pk".to_owned(), eddy_dynamo::AttributeValue::S(pk.into())),
+        ("sk".to_owned(), eddy_dynamo::AttributeValue::S(sk.into())),
+    ])
+}

@@ -12,7 +12,6 @@ use eddy_streams::{ManualClock, Storage};
 use crate::common;
 
 #[path = "../../eddy-streams/tests/contract/cases.rs"]
-// The sweep cases are not run here (see every_sweeping_case).
 #[allow(dead_code, unused_macros, unused_imports)]
 mod cases;
 #[path = "../../eddy-streams/tests/contract/snapshots.rs"]
@@ -76,6 +75,7 @@ macro_rules! snapshot_contract {
 
 cases::every_case!(contract);
 cases::every_clocked_case!(clocked_contract);
+cases::every_sweeping_case!(clocked_contract);
 snapshots::every_snapshot_case!(snapshot_contract);
 
 /// Two stores on one embedded table, as two processes would share a
@@ -149,6 +149,7 @@ mod moto {
 
     cases::every_case!(moto_contract);
     cases::every_clocked_case!(moto_clocked_contract);
+    cases::every_sweeping_case!(moto_clocked_contract);
     snapshots::every_snapshot_case!(moto_snapshot_contract);
 
     /// Two stores on one moto table share their documents.

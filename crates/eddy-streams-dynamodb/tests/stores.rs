@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use eddy_dynamo::{AttributeValue, Item, Query, Table, TableError};
+use eddy_dynamo::{AttributeValue, Item, Table, TableError};
 use eddy_streams::backend::RecordOptions;
 use eddy_streams::{
     Append, Offset, Payload, ProducerPosition, ReadFrom, Storage, StreamConfig, StreamPath, Wait,
@@ -198,7 +198,7 @@ async fn a_removed_stream_leaves_no_data_items(table: Arc<dyn Table>) {
         store.append(&p, append).await.expect("append");
     }
     let record = table
-        .get_item(key("ds|s|gone/soon", "-"))
+        .get_item(common::key("ds|s|gone/soon", "-"))
         .await
         .expect("get")
         .expect("the path item");
@@ -206,42 +206,25 @@ async fn a_removed_stream_leaves_no_data_items(table: Arc<dyn Table>) {
         panic!("no stream id in {record:?}");
     };
     assert_eq!(
-        items(&table, &format!("ds|d|{id}")).await,
+        common::items(&*table, &format!("ds|d|{id}")).await,
         4,
         "three packs and a producer"
     );
     store.delete(&p).await.expect("delete");
     store.backend().purge_pending().await.expect("purge");
     assert_eq!(
-        items(&table, &format!("ds|d|{id}")).await,
+        common::items(&*table, &format!("ds|d|{id}")).await,
         0,
         "its data items"
     );
-    assert_eq!(items(&table, "ds|g").await, 0, "its garbage entry");
-    assert_eq!(items(&table, "ds|l").await, 0, "its directory entry");
+    assert_eq!(common::items(&*table, "ds|g").await, 0, "its garbage entry");
+    assert_eq!(
+        common::items(&*table, "ds|l").await,
+        0,
+        "its directory entry"
+    );
     let err = store.head(&p).await.expect_err("gone");
     assert_eq!(err.code(), "stream/gone", "the tombstone stays");
-}
-
-fn key(pk: &str, sk: &str) -> eddy_dynamo::Item {
-    eddy_dynamo::Item::from([
-        ("pk".to_owned(), AttributeValue::S(pk.into())),
-        ("sk".to_owned(), AttributeValue::S(sk.into())),
-    ])
-}
-
-/// How many items the partition `pk` holds.
-async fn items(table: &Arc<dyn Table>, pk: &str) -> usize {
-    let mut query = Query::partition(AttributeValue::S(pk.into()));
-    let mut count = 0;
-    loop {
-        let page = table.query(query.clone()).await.expect("query");
-        count += page.items.len();
-        match page.last_evaluated_key {
-            Some(last) => query = query.start_after(Some(last)),
-            None => return count,
-        }
-    }
 }
 
 /// Concurrent appends to one stream share one transaction; one that does

@@ -2,11 +2,15 @@
 //! per area. Every suite runs on eddy-dynamo's embedded table and, with
 //! the `aws` feature, on moto (`EDDY_DYNAMODB_ENDPOINT`).
 
+mod cascades;
 mod common;
 mod contract;
 mod item_limits;
+mod listing;
 mod lost_replies;
 mod producer_expiry;
 mod readiness;
+mod restores;
 mod snapshots;
 mod stores;
+mod sweeps;

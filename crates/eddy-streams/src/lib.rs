@@ -83,6 +83,7 @@ mod fork;
 mod incarnation;
 mod json_stream;
 mod limits;
+mod listing;
 mod marks;
 mod memory;
 mod metrics;
@@ -125,6 +126,7 @@ pub use limits::{
     Limits, DEFAULT_MAX_APPEND_MESSAGES, DEFAULT_MAX_FORK_BYTES, FORK_MESSAGE_COST,
     MAX_STORED_VALUE_BYTES,
 };
+pub use listing::{ListPage, MAX_LIST_PAGE};
 pub use marks::{MarkOwner, Marker, MarkerGuard, WakeMark, WakeMarks};
 pub use memory::MemoryStorage;
 pub use notify::{Committed, Notifier, Watcher};

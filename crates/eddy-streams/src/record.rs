@@ -60,6 +60,34 @@ impl StreamRecord {
         self.accessed_ms = self.accessed_ms.max(at_ms);
     }
 
+    /// Whether the stream was deleted while forks still read from it
+    /// (retired until they are gone): a backend that removes a chain of
+    /// forks in several steps tells the stream a delete removes (live
+    /// until then) from those that were already dead.
+    pub fn soft_deleted(&self) -> bool {
+        self.soft_deleted
+    }
+
+    /// The stream's incarnation (its creation time in microseconds).
+    pub fn incarnation(&self) -> u64 {
+        self.head.incarnation
+    }
+
+    /// When the stream expires as its record stands, in unix
+    /// milliseconds; `None` if it never does. Reads and appends move a
+    /// sliding TTL's expiry later, never earlier, so an expiry computed
+    /// from an older record is never after the stream's.
+    pub fn expires_at_ms(&self) -> Option<i64> {
+        match self.head.config.expiry {
+            Expiry::Never => None,
+            Expiry::Ttl(secs) => Some(
+                self.accessed_ms
+                    .saturating_add(i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX)),
+            ),
+            Expiry::At(at) => Some(unix_ms(at)),
+        }
+    }
+
     /// The path this stream was forked from, if it is a fork.
     pub fn fork_source(&self) -> Option<&str> {
         self.origin.as_ref().map(|origin| origin.source.as_str())
@@ -215,6 +243,42 @@ pub trait RecordReader {
 
     /// Every record whose path starts with `prefix`, sorted by path.
     fn list(&mut self, prefix: &str) -> impl Op<Vec<(String, StreamRecord)>>;
+
+    /// One page of [`list`](RecordReader::list): the records whose path
+    /// starts with `prefix` and sorts after `after`, at most `limit`,
+    /// with where the next page starts (`None` on the last). The default
+    /// lists everything and keeps the page.
+    fn list_page(
+        &mut self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> impl Op<(Vec<(String, StreamRecord)>, Option<String>)> {
+        let listed = self.list(prefix);
+        async move {
+            let mut page: Vec<_> = listed
+                .await?
+                .into_iter()
+                .filter(|(path, _)| after.is_none_or(|after| path.as_str() > after))
+                .take(limit.saturating_add(1))
+                .collect();
+            let next = if page.len() > limit {
+                page.truncate(limit);
+                page.last().map(|(path, _)| path.clone())
+            } else {
+                None
+            };
+            Ok((page, next))
+        }
+    }
+
+    /// How many records there are under `prefix` (live or not), when the
+    /// backend can tell without reading them; the default cannot
+    /// (`None`), and the store counts a listing of live streams instead.
+    fn count(&mut self, prefix: &str) -> impl Op<Option<usize>> {
+        let _ = prefix;
+        std::future::ready(Ok(None))
+    }
 
     /// What may be swept (see [`Sweepable`]): up to `max` streams that
     /// are not soft-deleted, whose incarnation is below `below` and that

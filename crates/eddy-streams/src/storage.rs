@@ -119,6 +119,32 @@ pub trait Storage: Send + Sync + 'static {
     /// Lists live streams whose path starts with `prefix`, sorted by path.
     async fn list(&self, prefix: &str) -> Result<Vec<StreamInfo>, StreamError>;
 
+    /// One page of [`list`](Storage::list): the live streams whose path
+    /// starts with `prefix` and sorts after `after` (the previous page's
+    /// [`next`](crate::ListPage::next)), at most `limit` of them (1 to
+    /// [`MAX_LIST_PAGE`](crate::MAX_LIST_PAGE)), sorted by path.
+    ///
+    /// The default lists everything and keeps the page; a store that can
+    /// read one page alone (DynamoDB) overrides it.
+    async fn list_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<crate::ListPage, StreamError> {
+        Ok(crate::ListPage::of(self.list(prefix).await?, after, limit))
+    }
+
+    /// How many streams the store keeps under `prefix`: its live streams,
+    /// and on a store that counts without reading records (DynamoDB)
+    /// also the expired and deleted-but-forked streams it has not removed
+    /// yet, so an upper bound there. What a cap on streams counts.
+    ///
+    /// The default counts a listing.
+    async fn count(&self, prefix: &str) -> Result<usize, StreamError> {
+        Ok(self.list(prefix).await?.len())
+    }
+
     /// One step of sweeping: removes the remains of up to `max` expired
     /// streams (their messages and producers; nothing live forked from
     /// them) and drops up to `max` tombstones of deleted paths, each once

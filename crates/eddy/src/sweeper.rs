@@ -29,14 +29,15 @@ pub fn spawn(store: Arc<dyn Storage>, every: Duration) -> JoinHandle<()> {
     })
 }
 
-/// Sweeps in steps until a step finds less than a full step's work;
-/// returns how much it removed.
+/// Sweeps in steps until a step removes nothing; returns how much it
+/// removed. (A step may remove less than `STEP` with more to come: the
+/// DynamoDB store takes fewer per step, to fit one transaction.)
 pub async fn sweep_all(store: &dyn Storage) -> Result<usize, StreamError> {
     let mut swept = 0;
     loop {
         let step = store.sweep(STEP).await?;
         swept += step;
-        if step < STEP {
+        if step == 0 {
             return Ok(swept);
         }
         // Let the writers in between steps.

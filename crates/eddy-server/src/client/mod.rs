@@ -404,6 +404,39 @@ impl Storage for RemoteStorage {
         Ok(listed.into_iter().map(StreamInfo::from).collect())
     }
 
+    /// One page, from the server's paged listing.
+    async fn list_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<eddy_streams::ListPage, StreamError> {
+        let mut url = format!(
+            "{}/{}streams?prefix={}&limit={}",
+            self.base,
+            protocol::RESERVED_PREFIX,
+            utf8_percent_encode(prefix, SEGMENT),
+            limit.clamp(1, eddy_streams::MAX_LIST_PAGE)
+        );
+        if let Some(after) = after {
+            url.push_str("&after=");
+            url.extend(utf8_percent_encode(after, SEGMENT));
+        }
+        let response = self.send(self.request(Method::GET, url)).await?;
+        if !response.status().is_success() {
+            let path = StreamPath::new("_eddy/streams")?;
+            return Err(ErrorParts::read(response).await.into_error(&path, 0));
+        }
+        let page: crate::wire::ListedPage = response
+            .json()
+            .await
+            .map_err(|e| StreamError::internal_from("the server's listing does not decode", e))?;
+        Ok(eddy_streams::ListPage {
+            streams: page.streams.into_iter().map(StreamInfo::from).collect(),
+            next: page.next,
+        })
+    }
+
     /// The server's `/readyz`: 200 is yes; any other answer is a
     /// `storage-failure` that carries its text.
     async fn writable(&self) -> Result<(), StreamError> {

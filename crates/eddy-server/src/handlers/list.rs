@@ -1,5 +1,8 @@
 //! `GET /_eddy/streams?prefix=...`: Eddy's own listing endpoint, which the
-//! remote client uses for [`Storage::list`](eddy_streams::Storage::list).
+//! remote client uses for [`Storage::list`](eddy_streams::Storage::list)
+//! (a JSON array of every stream under the prefix), and, with `limit`
+//! and `after`, for [`Storage::list_page`](eddy_streams::Storage::list_page)
+//! (an object: one page of `streams` and the `next` page's `after`).
 
 use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -7,7 +10,7 @@ use percent_encoding::percent_decode_str;
 
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::wire::ListedStream;
+use crate::wire::{ListedPage, ListedStream};
 
 pub(super) async fn list(
     state: &AppState,
@@ -25,22 +28,51 @@ pub(super) async fn list(
         return Err(ApiError::MethodNotAllowed(method.clone()));
     }
     let mut prefix = String::new();
+    let mut after = None;
+    let mut limit = None;
     for pair in query.unwrap_or("").split('&') {
-        if let Some(value) = pair.strip_prefix("prefix=") {
-            prefix = percent_decode_str(value)
+        let Some((name, value)) = pair.split_once('=') else {
+            continue;
+        };
+        let decoded = || {
+            percent_decode_str(value)
                 .decode_utf8()
-                .map_err(|_| ApiError::bad_request("`prefix` is not UTF-8"))?
-                .into_owned();
+                .map(|v| v.into_owned())
+                .map_err(|_| ApiError::bad_request(format!("`{name}` is not UTF-8")))
+        };
+        match name {
+            "prefix" => prefix = decoded()?,
+            "after" => after = Some(decoded()?),
+            "limit" => {
+                let n = decoded()?.parse::<usize>().ok().filter(|n| *n > 0);
+                limit = Some(n.ok_or_else(|| {
+                    ApiError::bad_request("`limit` is a number of streams, at least 1")
+                })?);
+            }
+            _ => {}
         }
     }
-    let streams: Vec<ListedStream> = state
-        .store
-        .list(&prefix)
-        .await?
-        .iter()
-        .map(ListedStream::from)
-        .collect();
-    let json = serde_json::to_vec(&streams).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let json = if after.is_none() && limit.is_none() {
+        let streams: Vec<ListedStream> = state
+            .store
+            .list(&prefix)
+            .await?
+            .iter()
+            .map(ListedStream::from)
+            .collect();
+        serde_json::to_vec(&streams)
+    } else {
+        let limit = limit.unwrap_or(eddy_streams::MAX_LIST_PAGE);
+        let page = state
+            .store
+            .list_page(&prefix, after.as_deref(), limit)
+            .await?;
+        serde_json::to_vec(&ListedPage {
+            streams: page.streams.iter().map(ListedStream::from).collect(),
+            next: page.next,
+        })
+    }
+    .map_err(|e| ApiError::bad_request(e.to_string()))?;
     Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],

@@ -46,6 +46,7 @@ mod group;
 mod poll;
 mod retry;
 mod storage;
+mod sweep;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -253,6 +253,31 @@ impl<B: Backend> Storage for RecordStorage<B> {
         self.inner.engine.list(&mut unit, prefix).await
     }
 
+    /// One page, read by the backend's `list_page`.
+    async fn list_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<crate::ListPage, StreamError> {
+        let mut unit = self.inner.backend.open();
+        (self.inner.engine)
+            .list_page(&mut unit, prefix, after, limit)
+            .await
+    }
+
+    /// The backend's count, when it keeps one.
+    async fn count(&self, prefix: &str) -> Result<usize, StreamError> {
+        let mut unit = self.inner.backend.open();
+        self.inner.engine.count(&mut unit, prefix).await
+    }
+
+    /// What the backend's `sweepable` finds, removed in one unit (see
+    /// `sweep.rs`).
+    async fn sweep(&self, max: usize) -> Result<usize, StreamError> {
+        super::sweep::step(&self.inner, max).await
+    }
+
     /// Read in one unit, and read again while a commit changed what the
     /// unit read before it was done (its record and producers would be of
     /// two commits).

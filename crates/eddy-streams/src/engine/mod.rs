@@ -386,6 +386,39 @@ impl Engine {
         Ok(stored.record.head.info(path.as_str()))
     }
 
+    /// One page of the live streams whose path starts with `prefix`
+    /// (see [`Storage::list_page`](crate::Storage::list_page)).
+    pub async fn list_page<R: RecordReader>(
+        &self,
+        records: &mut R,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<crate::ListPage, StreamError> {
+        let now = self.now_ms();
+        let limit = limit.clamp(1, crate::MAX_LIST_PAGE);
+        let (records, next) = records.list_page(prefix, after, limit).await?;
+        let streams = records
+            .into_iter()
+            .filter(|(_, record)| record.is_live(now))
+            .map(|(path, record)| record.head.info(&path))
+            .collect();
+        Ok(crate::ListPage { streams, next })
+    }
+
+    /// How many streams there are under `prefix` (see
+    /// [`Storage::count`](crate::Storage::count)).
+    pub async fn count<R: RecordReader>(
+        &self,
+        records: &mut R,
+        prefix: &str,
+    ) -> Result<usize, StreamError> {
+        match records.count(prefix).await? {
+            Some(count) => Ok(count),
+            None => Ok(self.list(records, prefix).await?.len()),
+        }
+    }
+
     /// The live streams whose path starts with `prefix`, sorted by path.
     pub async fn list<R: RecordReader>(
         &self,
