@@ -43,14 +43,20 @@ impl Engine {
         Ok(swept)
     }
 
+    /// The last-write time at or before which a producer has expired.
+    pub fn producer_cutoff_ms(&self) -> i64 {
+        cutoff(self.now_ms(), self.producer_expiry_ms)
+    }
+
     /// Drops up to `max` expired producer states, of any stream; how many.
     pub async fn sweep_producers<R: Records>(
         &self,
         records: &mut R,
         max: usize,
     ) -> Result<u64, StreamError> {
-        let cutoff = cutoff(self.now_ms(), self.producer_expiry_ms);
-        records.sweep_expired_producers(cutoff, max).await
+        records
+            .sweep_expired_producers(self.producer_cutoff_ms(), max)
+            .await
     }
 }
 

@@ -464,12 +464,19 @@ impl Storage for PgStorage {
     }
 
     async fn sweep(&self, max: usize) -> Result<usize, StreamError> {
-        let found = self
+        let (found, producers) = self
             .read_only(|mut tx| async move {
-                let found = tx.sweepable(max).await;
+                let found = match tx.sweepable(max).await {
+                    Ok(found) => tx.producers_expired().await.map(|any| (found, any)),
+                    Err(e) => Err(e),
+                };
                 (tx, found)
             })
             .await?;
+        if found.is_empty() && !producers {
+            // Nothing is due: no write transaction.
+            return Ok(0);
+        }
         // Expired producers are found in the write, through their index.
         let found = &found;
         self.write(|mut tx| async move {

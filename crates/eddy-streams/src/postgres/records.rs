@@ -51,6 +51,16 @@ impl PgRecords {
             .await
     }
 
+    /// Whether any producer of any stream last wrote at or before
+    /// `cutoff_ms`.
+    pub async fn any_expired_producer(&mut self, cutoff_ms: i64) -> Result<bool, StreamError> {
+        let sql = Arc::clone(&self.sql.any_expired_producer);
+        let Some(row) = self.fetch_optional(query(&sql).bind(cutoff_ms)).await? else {
+            return Ok(false);
+        };
+        row.try_get(0).map_err(|e| self.fail(e))
+    }
+
     /// The count a statement answers in its one row.
     async fn counted(
         &mut self,

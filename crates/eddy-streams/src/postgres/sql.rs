@@ -161,6 +161,7 @@ pub(crate) struct Sql {
     pub save_producer: Arc<str>,
     pub remove_producer: Arc<str>,
     pub drop_expired_producers: Arc<str>,
+    pub any_expired_producer: Arc<str>,
     pub remove: Arc<str>,
     pub slide: Arc<str>,
     pub tombstone: Arc<str>,
@@ -273,6 +274,11 @@ impl Sql {
             // Up to $3 producers last written at or before $1, of stream
             // $2 or of any (found through the index by last write), their
             // streams' counts lowered; how many.
+            // Whether any producer last wrote at or before $1 (the index
+            // by last write answers it): a sweep writes only then.
+            any_expired_producer: sql(format!(
+                "SELECT EXISTS (SELECT 1 FROM {s}.producers WHERE last_ms <= $1)"
+            )),
             drop_expired_producers: sql(format!(
                 "WITH d AS (
                      DELETE FROM {s}.producers WHERE (stream_id, producer) IN (

@@ -256,6 +256,14 @@ impl PgTransaction {
         self.records.sweepable(now, below, max).await
     }
 
+    /// Whether any producer has expired (a sweep then has work to do even
+    /// when no stream or tombstone is due).
+    pub(crate) async fn producers_expired(&mut self) -> Result<bool, StreamError> {
+        self.records.set_locking(false);
+        let cutoff = self.wiring.engine.producer_cutoff_ms();
+        self.records.any_expired_producer(cutoff).await
+    }
+
     /// Removes what may go of `found`, and up to `max` expired producer
     /// states; how many things it removed.
     pub(crate) async fn sweep(
