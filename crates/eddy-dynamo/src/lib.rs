@@ -248,8 +248,9 @@ pub use lambda::{
 };
 pub use metrics::describe_metrics;
 pub use outbox::{
-    Clock, Deliver, DrainReport, Effect, Outbox, PendingClaim, PendingReport, RowPending,
-    Undelivered, DEFAULT_CLAIM_FOR, MAX_EFFECTS_PER_WRITE,
+    Clock, Deliver, DeliveryError, DrainReport, Effect, LastFailure, Outbox, Parked, PendingClaim,
+    PendingReport, RowPending, Undelivered, DEFAULT_CLAIM_FOR, MAX_EFFECTS_PER_WRITE,
+    MAX_ERROR_BYTES,
 };
 pub use projection::{
     Checkpoints, EffectCommit, EffectEvent, EvolveError, InstanceOutcome, Mode, MultiProjection,
