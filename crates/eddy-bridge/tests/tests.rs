@@ -6,11 +6,13 @@ mod delivery;
 #[path = "../../eddy-dynamo-cli/examples/freight/expect.rs"]
 #[allow(dead_code)]
 mod expect;
+mod lifecycle;
 #[path = "../../eddy-dynamo-cli/examples/freight/model.rs"]
 #[allow(dead_code)]
 mod model;
 #[path = "../examples/deliverer/notices.rs"]
 mod notices;
+mod orders;
 #[path = "../../eddy-dynamo-cli/examples/freight/scenario.rs"]
 #[allow(dead_code)]
 mod scenario;
