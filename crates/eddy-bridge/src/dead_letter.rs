@@ -4,7 +4,8 @@
 //! producer id, its row key, source, stream instance, version and index
 //! (its identity), the revision and position of the row write that
 //! committed it, the stream it was meant for, its payload as JSON, and
-//! the failure's code and message:
+//! the failure's code and message (a record too large for the dead-letter
+//! stream is appended without its payload, `payloadOmitted` saying so):
 //!
 //! ```json
 //! {"projection":"shipments","producer":"shipments:…","row":{"pk":"…","sk":"…"},
@@ -25,21 +26,29 @@ use serde_json::{json, Value};
 
 use crate::{producer, BridgeError};
 
+/// Why an effect's delivery failed.
+pub(crate) struct Failure<'a> {
+    pub code: &'a str,
+    pub message: &'a str,
+}
+
 /// The record of `effect` of projection `name`, meant for `target`, whose
-/// delivery failed with `code` and `message`.
+/// delivery failed; with its payload, or with `payloadOmitted` instead
+/// when the record with it is larger than the dead-letter stream takes.
 pub(crate) fn record(
     name: &str,
     effect: &Effect,
     target: Option<String>,
-    code: &str,
-    message: &str,
+    failure: &Failure<'_>,
+    with_payload: bool,
 ) -> Result<Bytes, BridgeError> {
     let row: Value = serde_dynamo::from_item(effect.row.clone()).unwrap_or(Value::Null);
     // A payload that is no JSON value (it may be why the effect failed)
     // is recorded as its DynamoDB form.
     let payload = serde_dynamo::from_attribute_value::<_, Value>(effect.payload.clone())
         .unwrap_or_else(|_| Value::String(format!("{:?}", effect.payload)));
-    let record = json!({
+    let (code, message) = (failure.code, failure.message);
+    let mut record = json!({
         "projection": name,
         "producer": producer::id(name, effect),
         "row": row,
@@ -53,6 +62,11 @@ pub(crate) fn record(
         "payload": payload,
         "error": { "code": code, "message": message },
     });
+    if !with_payload {
+        record["payload"] = Value::Null;
+        record["payloadOmitted"] =
+            Value::from("the record with its payload is larger than the dead-letter stream takes");
+    }
     serde_json::to_vec(&record)
         .map(Bytes::from)
         .map_err(|e| BridgeError::Encode(e.into()))

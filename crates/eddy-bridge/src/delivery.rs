@@ -205,12 +205,26 @@ impl StreamDelivery {
         message: &str,
     ) -> Result<(), BridgeError> {
         let target = self.route.path(effect).ok().map(|p| p.to_string());
-        let record = dead_letter::record(&self.name, effect, target, code, message)?;
+        let failure = dead_letter::Failure { code, message };
+        let record = dead_letter::record(&self.name, effect, target.clone(), &failure, true)?;
         let producer = dead_letter::producer(&self.name, effect)?;
-        match self
-            .append_once(path, &StreamConfig::json(), record, producer)
+        let json = StreamConfig::json();
+        let appended = match self
+            .append_once(path, &json, record, producer.clone())
             .await
         {
+            // The payload may be why it failed: recorded without it (the
+            // same producer position, so still once).
+            Err(BridgeError::Store {
+                source: StreamError::TooLarge { .. },
+                ..
+            }) => {
+                let record = dead_letter::record(&self.name, effect, target, &failure, false)?;
+                self.append_once(path, &json, record, producer).await
+            }
+            appended => appended,
+        };
+        match appended {
             Ok(_) => Ok(()),
             // The dead-letter stream refuses it too: the caller parks it.
             Err(BridgeError::Store { path, source }) => {

@@ -164,7 +164,8 @@ pub fn cancelled(shipment: &str) -> OrderEvent {
     }
 }
 
-/// The notices in stream `path` (none when it does not exist).
+/// The notices in stream `path` (none when it does not exist, or was
+/// deleted).
 pub async fn notices(store: &dyn Storage, path: &str) -> Vec<Value> {
     let path = StreamPath::new(path).expect("path");
     match store.read(&path, ReadFrom::Beginning, usize::MAX).await {
@@ -173,7 +174,9 @@ pub async fn notices(store: &dyn Storage, path: &str) -> Vec<Value> {
             .iter()
             .map(|m| serde_json::from_slice(m).expect("json"))
             .collect(),
-        Err(eddy_streams::StreamError::NotFound { .. }) => Vec::new(),
+        Err(
+            eddy_streams::StreamError::NotFound { .. } | eddy_streams::StreamError::Gone { .. },
+        ) => Vec::new(),
         Err(e) => panic!("reading {path}: {e}"),
     }
 }

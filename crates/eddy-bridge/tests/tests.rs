@@ -6,6 +6,7 @@ mod delivery;
 #[path = "../../eddy-dynamo-cli/examples/freight/expect.rs"]
 #[allow(dead_code)]
 mod expect;
+mod failures;
 mod lifecycle;
 #[path = "../../eddy-dynamo-cli/examples/freight/model.rs"]
 #[allow(dead_code)]
