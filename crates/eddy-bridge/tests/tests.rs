@@ -2,6 +2,7 @@
 //! The freight example's model and scenario are shared through `#[path]`.
 
 mod crash;
+mod crash_cases;
 mod delivery;
 #[path = "../../eddy-dynamo-cli/examples/freight/expect.rs"]
 #[allow(dead_code)]
