@@ -62,7 +62,7 @@ fn delivery(case: &Case, store: Arc<dyn Storage>, name: &str) -> StreamDelivery 
         Route::by(|effect: &Effect| {
             let notice: serde_json::Value = effect.decode()?;
             let shipment = notice["shipmentId"].as_str().unwrap_or_default();
-            Ok(StreamPath::new(format!("rows/{shipment}")).map_err(BoxError::from)?)
+            StreamPath::new(format!("rows/{shipment}")).map_err(BoxError::from)
         })
     } else {
         Route::Projection(path("notices"))
@@ -192,9 +192,9 @@ fn sigkill_during_revivals_and_rebuilds_delivers_each_notice_once_in_order() {
     let mut generation = [0usize; SHIPMENTS];
     for round in 0..ROUNDS {
         s.runtime.block_on(async {
-            for n in 0..SHIPMENTS {
+            for (n, generation) in generation.iter_mut().enumerate() {
                 let shipment = format!("sh-{n}");
-                let order = format!("o-{n}-{}", generation[n]);
+                let order = format!("o-{n}-{generation}");
                 expected
                     .apply(&[&orders], &order, &[added(&shipment, 1)])
                     .await;
@@ -205,7 +205,7 @@ fn sigkill_during_revivals_and_rebuilds_delivers_each_notice_once_in_order() {
                     expected
                         .apply(&[&orders], &order, &[cancelled(&shipment)])
                         .await;
-                    generation[n] += 1;
+                    *generation += 1;
                 }
             }
             if round % 10 == 9 {

@@ -153,7 +153,7 @@ impl Breakage {
             } else {
                 format!("rows/{shipment}")
             };
-            Ok(StreamPath::new(path).map_err(BoxError::from)?)
+            StreamPath::new(path).map_err(BoxError::from)
         })
     }
 }
