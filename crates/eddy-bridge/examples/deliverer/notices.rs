@@ -52,6 +52,12 @@ pub async fn run(table_file: &str, streams: &str) -> Result<(), BoxError> {
         for failed in &pass.undelivered {
             eprintln!("undelivered: {}", failed.error);
         }
+        for parked in &pass.parked {
+            eprintln!(
+                "parked: {}: {}",
+                parked.failure.code, parked.failure.message
+            );
+        }
     };
     let forever = std::future::pending();
     eddy_bridge::run_until(
