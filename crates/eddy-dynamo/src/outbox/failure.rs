@@ -276,3 +276,32 @@ impl Outbox {
             .unwrap_or_else(|| Condition::exists(SOURCE))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error that wraps another, as a consumer's own error type does.
+    #[derive(Debug, thiserror::Error)]
+    #[error("delivering: {0}")]
+    struct Wrapper(#[source] DeliveryError);
+
+    #[test]
+    fn the_first_delivery_error_in_the_chain_decides() {
+        let permanent = Wrapper(DeliveryError::permanent("stream/closed", "closed"));
+        assert_eq!(classify(&permanent), ("stream/closed".to_owned(), true));
+        let transient = DeliveryError::transient("storage-failure", "down");
+        assert_eq!(classify(&transient), ("storage-failure".to_owned(), false));
+        let plain: BoxError = "the consumer is down".into();
+        assert_eq!(classify(plain.as_ref()), (UNKNOWN_CODE.to_owned(), false));
+    }
+
+    #[test]
+    fn a_recorded_message_is_one_line_and_bounded() {
+        let long = Wrapper(DeliveryError::permanent("x", "é\n".repeat(MAX_ERROR_BYTES)));
+        let message = message_of(&long);
+        assert!(message.len() <= MAX_ERROR_BYTES, "{}", message.len());
+        assert!(!message.contains('\n'));
+        assert!(message.starts_with("delivering: x: é"), "{message}");
+    }
+}
