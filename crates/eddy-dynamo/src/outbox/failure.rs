@@ -181,13 +181,17 @@ impl Outbox {
         }
         let request = UpdateItem::new(key, update).when(Condition::eq(CLAIM_ID, s(claim)));
         let failures = match self.table.update_item(request).await {
-            Ok(item) => get_u64(&item, FAILURES).unwrap_or(1),
+            Ok(item) => {
+                if permanent {
+                    crate::metrics::parked(self.read_model());
+                }
+                get_u64(&item, FAILURES).unwrap_or(1)
+            }
+            // Another drainer took the expired claim over: it records
+            // its own try.
             Err(TableError::ConditionalCheckFailed { .. }) => 1,
             Err(e) => return Err(e.into()),
         };
-        if permanent {
-            crate::metrics::parked(self.read_model());
-        }
         Ok(LastFailure {
             code,
             message,
