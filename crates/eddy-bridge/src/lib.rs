@@ -15,6 +15,26 @@
 //! changes can be served live to browsers over the Durable Streams
 //! protocol.
 //!
+//! # Failures
+//!
+//! A failure that retrying can fix (the store is unavailable) leaves the
+//! effect at its row's head; the next drain tries it again. One that it
+//! cannot ([`BridgeError::is_permanent`]: the target is closed, deleted,
+//! of another content type, too large, forbidden, its path invalid, its
+//! producer cap reached, …) has a bounded, visible outcome, chosen per
+//! delivery ([`OnPermanent`]):
+//!
+//! - *park* (the default): the outbox records the failure on the effect
+//!   and parks its row; no drain tries it again until an operator retries
+//!   or skips it (`eddy-dynamo-cli`'s `parked`, `retry` and `skip`), and
+//!   the row shows as parked in `pending_rows` and the metrics;
+//! - *dead letter* ([`StreamDelivery::dead_letter`]): the effect and its
+//!   failure are appended, once, to a dead-letter stream, and the row goes
+//!   on.
+//!
+//! A stream that was deleted is a permanent failure (`stream/gone`), not
+//! created again, unless [`StreamDelivery::recreate_deleted`] says so.
+//!
 //! Neither library knows the other; this crate depends on both.
 //!
 //! # Example
@@ -29,26 +49,30 @@
 //!     store,
 //!     Route::Projection(StreamPath::new("freight/notices")?),
 //!     "shipments",
-//! );
+//! )?
+//! // Effects no retry can deliver go here, and their rows go on.
+//! .dead_letter(StreamPath::new("freight/dead-letters")?);
 //! // Hand `&notices` to `Outbox::drain_pending` (or `process_batch_delivering`)
 //! // as its `Deliver`.
 //! # let _ = notices;
-//! # Ok::<(), eddy_streams::StreamError>(())
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![deny(missing_docs)]
 
+mod dead_letter;
 mod delivery;
 mod producer;
 mod route;
 mod run;
 
-pub use delivery::{Delivered, StreamDelivery};
+pub use delivery::{Delivered, OnPermanent, StreamDelivery};
 pub use producer::{id as producer_id, position as producer_position};
 pub use route::{row_path, Route, RouteFn};
 pub use run::run_until;
 
 /// Why an effect was not delivered. It stays at its row's head in the
-/// outbox, which tries again later.
+/// outbox: tried again later, or parked when it
+/// [is permanent](Self::is_permanent).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BridgeError {
@@ -74,6 +98,26 @@ pub enum BridgeError {
         #[source]
         source: eddy_streams::StreamError,
     },
+    /// The dead-letter stream refused the effect's record.
+    #[error("appending to the dead-letter stream `{path}`: {source}")]
+    DeadLetter {
+        /// The dead-letter stream.
+        path: String,
+        /// The store's error.
+        #[source]
+        source: eddy_streams::StreamError,
+    },
+    /// A skip asked to move an effect to a dead-letter stream, and the
+    /// delivery names none.
+    #[error("this delivery has no dead-letter stream: give one with dead_letter or skip_to")]
+    NoDeadLetter,
+    /// The projection name is not 1 to 64 ASCII letters, digits, `-`, `_`
+    /// or `.`.
+    #[error("projection name {name:?} is not 1 to 64 ASCII letters, digits, '-', '_' or '.'")]
+    Name {
+        /// The name given.
+        name: String,
+    },
 }
 
 impl BridgeError {
@@ -83,7 +127,30 @@ impl BridgeError {
             BridgeError::Route(_) => "bridge/route",
             BridgeError::Encode(_) => "bridge/encode",
             BridgeError::Version { .. } => "bridge/version",
-            BridgeError::Store { source, .. } => source.code(),
+            BridgeError::Store { source, .. } | BridgeError::DeadLetter { source, .. } => {
+                source.code()
+            }
+            BridgeError::NoDeadLetter => "bridge/no-dead-letter",
+            BridgeError::Name { .. } => "bridge/name",
+        }
+    }
+
+    /// Whether retrying cannot fix it: every failure but a store's that
+    /// its kind calls retryable (unavailable). A route or an encoder that
+    /// fails, a version too large, a closed, deleted or soft-deleted
+    /// target, a content type mismatch, an invalid path, a message too
+    /// large, a refused authorization, a producer or stream cap reached:
+    /// the same effect fails the same way every time.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            BridgeError::Route(_)
+            | BridgeError::Encode(_)
+            | BridgeError::Version { .. }
+            | BridgeError::NoDeadLetter
+            | BridgeError::Name { .. } => true,
+            BridgeError::Store { source, .. } | BridgeError::DeadLetter { source, .. } => {
+                !source.is_retryable()
+            }
         }
     }
 }

@@ -7,7 +7,8 @@
 //!
 //! The deliverer is the `deliverer` example's code, run by this test
 //! binary itself as the test `crash::deliverer` with
-//! `EDDY_BRIDGE_DELIVERER` naming its files.
+//! `EDDY_BRIDGE_DELIVERER` naming its case and files (the other cases,
+//! in `crash_cases.rs`, share this harness: [`Deliverer`]).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -24,22 +25,115 @@ const SHIPMENTS: usize = 6;
 const ROUNDS: usize = 40;
 const KILLS: usize = 10;
 
-/// The deliverer process (run by the crash test; ignored otherwise).
+/// The deliverer process (run by the crash tests; ignored otherwise).
 #[test]
-#[ignore = "the crash test runs it as its deliverer process"]
+#[ignore = "the crash tests run it as their deliverer process"]
 fn deliverer() {
-    let Ok(files) = std::env::var("EDDY_BRIDGE_DELIVERER") else {
+    let Ok(given) = std::env::var("EDDY_BRIDGE_DELIVERER") else {
         return;
     };
-    let (table_file, streams) = files.split_once('\n').expect("two paths");
+    let mut lines = given.lines();
+    let (Some(case), Some(table_file), Some(streams)) = (lines.next(), lines.next(), lines.next())
+    else {
+        panic!("EDDY_BRIDGE_DELIVERER: case, table file and streams, a line each");
+    };
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    runtime
-        .block_on(notices::run(table_file, streams))
-        .expect("the deliverer");
+    let delivered = match case {
+        "freight" => runtime.block_on(notices::run(table_file, streams)),
+        case => runtime.block_on(crate::crash_cases::run(case, table_file, streams)),
+    };
+    delivered.expect("the deliverer");
+}
+
+/// A deliverer process of one case, killed with SIGKILL at random and
+/// started again by the test that drives its load.
+pub struct Deliverer {
+    case: String,
+    table_file: String,
+    streams: String,
+    child: Child,
+    delivered: mpsc::Receiver<()>,
+    /// Kills so far, and the most a test wants.
+    pub kills: usize,
+    max_kills: usize,
+    kill_after: u64,
+    seed: u64,
+}
+
+impl Deliverer {
+    /// Starts the deliverer of `case` on the table in `table_file` and the
+    /// streams in `streams`, to be killed at most `max_kills` times.
+    pub fn start(case: &str, table_file: &str, streams: &str, max_kills: usize) -> Self {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(7, |d| d.as_nanos() as u64)
+            | 1;
+        eprintln!("crash test {case}: seed {seed}");
+        let (child, delivered) = start(case, table_file, streams);
+        let mut deliverer = Deliverer {
+            case: case.to_owned(),
+            table_file: table_file.to_owned(),
+            streams: streams.to_owned(),
+            child,
+            delivered,
+            kills: 0,
+            max_kills,
+            kill_after: 0,
+            seed,
+        };
+        deliverer.kill_after = 1 + deliverer.random(20);
+        deliverer
+    }
+
+    fn random(&mut self, n: u64) -> u64 {
+        self.seed ^= self.seed << 13;
+        self.seed ^= self.seed >> 7;
+        self.seed ^= self.seed << 17;
+        self.seed % n
+    }
+
+    /// Counts the deliveries so far, killing the process (and starting
+    /// another) after a random number of them.
+    pub fn maybe_kill(&mut self) {
+        while self.kills < self.max_kills && self.delivered.try_recv().is_ok() {
+            self.kill_after -= 1;
+            if self.kill_after == 0 {
+                self.child.kill().expect("SIGKILL");
+                let _ = self.child.wait();
+                self.kills += 1;
+                self.kill_after = 1 + self.random(20);
+                (self.child, self.delivered) = start(&self.case, &self.table_file, &self.streams);
+            }
+        }
+    }
+
+    /// Waits (30 s at most) until `settled` says the outbox is done,
+    /// killing the process at random meanwhile too, then stops it.
+    /// Whether it settled.
+    pub fn settle(
+        mut self,
+        runtime: &tokio::runtime::Runtime,
+        settled: impl AsyncFnMut() -> bool,
+    ) -> bool {
+        let mut settled = settled;
+        let mut done = false;
+        for _ in 0..600 {
+            if runtime.block_on(settled()) {
+                done = true;
+                break;
+            }
+            self.maybe_kill();
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.child.kill().expect("stop");
+        let _ = self.child.wait();
+        eprintln!("crash test {}: killed {} times", self.case, self.kills);
+        done
+    }
 }
 
 /// Starts a deliverer; its `delivered` lines arrive on the returned channel.
-fn start(table_file: &str, streams: &str) -> (Child, mpsc::Receiver<()>) {
+fn start(case: &str, table_file: &str, streams: &str) -> (Child, mpsc::Receiver<()>) {
     let mut child = Command::new(std::env::current_exe().expect("test binary"))
         .args([
             "--ignored",
@@ -48,7 +142,10 @@ fn start(table_file: &str, streams: &str) -> (Child, mpsc::Receiver<()>) {
             "--nocapture",
             "--test-threads=1",
         ])
-        .env("EDDY_BRIDGE_DELIVERER", format!("{table_file}\n{streams}"))
+        .env(
+            "EDDY_BRIDGE_DELIVERER",
+            format!("{case}\n{table_file}\n{streams}"),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -94,7 +191,7 @@ fn sigkill_of_the_deliverer_under_load_delivers_each_notice_once_in_order() {
         seed % n
     };
 
-    let (mut deliverer, mut delivered) = start(&table_file, &streams);
+    let (mut deliverer, mut delivered) = start("freight", &table_file, &streams);
     let mut kills = 0;
     let mut after = None;
     let mut kill_after = 1 + random(40);
@@ -131,7 +228,7 @@ fn sigkill_of_the_deliverer_under_load_delivers_each_notice_once_in_order() {
                 let _ = deliverer.wait();
                 kills += 1;
                 kill_after = 1 + random(40);
-                (deliverer, delivered) = start(&table_file, &streams);
+                (deliverer, delivered) = start("freight", &table_file, &streams);
             }
         }
     }

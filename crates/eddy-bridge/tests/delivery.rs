@@ -63,7 +63,8 @@ async fn the_freight_notices_reach_one_stream_once_in_each_rows_order() {
             Arc::clone(&store),
             Route::Projection(path("freight/notices")),
             "shipments",
-        );
+        )
+        .expect("delivery");
         scenario::append(&freight).await.expect("append");
         scenario::fold(&table, &shipments, &notices, 1)
             .await
@@ -129,7 +130,8 @@ async fn redeliveries_append_nothing_on_every_store() {
                 prefix: path("rows"),
             },
             "shipments",
-        );
+        )
+        .expect("delivery");
         let stream = "rows/freight%23v1%23Ship%23id=sh%2F1/summary";
         let deliver = |revision, position, n| {
             let rows = rows.clone();
@@ -180,7 +182,8 @@ async fn redeliveries_append_nothing_on_every_store() {
 async fn a_revived_rows_effects_are_appended() {
     let dir = tempfile::tempdir().expect("tempdir");
     for (kind, store) in stores(dir.path()) {
-        let notices = StreamDelivery::new(Arc::clone(&store), Route::Projection(path("n")), "p");
+        let notices = StreamDelivery::new(Arc::clone(&store), Route::Projection(path("n")), "p")
+            .expect("delivery");
         let before = notices.deliver_effect(&effect_of(5, 5, 0, number(1))).await;
         assert!(matches!(before, Ok(Delivered::Appended(_))), "{kind}");
         let revived = notices.deliver_effect(&effect_of(6, 1, 0, number(2))).await;
@@ -199,7 +202,8 @@ async fn a_revived_rows_effects_are_appended() {
 async fn a_rebuilds_effects_are_not_appended_again() {
     let dir = tempfile::tempdir().expect("tempdir");
     for (kind, store) in stores(dir.path()) {
-        let notices = StreamDelivery::new(Arc::clone(&store), Route::Projection(path("n")), "p");
+        let notices = StreamDelivery::new(Arc::clone(&store), Route::Projection(path("n")), "p")
+            .expect("delivery");
         for version in 1..=3 {
             let first = notices
                 .deliver_effect(&effect_of(version, version, 0, number(version)))
@@ -230,7 +234,8 @@ async fn each_effect_is_one_message() {
         AttributeValue::N("1".into()),
         AttributeValue::N("2".into()),
     ]);
-    let plain = StreamDelivery::new(Arc::clone(&store), Route::Projection(path("a")), "p");
+    let plain = StreamDelivery::new(Arc::clone(&store), Route::Projection(path("a")), "p")
+        .expect("delivery");
     plain
         .deliver_effect(&effect(1, 0, list.clone()))
         .await
@@ -238,6 +243,7 @@ async fn each_effect_is_one_message() {
     assert_eq!(messages(&*store, "a").await, [serde_json::json!([1, 2])]);
 
     let encoded = StreamDelivery::new(Arc::clone(&store), Route::Projection(path("b")), "p")
+        .expect("delivery")
         .with_encoder(|effect| {
             Ok(Bytes::from(format!(
                 "\"{}-{}\"",

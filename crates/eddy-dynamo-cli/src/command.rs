@@ -21,6 +21,47 @@ pub enum ProjectionCommand {
     /// Deliver the pending outbox effects of every row that has some,
     /// found through the outbox index.
     DrainPending(DrainPendingArgs),
+    /// List the parked rows (their head effect failed permanently) with
+    /// their errors.
+    Parked(ParkedArgs),
+    /// Unpark rows: their head effect is tried again (at once, when the
+    /// application mounts a deliver).
+    Retry(RetryArgs),
+    /// Take a parked row's head effect out of the outbox, so the row goes
+    /// on: moved to the dead-letter stream (--dead-letter) or dropped
+    /// (--drop); prints what it took out.
+    Skip(SkipArgs),
+}
+
+/// `parked`.
+#[derive(Debug, Clone, Args)]
+pub struct ParkedArgs {
+    /// The projection, by name.
+    #[arg(long)]
+    pub projection: String,
+}
+
+/// `retry`.
+#[derive(Debug, Clone, Args)]
+pub struct RetryArgs {
+    /// The rows.
+    #[command(flatten)]
+    pub rows: RowsArgs,
+}
+
+/// `skip`.
+#[derive(Debug, Clone, Args)]
+#[command(group = clap::ArgGroup::new("to").required(true).args(["dead_letter", "drop"]))]
+pub struct SkipArgs {
+    /// The rows.
+    #[command(flatten)]
+    pub rows: RowsArgs,
+    /// Move each parked effect to the deliver's dead-letter stream first.
+    #[arg(long)]
+    pub dead_letter: bool,
+    /// Drop each parked effect: it is lost (printed in full).
+    #[arg(long)]
+    pub drop: bool,
 }
 
 /// The rows a command works on.

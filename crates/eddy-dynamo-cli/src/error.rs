@@ -61,6 +61,22 @@ pub enum CliError {
         #[source]
         source: eddy_dynamo::Error,
     },
+    /// `skip` found no parked head on a row (nothing was taken out).
+    #[error("{row}: not parked (its head effect is delivered by drains; skip takes out parked heads only)")]
+    NotParked {
+        /// The row key, as given.
+        row: String,
+    },
+    /// `skip --dead-letter` could not move a row's parked effect (it
+    /// stays parked).
+    #[error("{row}: moving the parked effect to the dead-letter stream failed: {}", one_line(.source.as_ref()))]
+    DeadLetter {
+        /// The row key, as given.
+        row: String,
+        /// The consumer's failure.
+        #[source]
+        source: eddy_dynamo::BoxError,
+    },
     /// Reading a file of keys failed.
     #[error("cannot read {path}: {source}")]
     Io {

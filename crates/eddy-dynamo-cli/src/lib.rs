@@ -7,7 +7,10 @@
 //! with [`run`], passing the `deliver` that hands outbox effects to their
 //! consumer. The group has `rebuild`, `catch-up`, `status` (checkpoints,
 //! pending effects and the oldest claim of rows, or every row with pending
-//! effects), `drain` and `drain-pending`, with a progress bar (indicatif)
+//! effects), `drain` and `drain-pending`, and for rows parked by a
+//! delivery that failed for good `parked` (list them with their errors),
+//! `retry` (unpark) and `skip` (move the parked effect to a dead-letter
+//! stream, or drop it, printing what was taken out), with a progress bar (indicatif)
 //! when it works through many rows or effects and a one-line error
 //! ([`CliError`]) when something fails.
 //!
@@ -43,7 +46,8 @@ mod repair;
 mod run;
 
 pub use command::{
-    CatchUpArgs, DrainArgs, DrainPendingArgs, ProjectionCommand, RebuildArgs, RowsArgs, StatusArgs,
+    CatchUpArgs, DrainArgs, DrainPendingArgs, ParkedArgs, ProjectionCommand, RebuildArgs,
+    RetryArgs, RowsArgs, SkipArgs, StatusArgs,
 };
 pub use error::CliError;
 pub use repair::{RowRepair, RowReport};

@@ -3,8 +3,8 @@
 
 use async_trait::async_trait;
 use eddy_dynamo::{
-    Deliver, DrainReport, Error, MultiProjection, PendingReport, Projection, RebuildInstances,
-    RowOutcome, RowPending, StreamId,
+    Deliver, DrainReport, Effect, Error, MultiProjection, Parked, PendingReport, Projection,
+    RebuildInstances, RowOutcome, RowPending, StreamId,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -69,6 +69,10 @@ pub trait RowRepair: Send + Sync {
     ) -> Result<DrainReport, Error>;
     /// Delivers the pending effects of every row that has some.
     async fn drain_pending(&self, deliver: &dyn Deliver) -> Result<PendingReport, Error>;
+    /// Unparks a row; its parked head, if it had one.
+    async fn unpark(&self, key: serde_json::Value) -> Result<Option<Parked>, Error>;
+    /// Drops a row's parked head `effect`; whether it did.
+    async fn drop_parked(&self, key: serde_json::Value, effect: &Effect) -> Result<bool, Error>;
 }
 
 fn key<K: DeserializeOwned>(key: serde_json::Value) -> Result<K, Error> {
@@ -133,6 +137,14 @@ where
 
     async fn drain_pending(&self, deliver: &dyn Deliver) -> Result<PendingReport, Error> {
         MultiProjection::drain_pending(self, deliver).await
+    }
+
+    async fn unpark(&self, row: serde_json::Value) -> Result<Option<Parked>, Error> {
+        MultiProjection::unpark(self, &key(row)?).await
+    }
+
+    async fn drop_parked(&self, row: serde_json::Value, effect: &Effect) -> Result<bool, Error> {
+        MultiProjection::drop_parked(self, &key(row)?, effect).await
     }
 }
 
@@ -207,6 +219,14 @@ where
     }
 
     async fn drain_pending(&self, _deliver: &dyn Deliver) -> Result<PendingReport, Error> {
+        Err(no_outbox(self.name()))
+    }
+
+    async fn unpark(&self, _row: serde_json::Value) -> Result<Option<Parked>, Error> {
+        Err(no_outbox(self.name()))
+    }
+
+    async fn drop_parked(&self, _row: serde_json::Value, _effect: &Effect) -> Result<bool, Error> {
         Err(no_outbox(self.name()))
     }
 }

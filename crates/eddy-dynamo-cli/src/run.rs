@@ -37,8 +37,20 @@ pub async fn run(
         }
         ProjectionCommand::Status(args) if no_rows(&args.rows) => {
             let projection = find(projections, &args.rows.projection)?;
-            return pending_rows(projection, out).await;
+            return pending_rows(projection, out, false).await;
         }
+        ProjectionCommand::Parked(args) => {
+            let projection = find(projections, &args.projection)?;
+            return pending_rows(projection, out, true).await;
+        }
+        ProjectionCommand::Retry(a) => (&a.rows, Action::Retry(deliver)),
+        ProjectionCommand::Skip(a) if a.dead_letter => (
+            &a.rows,
+            Action::Skip(Some(deliver.ok_or(CliError::NoDeliver {
+                command: "skip --dead-letter",
+            })?)),
+        ),
+        ProjectionCommand::Skip(a) => (&a.rows, Action::Skip(None)),
         ProjectionCommand::Rebuild(a) => (&a.rows, Action::Rebuild(instances(&a.instances)?)),
         ProjectionCommand::CatchUp(a) => (&a.rows, Action::CatchUp),
         ProjectionCommand::Status(a) => (&a.rows, Action::Status),
@@ -91,9 +103,24 @@ pub async fn run(
             }
             Action::Drain(deliver) => {
                 let report = projection.drain(key, *deliver).await.map_err(failed)?;
-                undelivered += usize::from(report.undelivered.is_some());
+                undelivered += usize::from(report.undelivered.is_some() || report.parked.is_some());
                 format!("{text} drained: {}", describe_drain(&report))
             }
+            Action::Retry(deliver) => {
+                let unparked = projection.unpark(key.clone()).await.map_err(failed)?;
+                let mut line = match &unparked {
+                    Some(parked) => format!("{text} unparked {}", effect_name(&parked.effect)),
+                    None => format!("{text} not parked"),
+                };
+                if let (Some(deliver), Some(_)) = (deliver, &unparked) {
+                    let report = projection.drain(key, *deliver).await.map_err(failed)?;
+                    undelivered +=
+                        usize::from(report.undelivered.is_some() || report.parked.is_some());
+                    line.push_str(&format!(", then {}", describe_drain(&report)));
+                }
+                line
+            }
+            Action::Skip(dead_letter) => skip(projection, &text, key, *dead_letter).await?,
         };
         print(&progress, out, &line)?;
         progress.inc(1);
@@ -111,21 +138,91 @@ enum Action<'a> {
     CatchUp,
     Status,
     Drain(&'a dyn Deliver),
+    /// Unpark, then drain when there is a deliver.
+    Retry(Option<&'a dyn Deliver>),
+    /// Take the parked head out, moving it to the dead-letter stream of
+    /// this deliver first when there is one.
+    Skip(Option<&'a dyn Deliver>),
+}
+
+/// `skip` of one row: the parked head moved aside (or not) and dropped;
+/// the line says exactly what was taken out.
+async fn skip(
+    projection: &dyn RowRepair,
+    text: &str,
+    key: serde_json::Value,
+    dead_letter: Option<&dyn Deliver>,
+) -> Result<String, CliError> {
+    let failed = |source: eddy_dynamo::Error| CliError::Row {
+        row: text.to_owned(),
+        code: source.code(),
+        source,
+    };
+    let pending = projection.pending(key.clone()).await.map_err(failed)?;
+    let (Some(effect), Some(failure)) = pending
+        .map(|p| (p.head, p.head_failure.filter(|f| f.parked)))
+        .unwrap_or_default()
+    else {
+        return Err(CliError::NotParked {
+            row: text.to_owned(),
+        });
+    };
+    if let Some(deliver) = dead_letter {
+        deliver
+            .dead_letter(effect.clone(), failure.clone())
+            .await
+            .map_err(|source| CliError::DeadLetter {
+                row: text.to_owned(),
+                source,
+            })?;
+    }
+    if !projection.drop_parked(key, &effect).await.map_err(failed)? {
+        return Err(CliError::NotParked {
+            row: text.to_owned(),
+        });
+    }
+    let payload = effect
+        .decode::<serde_json::Value>()
+        .map_or_else(|_| format!("{:?}", effect.payload), |v| v.to_string());
+    let how = if dead_letter.is_some() {
+        "moved to the dead-letter stream"
+    } else {
+        "dropped"
+    };
+    Ok(format!(
+        "{text} skipped: {how} {} (index {}, revision {}, position {}) payload {payload}; it had failed with {}: {}",
+        effect_name(&effect),
+        effect.index,
+        effect.revision,
+        effect.position,
+        failure.code,
+        failure.message
+    ))
 }
 
 fn no_rows(rows: &RowsArgs) -> bool {
     rows.keys.is_empty() && rows.keys_file.is_none()
 }
 
-/// `status` without rows: every row with pending effects.
+/// `status` without rows: every row with pending effects; `parked`: only
+/// the parked ones.
 async fn pending_rows(
     projection: &dyn RowRepair,
     out: &mut (dyn Write + Send),
+    parked_only: bool,
 ) -> Result<(), CliError> {
-    let rows = projection.pending_rows().await.map_err(whole)?;
+    let mut rows = projection.pending_rows().await.map_err(whole)?;
+    if parked_only {
+        rows.retain(RowPending::is_parked);
+    }
     let progress = ProgressBar::hidden();
     if rows.is_empty() {
-        return print(&progress, out, "no rows with pending effects");
+        let none = if parked_only {
+            "no parked rows"
+        } else {
+            "no rows with pending effects"
+        };
+        return print(&progress, out, none);
     }
     for row in &rows {
         let line = format!("{} {}", row_key(&row.row), describe_pending(row));
@@ -158,6 +255,16 @@ async fn drain_pending(
         );
         print(&spinner, out, &line)?;
     }
+    for parked in &report.parked {
+        let line = format!(
+            "{} parked: {}: {}: {}",
+            row_key(&parked.effect.row),
+            effect_name(&parked.effect),
+            parked.failure.code,
+            parked.failure.message
+        );
+        print(&spinner, out, &line)?;
+    }
     for (row, error) in &report.failed {
         let line = format!(
             "{} failed: {}: {}",
@@ -168,16 +275,20 @@ async fn drain_pending(
         print(&spinner, out, &line)?;
     }
     let line = format!(
-        "drained {} row(s): {} delivered, {} busy, {} undelivered, {} failed, {} stale index entries",
+        "drained {} row(s): {} delivered, {} busy, {} undelivered, {} parked, {} failed, {} stale index entries",
         report.rows,
         report.delivered,
         report.busy,
         report.undelivered.len(),
+        report.parked.len(),
         report.failed.len(),
         report.stale
     );
     print(&spinner, out, &line)?;
-    match (report.failed.len(), report.undelivered.len()) {
+    match (
+        report.failed.len(),
+        report.undelivered.len() + report.parked.len(),
+    ) {
         (0, 0) => Ok(()),
         (0, rows) => Err(CliError::Undelivered { rows }),
         (rows, _) => Err(CliError::DrainFailed { rows }),
@@ -353,6 +464,14 @@ fn describe_drain(report: &DrainReport) -> String {
     if report.busy {
         text.push_str(", busy (another drainer holds the head)");
     }
+    if let Some(parked) = &report.parked {
+        text.push_str(&format!(
+            ", parked at {}: {}: {}",
+            effect_name(&parked.effect),
+            parked.failure.code,
+            parked.failure.message
+        ));
+    }
     text
 }
 
@@ -363,6 +482,17 @@ fn describe_pending(pending: &RowPending) -> String {
         if let Some(age) = pending.head_age {
             text.push_str(&format!(" ({} s old)", age.as_secs()));
         }
+    }
+    if let Some(failure) = &pending.head_failure {
+        let state = if failure.parked {
+            "PARKED"
+        } else {
+            "last failure"
+        };
+        text.push_str(&format!(
+            ", {state} after {} failure(s): {}: {}",
+            failure.failures, failure.code, failure.message
+        ));
     }
     match &pending.oldest_claim {
         None if pending.effects > 0 => text.push_str(", no claim"),

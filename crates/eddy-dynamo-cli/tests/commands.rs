@@ -213,7 +213,7 @@ async fn drain_pending_delivers_every_row_and_reports_what_stays() {
     );
     assert!(
         out.trim_end().ends_with(
-            "drained 2 row(s): 0 delivered, 0 busy, 2 undelivered, 0 failed, 0 stale index entries"
+            "drained 2 row(s): 0 delivered, 0 busy, 2 undelivered, 0 parked, 0 failed, 0 stale index entries"
         ),
         "{out}"
     );
@@ -225,7 +225,7 @@ async fn drain_pending_delivers_every_row_and_reports_what_stays() {
     result.unwrap();
     assert_eq!(
         out.trim(),
-        "drained 2 row(s): 2 delivered, 0 busy, 0 undelivered, 0 failed, 0 stale index entries"
+        "drained 2 row(s): 2 delivered, 0 busy, 0 undelivered, 0 parked, 0 failed, 0 stale index entries"
     );
     let mut delivered = f.delivered.lock().unwrap().clone();
     delivered.sort();
@@ -263,7 +263,7 @@ async fn drain_pending_reports_a_failed_row_and_goes_on() {
         "{out}"
     );
     assert!(
-        out.contains("1 delivered, 0 busy, 0 undelivered, 1 failed"),
+        out.contains("1 delivered, 0 busy, 0 undelivered, 0 parked, 1 failed"),
         "{out}"
     );
     assert_eq!(*f.delivered.lock().unwrap(), ["sh-2 at dock"]);
@@ -374,4 +374,167 @@ async fn single_source_projections_are_repaired_from_the_command_line() {
     result.unwrap();
     let count = counts.get(&model::shipment("sh-1")).await.unwrap().unwrap();
     assert_eq!(count.scans, 2, "rebuilt from both scans");
+}
+
+impl Fixture {
+    /// Runs a command line with `deliver`; its output and result.
+    async fn run_with(
+        &self,
+        args: &[&str],
+        deliver: &dyn eddy_dynamo::Deliver,
+    ) -> (String, Result<(), CliError>) {
+        let app =
+            App::try_parse_from(std::iter::once("freight").chain(args.iter().copied())).unwrap();
+        let mounted: [&dyn RowRepair; 1] = [&self.shipments];
+        let mut out = Vec::new();
+        let result = eddy_dynamo_cli::run(&app.command, &mounted, Some(deliver), &mut out).await;
+        (String::from_utf8(out).unwrap(), result)
+    }
+}
+
+/// A row whose notice the bridge can never deliver (its stream is
+/// closed) is parked: `drain-pending` and `parked` show it with its
+/// error, `status` too; `retry` unparks it (still closed: parked again);
+/// `skip --dead-letter` moves it to the dead-letter stream, once, and the
+/// row goes on; `skip --drop` prints what it dropped; skipping a row that
+/// is not parked takes nothing out.
+#[tokio::test]
+async fn parked_rows_are_listed_retried_and_skipped() {
+    use eddy_bridge::{Route, StreamDelivery};
+    use eddy_streams::{MemoryStorage, Payload, ReadFrom, Storage, StreamConfig, StreamPath};
+
+    let f = Fixture::new();
+    let store = Arc::new(MemoryStorage::new());
+    let path = |p: &str| StreamPath::new(p).unwrap();
+    let route = Route::by(move |effect: &Effect| {
+        let notice: model::ShipmentNotice = effect.decode()?;
+        Ok(StreamPath::new(format!("notices/{}", notice.shipment_id))?)
+    });
+    let bridge = StreamDelivery::new(store.clone(), route, "shipments")
+        .unwrap()
+        .skip_to(path("dead"));
+    let closed = path("notices/sh-1");
+    store
+        .create(&closed, StreamConfig::json(), Payload::empty())
+        .await
+        .unwrap();
+    store
+        .append(&closed, eddy_streams::Append::close_only())
+        .await
+        .unwrap();
+    f.scan("sh-1", "depot").await;
+    f.scan("sh-2", "dock").await;
+
+    let (out, result) = f
+        .run_with(&["drain-pending", "--projection", "shipments"], &bridge)
+        .await;
+    assert_eq!(
+        result.unwrap_err().to_string(),
+        "1 row(s) left an effect undelivered"
+    );
+    assert!(
+        out.contains("parked: scan#shipmentId=sh-1@1: stream/closed: "),
+        "{out}"
+    );
+    assert!(
+        out.contains("1 delivered, 0 busy, 0 undelivered, 1 parked"),
+        "{out}"
+    );
+    let (out, result) = f.run(&["parked", "--projection", "shipments"], false).await;
+    result.unwrap();
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(
+        out.contains("PARKED after 1 failure(s): stream/closed"),
+        "{out}"
+    );
+    assert!(f.status_of_sh1().await.contains("PARKED"));
+
+    // Retried while the stream is still closed: parked again.
+    let (out, result) = f
+        .run_with(
+            &["retry", "--projection", "shipments", "--key", SH1],
+            &bridge,
+        )
+        .await;
+    assert!(result.is_err());
+    assert!(
+        out.contains("unparked scan#shipmentId=sh-1@1, then 0 delivered, parked at"),
+        "{out}"
+    );
+
+    // Skipped to the dead-letter stream; a crash before the drop and a
+    // second skip would append nothing twice (one producer per effect).
+    f.scan("sh-1", "truck").await;
+    let (out, result) = f
+        .run_with(
+            &[
+                "skip",
+                "--projection",
+                "shipments",
+                "--key",
+                SH1,
+                "--dead-letter",
+            ],
+            &bridge,
+        )
+        .await;
+    result.unwrap();
+    assert!(
+        out.contains("skipped: moved to the dead-letter stream scan#shipmentId=sh-1@1"),
+        "{out}"
+    );
+    assert!(
+        out.contains(r#"payload {"kind":"at depot","shipmentId":"sh-1"}"#),
+        "{out}"
+    );
+    let dead = store
+        .read(&path("dead"), ReadFrom::Beginning, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(dead.messages.len(), 1);
+    let record: serde_json::Value = serde_json::from_slice(&dead.messages[0]).unwrap();
+    assert_eq!(record["error"]["code"], "stream/closed");
+    assert_eq!(record["version"], 1);
+    assert_eq!(record["payload"]["kind"], "at depot");
+    // The row goes on: its next notice is parked in turn (still closed).
+    let (out, _) = f
+        .run_with(
+            &["drain", "--projection", "shipments", "--key", SH1],
+            &bridge,
+        )
+        .await;
+    assert!(out.contains("parked at scan#shipmentId=sh-1@2"), "{out}");
+
+    // Dropped, printed in full.
+    let (out, result) = f
+        .run(
+            &["skip", "--projection", "shipments", "--key", SH1, "--drop"],
+            false,
+        )
+        .await;
+    result.unwrap();
+    assert!(
+        out.contains("skipped: dropped scan#shipmentId=sh-1@2"),
+        "{out}"
+    );
+    assert!(out.contains("at truck"), "{out}");
+    let (out, result) = f
+        .run(
+            &["skip", "--projection", "shipments", "--key", SH1, "--drop"],
+            false,
+        )
+        .await;
+    assert!(out.is_empty());
+    assert!(
+        matches!(result, Err(CliError::NotParked { .. })),
+        "{result:?}"
+    );
+    let (out, result) = f.run(&["parked", "--projection", "shipments"], false).await;
+    result.unwrap();
+    assert_eq!(out.trim(), "no parked rows");
+    assert!(
+        App::try_parse_from(["freight", "skip", "--projection", "shipments", "--key", SH1])
+            .is_err(),
+        "skip says what becomes of the effect"
+    );
 }

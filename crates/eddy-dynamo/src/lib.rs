@@ -44,7 +44,10 @@
 //!   ([`Outbox::commit_items`], in the row's partition or another table of
 //!   its database: [`Table::transact_write_tables`]) and delivers them in
 //!   order per row, at least once ([`Outbox::drain`],
-//!   [`Outbox::drain_pending`]).
+//!   [`Outbox::drain_pending`]). A consumer that fails for good
+//!   ([`DeliveryError::permanent`]) parks the row: the effect stays at its
+//!   head, shown as parked ([`RowPending::is_parked`], [`Parked`]), until
+//!   [`Outbox::unpark`] or [`Outbox::drop_parked`].
 //! - **Amazon DynamoDB** (feature `aws`): `DynamoTable` implements
 //!   [`Table`] with `aws-sdk-dynamodb` (requests validated as the embedded
 //!   table validates them, expressions with placeholders only, the SDK's
@@ -248,8 +251,9 @@ pub use lambda::{
 };
 pub use metrics::describe_metrics;
 pub use outbox::{
-    Clock, Deliver, DrainReport, Effect, Outbox, PendingClaim, PendingReport, RowPending,
-    Undelivered, DEFAULT_CLAIM_FOR, MAX_EFFECTS_PER_WRITE,
+    Clock, Deliver, DeliveryError, DrainReport, Effect, LastFailure, Outbox, Parked, PendingClaim,
+    PendingReport, RowPending, Undelivered, DEFAULT_CLAIM_FOR, MAX_EFFECTS_PER_WRITE,
+    MAX_ERROR_BYTES,
 };
 pub use projection::{
     Checkpoints, EffectCommit, EffectEvent, EvolveError, InstanceOutcome, Mode, MultiProjection,

@@ -13,9 +13,13 @@
 //!   `eddy_dynamo_outbox_delivered_total{read_model}` and
 //!   `eddy_dynamo_outbox_delivery_failures_total{read_model}`: effects
 //!   committed, delivered, and deliveries that failed (the effect stays).
-//! - `eddy_dynamo_outbox_pending_effects{read_model}` and
-//!   `eddy_dynamo_outbox_oldest_pending_age_seconds{read_model}`: the
-//!   backlog and the age of its oldest effect, as of the last
+//! - `eddy_dynamo_outbox_parked_total{read_model}` and
+//!   `eddy_dynamo_outbox_dropped_total{read_model}`: rows parked (a
+//!   delivery failed permanently) and parked effects an operator dropped.
+//! - `eddy_dynamo_outbox_pending_effects{read_model}`,
+//!   `eddy_dynamo_outbox_oldest_pending_age_seconds{read_model}` and
+//!   `eddy_dynamo_outbox_parked_rows{read_model}`: the backlog, the age
+//!   of its oldest effect and the rows parked, as of the last
 //!   [`Outbox::pending_rows`](crate::Outbox::pending_rows) (the command
 //!   group's `status`, or a periodic call).
 
@@ -27,6 +31,9 @@ const DELIVERED: &str = "eddy_dynamo_outbox_delivered_total";
 const DELIVERY_FAILURES: &str = "eddy_dynamo_outbox_delivery_failures_total";
 const PENDING: &str = "eddy_dynamo_outbox_pending_effects";
 const OLDEST_AGE: &str = "eddy_dynamo_outbox_oldest_pending_age_seconds";
+const PARKED: &str = "eddy_dynamo_outbox_parked_total";
+const DROPPED: &str = "eddy_dynamo_outbox_dropped_total";
+const PARKED_ROWS: &str = "eddy_dynamo_outbox_parked_rows";
 
 /// Describes eddy-dynamo's metrics (help text and unit) to the current
 /// recorder. An exporter calls it once.
@@ -48,6 +55,18 @@ pub fn describe_metrics() {
     metrics::describe_counter!(
         DELIVERY_FAILURES,
         "Outbox deliveries that failed: the effect stays at its row's head."
+    );
+    metrics::describe_counter!(
+        PARKED,
+        "Rows parked: a delivery failed permanently, and the row waits for an operator to retry or skip its head."
+    );
+    metrics::describe_counter!(
+        DROPPED,
+        "Parked outbox effects an operator dropped (after moving them to a dead-letter stream, or not)."
+    );
+    metrics::describe_gauge!(
+        PARKED_ROWS,
+        "Rows whose head effect is parked, as of the last listing of rows with pending effects."
     );
     metrics::describe_gauge!(
         PENDING,
@@ -98,9 +117,20 @@ pub(crate) fn delivery_failed(read_model: &str) {
     metrics::counter!(DELIVERY_FAILURES, "read_model" => read_model.to_owned()).increment(1);
 }
 
+/// A row of `read_model` was parked.
+pub(crate) fn parked(read_model: &str) {
+    metrics::counter!(PARKED, "read_model" => read_model.to_owned()).increment(1);
+}
+
+/// A parked effect of `read_model` was dropped.
+pub(crate) fn dropped(read_model: &str) {
+    metrics::counter!(DROPPED, "read_model" => read_model.to_owned()).increment(1);
+}
+
 /// The backlog of `read_model`'s outbox: `effects` pending, the oldest
-/// `oldest_ms` old.
-pub(crate) fn backlog(read_model: &str, effects: usize, oldest_ms: u64) {
+/// `oldest_ms` old, `parked` rows parked.
+pub(crate) fn backlog(read_model: &str, effects: usize, oldest_ms: u64, parked: usize) {
+    metrics::gauge!(PARKED_ROWS, "read_model" => read_model.to_owned()).set(parked as f64);
     metrics::gauge!(PENDING, "read_model" => read_model.to_owned()).set(effects as f64);
     metrics::gauge!(OLDEST_AGE, "read_model" => read_model.to_owned())
         .set(oldest_ms as f64 / 1000.0);

@@ -275,11 +275,24 @@ pub async fn catch_up_and_rebuild_split_as_a_delivery_does(t: TestTable) {
     assert_eq!(used.transactions, 2);
     assert_eq!(p.pending(&shipment("sh-1")).await.unwrap().effects, 121);
 
+    // A rebuild from the same session commits no effect again (the row
+    // had applied all 121 events): one put.
     let instances = RebuildInstances::new().add("weigh", session_id(&f, "w-1"));
     let before = t.table.request_stats();
     let out = p.rebuild(shipment("sh-1"), &instances).await.unwrap();
     let used = t.table.request_stats() - before;
     assert_eq!(out.instances[0].applied.len(), 121);
+    assert_eq!((out.enqueued, used.transactions), (0, 0));
+    assert_eq!(summary(&f, "sh-1").await.kg, 121);
+
+    // From a session the row never applied: 121 effects, 99 + 22.
+    weighings(&f, "w-2", "sh-1", 121).await;
+    let instances = RebuildInstances::new().add("weigh", session_id(&f, "w-2"));
+    let before = t.table.request_stats();
+    let out = p.rebuild(shipment("sh-1"), &instances).await.unwrap();
+    let used = t.table.request_stats() - before;
+    assert_eq!(out.instances[0].applied.len(), 121);
+    assert_eq!(out.enqueued, 121);
     assert_eq!(used.transactions, 2, "121 effects: 99 + 22");
     assert_eq!(summary(&f, "sh-1").await.kg, 121);
 }

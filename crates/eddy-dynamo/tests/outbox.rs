@@ -547,7 +547,202 @@ pair_tests!(
     process_batch_delivers_each_written_rows_effects_in_order,
     apply_batch_delivers_and_a_failed_delivery_never_fails_the_row,
     the_follower_delivers_each_written_rows_effects,
+    a_rebuild_enqueues_no_effect_of_an_event_the_row_had_applied,
+    a_permanent_failure_parks_the_row_until_unparked_or_dropped,
 );
+
+/// Regression (issue 33): `rebuild` enqueued again the effects of every
+/// event it folded, though the row had applied (and committed the effects
+/// of) those at or below its checkpoint of the instance before; once a
+/// consumer's deduplication state is gone, they were delivered twice. Now
+/// a rebuild enqueues only the effects of events above the row's previous
+/// checkpoint of their instance.
+async fn a_rebuild_enqueues_no_effect_of_an_event_the_row_had_applied(p: Pair) {
+    use crate::freight::{shipment, Freight, ShipmentNotice, ShipmentSummary};
+    use crate::multi::{append, session_id, weighed};
+    use eddy_dynamo::{EffectEvent, RebuildInstances};
+
+    /// A notice per applied weighing (a source folded in `fold` mode).
+    fn weigh_notices(
+        event: &EffectEvent<'_>,
+        next: Option<&ShipmentSummary>,
+    ) -> Vec<ShipmentNotice> {
+        match next {
+            Some(next) if event.source == "weigh" => vec![ShipmentNotice {
+                shipment_id: next.shipment_id.clone(),
+                kind: format!("weighed {}", event.version),
+            }],
+            _ => Vec::new(),
+        }
+    }
+
+    let f = Freight::with_read_model(p.first.table.clone(), "Rebuilt").unwrap();
+    let outbox = placed(&p, Place::RowPartition, &f.summaries);
+    let projection = f
+        .projection_with(Some((Arc::new(outbox), weigh_notices)))
+        .unwrap();
+    let session = session_id(&f, "w-1");
+    for kg in [1, 2] {
+        let events = append(&f.weighings, &session, &[weighed("sh-1", kg)]).await;
+        projection.apply_batch(events).await.unwrap();
+    }
+    let notices = Notices::default();
+    let deliver = notices.deliver(Arc::default());
+    projection.drain_pending(&deliver).await.unwrap();
+    // A third weighing the row has not applied yet: the rebuild applies it.
+    append(&f.weighings, &session, &[weighed("sh-1", 4)]).await;
+    let instances = RebuildInstances::new().add("weigh", session.clone());
+    let out = projection
+        .rebuild(shipment("sh-1"), &instances)
+        .await
+        .unwrap();
+    assert!(out.written);
+    assert_eq!(out.instances[0].applied, [1, 2, 3]);
+    assert_eq!(out.enqueued, 1, "only the new event's notice");
+    projection.drain_pending(&deliver).await.unwrap();
+    assert_eq!(notices.of("sh-1"), ["weighed 1", "weighed 2", "weighed 3"]);
+}
+
+/// A deliver that refuses `version` for good, records the others.
+fn refusing(
+    notices: &Notices,
+    version: u64,
+) -> impl Fn(Effect) -> BoxFuture<'static, Result<(), BoxError>> + Send + Sync {
+    let ok = notices.deliver(Arc::default());
+    move |effect: Effect| {
+        if effect.version == version {
+            return Box::pin(async {
+                Err(eddy_dynamo::DeliveryError::permanent(
+                    "stream/closed",
+                    "the target stream is closed",
+                )
+                .into())
+            });
+        }
+        ok(effect)
+    }
+}
+
+/// A permanent failure parks the row: recorded on the head (code,
+/// message, count), reported as parked, shown by `pending` and
+/// `pending_rows`, and no drain tries it again (nor goes past it) until it
+/// is unparked (then delivered in order) or dropped (then the row goes on).
+/// A transient failure is recorded and tried again by the next drain.
+async fn a_permanent_failure_parks_the_row_until_unparked_or_dropped(p: Pair) {
+    use crate::freight::shipment;
+    use crate::multi::{append, scan_id, scanned};
+
+    let (f, projection) = freight_with_outbox(&p, Place::RowPartition, "Parked");
+    let scans = scan_id(&f, "sh-1");
+    for location in ["depot", "truck", "door"] {
+        let events = append(&f.scans, &scans, &[scanned(location)]).await;
+        projection.apply_batch(events).await.unwrap();
+    }
+    let notices = Notices::default();
+    // Transient: recorded, not parked, tried again.
+    let down = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let report = projection
+        .drain(&shipment("sh-1"), &notices.deliver(down.clone()))
+        .await
+        .unwrap();
+    assert!(report.undelivered.is_some() && report.parked.is_none());
+    let pending = projection.pending(&shipment("sh-1")).await.unwrap();
+    let failure = pending.head_failure.clone().unwrap();
+    assert_eq!(
+        (failure.code.as_str(), failure.failures, failure.parked),
+        ("delivery/failed", 1, false)
+    );
+    assert!(
+        failure.message.contains("the consumer is down"),
+        "{}",
+        failure.message
+    );
+
+    // Permanent at version 2: version 1 is delivered, the row parks at 2.
+    let refuse = refusing(&notices, 2);
+    let report = projection.drain(&shipment("sh-1"), &refuse).await.unwrap();
+    assert_eq!(report.delivered, 1);
+    let parked = report.parked.unwrap();
+    assert_eq!(
+        (parked.effect.version, parked.failure.code.as_str()),
+        (2, "stream/closed")
+    );
+    assert!(parked.failure.parked);
+    // Parked: no drain tries it, even one that would deliver it.
+    let ok = notices.deliver(Arc::default());
+    let again = projection.drain(&shipment("sh-1"), &ok).await.unwrap();
+    assert_eq!(again.delivered, 0);
+    assert_eq!(again.parked.as_ref().map(|p| p.effect.version), Some(2));
+    let swept = projection.drain_pending(&ok).await.unwrap();
+    assert_eq!((swept.delivered, swept.parked.len()), (0, 1));
+    let rows = projection.pending_rows().await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert!(rows[0].is_parked());
+    assert_eq!(rows[0].effects, 2);
+    assert_eq!(notices.of("sh-1"), ["at depot"]);
+
+    // Unparked: the next drain delivers it and goes on in order.
+    let unparked = projection.unpark(&shipment("sh-1")).await.unwrap();
+    assert_eq!(unparked.map(|p| p.effect.version), Some(2));
+    assert!(projection
+        .unpark(&shipment("sh-1"))
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(
+        projection
+            .drain(&shipment("sh-1"), &ok)
+            .await
+            .unwrap()
+            .delivered,
+        2
+    );
+    assert_eq!(notices.of("sh-1"), ["at depot", "at truck", "at door"]);
+
+    // Dropped: the row goes on without it.
+    for location in ["dock", "shelf"] {
+        let events = append(&f.scans, &scans, &[scanned(location)]).await;
+        projection.apply_batch(events).await.unwrap();
+    }
+    let report = projection
+        .drain(&shipment("sh-1"), &refusing(&notices, 4))
+        .await
+        .unwrap();
+    let parked = report.parked.unwrap();
+    assert_eq!(parked.effect.version, 4);
+    let other = Effect {
+        version: 5,
+        ..parked.effect.clone()
+    };
+    assert!(
+        !projection
+            .drop_parked(&shipment("sh-1"), &other)
+            .await
+            .unwrap(),
+        "only the parked head"
+    );
+    assert!(projection
+        .drop_parked(&shipment("sh-1"), &parked.effect)
+        .await
+        .unwrap());
+    assert!(!projection
+        .drop_parked(&shipment("sh-1"), &parked.effect)
+        .await
+        .unwrap());
+    assert_eq!(
+        projection
+            .drain(&shipment("sh-1"), &ok)
+            .await
+            .unwrap()
+            .delivered,
+        1
+    );
+    assert_eq!(
+        notices.of("sh-1"),
+        ["at depot", "at truck", "at door", "at shelf"]
+    );
+    assert!(projection.pending_rows().await.unwrap().is_empty());
+}
 
 /// Pending effects survive every TTL sweep: a claim is never the TTL
 /// attribute, and no outbox item carries it. (moto never expires items, so

@@ -30,7 +30,9 @@ impl Deliver for Announce {
     fn deliver(&self, effect: Effect) -> BoxFuture<'static, Result<(), BoxError>> {
         let delivery = self.0.clone();
         Box::pin(async move {
-            delivery.deliver_effect(&effect).await?;
+            // Through the bridge's own `Deliver`, so that a permanent
+            // failure parks the row.
+            delivery.deliver(effect).await?;
             println!("delivered");
             Ok(())
         })
@@ -45,10 +47,16 @@ pub async fn run(table_file: &str, streams: &str) -> Result<(), BoxError> {
     // A killed deliverer's claims expire soon, so the next one goes on.
     let outbox = freight.outbox()?.claim_for(Duration::from_millis(300));
     let store = Arc::new(SqliteStorage::open(streams)?);
-    let deliver = Announce(StreamDelivery::new(store, Route::by(route), "shipments"));
+    let deliver = Announce(StreamDelivery::new(store, Route::by(route), "shipments")?);
     let report = |pass: &eddy_dynamo::PendingReport| {
         for failed in &pass.undelivered {
             eprintln!("undelivered: {}", failed.error);
+        }
+        for parked in &pass.parked {
+            eprintln!(
+                "parked: {}: {}",
+                parked.failure.code, parked.failure.message
+            );
         }
     };
     let forever = std::future::pending();

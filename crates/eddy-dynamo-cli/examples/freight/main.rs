@@ -151,7 +151,11 @@ fn notices_to(url: &str) -> Result<eddy_bridge::StreamDelivery, Box<dyn std::err
     let server = Arc::new(eddy_server::RemoteStorage::new(url)?);
     let stream = eddy_streams::StreamPath::new("freight/notices")?;
     let route = eddy_bridge::Route::Projection(stream);
-    Ok(eddy_bridge::StreamDelivery::new(server, route, "shipments"))
+    Ok(eddy_bridge::StreamDelivery::new(
+        server,
+        route,
+        "shipments",
+    )?)
 }
 
 /// The table and its change feed.

@@ -16,8 +16,11 @@
 //! - A head that does not decode is released and reported as the row's
 //!   failure; it stays at the head. `drain_pending` reports each row's
 //!   failure with the row and goes on with the others.
-//! - A failed delivery releases the claim (if still ours) and leaves the
-//!   effect at the head: reported as undelivered, never an error.
+//! - A failed delivery releases the claim (if still ours), records the
+//!   failure on the head and leaves the effect there: reported as
+//!   undelivered, never an error. A permanent failure (see `failure.rs`)
+//!   parks the row instead: reported as parked, and no drain claims its
+//!   head until it is unparked or dropped.
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -25,12 +28,13 @@ use std::future::Future;
 use futures::future::BoxFuture;
 use futures::StreamExt;
 
-use super::item::{Effect, CLAIMED_UNTIL, CLAIM_ID, ENQUEUED_AT, SOURCE, STREAM_ID, VERSION};
+use super::failure::{LastFailure, Parked};
+use super::item::{Effect, CLAIMED_UNTIL, CLAIM_ID, PARKED_AT};
 use super::Outbox;
 use crate::condition::{Comparator, Condition};
 use crate::error::{BoxError, Error, TableError};
 use crate::item::{n, s, Item};
-use crate::query::{Query, SortCondition};
+use crate::query::Query;
 use crate::request::{Delete, UpdateItem};
 use crate::update::Update;
 
@@ -38,8 +42,22 @@ use crate::update::Update;
 /// Implemented by every `Fn(Effect) -> impl Future<Output = Result<(),
 /// BoxError>>`.
 pub trait Deliver: Send + Sync {
-    /// Delivers one effect.
+    /// Delivers one effect. A failure that retrying cannot fix is a
+    /// [`DeliveryError::permanent`](super::DeliveryError::permanent)
+    /// (anywhere in the error's source chain): it parks the row.
     fn deliver(&self, effect: Effect) -> BoxFuture<'static, Result<(), BoxError>>;
+
+    /// Moves a parked effect aside (to a dead-letter stream, say) before
+    /// an operator drops it from the outbox, exactly once however often it
+    /// is called. By default there is nowhere to move it: an error.
+    fn dead_letter(
+        &self,
+        effect: Effect,
+        failure: LastFailure,
+    ) -> BoxFuture<'static, Result<(), BoxError>> {
+        let _ = (effect, failure);
+        Box::pin(async { Err("this consumer has no dead-letter stream".into()) })
+    }
 }
 
 impl<F, Fut> Deliver for F
@@ -71,6 +89,9 @@ pub struct DrainReport {
     /// Whether the drain stopped at a head another drainer holds a live
     /// claim on.
     pub busy: bool,
+    /// The head effect, when the row is parked (its delivery failed
+    /// permanently, now or before): the drain stopped there.
+    pub parked: Option<Parked>,
 }
 
 /// What `drain_pending` did over every row with pending effects.
@@ -84,6 +105,8 @@ pub struct PendingReport {
     pub undelivered: Vec<Undelivered>,
     /// Rows another drainer was busy with.
     pub busy: usize,
+    /// Rows whose head is parked, with why (parked now or before).
+    pub parked: Vec<Parked>,
     /// Index entries that named no pending effect any more (the index is
     /// eventually consistent on DynamoDB): skipped.
     pub stale: usize,
@@ -98,6 +121,8 @@ enum Claimed {
     Head(Item, String),
     Empty,
     Busy,
+    /// The head is parked: nobody claims it.
+    Parked(Item),
 }
 
 impl Outbox {
@@ -113,6 +138,12 @@ impl Outbox {
                 Claimed::Empty => return Ok(report),
                 Claimed::Busy => {
                     report.busy = true;
+                    return Ok(report);
+                }
+                Claimed::Parked(item) => {
+                    let failure = LastFailure::of(&item);
+                    let effect = self.decode(&item)?;
+                    report.parked = failure.map(|failure| Parked { effect, failure });
                     return Ok(report);
                 }
             };
@@ -134,8 +165,12 @@ impl Outbox {
                 }
                 Err(error) => {
                     crate::metrics::delivery_failed(self.read_model());
-                    self.release(key, claim).await?;
-                    report.undelivered = Some(Undelivered { effect, error });
+                    let failure = self.record_failure(key, claim, error.as_ref()).await?;
+                    if failure.parked {
+                        report.parked = Some(Parked { effect, failure });
+                    } else {
+                        report.undelivered = Some(Undelivered { effect, error });
+                    }
                     return Ok(report);
                 }
             }
@@ -144,14 +179,13 @@ impl Outbox {
 
     /// Claims the head effect of a row.
     async fn claim_head(&self, row_key: &Item) -> Result<Claimed, Error> {
-        let (pk, prefix) = self.range_of(row_key)?;
         loop {
-            let head = Query::partition(s(pk.clone()))
-                .sort(SortCondition::BeginsWith(s(prefix.clone())))
-                .limit(1);
-            let Some(item) = self.table.query(head).await?.items.into_iter().next() else {
+            let Some(item) = self.head_item(row_key).await? else {
                 return Ok(Claimed::Empty);
             };
+            if item.contains_key(PARKED_AT) {
+                return Ok(Claimed::Parked(item));
+            }
             let now = (self.clock)();
             let until =
                 now.saturating_add(u64::try_from(self.claim_for.as_millis()).unwrap_or(u64::MAX));
@@ -168,13 +202,21 @@ impl Outbox {
                     .set(CLAIMED_UNTIL, n(until))
                     .set(CLAIM_ID, s(claim.clone())),
             )
-            .when(Condition::exists(pk_name).and(free));
+            .when(
+                Condition::exists(pk_name)
+                    .and(Condition::absent(PARKED_AT))
+                    .and(free),
+            );
             match self.table.update_item(request).await {
                 Ok(claimed) => return Ok(Claimed::Head(claimed, claim)),
                 // Deleted since the query (another drainer delivered it).
                 Err(TableError::ConditionalCheckFailed { item: None }) => continue,
-                Err(TableError::ConditionalCheckFailed { item: Some(_) }) => {
-                    return Ok(Claimed::Busy)
+                Err(TableError::ConditionalCheckFailed { item: Some(now) }) => {
+                    // Parked by the drainer that held it meanwhile.
+                    if now.contains_key(PARKED_AT) {
+                        return Ok(Claimed::Parked(*now));
+                    }
+                    return Ok(Claimed::Busy);
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -187,24 +229,14 @@ impl Outbox {
     /// started again at the same revision after its tombstone expired)
     /// holds a newer effect that was never delivered.
     async fn delete_delivered(&self, key: Item, delivered: &Item) -> Result<(), Error> {
-        let same = [SOURCE, STREAM_ID, VERSION, ENQUEUED_AT]
-            .into_iter()
-            .map(|name| match delivered.get(name) {
-                Some(value) => Condition::eq(name, value.clone()),
-                None => Condition::absent(name),
-            })
-            .reduce(Condition::and);
-        let delete = match same {
-            Some(condition) => Delete::new(key).when(condition),
-            None => Delete::new(key),
-        };
+        let delete = Delete::new(key).when(self.same_effect(delivered));
         match self.table.delete_item(delete).await {
             Ok(()) | Err(TableError::ConditionalCheckFailed { .. }) => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
 
-    /// Gives a claim back after a failed delivery, if it is still ours.
+    /// Gives a claim back, if it is still ours.
     async fn release(&self, key: Item, claim: String) -> Result<(), Error> {
         let request = UpdateItem::new(key, Update::new().remove(CLAIMED_UNTIL).remove(CLAIM_ID))
             .when(Condition::eq(CLAIM_ID, s(claim)));
@@ -287,7 +319,7 @@ impl Outbox {
 
 impl PendingReport {
     fn add(&mut self, row: DrainReport) {
-        if row.delivered == 0 && row.undelivered.is_none() && !row.busy {
+        if row.delivered == 0 && row.undelivered.is_none() && !row.busy && row.parked.is_none() {
             self.stale += 1;
             return;
         }
@@ -295,5 +327,6 @@ impl PendingReport {
         self.delivered += row.delivered;
         self.busy += usize::from(row.busy);
         self.undelivered.extend(row.undelivered);
+        self.parked.extend(row.parked);
     }
 }

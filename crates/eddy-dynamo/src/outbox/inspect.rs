@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use super::failure::LastFailure;
 use super::item::{Effect, CLAIMED_UNTIL, ENQUEUED_AT};
 use super::Outbox;
 use crate::error::Error;
@@ -40,6 +41,16 @@ pub struct RowPending {
     /// The oldest claim on one of them (the one expiring first), if any
     /// is claimed.
     pub oldest_claim: Option<PendingClaim>,
+    /// The head's last failed delivery, if one failed; `parked` when it
+    /// failed permanently and the row waits for an operator.
+    pub head_failure: Option<LastFailure>,
+}
+
+impl RowPending {
+    /// Whether the row's head is parked.
+    pub fn is_parked(&self) -> bool {
+        self.head_failure.as_ref().is_some_and(|f| f.parked)
+    }
 }
 
 impl Outbox {
@@ -55,6 +66,7 @@ impl Outbox {
             head: None,
             head_age: None,
             oldest_claim: None,
+            head_failure: None,
         };
         let mut start = None;
         loop {
@@ -82,6 +94,7 @@ impl Outbox {
                         pending.head_age = get_u64(item, ENQUEUED_AT)
                             .map(|at| Duration::from_millis(now.saturating_sub(at)));
                         pending.head = Some(effect);
+                        pending.head_failure = LastFailure::of(item);
                     }
                 }
             }
@@ -97,7 +110,8 @@ impl Outbox {
     /// an eventually consistent index whose row has nothing pending any
     /// more are left out. Sets the backlog gauges
     /// (`eddy_dynamo_outbox_pending_effects`,
-    /// `eddy_dynamo_outbox_oldest_pending_age_seconds`).
+    /// `eddy_dynamo_outbox_oldest_pending_age_seconds`,
+    /// `eddy_dynamo_outbox_parked_rows`).
     pub async fn pending_rows(&self) -> Result<Vec<RowPending>, Error> {
         let mut seen = HashSet::new();
         let mut rows = Vec::new();
@@ -124,7 +138,8 @@ impl Outbox {
                     let oldest = rows.iter().filter_map(|r| r.head_age).max();
                     let oldest =
                         oldest.map_or(0, |age| u64::try_from(age.as_millis()).unwrap_or(u64::MAX));
-                    crate::metrics::backlog(self.read_model(), effects, oldest);
+                    let parked = rows.iter().filter(|r| r.is_parked()).count();
+                    crate::metrics::backlog(self.read_model(), effects, oldest, parked);
                     return Ok(rows);
                 }
             }

@@ -9,8 +9,10 @@
 //! `__edd_e__` (`<entity type>#outbox`), `rowSk`, `source`, `streamId`,
 //! `version`, `effect` (the encoded effect), `enqueuedAt` (epoch ms, by
 //! the outbox's clock), the outbox index's keys when one is declared, and
-//! while claimed `claimedUntil` (epoch ms) and `claimId`. Never the
-//! table's TTL attribute.
+//! while claimed `claimedUntil` (epoch ms) and `claimId`; after a failed
+//! delivery `lastErrorCode`, `lastError`, `failedAt`, `failures`, and
+//! `parkedAt` while parked (see `failure.rs`). Never the table's TTL
+//! attribute.
 
 use serde::de::DeserializeOwned;
 
@@ -37,6 +39,11 @@ pub(crate) const CLAIMED_UNTIL: &str = "claimedUntil";
 pub(crate) const CLAIM_ID: &str = "claimId";
 pub(crate) const ENQUEUED_AT: &str = "enqueuedAt";
 pub(crate) const INDEX: &str = "index";
+pub(crate) const LAST_ERROR_CODE: &str = "lastErrorCode";
+pub(crate) const LAST_ERROR: &str = "lastError";
+pub(crate) const FAILED_AT: &str = "failedAt";
+pub(crate) const FAILURES: &str = "failures";
+pub(crate) const PARKED_AT: &str = "parkedAt";
 
 /// Every attribute an outbox item may carry besides its keys.
 pub(crate) const ATTRIBUTES: &[&str] = &[
@@ -49,6 +56,11 @@ pub(crate) const ATTRIBUTES: &[&str] = &[
     CLAIM_ID,
     ENQUEUED_AT,
     INDEX,
+    LAST_ERROR_CODE,
+    LAST_ERROR,
+    FAILED_AT,
+    FAILURES,
+    PARKED_AT,
 ];
 
 /// What separates a row's sort key from its effects' positions.
@@ -240,5 +252,13 @@ impl EffectCommit for Outbox {
 
     async fn pending_rows(&self) -> Result<Vec<RowPending>, Error> {
         Outbox::pending_rows(self).await
+    }
+
+    async fn unpark(&self, row_key: &Item) -> Result<Option<super::Parked>, Error> {
+        Outbox::unpark(self, row_key).await
+    }
+
+    async fn drop_parked(&self, row_key: &Item, effect: &Effect) -> Result<bool, Error> {
+        Outbox::drop_parked(self, row_key, effect).await
     }
 }

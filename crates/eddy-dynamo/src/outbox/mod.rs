@@ -4,9 +4,12 @@
 //! - `item.rs`: where an effect is stored and what its item holds.
 //! - `drain.rs`: claim → deliver → delete, per row ([`Outbox::drain`]) and
 //!   over every row with pending effects ([`Outbox::drain_pending`]).
+//! - `failure.rs`: failed deliveries recorded on the head, permanent
+//!   ones parking the row; unpark and drop.
 //! - `inspect.rs`: what is pending, per row and over all rows.
 
 mod drain;
+mod failure;
 mod inspect;
 mod item;
 
@@ -14,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use self::drain::{Deliver, DrainReport, PendingReport, Undelivered};
+pub use self::failure::{DeliveryError, LastFailure, Parked, MAX_ERROR_BYTES};
 pub use self::inspect::{PendingClaim, RowPending};
 pub use self::item::{Effect, MAX_EFFECTS_PER_WRITE};
 

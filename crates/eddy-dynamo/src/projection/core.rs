@@ -331,9 +331,12 @@ where
         let cleared;
         let from = match read {
             ReadRow::Row(item) | ReadRow::Tombstone(item) if fresh => {
-                let mut item = item.clone();
-                self.slots.clear(&mut item);
-                cleared = ReadRow::Cleared(item);
+                let mut cleared_item = item.clone();
+                self.slots.clear(&mut cleared_item);
+                cleared = ReadRow::Cleared {
+                    item: cleared_item,
+                    before: item.clone(),
+                };
                 &cleared
             }
             read => read,
@@ -516,8 +519,10 @@ pub(crate) enum ReadRow {
     /// The row's tombstone: no state, but its checkpoints and revision.
     Tombstone(Item),
     /// What a rebuild plans from: the item read with its checkpoints
-    /// cleared, no state, only its revision.
-    Cleared(Item),
+    /// cleared, no state, only its revision; and the item as read, whose
+    /// checkpoints say which events the row had applied (and committed
+    /// the effects of) before.
+    Cleared { item: Item, before: Item },
 }
 
 impl ReadRow {
@@ -525,7 +530,9 @@ impl ReadRow {
     pub(crate) fn item(&self) -> Option<&Item> {
         match self {
             ReadRow::Absent => None,
-            ReadRow::Row(item) | ReadRow::Tombstone(item) | ReadRow::Cleared(item) => Some(item),
+            ReadRow::Row(item) | ReadRow::Tombstone(item) | ReadRow::Cleared { item, .. } => {
+                Some(item)
+            }
         }
     }
 

@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use crate::error::Error;
 use crate::event_item::StreamId;
 use crate::item::{AttributeValue, Item};
-use crate::outbox::{Deliver, DrainReport, PendingReport, RowPending};
+use crate::outbox::{Deliver, DrainReport, Effect, Parked, PendingReport, RowPending};
 use crate::request::TableWrite;
 
 /// An effect of an applied event, encoded, waiting to be committed with its
@@ -61,6 +61,14 @@ pub trait EffectCommit: Send + Sync {
 
     /// Every row with pending effects.
     async fn pending_rows(&self) -> Result<Vec<RowPending>, Error>;
+
+    /// Unparks the row `row_key` (see
+    /// [`Outbox::unpark`](crate::Outbox::unpark)).
+    async fn unpark(&self, row_key: &Item) -> Result<Option<Parked>, Error>;
+
+    /// Drops the parked head `effect` of the row `row_key` (see
+    /// [`Outbox::drop_parked`](crate::Outbox::drop_parked)).
+    async fn drop_parked(&self, row_key: &Item, effect: &Effect) -> Result<bool, Error>;
 }
 
 /// The applied event an outbox's `effects` sees.

@@ -77,6 +77,10 @@ struct Folding<M> {
     /// How many removals were applied.
     removals: usize,
     effects: Vec<PendingEffect>,
+    /// The instance being folded had applied its events up to this
+    /// version before a rebuild: their effects were committed then, and
+    /// are not committed again.
+    committed_up_to: u64,
     /// How many applied events produced effects, and how many may.
     effectful: usize,
     cap: Option<usize>,
@@ -212,6 +216,15 @@ where
                 instances.push(outcome);
                 continue;
             }
+            row.committed_up_to = match read {
+                ReadRow::Cleared { before, .. } => self
+                    .slots
+                    .read(before, src.name(), instance, &work.id)
+                    .ok()
+                    .flatten()
+                    .unwrap_or(0),
+                _ => 0,
+            };
             let (before, removed_before, removals_before, effects_before) = (
                 row.state.clone(),
                 row.removed,
@@ -301,6 +314,7 @@ where
             removed: matches!(read, ReadRow::Tombstone(_)),
             removals: 0,
             effects: Vec::new(),
+            committed_up_to: 0,
             effectful: 0,
             cap: limits.cap,
             cut: false,
@@ -446,7 +460,8 @@ where
         if self.may_not_restart(src, row) {
             return Ok(Decided::AfterRemoval);
         }
-        if let Some(effects) = &bound.effects {
+        let committed = version <= row.committed_up_to;
+        if let (Some(effects), false) = (&bound.effects, committed) {
             let payloads = effects(next.as_ref())?;
             if !payloads.is_empty() {
                 if row.cap == Some(row.effectful) {

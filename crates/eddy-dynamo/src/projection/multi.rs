@@ -436,6 +436,20 @@ where
         self.outbox()?.pending_rows().await
     }
 
+    /// Unparks the row `key`: the next drain tries its parked head again
+    /// (see [`Outbox::unpark`](crate::Outbox::unpark)).
+    pub async fn unpark(&self, key: &K) -> Result<Option<crate::Parked>, Error> {
+        let row = self.core.read_model.key(key)?;
+        self.outbox()?.unpark(&row).await
+    }
+
+    /// Drops the row's parked head `effect`, so the row goes on (see
+    /// [`Outbox::drop_parked`](crate::Outbox::drop_parked)).
+    pub async fn drop_parked(&self, key: &K, effect: &crate::Effect) -> Result<bool, Error> {
+        let row = self.core.read_model.key(key)?;
+        self.outbox()?.drop_parked(&row, effect).await
+    }
+
     /// Whether it declares an outbox.
     pub fn has_outbox(&self) -> bool {
         self.core.outbox.is_some()
