@@ -702,8 +702,8 @@ impl Records for DynamoUnit {
     }
 
     /// Reads the stream's producer items from the first, in pages, at most
-    /// [`EXPIRED_SCAN_ITEMS`] of them, and deletes (in the unit's
-    /// transaction) up to [`MAX_EXPIRED_DROPS`] of those expired.
+    /// 1 000 (`EXPIRED_SCAN_ITEMS`) of them, and deletes (in the unit's
+    /// transaction) up to 16 (`MAX_EXPIRED_DROPS`) of those expired.
     async fn drop_expired_producers(
         &mut self,
         key: &StreamKey,
