@@ -1,13 +1,16 @@
 //! What a pull-wake claim asks of the store (issue 33: no request reads
 //! every stream). A claim reads the subscription's streams from the store
-//! only when it has nothing pending to hand out: the commits recorded on
-//! it already name the work, and a commit recorded later wakes it again.
+//! only when it has nothing pending to hand out (the commits recorded on
+//! it already name the work, and a commit recorded later wakes it again),
+//! and then a bounded slice of its base, each claim going on from where
+//! the last one stopped.
 
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use eddy_server::{app, App, AppState, ServerConfig};
+use eddy_streams::{Payload, Storage, StreamConfig, StreamPath};
 use tokio::sync::watch;
 use tower::ServiceExt;
 
@@ -91,5 +94,61 @@ async fn a_claim_with_work_pending_lists_no_stream() {
     let before = store.lists();
     assert_eq!(claim("w2").await, StatusCode::CONFLICT);
     assert_eq!(store.lists(), before);
+    drop(stop);
+}
+
+async fn claim_as(app: &App, worker: &str) -> StatusCode {
+    let body = format!(r#"{{"worker":"{worker}"}}"#);
+    call(app, "POST", "/app/__ds/subscriptions/s/claim", &body).await
+}
+
+/// On DynamoDB, with 2 500 streams under a pattern subscription's base
+/// (25 of them matching its pattern), a
+/// claim with nothing recorded reads at most a thousand of them (ten
+/// pages: a `Query` of the directory and a `BatchGetItem` each), not all
+/// (before: every directory entry and every record, 5 000 items); the
+/// next claim reads the rest.
+#[tokio::test]
+async fn an_idle_claim_reads_a_bounded_slice_of_a_large_base() {
+    let table: Arc<dyn eddy_dynamo::Table> = Arc::new(eddy_dynamo::EmbeddedTable::memory(
+        eddy_streams_dynamodb::layout("claims"),
+    ));
+    let store = Arc::new(
+        eddy_streams_dynamodb::open(Arc::clone(&table), eddy_streams_dynamodb::options())
+            .expect("open"),
+    );
+    let (stop, stopping) = watch::channel(false);
+    let app = app(AppState::new(
+        Arc::clone(&store) as Arc<dyn Storage>,
+        ServerConfig::default(),
+        stopping,
+    ));
+    assert_eq!(
+        call(&app, "PUT", "/app/wakes", "").await,
+        StatusCode::CREATED
+    );
+    for n in 0..2_500 {
+        // Under the subscription's base, matching its pattern or not.
+        let kind = if n % 100 == 0 { "jobs" } else { "other" };
+        let path = StreamPath::new(format!("app/{kind}/{n:05}")).expect("path");
+        store
+            .create(&path, StreamConfig::json(), Payload::empty())
+            .await
+            .expect("create");
+    }
+    let subscribe = r#"{"type":"pull-wake","pattern":"jobs/*","wake_stream":"wakes"}"#;
+    let created = call(&app, "PUT", "/app/__ds/subscriptions/s", subscribe).await;
+    assert_eq!(created, StatusCode::CREATED);
+
+    for claim in ["the first", "the next"] {
+        let before = table.request_stats();
+        assert_eq!(claim_as(&app, "w0").await, StatusCode::NO_CONTENT);
+        let read = table.request_stats() - before;
+        assert!(
+            read.items_read <= 2_100,
+            "{claim} claim read {} items: {read:?}",
+            read.items_read
+        );
+    }
     drop(stop);
 }

@@ -78,6 +78,9 @@ pub(crate) struct Registry {
     listening: std::sync::OnceLock<()>,
     /// The most streams one subscription watches through its pattern.
     max_matches: usize,
+    /// Where each subscription's next refresh goes on listing its base
+    /// (absent: from the start).
+    refresh_cursors: Mutex<HashMap<String, String>>,
 }
 
 impl Registry {
@@ -99,7 +102,30 @@ impl Registry {
         let mut known = self.known();
         match sub {
             Some(sub) => known.insert(id.to_owned(), Watch::of(sub)),
-            None => known.remove(id),
+            None => {
+                self.set_refresh_cursor(id, None);
+                known.remove(id)
+            }
+        };
+    }
+
+    /// Where a subscription's next refresh goes on (see `wake::refresh`).
+    fn refresh_cursor(&self, id: &str) -> Option<String> {
+        let cursors = self
+            .refresh_cursors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        cursors.get(id).cloned()
+    }
+
+    fn set_refresh_cursor(&self, id: &str, cursor: Option<String>) {
+        let mut cursors = self
+            .refresh_cursors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match cursor {
+            Some(cursor) => cursors.insert(id.to_owned(), cursor),
+            None => cursors.remove(id),
         };
     }
 
@@ -173,6 +199,7 @@ impl Registry {
             recorder: tokio::sync::Notify::new(),
             listening: std::sync::OnceLock::new(),
             max_matches: state.config.max_subscription_matches,
+            refresh_cursors: Mutex::default(),
         }))
     }
 }

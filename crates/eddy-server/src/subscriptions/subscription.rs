@@ -298,14 +298,16 @@ impl Subscription {
     }
 
     /// Brings it up to date with the store's streams under its base, as
-    /// listed from `listed_ms` on: tails move on, new matches are watched
-    /// (up to `max_matches`), and streams of the pattern that no longer
-    /// exist are dropped (an explicitly listed one stays: its client named
-    /// it; one recorded after the listing began stays too). Returns how
-    /// many new matches were left out.
+    /// listed from `listed_ms` on over the paths `covered`: tails move on,
+    /// new matches are watched (up to `max_matches`), and streams of the
+    /// pattern in that range that no longer exist are dropped (an
+    /// explicitly listed one stays: its client named it; one recorded
+    /// after the listing began stays too). Returns how many new matches
+    /// were left out.
     pub(super) fn record(
         &mut self,
         infos: &[eddy_streams::StreamInfo],
+        covered: &Covered,
         listed_ms: u64,
         max_matches: usize,
     ) -> usize {
@@ -313,10 +315,12 @@ impl Subscription {
             .iter()
             .filter_map(|info| self.relative(&info.path))
             .collect();
+        let base = self.base_path.clone();
         self.streams.retain(|path, watched| {
             watched.link == Link::Explicit
                 || watched.seen_ms > listed_ms
                 || present.contains(path.as_str())
+                || !covered.holds(&joined(&base, path))
         });
         let mut left_out = 0;
         for info in infos {
@@ -350,6 +354,25 @@ impl Subscription {
 }
 
 /// The path relative to `base_path`, if `full` is under it.
+/// The store paths a listing went over: those after `after` (all, when
+/// `None`) up to and including `through` (to the end, when `None`).
+#[derive(Clone, Debug, Default)]
+pub(super) struct Covered {
+    pub(super) after: Option<String>,
+    pub(super) through: Option<String>,
+}
+
+impl Covered {
+    /// Whether the listing went over `path`.
+    fn holds(&self, path: &str) -> bool {
+        self.after.as_deref().is_none_or(|after| path > after)
+            && self
+                .through
+                .as_deref()
+                .is_none_or(|through| path <= through)
+    }
+}
+
 pub(super) fn relative_to<'a>(base_path: &str, full: &'a str) -> Option<&'a str> {
     if base_path.is_empty() {
         Some(full)
@@ -394,12 +417,8 @@ impl Watch {
 mod tests {
     use super::*;
 
-    /// Regression: a subscription's document grew with every stream its
-    /// pattern matched, and long paths could take it past the store's
-    /// document limit, after which no change of it could be stored.
-    #[test]
-    fn the_streams_a_pattern_adds_keep_the_document_under_its_limit() {
-        let mut sub: Subscription = serde_json::from_value(serde_json::json!({
+    fn pattern_subscription() -> Subscription {
+        serde_json::from_value(serde_json::json!({
             "id": "s",
             "base_path": "app",
             "delivery": {"type": "pull-wake", "wake_stream": "wakes"},
@@ -410,7 +429,36 @@ mod tests {
             "streams": {},
             "generation": 0,
         }))
-        .expect("a subscription");
+        .expect("a subscription")
+    }
+
+    /// A listing of part of the base drops the pattern's streams that it
+    /// went over and did not find, and keeps those it did not go over.
+    #[test]
+    fn a_partial_listing_drops_only_what_it_went_over() {
+        let mut sub = pattern_subscription();
+        for path in ["a", "m", "z"] {
+            assert!(sub.track(path, Link::Pattern, Offset::ZERO, 1, 100));
+        }
+        let covered = Covered {
+            after: Some("app/b".into()),
+            through: Some("app/n".into()),
+        };
+        // Nothing listed between app/b and app/n: app/m is gone.
+        assert_eq!(sub.record(&[], &covered, 2, 100), 0);
+        let left: Vec<&str> = sub.streams.keys().map(String::as_str).collect();
+        assert_eq!(left, ["a", "z"]);
+        // A listing of everything that finds nothing drops the rest.
+        sub.record(&[], &Covered::default(), 3, 100);
+        assert!(sub.streams.is_empty());
+    }
+
+    /// Regression: a subscription's document grew with every stream its
+    /// pattern matched, and long paths could take it past the store's
+    /// document limit, after which no change of it could be stored.
+    #[test]
+    fn the_streams_a_pattern_adds_keep_the_document_under_its_limit() {
+        let mut sub = pattern_subscription();
         let mut left_out = 0;
         for n in 0..1000 {
             let path = format!("{n:04}/{}", "p".repeat(1000));

@@ -13,6 +13,7 @@ use futures::StreamExt;
 use eddy_streams::{Append, Offset, StreamInfo, StreamPath};
 use tokio::sync::broadcast::error::RecvError;
 
+use super::subscription::Covered;
 use super::{now_ms, Delivery, Post, Registry, Subscription, SubscriptionError};
 use crate::state::AppState;
 
@@ -297,11 +298,21 @@ fn warn_left_out(id: &str, left_out: usize, max_matches: usize) {
     );
 }
 
+/// The most streams one refresh reads: a base that holds more is read
+/// over several refreshes (each claim's goes on where the last stopped),
+/// so no request reads every stream; the periodic rescan reads them all.
+const REFRESH_STREAMS: usize = 1_000;
+
+/// The streams one page of a refresh asks for.
+const REFRESH_PAGE: usize = 100;
+
 /// Brings a subscription's view of its streams up to date from the store
 /// (a commit may not have been recorded yet, or at all if the server that
 /// made it died first): the tails of the streams it watches, new streams
 /// of its pattern, and streams of its pattern that were deleted are
-/// dropped; then wakes it if that makes a wake due.
+/// dropped; then wakes it if that makes a wake due. It reads at most
+/// [`REFRESH_STREAMS`] streams, from where the subscription's last
+/// refresh stopped.
 pub(super) async fn refresh(registry: &Arc<Registry>, id: &str) -> Result<(), SubscriptionError> {
     let known = registry
         .known()
@@ -314,13 +325,28 @@ pub(super) async fn refresh(registry: &Arc<Registry>, id: &str) -> Result<(), Su
             None => return Err(SubscriptionError::not_found(id)),
         },
     };
+    let prefix = super::prefix(&base);
     let listed_ms = now_ms();
-    let infos = registry
-        .store
-        .list(&super::prefix(&base))
-        .await
-        .map_err(|e| SubscriptionError::store(&e))?;
-    record_listing(registry, id, &infos, listed_ms).await
+    let start = registry.refresh_cursor(id);
+    let (mut after, mut infos) = (start.clone(), Vec::new());
+    let through = loop {
+        let page = registry
+            .store
+            .list_page(&prefix, after.as_deref(), REFRESH_PAGE)
+            .await
+            .map_err(|e| SubscriptionError::store(&e))?;
+        infos.extend(page.streams);
+        match page.next {
+            Some(next) if infos.len() < REFRESH_STREAMS => after = Some(next),
+            next => break next,
+        }
+    };
+    registry.set_refresh_cursor(id, through.clone());
+    let covered = Covered {
+        after: start,
+        through,
+    };
+    record_listing(registry, id, &infos, &covered, listed_ms).await
 }
 
 /// Records a listing of a subscription's base on it (see [`refresh`]).
@@ -328,12 +354,13 @@ async fn record_listing(
     registry: &Arc<Registry>,
     id: &str,
     infos: &[StreamInfo],
+    covered: &Covered,
     listed_ms: u64,
 ) -> Result<(), SubscriptionError> {
     let now = now_ms();
     let (left_out, action) = registry
         .update(id, |sub| {
-            let left_out = sub.record(infos, listed_ms, registry.max_matches);
+            let left_out = sub.record(infos, covered, listed_ms, registry.max_matches);
             Ok((left_out, plan(registry, sub, now)))
         })
         .await?;
@@ -366,7 +393,7 @@ pub(super) async fn rescan(registry: &Arc<Registry>) {
             .map(|(id, _)| id.clone())
             .collect();
         for id in ids {
-            match record_listing(registry, &id, &infos, listed_ms).await {
+            match record_listing(registry, &id, &infos, &Covered::default(), listed_ms).await {
                 Ok(()) => {}
                 Err(err) if err.is_not_found() => {}
                 Err(err) => {
