@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::record::{expiry_columns, expiry_from_columns};
 use crate::{
+    Retention,
     ProducerPosition, ReadFrom, SnapshotProducer, Storage, StreamConfig, StreamError, StreamPath,
     StreamSnapshot,
 };
@@ -149,6 +150,8 @@ struct StreamLine {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     expires_at_ms: Option<i64>,
     created_closed: bool,
+    #[serde(default, skip_serializing_if = "Retention::is_none")]
+    retention: Retention,
     closed: bool,
     count: u64,
     bytes: u64,
@@ -180,6 +183,7 @@ impl From<&StreamSnapshot> for StreamLine {
             ttl_secs,
             expires_at_ms,
             created_closed: s.config.closed,
+            retention: s.config.retention,
             closed: s.closed,
             count: s.count,
             bytes: s.bytes,
@@ -207,6 +211,7 @@ impl StreamLine {
                 content_type: self.content_type,
                 expiry: expiry_from_columns(self.ttl_secs, self.expires_at_ms),
                 closed: self.created_closed,
+                retention: self.retention,
             },
             closed: self.closed,
             count: self.count,

@@ -18,6 +18,7 @@ use super::sql::Sql;
 use crate::fork::ForkOrigin;
 use crate::record::{expiry_columns, expiry_from_columns, RecordReader, Records, Stored};
 use crate::record::{StreamRecord, Sweepable};
+use crate::retention::{from_column, to_column};
 use crate::rules::{Head, ProducerState};
 use crate::touches::Touches;
 use crate::{ProducerPosition, StreamConfig, StreamError};
@@ -288,10 +289,31 @@ impl RecordReader for PgRecords {
             .map(|row| row.try_get(0))
             .collect::<Result<_, _>>();
         let tombstones = tombstones.map_err(|e| self.fail(e))?;
+        let sql = Arc::clone(&self.sql.sweepable_retained);
+        let rows = self.fetch_all(query(&sql).bind(now_ms).bind(max)).await?;
+        let retained = rows
+            .iter()
+            .map(|row| row.try_get(0))
+            .collect::<Result<_, _>>();
+        let retained = retained.map_err(|e| self.fail(e))?;
         Ok(Sweepable {
             streams,
             tombstones,
+            retained,
         })
+    }
+
+    async fn message_sizes(&mut self, key: &i64, range: Range<u64>) -> Result<Vec<u64>, StreamError> {
+        let sql = Arc::clone(&self.sql.message_sizes);
+        let bound = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let rows = self
+            .fetch_all(query(&sql).bind(key).bind(bound(range.start)).bind(bound(range.end)))
+            .await?;
+        let sizes = rows
+            .iter()
+            .map(|row| row.try_get::<i64, _>(0).map(|n| n as u64))
+            .collect::<Result<_, _>>();
+        sizes.map_err(|e| self.fail(e))
     }
 
     async fn list(&mut self, prefix: &str) -> Result<Vec<(String, StreamRecord)>, StreamError> {
@@ -358,9 +380,19 @@ impl Records for PgRecords {
                 .bind(closer.map(|p| p.epoch as i64))
                 .bind(closer.map(|p| p.seq as i64))
                 .bind(record.accessed_ms)
-                .bind(record.soft_deleted),
+                .bind(record.soft_deleted)
+                .bind(to_column(&head.config.retention, &head.retained))
+                .bind(record.retention_due_ms()),
         )
         .await?;
+        Ok(())
+    }
+
+    async fn drop_messages(&mut self, key: &i64, range: Range<u64>) -> Result<(), StreamError> {
+        let sql = Arc::clone(&self.sql.drop_messages);
+        let bound = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        self.execute(query(&sql).bind(key).bind(bound(range.start)).bind(bound(range.end)))
+            .await?;
         Ok(())
     }
 
@@ -488,6 +520,12 @@ pub(super) fn decode(r: &PgRow) -> Result<(i64, String, StreamRecord), sqlx::Err
         }),
         None => None,
     };
+    let column: Option<String> = r.try_get(20)?;
+    let (retention, retained) =
+        from_column(column.as_deref()).map_err(|reason| sqlx::Error::ColumnDecode {
+            index: "retention".into(),
+            source: reason.into(),
+        })?;
     let record = StreamRecord {
         head: Head {
             incarnation: r.try_get::<i64, _>(18)? as u64,
@@ -495,12 +533,14 @@ pub(super) fn decode(r: &PgRow) -> Result<(i64, String, StreamRecord), sqlx::Err
                 content_type: r.try_get(2)?,
                 expiry: expiry_from_columns(r.try_get(3)?, r.try_get(4)?),
                 closed: r.try_get(5)?,
+                retention,
             }),
             closed: r.try_get(6)?,
             count: r.try_get::<i64, _>(7)? as u64,
             bytes: r.try_get::<i64, _>(8)? as u64,
             last_stream_seq: r.try_get(9)?,
             closed_by,
+            retained,
         },
         accessed_ms: r.try_get(13)?,
         origin,
