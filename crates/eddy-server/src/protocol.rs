@@ -47,6 +47,12 @@ pub(crate) const SSE_DATA_ENCODING: HeaderName =
 pub(crate) const ERROR_CODE: HeaderName = HeaderName::from_static("eddy-error");
 /// Eddy's extension: the bytes a stream holds (on HEAD).
 pub(crate) const STREAM_BYTES: HeaderName = HeaderName::from_static("eddy-stream-bytes");
+/// Eddy's extension: a stream's retention policy (on create; echoed on
+/// create, HEAD and GET).
+pub(crate) const RETENTION: HeaderName = HeaderName::from_static("eddy-retention");
+/// Eddy's extension: the offset of the first message a stream keeps (on
+/// HEAD, and with `offset/dropped`).
+pub(crate) const EARLIEST_OFFSET: HeaderName = HeaderName::from_static("eddy-earliest-offset");
 
 /// The path prefix reserved for Eddy's own endpoints (listing).
 pub(crate) const RESERVED_PREFIX: &str = "_eddy/";

@@ -34,9 +34,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::record::{expiry_columns, expiry_from_columns};
 use crate::{
-    Retention,
-    ProducerPosition, ReadFrom, SnapshotProducer, Storage, StreamConfig, StreamError, StreamPath,
-    StreamSnapshot,
+    ProducerPosition, ReadFrom, Retention, SnapshotProducer, Storage, StreamConfig, StreamError,
+    StreamPath, StreamSnapshot,
 };
 
 /// The `format` of the header line.

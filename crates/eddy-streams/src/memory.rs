@@ -407,8 +407,7 @@ impl RecordReader for MemoryRecords {
             .iter()
             .filter(|(_, stream)| {
                 let record = &stream.record;
-                record.is_live(now_ms)
-                    && record.retention_due_ms().is_some_and(|due| due <= now_ms)
+                record.is_live(now_ms) && record.retention_due_ms().is_some_and(|due| due <= now_ms)
             })
             .map(|(path, _)| path.to_string())
             .take(max)

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::fork::ForkOrigin;
 use crate::record::{expiry_columns, expiry_from_columns, StreamRecord};
-use crate::rules::Head;
 use crate::retention::Retained;
+use crate::rules::Head;
 use crate::{ProducerPosition, Retention, StreamConfig};
 
 /// A stream record, field by field.

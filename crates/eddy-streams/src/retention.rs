@@ -212,7 +212,8 @@ impl fmt::Display for Retention {
             parts.push(format!("bytes={}", with_unit(bytes, &SIZE_UNITS)));
         }
         if let Some(secs) = self.age_secs {
-            parts.push(format!("age={}", with_unit(secs, &AGE_UNITS)));
+            // Days at most: `7d` reads better than `1w`.
+            parts.push(format!("age={}", with_unit(secs, &AGE_UNITS[1..])));
         }
         if parts.is_empty() {
             f.write_str("none")
@@ -290,9 +291,7 @@ impl Retained {
     /// The position below which the message and age bounds let messages
     /// go at `now_ms` (the byte bound needs the messages' sizes).
     pub fn droppable_below(&self, policy: &Retention, count: u64, now_ms: i64) -> u64 {
-        let by_count = policy
-            .messages
-            .map_or(0, |keep| count.saturating_sub(keep));
+        let by_count = policy.messages.map_or(0, |keep| count.saturating_sub(keep));
         let by_age = policy.age_ms().map_or(0, |age_ms| {
             self.marks
                 .iter()
@@ -367,10 +366,24 @@ mod tests {
 
     #[test]
     fn policies_parse_in_any_order_and_print_canonically() {
-        let policy: Retention = " age = 36h ;messages=5; bytes=1MiB ;".parse().expect("parse");
-        assert_eq!(policy, Retention::NONE.with_messages(5).with_bytes(1 << 20).with_age_secs(129_600));
+        let policy: Retention = " age = 36h ;messages=5; bytes=1MiB ;"
+            .parse()
+            .expect("parse");
+        assert_eq!(
+            policy,
+            Retention::NONE
+                .with_messages(5)
+                .with_bytes(1 << 20)
+                .with_age_secs(129_600)
+        );
         assert_eq!(policy.to_string(), "messages=5; bytes=1MiB; age=36h");
-        assert_eq!("bytes=1500".parse::<Retention>().expect("parse").to_string(), "bytes=1500B");
+        assert_eq!(
+            "bytes=1500"
+                .parse::<Retention>()
+                .expect("parse")
+                .to_string(),
+            "bytes=1500B"
+        );
         assert_eq!("none".parse::<Retention>(), Ok(Retention::NONE));
         assert_eq!(Retention::NONE.to_string(), "none");
     }
@@ -402,7 +415,11 @@ mod tests {
         for n in 1..=1000u64 {
             retained.appended(&policy, n, n as i64 * 100);
         }
-        assert!(retained.marks.len() <= MAX_MARKS, "{}", retained.marks.len());
+        assert!(
+            retained.marks.len() <= MAX_MARKS,
+            "{}",
+            retained.marks.len()
+        );
         let now = 100_000;
         let below = retained.droppable_below(&policy, 1000, now);
         // Messages appended at or before 68 s may go (the 680th and

@@ -142,6 +142,7 @@ impl Head {
             next_offset: self.offset(next),
             up_to_date,
             closed: up_to_date && self.closed,
+            retention: self.config.retention,
         }
     }
 }

@@ -7,8 +7,8 @@ use bytes::Bytes;
 use tokio::sync::broadcast;
 
 use crate::{
-    Append, Appended, Committed, Fork, Notifier, Offset, Payload, ReadFrom, StreamConfig,
-    StreamError, StreamInfo, StreamPath, StreamSnapshot,
+    Append, Appended, Committed, Fork, Notifier, Offset, Payload, ReadFrom, Retention,
+    StreamConfig, StreamError, StreamInfo, StreamPath, StreamSnapshot,
 };
 
 /// The result of a create.
@@ -36,6 +36,8 @@ pub struct ReadChunk {
     /// Whether the read reached the tail of a closed stream: nothing more
     /// will ever come.
     pub closed: bool,
+    /// The stream's retention policy.
+    pub retention: Retention,
 }
 
 /// The outcome of [`Storage::wait`].

@@ -303,11 +303,20 @@ impl RecordReader for PgRecords {
         })
     }
 
-    async fn message_sizes(&mut self, key: &i64, range: Range<u64>) -> Result<Vec<u64>, StreamError> {
+    async fn message_sizes(
+        &mut self,
+        key: &i64,
+        range: Range<u64>,
+    ) -> Result<Vec<u64>, StreamError> {
         let sql = Arc::clone(&self.sql.message_sizes);
         let bound = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let rows = self
-            .fetch_all(query(&sql).bind(key).bind(bound(range.start)).bind(bound(range.end)))
+            .fetch_all(
+                query(&sql)
+                    .bind(key)
+                    .bind(bound(range.start))
+                    .bind(bound(range.end)),
+            )
             .await?;
         let sizes = rows
             .iter()
@@ -391,8 +400,13 @@ impl Records for PgRecords {
     async fn drop_messages(&mut self, key: &i64, range: Range<u64>) -> Result<(), StreamError> {
         let sql = Arc::clone(&self.sql.drop_messages);
         let bound = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        self.execute(query(&sql).bind(key).bind(bound(range.start)).bind(bound(range.end)))
-            .await?;
+        self.execute(
+            query(&sql)
+                .bind(key)
+                .bind(bound(range.start))
+                .bind(bound(range.end)),
+        )
+        .await?;
         Ok(())
     }
 

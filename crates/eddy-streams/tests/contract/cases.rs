@@ -20,6 +20,10 @@ pub use incarnations::*;
 mod documents;
 pub use documents::*;
 
+#[path = "retention.rs"]
+mod retention;
+pub use retention::*;
+
 #[path = "producer_expiry.rs"]
 mod producer_expiry;
 pub use producer_expiry::*;
@@ -106,6 +110,12 @@ macro_rules! every_sweeping_case {
         $run!(
             expired_streams_and_old_tombstones_are_swept_in_steps,
             the_sweep_drops_expired_producers_in_steps,
+            retention_keeps_the_last_messages_and_offsets_never_change,
+            retention_by_bytes_keeps_the_newest_within_the_bound,
+            retention_by_age_drops_what_is_older,
+            idempotent_producers_deduplicate_across_a_drop,
+            a_fork_keeps_what_it_inherited_when_its_source_drops,
+            a_retention_policy_is_part_of_the_config,
         );
     };
 }

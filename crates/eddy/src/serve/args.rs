@@ -255,6 +255,17 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub cache_public_prefixes: Vec<String>,
+    /// A retention policy for the streams created under a path pattern
+    /// without an Eddy-Retention header, as `PATTERN=POLICY` (`logs/**=age=7d`,
+    /// `metrics/*=messages=1000; bytes=10MB`); repeatable, the first
+    /// matching rule wins. The policy is stored with each stream.
+    #[arg(
+        long = "retention",
+        value_name = "PATTERN=POLICY",
+        env = "EDDY_RETENTION",
+        value_delimiter = ','
+    )]
+    pub retention: Vec<eddy_server::RetentionRule>,
     /// Answer a read from `-1`, the zero offset or a fork source's offset
     /// with a redirect to the stream's own offset (its immutable URL)
     /// instead of with the data; only for deployments whose clients all
@@ -411,6 +422,7 @@ impl ServeArgs {
                 redirect_first_reads: self.redirect_first_reads,
             },
             console: !self.no_console,
+            retention: self.retention.clone(),
             ..ServerConfig::default()
         })
     }

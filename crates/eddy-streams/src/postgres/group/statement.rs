@@ -11,10 +11,10 @@ use sqlx::{PgConnection, Row};
 use super::super::listen::committed_line;
 use super::super::records::{decode, query};
 use super::super::sql::{Sql, STREAM_COLUMN_COUNT};
-use crate::retention::to_column;
 use super::copy::Known;
 use super::records::Draft;
 use crate::marks::{signed, Markers};
+use crate::retention::to_column;
 use crate::rules::ProducerState;
 
 /// Loads the streams at `paths` with their producer counts, and the
