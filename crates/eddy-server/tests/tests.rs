@@ -14,6 +14,7 @@ mod operations;
 mod parsers;
 mod patterns;
 mod probes;
+mod retention;
 #[cfg(feature = "remote")]
 mod remote_contract;
 #[cfg(feature = "remote")]

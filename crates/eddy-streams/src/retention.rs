@@ -7,9 +7,9 @@
 //! message kept is refused ([`OffsetDropped`](crate::StreamError::OffsetDropped)).
 //!
 //! The policy is written as `key=value` pairs separated by `;`:
-//! `messages=1000; bytes=10MB; age=7d`. Sizes take `B`, `KB`, `MB`,
-//! `GB`, `TB` (powers of 1000) or `KiB`, `MiB`, `GiB`, `TiB` (powers of
-//! 1024); ages take `s`, `m`, `h`, `d` or `w`. Every value is above 0.
+//! `messages=1000; bytes=10MB; age=7d`. Sizes take `B` (or no unit),
+//! `KB`, `MB`, `GB`, `TB` (powers of 1000) or `KiB`, `MiB`, `GiB`, `TiB`
+//! (powers of 1024); ages need a unit: `s`, `m`, `h`, `d` or `w`. Every value is above 0.
 //! `none` is the empty policy (keep everything).
 //!
 //! What the store keeps to apply it lives in [`Retained`]: the first
@@ -100,7 +100,8 @@ impl Retention {
     }
 }
 
-const SIZE_UNITS: [(&str, u64); 9] = [
+/// Byte units; a bare number is bytes too.
+const SIZE_UNITS: [(&str, u64); 10] = [
     ("TiB", 1 << 40),
     ("GiB", 1 << 30),
     ("MiB", 1 << 20),
@@ -110,6 +111,7 @@ const SIZE_UNITS: [(&str, u64); 9] = [
     ("MB", 1_000_000),
     ("KB", 1_000),
     ("B", 1),
+    ("", 1),
 ];
 
 const AGE_UNITS: [(&str, u64); 5] = [
@@ -179,7 +181,11 @@ fn number(value: &str, units: &[(&str, u64)]) -> Result<u64, String> {
         .find(|(name, _)| name.eq_ignore_ascii_case(unit))
         .map(|(_, scale)| *scale)
         .ok_or_else(|| {
-            let names: Vec<&str> = units.iter().map(|(name, _)| *name).collect();
+            let names: Vec<&str> = units
+                .iter()
+                .map(|(name, _)| *name)
+                .filter(|name| !name.is_empty())
+                .collect();
             format!("unknown unit `{unit}` (use one of {})", names.join(", "))
         })?;
     match amount.checked_mul(scale) {
