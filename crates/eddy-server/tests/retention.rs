@@ -37,7 +37,11 @@ async fn a_policy_is_set_on_create_echoed_and_part_of_the_config() {
         "echoed in its canonical form"
     );
     let (again, _) = send(&app, put("/r", Some("messages=2; bytes=10240"))).await;
-    assert_eq!(again.status(), StatusCode::OK, "the same policy, written otherwise");
+    assert_eq!(
+        again.status(),
+        StatusCode::OK,
+        "the same policy, written otherwise"
+    );
     let (other, _) = send(&app, put("/r", Some("messages=3"))).await;
     assert_eq!(other.status(), StatusCode::CONFLICT);
     assert_eq!(header(&other, "eddy-error"), Some("stream/config-conflict"));
@@ -47,9 +51,16 @@ async fn a_policy_is_set_on_create_echoed_and_part_of_the_config() {
     let (bad, body) = send(&app, put("/bad", Some("messages=0; age=7"))).await;
     assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
     assert_eq!(header(&bad, "eddy-error"), Some("retention/invalid"));
-    assert!(body.contains("above 0") && body.contains("age=7d"), "{body}");
+    assert!(
+        body.contains("above 0") && body.contains("age=7d"),
+        "{body}"
+    );
     let (absent, _) = send_empty(&app, "HEAD", "/bad").await;
-    assert_eq!(absent.status(), StatusCode::NOT_FOUND, "a refused create made nothing");
+    assert_eq!(
+        absent.status(),
+        StatusCode::NOT_FOUND,
+        "a refused create made nothing"
+    );
 
     let (plain, _) = send(&app, put("/plain", None)).await;
     assert_eq!(header(&plain, "eddy-retention"), None);
@@ -63,7 +74,10 @@ async fn a_read_before_the_earliest_offset_is_gone_and_head_shows_it() {
     let start = header(&created, "stream-next-offset")
         .expect("offset")
         .to_owned();
-    assert_eq!(header(&created, "eddy-earliest-offset"), Some(start.as_str()));
+    assert_eq!(
+        header(&created, "eddy-earliest-offset"),
+        Some(start.as_str())
+    );
     for word in ["a", "b", "c"] {
         let append = req("POST", "/r")
             .header("content-type", "text/plain")
@@ -85,7 +99,10 @@ async fn a_read_before_the_earliest_offset_is_gone_and_head_shows_it() {
     let (gone, body) = send_empty(&app, "GET", &format!("/r?offset={start}")).await;
     assert_eq!(gone.status(), StatusCode::GONE);
     assert_eq!(header(&gone, "eddy-error"), Some("offset/dropped"));
-    assert_eq!(header(&gone, "eddy-earliest-offset"), Some(earliest.as_str()));
+    assert_eq!(
+        header(&gone, "eddy-earliest-offset"),
+        Some(earliest.as_str())
+    );
     assert!(body.contains("retention"), "{body}");
 
     let (all, body) = send_empty(&app, "GET", "/r?offset=-1").await;
@@ -111,9 +128,17 @@ async fn server_rules_give_a_policy_to_streams_created_without_one() {
     let (other, _) = send(&app, put("/orders/1", None)).await;
     assert_eq!(header(&other, "eddy-retention"), Some("age=1d"));
     let (own, _) = send(&app, put("/logs/app/2", Some("messages=5"))).await;
-    assert_eq!(header(&own, "eddy-retention"), Some("messages=5"), "the header wins");
+    assert_eq!(
+        header(&own, "eddy-retention"),
+        Some("messages=5"),
+        "the header wins"
+    );
     let (none, _) = send(&app, put("/logs/app/3", Some("none"))).await;
     assert_eq!(header(&none, "eddy-retention"), None, "`none` opts out");
     let (again, _) = send(&app, put("/logs/app/1", None)).await;
-    assert_eq!(again.status(), StatusCode::OK, "a repeated create matches the rule");
+    assert_eq!(
+        again.status(),
+        StatusCode::OK,
+        "a repeated create matches the rule"
+    );
 }

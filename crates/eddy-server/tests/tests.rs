@@ -14,11 +14,11 @@ mod operations;
 mod parsers;
 mod patterns;
 mod probes;
-mod retention;
 #[cfg(feature = "remote")]
 mod remote_contract;
 #[cfg(feature = "remote")]
 mod remote_errors;
+mod retention;
 mod router;
 mod shared_reads;
 mod stalled_clients;
