@@ -111,7 +111,7 @@ pub struct BackupSummary {
 #[serde(rename_all = "snake_case")]
 enum Line {
     Header { format: String, version: u32 },
-    Stream(StreamLine),
+    Stream(Box<StreamLine>),
     Text(String),
     Base64(String),
     End(BackupSummary),
@@ -273,7 +273,7 @@ pub async fn export(
             Err(StreamError::NotFound { .. } | StreamError::Gone { .. }) => continue,
             Err(err) => return Err(failed(err)),
         };
-        write_line(out, &Line::Stream(StreamLine::from(&snapshot)))?;
+        write_line(out, &Line::Stream(Box::new(StreamLine::from(&snapshot))))?;
         let mut written = 0;
         while written < snapshot.count {
             let chunk = store

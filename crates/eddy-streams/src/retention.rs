@@ -430,6 +430,6 @@ mod tests {
         let below = retained.droppable_below(&policy, 1000, now);
         // Messages appended at or before 68 s may go (the 680th and
         // before); none later.
-        assert!(below <= 680 && below >= 670, "{below}");
+        assert!((670..=680).contains(&below), "{below}");
     }
 }
