@@ -116,6 +116,7 @@ macro_rules! every_sweeping_case {
             idempotent_producers_deduplicate_across_a_drop,
             a_fork_keeps_what_it_inherited_when_its_source_drops,
             a_retention_policy_is_part_of_the_config,
+            appends_racing_the_sweep_leave_a_consistent_stream,
         );
     };
 }

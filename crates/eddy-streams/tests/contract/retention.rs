@@ -283,3 +283,48 @@ pub async fn a_retention_policy_is_part_of_the_config(
     let listed = store.list("retention/").await.expect("list");
     assert_eq!(listed[0].config.retention, policy("messages=5; age=1h"));
 }
+
+/// Appends that race the sweep's drops (on PostgreSQL, group commits
+/// decided before a drop) leave the stream consistent: a read from `-1`
+/// starts at the earliest offset, returns every kept message, and the
+/// bytes are the kept messages' bytes.
+pub async fn appends_racing_the_sweep_leave_a_consistent_stream(
+    store: Arc<dyn Storage>,
+    _clock: Arc<ManualClock>,
+) {
+    let path = at("retention/race");
+    numbered(&*store, &path, policy("messages=5"), 0).await;
+    let writers: Vec<_> = (0..4)
+        .map(|writer| {
+            let (store, path) = (Arc::clone(&store), path.clone());
+            tokio::spawn(async move {
+                for n in 0..40 {
+                    let body = format!("{writer}-{n}-{}", "x".repeat(n % 7));
+                    store
+                        .append(&path, Append::body(body))
+                        .await
+                        .expect("append");
+                }
+            })
+        })
+        .collect();
+    while writers.iter().any(|writer| !writer.is_finished()) {
+        store.sweep(64).await.expect("sweep");
+        tokio::task::yield_now().await;
+    }
+    for writer in writers {
+        writer.await.expect("writer");
+    }
+    sweep_all(&*store).await;
+    let info = store.head(&path).await.expect("head");
+    let chunk = store
+        .read(&path, ReadFrom::Beginning, 1 << 20)
+        .await
+        .expect("read");
+    assert_eq!(info.tail.position(), 160);
+    assert_eq!(chunk.start, info.earliest);
+    assert_eq!(chunk.messages.len(), 5);
+    assert_eq!(info.earliest.position(), 155);
+    let kept: u64 = chunk.messages.iter().map(|m| m.len() as u64).sum();
+    assert_eq!(info.bytes, kept, "the bytes are the kept messages'");
+}
