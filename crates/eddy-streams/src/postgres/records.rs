@@ -132,6 +132,19 @@ impl PgRecords {
         }
     }
 
+    /// The first column of every row of `query`.
+    async fn column<T>(
+        &mut self,
+        query: sqlx::query::Query<'_, Postgres, sqlx::postgres::PgArguments>,
+    ) -> Result<Vec<T>, StreamError>
+    where
+        T: for<'r> sqlx::Decode<'r, Postgres> + sqlx::Type<Postgres>,
+    {
+        let rows = self.fetch_all(query).await?;
+        let values: Result<Vec<T>, _> = rows.iter().map(|row| row.try_get(0)).collect();
+        values.map_err(|e| self.fail(e))
+    }
+
     async fn fetch_optional(
         &mut self,
         query: sqlx::query::Query<'_, Postgres, sqlx::postgres::PgArguments>,
@@ -274,28 +287,13 @@ impl RecordReader for PgRecords {
         let below = i64::try_from(below).unwrap_or(i64::MAX);
         let max = i64::try_from(max).unwrap_or(i64::MAX);
         let sql = Arc::clone(&self.sql.sweepable_streams);
-        let rows = self
-            .fetch_all(query(&sql).bind(now_ms).bind(below).bind(max))
+        let streams = self
+            .column(query(&sql).bind(now_ms).bind(below).bind(max))
             .await?;
-        let streams = rows
-            .iter()
-            .map(|row| row.try_get(0))
-            .collect::<Result<_, _>>();
-        let streams = streams.map_err(|e| self.fail(e))?;
         let sql = Arc::clone(&self.sql.sweepable_tombstones);
-        let rows = self.fetch_all(query(&sql).bind(below).bind(max)).await?;
-        let tombstones = rows
-            .iter()
-            .map(|row| row.try_get(0))
-            .collect::<Result<_, _>>();
-        let tombstones = tombstones.map_err(|e| self.fail(e))?;
+        let tombstones = self.column(query(&sql).bind(below).bind(max)).await?;
         let sql = Arc::clone(&self.sql.sweepable_retained);
-        let rows = self.fetch_all(query(&sql).bind(now_ms).bind(max)).await?;
-        let retained = rows
-            .iter()
-            .map(|row| row.try_get(0))
-            .collect::<Result<_, _>>();
-        let retained = retained.map_err(|e| self.fail(e))?;
+        let retained = self.column(query(&sql).bind(now_ms).bind(max)).await?;
         Ok(Sweepable {
             streams,
             tombstones,
@@ -310,19 +308,15 @@ impl RecordReader for PgRecords {
     ) -> Result<Vec<u64>, StreamError> {
         let sql = Arc::clone(&self.sql.message_sizes);
         let bound = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        let rows = self
-            .fetch_all(
+        let sizes: Vec<i64> = self
+            .column(
                 query(&sql)
                     .bind(key)
                     .bind(bound(range.start))
                     .bind(bound(range.end)),
             )
             .await?;
-        let sizes = rows
-            .iter()
-            .map(|row| row.try_get::<i64, _>(0).map(|n| n as u64))
-            .collect::<Result<_, _>>();
-        sizes.map_err(|e| self.fail(e))
+        Ok(sizes.into_iter().map(|n| n as u64).collect())
     }
 
     async fn list(&mut self, prefix: &str) -> Result<Vec<(String, StreamRecord)>, StreamError> {
