@@ -173,9 +173,10 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = eddy_streams::DEFAULT_MAX_FORK_BYTES, env = "EDDY_MAX_FORK_BYTES")]
     pub max_fork_bytes: u64,
     /// How often expired streams' data and old tombstones of deleted
-    /// streams are removed (each once its stream is a minute old), in
-    /// short steps; `0` never (an expired stream then stays until its
-    /// path is created again).
+    /// streams are removed (each once its stream is a minute old), and
+    /// the messages retention policies let go, in short steps; `0` never
+    /// (an expired stream then stays until its path is created again, and
+    /// retained streams keep everything).
     #[arg(long, default_value = "10s", value_parser = parse_duration, env = "EDDY_SWEEP_INTERVAL")]
     pub sweep_interval: Duration,
     /// The most subscriptions the server holds; more get 503.
