@@ -21,7 +21,8 @@ use crate::{Expiry, Offset, Payload, Retention, StreamConfig, StreamError, Strea
 /// dropped is refused ([`OffsetDropped`](crate::StreamError::OffsetDropped)),
 /// and one that inherits part of a retained prefix starts where the
 /// source's kept messages start. A fork inherits the source's retention
-/// policy unless it sets its own.
+/// policy unless it sets its own; under an age bound, what it inherited
+/// counts as appended when the fork was made.
 ///
 /// Deleting a stream that has live forks only retires it: its path answers
 /// [`SoftDeleted`](crate::StreamError::SoftDeleted) until the last fork is

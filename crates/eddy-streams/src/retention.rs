@@ -278,6 +278,10 @@ impl Retained {
         let Some(age_ms) = policy.age_ms() else {
             return;
         };
+        // Nothing appended since the last mark (or ever): nothing to date.
+        if count == 0 || self.marks.last().is_some_and(|mark| mark.end == count) {
+            return;
+        }
         let cell_ms = (age_ms / MARKS_PER_AGE).max(MIN_CELL_MS);
         let mark = AgeMark {
             ms: now_ms,

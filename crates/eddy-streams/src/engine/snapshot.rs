@@ -98,6 +98,8 @@ impl Engine {
             (Some(stored.key), stored.record)
         };
         record.head.push(&messages);
+        // Restored messages count as appended now for an age bound.
+        record.head.mark_tail(now);
         record.accessed_ms = record.accessed_ms.max(now);
         let complete = record.head.count == snapshot.count;
         if record.head.count > snapshot.count || (complete && record.head.bytes != snapshot.bytes) {
