@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use eddy_projection::CheckpointStore;
 use ipnet::IpNet;
+
+use crate::RetentionRule;
 pub use tower_http::CompressionLevel;
 
 /// Limits and behaviour of one server.
@@ -124,6 +126,10 @@ pub struct ServerConfig {
     /// bindings `/_eddy/bindings` lists too (`eddy serve` sets it on
     /// SQLite and PostgreSQL).
     pub checkpoint_table: Option<CheckpointTable>,
+    /// Retention policies by path pattern, for the streams created without
+    /// an `Eddy-Retention` header: the first rule that matches the path
+    /// gives the policy stored with the stream (see [`RetentionRule`]).
+    pub retention: Vec<RetentionRule>,
 }
 
 /// A checkpoint store that `/_eddy/bindings` reads besides the store's
@@ -173,6 +179,7 @@ impl Default for ServerConfig {
             subscription_sweep_interval: Duration::from_secs(1),
             console: true,
             checkpoint_table: None,
+            retention: Vec::new(),
         }
     }
 }

@@ -125,6 +125,9 @@ impl ApiError {
             ApiError::Stream(StreamError::OffsetBeyondTail { tail, .. }) => {
                 put(protocol::NEXT_OFFSET, tail.to_string());
             }
+            ApiError::Stream(StreamError::OffsetDropped { earliest, .. }) => {
+                put(protocol::EARLIEST_OFFSET, earliest.to_string());
+            }
             ApiError::Stream(StreamError::OffsetMismatch { actual, .. }) => {
                 put(protocol::NEXT_OFFSET, actual.to_string());
             }

@@ -98,6 +98,7 @@ mod observe;
 mod parse;
 mod probes;
 mod protocol;
+mod retention;
 mod route_class;
 mod router;
 mod server;
@@ -116,6 +117,7 @@ pub use config::{
 pub use error::ApiError;
 pub use metrics::Metrics;
 pub use protocol::RESERVED_STREAM_PREFIX;
+pub use retention::RetentionRule;
 pub use server::{RunningServer, Server, TlsCertificates, TlsError};
 pub use state::AppState;
 pub use wire::ListedStream;

@@ -92,6 +92,18 @@ pub(crate) fn expiry(headers: &HeaderMap) -> Result<Option<Expiry>, ApiError> {
     }
 }
 
+/// `Eddy-Retention`, when sent: a policy (or `none`) in the grammar of
+/// [`Retention`](eddy_streams::Retention); a bad one is refused whole.
+pub(crate) fn retention(headers: &HeaderMap) -> Result<Option<eddy_streams::Retention>, ApiError> {
+    match header(headers, protocol::RETENTION)? {
+        Some(text) => text
+            .parse()
+            .map(Some)
+            .map_err(|e: eddy_streams::RetentionError| ApiError::Stream(e.into())),
+        None => Ok(None),
+    }
+}
+
 /// An RFC 3339 timestamp.
 pub(crate) fn rfc3339(value: &str) -> Result<SystemTime, ApiError> {
     let parsed = OffsetDateTime::parse(value, &Rfc3339).map_err(|e| {

@@ -47,6 +47,12 @@ pub(crate) const SSE_DATA_ENCODING: HeaderName =
 pub(crate) const ERROR_CODE: HeaderName = HeaderName::from_static("eddy-error");
 /// Eddy's extension: the bytes a stream holds (on HEAD).
 pub(crate) const STREAM_BYTES: HeaderName = HeaderName::from_static("eddy-stream-bytes");
+/// Eddy's extension: a stream's retention policy (on create; echoed on
+/// create, HEAD and GET).
+pub(crate) const RETENTION: HeaderName = HeaderName::from_static("eddy-retention");
+/// Eddy's extension: the offset of the first message a stream keeps (on
+/// HEAD, and with `offset/dropped`).
+pub(crate) const EARLIEST_OFFSET: HeaderName = HeaderName::from_static("eddy-earliest-offset");
 
 /// The path prefix reserved for Eddy's own endpoints (listing).
 pub(crate) const RESERVED_PREFIX: &str = "_eddy/";
@@ -62,12 +68,13 @@ pub(crate) const EXPOSED_HEADERS: &str = "stream-next-offset, stream-up-to-date,
 stream-closed, stream-ttl, stream-expires-at, producer-epoch, producer-seq, \
 producer-expected-seq, producer-received-seq, stream-sse-data-encoding, etag, location, content-location, \
 content-type, eddy-error, eddy-stream-bytes, eddy-read-start, eddy-duplicate, eddy-limit, \
-retry-after, x-request-id";
+eddy-retention, eddy-earliest-offset, retry-after, x-request-id";
 
 /// Every request header a browser client may send.
 pub(crate) const ALLOWED_HEADERS: &str = "authorization, content-type, if-none-match, stream-seq, \
 stream-ttl, stream-expires-at, stream-closed, stream-expected-offset, producer-id, \
-producer-epoch, producer-seq, stream-forked-from, stream-fork-offset, stream-fork-sub-offset";
+producer-epoch, producer-seq, stream-forked-from, stream-fork-offset, stream-fork-sub-offset, \
+eddy-retention";
 
 /// Eddy's extension (request): `messages` asks for a framed read body in
 /// which every message is a 4-byte big-endian length and its bytes, so a

@@ -26,6 +26,12 @@ pub struct ListedStream {
     pub tail: Offset,
     /// The bytes it holds.
     pub bytes: u64,
+    /// Its retention policy (`Eddy-Retention`'s grammar), if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<String>,
+    /// The offset of its first message kept, when retention dropped some.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub earliest: Option<Offset>,
 }
 
 /// One page of a listing (`GET /_eddy/streams?limit=N&after=PATH`).
@@ -60,6 +66,9 @@ impl From<&StreamInfo> for ListedStream {
             closed: info.closed,
             tail: info.tail,
             bytes: info.bytes,
+            retention: (!info.config.retention.is_none())
+                .then(|| info.config.retention.to_string()),
+            earliest: (info.earliest.position() > 0).then_some(info.earliest),
         }
     }
 }
@@ -77,8 +86,14 @@ impl From<ListedStream> for StreamInfo {
                 content_type: listed.content_type,
                 expiry,
                 closed: listed.created_closed,
+                // A policy the server wrote always parses.
+                retention: listed
+                    .retention
+                    .and_then(|text| text.parse().ok())
+                    .unwrap_or_default(),
             },
             closed: listed.closed,
+            earliest: listed.earliest.unwrap_or(listed.tail.with_position(0)),
             tail: listed.tail,
             bytes: listed.bytes,
         }

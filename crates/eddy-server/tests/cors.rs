@@ -92,6 +92,13 @@ async fn every_header_a_client_reads_is_exposed_to_browsers() {
         text("POST", "/s", "far more than sixteen bytes"),
         text("GET", "/missing", ""),
         text("PUT", "/ttl", ""),
+        // A stream with a retention policy, echoed on its answers.
+        req("PUT", "/kept")
+            .header("content-type", "text/plain")
+            .header("eddy-retention", "messages=1")
+            .body(Body::empty())
+            .expect("request"),
+        text("GET", "/kept?offset=-1", ""),
     ] {
         let label = format!("{} {}", request.method(), request.uri());
         let (response, _) = send(&app, request).await;

@@ -18,6 +18,7 @@ mod probes;
 mod remote_contract;
 #[cfg(feature = "remote")]
 mod remote_errors;
+mod retention;
 mod router;
 mod shared_reads;
 mod stalled_clients;

@@ -34,8 +34,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::record::{expiry_columns, expiry_from_columns};
 use crate::{
-    ProducerPosition, ReadFrom, SnapshotProducer, Storage, StreamConfig, StreamError, StreamPath,
-    StreamSnapshot,
+    ProducerPosition, ReadFrom, Retention, SnapshotProducer, Storage, StreamConfig, StreamError,
+    StreamPath, StreamSnapshot,
 };
 
 /// The `format` of the header line.
@@ -111,7 +111,7 @@ pub struct BackupSummary {
 #[serde(rename_all = "snake_case")]
 enum Line {
     Header { format: String, version: u32 },
-    Stream(StreamLine),
+    Stream(Box<StreamLine>),
     Text(String),
     Base64(String),
     End(BackupSummary),
@@ -149,6 +149,8 @@ struct StreamLine {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     expires_at_ms: Option<i64>,
     created_closed: bool,
+    #[serde(default, skip_serializing_if = "Retention::is_none")]
+    retention: Retention,
     closed: bool,
     count: u64,
     bytes: u64,
@@ -180,6 +182,7 @@ impl From<&StreamSnapshot> for StreamLine {
             ttl_secs,
             expires_at_ms,
             created_closed: s.config.closed,
+            retention: s.config.retention,
             closed: s.closed,
             count: s.count,
             bytes: s.bytes,
@@ -207,6 +210,7 @@ impl StreamLine {
                 content_type: self.content_type,
                 expiry: expiry_from_columns(self.ttl_secs, self.expires_at_ms),
                 closed: self.created_closed,
+                retention: self.retention,
             },
             closed: self.closed,
             count: self.count,
@@ -269,7 +273,7 @@ pub async fn export(
             Err(StreamError::NotFound { .. } | StreamError::Gone { .. }) => continue,
             Err(err) => return Err(failed(err)),
         };
-        write_line(out, &Line::Stream(StreamLine::from(&snapshot)))?;
+        write_line(out, &Line::Stream(Box::new(StreamLine::from(&snapshot))))?;
         let mut written = 0;
         while written < snapshot.count {
             let chunk = store

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::Offset;
+use crate::{Offset, Retention};
 
 /// The content type of JSON streams.
 pub const JSON: &str = "application/json";
@@ -35,6 +35,8 @@ pub struct StreamConfig {
     pub expiry: Expiry,
     /// Whether the stream is closed at creation.
     pub closed: bool,
+    /// How much of its history the store keeps.
+    pub retention: Retention,
 }
 
 impl Default for StreamConfig {
@@ -55,6 +57,7 @@ impl StreamConfig {
             content_type: content_type.into(),
             expiry: Expiry::Never,
             closed: false,
+            retention: Retention::NONE,
         }
     }
 
@@ -67,6 +70,12 @@ impl StreamConfig {
     /// This configuration with a fixed expiry time.
     pub fn with_expires_at(mut self, at: SystemTime) -> Self {
         self.expiry = Expiry::At(at);
+        self
+    }
+
+    /// This configuration with a retention policy.
+    pub fn with_retention(mut self, retention: Retention) -> Self {
+        self.retention = retention;
         self
     }
 
@@ -87,6 +96,7 @@ impl StreamConfig {
         same_media_type(&self.content_type, &other.content_type)
             && expiry_key(self.expiry) == expiry_key(other.expiry)
             && self.closed == other.closed
+            && self.retention == other.retention
     }
 }
 
@@ -138,8 +148,11 @@ pub struct StreamInfo {
     pub closed: bool,
     /// The offset after the last message.
     pub tail: Offset,
-    /// The total size of the messages, in bytes.
+    /// The total size of the messages kept, in bytes.
     pub bytes: u64,
+    /// The offset of the first message kept: the stream's beginning
+    /// unless retention dropped a prefix.
+    pub earliest: Offset,
 }
 
 #[cfg(test)]

@@ -116,6 +116,24 @@ pub enum StreamError {
         /// The incarnation of the stream at the path now.
         incarnation: u64,
     },
+    /// An offset before the earliest message the stream keeps: its
+    /// retention policy dropped the data there. Offsets never change, so
+    /// reading on from `earliest` (or from the beginning, `-1`) reads
+    /// what is kept.
+    #[error("offset {offset} of stream `{path}` was dropped by the stream's retention policy; the earliest offset kept is {earliest}: read from there, or from the beginning (`-1`)")]
+    #[serde(rename = "offset/dropped")]
+    OffsetDropped {
+        /// The stream path.
+        path: String,
+        /// The offset asked for.
+        offset: Offset,
+        /// The offset of the first message kept.
+        earliest: Offset,
+    },
+    /// A retention policy that does not parse (see [`Retention`](crate::Retention)).
+    #[error("{0}")]
+    #[serde(rename = "retention/invalid")]
+    InvalidRetention(String),
     /// A stream path that breaks the path rules.
     #[error("invalid stream path `{path}`: {reason}")]
     #[serde(rename = "path/invalid")]
@@ -397,6 +415,8 @@ impl StreamError {
             StreamError::InvalidOffset(_) => "offset/invalid",
             StreamError::OffsetBeyondTail { .. } => "offset/beyond-tail",
             StreamError::StaleOffset { .. } => "offset/stale",
+            StreamError::OffsetDropped { .. } => "offset/dropped",
+            StreamError::InvalidRetention(_) => "retention/invalid",
             StreamError::InvalidPath { .. } => "path/invalid",
             StreamError::InvalidJson(_) => "json/invalid",
             StreamError::EmptyJsonArray => "json/empty-array",
@@ -424,7 +444,9 @@ impl StreamError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             StreamError::NotFound { .. } | StreamError::Gone { .. } => ErrorKind::NotFound,
-            StreamError::SoftDeleted { .. } | StreamError::StaleOffset { .. } => ErrorKind::Gone,
+            StreamError::SoftDeleted { .. }
+            | StreamError::StaleOffset { .. }
+            | StreamError::OffsetDropped { .. } => ErrorKind::Gone,
             StreamError::ConfigConflict { .. }
             | StreamError::Closed { .. }
             | StreamError::OffsetMismatch { .. }
@@ -443,6 +465,7 @@ impl StreamError {
             | StreamError::EmptyAppend
             | StreamError::ProducerEpochStart { .. }
             | StreamError::InvalidArgument(_)
+            | StreamError::InvalidRetention(_)
             | StreamError::Route { .. }
             | StreamError::InvalidItem { .. }
             | StreamError::InvalidState(_)
@@ -497,6 +520,12 @@ impl StreamError {
             message: message.into(),
             source: Some(Cause::new(source)),
         }
+    }
+}
+
+impl From<crate::RetentionError> for StreamError {
+    fn from(err: crate::RetentionError) -> Self {
+        StreamError::InvalidRetention(err.to_string())
     }
 }
 

@@ -3,7 +3,7 @@
 use bytes::Bytes;
 
 use crate::config::same_media_type;
-use crate::{Expiry, Offset, Payload, StreamConfig, StreamError, StreamPath};
+use crate::{Expiry, Offset, Payload, Retention, StreamConfig, StreamError, StreamPath};
 
 /// How to create a fork.
 ///
@@ -15,6 +15,14 @@ use crate::{Expiry, Offset, Payload, StreamConfig, StreamError, StreamPath};
 /// and has no producer state. It is a stream of its own, with its own
 /// incarnation in its offsets; the source's offsets up to the branch point
 /// also read the same data on the fork.
+///
+/// A fork copies what it inherits, so the source's retention policy never
+/// takes anything from it; a fork whose branch point the source already
+/// dropped is refused ([`OffsetDropped`](crate::StreamError::OffsetDropped)),
+/// and one that inherits part of a retained prefix starts where the
+/// source's kept messages start. A fork inherits the source's retention
+/// policy unless it sets its own; under an age bound, what it inherited
+/// counts as appended when the fork was made.
 ///
 /// Deleting a stream that has live forks only retires it: its path answers
 /// [`SoftDeleted`](crate::StreamError::SoftDeleted) until the last fork is
@@ -42,6 +50,8 @@ pub struct Fork {
     pub content_type: Option<String>,
     /// The fork's expiry; `None` inherits the source's.
     pub expiry: Option<Expiry>,
+    /// The fork's retention policy; `None` inherits the source's.
+    pub retention: Option<Retention>,
     /// Whether the fork is closed at creation.
     pub closed: bool,
     /// Data appended after the inherited prefix when the fork is created.
@@ -57,6 +67,7 @@ impl Fork {
             sub_offset: 0,
             content_type: None,
             expiry: None,
+            retention: None,
             closed: false,
             initial: Payload::empty(),
         }
@@ -84,6 +95,12 @@ impl Fork {
     /// Append this data after the inherited prefix.
     pub fn with_initial(mut self, initial: Payload) -> Self {
         self.initial = initial;
+        self
+    }
+
+    /// Use this retention policy instead of the source's.
+    pub fn with_retention(mut self, retention: Retention) -> Self {
+        self.retention = Some(retention);
         self
     }
 
@@ -198,6 +215,7 @@ pub(crate) fn plan(
             content_type,
             expiry: fork.expiry.unwrap_or(source_config.expiry),
             closed: fork.closed,
+            retention: fork.retention.unwrap_or(source_config.retention),
         },
         inherit,
         partial,

@@ -95,6 +95,7 @@ mod payload;
 mod postgres;
 mod record;
 mod record_form;
+mod retention;
 mod route;
 mod rules;
 mod snapshot;
@@ -135,6 +136,7 @@ pub use path::{StreamPath, MAX_PATH_LEN};
 pub use payload::{Payload, DEFAULT_MAX_APPEND_BYTES};
 #[cfg(feature = "postgres")]
 pub use postgres::{PgOptions, PgStorage, PgTransaction, DEFAULT_SCHEMA};
+pub use retention::{Retention, RetentionError};
 pub use route::Route;
 pub use snapshot::{SnapshotProducer, StreamSnapshot};
 pub use sqlite::{

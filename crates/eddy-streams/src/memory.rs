@@ -1,6 +1,6 @@
 //! The in-memory backend: fast, for tests and throwaway servers.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -246,7 +246,19 @@ pub(crate) struct MemoryRecords {
 struct MemoryStream {
     record: StreamRecord,
     producers: Producers,
-    messages: Vec<Bytes>,
+    /// The messages kept, from position `first` on.
+    messages: VecDeque<Bytes>,
+    /// The position of the first message kept (retention drops the
+    /// ones before).
+    first: u64,
+}
+
+impl MemoryStream {
+    /// The index in `messages` of position `position`, clamped to them.
+    fn index(&self, position: u64) -> usize {
+        usize::try_from(position.saturating_sub(self.first))
+            .map_or(self.messages.len(), |i| i.min(self.messages.len()))
+    }
 }
 
 /// A stream's producer states, with an index by last write so that the
@@ -358,10 +370,13 @@ impl RecordReader for MemoryRecords {
         range: Range<u64>,
         max_bytes: usize,
     ) -> Result<Vec<Bytes>, StreamError> {
-        let messages = &self.stream(key)?.messages;
-        let end = usize::try_from(range.end).map_or(messages.len(), |end| end.min(messages.len()));
-        let start = usize::try_from(range.start).map_or(end, |start| start.min(end));
-        Ok(take_within(messages[start..end].iter().cloned(), max_bytes))
+        let stream = &*self.stream(key)?;
+        let end = stream.index(range.end);
+        let start = stream.index(range.start).min(end);
+        Ok(take_within(
+            stream.messages.range(start..end).cloned(),
+            max_bytes,
+        ))
     }
 
     async fn sweepable(
@@ -387,9 +402,20 @@ impl RecordReader for MemoryRecords {
             .map(|(path, _)| path.clone())
             .take(max)
             .collect();
+        let retained = self
+            .streams
+            .iter()
+            .filter(|(_, stream)| {
+                let record = &stream.record;
+                record.is_live(now_ms) && record.retention_due_ms().is_some_and(|due| due <= now_ms)
+            })
+            .map(|(path, _)| path.to_string())
+            .take(max)
+            .collect();
         Ok(Sweepable {
             streams,
             tombstones,
+            retained,
         })
     }
 
@@ -415,7 +441,8 @@ impl Records for MemoryRecords {
         let stream = MemoryStream {
             record: record.clone(),
             producers: Producers::default(),
-            messages: Vec::new(),
+            messages: VecDeque::new(),
+            first: 0,
         };
         let key: Key = Arc::from(path);
         self.streams.insert(Arc::clone(&key), stream);
@@ -434,10 +461,10 @@ impl Records for MemoryRecords {
         messages: Vec<Bytes>,
     ) -> Result<(), StreamError> {
         let stream = self.stream(key)?;
-        if first != stream.messages.len() as u64 {
+        let tail = stream.first + stream.messages.len() as u64;
+        if first != tail {
             return Err(StreamError::internal(format!(
-                "stream `{key}` has {} messages, not {first}",
-                stream.messages.len()
+                "stream `{key}` has {tail} messages, not {first}"
             )));
         }
         stream.messages.extend(messages);
@@ -445,16 +472,17 @@ impl Records for MemoryRecords {
     }
 
     async fn copy_prefix(&mut self, from: &Key, to: &Key, count: u64) -> Result<u64, StreamError> {
-        let count = usize::try_from(count).unwrap_or(usize::MAX);
-        let prefix: Vec<Bytes> = self
-            .stream(from)?
+        let source = &*self.stream(from)?;
+        let first = source.first.min(count);
+        let prefix: VecDeque<Bytes> = source
             .messages
-            .iter()
-            .take(count)
+            .range(..source.index(count))
             .cloned()
             .collect();
         let bytes = prefix.iter().map(|m| m.len() as u64).sum();
-        self.stream(to)?.messages = prefix;
+        let fork = self.stream(to)?;
+        fork.messages = prefix;
+        fork.first = first;
         Ok(bytes)
     }
 
@@ -495,6 +523,14 @@ impl Records for MemoryRecords {
             dropped += stream.producers.drop_expired(cutoff_ms, left);
         }
         Ok(dropped)
+    }
+
+    async fn drop_messages(&mut self, key: &Key, range: Range<u64>) -> Result<(), StreamError> {
+        let stream = self.stream(key)?;
+        while stream.first < range.end && stream.messages.pop_front().is_some() {
+            stream.first += 1;
+        }
+        Ok(())
     }
 
     async fn remove(&mut self, key: &Key, path: &str) -> Result<(), StreamError> {

@@ -245,6 +245,7 @@ mod tests {
             closed: false,
             tail: Offset::new(1, tail),
             bytes: 0,
+            earliest: Offset::ZERO,
         }
     }
 

@@ -123,11 +123,44 @@ impl StreamRecord {
         !self.soft_deleted && !self.expired(now_ms)
     }
 
+    /// The first message position the stream keeps: 0 unless its
+    /// retention policy dropped a prefix.
+    pub fn first(&self) -> u64 {
+        self.head.retained.first
+    }
+
+    /// When the sweep should next drop messages of this stream under its
+    /// retention policy, in unix milliseconds (`i64::MIN`: at once);
+    /// `None` when nothing will be droppable until it is written again.
+    /// A backend that finds [`Sweepable::retained`] stores it with the
+    /// record, to find the streams due.
+    pub fn retention_due_ms(&self) -> Option<i64> {
+        self.head.retention_due_ms()
+    }
+
     /// The message position a read from `from` starts at. Besides its own
     /// offsets, a stream takes the zero offset (its beginning) and, on a
     /// fork, its source's offsets up to the branch point, which name the
-    /// same data here. Any other incarnation's offset is stale.
+    /// same data here. Any other incarnation's offset is stale. The
+    /// beginning is the first message kept; an offset before it was
+    /// dropped.
     pub fn start_position(&self, path: &str, from: ReadFrom) -> Result<u64, StreamError> {
+        let position = self.position(path, from)?;
+        let first = self.first();
+        if position < first {
+            if let ReadFrom::Offset(offset) = from {
+                return Err(StreamError::OffsetDropped {
+                    path: path.to_owned(),
+                    offset,
+                    earliest: self.head.offset(first),
+                });
+            }
+        }
+        Ok(position.max(first))
+    }
+
+    /// The message position `from` names, kept or not.
+    fn position(&self, path: &str, from: ReadFrom) -> Result<u64, StreamError> {
         let head = &self.head;
         let offset = match from {
             ReadFrom::Beginning => return Ok(0),
@@ -241,6 +274,15 @@ pub trait RecordReader {
         max_bytes: usize,
     ) -> impl Op<Vec<Bytes>>;
 
+    /// The sizes in bytes of the messages at positions `range` that the
+    /// stream keeps, in order: what retention's byte bound weighs. The
+    /// default reads the messages; a backend that can read sizes alone
+    /// should.
+    fn message_sizes(&mut self, key: &Self::Key, range: Range<u64>) -> impl Op<Vec<u64>> {
+        let read = self.messages(key, range, usize::MAX);
+        async move { Ok(read.await?.iter().map(|m| m.len() as u64).collect()) }
+    }
+
     /// Every record whose path starts with `prefix`, sorted by path.
     fn list(&mut self, prefix: &str) -> impl Op<Vec<(String, StreamRecord)>>;
 
@@ -301,12 +343,17 @@ pub struct Sweepable {
     pub streams: Vec<String>,
     /// Paths whose tombstones may be dropped.
     pub tombstones: Vec<String>,
+    /// Paths of live streams whose retention policy may let messages go:
+    /// those whose [`retention_due_ms`](StreamRecord::retention_due_ms)
+    /// is at or before the sweep's now. A backend that leaves it empty
+    /// keeps every message (its streams' policies are not applied).
+    pub retained: Vec<String>,
 }
 
 impl Sweepable {
     /// Whether nothing was found.
     pub fn is_empty(&self) -> bool {
-        self.streams.is_empty() && self.tombstones.is_empty()
+        self.streams.is_empty() && self.tombstones.is_empty() && self.retained.is_empty()
     }
 }
 
@@ -372,6 +419,17 @@ pub trait Records: RecordReader {
     fn sweep_expired_producers(&mut self, cutoff_ms: i64, max: usize) -> impl Op<u64> {
         let _ = (cutoff_ms, max);
         std::future::ready(Ok(0))
+    }
+
+    /// Drops the messages at positions `range` of a stream (its retention
+    /// policy let them go; the engine updates the record). A backend that
+    /// cannot keeps this default, which refuses: it must then leave
+    /// [`Sweepable::retained`] empty.
+    fn drop_messages(&mut self, key: &Self::Key, range: Range<u64>) -> impl Op<()> {
+        let _ = (key, range);
+        std::future::ready(Err(StreamError::InvalidArgument(
+            "this stream store cannot drop messages".into(),
+        )))
     }
 
     /// Removes a stream with its messages and producers.

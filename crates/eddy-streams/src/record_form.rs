@@ -11,8 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::fork::ForkOrigin;
 use crate::record::{expiry_columns, expiry_from_columns, StreamRecord};
+use crate::retention::Retained;
 use crate::rules::Head;
-use crate::{ProducerPosition, StreamConfig};
+use crate::{ProducerPosition, Retention, StreamConfig};
 
 /// A stream record, field by field.
 #[derive(Serialize, Deserialize)]
@@ -27,6 +28,10 @@ pub(crate) struct RecordForm {
     expires_at_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "is_false")]
     created_closed: bool,
+    #[serde(default, skip_serializing_if = "Retention::is_none")]
+    retention: Retention,
+    #[serde(default, skip_serializing_if = "Retained::is_empty")]
+    retained: Retained,
     #[serde(default, skip_serializing_if = "is_false")]
     closed: bool,
     count: u64,
@@ -74,6 +79,7 @@ impl From<StreamRecord> for RecordForm {
             bytes,
             last_stream_seq,
             closed_by,
+            retained,
         } = head;
         let (ttl_secs, expires_at_ms) = expiry_columns(config.expiry);
         RecordForm {
@@ -82,6 +88,8 @@ impl From<StreamRecord> for RecordForm {
             ttl_secs,
             expires_at_ms,
             created_closed: config.closed,
+            retention: config.retention,
+            retained,
             closed,
             count,
             bytes,
@@ -105,6 +113,7 @@ impl From<RecordForm> for StreamRecord {
             content_type: form.content_type,
             expiry: expiry_from_columns(form.ttl_secs, form.expires_at_ms),
             closed: form.created_closed,
+            retention: form.retention,
         };
         StreamRecord {
             head: Head {
@@ -115,6 +124,7 @@ impl From<RecordForm> for StreamRecord {
                 bytes: form.bytes,
                 last_stream_seq: form.last_stream_seq,
                 closed_by: form.closed_by,
+                retained: form.retained,
             },
             accessed_ms: form.accessed_ms,
             origin: form.fork.map(|fork| ForkOrigin {
@@ -152,6 +162,7 @@ mod tests {
             content_type: "text/plain".into(),
             expiry: Expiry::At(UNIX_EPOCH + Duration::from_millis(1_700_000_000_123)),
             closed: true,
+            retention: "messages=5; age=1h".parse().expect("policy"),
         };
         StreamRecord {
             head: Head {
@@ -162,6 +173,10 @@ mod tests {
                 bytes: 99,
                 last_stream_seq: Some("seq-9".into()),
                 closed_by: Some(ProducerPosition::new("p", 2, 5)),
+                retained: Retained {
+                    first: 2,
+                    marks: vec![crate::retention::AgeMark { ms: 10, end: 4 }],
+                },
             },
             accessed_ms: 1_700_000_000_000,
             origin: Some(ForkOrigin {

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use crate::config::same_media_type;
+use crate::retention::Retained;
 use crate::{Append, Appended, Offset, ProducerPosition, StreamConfig, StreamError};
 
 /// The mutable metadata of a live stream.
@@ -29,6 +30,8 @@ pub(crate) struct Head {
     pub last_stream_seq: Option<String>,
     /// The producer append that closed the stream, so its retry succeeds.
     pub closed_by: Option<ProducerPosition>,
+    /// Where its kept messages start, and what the retention policy needs.
+    pub retained: Retained,
 }
 
 impl Head {
@@ -42,6 +45,7 @@ impl Head {
             bytes: 0,
             last_stream_seq: None,
             closed_by: None,
+            retained: Retained::default(),
         }
     }
 
@@ -63,7 +67,22 @@ impl Head {
             closed: self.closed,
             tail: self.tail(),
             bytes: self.bytes,
+            earliest: self.offset(self.retained.first),
         }
+    }
+
+    /// Notes for the retention policy that the tail is where it is at
+    /// `now_ms` (after messages were counted in).
+    pub fn mark_tail(&mut self, now_ms: i64) {
+        self.retained
+            .appended(&self.config.retention, self.count, now_ms);
+    }
+
+    /// When the sweep should next drop messages of this stream (see
+    /// [`Retained::due_ms`]).
+    pub fn retention_due_ms(&self) -> Option<i64> {
+        self.retained
+            .due_ms(&self.config.retention, self.count, self.bytes)
     }
 
     /// Checks a create against this existing stream.
@@ -74,8 +93,11 @@ impl Head {
             Err(StreamError::ConfigConflict {
                 path: path.to_owned(),
                 detail: format!(
-                    "it has content type `{}`, expiry {:?}, closed at creation: {}",
-                    self.config.content_type, self.config.expiry, self.config.closed
+                    "it has content type `{}`, expiry {:?}, closed at creation: {}, retention `{}`",
+                    self.config.content_type,
+                    self.config.expiry,
+                    self.config.closed,
+                    self.config.retention
                 ),
             })
         }
@@ -120,6 +142,7 @@ impl Head {
             next_offset: self.offset(next),
             up_to_date,
             closed: up_to_date && self.closed,
+            retention: self.config.retention,
         }
     }
 }

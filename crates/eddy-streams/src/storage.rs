@@ -7,8 +7,8 @@ use bytes::Bytes;
 use tokio::sync::broadcast;
 
 use crate::{
-    Append, Appended, Committed, Fork, Notifier, Offset, Payload, ReadFrom, StreamConfig,
-    StreamError, StreamInfo, StreamPath, StreamSnapshot,
+    Append, Appended, Committed, Fork, Notifier, Offset, Payload, ReadFrom, Retention,
+    StreamConfig, StreamError, StreamInfo, StreamPath, StreamSnapshot,
 };
 
 /// The result of a create.
@@ -36,6 +36,8 @@ pub struct ReadChunk {
     /// Whether the read reached the tail of a closed stream: nothing more
     /// will ever come.
     pub closed: bool,
+    /// The stream's retention policy.
+    pub retention: Retention,
 }
 
 /// The outcome of [`Storage::wait`].
@@ -151,7 +153,9 @@ pub trait Storage: Send + Sync + 'static {
     /// its stream was created more than
     /// [`SWEEP_GRACE`](crate::SWEEP_GRACE) ago, and up to `max` idempotent
     /// producers' states past the store's producer expiry (which appends
-    /// already treat as unknown); returns how many it removed. A path whose tombstone was dropped answers
+    /// already treat as unknown), and up to 1024 of the oldest messages of
+    /// up to `max` streams whose [`Retention`] policy lets them go;
+    /// returns how many it removed. A path whose tombstone was dropped answers
     /// [`NotFound`](StreamError::NotFound) rather than
     /// [`Gone`](StreamError::Gone). Call it again while it returns
     /// something; each step is one short write.

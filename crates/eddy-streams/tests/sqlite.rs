@@ -76,7 +76,7 @@ fn a_version_2_database_is_upgraded() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .expect("read the version");
-    assert_eq!(version, 8);
+    assert_eq!(version, 9);
     let checkpoints: i64 = conn
         .query_row("SELECT count(*) FROM projection_checkpoints", [], |r| {
             r.get(0)
@@ -269,8 +269,8 @@ async fn a_path_created_again_by_another_opener_gets_a_later_incarnation() {
     );
 }
 
-/// A layout 7 file (producers without their last write) opens as layout
-/// 8: its producers are kept, counted as written at the upgrade, so each
+/// A layout 7 file (producers without their last write) opens as the
+/// current layout: its producers are kept, counted as written at the upgrade, so each
 /// keeps deduplicating for a whole expiry window from then.
 #[test]
 fn a_version_7_database_keeps_its_producers_from_the_upgrade_on() {
@@ -306,7 +306,10 @@ fn a_version_7_database_keeps_its_producers_from_the_upgrade_on() {
     Connection::open(&file)
         .and_then(|conn| {
             conn.execute_batch(
-                "DROP INDEX producers_by_last_write;
+                "DROP INDEX streams_by_retention_due;
+                 ALTER TABLE streams DROP COLUMN retention;
+                 ALTER TABLE streams DROP COLUMN retention_due_ms;
+                 DROP INDEX producers_by_last_write;
                  ALTER TABLE producers DROP COLUMN last_ms;
                  ALTER TABLE streams DROP COLUMN producer_count;
                  PRAGMA user_version = 7;",
@@ -331,7 +334,7 @@ fn a_version_7_database_keeps_its_producers_from_the_upgrade_on() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .expect("read the version");
-    assert_eq!(version, 8);
+    assert_eq!(version, 9);
 }
 
 /// With the default options (but no fsync per commit, to keep the test

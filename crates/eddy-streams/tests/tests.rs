@@ -10,5 +10,6 @@ mod live;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod properties;
+mod retention_space;
 mod sqlite;
 mod state_wire;

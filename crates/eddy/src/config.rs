@@ -181,6 +181,32 @@ mod tests {
     }
 
     #[test]
+    fn retention_rules_come_from_flags_or_the_file_and_bad_ones_are_refused() {
+        let file = "retention = [\"logs/**=age=7d\", \"metrics/*=messages=1000; bytes=10MB\"]\n";
+        let args = serve(&[], file).expect("parse");
+        let rules: Vec<String> = args.retention.iter().map(|r| r.to_string()).collect();
+        assert_eq!(
+            rules,
+            ["logs/**=age=7d", "metrics/*=messages=1000; bytes=10MB"]
+        );
+        let args = serve(
+            &["--retention", "a/*=messages=5", "--retention", "b/**=none"],
+            file,
+        )
+        .expect("parse");
+        assert_eq!(args.retention.len(), 2, "the flags win over the file");
+        assert_eq!(args.retention[0].to_string(), "a/*=messages=5");
+        let bad = Cli::command()
+            .try_get_matches_from(["eddy", "serve", "--retention", "logs/**=age=7"])
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        assert!(
+            bad.as_ref().is_err_and(|e| e.contains("unknown unit")),
+            "{bad:?}"
+        );
+    }
+
+    #[test]
     fn unknown_keys_and_wrong_types_are_refused() {
         let unknown = serve(&[], "max-stream = 7\n").err().map(|e| e.to_string());
         assert!(unknown.is_some_and(|m| m.contains("unknown key `max-stream`")));

@@ -1,6 +1,7 @@
-//! The store's sweeper: every interval, the remains of expired streams and
-//! old tombstones go (`Storage::sweep`), in steps of a few streams so that
-//! no step holds the store's writer for long.
+//! The store's sweeper: every interval, the remains of expired streams,
+//! old tombstones, expired producers and the prefixes retention policies
+//! let go (`Storage::sweep`), in steps of a few streams (and at most 1024
+//! dropped messages) so that no step holds the store's writer for long.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +21,10 @@ pub fn spawn(store: Arc<dyn Storage>, every: Duration) -> JoinHandle<()> {
             ticks.tick().await;
             match sweep_all(&*store).await {
                 Ok(0) => {}
-                Ok(swept) => tracing::debug!(swept, "swept expired streams and old tombstones"),
+                Ok(swept) => tracing::debug!(
+                    swept,
+                    "swept expired streams, old tombstones and retained prefixes"
+                ),
                 Err(err) => {
                     tracing::warn!(error = %err, "sweeping the store failed; trying again later")
                 }

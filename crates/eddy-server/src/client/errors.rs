@@ -138,6 +138,20 @@ impl ErrorParts {
                 offset: eddy_streams::Offset::ZERO,
                 incarnation: 0,
             },
+            // The offset asked for is the caller's own.
+            "offset/dropped" => match offset(protocol::EARLIEST_OFFSET) {
+                Some(earliest) => StreamError::OffsetDropped {
+                    path,
+                    offset: eddy_streams::Offset::ZERO,
+                    earliest,
+                },
+                None => StreamError::StaleOffset {
+                    path,
+                    offset: eddy_streams::Offset::ZERO,
+                    incarnation: 0,
+                },
+            },
+            "retention/invalid" => StreamError::InvalidRetention(answered()),
             "path/invalid" => StreamError::InvalidPath {
                 path,
                 reason: answered(),

@@ -1,6 +1,8 @@
 //! Reading protocol response headers back into store types.
 
-use eddy_streams::{Appended, Expiry, Offset, StreamConfig, StreamError, StreamInfo, StreamPath};
+use eddy_streams::{
+    Appended, Expiry, Offset, Retention, StreamConfig, StreamError, StreamInfo, StreamPath,
+};
 use reqwest::header::{HeaderMap, HeaderName};
 
 use crate::protocol;
@@ -48,6 +50,7 @@ pub(super) fn info(path: &StreamPath, headers: &HeaderMap) -> Result<StreamInfo,
         Expiry::Never
     };
     let closed = flag(headers, protocol::CLOSED);
+    let tail = offset(headers, protocol::NEXT_OFFSET)?;
     Ok(StreamInfo {
         path: path.to_string(),
         config: StreamConfig {
@@ -56,11 +59,21 @@ pub(super) fn info(path: &StreamPath, headers: &HeaderMap) -> Result<StreamInfo,
             // The protocol reports whether the stream is closed now, not
             // whether it was created closed.
             closed,
+            retention: retention(headers)?,
         },
         closed,
-        tail: offset(headers, protocol::NEXT_OFFSET)?,
+        tail,
         bytes: number(headers, protocol::STREAM_BYTES).unwrap_or(0),
+        earliest: offset(headers, protocol::EARLIEST_OFFSET).unwrap_or(tail.with_position(0)),
     })
+}
+
+/// `Eddy-Retention`, or no policy when it is absent.
+pub(super) fn retention(headers: &HeaderMap) -> Result<Retention, StreamError> {
+    match text(headers, protocol::RETENTION) {
+        Ok(policy) => policy.parse().map_err(|_| bad(protocol::RETENTION)),
+        Err(_) => Ok(Retention::NONE),
+    }
 }
 
 /// The outcome of an append response.

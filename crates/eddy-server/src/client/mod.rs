@@ -231,6 +231,10 @@ impl Storage for RemoteStorage {
             .request(Method::PUT, self.url(path))
             .header(reqwest::header::CONTENT_TYPE, &config.content_type);
         builder = with_expiry(builder, Some(config.expiry));
+        // No policy sent leaves the server's rules to choose one.
+        if !config.retention.is_none() {
+            builder = builder.header(protocol::RETENTION, config.retention.to_string());
+        }
         if config.closed {
             builder = builder.header(protocol::CLOSED, "true");
         }
@@ -263,6 +267,9 @@ impl Storage for RemoteStorage {
             builder = builder.header(reqwest::header::CONTENT_TYPE, content_type);
         }
         builder = with_expiry(builder, fork.expiry);
+        if let Some(retention) = fork.retention {
+            builder = builder.header(protocol::RETENTION, retention.to_string());
+        }
         if fork.closed {
             builder = builder.header(protocol::CLOSED, "true");
         }
@@ -355,6 +362,7 @@ impl Storage for RemoteStorage {
             next_offset,
             up_to_date,
             closed: headers::flag(&headers, protocol::CLOSED),
+            retention: headers::retention(&headers)?,
         })
     }
 

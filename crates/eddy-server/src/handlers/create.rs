@@ -22,6 +22,8 @@ pub(super) async fn create(
 ) -> Result<Response, ApiError> {
     let closed = parse::closed(headers)?;
     let expiry = parse::expiry(headers)?;
+    let retention = parse::retention(headers)?
+        .or_else(|| crate::retention::policy_for(&state.config.retention, path.as_str()));
     let content_type = parse::header(headers, header::CONTENT_TYPE)?;
     let fork = fork_request(headers)?;
     if let Some(fork) = &fork {
@@ -42,6 +44,7 @@ pub(super) async fn create(
             fork.initial = Payload::Body(body);
             fork.content_type = content_type.map(str::to_owned);
             fork.expiry = expiry;
+            fork.retention = retention;
             fork.closed = closed;
             state.store.fork(path, fork).await
         }
@@ -50,6 +53,7 @@ pub(super) async fn create(
                 content_type: content_type.unwrap_or(OCTET_STREAM).to_owned(),
                 expiry: expiry.unwrap_or(Expiry::Never),
                 closed,
+                retention: retention.unwrap_or_default(),
             };
             state.store.create(path, config, Payload::Body(body)).await
         }

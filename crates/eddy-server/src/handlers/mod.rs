@@ -149,6 +149,15 @@ fn describe(headers: &mut HeaderMap, info: &StreamInfo) {
         put(headers, protocol::CLOSED, "true");
     }
     put(headers, protocol::STREAM_BYTES, info.bytes.to_string());
+    put_retention(headers, &info.config.retention);
+    put_offset(headers, protocol::EARLIEST_OFFSET, info.earliest);
+}
+
+/// `Eddy-Retention`, for a stream that has a policy.
+fn put_retention(headers: &mut HeaderMap, retention: &eddy_streams::Retention) {
+    if !retention.is_none() {
+        put(headers, protocol::RETENTION, retention.to_string());
+    }
 }
 
 /// Sets a response header; a value that cannot be a header is dropped

@@ -207,5 +207,6 @@ fn chunk_headers(chunk: &ReadChunk) -> HeaderMap {
     if chunk.closed {
         put(&mut out, protocol::CLOSED, "true");
     }
+    super::put_retention(&mut out, &chunk.retention);
     out
 }

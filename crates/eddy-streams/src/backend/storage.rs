@@ -114,6 +114,20 @@ impl<B: Backend> Drop for RecordStorage<B> {
     }
 }
 
+/// Refuses a retention policy: no record backend drops a stream's
+/// prefix yet (DynamoDB's sweep removes whole streams only), and a policy
+/// stored but never applied would keep what its writer asked to drop.
+fn refuse_retention(retention: &crate::Retention) -> Result<(), StreamError> {
+    if retention.is_none() {
+        return Ok(());
+    }
+    Err(StreamError::InvalidRetention(
+        "this store (DynamoDB) does not drop retained messages yet: create the stream \
+         without a retention policy (Eddy-Retention, --retention)"
+            .into(),
+    ))
+}
+
 /// A call that writes, as data, so that it can run again on a new unit.
 enum Write {
     Create {
@@ -198,6 +212,7 @@ impl<B: Backend> Storage for RecordStorage<B> {
         config: StreamConfig,
         initial: Payload,
     ) -> Result<Created, StreamError> {
+        refuse_retention(&config.retention)?;
         self.create_or_fork(Write::Create {
             path: path.clone(),
             config,
@@ -230,6 +245,9 @@ impl<B: Backend> Storage for RecordStorage<B> {
     }
 
     async fn fork(&self, path: &StreamPath, fork: Fork) -> Result<Created, StreamError> {
+        if let Some(retention) = &fork.retention {
+            refuse_retention(retention)?;
+        }
         self.create_or_fork(Write::Fork {
             path: path.clone(),
             fork,
@@ -300,6 +318,7 @@ impl<B: Backend> Storage for RecordStorage<B> {
         first: u64,
         messages: Vec<Bytes>,
     ) -> Result<StreamInfo, StreamError> {
+        refuse_retention(&snapshot.config.retention)?;
         let call = Write::Restore {
             snapshot: snapshot.clone(),
             first,

@@ -119,6 +119,7 @@ impl Engine {
         let mut record = StreamRecord::new(Head::new(config, incarnation), None, now);
         let key = records.insert(path.as_str(), &record).await?;
         record.head.push(&messages);
+        record.head.mark_tail(now);
         let info = record.head.info(path.as_str());
         records.insert_messages(&key, 0, messages).await?;
         records.update(&key, record).await?;
@@ -183,6 +184,7 @@ impl Engine {
         }
         let first = record.head.count;
         record.head.apply(&messages, &append, close);
+        record.head.mark_tail(now);
         let (appended, head) = (record.head.appended(producer), record.head.clone());
         records.insert_messages(&key, first, messages).await?;
         records.update(&key, record).await?;
@@ -248,6 +250,15 @@ impl Engine {
             None => None,
         };
         let planned = plan(&fork, config, tail, branch_message)?;
+        let source_first = source.record.first();
+        let needs_source = planned.inherit > 0 || planned.partial.is_some();
+        if needs_source && planned.origin.position < source_first {
+            return Err(StreamError::OffsetDropped {
+                path: fork.source.to_string(),
+                offset: source.record.head.offset(planned.origin.position),
+                earliest: source.record.head.offset(source_first),
+            });
+        }
         self.check_fork_copy(&fork.source, &source.record, planned.inherit)?;
         let initial = split(fork.initial, planned.config.is_json(), self.bounds(), true)?;
         let after = match existing_or_free(records, path, now).await? {
@@ -279,7 +290,9 @@ impl Engine {
         let own: Vec<_> = planned.partial.into_iter().chain(initial).collect();
         record.head.count = planned.inherit;
         record.head.bytes = inherited_bytes;
+        record.head.retained.first = source_first.min(planned.inherit);
         record.head.push(&own);
+        record.head.mark_tail(now);
         let info = record.head.info(path.as_str());
         records.insert_messages(&key, planned.inherit, own).await?;
         records.update(&key, record).await?;

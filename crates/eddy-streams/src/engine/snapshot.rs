@@ -24,6 +24,13 @@ impl Engine {
     ) -> Result<StreamSnapshot, StreamError> {
         let now = self.now_ms();
         let stored = find(records, path.as_str(), now).await?.live(path)?;
+        if stored.record.first() > 0 {
+            // A snapshot promises the messages at 0..count.
+            return Err(StreamError::InvalidArgument(format!(
+                "`{path}` cannot be backed up: its retention policy dropped its first {} messages",
+                stored.record.first()
+            )));
+        }
         let producers = records.producers(&stored.key).await?;
         let head = stored.record.head;
         Ok(StreamSnapshot {
@@ -77,6 +84,7 @@ impl Engine {
                 bytes: 0,
                 last_stream_seq: snapshot.last_stream_seq.clone(),
                 closed_by: snapshot.closed_by.clone(),
+                retained: Default::default(),
             };
             (None, StreamRecord::new(head, None, now))
         } else {
@@ -90,6 +98,8 @@ impl Engine {
             (Some(stored.key), stored.record)
         };
         record.head.push(&messages);
+        // Restored messages count as appended now for an age bound.
+        record.head.mark_tail(now);
         record.accessed_ms = record.accessed_ms.max(now);
         let complete = record.head.count == snapshot.count;
         if record.head.count > snapshot.count || (complete && record.head.bytes != snapshot.bytes) {

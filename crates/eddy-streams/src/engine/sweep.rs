@@ -1,12 +1,13 @@
 //! Sweeping: the remains of expired streams and deleted streams'
 //! tombstones, forgotten once their incarnation is below the clock's
 //! floor (see `incarnation.rs` for why that is safe); and producer states
-//! past the producer expiry, which an append already treats as unknown.
+//! past the producer expiry, which an append already treats as unknown;
+//! and the prefixes that streams' retention policies let go.
 
 use super::lifecycle::{collect, find, Found};
 use super::Engine;
 use crate::incarnation::sweep_floor;
-use crate::record::{Records, Sweepable};
+use crate::record::{Records, Stored, Sweepable};
 use crate::rules::cutoff;
 use crate::StreamError;
 
@@ -40,12 +41,64 @@ impl Engine {
                 swept.tombstones += 1;
             }
         }
+        let mut budget = RETENTION_STEP;
+        for path in &found.retained {
+            if budget == 0 {
+                break;
+            }
+            let dropped = self.retain(records, path, budget, now).await?;
+            budget -= dropped;
+            swept.messages += dropped;
+        }
         Ok(swept)
     }
 
     /// The last-write time at or before which a producer has expired.
     pub fn producer_cutoff_ms(&self) -> i64 {
         cutoff(self.now_ms(), self.producer_expiry_ms)
+    }
+
+    /// Drops up to `max` of the oldest messages of the live stream at
+    /// `path` that its retention policy lets go at `now`; how many. The
+    /// record keeps its count, so offsets never change; its first kept
+    /// position and its bytes move.
+    async fn retain<R: Records>(
+        &self,
+        records: &mut R,
+        path: &str,
+        max: u64,
+        now: i64,
+    ) -> Result<u64, StreamError> {
+        let Found::Live(Stored { key, mut record }) = find(records, path, now).await? else {
+            return Ok(0);
+        };
+        let policy = record.head.config.retention;
+        let (first, count) = (record.first(), record.head.count);
+        let by_rule = record.head.retained.droppable_below(&policy, count, now);
+        // The byte bound weighs the oldest messages one by one, within
+        // the step, and always keeps the newest.
+        let window = first..count.min(first.saturating_add(max));
+        let mut end = by_rule.clamp(first, window.end);
+        let mut bytes = record.head.bytes;
+        let mut freed = 0;
+        let sizes = records.message_sizes(&key, window.clone()).await?;
+        for (position, size) in (first..).zip(&sizes) {
+            let over_bytes = policy.bytes.is_some_and(|keep| bytes > keep);
+            if position >= end && !(over_bytes && position + 1 < count) {
+                break;
+            }
+            bytes = bytes.saturating_sub(*size);
+            freed += size;
+            end = end.max(position + 1);
+        }
+        if end <= first {
+            return Ok(0);
+        }
+        records.drop_messages(&key, first..end).await?;
+        record.head.bytes = record.head.bytes.saturating_sub(freed);
+        record.head.retained.dropped_below(end);
+        records.update(&key, record).await?;
+        Ok(end - first)
     }
 
     /// Drops up to `max` expired producer states, of any stream; how many.
@@ -67,11 +120,19 @@ pub(crate) struct Swept {
     pub streams: Vec<String>,
     /// How many tombstones were dropped.
     pub tombstones: usize,
+    /// How many messages retention dropped.
+    pub messages: u64,
 }
 
 impl Swept {
     /// How many things were removed.
     pub fn count(&self) -> usize {
-        self.streams.len() + self.tombstones
+        let messages = usize::try_from(self.messages).unwrap_or(usize::MAX);
+        (self.streams.len() + self.tombstones).saturating_add(messages)
     }
 }
+
+/// The most messages one sweep step drops under retention policies, over
+/// all streams: a step is one short write (SQLite's writer, one
+/// PostgreSQL transaction), whatever the streams owe.
+pub(crate) const RETENTION_STEP: u64 = 1024;

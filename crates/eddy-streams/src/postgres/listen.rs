@@ -268,6 +268,7 @@ mod tests {
             closed,
             tail: Offset::new(1_764_000_000_000_000, tail),
             bytes: 0,
+            earliest: Offset::ZERO,
         }
     }
 

@@ -60,7 +60,12 @@ pub(super) async fn read(
     };
     let row = fetch_row(wiring, path.as_str(), fetch, budget, first).await?;
     let mut records = OneRow::new(&row, path.as_str(), wiring).map_err(statement_error)?;
-    if let (Some(stored), Some(start)) = (&records.stored, start) {
+    // A start before the first message kept fetched rows from later on:
+    // they are not at `start`, so neither cached nor used (the engine
+    // reads again in a transaction, or refuses the offset).
+    let stored = records.stored.as_ref();
+    let start = start.filter(|start| stored.is_some_and(|s| *start >= s.record.first()));
+    if let (Some(stored), Some(start)) = (stored, start) {
         let fetched = Fetched::from_row(&row).map_err(statement_error)?;
         // Committed messages never change: the next read of them needs
         // only its head.

@@ -18,6 +18,7 @@ use super::sql::Sql;
 use crate::fork::ForkOrigin;
 use crate::record::{expiry_columns, expiry_from_columns, RecordReader, Records, Stored};
 use crate::record::{StreamRecord, Sweepable};
+use crate::retention::{from_column, to_column};
 use crate::rules::{Head, ProducerState};
 use crate::touches::Touches;
 use crate::{ProducerPosition, StreamConfig, StreamError};
@@ -139,6 +140,19 @@ impl PgRecords {
             Ok(rows) => Ok(rows),
             Err(err) => Err(self.fail(err)),
         }
+    }
+
+    /// The first column of every row of `query`.
+    async fn column<T>(
+        &mut self,
+        query: sqlx::query::Query<'_, Postgres, sqlx::postgres::PgArguments>,
+    ) -> Result<Vec<T>, StreamError>
+    where
+        T: for<'r> sqlx::Decode<'r, Postgres> + sqlx::Type<Postgres>,
+    {
+        let rows = self.fetch_all(query).await?;
+        let values: Result<Vec<T>, _> = rows.iter().map(|row| row.try_get(0)).collect();
+        values.map_err(|e| self.fail(e))
     }
 
     async fn fetch_optional(
@@ -283,25 +297,36 @@ impl RecordReader for PgRecords {
         let below = i64::try_from(below).unwrap_or(i64::MAX);
         let max = i64::try_from(max).unwrap_or(i64::MAX);
         let sql = Arc::clone(&self.sql.sweepable_streams);
-        let rows = self
-            .fetch_all(query(&sql).bind(now_ms).bind(below).bind(max))
+        let streams = self
+            .column(query(&sql).bind(now_ms).bind(below).bind(max))
             .await?;
-        let streams = rows
-            .iter()
-            .map(|row| row.try_get(0))
-            .collect::<Result<_, _>>();
-        let streams = streams.map_err(|e| self.fail(e))?;
         let sql = Arc::clone(&self.sql.sweepable_tombstones);
-        let rows = self.fetch_all(query(&sql).bind(below).bind(max)).await?;
-        let tombstones = rows
-            .iter()
-            .map(|row| row.try_get(0))
-            .collect::<Result<_, _>>();
-        let tombstones = tombstones.map_err(|e| self.fail(e))?;
+        let tombstones = self.column(query(&sql).bind(below).bind(max)).await?;
+        let sql = Arc::clone(&self.sql.sweepable_retained);
+        let retained = self.column(query(&sql).bind(now_ms).bind(max)).await?;
         Ok(Sweepable {
             streams,
             tombstones,
+            retained,
         })
+    }
+
+    async fn message_sizes(
+        &mut self,
+        key: &i64,
+        range: Range<u64>,
+    ) -> Result<Vec<u64>, StreamError> {
+        let sql = Arc::clone(&self.sql.message_sizes);
+        let bound = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let sizes: Vec<i64> = self
+            .column(
+                query(&sql)
+                    .bind(key)
+                    .bind(bound(range.start))
+                    .bind(bound(range.end)),
+            )
+            .await?;
+        Ok(sizes.into_iter().map(|n| n as u64).collect())
     }
 
     async fn list(&mut self, prefix: &str) -> Result<Vec<(String, StreamRecord)>, StreamError> {
@@ -368,7 +393,22 @@ impl Records for PgRecords {
                 .bind(closer.map(|p| p.epoch as i64))
                 .bind(closer.map(|p| p.seq as i64))
                 .bind(record.accessed_ms)
-                .bind(record.soft_deleted),
+                .bind(record.soft_deleted)
+                .bind(to_column(&head.config.retention, &head.retained))
+                .bind(record.retention_due_ms()),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn drop_messages(&mut self, key: &i64, range: Range<u64>) -> Result<(), StreamError> {
+        let sql = Arc::clone(&self.sql.drop_messages);
+        let bound = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        self.execute(
+            query(&sql)
+                .bind(key)
+                .bind(bound(range.start))
+                .bind(bound(range.end)),
         )
         .await?;
         Ok(())
@@ -498,6 +538,12 @@ pub(super) fn decode(r: &PgRow) -> Result<(i64, String, StreamRecord), sqlx::Err
         }),
         None => None,
     };
+    let column: Option<String> = r.try_get(20)?;
+    let (retention, retained) =
+        from_column(column.as_deref()).map_err(|reason| sqlx::Error::ColumnDecode {
+            index: "retention".into(),
+            source: reason.into(),
+        })?;
     let record = StreamRecord {
         head: Head {
             incarnation: r.try_get::<i64, _>(18)? as u64,
@@ -505,12 +551,14 @@ pub(super) fn decode(r: &PgRow) -> Result<(i64, String, StreamRecord), sqlx::Err
                 content_type: r.try_get(2)?,
                 expiry: expiry_from_columns(r.try_get(3)?, r.try_get(4)?),
                 closed: r.try_get(5)?,
+                retention,
             }),
             closed: r.try_get(6)?,
             count: r.try_get::<i64, _>(7)? as u64,
             bytes: r.try_get::<i64, _>(8)? as u64,
             last_stream_seq: r.try_get(9)?,
             closed_by,
+            retained,
         },
         accessed_ms: r.try_get(13)?,
         origin,

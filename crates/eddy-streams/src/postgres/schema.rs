@@ -126,6 +126,17 @@ UPDATE streams SET producer_count =
     (SELECT count(*) FROM producers WHERE producers.stream_id = streams.id);
 "#;
 
+/// Version 7: retention. Each stream's policy with where its kept
+/// messages start (JSON, NULL for a stream without a policy), and when
+/// the sweep should next drop some of its messages, indexed so that the
+/// sweep finds the streams due without reading the others.
+const RETENTION: &str = r#"
+ALTER TABLE streams ADD COLUMN retention TEXT;
+ALTER TABLE streams ADD COLUMN retention_due_ms BIGINT;
+CREATE INDEX streams_by_retention_due ON streams (retention_due_ms)
+    WHERE retention_due_ms IS NOT NULL;
+"#;
+
 /// Every migration, in order.
 fn migrations() -> Vec<Migration> {
     let steps = [
@@ -135,6 +146,7 @@ fn migrations() -> Vec<Migration> {
         (4, "incarnations", INCARNATIONS),
         (5, "documents", DOCUMENTS),
         (6, "producer last write", PRODUCER_LAST_WRITE),
+        (7, "retention", RETENTION),
     ];
     steps
         .into_iter()

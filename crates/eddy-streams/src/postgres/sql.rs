@@ -11,15 +11,16 @@ use super::schema::quote;
 pub(super) const STREAM_COLUMNS: &str = "id, path, content_type, ttl_secs, expires_at_ms,
     created_closed, closed, count, bytes, last_stream_seq, closed_by_id, closed_by_epoch,
     closed_by_seq, accessed_ms, fork_source, fork_position, fork_sub, soft_deleted, incarnation,
-    fork_incarnation";
+    fork_incarnation, retention";
 
 /// How many columns [`STREAM_COLUMNS`] selects: a statement's own columns
 /// after them start at this index.
-pub(super) const STREAM_COLUMN_COUNT: usize = 20;
+pub(super) const STREAM_COLUMN_COUNT: usize = 21;
 
 /// A group commit in one statement (see `group/statement.rs`). Each
 /// stream of the group ($1) is checked at the version the group decided
-/// on: its count ($2) and close ($3), not soft-deleted, the producer
+/// on: its count ($2), close ($3) and retention state ($38: the sweep's
+/// drops change nothing else), not soft-deleted, the producer
 /// states it read ($32–$35) unchanged, and none of the producers it took
 /// as absent ($20, $21) present (a group never refuses a producer at the
 /// cap: the stream's expired producers must go first, which only a
@@ -27,8 +28,8 @@ pub(super) const STREAM_COLUMN_COUNT: usize = 20;
 /// it writes ($4) is locked first,
 /// in id order (so that two groups never wait for each other in a cycle),
 /// and so are the producer rows it read, and it is checked once locked;
-/// then its record ($5–$12; $37 the producers it adds to its count: those
-/// it saved that it took as absent), messages ($13–$15), producers
+/// then its record ($5–$12, $39, $40; $37 the producers it adds to its
+/// count: those it saved that it took as absent), messages ($13–$15), producers
 /// ($16–$19, $36) and
 /// wake-up marks ($26–$31) are written and its notification lines ($24,
 /// $25) sent on channel $22, prefixed with $23, in notifications of at
@@ -39,15 +40,18 @@ fn group_commit(s: &str) -> String {
         "WITH g AS (
              SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bool[], $4::bool[],
                  $5::bigint[], $6::bigint[], $7::bool[], $8::text[], $9::text[],
-                 $10::bigint[], $11::bigint[], $12::bigint[], $37::bigint[])
+                 $10::bigint[], $11::bigint[], $12::bigint[], $37::bigint[], $38::text[],
+                 $39::text[], $40::bigint[])
              AS g(id, was_count, was_closed, write, count, bytes, closed, last_stream_seq,
-                 closed_by_id, closed_by_epoch, closed_by_seq, accessed_ms, new_producers)
+                 closed_by_id, closed_by_epoch, closed_by_seq, accessed_ms, new_producers,
+                 was_retention, retention, retention_due_ms)
          ), relied AS (
              SELECT * FROM unnest($32::bigint[], $33::text[], $34::bigint[], $35::bigint[])
                  AS r(id, producer, epoch, seq)
          ), held AS MATERIALIZED (
              SELECT s.id FROM {s}.streams AS s JOIN g ON g.id = s.id
              WHERE g.write AND s.count = g.was_count AND s.closed = g.was_closed
+                 AND s.retention IS NOT DISTINCT FROM g.was_retention
                  AND NOT s.soft_deleted
              ORDER BY s.id
              FOR NO KEY UPDATE OF s
@@ -74,13 +78,15 @@ fn group_commit(s: &str) -> String {
                  last_stream_seq = g.last_stream_seq, closed_by_id = g.closed_by_id,
                  closed_by_epoch = g.closed_by_epoch, closed_by_seq = g.closed_by_seq,
                  accessed_ms = greatest(s.accessed_ms, g.accessed_ms),
-                 producer_count = s.producer_count + g.new_producers
+                 producer_count = s.producer_count + g.new_producers,
+                 retention = g.retention, retention_due_ms = g.retention_due_ms
              FROM g JOIN held ON held.id = g.id
              WHERE s.id = g.id AND s.id NOT IN (SELECT id FROM unsure)
              RETURNING s.id
          ), checked AS (
              SELECT s.id FROM {s}.streams AS s JOIN g ON g.id = s.id
              WHERE NOT g.write AND s.count = g.was_count AND s.closed = g.was_closed
+                 AND s.retention IS NOT DISTINCT FROM g.was_retention
                  AND NOT s.soft_deleted AND s.id NOT IN (SELECT id FROM unsure)
          ), messages AS (
              INSERT INTO {s}.messages (stream_id, seq, data)
@@ -153,6 +159,9 @@ pub(crate) struct Sql {
     pub drop_tombstone: Arc<str>,
     pub sweepable_streams: Arc<str>,
     pub sweepable_tombstones: Arc<str>,
+    pub sweepable_retained: Arc<str>,
+    pub message_sizes: Arc<str>,
+    pub drop_messages: Arc<str>,
     pub drop_old_tombstone: Arc<str>,
     pub insert: Arc<str>,
     pub update: Arc<str>,
@@ -219,6 +228,17 @@ impl Sql {
             sweepable_tombstones: sql(format!(
                 "SELECT path FROM {s}.tombstones WHERE incarnation < $1 LIMIT $2"
             )),
+            sweepable_retained: sql(format!(
+                "SELECT path FROM {s}.streams WHERE retention_due_ms <= $1
+                 ORDER BY retention_due_ms LIMIT $2"
+            )),
+            message_sizes: sql(format!(
+                "SELECT octet_length(data)::bigint FROM {s}.messages
+                 WHERE stream_id = $1 AND seq >= $2 AND seq < $3 ORDER BY seq"
+            )),
+            drop_messages: sql(format!(
+                "DELETE FROM {s}.messages WHERE stream_id = $1 AND seq >= $2 AND seq < $3"
+            )),
             drop_old_tombstone: sql(format!(
                 "DELETE FROM {s}.tombstones WHERE path = $1 AND incarnation < $2"
             )),
@@ -232,7 +252,8 @@ impl Sql {
             update: sql(format!(
                 "UPDATE {s}.streams SET closed = $2, count = $3, bytes = $4,
                     last_stream_seq = $5, closed_by_id = $6, closed_by_epoch = $7,
-                    closed_by_seq = $8, accessed_ms = $9, soft_deleted = $10
+                    closed_by_seq = $8, accessed_ms = $9, soft_deleted = $10,
+                    retention = $11, retention_due_ms = $12
                  WHERE id = $1"
             )),
             insert_messages: sql(format!(

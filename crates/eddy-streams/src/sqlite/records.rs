@@ -16,6 +16,7 @@ use crate::fork::ForkOrigin;
 use crate::record::{
     expiry_columns, expiry_from_columns, Op, RecordReader, Records, Stored, StreamRecord, Sweepable,
 };
+use crate::retention::{from_column, to_column};
 use crate::rules::{Head, ProducerState};
 use crate::touches::Touches;
 use crate::{ProducerPosition, StreamConfig, StreamError};
@@ -187,6 +188,10 @@ impl RecordReader for SqliteRecords<'_> {
         ready(cached.map_or_else(|| messages(self.conn, *key, range, max_bytes), Ok))
     }
 
+    fn message_sizes(&mut self, key: &i64, range: Range<u64>) -> impl Op<Vec<u64>> {
+        ready(message_sizes(self.conn, *key, range))
+    }
+
     fn list(&mut self, prefix: &str) -> impl Op<Vec<(String, StreamRecord)>> {
         ready(SqliteRecords::list(self, prefix))
     }
@@ -277,6 +282,11 @@ impl Records for SqliteRecords<'_> {
         ready(dropped)
     }
 
+    fn drop_messages(&mut self, key: &i64, range: Range<u64>) -> impl Op<()> {
+        self.wrote = true;
+        ready(drop_messages(self.conn, *key, range))
+    }
+
     fn remove(&mut self, key: &i64, _path: &str) -> impl Op<()> {
         let key = *key;
         self.wrote = true;
@@ -311,7 +321,7 @@ impl Records for SqliteRecords<'_> {
 const STREAM_COLUMNS: &str = "id, path, content_type, ttl_secs, expires_at_ms, created_closed,
     closed, count, bytes, last_stream_seq, closed_by_id, closed_by_epoch, closed_by_seq,
     accessed_ms, fork_source, fork_position, fork_sub, soft_deleted, incarnation,
-    fork_incarnation";
+    fork_incarnation, retention";
 
 /// The stored record in a row selected with [`STREAM_COLUMNS`].
 fn record(r: &Row<'_>) -> rusqlite::Result<StreamRecord> {
@@ -333,6 +343,10 @@ fn record(r: &Row<'_>) -> rusqlite::Result<StreamRecord> {
         }),
         None => None,
     };
+    let column: Option<String> = r.get(20)?;
+    let (retention, retained) = from_column(column.as_deref()).map_err(|reason| {
+        rusqlite::Error::FromSqlConversionFailure(20, rusqlite::types::Type::Text, reason.into())
+    })?;
     Ok(StreamRecord {
         head: Head {
             incarnation: r.get::<_, i64>(18)? as u64,
@@ -340,12 +354,14 @@ fn record(r: &Row<'_>) -> rusqlite::Result<StreamRecord> {
                 content_type: r.get(2)?,
                 expiry,
                 closed: r.get(5)?,
+                retention,
             }),
             closed: r.get(6)?,
             count: r.get::<_, i64>(7)? as u64,
             bytes: r.get::<_, i64>(8)? as u64,
             last_stream_seq: r.get(9)?,
             closed_by,
+            retained,
         },
         accessed_ms: r.get(13)?,
         origin,
@@ -378,9 +394,16 @@ fn sweepable(
     let tombstones = stmt
         .query_map(rusqlite::params![below, max], |r| r.get(0))?
         .collect::<Result<_, _>>()?;
+    let mut stmt = conn.prepare_cached(
+        "SELECT path FROM streams WHERE retention_due_ms <= ?1 ORDER BY retention_due_ms LIMIT ?2",
+    )?;
+    let retained = stmt
+        .query_map(rusqlite::params![now_ms, max], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
     Ok(Sweepable {
         streams,
         tombstones,
+        retained,
     })
 }
 
@@ -439,7 +462,7 @@ pub(super) fn update(conn: &Connection, id: i64, record: &StreamRecord) -> Resul
     conn.prepare_cached(
         "UPDATE streams SET closed = ?2, count = ?3, bytes = ?4, last_stream_seq = ?5,
             closed_by_id = ?6, closed_by_epoch = ?7, closed_by_seq = ?8, accessed_ms = ?9,
-            soft_deleted = ?10
+            soft_deleted = ?10, retention = ?11, retention_due_ms = ?12
          WHERE id = ?1",
     )?
     .execute(params![
@@ -453,8 +476,31 @@ pub(super) fn update(conn: &Connection, id: i64, record: &StreamRecord) -> Resul
         closer.map(|p| p.seq as i64),
         record.accessed_ms,
         record.soft_deleted,
+        to_column(&head.config.retention, &head.retained),
+        record.retention_due_ms(),
     ])?;
     Ok(())
+}
+
+fn drop_messages(conn: &Connection, id: i64, range: Range<u64>) -> Result<(), StreamError> {
+    let bound = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    conn.prepare_cached("DELETE FROM messages WHERE stream_id = ?1 AND seq >= ?2 AND seq < ?3")?
+        .execute(params![id, bound(range.start), bound(range.end)])?;
+    Ok(())
+}
+
+fn message_sizes(conn: &Connection, id: i64, range: Range<u64>) -> Result<Vec<u64>, StreamError> {
+    let bound = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let mut stmt = conn.prepare_cached(
+        "SELECT length(data) FROM messages WHERE stream_id = ?1 AND seq >= ?2 AND seq < ?3
+         ORDER BY seq",
+    )?;
+    let sizes = stmt.query_map(params![id, bound(range.start), bound(range.end)], |r| {
+        r.get::<_, i64>(0)
+    })?;
+    Ok(sizes
+        .map(|size| size.map(|n| n as u64))
+        .collect::<Result<_, _>>()?)
 }
 
 fn remove(conn: &Connection, id: i64) -> Result<(), StreamError> {

@@ -5,7 +5,7 @@ use rusqlite::Connection;
 use crate::StreamError;
 
 /// The schema version this code writes (`PRAGMA user_version`).
-const VERSION: i64 = 8;
+const VERSION: i64 = 9;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS streams (
@@ -124,6 +124,17 @@ UPDATE streams SET producer_count =
     (SELECT count(*) FROM producers WHERE producers.stream_id = streams.id);
 ";
 
+/// Version 9 adds retention: each stream's policy with where its kept
+/// messages start (JSON, NULL for a stream without a policy), and when the
+/// sweep should next drop some of its messages, indexed so that the
+/// sweep finds the streams due without reading the others.
+const RETENTION: &str = "
+ALTER TABLE streams ADD COLUMN retention TEXT;
+ALTER TABLE streams ADD COLUMN retention_due_ms INTEGER;
+CREATE INDEX streams_by_retention_due ON streams (retention_due_ms)
+    WHERE retention_due_ms IS NOT NULL;
+";
+
 /// Creates the tables or upgrades an older layout, each step in one
 /// transaction, or refuses a file written by a newer build. `now_ms` is
 /// the upgrade's time, for what it stamps.
@@ -152,6 +163,7 @@ pub(super) fn migrate(conn: &Connection, now_ms: i64) -> Result<(), StreamError>
         (INCARNATIONS, 6),
         (DOCUMENTS, 7),
         (PRODUCER_LAST_WRITE, 8),
+        (RETENTION, 9),
     ];
     for (sql, to) in steps {
         if version < to {

@@ -20,6 +20,10 @@ pub use incarnations::*;
 mod documents;
 pub use documents::*;
 
+#[path = "retention.rs"]
+mod retention;
+pub use retention::*;
+
 #[path = "producer_expiry.rs"]
 mod producer_expiry;
 pub use producer_expiry::*;
@@ -108,12 +112,22 @@ macro_rules! every_sweeping_case {
 }
 pub(crate) use every_sweeping_case;
 
-/// The sweep of expired producer states, for the stores that find them
-/// across streams (memory, SQLite, PostgreSQL; not DynamoDB, whose
-/// producer items no index finds).
+/// The sweep of expired producer states and of retained prefixes, for
+/// the stores that find them across streams (memory, SQLite, PostgreSQL;
+/// not DynamoDB, whose producer items no index finds and which refuses
+/// retention policies).
 macro_rules! every_producer_sweeping_case {
     ($run:ident) => {
-        $run!(the_sweep_drops_expired_producers_in_steps);
+        $run!(
+            the_sweep_drops_expired_producers_in_steps,
+            retention_keeps_the_last_messages_and_offsets_never_change,
+            retention_by_bytes_keeps_the_newest_within_the_bound,
+            retention_by_age_drops_what_is_older,
+            idempotent_producers_deduplicate_across_a_drop,
+            a_fork_keeps_what_it_inherited_when_its_source_drops,
+            a_retention_policy_is_part_of_the_config,
+            appends_racing_the_sweep_leave_a_consistent_stream,
+        );
     };
 }
 pub(crate) use every_producer_sweeping_case;

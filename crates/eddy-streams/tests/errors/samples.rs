@@ -41,6 +41,12 @@ pub fn one_of_each() -> Vec<StreamError> {
             offset: Offset::new(1_763_000_000_000_000, 4),
             incarnation: 1_764_000_000_000_000,
         },
+        StreamError::OffsetDropped {
+            path: path(),
+            offset: Offset::new(1_764_000_000_000_000, 2),
+            earliest: Offset::new(1_764_000_000_000_000, 7),
+        },
+        StreamError::InvalidRetention("invalid retention policy `messages=0`".into()),
         StreamError::InvalidPath {
             path: "a//b".into(),
             reason: "it has an empty segment".into(),

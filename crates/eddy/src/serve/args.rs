@@ -173,9 +173,10 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = eddy_streams::DEFAULT_MAX_FORK_BYTES, env = "EDDY_MAX_FORK_BYTES")]
     pub max_fork_bytes: u64,
     /// How often expired streams' data and old tombstones of deleted
-    /// streams are removed (each once its stream is a minute old), in
-    /// short steps; `0` never (an expired stream then stays until its
-    /// path is created again).
+    /// streams are removed (each once its stream is a minute old), and
+    /// the messages retention policies let go, in short steps; `0` never
+    /// (an expired stream then stays until its path is created again, and
+    /// retained streams keep everything).
     #[arg(long, default_value = "10s", value_parser = parse_duration, env = "EDDY_SWEEP_INTERVAL")]
     pub sweep_interval: Duration,
     /// The most subscriptions the server holds; more get 503.
@@ -255,6 +256,17 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub cache_public_prefixes: Vec<String>,
+    /// A retention policy for the streams created under a path pattern
+    /// without an Eddy-Retention header, as `PATTERN=POLICY` (`logs/**=age=7d`,
+    /// `metrics/*=messages=1000; bytes=10MB`); repeatable, the first
+    /// matching rule wins. The policy is stored with each stream.
+    #[arg(
+        long = "retention",
+        value_name = "PATTERN=POLICY",
+        env = "EDDY_RETENTION",
+        value_delimiter = ','
+    )]
+    pub retention: Vec<eddy_server::RetentionRule>,
     /// Answer a read from `-1`, the zero offset or a fork source's offset
     /// with a redirect to the stream's own offset (its immutable URL)
     /// instead of with the data; only for deployments whose clients all
@@ -411,6 +423,7 @@ impl ServeArgs {
                 redirect_first_reads: self.redirect_first_reads,
             },
             console: !self.no_console,
+            retention: self.retention.clone(),
             ..ServerConfig::default()
         })
     }

@@ -14,6 +14,7 @@ use super::super::sql::{Sql, STREAM_COLUMN_COUNT};
 use super::copy::Known;
 use super::records::Draft;
 use crate::marks::{signed, Markers};
+use crate::retention::to_column;
 use crate::rules::ProducerState;
 
 /// Loads the streams at `paths` with their producer counts, and the
@@ -112,6 +113,9 @@ struct Columns<'d> {
     relied_names: Vec<&'d str>,
     relied_epochs: Vec<i64>,
     relied_seqs: Vec<i64>,
+    was_retention: Vec<Option<String>>,
+    retention: Vec<Option<String>>,
+    retention_due_ms: Vec<Option<i64>>,
 }
 
 impl<'d> Columns<'d> {
@@ -133,6 +137,11 @@ impl<'d> Columns<'d> {
         self.closed_by_seq.push(closer.map(|p| signed(p.seq)));
         self.accessed_ms.push(draft.record.accessed_ms);
         self.new_producers.push(signed(draft.new_producers()));
+        self.was_retention
+            .push(to_column(&base.config.retention, &base.retained));
+        self.retention
+            .push(to_column(&head.config.retention, &head.retained));
+        self.retention_due_ms.push(draft.record.retention_due_ms());
         for (n, message) in draft.messages.iter().enumerate() {
             self.message_ids.push(id);
             self.message_seqs.push(signed(base.count + n as u64));
@@ -231,6 +240,9 @@ pub(super) async fn commit(
         .bind(c.relied_seqs)
         .bind(c.producer_lasts)
         .bind(c.new_producers)
+        .bind(c.was_retention)
+        .bind(c.retention)
+        .bind(c.retention_due_ms)
         .fetch_all(conn)
         .await?;
     rows.iter()
