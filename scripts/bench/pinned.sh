@@ -112,7 +112,9 @@ pinned_report() { # label figures
   printf '%-52s %12s\n' "SQLite catch-up reads, 200 x 1 KB (req/s)" "$sr"
   printf '%-52s %12s  (target >= 0.50)\n' "ratio SQLite / memory catch-up reads" "$(ratio2 "$sr" "$mr")"
   printf '%-52s %12s  (slices %s; target >= 0.50)\n' "ratio SQLite / memory single appends" "$r_sa" "$range_sa"
-  printf '%-52s %12s  (slices %s; target >= 0.85)\n' "ratio memory appends / healthz" "$r_ma" "$range_ma"
+  # /healthz skips the middleware since issue 35: the floor ratios below
+  # are the measure of what a request costs.
+  printf '%-52s %12s  (slices %s)\n' "ratio memory appends / healthz" "$r_ma" "$range_ma"
   printf '%-52s %12s  (slices %s; target >= 0.90)\n' "ratio /healthz / request floor GET" "$r_hf" "$range_hf"
   printf '%-52s %12s  (slices %s; target >= 0.70)\n' "ratio memory appends / request floor POST" "$r_af" "$range_af"
   printf '%-52s %18s  (floor %s; target: all <= 100 ms)\n' "$fanout_readers long-poll readers, HTTP/1.1, p50/p99/max ms" "$fan_h1" "$floor_h1"
