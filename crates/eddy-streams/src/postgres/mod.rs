@@ -38,7 +38,7 @@ use crate::{Limits, DEFAULT_MAX_PRODUCERS_PER_STREAM, DEFAULT_PRODUCER_EXPIRY};
 use batch::Batcher;
 use connections::Connections;
 use error::pg_error;
-use group::{Outcome, Writer};
+use group::{Create, Outcome, Writer};
 use sql::Sql;
 pub use transaction::PgTransaction;
 use transaction::Wiring;
@@ -152,9 +152,11 @@ impl PgOptions {
 /// many, in one statement (group commit: one `COMMIT`, one WAL flush),
 /// deciding each from its copy of the stream records and writing a stream
 /// only where its row has not changed since (another process's writes take
-/// turns with it). Reads are one statement each, and take the messages the
-/// store wrote lately from memory. Creates, deletes and forks are one
-/// transaction each, which locks the rows it decides on. Live waits wake up
+/// turns with it). Creates join the same groups: a group inserts the
+/// streams it creates where their paths are still free. Reads are one
+/// statement each, and take the messages the store wrote lately from
+/// memory. Deletes and forks are one transaction each, which locks the
+/// rows it decides on. Live waits wake up
 /// across processes through `LISTEN`/`NOTIFY` on a dedicated connection:
 /// one notification per commit, and one query per notification for all the
 /// readers waiting in this process; the store also reads the heads of the
@@ -401,15 +403,25 @@ fn instance_id() -> u64 {
 
 #[async_trait]
 impl Storage for PgStorage {
+    /// In the writer's next group commit, with the appends and creates
+    /// queued beside it; a create the group cannot decide (a dead stream
+    /// to collect at its path first, a path that kept changing) runs in a
+    /// transaction of its own.
     async fn create(
         &self,
         path: &StreamPath,
         config: StreamConfig,
         initial: Payload,
     ) -> Result<Created, StreamError> {
-        let (config, initial) = (&config, &initial);
+        let create = match self.writer.create(path, Create { config, initial }).await? {
+            Outcome::Done(created) => return created,
+            Outcome::Contended(create) => create,
+        };
+        let create = &create;
         self.write(|mut tx| async move {
-            let created = tx.create(path, config.clone(), initial.clone()).await;
+            let created = tx
+                .create(path, create.config.clone(), create.initial.clone())
+                .await;
             (tx, created)
         })
         .await
