@@ -59,9 +59,9 @@ pub struct PgOptions {
     /// Stores on different schemas of one database are independent.
     pub schema: String,
     /// The most connections the store opens for reads, and as many for
-    /// transactions (creates, deletes, forks, host transactions); besides
-    /// them it keeps one for the writer of its appends and one for its
-    /// listener.
+    /// transactions (deletes, forks, host transactions, and the creates
+    /// and appends its writer hands back); besides them it keeps one for
+    /// the writer of its appends and creates and one for its listener.
     pub max_connections: u32,
     /// When a commit counts as done: [`Durability::Sync`] waits for
     /// PostgreSQL's WAL flush (`synchronous_commit = on`);

@@ -1,13 +1,17 @@
-//! Group commit of appends on PostgreSQL.
+//! Group commit of appends and creates on PostgreSQL.
 //!
-//! Every append of a store goes to one writer task. It takes every append
-//! waiting in its queue (up to [`MAX_GROUP`]), decides each with the
-//! engine over its copy of the stream records (`copy.rs`, loading in one
-//! statement the streams it does not hold), and writes the whole group in
-//! one statement (`statement.rs`), which PostgreSQL runs as one
-//! transaction: one `COMMIT`, one WAL flush, however many appends and
-//! streams. Each append is answered only after that statement returned,
-//! and readers are woken then.
+//! Every append and create of a store goes to one writer task. It takes
+//! every call waiting in its queue (up to [`MAX_GROUP`]), decides each
+//! with the engine over its copy of the stream records (`copy.rs`, loading
+//! in one statement the streams it does not hold, and the tombstones of
+//! the paths that hold none), and writes the whole group in one statement
+//! (`statement.rs`), which PostgreSQL runs as one transaction: one
+//! `COMMIT`, one WAL flush, however many calls and streams. Each call is
+//! answered only after that statement returned, and readers are woken
+//! then. A stream the group creates is inserted by that statement where
+//! its path is still free as the group saw it; a create that must first
+//! collect a dead stream at its path goes back to its caller, whose
+//! transaction removes rows (the group never does).
 //!
 //! The statement writes a stream only if its row is still at the version
 //! the group decided on, and locks the rows it writes in id order: writers
@@ -47,9 +51,9 @@ use records::{Absent, Draft, Drafts, GroupRecords};
 pub(super) use stale::Stale;
 use statement::Announce;
 
-/// The most appends one statement writes.
+/// The most appends and creates one statement writes.
 const MAX_GROUP: usize = 256;
-/// How often an append is decided again after its stream changed under
+/// How often a call is decided again after its stream changed under
 /// it before it is handed back to its caller.
 const MAX_TRIES: u32 = 4;
 /// The writer's queue holds at most this much payload, in KiB.
