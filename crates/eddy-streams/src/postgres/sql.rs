@@ -17,6 +17,40 @@ pub(super) const STREAM_COLUMNS: &str = "id, path, content_type, ttl_secs, expir
 /// after them start at this index.
 pub(super) const STREAM_COLUMN_COUNT: usize = 20;
 
+/// The parts of a group's commit statement that insert the streams it
+/// creates ($38–$54), as `created` (key, id).
+fn group_creates(s: &str) -> String {
+    format!(
+        "), c AS (
+             SELECT * FROM unnest($38::bigint[], $39::text[], $40::text[], $41::bigint[],
+                 $42::bigint[], $43::bool[], $44::bool[], $45::bigint[], $46::bigint[],
+                 $47::text[], $48::text[], $49::bigint[], $50::bigint[], $51::bigint[],
+                 $52::bigint[], $53::bigint[], $54::bigint[])
+             AS c(key, path, content_type, ttl_secs, expires_at_ms, created_closed, closed,
+                 count, bytes, last_stream_seq, closed_by_id, closed_by_epoch, closed_by_seq,
+                 accessed_ms, incarnation, producer_count, tombstone)
+         ), made AS (
+             INSERT INTO {s}.streams (path, content_type, ttl_secs, expires_at_ms,
+                 created_closed, closed, count, bytes, last_stream_seq, closed_by_id,
+                 closed_by_epoch, closed_by_seq, accessed_ms, soft_deleted, incarnation,
+                 producer_count)
+             SELECT c.path, c.content_type, c.ttl_secs, c.expires_at_ms, c.created_closed,
+                 c.closed, c.count, c.bytes, c.last_stream_seq, c.closed_by_id,
+                 c.closed_by_epoch, c.closed_by_seq, c.accessed_ms, false, c.incarnation,
+                 c.producer_count
+             FROM c
+             WHERE coalesce((SELECT t.incarnation FROM {s}.tombstones AS t
+                 WHERE t.path = c.path), 0) = c.tombstone
+             ORDER BY c.path
+             ON CONFLICT (path) DO NOTHING
+             RETURNING id, path
+         ), created AS (
+             SELECT c.key, made.id FROM c JOIN made ON made.path = c.path
+         ), unburied AS (
+             DELETE FROM {s}.tombstones AS t USING made WHERE t.path = made.path"
+    )
+}
+
 /// A group commit in one statement (see `group/statement.rs`). Each
 /// stream of the group ($1) is checked at the version the group decided
 /// on: its count ($2) and close ($3), not soft-deleted, the producer
@@ -37,8 +71,23 @@ pub(super) const STREAM_COLUMN_COUNT: usize = 20;
 /// are inserted where their path holds no row and its tombstone is still
 /// the one the group saw ($54, 0: none), which goes. Returns the key and
 /// row id of every stream that passed its check or was inserted, and
-/// nulls per notification.
-fn group_commit(s: &str) -> String {
+/// nulls per notification. A group without creates runs it without
+/// their parts (`creating`), and binds $1–$37 only.
+fn group_commit(s: &str, creating: bool) -> String {
+    let creating = if creating {
+        let created = group_creates(s);
+        format!(
+            "{created}
+         ), ids AS (
+             SELECT id AS key, id FROM written UNION ALL SELECT key, id FROM created"
+        )
+    } else {
+        // A group without creates runs the statement without their parts
+        // (and parameters): planning and running them cost every group.
+        "         ), ids AS (
+             SELECT id AS key, id FROM written"
+            .to_owned()
+    };
     format!(
         "WITH g AS (
              SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bool[], $4::bool[],
@@ -82,35 +131,7 @@ fn group_commit(s: &str) -> String {
              FROM g JOIN held ON held.id = g.id
              WHERE s.id = g.id AND s.id NOT IN (SELECT id FROM unsure)
              RETURNING s.id
-         ), c AS (
-             SELECT * FROM unnest($38::bigint[], $39::text[], $40::text[], $41::bigint[],
-                 $42::bigint[], $43::bool[], $44::bool[], $45::bigint[], $46::bigint[],
-                 $47::text[], $48::text[], $49::bigint[], $50::bigint[], $51::bigint[],
-                 $52::bigint[], $53::bigint[], $54::bigint[])
-             AS c(key, path, content_type, ttl_secs, expires_at_ms, created_closed, closed,
-                 count, bytes, last_stream_seq, closed_by_id, closed_by_epoch, closed_by_seq,
-                 accessed_ms, incarnation, producer_count, tombstone)
-         ), made AS (
-             INSERT INTO {s}.streams (path, content_type, ttl_secs, expires_at_ms,
-                 created_closed, closed, count, bytes, last_stream_seq, closed_by_id,
-                 closed_by_epoch, closed_by_seq, accessed_ms, soft_deleted, incarnation,
-                 producer_count)
-             SELECT c.path, c.content_type, c.ttl_secs, c.expires_at_ms, c.created_closed,
-                 c.closed, c.count, c.bytes, c.last_stream_seq, c.closed_by_id,
-                 c.closed_by_epoch, c.closed_by_seq, c.accessed_ms, false, c.incarnation,
-                 c.producer_count
-             FROM c
-             WHERE coalesce((SELECT t.incarnation FROM {s}.tombstones AS t
-                 WHERE t.path = c.path), 0) = c.tombstone
-             ORDER BY c.path
-             ON CONFLICT (path) DO NOTHING
-             RETURNING id, path
-         ), created AS (
-             SELECT c.key, made.id FROM c JOIN made ON made.path = c.path
-         ), unburied AS (
-             DELETE FROM {s}.tombstones AS t USING made WHERE t.path = made.path
-         ), ids AS (
-             SELECT id AS key, id FROM written UNION ALL SELECT key, id FROM created
+{creating}
          ), checked AS (
              SELECT s.id FROM {s}.streams AS s JOIN g ON g.id = s.id
              WHERE NOT g.write AND s.count = g.was_count AND s.closed = g.was_closed
@@ -201,6 +222,7 @@ pub(crate) struct Sql {
     pub heads: Arc<str>,
     pub group_load: Arc<str>,
     pub group_commit: Arc<str>,
+    pub group_commit_creating: Arc<str>,
 }
 
 impl Sql {
@@ -390,10 +412,11 @@ impl Sql {
                 "SELECT {stream},
                      s.producer_count,
                      p.names, p.epochs, p.seqs, p.lasts,
-                     q.path, t.incarnation
+                     q.path,
+                     (SELECT t.incarnation FROM {s}.tombstones AS t
+                         WHERE t.path = q.path AND s.id IS NULL)
                  FROM unnest($1::text[]) AS q(path)
                  LEFT JOIN {s}.streams AS s ON s.path = q.path
-                 LEFT JOIN {s}.tombstones AS t ON t.path = q.path AND s.id IS NULL
                  LEFT JOIN LATERAL (
                      SELECT array_agg(pr.producer) AS names, array_agg(pr.epoch) AS epochs,
                          array_agg(pr.seq) AS seqs, array_agg(pr.last_ms) AS lasts
@@ -404,7 +427,8 @@ impl Sql {
                  ) AS p ON s.id IS NOT NULL",
                 stream = qualified("s"),
             )),
-            group_commit: sql(group_commit(&s)),
+            group_commit: sql(group_commit(&s, false)),
+            group_commit_creating: sql(group_commit(&s, true)),
         }
     }
 }

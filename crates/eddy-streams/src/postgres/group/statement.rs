@@ -284,7 +284,12 @@ pub(super) async fn commit(
     }
     let mut c = columns;
     let n = std::mem::take(&mut c.created);
-    let rows = query(&sql.group_commit)
+    let statement = if n.keys.is_empty() {
+        &sql.group_commit
+    } else {
+        &sql.group_commit_creating
+    };
+    let mut statement = query(statement)
         .bind(c.ids)
         .bind(c.was_count)
         .bind(c.was_closed)
@@ -321,26 +326,28 @@ pub(super) async fn commit(
         .bind(c.relied_epochs)
         .bind(c.relied_seqs)
         .bind(c.producer_lasts)
-        .bind(c.new_producers)
-        .bind(n.keys)
-        .bind(n.paths)
-        .bind(n.content_types)
-        .bind(n.ttl_secs)
-        .bind(n.expires_at_ms)
-        .bind(n.created_closed)
-        .bind(n.closed)
-        .bind(n.count)
-        .bind(n.bytes)
-        .bind(n.last_stream_seq)
-        .bind(n.closed_by_id)
-        .bind(n.closed_by_epoch)
-        .bind(n.closed_by_seq)
-        .bind(n.accessed_ms)
-        .bind(n.incarnations)
-        .bind(n.producer_count)
-        .bind(n.tombstones)
-        .fetch_all(conn)
-        .await?;
+        .bind(c.new_producers);
+    if !n.keys.is_empty() {
+        statement = statement
+            .bind(n.keys)
+            .bind(n.paths)
+            .bind(n.content_types)
+            .bind(n.ttl_secs)
+            .bind(n.expires_at_ms)
+            .bind(n.created_closed)
+            .bind(n.closed)
+            .bind(n.count)
+            .bind(n.bytes)
+            .bind(n.last_stream_seq)
+            .bind(n.closed_by_id)
+            .bind(n.closed_by_epoch)
+            .bind(n.closed_by_seq)
+            .bind(n.accessed_ms)
+            .bind(n.incarnations)
+            .bind(n.producer_count)
+            .bind(n.tombstones);
+    }
+    let rows = statement.fetch_all(conn).await?;
     let mut confirmed = HashMap::with_capacity(rows.len());
     for row in &rows {
         let key: Option<i64> = row.try_get(0)?;
