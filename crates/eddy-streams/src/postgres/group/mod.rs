@@ -468,6 +468,12 @@ impl GroupWriter {
     /// with the producers its appends name. Returns the paths it found no
     /// stream at, with the incarnation of each one's tombstone (for the
     /// creates).
+    ///
+    /// A create's first try at a path the copy does not hold loads
+    /// nothing: the path is taken as free (no row, no tombstone), which
+    /// the statement's insert checks; a create that finds it taken is
+    /// decided again on a load. So a group of new streams and appends to
+    /// known ones is one statement.
     async fn prefetch(
         &mut self,
         conn: &mut sqlx::PgConnection,
@@ -477,6 +483,7 @@ impl GroupWriter {
         let touches = &self.wiring.touches;
         let mut paths: Vec<String> = Vec::new();
         let mut wanted = Vec::new();
+        let mut guessed = Vec::new();
         for job in group {
             let path = job.path.as_str();
             let fresh = self.copy.get(path).is_some_and(|known| {
@@ -485,6 +492,13 @@ impl GroupWriter {
                 record.is_live(now)
             });
             if fresh {
+                continue;
+            }
+            let new = matches!(job.work, Work::Create { .. })
+                && job.tries == 0
+                && self.copy.get(path).is_none();
+            if new {
+                guessed.push(path);
                 continue;
             }
             if !paths.iter().any(|p| p == path) {
@@ -496,17 +510,24 @@ impl GroupWriter {
                 }
             }
         }
-        if paths.is_empty() {
-            return Ok(Absent::new());
+        let mut absent = Absent::new();
+        if !paths.is_empty() {
+            for path in &paths {
+                self.copy.remove(path);
+            }
+            let loaded = statement::load(conn, &self.wiring.sql, &paths, &wanted).await?;
+            for (path, known) in loaded.streams {
+                self.copy.insert(path, known);
+            }
+            absent = loaded.absent;
         }
-        for path in &paths {
-            self.copy.remove(path);
+        // What the load found for a path wins over the guess.
+        for path in guessed {
+            if !paths.iter().any(|p| p == path) {
+                absent.entry(path.to_owned()).or_insert(None);
+            }
         }
-        let loaded = statement::load(conn, &self.wiring.sql, &paths, &wanted).await?;
-        for (path, known) in loaded.streams {
-            self.copy.insert(path, known);
-        }
-        Ok(loaded.absent)
+        Ok(absent)
     }
 
     /// After the statement: keeps what it confirmed, answers those
