@@ -6,7 +6,9 @@
 #   - single appends to one stream (append.lua);
 #   - 100-message producer batches, each request a new producer, over 16
 #     streams (spread.lua BATCH=100), so no stream reaches its producer limit;
-#   - single appends across 10 000 streams (spread.lua);
+#   - single appends across 10 000 streams (spread.lua), created beforehand;
+#   - the same, each stream created by a PUT on first use (first-use.lua:
+#     new streams in each slice), for issue 35;
 #   - catch-up reads of 200 x 1 KB messages.
 # Each figure is taken in slices (RATIO_SLICES of SLICE_DURATION) that
 # alternate between the servers, and the ratio PostgreSQL / SQLite is the
@@ -18,6 +20,8 @@
 # not move. (Transactions and WAL flushes per request are not shown:
 # PostgreSQL reports them to its statistics up to seconds late.) Last, appends across the 10 000 streams with two `eddy serve` on
 # one database against one.
+# PG_WORKLOADS picks workloads (append batch many first read by default);
+# PG_TWO_SERVERS=0 leaves out the two-server part.
 # Uses server.sh's helpers and variables, and pin.sh's.
 
 . "$here/pin.sh"
@@ -81,6 +85,7 @@ workload_args() { # workload -> sets `path` and `args`
     append) path=/bench/append; args=(-s "$here/append.lua") ;;
     batch) path=/; args=(-s "$here/spread.lua") ;;
     many) path=/; args=(-s "$here/spread.lua") ;;
+    first) path=/; args=(-s "$here/first-use.lua") ;;
     read) path=""; args=() ;; # each server's own first chunk (kb_url)
   esac
 }
@@ -88,6 +93,7 @@ workload_args() { # workload -> sets `path` and `args`
 workload_env() { # workload -> the environment of spread.lua
   case "$1" in
     batch) echo "STREAMS=$batch_streams PREFIX=b BATCH=100" ;;
+    first) echo "STREAMS=$pg_streams PREFIX=f" ;;
     *) echo "STREAMS=$pg_streams PREFIX=m BATCH=0" ;;
   esac
 }
@@ -146,11 +152,12 @@ echo
 echo "== eddy on PostgreSQL beside eddy on SQLite, per core (servers and PostgreSQL on core $server_core; wrk -t1 -c$pinned_connections on core $load_core) =="
 echo "   ($ratio_slices slices of $slice_duration per workload and server, alternating; medians; fsync and synchronous_commit on)"
 printf '%-40s %10s  %-10s %10s %7s %-11s %9s\n' "" "SQLite" "server" "req/s" "/SQLite" "(slices)" "stmts/req"
-for workload in append batch many read; do
+for workload in ${PG_WORKLOADS:-append batch many first read}; do
   case "$workload" in
     append) title="single appends, one stream" ;;
     batch) title="100-message producer batches" ;;
     many) title="single appends across $pg_streams streams" ;;
+    first) title="... each created by PUT on first use" ;;
     read) title="catch-up reads, 200 x 1 KB" ;;
   esac
   mapfile -t rows < <(measure_workload "$workload" "${servers[@]}")
@@ -161,6 +168,8 @@ for workload in append batch many read; do
     title=""; sqlite_rate=""
   done
 done
+
+[ "${PG_TWO_SERVERS:-1}" = 1 ] || exit 0
 
 # Two servers on one database: the appends across many streams split
 # between them (two wrk on the load core, half the connections each),

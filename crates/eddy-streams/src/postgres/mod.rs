@@ -38,7 +38,7 @@ use crate::{Limits, DEFAULT_MAX_PRODUCERS_PER_STREAM, DEFAULT_PRODUCER_EXPIRY};
 use batch::Batcher;
 use connections::Connections;
 use error::pg_error;
-use group::{Outcome, Writer};
+use group::{Create, Outcome, Writer};
 use sql::Sql;
 pub use transaction::PgTransaction;
 use transaction::Wiring;
@@ -59,9 +59,9 @@ pub struct PgOptions {
     /// Stores on different schemas of one database are independent.
     pub schema: String,
     /// The most connections the store opens for reads, and as many for
-    /// transactions (creates, deletes, forks, host transactions); besides
-    /// them it keeps one for the writer of its appends and one for its
-    /// listener.
+    /// transactions (deletes, forks, host transactions, and the creates
+    /// and appends its writer hands back); besides them it keeps one for
+    /// the writer of its appends and creates and one for its listener.
     pub max_connections: u32,
     /// When a commit counts as done: [`Durability::Sync`] waits for
     /// PostgreSQL's WAL flush (`synchronous_commit = on`);
@@ -152,9 +152,11 @@ impl PgOptions {
 /// many, in one statement (group commit: one `COMMIT`, one WAL flush),
 /// deciding each from its copy of the stream records and writing a stream
 /// only where its row has not changed since (another process's writes take
-/// turns with it). Reads are one statement each, and take the messages the
-/// store wrote lately from memory. Creates, deletes and forks are one
-/// transaction each, which locks the rows it decides on. Live waits wake up
+/// turns with it). Creates join the same groups: a group inserts the
+/// streams it creates where their paths are still free. Reads are one
+/// statement each, and take the messages the store wrote lately from
+/// memory. Deletes and forks are one transaction each, which locks the
+/// rows it decides on. Live waits wake up
 /// across processes through `LISTEN`/`NOTIFY` on a dedicated connection:
 /// one notification per commit, and one query per notification for all the
 /// readers waiting in this process; the store also reads the heads of the
@@ -265,7 +267,17 @@ impl PgStorage {
         let listener = tokio::spawn(listen::run(listener, listen_pool, Arc::clone(&wiring)));
         let rechecker = tokio::spawn(recheck(Arc::clone(&wiring), options.recheck));
         let flusher = tokio::spawn(flusher::run(Arc::clone(&wiring)));
-        let writer = Writer::start(Arc::clone(&wiring), Arc::new(Connections::new(connect, 1)));
+        // The writer's statements find every row by a key it holds. Their
+        // plans are cached per connection, and a plan made while the
+        // tables were small (a new database) chose scans of whole tables,
+        // whose cost then grew with them (4.4 ms a group after 20 000
+        // creates, from 1.4): without scans, every plan looks rows up by
+        // index, whatever the tables' size when it was made.
+        let writer_connect = connect.options([("enable_seqscan", "off")]);
+        let writer = Writer::start(
+            Arc::clone(&wiring),
+            Arc::new(Connections::new(writer_connect, 1)),
+        );
         Ok(PgStorage {
             wiring,
             schema: options.schema,
@@ -401,15 +413,25 @@ fn instance_id() -> u64 {
 
 #[async_trait]
 impl Storage for PgStorage {
+    /// In the writer's next group commit, with the appends and creates
+    /// queued beside it; a create the group cannot decide (a dead stream
+    /// to collect at its path first, a path that kept changing) runs in a
+    /// transaction of its own.
     async fn create(
         &self,
         path: &StreamPath,
         config: StreamConfig,
         initial: Payload,
     ) -> Result<Created, StreamError> {
-        let (config, initial) = (&config, &initial);
+        let create = match self.writer.create(path, Create { config, initial }).await? {
+            Outcome::Done(created) => return created,
+            Outcome::Contended(create) => create,
+        };
+        let create = &create;
         self.write(|mut tx| async move {
-            let created = tx.create(path, config.clone(), initial.clone()).await;
+            let created = tx
+                .create(path, create.config.clone(), create.initial.clone())
+                .await;
             (tx, created)
         })
         .await

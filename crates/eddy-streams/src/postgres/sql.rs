@@ -17,6 +17,41 @@ pub(super) const STREAM_COLUMNS: &str = "id, path, content_type, ttl_secs, expir
 /// after them start at this index.
 pub(super) const STREAM_COLUMN_COUNT: usize = 21;
 
+/// The parts of a group's commit statement that insert the streams it
+/// creates ($41–$59), as `created` (key, id).
+fn group_creates(s: &str) -> String {
+    format!(
+        "), c AS (
+             SELECT * FROM unnest($41::bigint[], $42::text[], $43::text[], $44::bigint[],
+                 $45::bigint[], $46::bool[], $47::bool[], $48::bigint[], $49::bigint[],
+                 $50::text[], $51::text[], $52::bigint[], $53::bigint[], $54::bigint[],
+                 $55::bigint[], $56::bigint[], $57::bigint[], $58::text[], $59::bigint[])
+             AS c(key, path, content_type, ttl_secs, expires_at_ms, created_closed, closed,
+                 count, bytes, last_stream_seq, closed_by_id, closed_by_epoch, closed_by_seq,
+                 accessed_ms, incarnation, producer_count, tombstone, retention,
+                 retention_due_ms)
+         ), made AS (
+             INSERT INTO {s}.streams (path, content_type, ttl_secs, expires_at_ms,
+                 created_closed, closed, count, bytes, last_stream_seq, closed_by_id,
+                 closed_by_epoch, closed_by_seq, accessed_ms, soft_deleted, incarnation,
+                 producer_count, retention, retention_due_ms)
+             SELECT c.path, c.content_type, c.ttl_secs, c.expires_at_ms, c.created_closed,
+                 c.closed, c.count, c.bytes, c.last_stream_seq, c.closed_by_id,
+                 c.closed_by_epoch, c.closed_by_seq, c.accessed_ms, false, c.incarnation,
+                 c.producer_count, c.retention, c.retention_due_ms
+             FROM c
+             WHERE coalesce((SELECT t.incarnation FROM {s}.tombstones AS t
+                 WHERE t.path = c.path), 0) = c.tombstone
+             ORDER BY c.path
+             ON CONFLICT (path) DO NOTHING
+             RETURNING id, path
+         ), created AS (
+             SELECT c.key, made.id FROM c JOIN made ON made.path = c.path
+         ), unburied AS (
+             DELETE FROM {s}.tombstones AS t USING made WHERE t.path = made.path"
+    )
+}
+
 /// A group commit in one statement (see `group/statement.rs`). Each
 /// stream of the group ($1) is checked at the version the group decided
 /// on: its count ($2), close ($3) and retention state ($38: the sweep's
@@ -33,9 +68,28 @@ pub(super) const STREAM_COLUMN_COUNT: usize = 21;
 /// ($16–$19, $36) and
 /// wake-up marks ($26–$31) are written and its notification lines ($24,
 /// $25) sent on channel $22, prefixed with $23, in notifications of at
-/// most ~7 KB. Returns the id of every stream that passed its check, and a
-/// null per notification.
-fn group_commit(s: &str) -> String {
+/// most ~7 KB. The streams the group creates ($41–$59, under keys of the
+/// group's own, which its messages, producers, marks and lines use too)
+/// are inserted where their path holds no row and its tombstone is still
+/// the one the group saw ($57, 0: none), which goes. Returns the key and
+/// row id of every stream that passed its check or was inserted, and
+/// nulls per notification. A group without creates runs it without
+/// their parts (`creating`), and binds $1–$40 only.
+fn group_commit(s: &str, creating: bool) -> String {
+    let creating = if creating {
+        let created = group_creates(s);
+        format!(
+            "{created}
+         ), ids AS (
+             SELECT id AS key, id FROM written UNION ALL SELECT key, id FROM created"
+        )
+    } else {
+        // A group without creates runs the statement without their parts
+        // (and parameters): planning and running them cost every group.
+        "         ), ids AS (
+             SELECT id AS key, id FROM written"
+            .to_owned()
+    };
     format!(
         "WITH g AS (
              SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bool[], $4::bool[],
@@ -83,6 +137,7 @@ fn group_commit(s: &str) -> String {
              FROM g JOIN held ON held.id = g.id
              WHERE s.id = g.id AND s.id NOT IN (SELECT id FROM unsure)
              RETURNING s.id
+{creating}
          ), checked AS (
              SELECT s.id FROM {s}.streams AS s JOIN g ON g.id = s.id
              WHERE NOT g.write AND s.count = g.was_count AND s.closed = g.was_closed
@@ -90,16 +145,16 @@ fn group_commit(s: &str) -> String {
                  AND NOT s.soft_deleted AND s.id NOT IN (SELECT id FROM unsure)
          ), messages AS (
              INSERT INTO {s}.messages (stream_id, seq, data)
-             SELECT m.id, m.seq, m.data
-             FROM unnest($13::bigint[], $14::bigint[], $15::bytea[]) AS m(id, seq, data)
-             WHERE m.id IN (SELECT id FROM written)
+             SELECT ids.id, m.seq, m.data
+             FROM unnest($13::bigint[], $14::bigint[], $15::bytea[]) AS m(key, seq, data)
+             JOIN ids ON ids.key = m.key
          ), producers AS (
              INSERT INTO {s}.producers (stream_id, producer, epoch, seq, last_ms)
-             SELECT p.id, p.producer, p.epoch, p.seq, p.last_ms
+             SELECT ids.id, p.producer, p.epoch, p.seq, p.last_ms
              FROM unnest($16::bigint[], $17::text[], $18::bigint[], $19::bigint[],
                  $36::bigint[])
-                 AS p(id, producer, epoch, seq, last_ms)
-             WHERE p.id IN (SELECT id FROM written)
+                 AS p(key, producer, epoch, seq, last_ms)
+             JOIN ids ON ids.key = p.key
              ON CONFLICT (stream_id, producer)
              DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq, last_ms = excluded.last_ms
          ), marks AS (
@@ -109,7 +164,7 @@ fn group_commit(s: &str) -> String {
                  sum(k.commits)::bigint, 0, 0
              FROM unnest($26::bigint[], $27::text[], $28::bigint[], $29::text[], $30::text[],
                  $31::bigint[]) WITH ORDINALITY AS k(id, projection, version, params, path, commits, ord)
-             WHERE k.id IN (SELECT id FROM written)
+             WHERE k.id IN (SELECT key FROM ids)
              GROUP BY k.projection, k.version, k.params
              ORDER BY k.projection, k.version, k.params
              ON CONFLICT (projection, version, params)
@@ -120,13 +175,13 @@ fn group_commit(s: &str) -> String {
                  SELECT n.line, n.ord,
                      sum(octet_length(n.line) + 1) OVER (ORDER BY n.ord) / 6000 AS part
                  FROM unnest($24::bigint[], $25::text[]) WITH ORDINALITY AS n(id, line, ord)
-                 WHERE n.id IN (SELECT id FROM written)
+                 WHERE n.id IN (SELECT key FROM ids)
              ) AS n
              GROUP BY n.part
          )
-         SELECT id FROM written
-         UNION ALL SELECT id FROM checked
-         UNION ALL SELECT NULL::bigint FROM noted"
+         SELECT key, id FROM ids
+         UNION ALL SELECT id, id FROM checked
+         UNION ALL SELECT NULL::bigint, NULL::bigint FROM noted"
     )
 }
 
@@ -178,6 +233,7 @@ pub(crate) struct Sql {
     pub heads: Arc<str>,
     pub group_load: Arc<str>,
     pub group_commit: Arc<str>,
+    pub group_commit_creating: Arc<str>,
 }
 
 impl Sql {
@@ -377,12 +433,18 @@ impl Sql {
                 "SELECT {STREAM_COLUMNS} FROM {s}.streams WHERE path = ANY($1)"
             )),
             // The streams at paths $1 with how many producers each keeps,
-            // and the states of the producers ($3) named for each ($2).
+            // and the states of the producers ($3) named for each ($2); a
+            // path without a stream comes as a row of nulls but its path,
+            // and its tombstone's incarnation if it has one.
             group_load: sql(format!(
-                "SELECT {STREAM_COLUMNS},
+                "SELECT {stream},
                      s.producer_count,
-                     p.names, p.epochs, p.seqs, p.lasts
-                 FROM {s}.streams AS s
+                     p.names, p.epochs, p.seqs, p.lasts,
+                     q.path,
+                     (SELECT t.incarnation FROM {s}.tombstones AS t
+                         WHERE t.path = q.path AND s.id IS NULL)
+                 FROM unnest($1::text[]) AS q(path)
+                 LEFT JOIN {s}.streams AS s ON s.path = q.path
                  LEFT JOIN LATERAL (
                      SELECT array_agg(pr.producer) AS names, array_agg(pr.epoch) AS epochs,
                          array_agg(pr.seq) AS seqs, array_agg(pr.last_ms) AS lasts
@@ -390,10 +452,11 @@ impl Sql {
                      WHERE pr.stream_id = s.id AND pr.producer IN (
                          SELECT w.producer FROM unnest($2::text[], $3::text[]) AS w(path, producer)
                          WHERE w.path = s.path)
-                 ) AS p ON true
-                 WHERE s.path = ANY($1)"
+                 ) AS p ON s.id IS NOT NULL",
+                stream = qualified("s"),
             )),
-            group_commit: sql(group_commit(&s)),
+            group_commit: sql(group_commit(&s, false)),
+            group_commit_creating: sql(group_commit(&s, true)),
         }
     }
 }

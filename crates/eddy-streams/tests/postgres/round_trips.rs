@@ -283,3 +283,151 @@ fn readers_in_two_stores_are_woken_by_one_notification_per_store() {
         schema.drop().await;
     });
 }
+
+/// Regression (issue 35): a create was a transaction of its own (`BEGIN`,
+/// a locking load, the tombstone, its removal, the insert, the update, the
+/// notification, `COMMIT`, and the pool's pings: 9 round trips or more),
+/// so streams created on first use cost PostgreSQL far more than the
+/// appends to them. Creates that arrive together now join the writer's
+/// group, appends beside them: after the blocked group, one load (of the
+/// stream appended to) and one statement that commits them all, then a
+/// load and a statement for the deleted path (first tried as free, its
+/// tombstone makes the insert fail), besides a prepare or two. Each keeps the engine's answer: a new stream (with its
+/// initial messages), the same stream again (`created: false`), another
+/// configuration refused, two creates of one path in one group, a path
+/// deleted before (a new incarnation), and an append to a stream created
+/// in the same group.
+#[test]
+fn concurrent_creates_share_one_commit_with_the_appends_beside_them() {
+    let Some(schema) = Schema::fresh("shared_creates") else {
+        return;
+    };
+    const NEW: usize = 48;
+    run(async move {
+        let proxy = Proxy::start(&schema.url).await;
+        let store = open_through(&proxy, schema.options()).await;
+        let text = || StreamConfig::bytes("text/plain");
+        let blocker = path("creates/blocker");
+        let existing = path("creates/existing");
+        let deleted = path("creates/deleted");
+        // Warm-up: every statement of the group, on the writer's connection.
+        for p in [&blocker, &existing, &deleted] {
+            store
+                .create(p, text(), Payload::from(bytes::Bytes::from("warm")))
+                .await
+                .expect("create");
+            store.append(p, Append::body("0")).await.expect("warm up");
+        }
+        let before_delete = store.head(&deleted).await.expect("head");
+        store.delete(&deleted).await.expect("delete");
+        let fresh: Vec<StreamPath> = (0..NEW)
+            .map(|n| path(&format!("creates/new-{n}")))
+            .collect();
+        let twice = path("creates/twice");
+        let appended_to = path("creates/appended-to");
+
+        // Another session holds every stream row: the next group waits.
+        let mut rows = RowLock::hold(&schema).await;
+        let before = proxy.round_trips();
+        let first = store.append(&blocker, Append::body("1"));
+        let mut first = std::pin::pin!(first);
+        rows.until_waited_on(&mut first).await;
+        let creates: FuturesUnordered<_> = fresh
+            .iter()
+            .enumerate()
+            .map(|(n, p)| {
+                // Half of them with messages of their own.
+                let initial = if n % 2 == 0 {
+                    Payload::from(bytes::Bytes::from(format!("first of {n}")))
+                } else {
+                    Payload::empty()
+                };
+                (p, text(), initial)
+            })
+            .chain([
+                (&existing, text(), Payload::empty()),
+                (&twice, text(), Payload::empty()),
+                (&twice, text(), Payload::empty()),
+                (&deleted, text(), Payload::empty()),
+                (&appended_to, text(), Payload::empty()),
+            ])
+            .map(|(p, config, initial)| store.create(p, config, initial))
+            .collect();
+        let mut creates = creates;
+        let refused = store.create(&existing, StreamConfig::json(), Payload::empty());
+        let mut refused = std::pin::pin!(refused);
+        let appended = store.append(&appended_to, Append::body("after its create"));
+        let mut appended = std::pin::pin!(appended);
+        // Every create is queued (polled once) while the first append waits.
+        assert!(futures::poll!(creates.next()).is_pending());
+        assert!(futures::poll!(refused.as_mut()).is_pending());
+        assert!(futures::poll!(appended.as_mut()).is_pending());
+        rows.release().await;
+        first.await.expect("the first append");
+        let mut made = 0;
+        let mut again = 0;
+        while let Some(outcome) = creates.next().await {
+            if outcome.expect("create").created {
+                made += 1;
+            } else {
+                again += 1;
+            }
+        }
+        let refused = refused.await;
+        assert!(
+            matches!(
+                refused,
+                Err(eddy_streams::StreamError::ConfigConflict { .. })
+            ),
+            "{refused:?}"
+        );
+        let appended = appended.await;
+        let round_trips = proxy.round_trips() - before;
+        eprintln!(
+            "{} concurrent creates and an append took {round_trips} round trips",
+            NEW + 6
+        );
+        // The new ones, one of the two creates of one path, the deleted
+        // path and the stream appended to; `existing` and the other create
+        // of `twice` found their stream.
+        assert_eq!((made, again), (NEW + 3, 2));
+        assert!(
+            round_trips <= 8,
+            "{} concurrent creates took {round_trips} round trips",
+            NEW + 6
+        );
+
+        let appended = appended.expect("an append to a stream created beside it");
+
+        // What the group wrote, as another store reads it.
+        let other = schema.open(Arc::new(eddy_streams::SystemClock)).await;
+        for (n, p) in fresh.iter().enumerate() {
+            let chunk = other
+                .read(p, ReadFrom::Beginning, 1 << 20)
+                .await
+                .expect("read a created stream");
+            let expected: Vec<bytes::Bytes> = if n % 2 == 0 {
+                vec![format!("first of {n}").into()]
+            } else {
+                Vec::new()
+            };
+            assert_eq!(chunk.messages, expected, "{p}");
+        }
+        let recreated = other.head(&deleted).await.expect("head");
+        assert_eq!(
+            recreated.tail.position(),
+            0,
+            "a new stream at a deleted path"
+        );
+        assert_ne!(recreated.tail, before_delete.tail.with_position(0));
+        let chunk = other
+            .read(&appended_to, ReadFrom::Beginning, 1 << 20)
+            .await
+            .expect("read");
+        assert_eq!(chunk.messages, vec![bytes::Bytes::from("after its create")]);
+        assert_eq!(appended.next_offset, chunk.next_offset);
+        store.close().await;
+        other.close().await;
+        schema.drop().await;
+    });
+}

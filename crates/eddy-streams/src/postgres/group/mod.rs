@@ -1,13 +1,17 @@
-//! Group commit of appends on PostgreSQL.
+//! Group commit of appends and creates on PostgreSQL.
 //!
-//! Every append of a store goes to one writer task. It takes every append
-//! waiting in its queue (up to [`MAX_GROUP`]), decides each with the
-//! engine over its copy of the stream records (`copy.rs`, loading in one
-//! statement the streams it does not hold), and writes the whole group in
-//! one statement (`statement.rs`), which PostgreSQL runs as one
-//! transaction: one `COMMIT`, one WAL flush, however many appends and
-//! streams. Each append is answered only after that statement returned,
-//! and readers are woken then.
+//! Every append and create of a store goes to one writer task. It takes
+//! every call waiting in its queue (up to [`MAX_GROUP`]), decides each
+//! with the engine over its copy of the stream records (`copy.rs`, loading
+//! in one statement the streams it does not hold, and the tombstones of
+//! the paths that hold none), and writes the whole group in one statement
+//! (`statement.rs`), which PostgreSQL runs as one transaction: one
+//! `COMMIT`, one WAL flush, however many calls and streams. Each call is
+//! answered only after that statement returned, and readers are woken
+//! then. A stream the group creates is inserted by that statement where
+//! its path is still free as the group saw it; a create that must first
+//! collect a dead stream at its path goes back to its caller, whose
+//! transaction removes rows (the group never does).
 //!
 //! The statement writes a stream only if its row is still at the version
 //! the group decided on, and locks the rows it writes in id order: writers
@@ -29,7 +33,7 @@ mod records;
 mod stale;
 mod statement;
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,39 +45,106 @@ use super::error::{is_conflict, pg_error};
 use super::transaction::Wiring;
 use crate::cache::Change as CacheChange;
 use crate::payload::Split;
-use crate::{Append, Appended, StreamError, StreamPath};
+use crate::{Append, Appended, Created, Payload, StreamConfig, StreamError, StreamPath};
 use copy::Copy;
-use records::{Draft, Drafts, GroupRecords};
+use records::{Absent, Draft, Drafts, GroupRecords};
 pub(super) use stale::Stale;
 use statement::Announce;
 
-/// The most appends one statement writes.
+/// The most appends and creates one statement writes.
 const MAX_GROUP: usize = 256;
-/// How often an append is decided again after its stream changed under
+/// How often a call is decided again after its stream changed under
 /// it before it is handed back to its caller.
 const MAX_TRIES: u32 = 4;
 /// The writer's queue holds at most this much payload, in KiB.
 const QUEUE_KIB: u32 = 64 * 1024;
 
-/// An append's answer from the writer.
-pub(super) enum Outcome {
+/// A caller's answer from the writer.
+pub(super) enum Outcome<T, W> {
     /// Decided and, when it wrote, committed.
-    Done(Result<Appended, StreamError>),
-    /// Its stream kept changing under the group, or it is a new producer
-    /// at the stream's cap: the caller appends in a transaction of its own
-    /// (which drops the stream's expired producers first).
-    Contended(Append),
+    Done(Result<T, StreamError>),
+    /// The group could not decide it: its stream kept changing under the
+    /// group, an append is a new producer at the stream's cap, or a create
+    /// must first collect a dead stream at its path. The caller runs it in
+    /// a transaction of its own (which locks what it decides on, and may
+    /// remove rows).
+    Contended(W),
 }
 
-/// One append waiting for the writer.
+/// A create for the writer: the stream's configuration and first messages.
+#[derive(Clone, Debug)]
+pub(super) struct Create {
+    pub config: StreamConfig,
+    pub initial: Payload,
+}
+
+/// What a job asks for, and where its answer goes.
+enum Work {
+    Append {
+        append: Append,
+        split: Option<Split>,
+        reply: oneshot::Sender<Outcome<Appended, Append>>,
+    },
+    Create {
+        create: Create,
+        reply: oneshot::Sender<Outcome<Created, Create>>,
+    },
+}
+
+/// One append or create waiting for the writer.
 struct Job {
     path: StreamPath,
-    append: Append,
-    split: Option<Split>,
+    work: Work,
     tries: u32,
-    reply: oneshot::Sender<Outcome>,
     /// Its room in the queue, given back once it is answered.
     _room: OwnedSemaphorePermit,
+}
+
+impl Job {
+    /// Hands the job back to its caller, to run in a transaction.
+    fn contended(self) {
+        match self.work {
+            Work::Append { append, reply, .. } => {
+                let _ = reply.send(Outcome::Contended(append));
+            }
+            Work::Create { create, reply } => {
+                let _ = reply.send(Outcome::Contended(create));
+            }
+        }
+    }
+
+    /// Answers the job with `err`.
+    fn refuse(self, err: StreamError) {
+        match self.work {
+            Work::Append { reply, .. } => {
+                let _ = reply.send(Outcome::Done(Err(err)));
+            }
+            Work::Create { reply, .. } => {
+                let _ = reply.send(Outcome::Done(Err(err)));
+            }
+        }
+    }
+
+    /// Answers the job with what the group decided for it.
+    fn answer(self, decision: Decision) {
+        match (self.work, decision) {
+            (Work::Append { reply, .. }, Decision::Appended(outcome)) => {
+                let _ = reply.send(Outcome::Done(outcome));
+            }
+            (Work::Create { reply, .. }, Decision::Created(outcome)) => {
+                let _ = reply.send(Outcome::Done(outcome));
+            }
+            (work, _) => Job { work, ..self }.refuse(StreamError::internal(
+                "the group decided a job as another kind",
+            )),
+        }
+    }
+}
+
+/// What the engine decided for a job.
+enum Decision {
+    Appended(Result<Appended, StreamError>),
+    Created(Result<Created, StreamError>),
 }
 
 /// The store's handle on its writer task.
@@ -103,9 +174,36 @@ impl Writer {
         path: &StreamPath,
         append: Append,
         split: Option<Split>,
-    ) -> Result<Outcome, StreamError> {
-        let kib = u32::try_from(append.payload.len() / 1024 + 1)
-            .map_or(QUEUE_KIB, |kib| kib.min(QUEUE_KIB));
+    ) -> Result<Outcome<Appended, Append>, StreamError> {
+        let bytes = append.payload.len();
+        self.submit(path, bytes, |reply| Work::Append {
+            append,
+            split,
+            reply,
+        })
+        .await
+    }
+
+    /// Queues a create and waits for its answer.
+    pub async fn create(
+        &self,
+        path: &StreamPath,
+        create: Create,
+    ) -> Result<Outcome<Created, Create>, StreamError> {
+        let bytes = create.initial.len();
+        self.submit(path, bytes, |reply| Work::Create { create, reply })
+            .await
+    }
+
+    /// Queues the job `work` makes (of `bytes` of payload) and waits for
+    /// its answer.
+    async fn submit<T, W>(
+        &self,
+        path: &StreamPath,
+        bytes: usize,
+        work: impl FnOnce(oneshot::Sender<Outcome<T, W>>) -> Work,
+    ) -> Result<Outcome<T, W>, StreamError> {
+        let kib = u32::try_from(bytes / 1024 + 1).map_or(QUEUE_KIB, |kib| kib.min(QUEUE_KIB));
         let room = Arc::clone(&self.queue)
             .acquire_many_owned(kib)
             .await
@@ -113,10 +211,8 @@ impl Writer {
         let (reply, answer) = oneshot::channel();
         let job = Job {
             path: path.clone(),
-            append,
-            split,
+            work: work(reply),
             tries: 0,
-            reply,
             _room: room,
         };
         {
@@ -230,9 +326,9 @@ struct GroupWriter {
 /// A job after the engine decided it.
 struct Decided {
     job: Job,
-    /// Its stream's key, when it was loaded.
+    /// Its stream's key, when it was loaded or created.
     key: Option<i64>,
-    outcome: Result<Appended, StreamError>,
+    decision: Decision,
 }
 
 impl GroupWriter {
@@ -259,19 +355,22 @@ impl GroupWriter {
                 return Vec::new();
             }
         };
-        if let Err(err) = self.prefetch(conn, &group).await {
-            // Nothing was decided or written. On a connection the database
-            // had ended, the group runs again on a fresh one; otherwise it
-            // is answered as the database answered the load.
-            self.copy.clear();
-            if broken(&err) {
-                return group.into_iter().filter_map(again).collect();
+        let absent = match self.prefetch(conn, &group).await {
+            Ok(absent) => absent,
+            Err(err) => {
+                // Nothing was decided or written. On a connection the
+                // database had ended, the group runs again on a fresh one;
+                // otherwise it is answered as the database answered the load.
+                self.copy.clear();
+                if broken(&err) {
+                    return group.into_iter().filter_map(again).collect();
+                }
+                refuse(group, &pg_error("cannot load the streams of a group", err));
+                return Vec::new();
             }
-            refuse(group, &pg_error("cannot load the streams of a group", err));
-            return Vec::new();
-        }
+        };
         let wiring = Arc::clone(&self.wiring);
-        let mut drafts = Drafts::default();
+        let mut drafts = Drafts::new(absent);
         let mut decided = Vec::with_capacity(group.len());
         for job in group {
             let mut records = GroupRecords {
@@ -280,34 +379,48 @@ impl GroupWriter {
                 conn: &mut *conn,
                 sql: &wiring.sql,
                 touches: &wiring.touches,
+                undecidable: false,
             };
-            // The job keeps its append, for a caller that appends again.
-            let outcome = wiring
-                .engine
-                .append(
-                    &mut records,
-                    &job.path,
-                    job.append.clone(),
-                    job.split.clone(),
-                )
-                .await;
-            if let Err(StreamError::TooManyProducers { .. }) = &outcome {
-                // The group cannot drop the stream's expired producers to
-                // make room: the caller's own transaction decides.
-                let Job { append, reply, .. } = job;
-                let _ = reply.send(Outcome::Contended(append));
+            // The job keeps its request, for a caller that runs it again.
+            let decision = match &job.work {
+                Work::Append { append, split, .. } => Decision::Appended(
+                    wiring
+                        .engine
+                        .append(&mut records, &job.path, append.clone(), split.clone())
+                        .await
+                        .map(|(appended, head)| {
+                            records.wrote(job.path.as_str(), head.is_some());
+                            appended
+                        }),
+                ),
+                Work::Create { create, .. } => Decision::Created(
+                    wiring
+                        .engine
+                        .create(
+                            &mut records,
+                            &job.path,
+                            create.config.clone(),
+                            create.initial.clone(),
+                        )
+                        .await
+                        .inspect(|created| records.wrote(job.path.as_str(), created.created)),
+                ),
+            };
+            let refused = match &decision {
+                Decision::Appended(outcome) => outcome.as_ref().err(),
+                Decision::Created(outcome) => outcome.as_ref().err(),
+            };
+            // A new producer at the stream's cap (its expired producers
+            // must go first), or a dead stream to collect before a create:
+            // writes that only the caller's own transaction makes.
+            let undecidable = records.undecidable
+                || matches!(refused, Some(StreamError::TooManyProducers { .. }));
+            if refused.is_some() && undecidable {
+                job.contended();
                 continue;
             }
             let key = drafts.key(job.path.as_str());
-            let outcome = outcome.map(|(appended, head)| {
-                if let (Some(_), Some(key)) = (head, key) {
-                    if let Some(draft) = drafts.by_key.get_mut(&key) {
-                        draft.changes += 1;
-                    }
-                }
-                appended
-            });
-            decided.push(Decided { job, key, outcome });
+            decided.push(Decided { job, key, decision });
         }
         let drafts = drafts.take();
         let announce = Announce {
@@ -317,7 +430,7 @@ impl GroupWriter {
         };
         let started = Instant::now();
         let committed = if drafts.is_empty() {
-            Ok(HashSet::new())
+            Ok(HashMap::new())
         } else {
             statement::commit(conn, &wiring.sql, &drafts, &announce).await
         };
@@ -338,12 +451,12 @@ impl GroupWriter {
             Err(err) => {
                 self.copy.clear();
                 let err = StreamError::unavailable_from(
-                    "the group commit of this append failed, and wrote nothing of its group",
+                    "the group commit of this call failed, and wrote nothing of its group",
                     pg_error("a group commit failed", err),
                 );
                 tracing::error!(error = %err, "stream store group commit failed");
                 for d in decided {
-                    let _ = d.job.reply.send(Outcome::Done(Err(err.clone())));
+                    d.job.refuse(err.clone());
                 }
                 Vec::new()
             }
@@ -352,16 +465,25 @@ impl GroupWriter {
 
     /// Loads, in one statement, the streams of `group` that the copy does
     /// not hold or holds as not live (the database may say otherwise),
-    /// with the producers its appends name.
+    /// with the producers its appends name. Returns the paths it found no
+    /// stream at, with the incarnation of each one's tombstone (for the
+    /// creates).
+    ///
+    /// A create's first try at a path the copy does not hold loads
+    /// nothing: the path is taken as free (no row, no tombstone), which
+    /// the statement's insert checks; a create that finds it taken is
+    /// decided again on a load. So a group of new streams and appends to
+    /// known ones is one statement.
     async fn prefetch(
         &mut self,
         conn: &mut sqlx::PgConnection,
         group: &[Job],
-    ) -> Result<(), sqlx::Error> {
+    ) -> Result<Absent, sqlx::Error> {
         let now = self.wiring.engine.now_ms();
         let touches = &self.wiring.touches;
         let mut paths: Vec<String> = Vec::new();
         let mut wanted = Vec::new();
+        let mut guessed = Vec::new();
         for job in group {
             let path = job.path.as_str();
             let fresh = self.copy.get(path).is_some_and(|known| {
@@ -372,42 +494,60 @@ impl GroupWriter {
             if fresh {
                 continue;
             }
+            let new = matches!(job.work, Work::Create { .. })
+                && job.tries == 0
+                && self.copy.get(path).is_none();
+            if new {
+                guessed.push(path);
+                continue;
+            }
             if !paths.iter().any(|p| p == path) {
                 paths.push(path.to_owned());
             }
-            if let Some(producer) = &job.append.producer {
-                wanted.push((path.to_owned(), producer.id.clone()));
+            if let Work::Append { append, .. } = &job.work {
+                if let Some(producer) = &append.producer {
+                    wanted.push((path.to_owned(), producer.id.clone()));
+                }
             }
         }
-        if paths.is_empty() {
-            return Ok(());
+        let mut absent = Absent::new();
+        if !paths.is_empty() {
+            for path in &paths {
+                self.copy.remove(path);
+            }
+            let loaded = statement::load(conn, &self.wiring.sql, &paths, &wanted).await?;
+            for (path, known) in loaded.streams {
+                self.copy.insert(path, known);
+            }
+            absent = loaded.absent;
         }
-        for path in &paths {
-            self.copy.remove(path);
+        // What the load found for a path wins over the guess.
+        for path in guessed {
+            if !paths.iter().any(|p| p == path) {
+                absent.entry(path.to_owned()).or_insert(None);
+            }
         }
-        for (path, known) in statement::load(conn, &self.wiring.sql, &paths, &wanted).await? {
-            self.copy.insert(path, known);
-        }
-        Ok(())
+        Ok(absent)
     }
 
     /// After the statement: keeps what it confirmed, answers those
-    /// appends, wakes their readers; returns the others to decide again.
+    /// appends and creates, wakes their readers; returns the others to
+    /// decide again.
     fn confirm(
         &mut self,
         drafts: Vec<Draft>,
-        confirmed: &HashSet<i64>,
+        confirmed: &HashMap<i64, i64>,
         decided: Vec<Decided>,
     ) -> Vec<Job> {
         let wiring = &self.wiring;
         let mut changes = Vec::new();
         let mut heads = Vec::new();
         for draft in drafts {
-            if !confirmed.contains(&draft.base.key) {
+            // A stream the group created has its row id only now.
+            let Some(&key) = confirmed.get(&draft.base.key) else {
                 self.copy.remove(&draft.path);
                 continue;
-            }
-            let key = draft.base.key;
+            };
             if !draft.messages.is_empty() {
                 changes.push(CacheChange::Messages {
                     key,
@@ -426,7 +566,7 @@ impl GroupWriter {
             if draft.changes > 0 {
                 heads.push((draft.path.clone(), draft.record.head.clone()));
             }
-            let (path, known) = draft.confirmed();
+            let (path, known) = draft.confirmed(key);
             self.copy.insert(path, known);
         }
         wiring.cache.apply(changes);
@@ -438,13 +578,13 @@ impl GroupWriter {
         let mut retry = Vec::new();
         for d in decided {
             let stands = match d.key {
-                Some(key) => confirmed.contains(&key),
+                Some(key) => confirmed.contains_key(&key),
                 // Decided without a record of its stream (not found): the
                 // database said so in this group.
                 None => true,
             };
             if stands {
-                let _ = d.job.reply.send(Outcome::Done(d.outcome));
+                d.job.answer(d.decision);
             } else {
                 retry.extend(again(d.job));
             }
@@ -460,14 +600,13 @@ fn again(mut job: Job) -> Option<Job> {
     if job.tries < MAX_TRIES {
         return Some(job);
     }
-    let Job { append, reply, .. } = job;
-    let _ = reply.send(Outcome::Contended(append));
+    job.contended();
     None
 }
 
 /// Answers every job of `group` with `err`.
 fn refuse(group: Vec<Job>, err: &StreamError) {
     for job in group {
-        let _ = job.reply.send(Outcome::Done(Err(err.clone())));
+        job.refuse(err.clone());
     }
 }

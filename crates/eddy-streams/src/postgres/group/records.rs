@@ -1,8 +1,10 @@
-//! The records a group's appends run on: the writer's copy, with each
-//! stream's changes kept aside (a draft) until the group's statement
-//! confirms them. What the copy does not hold (a stream that is not
-//! live, its forks, a tombstone) is read from the database, on the
-//! writer's connection.
+//! The records a group's appends and creates run on: the writer's copy,
+//! with each stream's changes kept aside (a draft) until the group's
+//! statement confirms them. A stream the group creates is a draft too,
+//! under a key of the group's own (negative: row ids are positive) until
+//! the statement inserts its row. What the copy does not hold (a stream
+//! that is not live, its forks, a tombstone the group's load did not
+//! see) is read from the database, on the writer's connection.
 
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
@@ -42,8 +44,13 @@ pub(super) struct Draft {
     pub messages: Vec<Bytes>,
     /// Whether the record was written (data, a close, or a TTL slide).
     pub written: bool,
-    /// How many appends wrote data or a close.
+    /// How many appends wrote data or a close, or creates made it.
     pub changes: u64,
+    /// For a stream the group creates: the incarnation its path's
+    /// tombstone had when the group looked (0: none). The statement
+    /// inserts its row only while that still holds and no row has the
+    /// path.
+    pub created: Option<u64>,
 }
 
 impl Draft {
@@ -58,6 +65,7 @@ impl Draft {
             messages: Vec::new(),
             written: false,
             changes: 0,
+            created: None,
         }
     }
 
@@ -70,10 +78,12 @@ impl Draft {
             .count() as u64
     }
 
-    /// The copy's new entry once the statement confirmed this draft.
-    pub fn confirmed(self) -> (String, Known) {
+    /// The copy's new entry once the statement confirmed this draft, as
+    /// the stream with row id `key`.
+    pub fn confirmed(self, key: i64) -> (String, Known) {
         let added = self.new_producers();
         let mut known = self.base;
+        known.key = key;
         known.producer_count += added;
         known.producers.extend(self.saved);
         known.record = self.record;
@@ -81,14 +91,29 @@ impl Draft {
     }
 }
 
+/// Paths the group found no stream at, with the incarnation of each
+/// one's tombstone, if any.
+pub(super) type Absent = HashMap<String, Option<u64>>;
+
 /// The drafts of one group, by stream key and by path.
 #[derive(Debug, Default)]
 pub(super) struct Drafts {
     pub by_key: HashMap<i64, Draft>,
     keys: HashMap<String, i64>,
+    absent: Absent,
+    /// The key of the last stream the group created.
+    last_created: i64,
 }
 
 impl Drafts {
+    /// No drafts yet, over what the group's load found `absent`.
+    pub fn new(absent: Absent) -> Self {
+        Drafts {
+            absent,
+            ..Drafts::default()
+        }
+    }
+
     fn by_path(&self, path: &str) -> Option<&Draft> {
         self.by_key.get(self.keys.get(path)?)
     }
@@ -117,9 +142,32 @@ pub(super) struct GroupRecords<'g> {
     pub conn: &'g mut PgConnection,
     pub sql: &'g Arc<Sql>,
     pub touches: &'g Touches,
+    /// Set when the call needed a write the group does not make (removing
+    /// a dead stream, a tombstone): its caller's transaction decides it.
+    pub undecidable: bool,
 }
 
 impl GroupRecords<'_> {
+    /// Counts a change of the stream at `path` by the call just decided,
+    /// when it made one (readers are woken, and marks written, for it).
+    pub fn wrote(&mut self, path: &str, changed: bool) {
+        let Some(key) = self.drafts.key(path).filter(|_| changed) else {
+            return;
+        };
+        if let Some(draft) = self.drafts.by_key.get_mut(&key) {
+            draft.changes += 1;
+        }
+    }
+
+    /// Refuses a write only a transaction makes, marking the call as one
+    /// for its caller's transaction.
+    fn undecidable<T>(&mut self, what: &str) -> Result<T, StreamError> {
+        self.undecidable = true;
+        Err(StreamError::internal(format!(
+            "a group does not {what}: its caller's transaction does"
+        )))
+    }
+
     fn draft(&mut self, key: i64) -> Result<&mut Draft, StreamError> {
         self.drafts
             .by_key
@@ -162,11 +210,13 @@ impl RecordReader for GroupRecords<'_> {
         }
         let mut known = match self.copy.get(path) {
             Some(known) => known.clone(),
+            None if self.drafts.absent.contains_key(path) => return Ok(None),
             None => {
                 let loaded = load(self.conn, self.sql, &[path.to_owned()], &[])
                     .await
                     .map_err(statement_error)?;
-                match loaded.into_iter().next() {
+                self.drafts.absent.extend(loaded.absent);
+                match loaded.streams.into_iter().next() {
                     Some((_, known)) => known,
                     None => return Ok(None),
                 }
@@ -181,13 +231,20 @@ impl RecordReader for GroupRecords<'_> {
         Ok(Some(stored))
     }
 
+    /// As the group's load found it, when it looked at `path`.
     async fn tombstoned(&mut self, path: &str) -> Result<Option<u64>, StreamError> {
+        if let Some(incarnation) = self.drafts.absent.get(path) {
+            return Ok(*incarnation);
+        }
         let sql = Arc::clone(&self.sql.tombstoned);
         let rows = self.fetch_all(query(&sql).bind(path)).await?;
-        rows.first()
+        let incarnation = rows
+            .first()
             .map(|row| row.try_get::<i64, _>(0).map(|i| i as u64))
             .transpose()
-            .map_err(statement_error)
+            .map_err(statement_error)?;
+        self.drafts.absent.insert(path.to_owned(), incarnation);
+        Ok(incarnation)
     }
 
     async fn forks_of(&mut self, path: &str) -> Result<Vec<String>, StreamError> {
@@ -243,8 +300,19 @@ impl RecordReader for GroupRecords<'_> {
 }
 
 impl Records for GroupRecords<'_> {
-    async fn insert(&mut self, _path: &str, _record: &StreamRecord) -> Result<i64, StreamError> {
-        self.unused("create streams")
+    /// Drafts the new stream under a key of the group's own; the
+    /// statement inserts its row where the path is still free as the
+    /// group saw it (no row, the same tombstone).
+    async fn insert(&mut self, path: &str, record: &StreamRecord) -> Result<i64, StreamError> {
+        let tombstone = self.drafts.absent.get(path).copied().flatten();
+        self.drafts.last_created -= 1;
+        let key = self.drafts.last_created;
+        let base = Known::new(key, record.clone(), HashMap::new(), 0);
+        let mut draft = Draft::new(path.to_owned(), base);
+        draft.written = true;
+        draft.created = Some(tombstone.unwrap_or(0));
+        self.drafts.insert(draft);
+        Ok(key)
     }
 
     async fn update(&mut self, key: &i64, record: StreamRecord) -> Result<(), StreamError> {
@@ -290,7 +358,7 @@ impl Records for GroupRecords<'_> {
     }
 
     async fn remove(&mut self, _key: &i64, _path: &str) -> Result<(), StreamError> {
-        self.unused("remove streams")
+        self.undecidable("remove streams")
     }
 
     async fn slide(&mut self, _key: &i64, _at_ms: i64) -> Result<(), StreamError> {
@@ -303,6 +371,6 @@ impl Records for GroupRecords<'_> {
         _incarnation: u64,
         _now_ms: i64,
     ) -> Result<(), StreamError> {
-        self.unused("delete streams")
+        self.undecidable("delete streams")
     }
 }

@@ -1,5 +1,5 @@
 //! The streams written by others since the group writer's copy may have
-//! loaded them: this store's transactions (creates, deletes, a host's
+//! loaded them: this store's transactions (deletes, forks, a host's
 //! appends, released producers) and, through the listener, other
 //! processes' commits. The writer drops them from its copy before its next
 //! group, which then loads them with the rest of what it lacks, instead of
