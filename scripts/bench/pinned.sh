@@ -19,27 +19,25 @@ start_pinned() { # binary storage: starts a server and sets `base` (not in a sub
   pids+=($!); base="http://127.0.0.1:$port"; wait_up "$base"
 }
 
-# The fan-out floor: a bare hyper server (examples/fanout_floor.rs) that
-# answers parked long-polls with Eddy-shaped answers and does nothing else,
-# so its figures are what hyper and the kernel alone cost here.
-start_floor() {
+# A bare hyper server (BINARY, taking its address) on the server core,
+# ready once PROBE answers: sets `base`.
+start_bare() { # binary probe label
   local port; port="$(free_port)"
-  (exec_pinned "$server_core" "$floor" "127.0.0.1:$port" >/dev/null 2>&1) &
+  (exec_pinned "$server_core" "$1" "127.0.0.1:$port" >/dev/null 2>&1) &
   pids+=($!); base="http://127.0.0.1:$port"
-  for _ in $(seq 1 100); do curl -fsS -o /dev/null "$base/metrics" 2>/dev/null && return; sleep 0.1; done
-  echo "the fan-out floor at $base did not start" >&2; exit 1
+  for _ in $(seq 1 100); do curl -fsS -o /dev/null "$base$2" 2>/dev/null && return; sleep 0.1; done
+  echo "the $3 at $base did not start" >&2; exit 1
 }
 
-# The request floor: a bare hyper server (examples/request_floor.rs) that
-# answers a GET with `ok` and any other request with a 204, reading the
-# body: what one request costs in hyper and the kernel alone.
-start_request_floor() {
-  local port; port="$(free_port)"
-  (exec_pinned "$server_core" "$request_floor" "127.0.0.1:$port" >/dev/null 2>&1) &
-  pids+=($!); base="http://127.0.0.1:$port"
-  for _ in $(seq 1 100); do curl -fsS -o /dev/null "$base/healthz" 2>/dev/null && return; sleep 0.1; done
-  echo "the request floor at $base did not start" >&2; exit 1
-}
+# The fan-out floor (examples/fanout_floor.rs) answers parked long-polls
+# with Eddy-shaped answers and does nothing else, so its figures are what
+# hyper and the kernel alone cost here.
+start_floor() { start_bare "$floor" /metrics "fan-out floor"; }
+
+# The request floor (examples/request_floor.rs) answers a GET with `ok`
+# and any other request with a 204, reading the body: what one request
+# costs in hyper and the kernel alone.
+start_request_floor() { start_bare "$request_floor" /healthz "request floor"; }
 
 stop_pinned() { # the last server started that still runs
   local pid="${pids[-1]}"
