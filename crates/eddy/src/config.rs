@@ -196,6 +196,11 @@ mod tests {
         .expect("parse");
         assert_eq!(args.retention.len(), 2, "the flags win over the file");
         assert_eq!(args.retention[0].to_string(), "a/*=messages=5");
+        // Regression: rules were split at commas, so a pattern with
+        // `{a,b}` was cut in two (and refused).
+        let args = serve(&[], "retention = [\"logs/{a,b}/**=age=7d\"]\n").expect("parse");
+        let rules: Vec<String> = args.retention.iter().map(|r| r.to_string()).collect();
+        assert_eq!(rules, ["logs/{a,b}/**=age=7d"]);
         let bad = Cli::command()
             .try_get_matches_from(["eddy", "serve", "--retention", "logs/**=age=7"])
             .map(|_| ())

@@ -264,7 +264,8 @@ pub struct ServeArgs {
         long = "retention",
         value_name = "PATTERN=POLICY",
         env = "EDDY_RETENTION",
-        value_delimiter = ','
+        // Not ',': a pattern may hold `{a,b}`, a policy `;`.
+        value_delimiter = '\n'
     )]
     pub retention: Vec<eddy_server::RetentionRule>,
     /// Answer a read from `-1`, the zero offset or a fork source's offset
