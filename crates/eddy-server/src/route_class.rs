@@ -8,7 +8,8 @@ use crate::{handlers, protocol, router};
 /// What kind of request this is, for the metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum RouteClass {
-    /// `/healthz`, `/readyz`.
+    /// `/readyz`, and `/healthz` other than a `GET` (a `GET /healthz` is
+    /// answered before the middleware and not counted).
     Probe,
     /// `/metrics`.
     Metrics,
