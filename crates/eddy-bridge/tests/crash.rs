@@ -96,35 +96,53 @@ impl Deliverer {
     /// another) after a random number of them.
     pub fn maybe_kill(&mut self) {
         while self.kills < self.max_kills && self.delivered.try_recv().is_ok() {
-            self.kill_after -= 1;
-            if self.kill_after == 0 {
-                self.child.kill().expect("SIGKILL");
-                let _ = self.child.wait();
-                self.kills += 1;
-                self.kill_after = 1 + self.random(20);
-                (self.child, self.delivered) = start(&self.case, &self.table_file, &self.streams);
-            }
+            self.counted();
         }
     }
 
-    /// Waits (30 s at most) until `settled` says the outbox is done,
-    /// killing the process at random meanwhile too, then stops it.
-    /// Whether it settled.
+    /// One delivery more: the process is killed (and another started)
+    /// when it was the last one before its kill.
+    fn counted(&mut self) {
+        self.kill_after -= 1;
+        if self.kill_after == 0 {
+            self.child.kill().expect("SIGKILL");
+            let _ = self.child.wait();
+            self.kills += 1;
+            self.kill_after = 1 + self.random(20);
+            (self.child, self.delivered) = start(&self.case, &self.table_file, &self.streams);
+        }
+    }
+
+    /// Waits (30 s at most) until `done` says so, looking again at each
+    /// delivery the process reports (or every 50 ms when it reports none),
+    /// killing it at random meanwhile too. Whether it was done.
+    pub fn wait_until(
+        &mut self,
+        runtime: &tokio::runtime::Runtime,
+        mut done: impl AsyncFnMut() -> bool,
+    ) -> bool {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
+            if runtime.block_on(done()) {
+                return true;
+            }
+            self.maybe_kill();
+            let delivery = self.delivered.recv_timeout(Duration::from_millis(50));
+            if delivery.is_ok() && self.kills < self.max_kills {
+                self.counted();
+            }
+        }
+        false
+    }
+
+    /// [`wait_until`](Self::wait_until) `settled`, then stops the
+    /// process. Whether it settled.
     pub fn settle(
         mut self,
         runtime: &tokio::runtime::Runtime,
         settled: impl AsyncFnMut() -> bool,
     ) -> bool {
-        let mut settled = settled;
-        let mut done = false;
-        for _ in 0..600 {
-            if runtime.block_on(settled()) {
-                done = true;
-                break;
-            }
-            self.maybe_kill();
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let done = self.wait_until(runtime, settled);
         self.child.kill().expect("stop");
         let _ = self.child.wait();
         eprintln!("crash test {}: killed {} times", self.case, self.kills);
@@ -179,22 +197,8 @@ fn sigkill_of_the_deliverer_under_load_delivers_each_notice_once_in_order() {
         .projection(Some(Arc::new(outbox.clone())))
         .expect("projection");
     let projections: [&dyn BatchProjection; 1] = [&shipments];
-    let mut seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(7, |d| d.as_nanos() as u64)
-        | 1;
-    eprintln!("crash test seed {seed}");
-    let mut random = move |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
-
-    let (mut deliverer, mut delivered) = start("freight", &table_file, &streams);
-    let mut kills = 0;
+    let mut deliverer = Deliverer::start("freight", &table_file, &streams, KILLS);
     let mut after = None;
-    let mut kill_after = 1 + random(40);
     for round in 0..ROUNDS {
         // Load: one scan per shipment, each folded alone (so each leaves
         // its notice), committed while the deliverer drains.
@@ -221,32 +225,17 @@ fn sigkill_of_the_deliverer_under_load_delivers_each_notice_once_in_order() {
             }
         });
         // Kill after a random number of deliveries, while the load goes on.
-        while kills < KILLS && delivered.try_recv().is_ok() {
-            kill_after -= 1;
-            if kill_after == 0 {
-                deliverer.kill().expect("SIGKILL");
-                let _ = deliverer.wait();
-                kills += 1;
-                kill_after = 1 + random(40);
-                (deliverer, delivered) = start("freight", &table_file, &streams);
-            }
-        }
+        deliverer.maybe_kill();
     }
+    assert!(
+        deliverer.kills > 0,
+        "the deliverer was never killed under load"
+    );
     // The last deliverer drains what is left.
-    let drained = runtime.block_on(async {
-        for _ in 0..600 {
-            if outbox.pending_rows().await.expect("pending").is_empty() {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        false
+    let drained = deliverer.settle(&runtime, async || {
+        outbox.pending_rows().await.expect("pending").is_empty()
     });
-    deliverer.kill().expect("stop");
-    let _ = deliverer.wait();
     assert!(drained, "the outbox was not drained in 30 s");
-    eprintln!("crash test: the deliverer was killed {kills} times");
-    assert!(kills > 0, "the deliverer was never killed under load");
 
     let store = SqliteStorage::open(&streams).expect("streams");
     runtime.block_on(async {

@@ -165,17 +165,6 @@ impl Expected {
     }
 }
 
-/// Waits (30 s at most) until `outbox` has nothing pending.
-async fn wait_drained(outbox: &eddy_dynamo::Outbox) {
-    for _ in 0..600 {
-        if outbox.pending_rows().await.expect("pending").is_empty() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the deliverer did not catch up in 30 s");
-}
-
 /// Revivals and rebuilds under kills: each shipment's order adds parcels
 /// every round; every tenth round it is cancelled, the tombstones expire
 /// (the embedded table's TTL sweep), and a new order starts the row again
@@ -208,14 +197,20 @@ fn sigkill_during_revivals_and_rebuilds_delivers_each_notice_once_in_order() {
                     *generation += 1;
                 }
             }
-            if round % 10 == 9 {
-                // A tombstone outlives its row's pending effects (its TTL
-                // is chosen longer than any delivery lag): the sweep runs
-                // once the deliverer has caught up.
-                wait_drained(&orders.outbox).await;
-                s.table.expire_items(u64::MAX / 2).await.expect("sweep");
-            }
         });
+        if round % 10 == 9 {
+            // A tombstone outlives its row's pending effects (its TTL is
+            // chosen longer than any delivery lag): the sweep runs once the
+            // deliverer has caught up.
+            let outbox = orders.outbox.clone();
+            let caught_up = deliverer.wait_until(&s.runtime, async || {
+                outbox.pending_rows().await.expect("pending").is_empty()
+            });
+            assert!(caught_up, "the deliverer did not catch up in 30 s");
+            s.runtime
+                .block_on(s.table.expire_items(u64::MAX / 2))
+                .expect("sweep");
+        }
         deliverer.maybe_kill();
     }
     let outbox = orders.outbox.clone();
