@@ -175,8 +175,13 @@ impl StreamDelivery {
             Err(failure) if failure.is_permanent() => match &self.on_permanent {
                 OnPermanent::DeadLetter(path) => {
                     let code = failure.code();
-                    self.append_dead_letter(effect, path, code, &one_line(&failure))
-                        .await?;
+                    self.append_dead_letter(
+                        effect,
+                        path,
+                        code,
+                        &eddy_dynamo::error_chain(&failure),
+                    )
+                    .await?;
                     Ok(Delivered::DeadLettered(code))
                 }
                 OnPermanent::Park => Err(failure),
@@ -297,21 +302,6 @@ impl StreamDelivery {
         self.append_dead_letter(effect, path, &failure.code, &failure.message)
             .await
     }
-}
-
-/// An error with its causes, on one line.
-fn one_line(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(e) = cause {
-        let next = e.to_string();
-        if !text.ends_with(&next) {
-            text.push_str(": ");
-            text.push_str(&next);
-        }
-        cause = e.source();
-    }
-    text
 }
 
 /// The effect's payload as JSON.

@@ -264,5 +264,6 @@ pub use projection::{
 pub use query::{Query, QueryPage, SortCondition};
 pub use request::{ConditionCheck, Delete, Put, TableWrite, TransactWriteItem, UpdateItem};
 pub use table::Table;
+pub use table_error::error_chain;
 pub use tombstone::REVISION_NAME_ATTRIBUTE;
 pub use update::{Update, UpdateAction};

@@ -304,13 +304,17 @@ fn cancellation_kind(reasons: &[CancellationReason]) -> TableErrorKind {
 }
 
 /// An error and its sources, `: `-separated: what a report that keeps only
-/// text should keep.
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+/// text should keep. A source whose text the error before it already
+/// ends with (a wrapper that prints its source) is not repeated.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
+        let next = cause.to_string();
+        if !text.ends_with(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
         source = cause.source();
     }
     text

@@ -216,7 +216,7 @@ impl IntoResponse for ApiError {
         let status = self.status();
         let failure = status.is_server_error().then(|| crate::observe::Failure {
             code: self.code(),
-            error: chain(&self),
+            error: with_sources(&self),
         });
         if failure.is_none() {
             tracing::debug!(code = self.code(), error = %self, "request refused");
@@ -236,8 +236,9 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// An error and its causes, as one line: `error: cause: cause`.
-fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+/// An error and its causes on one line: `error: cause: cause` (a
+/// library's own message often omits them).
+pub(crate) fn with_sources(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

@@ -133,18 +133,7 @@ pub struct Parked {
 /// An error's message with its causes, on one line, cut to at most
 /// [`MAX_ERROR_BYTES`] (at a character boundary).
 fn message_of(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(e) = cause {
-        let next = e.to_string();
-        // A wrapper often prints its source already.
-        if !text.ends_with(&next) {
-            text.push_str(": ");
-            text.push_str(&next);
-        }
-        cause = e.source();
-    }
-    let mut text = text.replace('\n', " ");
+    let mut text = crate::error_chain(error).replace('\n', " ");
     if text.len() > MAX_ERROR_BYTES {
         let mut end = MAX_ERROR_BYTES;
         while !text.is_char_boundary(end) {

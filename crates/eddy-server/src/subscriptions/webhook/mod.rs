@@ -13,6 +13,7 @@ use eddy_streams::Offset;
 
 use super::wake::{self, millis};
 use super::{now_ms, ActiveWake, Registry, Subscription, SubscriptionError, Target};
+use crate::error::with_sources;
 use crate::{Metrics, ServerConfig};
 use address::{AddressPolicy, GuardedResolver};
 use signing::WebhookKey;
@@ -282,16 +283,4 @@ async fn read_answer(mut response: reqwest::Response, limit: usize) -> Result<Ve
         answer.extend_from_slice(&chunk);
     }
     Ok(answer)
-}
-
-/// An error and its causes on one line (reqwest's own message omits them).
-fn with_sources(err: &dyn std::error::Error) -> String {
-    let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    out
 }
