@@ -99,14 +99,15 @@ impl Registry {
 
     /// Notes a subscription as it is now stored (or gone: `None`).
     fn remember(&self, id: &str, sub: Option<&Subscription>) {
-        let mut known = self.known();
         match sub {
-            Some(sub) => known.insert(id.to_owned(), Watch::of(sub)),
-            None => {
-                self.set_refresh_cursor(id, None);
-                known.remove(id)
+            Some(sub) => {
+                self.known().insert(id.to_owned(), Watch::of(sub));
             }
-        };
+            None => {
+                self.known().remove(id);
+                self.set_refresh_cursor(id, None);
+            }
+        }
     }
 
     /// Where a subscription's next refresh goes on (see `wake::refresh`).
@@ -116,6 +117,15 @@ impl Registry {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         cursors.get(id).cloned()
+    }
+
+    /// Drops the refresh cursors of the subscriptions `known` says are gone.
+    fn keep_refresh_cursors(&self, known: impl Fn(&str) -> bool) {
+        let mut cursors = self
+            .refresh_cursors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        cursors.retain(|id, _| known(id));
     }
 
     fn set_refresh_cursor(&self, id: &str, cursor: Option<String>) {

@@ -7,7 +7,7 @@
 //! appended. Now and then it also reads every subscription's streams from
 //! the store, for commits whose server died before recording them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::stored::{decode, PAGE, PREFIX};
@@ -92,6 +92,9 @@ async fn sweep(
         *known = found;
         new
     };
+    // Subscriptions deleted through other servers leave no cursor behind.
+    let ids: HashSet<String> = registry.known().keys().cloned().collect();
+    registry.keep_refresh_cursors(|id| ids.contains(id));
     for id in new {
         // Commits made through this server before it knew the
         // subscription were not recorded on it.
