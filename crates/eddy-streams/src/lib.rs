@@ -95,6 +95,7 @@ mod payload;
 mod postgres;
 mod record;
 mod record_form;
+mod reports;
 mod retention;
 mod route;
 mod rules;
@@ -136,6 +137,7 @@ pub use path::{StreamPath, MAX_PATH_LEN};
 pub use payload::{Payload, DEFAULT_MAX_APPEND_BYTES};
 #[cfg(feature = "postgres")]
 pub use postgres::{PgOptions, PgStorage, PgTransaction, DEFAULT_SCHEMA};
+pub use reports::{reports, Report, ReportItem, MAX_REPORT_ITEMS, REPORTS_PREFIX};
 pub use retention::{Retention, RetentionError};
 pub use route::Route;
 pub use snapshot::{SnapshotProducer, StreamSnapshot};
