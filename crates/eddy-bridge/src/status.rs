@@ -1,8 +1,8 @@
 //! The bridge's report for operators: after each pass over the outbox,
-//! its parked rows are published into the target store's shared
-//! documents as the report `bridge/<projection>`, which `eddy status`
-//! shows beside the store's streams. The report is written only when
-//! its content changes, so an idle deliverer writes nothing.
+//! its parked rows are published into the target store as the report
+//! `bridge/<projection>` (eddy-streams' `Report`), which `eddy status`
+//! shows beside the store's streams. The report is written only when its
+//! content changes, so an idle deliverer writes nothing.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -16,23 +16,20 @@ pub(crate) struct Published(Arc<Mutex<Option<Report>>>);
 
 impl Published {
     /// Publishes what `pass` says of `projection`'s parked rows into
-    /// `store`, unless this process published the same already. A store
-    /// without shared documents (a remote server) is not told; a failed
-    /// write is logged and tried again after the next pass.
+    /// `store`, unless this process published the same already. A failed
+    /// write (a remote server refuses it without its admin token) is
+    /// logged and tried again after the next pass.
     pub(crate) async fn after_pass(
         &self,
         store: &dyn Storage,
         projection: &str,
         pass: &PendingReport,
     ) {
-        let Some(documents) = store.documents() else {
-            return;
-        };
         let report = report_of(projection, pass);
         if self.lock().as_ref() == Some(&report) {
             return;
         }
-        match report.publish(documents).await {
+        match report.publish(store).await {
             Ok(_) => *self.lock() = Some(report),
             Err(error) => {
                 tracing::warn!(projection, %error, "cannot publish the bridge's parked rows for eddy status; trying again after the next pass");

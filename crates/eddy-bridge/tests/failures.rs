@@ -183,8 +183,7 @@ fn row(orders: &Orders, shipment: &str) -> Item {
 
 /// The bridge's report for `eddy status`, as published in the store.
 async fn reported(store: &dyn Storage) -> eddy_streams::Report {
-    let documents = store.documents().expect("the store keeps documents");
-    let mut reports = eddy_streams::reports(documents).await.expect("reports");
+    let mut reports = eddy_streams::reports(store).await.expect("reports");
     assert_eq!(reports.len(), 1, "{reports:?}");
     let report = reports.remove(0);
     assert_eq!(report.source, "bridge/shipments");

@@ -1,15 +1,19 @@
 //! Operator reports: what a component working beside the store (an outbox
-//! deliverer, say) wants an operator to see, kept in the store's shared
-//! [documents](crate::Documents) under `reports/`, one per component, so
-//! that `eddy status` shows them wherever the component runs.
+//! deliverer, say) wants an operator to see, kept as a small JSON stream
+//! of the store under [`REPORTS_PREFIX`], one per component, whose last
+//! message is the current report, so that `eddy status` shows it wherever
+//! the component runs (a remote `eddy serve` too: writing there, under
+//! `__eddy/`, takes the server's admin token).
 //!
 //! A component writes its report when what it says changes, not on every
-//! pass: [`Report::publish`] compares before it writes.
+//! pass: [`Report::publish`] compares with the last message first, and
+//! appends only on that tail, so two processes publishing the same change
+//! write it once. The stream keeps its last [`KEPT_REPORTS`] messages.
 //!
 //! ```
-//! use eddy_streams::{Report, ReportItem, MemoryDocuments};
+//! use eddy_streams::{MemoryStorage, Report, ReportItem};
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-//! let documents = MemoryDocuments::default();
+//! let store = MemoryStorage::new();
 //! let report = Report::new("bridge/shipments", "1 parked row").with_items(
 //!     1,
 //!     vec![ReportItem {
@@ -19,10 +23,10 @@
 //!         since_ms: 1_700_000_000_000,
 //!     }],
 //! );
-//! assert!(report.publish(&documents).await?);
+//! assert!(report.publish(&store).await?);
 //! // The same content again writes nothing.
-//! assert!(!report.publish(&documents).await?);
-//! let reports = eddy_streams::reports(&documents).await?;
+//! assert!(!report.publish(&store).await?);
+//! let reports = eddy_streams::reports(&store).await?;
 //! assert_eq!(reports[0].summary, "1 parked row");
 //! # Ok::<(), eddy_streams::StreamError>(())
 //! # }).unwrap();
@@ -31,10 +35,16 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::{Documents, StreamError};
+use crate::{
+    Append, ErrorKind, Offset, Payload, ReadFrom, Retention, Storage, StreamConfig, StreamError,
+    StreamPath,
+};
 
-/// Where reports are kept among the documents.
-pub const REPORTS_PREFIX: &str = "reports/";
+/// Where the report streams are: `__eddy/reports/<source>`.
+pub const REPORTS_PREFIX: &str = "__eddy/reports/";
+
+/// How many reports a report stream keeps (its retention policy).
+pub const KEPT_REPORTS: u64 = 8;
 
 /// The most items a report lists (its `items_total` counts them all), so
 /// a report stays well within one document.
@@ -99,41 +109,40 @@ impl Report {
         self
     }
 
-    /// Stores the report unless the stored one says the same already;
-    /// returns whether it wrote. Its `changed_ms` is set to now when it
-    /// writes. A write that races another process's is tried again
-    /// against what that one stored.
-    pub async fn publish(&self, documents: &dyn Documents) -> Result<bool, StreamError> {
-        let key = format!("{REPORTS_PREFIX}{}", self.source);
+    /// Appends the report to its stream (created when missing) unless
+    /// the last one there says the same already; returns whether it
+    /// wrote. Its `changed_ms` is set to now when it writes. An append
+    /// that lost to another process's looks again at what that one wrote.
+    pub async fn publish(&self, store: &dyn Storage) -> Result<bool, StreamError> {
+        let path = StreamPath::new(format!("{REPORTS_PREFIX}{}", self.source))?;
+        let retention = Retention {
+            messages: Some(KEPT_REPORTS),
+            ..Retention::default()
+        };
+        let config = StreamConfig::json().with_retention(retention);
+        store.create(&path, config, Payload::empty()).await?;
+        let mut attempts = 0;
         loop {
-            let stored = documents.get(&key).await?;
-            let expected = match &stored {
-                Some(document) => {
-                    let same = serde_json::from_slice::<Report>(&document.body).is_ok_and(|old| {
-                        Report {
-                            changed_ms: 0,
-                            ..old
-                        } == self.unstamped()
-                    });
-                    if same {
-                        return Ok(false);
-                    }
-                    Some(document.version)
-                }
-                None => None,
-            };
+            attempts += 1;
+            let (last, tail) = last_report(store, &path).await?;
+            if last.is_some_and(|old| old.unstamped() == self.unstamped()) {
+                return Ok(false);
+            }
             let stamped = Report {
                 changed_ms: now_ms(),
                 ..self.clone()
             };
             let body = serde_json::to_vec(&stamped)
                 .map_err(|e| StreamError::internal(format!("a report does not encode: {e}")))?;
-            if documents
-                .put(&key, expected, Bytes::from(body))
-                .await?
-                .is_some()
-            {
-                return Ok(true);
+            let append = Append::messages(vec![Bytes::from(body)]).expecting_tail(tail);
+            match store.append(&path, append).await {
+                Ok(_) => return Ok(true),
+                // Another report went in first (a remote store names the
+                // moved tail a conflict only); a stream that refuses
+                // every append (closed, another content type) fails after
+                // a few looks.
+                Err(e) if e.kind() == ErrorKind::Conflict && attempts < PUBLISH_ATTEMPTS => {}
+                Err(e) => return Err(e),
             }
         }
     }
@@ -146,26 +155,47 @@ impl Report {
     }
 }
 
-/// Every report kept in `documents`, by source; a document under
-/// [`REPORTS_PREFIX`] that is not a report is left out.
-pub async fn reports(documents: &dyn Documents) -> Result<Vec<Report>, StreamError> {
-    const PAGE: usize = 100;
+/// The last report in the stream at `path` (`None` when it has none that
+/// decodes) and the stream's tail.
+async fn last_report(
+    store: &dyn Storage,
+    path: &StreamPath,
+) -> Result<(Option<Report>, Offset), StreamError> {
+    let tail = store.head(path).await?.tail;
+    if tail.position() == 0 {
+        return Ok((None, tail));
+    }
+    let from = ReadFrom::Offset(tail.with_position(tail.position() - 1));
+    let chunk = store.read(path, from, MAX_REPORT_BYTES).await?;
+    let last = chunk
+        .messages
+        .last()
+        .and_then(|message| serde_json::from_slice(message).ok());
+    Ok((last, tail))
+}
+
+/// How often a publish looks again after another went in first.
+const PUBLISH_ATTEMPTS: u32 = 4;
+
+/// The most bytes a report's read asks for: more than a report of
+/// [`MAX_REPORT_ITEMS`] items takes.
+const MAX_REPORT_BYTES: usize = 1024 * 1024;
+
+/// The current report of every component that published one in `store`,
+/// by source. A stream under [`REPORTS_PREFIX`] whose last message is not
+/// a report is left out, as is one deleted meanwhile.
+pub async fn reports(store: &dyn Storage) -> Result<Vec<Report>, StreamError> {
     let mut reports = Vec::new();
-    let mut after: Option<String> = None;
-    loop {
-        let page = documents
-            .scan(REPORTS_PREFIX, after.as_deref(), PAGE)
-            .await?;
-        let full = page.len() == PAGE;
-        after = page.last().map(|(key, _)| key.clone());
-        reports.extend(
-            page.into_iter()
-                .filter_map(|(_, document)| serde_json::from_slice(&document.body).ok()),
-        );
-        if !full {
-            return Ok(reports);
+    for info in store.list(REPORTS_PREFIX).await? {
+        let path = StreamPath::new(info.path)?;
+        match last_report(store, &path).await {
+            Ok((Some(report), _)) => reports.push(report),
+            Ok((None, _)) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::Gone) => {}
+            Err(e) => return Err(e),
         }
     }
+    Ok(reports)
 }
 
 /// Cuts `text` to at most `max` bytes, at a character boundary.

@@ -43,9 +43,8 @@ struct Status {
     /// Whether the store keeps durable wake-up marks (SQLite and
     /// PostgreSQL do; a remote server's are not visible through it).
     keeps_wake_marks: bool,
-    /// What components beside the store reported (`None`: the store keeps
-    /// no shared documents this command can read, a remote server).
-    reports: Option<Vec<Report>>,
+    /// What components beside the store reported there.
+    reports: Vec<Report>,
 }
 
 /// The streams of the store, Eddy's own (`__eddy/`) apart.
@@ -79,10 +78,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
             store.wake_marks().is_some(),
         ),
     };
-    let reports = match store.documents() {
-        Some(documents) => Some(eddy_streams::reports(documents).await?),
-        None => None,
-    };
+    let reports = eddy_streams::reports(store.as_ref()).await?;
     let status = Status {
         streams: summarize(&listed, SystemTime::now() + args.expiring_within),
         bindings,
@@ -160,7 +156,7 @@ fn table(out: &mut impl Write, status: &Status, within: Duration) -> anyhow::Res
     for path in &s.expiring_soon {
         writeln!(out, "  expiring soon: {path}")?;
     }
-    reports(out, status.reports.as_deref())?;
+    reports(out, &status.reports)?;
     if status.bindings.is_empty() {
         writeln!(out, "no projection bindings keep checkpoints here")?;
         return Ok(());
@@ -256,13 +252,7 @@ fn table(out: &mut impl Write, status: &Status, within: Duration) -> anyhow::Res
 
 /// The reports of components beside the store, each with what needs an
 /// operator.
-fn reports(out: &mut impl Write, reports: Option<&[Report]>) -> anyhow::Result<()> {
-    let Some(reports) = reports else {
-        return Ok(writeln!(
-            out,
-            "reports: this store keeps none it can show (a remote server's stay in its own store)"
-        )?);
-    };
+fn reports(out: &mut impl Write, reports: &[Report]) -> anyhow::Result<()> {
     let now = unix_ms(SystemTime::now());
     for report in reports {
         let ago = now.saturating_sub(report.changed_ms) / 1000;

@@ -281,7 +281,6 @@ async fn status_shows_what_components_beside_the_store_report() {
     let dir = tempfile::tempdir().expect("tempdir");
     {
         let store = SqliteStorage::open(dir.path()).expect("open");
-        let documents = store.documents().expect("SQLite keeps documents");
         let items = (0..3)
             .map(|n| ReportItem {
                 subject: format!("pk=ShipmentSummary#sh-{n}|sk=row"),
@@ -292,7 +291,7 @@ async fn status_shows_what_components_beside_the_store_report() {
             .collect();
         Report::new("bridge/shipments", "3 parked rows")
             .with_items(3, items)
-            .publish(documents)
+            .publish(&store)
             .await
             .expect("publish");
     }
