@@ -39,6 +39,10 @@ enum StreamsCommand {
         /// Create the stream closed.
         #[arg(long)]
         closed: bool,
+        /// Keep only part of its history: `messages=N`, `bytes=SIZE`,
+        /// `age=DURATION`, joined by `;` (as the `Eddy-Retention` header).
+        #[arg(long, value_name = "POLICY")]
+        retention: Option<String>,
     },
     /// Append data: the argument, or standard input when there is none. On a
     /// JSON stream a top-level array appends one message per element.
@@ -93,7 +97,8 @@ enum StreamsCommand {
         /// The stream path.
         path: String,
     },
-    /// List streams.
+    /// List streams: path, content type, tail, open or closed, bytes
+    /// kept, the earliest offset kept, and the retention policy.
     Ls {
         /// Only paths that start with this prefix.
         #[arg(default_value = "")]
@@ -139,8 +144,12 @@ pub async fn run(args: StreamsArgs) -> anyhow::Result<()> {
             content_type,
             ttl,
             closed,
+            retention,
         } => {
             let mut config = StreamConfig::bytes(content_type);
+            if let Some(policy) = retention {
+                config = config.with_retention(policy.parse()?);
+            }
             if let Some(secs) = ttl {
                 config = config.with_ttl(Duration::from_secs(secs));
             }
@@ -237,8 +246,13 @@ pub async fn run(args: StreamsArgs) -> anyhow::Result<()> {
                 let state = if info.closed { "closed" } else { "open" };
                 writeln!(
                     out,
-                    "{}\t{}\t{}\t{state}\t{} bytes",
-                    info.path, info.config.content_type, info.tail, info.bytes
+                    "{}\t{}\t{}\t{state}\t{} bytes\tfrom {}\tretention {}",
+                    info.path,
+                    info.config.content_type,
+                    info.tail,
+                    info.bytes,
+                    info.earliest,
+                    info.config.retention
                 )?;
             }
         }

@@ -242,3 +242,25 @@ fn export_then_import_into_another_store() {
     target.ok(&["import", &backup, "--overwrite"]);
     assert_eq!(target.ok(&["read", "logs/b"]), "one\n");
 }
+
+/// `create --retention` keeps the policy; `ls` shows it with the
+/// earliest offset kept; a bad policy is refused before anything is made.
+#[test]
+fn create_takes_a_retention_policy_and_ls_shows_it() {
+    let eddy = Eddy::new();
+    eddy.ok(&["create", "logs/a", "--retention", "messages=2; age=7d"]);
+    eddy.ok(&["append", "logs/a", "[1,2,3]"]);
+    let listed = eddy.ok(&["ls"]);
+    let columns: Vec<&str> = listed.trim_end().split('\t').collect();
+    assert_eq!(columns.len(), 7, "{listed}");
+    assert_eq!(columns[0], "logs/a");
+    assert!(
+        columns[5].starts_with("from ") && columns[5].ends_with("_0000000000000000"),
+        "{listed}"
+    );
+    assert_eq!(columns[6], "retention messages=2; age=7d");
+    assert!(eddy
+        .fails(&["create", "logs/b", "--retention", "messages=0"])
+        .contains("retention"));
+    assert!(!eddy.ok(&["ls"]).contains("logs/b"));
+}
