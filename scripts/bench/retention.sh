@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Retention dropping 1 GB while appends go on (issue 34), on SQLite and
 # PostgreSQL, per core: `eddy serve` (and PostgreSQL) on core 0, the load
-# on core 1, both under SCHED_FIFO as root (pin.sh). Durability settings
-# stay at their safe defaults.
+# on core 1, both under SCHED_FIFO as root (pin.sh), so nothing else may
+# run pinned there meanwhile. Durability settings stay at their safe
+# defaults.
 #
 # For each store, twice in a row:
 #   fill  - 16 KiB appends to `bench/kept` (policy `age=$AGE`) until it
@@ -52,7 +53,11 @@ wait_up() { for _ in $(seq 1 100); do curl -fsS -o /dev/null "$1/healthz" 2>/dev
 cat >"$work/fill.lua" <<'EOF'
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "text/plain"
-wrk.body = string.rep("x", 16384)
+-- Random letters: PostgreSQL compresses large values, and a repeated
+-- byte would make its bytes on disk say nothing.
+local letters = {}
+for i = 1, 16384 do letters[i] = string.char(math.random(97, 122)) end
+wrk.body = table.concat(letters)
 EOF
 cat >"$work/small.lua" <<'EOF'
 wrk.method = "POST"
