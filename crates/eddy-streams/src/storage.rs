@@ -153,8 +153,8 @@ pub trait Storage: Send + Sync + 'static {
     /// its stream was created more than
     /// [`SWEEP_GRACE`](crate::SWEEP_GRACE) ago, and up to `max` idempotent
     /// producers' states past the store's producer expiry (which appends
-    /// already treat as unknown), and up to 1024 of the oldest messages of
-    /// up to `max` streams whose [`Retention`] policy lets them go;
+    /// already treat as unknown), and up to 1024 of the oldest messages (and
+    /// 1 MiB of them, at least one message) of up to `max` streams whose [`Retention`] policy lets them go;
     /// returns how many it removed. A path whose tombstone was dropped answers
     /// [`NotFound`](StreamError::NotFound) rather than
     /// [`Gone`](StreamError::Gone). Call it again while it returns

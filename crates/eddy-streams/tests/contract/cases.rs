@@ -123,6 +123,7 @@ macro_rules! every_producer_sweeping_case {
             retention_keeps_the_last_messages_and_offsets_never_change,
             retention_by_bytes_keeps_the_newest_within_the_bound,
             retention_by_age_drops_what_is_older,
+            a_sweep_step_drops_at_most_a_mebibyte,
             idempotent_producers_deduplicate_across_a_drop,
             a_fork_keeps_what_it_inherited_when_its_source_drops,
             a_retention_policy_is_part_of_the_config,
