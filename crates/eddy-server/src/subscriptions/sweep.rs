@@ -94,7 +94,7 @@ async fn sweep(
     };
     // Subscriptions deleted through other servers leave no cursor behind.
     let ids: HashSet<String> = registry.known().keys().cloned().collect();
-    registry.keep_refresh_cursors(|id| ids.contains(id));
+    registry.refresh_cursors.keep(|id| ids.contains(id));
     for id in new {
         // Commits made through this server before it knew the
         // subscription were not recorded on it.
