@@ -22,10 +22,26 @@ pub(super) const SLICE_PATHS: usize = 10 * MAX_LIST_PAGE;
 /// How many tails are read at once.
 const HEADS_AT_ONCE: usize = 16;
 
+/// What a slice does with a path it lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Want {
+    /// Nothing: no subscription reading the slice watches it.
+    Skip,
+    /// Reads its tail: a stream a subscription watches.
+    Read,
+    /// Keeps it as a candidate: a match of a pattern whose subscription
+    /// watches as many as it may, which the caller reads only if the
+    /// slice makes room (so no more than the streams it found gone).
+    Candidate,
+}
+
 /// One slice of a base's listing.
 pub(super) struct Slice {
-    /// The live streams it read, sorted by path.
+    /// The live streams it read (those wanted with [`Want::Read`]),
+    /// sorted by path.
     pub(super) infos: Vec<StreamInfo>,
+    /// The paths wanted as [`Want::Candidate`], sorted, not read.
+    pub(super) candidates: Vec<String>,
     /// The last path it went over; `None` when it reached the end.
     pub(super) through: Option<String>,
 }
@@ -60,27 +76,31 @@ impl Cursors {
 }
 
 /// One slice of the paths under `prefix` after `after` (at most
-/// [`SLICE_PATHS`]), and the tails of those `wanted` picks (at most
-/// [`SLICE_STREAMS`]): every wanted path in `(after, through]` is either
-/// read or gone.
+/// [`SLICE_PATHS`]) and the tails of those `want` says to read (at most
+/// [`SLICE_STREAMS`]), with the candidates it names: every path to read
+/// in `(after, through]` is either read or gone.
 pub(super) async fn slice(
     store: &dyn Storage,
     prefix: &str,
     after: Option<&str>,
-    wanted: impl Fn(&str) -> bool,
+    want: impl Fn(&str) -> Want,
 ) -> Result<Slice, StreamError> {
     let mut after = after.map(str::to_owned);
-    let (mut picked, mut listed) = (Vec::new(), 0);
+    let (mut read, mut candidates, mut listed) = (Vec::new(), Vec::new(), 0);
     let through = 'listing: loop {
         let page = store
             .list_paths_page(prefix, after.as_deref(), MAX_LIST_PAGE)
             .await?;
         listed += page.paths.len();
         for path in page.paths {
-            if wanted(&path) {
-                picked.push(path);
-                if picked.len() == SLICE_STREAMS {
-                    break 'listing picked.last().cloned();
+            match want(&path) {
+                Want::Skip => {}
+                Want::Candidate => candidates.push(path),
+                Want::Read => {
+                    read.push(path);
+                    if read.len() == SLICE_STREAMS {
+                        break 'listing read.last().cloned();
+                    }
                 }
             }
         }
@@ -90,7 +110,8 @@ pub(super) async fn slice(
         }
     };
     Ok(Slice {
-        infos: heads(store, &picked).await?,
+        infos: live(store, &read, usize::MAX).await?,
+        candidates,
         through,
     })
 }
@@ -120,16 +141,11 @@ pub(super) async fn matches(
                     .is_some_and(|relative| pattern.matches(relative))
             })
             .collect();
-        let mut rest = matched.as_slice();
-        while !rest.is_empty() {
-            // As many as could still be taken, and one more to know.
-            let room = (max + 1).saturating_sub(found.len()).min(rest.len());
-            let (now, later) = rest.split_at(room);
-            found.extend(heads(store, now).await?);
-            if found.len() > max {
-                return Ok(None);
-            }
-            rest = later;
+        // As many as could still be taken, and one more to know.
+        let room = (max + 1).saturating_sub(found.len());
+        found.extend(live(store, &matched, room).await?);
+        if found.len() > max {
+            return Ok(None);
         }
         match page.next {
             Some(next) => after = Some(next),
@@ -138,17 +154,28 @@ pub(super) async fn matches(
     }
 }
 
-/// The live streams at `paths`, in order, with their tails: one `head`
-/// each, a few at once. A path whose stream is gone (it expired or was
-/// deleted, and a store that lists paths alone may still list it) is left
-/// out.
-async fn heads(store: &dyn Storage, paths: &[String]) -> Result<Vec<StreamInfo>, StreamError> {
-    let reads: Vec<_> = paths.iter().map(|path| head(store, path)).collect();
-    let heads: Vec<Option<StreamInfo>> = futures::stream::iter(reads)
-        .buffered(HEADS_AT_ONCE)
-        .try_collect()
-        .await?;
-    Ok(heads.into_iter().flatten().collect())
+/// The first `count` live streams at `paths`, in order, with their
+/// tails: one `head` each, a few at once, reading no more than it needs
+/// while they are live. A path whose stream is gone (it expired or was
+/// deleted, and a store that lists paths alone may still list it) is
+/// passed over.
+pub(super) async fn live(
+    store: &dyn Storage,
+    paths: &[String],
+    count: usize,
+) -> Result<Vec<StreamInfo>, StreamError> {
+    let (mut found, mut rest) = (Vec::new(), paths);
+    while found.len() < count && !rest.is_empty() {
+        let (now, later) = rest.split_at((count - found.len()).min(rest.len()));
+        let reads: Vec<_> = now.iter().map(|path| head(store, path)).collect();
+        let heads: Vec<Option<StreamInfo>> = futures::stream::iter(reads)
+            .buffered(HEADS_AT_ONCE)
+            .try_collect()
+            .await?;
+        found.extend(heads.into_iter().flatten());
+        rest = later;
+    }
+    Ok(found)
 }
 
 /// The live stream at `path`, if there is one.

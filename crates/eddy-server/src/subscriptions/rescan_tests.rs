@@ -94,5 +94,18 @@ async fn a_rescan_reads_a_bounded_slice_of_each_base_and_finds_unrecorded_commit
         "the unrecorded commit was found: {watched:?}"
     );
     assert_eq!(sub.matched(), 10, "as many matches as it may watch");
+
+    // A claim's refresh of a subscription with no room for more matches
+    // reads the tails of the eleven streams it watches alone: the whole
+    // base's paths fit in its slice.
+    let before = table.request_stats();
+    wake::refresh(&registry, "s").await.expect("refresh");
+    let cost = table.request_stats() - before;
+    eprintln!("a refresh at the match limit: {cost:?}");
+    assert!(
+        cost.items_read <= (STREAMS + 2 + 11 + 2) as u64,
+        "read {} items: {cost:?}",
+        cost.items_read
+    );
     drop(stop);
 }

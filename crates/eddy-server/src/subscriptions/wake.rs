@@ -306,32 +306,40 @@ fn warn_left_out(id: &str, left_out: usize, max_matches: usize) {
 /// dropped; then wakes it if that makes a wake due. It reads one
 /// [`slice`](listing::slice) of its base, from where the subscription's
 /// last refresh stopped: the paths, and the tails of the streams it
-/// watches among them.
+/// watches among them and of its pattern's other matches, as many of
+/// those as it has room for (once the streams found gone are dropped).
 pub(super) async fn refresh(registry: &Arc<Registry>, id: &str) -> Result<(), SubscriptionError> {
-    let known = registry.known().get(id).cloned();
-    let watch = match known {
-        Some(watch) => watch,
-        None => match registry.load(id).await? {
-            Some((sub, _)) => Watch::of(&sub),
-            None => return Err(SubscriptionError::not_found(id)),
-        },
+    let Some((sub, _)) = registry.load(id).await? else {
+        return Err(SubscriptionError::not_found(id));
     };
+    let max = registry.max_matches;
+    let room = sub.matched() < max;
     let listed_ms = now_ms();
     let start = registry.refresh_cursors.get(id);
+    let store_failed = |e| SubscriptionError::store(&e);
     let slice = listing::slice(
         &*registry.store,
-        &super::prefix(&watch.base_path),
+        &super::prefix(&sub.base_path),
         start.as_deref(),
-        |path| watch.concerns(path).is_some(),
+        |path| sub.wants(path, room),
     )
     .await
-    .map_err(|e| SubscriptionError::store(&e))?;
+    .map_err(store_failed)?;
     registry.refresh_cursors.set(id, slice.through.clone());
     let covered = Covered {
         after: start,
         through: slice.through,
     };
-    record_listing(registry, id, &slice.infos, &covered, listed_ms).await
+    let mut infos = slice.infos;
+    if !slice.candidates.is_empty() {
+        // The room the streams found gone make.
+        let mut after = sub;
+        after.record(&infos, &covered, listed_ms, max);
+        let room = max.saturating_sub(after.matched());
+        let more = listing::live(&*registry.store, &slice.candidates, room).await;
+        infos.extend(more.map_err(store_failed)?);
+    }
+    record_listing(registry, id, &infos, &covered, listed_ms).await
 }
 
 /// Records a listing of a subscription's base on it (see [`refresh`]).
@@ -382,7 +390,13 @@ pub(super) async fn rescan(registry: &Arc<Registry>) {
             .collect();
         let listed_ms = now_ms();
         let start = registry.rescan_cursors.get(base);
-        let wanted = |path: &str| on_base.iter().any(|(_, w)| w.concerns(path).is_some());
+        let wanted = |path: &str| {
+            if on_base.iter().any(|(_, w)| w.concerns(path).is_some()) {
+                listing::Want::Read
+            } else {
+                listing::Want::Skip
+            }
+        };
         let Some(slice) = slice_until_read(registry, base, start.as_deref(), wanted).await else {
             return;
         };
@@ -409,7 +423,7 @@ async fn slice_until_read(
     registry: &Registry,
     base: &str,
     after: Option<&str>,
-    wanted: impl Fn(&str) -> bool,
+    wanted: impl Fn(&str) -> listing::Want,
 ) -> Option<listing::Slice> {
     let prefix = super::prefix(base);
     let mut failures = 0;
