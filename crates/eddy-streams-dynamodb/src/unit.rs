@@ -15,7 +15,7 @@ use eddy_dynamo::{AttributeValue, Item, Query, SortCondition};
 use eddy_streams::backend::{
     ProducerState, RecordReader, Records, Stored, StreamRecord, Sweepable, Unit,
 };
-use eddy_streams::StreamError;
+use eddy_streams::{PathPage, StreamError};
 
 use crate::backend::Shared;
 use crate::commit::{self, overflow};
@@ -488,32 +488,24 @@ impl RecordReader for DynamoUnit {
         after: Option<&str>,
         limit: usize,
     ) -> Result<(Vec<(String, StreamRecord)>, Option<String>), StreamError> {
+        let (entries, next) = self.directory_page(prefix, after, limit).await?;
+        Ok((self.records_of(&entries).await?, next))
+    }
+
+    /// One `Query` of the directory alone: no path item is read.
+    async fn list_paths_page(
+        &mut self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Option<PathPage>, StreamError> {
+        let (entries, next) = self.directory_page(prefix, after, limit).await?;
         let keys = &self.shared.keys;
-        let mut query = directory_query(keys, prefix).limit(limit.max(1));
-        match after {
-            // Past every path of the prefix: nothing more.
-            Some(after) if after > prefix && !after.starts_with(prefix) => {
-                return Ok((Vec::new(), None))
-            }
-            // A start key must satisfy the key condition (DynamoDB refuses
-            // one outside it); one before the prefix starts at it anyway.
-            Some(after) if after.starts_with(prefix) => {
-                query = query.start_after(Some(keys.directory_entry(after)));
-            }
-            _ => {}
-        }
-        let page = self
-            .shared
-            .table
-            .query(query)
-            .await
-            .map_err(|e| table_error("listing streams", e))?;
-        let next = page
-            .last_evaluated_key
-            .as_ref()
-            .and_then(|last| keys.sort_of(last))
-            .map(str::to_owned);
-        Ok((self.records_of(&page.items).await?, next))
+        let paths = entries
+            .iter()
+            .filter_map(|item| keys.sort_of(item).map(str::to_owned))
+            .collect();
+        Ok(Some(PathPage { paths, next }))
     }
 
     /// The directory's entries under `prefix`, counted page by page (each
@@ -548,6 +540,42 @@ fn directory_query(keys: &keys::Keys, prefix: &str) -> Query {
 }
 
 impl DynamoUnit {
+    /// One `Query` of at most `limit` directory entries under `prefix`
+    /// from after `after`, and the path the next page starts after.
+    async fn directory_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<Item>, Option<String>), StreamError> {
+        let keys = &self.shared.keys;
+        let mut query = directory_query(keys, prefix).limit(limit.max(1));
+        match after {
+            // Past every path of the prefix: nothing more.
+            Some(after) if after > prefix && !after.starts_with(prefix) => {
+                return Ok((Vec::new(), None))
+            }
+            // A start key must satisfy the key condition (DynamoDB refuses
+            // one outside it); one before the prefix starts at it anyway.
+            Some(after) if after.starts_with(prefix) => {
+                query = query.start_after(Some(keys.directory_entry(after)));
+            }
+            _ => {}
+        }
+        let page = self
+            .shared
+            .table
+            .query(query)
+            .await
+            .map_err(|e| table_error("listing streams", e))?;
+        let next = page
+            .last_evaluated_key
+            .as_ref()
+            .and_then(|last| keys.sort_of(last))
+            .map(str::to_owned);
+        Ok((page.items, next))
+    }
+
     /// The stream records that directory `entries` name, sorted by path
     /// (one `BatchGetItem` per 100).
     async fn records_of(

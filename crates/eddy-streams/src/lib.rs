@@ -128,7 +128,7 @@ pub use limits::{
     Limits, DEFAULT_MAX_APPEND_MESSAGES, DEFAULT_MAX_FORK_BYTES, FORK_MESSAGE_COST,
     MAX_STORED_VALUE_BYTES,
 };
-pub use listing::{ListPage, MAX_LIST_PAGE};
+pub use listing::{ListPage, PathPage, MAX_LIST_PAGE};
 pub use marks::{MarkOwner, Marker, MarkerGuard, WakeMark, WakeMarks};
 pub use memory::MemoryStorage;
 pub use notify::{Committed, Notifier, Watcher};

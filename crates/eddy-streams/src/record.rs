@@ -314,6 +314,20 @@ pub trait RecordReader {
         }
     }
 
+    /// One page of the paths of [`list_page`](RecordReader::list_page),
+    /// live or not, when the backend can read them without their records;
+    /// the default cannot (`None`), and the store keeps the paths of a
+    /// page of live streams instead.
+    fn list_paths_page(
+        &mut self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> impl Op<Option<crate::PathPage>> {
+        let _ = (prefix, after, limit);
+        std::future::ready(Ok(None))
+    }
+
     /// How many records there are under `prefix` (live or not), when the
     /// backend can tell without reading them; the default cannot
     /// (`None`), and the store counts a listing of live streams instead.

@@ -284,6 +284,19 @@ impl<B: Backend> Storage for RecordStorage<B> {
             .await
     }
 
+    /// The backend's paths alone, when it reads them so.
+    async fn list_paths_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<crate::PathPage, StreamError> {
+        let mut unit = self.inner.backend.open();
+        (self.inner.engine)
+            .list_paths_page(&mut unit, prefix, after, limit)
+            .await
+    }
+
     /// The backend's count, when it keeps one.
     async fn count(&self, prefix: &str) -> Result<usize, StreamError> {
         let mut unit = self.inner.backend.open();

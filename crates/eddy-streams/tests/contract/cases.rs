@@ -1030,12 +1030,32 @@ pub async fn list_pages_follow_their_cursor(store: Arc<dyn Storage>) {
         }
     }
     assert_eq!(listed, ["p/a", "p/b", "p/c", "p/e"]);
+    // The paths alone, page by page, follow the same cursor.
+    let mut paths = Vec::new();
+    let mut after: Option<String> = None;
+    for _ in 0..10 {
+        let page = store
+            .list_paths_page("p/", after.as_deref(), 2)
+            .await
+            .expect("paths page");
+        assert!(page.paths.len() <= 2, "{page:?}");
+        paths.extend(page.paths);
+        after = page.next;
+        if after.is_none() {
+            break;
+        }
+    }
+    assert_eq!(paths, listed);
     // A cursor before the prefix starts at it; one past it ends.
     let first = store.list_page("p/", Some("a"), 1).await.expect("page");
     assert_eq!(first.streams.len(), 1);
     assert_eq!(first.streams[0].path, "p/a");
     let none = store.list_page("p/", Some("z"), 5).await.expect("page");
     assert_eq!((none.streams.len(), none.next), (0, None));
+    let first = store.list_paths_page("p/", Some("a"), 1).await;
+    assert_eq!(first.expect("paths page").paths, ["p/a"]);
+    let none = store.list_paths_page("p/", Some("z"), 5).await;
+    assert_eq!(none.expect("paths page"), eddy_streams::PathPage::default());
     assert_eq!(store.count("q/").await.expect("count"), 1);
 }
 
