@@ -53,6 +53,7 @@ pub(crate) fn item_count(state: &State) -> usize {
         .map(|data| {
             data.producers.len()
                 + data.dropped_producers.len()
+                + data.dropped_messages.len()
                 + data.packs.iter().map(pack::Pack::items).sum::<usize>()
         })
         .sum();
@@ -125,6 +126,7 @@ pub(crate) fn overflow(keys: &Keys, state: &State) -> Option<StreamError> {
             .producers
             .keys()
             .chain(&data.dropped_producers)
+            .chain(&data.dropped_messages)
             .map(|id| id.len() + ITEM_OVERHEAD)
             .sum::<usize>();
         bytes += data.packs.iter().map(pack::Pack::size).sum::<usize>();
@@ -281,6 +283,9 @@ fn transaction(
         }
         for producer in &data.dropped_producers {
             items.push(Delete::new(keys.data_item(id, keys::producer(producer))).into());
+        }
+        for sort in &data.dropped_messages {
+            items.push(Delete::new(keys.data_item(id, sort.clone())).into());
         }
     }
     Ok((items, mark))

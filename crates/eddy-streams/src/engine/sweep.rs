@@ -78,10 +78,13 @@ impl Engine {
         // The byte bound weighs the oldest messages one by one, within
         // the step, and always keeps the newest.
         let window = first..count.min(first.saturating_add(max));
-        let mut end = by_rule.clamp(first, window.end);
+        let sizes = records.message_sizes(&key, window).await?;
+        // A backend may weigh a prefix of the window only (one whose step
+        // holds few writes): the step drops no further than it weighed.
+        let weighed = first.saturating_add(sizes.len() as u64);
+        let mut end = by_rule.clamp(first, weighed);
         let mut bytes = record.head.bytes;
         let mut freed = 0;
-        let sizes = records.message_sizes(&key, window.clone()).await?;
         for (position, size) in (first..).zip(&sizes) {
             let over_bytes = policy.bytes.is_some_and(|keep| bytes > keep);
             if position >= end && !(over_bytes && position + 1 < count) {
