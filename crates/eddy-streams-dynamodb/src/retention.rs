@@ -25,10 +25,12 @@
 //! **A visit** ([`due`]) reads at most [`MAX_VISITS`] entries due by now
 //! (one `Query`) and their path items (one `BatchGetItem`). An entry
 //! whose stream is gone, created again, retired or expired is deleted in
-//! the step's transaction. A live stream is handed to the engine, which
-//! drops what its policy lets go, and its path item is written in the
-//! step's transaction whatever the engine does (a new token, the entry's
-//! exact time), so the entry and `rq` agree again.
+//! the step's transaction. A live stream is handed to the engine in the
+//! step's unit (its path item loaded, so the commit is conditioned on
+//! it), which drops what its policy lets go; the drop's write of the
+//! path item moves the entry to where the record then says. A stream the
+//! engine drops nothing of (the step ran out of room) keeps its entry,
+//! due, for the next step.
 //!
 //! **Drops.** Messages are stored packed (`pack.rs`), so a drop ends
 //! where the engine says but deletes only the items wholly below it; an
@@ -170,9 +172,7 @@ pub(crate) async fn due(
             .entry(entry.path.clone())
             .or_insert_with(|| loaded[&entry.path].clone());
         if let PathState::Stream(stream) = &mut taken.state {
-            // Written whatever the engine drops, with the entry's exact
-            // time: the entry visited is the one the unit moves.
-            taken.dirty = true;
+            // The entry visited is the one a write of the path item moves.
             stream.queued = Some(entry.at);
         }
         state.retention_visits.insert(entry.path.clone());

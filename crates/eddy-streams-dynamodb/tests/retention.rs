@@ -163,6 +163,46 @@ fn a_long_prefix_goes_in_bounded_steps() {
     });
 }
 
+/// Twelve streams owing 40 items each share the steps: every step is one
+/// transaction of at most 100 items, and every stream gets its drops.
+#[test]
+fn streams_due_together_share_each_steps_room() {
+    common::runtime().block_on(async {
+        let hooked = common::Hooked::new(common::embedded(), Counted::default());
+        let table: Arc<dyn Table> = hooked.clone();
+        let store = store(&table);
+        let config = StreamConfig::bytes("text/plain").with_retention(policy("messages=1"));
+        let paths: Vec<StreamPath> = (0..12).map(|n| path(&format!("many/{n:02}"))).collect();
+        for p in &paths {
+            store
+                .create(p, config.clone(), Payload::empty())
+                .await
+                .expect("create");
+            for n in 0..41 {
+                store
+                    .append(p, Append::body(n.to_string()))
+                    .await
+                    .expect("append");
+            }
+        }
+        hooked.hooks.take();
+        hooked.hooks.most_items.store(0, Ordering::SeqCst);
+        let mut steps = 0;
+        while store.sweep(64).await.expect("sweep") > 0 {
+            steps += 1;
+            let (_, _, transactions) = hooked.hooks.take();
+            assert_eq!(transactions, 1, "step {steps}");
+        }
+        assert!(hooked.hooks.most_items.load(Ordering::SeqCst) <= 100);
+        assert!(steps <= 8, "480 items in {steps} steps");
+        for p in &paths {
+            assert_eq!(read_all(&store, p).await, ["40"]);
+            assert_eq!(message_items(&*table, p).await, 1);
+        }
+        assert_eq!(common::items(&*table, "ds|r").await, 0);
+    });
+}
+
 /// A pack partly below the first kept message stays (its kept messages
 /// are read from it) until a later drop passes its end.
 async fn a_pack_goes_once_wholly_below(table: Arc<dyn Table>) {
