@@ -438,7 +438,9 @@ impl RecordReader for DynamoUnit {
         // At most the messages the budget holds at the stream's average
         // size, and a part item or two more.
         let record = &self.stream(key)?.record;
-        let average = (record.bytes() / record.count().max(1)).max(1);
+        // Of the kept messages: the bytes count no dropped one.
+        let kept = record.count().saturating_sub(record.first());
+        let average = (record.bytes() / kept.max(1)).max(1);
         let wanted = (max_bytes as u64 / average).saturating_add(2);
         let items = usize::try_from(wanted.min(range.end.saturating_sub(range.start)) + 2)
             .unwrap_or(usize::MAX);
