@@ -313,6 +313,72 @@ fn a_source_keeps_what_its_forks_read() {
     common::runtime().block_on(forks_keep_their_sources_items(common::embedded()));
 }
 
+/// A message cut into parts goes with all its parts; a fork's own drops
+/// delete its own items only, never its source's.
+#[test]
+fn large_messages_and_a_forks_own_items() {
+    common::runtime().block_on(async {
+        let table = common::embedded();
+        let store = store(&table);
+        let big = path("big");
+        let config =
+            StreamConfig::bytes("application/octet-stream").with_retention(policy("messages=1"));
+        store
+            .create(&big, config, Payload::empty())
+            .await
+            .expect("create");
+        for fill in [b'a', b'b'] {
+            let body = vec![fill; 800_000];
+            store
+                .append(&big, Append::body(body))
+                .await
+                .expect("append");
+        }
+        assert_eq!(message_items(&*table, &big).await, 6, "three parts each");
+        assert_eq!(sweep_all(&store).await, 1);
+        assert_eq!(message_items(&*table, &big).await, 3);
+        let chunk = store
+            .read(&big, ReadFrom::Beginning, 1 << 21)
+            .await
+            .expect("read");
+        assert_eq!(chunk.messages.len(), 1);
+        assert_eq!(chunk.messages[0].len(), 800_000);
+        assert!(chunk.messages[0].iter().all(|b| *b == b'b'));
+
+        let source = path("wide");
+        let config = StreamConfig::bytes("text/plain").with_retention(policy("messages=100"));
+        store
+            .create(&source, config, Payload::empty())
+            .await
+            .expect("create");
+        for word in ["s0", "s1", "s2"] {
+            store
+                .append(&source, Append::body(word))
+                .await
+                .expect("append");
+        }
+        let fork = path("narrow");
+        let narrow = Fork::of(source.clone()).with_retention(policy("messages=2"));
+        store.fork(&fork, narrow).await.expect("fork");
+        for word in ["f3", "f4", "f5"] {
+            store
+                .append(&fork, Append::body(word))
+                .await
+                .expect("append");
+        }
+        assert_eq!(sweep_all(&store).await, 4);
+        assert_eq!(read_all(&store, &fork).await, ["f4", "f5"]);
+        assert_eq!(message_items(&*table, &fork).await, 2, "its own f3 went");
+        assert_eq!(
+            message_items(&*table, &source).await,
+            3,
+            "the source's stay"
+        );
+        assert_eq!(read_all(&store, &source).await, ["s0", "s1", "s2"]);
+        assert_eq!(store.head(&fork).await.expect("head").bytes, 4);
+    });
+}
+
 #[cfg(feature = "aws")]
 mod moto {
     use crate::common;
