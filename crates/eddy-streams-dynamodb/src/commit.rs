@@ -4,11 +4,11 @@
 //! conditioned on the write token it had when loaded (or on having no
 //! item): a written path is put (or deleted) with a new token, a path
 //! only read gets a condition check. Then the data items: packs of new
-//! messages, producers' states (and deletes of expired ones), directory
-//! entries, garbage entries of
-//! removed streams. DynamoDB applies all or nothing; a failed condition
-//! means another writer got there first, and the store runs the call
-//! again.
+//! messages (and deletes of those retention dropped), producers' states
+//! (and deletes of expired ones), directory entries, garbage entries of
+//! removed streams, sweep and retention entries. DynamoDB applies all or
+//! nothing; a failed condition means another writer got there first, and
+//! the store runs the call again.
 
 use std::sync::Arc;
 
