@@ -152,28 +152,31 @@ pub(crate) async fn due(
     let loaded = path_items(unit, &queued).await?;
     let mut visits = Vec::new();
     for entry in queued {
-        let live = match loaded.get(&entry.path).map(|loaded| &loaded.state) {
-            Some(PathState::Stream(stream)) => {
+        let live = |found: &&Entry| match &found.state {
+            PathState::Stream(stream) => {
                 let record = &stream.record;
                 let expired = record.expires_at_ms().is_some_and(|at| at <= now_ms);
                 *stream.id == *entry.id && !record.soft_deleted() && !expired
             }
-            _ => false,
+            PathState::Absent | PathState::Tombstone(_) => false,
         };
-        if !live {
+        let Some(found) = loaded.get(&entry.path).filter(live) else {
             unit.state
                 .sweep_entries
                 .insert((RETAINED, entry.sort), None);
             continue;
-        }
+        };
         let state = &mut unit.state;
         let taken = state
             .paths
             .entry(entry.path.clone())
-            .or_insert_with(|| loaded[&entry.path].clone());
-        if let PathState::Stream(stream) = &mut taken.state {
+            .or_insert_with(|| found.clone());
+        match &mut taken.state {
             // The entry visited is the one a write of the path item moves.
-            stream.queued = Some(entry.at);
+            PathState::Stream(stream) if *stream.id == *entry.id => {
+                stream.queued = Some(entry.at);
+            }
+            _ => continue,
         }
         state.retention_visits.insert(entry.path.clone());
         requeue(state, &entry.path);
