@@ -4,11 +4,11 @@
 //! conditioned on the write token it had when loaded (or on having no
 //! item): a written path is put (or deleted) with a new token, a path
 //! only read gets a condition check. Then the data items: packs of new
-//! messages, producers' states (and deletes of expired ones), directory
-//! entries, garbage entries of
-//! removed streams. DynamoDB applies all or nothing; a failed condition
-//! means another writer got there first, and the store runs the call
-//! again.
+//! messages (and deletes of those retention dropped), producers' states
+//! (and deletes of expired ones), directory entries, garbage entries of
+//! removed streams, sweep and retention entries. DynamoDB applies all or
+//! nothing; a failed condition means another writer got there first, and
+//! the store runs the call again.
 
 use std::sync::Arc;
 
@@ -53,6 +53,7 @@ pub(crate) fn item_count(state: &State) -> usize {
         .map(|data| {
             data.producers.len()
                 + data.dropped_producers.len()
+                + data.dropped_messages.len()
                 + data.packs.iter().map(pack::Pack::items).sum::<usize>()
         })
         .sum();
@@ -125,6 +126,7 @@ pub(crate) fn overflow(keys: &Keys, state: &State) -> Option<StreamError> {
             .producers
             .keys()
             .chain(&data.dropped_producers)
+            .chain(&data.dropped_messages)
             .map(|id| id.len() + ITEM_OVERHEAD)
             .sum::<usize>();
         bytes += data.packs.iter().map(pack::Pack::size).sum::<usize>();
@@ -281,6 +283,9 @@ fn transaction(
         }
         for producer in &data.dropped_producers {
             items.push(Delete::new(keys.data_item(id, keys::producer(producer))).into());
+        }
+        for sort in &data.dropped_messages {
+            items.push(Delete::new(keys.data_item(id, sort.clone())).into());
         }
     }
     Ok((items, mark))

@@ -52,6 +52,7 @@ mod keys;
 mod pack;
 mod path_item;
 mod query;
+mod retention;
 mod staging;
 mod steps;
 mod sweep;

@@ -24,6 +24,7 @@ use crate::keys;
 use crate::pack::{self, Collect, Pack, Piece};
 use crate::path_item::{self, PathState, Segment, Stream};
 use crate::query::all_items;
+use crate::retention::{self, Weighed};
 
 /// The key of a stream in a unit: its path and its data partition's id.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,6 +79,10 @@ pub(crate) struct State {
     /// The sort keys of the tombstone entries the unit's sweep found, by
     /// path, for the tombstones it drops.
     pub found_tombstones: HashMap<String, String>,
+    /// The paths the retention queue's visit took (`retention.rs`).
+    pub retention_visits: BTreeSet<String>,
+    /// What retention weighed of each stream, by id, for its drop.
+    pub weighed: HashMap<Arc<str>, Weighed>,
 }
 
 /// A stream the unit removes.
@@ -110,6 +115,8 @@ pub(crate) struct Data {
     pub producers: BTreeMap<String, ProducerState>,
     /// Expired producers to delete.
     pub dropped_producers: BTreeSet<String>,
+    /// Message items retention dropped, by sort key, to delete.
+    pub dropped_messages: BTreeSet<String>,
     /// The bytes a fork inherited, before its own first message.
     pub inherited_bytes: Option<u64>,
 }
@@ -156,7 +163,7 @@ impl DynamoUnit {
     }
 
     /// The stream `key` names, as the unit holds it.
-    fn stream(&self, key: &StreamKey) -> Result<&Stream, StreamError> {
+    pub(crate) fn stream(&self, key: &StreamKey) -> Result<&Stream, StreamError> {
         match self.state.paths.get(&*key.path).map(|entry| &entry.state) {
             Some(PathState::Stream(stream)) if stream.id == key.id => Ok(stream),
             _ => Err(StreamError::internal(format!(
@@ -167,7 +174,7 @@ impl DynamoUnit {
     }
 
     /// The stream `key` names, to change it.
-    fn stream_mut(&mut self, key: &StreamKey) -> Result<&mut Stream, StreamError> {
+    pub(crate) fn stream_mut(&mut self, key: &StreamKey) -> Result<&mut Stream, StreamError> {
         match self.state.paths.get_mut(&*key.path) {
             Some(entry) => match &mut entry.state {
                 PathState::Stream(stream) if stream.id == key.id => {
@@ -188,7 +195,7 @@ impl DynamoUnit {
 
     /// The segments a stream's messages come from: its inherited prefix,
     /// then its own partition from there on.
-    fn segments(&self, key: &StreamKey) -> Result<Vec<(Segment, u64)>, StreamError> {
+    pub(crate) fn segments(&self, key: &StreamKey) -> Result<Vec<(Segment, u64)>, StreamError> {
         let stream = self.stream(key)?;
         let mut start = 0;
         let mut segments = Vec::with_capacity(stream.base.len() + 1);
@@ -431,7 +438,9 @@ impl RecordReader for DynamoUnit {
         // At most the messages the budget holds at the stream's average
         // size, and a part item or two more.
         let record = &self.stream(key)?.record;
-        let average = (record.bytes() / record.count().max(1)).max(1);
+        // Of the kept messages: the bytes count no dropped one.
+        let kept = record.count().saturating_sub(record.first());
+        let average = (record.bytes() / kept.max(1)).max(1);
         let wanted = (max_bytes as u64 / average).saturating_add(2);
         let items = usize::try_from(wanted.min(range.end.saturating_sub(range.start)) + 2)
             .unwrap_or(usize::MAX);
@@ -464,14 +473,26 @@ impl RecordReader for DynamoUnit {
         Ok(collect.messages)
     }
 
-    /// The sweep's queues (`sweep.rs`).
+    /// As far as the unit's transaction has room to drop (`retention.rs`).
+    async fn message_sizes(
+        &mut self,
+        key: &StreamKey,
+        range: Range<u64>,
+    ) -> Result<Vec<u64>, StreamError> {
+        retention::weigh(self, key, range).await
+    }
+
+    /// The sweep's queues (`sweep.rs`) and the retention queue
+    /// (`retention.rs`).
     async fn sweepable(
         &mut self,
         now_ms: i64,
         below: u64,
         max: usize,
     ) -> Result<Sweepable, StreamError> {
-        crate::sweep::sweepable(self, now_ms, below, max).await
+        let mut found = crate::sweep::sweepable(self, now_ms, below, max).await?;
+        found.retained = retention::due(self, now_ms, max).await?;
+        Ok(found)
     }
 
     async fn list(&mut self, prefix: &str) -> Result<Vec<(String, StreamRecord)>, StreamError> {
@@ -626,6 +647,8 @@ impl Records for DynamoUnit {
             forks: 0,
             legacy_forks: Default::default(),
             producers: 0,
+            queued: None,
+            dropped_bytes: 0,
         }));
         entry.dirty = true;
         self.state.directory.insert(path.to_owned(), true);
@@ -636,6 +659,7 @@ impl Records for DynamoUnit {
                 .sweep_entries
                 .insert(entry, Some(path.to_owned()));
         }
+        retention::requeue(&mut self.state, path);
         if let Some(source) = record.fork_source() {
             let entry = self.entry(source).await?;
             if let PathState::Stream(stream) = &mut entry.state {
@@ -655,6 +679,7 @@ impl Records for DynamoUnit {
 
     async fn update(&mut self, key: &StreamKey, record: StreamRecord) -> Result<(), StreamError> {
         self.stream_mut(key)?.record = record;
+        retention::requeue(&mut self.state, &key.path);
         Ok(())
     }
 
@@ -664,7 +689,9 @@ impl Records for DynamoUnit {
         first: u64,
         messages: Vec<Bytes>,
     ) -> Result<(), StreamError> {
-        let recorded = self.stream(key)?.record.bytes();
+        // The bytes before, dropped ones included (`retention.rs`).
+        let stream = self.stream(key)?;
+        let recorded = stream.record.bytes() + stream.dropped_bytes;
         let pack_bytes = self.shared.pack_bytes;
         let data = self.state.data.entry(Arc::clone(&key.id)).or_default();
         let before = match data.packs.last() {
@@ -701,17 +728,29 @@ impl Records for DynamoUnit {
                 end,
             });
         }
-        let bytes = match holder {
+        // The stream's bytes before `count` and before its first kept
+        // message, dropped ones included (`retention.rs`): the fork
+        // inherits what is between.
+        let source = self.stream(from)?;
+        let (first, dropped) = (source.record.first(), source.dropped_bytes);
+        let tail = (source.record.count(), source.record.bytes() + dropped);
+        let before = match holder {
+            _ if count == 0 => 0,
+            _ if count == tail.0 => tail.1,
+            _ if count <= first => dropped,
             Some(id) => self.bytes_before(&id, count).await?,
             None => 0,
         };
-        self.stream_mut(to)?.base = base;
+        let dropped = if count <= first { before } else { dropped };
+        let fork = self.stream_mut(to)?;
+        fork.base = base;
+        fork.dropped_bytes = dropped;
         self.state
             .data
             .entry(Arc::clone(&to.id))
             .or_default()
-            .inherited_bytes = Some(bytes);
-        Ok(bytes)
+            .inherited_bytes = Some(before);
+        Ok(before - dropped)
     }
 
     async fn save_producer(
@@ -784,6 +823,15 @@ impl Records for DynamoUnit {
         let stream = self.stream_mut(key)?;
         stream.producers = stream.producers.saturating_sub(dropped);
         Ok(dropped)
+    }
+
+    /// Deletes the items wholly below the drop's end (`retention.rs`).
+    async fn drop_messages(
+        &mut self,
+        key: &StreamKey,
+        range: Range<u64>,
+    ) -> Result<(), StreamError> {
+        retention::drop_messages(self, key, range)
     }
 
     async fn remove(&mut self, key: &StreamKey, path: &str) -> Result<(), StreamError> {

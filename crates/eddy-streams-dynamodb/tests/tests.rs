@@ -11,6 +11,7 @@ mod lost_replies;
 mod producer_expiry;
 mod readiness;
 mod restores;
+mod retention;
 mod snapshots;
 mod stores;
 mod sweeps;

@@ -275,9 +275,11 @@ pub trait RecordReader {
     ) -> impl Op<Vec<Bytes>>;
 
     /// The sizes in bytes of the messages at positions `range` that the
-    /// stream keeps, in order: what retention's byte bound weighs. The
-    /// default reads the messages; a backend that can read sizes alone
-    /// should.
+    /// stream keeps, in order: what retention's byte bound weighs. A
+    /// backend may answer the sizes of a prefix of `range` only (one
+    /// whose unit holds few writes weighs no more than it could drop);
+    /// the sweep then drops no further. The default reads the messages; a
+    /// backend that can read sizes alone should.
     fn message_sizes(&mut self, key: &Self::Key, range: Range<u64>) -> impl Op<Vec<u64>> {
         let read = self.messages(key, range, usize::MAX);
         async move { Ok(read.await?.iter().map(|m| m.len() as u64).collect()) }

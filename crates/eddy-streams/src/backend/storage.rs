@@ -114,16 +114,19 @@ impl<B: Backend> Drop for RecordStorage<B> {
     }
 }
 
-/// Refuses a retention policy: no record backend drops a stream's
-/// prefix yet (DynamoDB's sweep removes whole streams only), and a policy
-/// stored but never applied would keep what its writer asked to drop.
-fn refuse_retention(retention: &crate::Retention) -> Result<(), StreamError> {
-    if retention.is_none() {
+/// Refuses a retention policy on a backend that does not apply one
+/// ([`Backend::applies_retention`]): a policy stored but never applied
+/// would keep what its writer asked to drop.
+fn refuse_retention<B: Backend>(
+    backend: &B,
+    retention: &crate::Retention,
+) -> Result<(), StreamError> {
+    if retention.is_none() || backend.applies_retention() {
         return Ok(());
     }
     Err(StreamError::InvalidRetention(
-        "this store (DynamoDB) does not drop retained messages yet: create the stream \
-         without a retention policy (Eddy-Retention, --retention)"
+        "this store does not drop retained messages: create the stream without a \
+         retention policy (Eddy-Retention, --retention)"
             .into(),
     ))
 }
@@ -212,7 +215,7 @@ impl<B: Backend> Storage for RecordStorage<B> {
         config: StreamConfig,
         initial: Payload,
     ) -> Result<Created, StreamError> {
-        refuse_retention(&config.retention)?;
+        refuse_retention(&self.inner.backend, &config.retention)?;
         self.create_or_fork(Write::Create {
             path: path.clone(),
             config,
@@ -246,7 +249,7 @@ impl<B: Backend> Storage for RecordStorage<B> {
 
     async fn fork(&self, path: &StreamPath, fork: Fork) -> Result<Created, StreamError> {
         if let Some(retention) = &fork.retention {
-            refuse_retention(retention)?;
+            refuse_retention(&self.inner.backend, retention)?;
         }
         self.create_or_fork(Write::Fork {
             path: path.clone(),
@@ -331,7 +334,7 @@ impl<B: Backend> Storage for RecordStorage<B> {
         first: u64,
         messages: Vec<Bytes>,
     ) -> Result<StreamInfo, StreamError> {
-        refuse_retention(&snapshot.config.retention)?;
+        refuse_retention(&self.inner.backend, &snapshot.config.retention)?;
         let call = Write::Restore {
             snapshot: snapshot.clone(),
             first,

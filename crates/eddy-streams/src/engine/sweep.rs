@@ -83,10 +83,12 @@ impl Engine {
         // The byte bound weighs the oldest messages one by one, within
         // the step, and always keeps the newest.
         let window = first..count.min(first.saturating_add(max));
+        // A backend may weigh a prefix of the window only (one whose step
+        // holds few writes): the step drops no further than it weighed.
+        let sizes = records.message_sizes(&key, window).await?;
         let mut end = first;
         let mut bytes = record.head.bytes;
         let mut freed = 0;
-        let sizes = records.message_sizes(&key, window).await?;
         for (position, size) in (first..).zip(&sizes) {
             let over_bytes = policy.bytes.is_some_and(|keep| bytes > keep) && position + 1 < count;
             if position >= by_rule && !over_bytes {

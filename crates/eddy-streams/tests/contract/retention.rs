@@ -342,20 +342,21 @@ pub async fn a_sweep_step_drops_at_most_a_mebibyte(
         .create(&path, config, Payload::empty())
         .await
         .expect("create");
-    let large = "x".repeat(400 * 1024);
-    for _ in 0..6 {
+    // Under DynamoDB's 400 KB item limit.
+    let large = "x".repeat(300 * 1024);
+    for _ in 0..7 {
         store
             .append(&path, Append::body(large.clone()))
             .await
             .expect("append");
     }
-    // Two messages are 800 KiB; a third would pass 1 MiB.
-    assert_eq!(store.sweep(64).await.expect("sweep"), 2);
+    // Three messages are 900 KiB; a fourth would pass 1 MiB.
+    assert_eq!(store.sweep(64).await.expect("sweep"), 3);
     assert_eq!(
         store.head(&path).await.expect("head").earliest.position(),
-        2
+        3
     );
     assert_eq!(sweep_all(&*store).await, 3);
     let head = store.head(&path).await.expect("head");
-    assert_eq!((head.earliest.position(), head.bytes), (5, 400 * 1024));
+    assert_eq!((head.earliest.position(), head.bytes), (6, 300 * 1024));
 }
