@@ -43,6 +43,7 @@ fn writes(state: &State) -> bool {
         || !state.removed.is_empty()
         || !state.sweep_entries.is_empty()
         || !state.staged.is_empty()
+        || state.walk_cursor.is_some()
 }
 
 /// How many items the unit's transaction holds.
@@ -62,6 +63,7 @@ pub(crate) fn item_count(state: &State) -> usize {
         + state.removed.len()
         + state.sweep_entries.len()
         + state.staged.len()
+        + usize::from(state.walk_cursor.is_some())
         + data
 }
 
@@ -175,6 +177,19 @@ pub(crate) fn producer_state(item: &Item) -> Result<ProducerState, StreamError> 
     })
 }
 
+/// A producer item's producer id and state; `None` for a data item that
+/// is no producer's.
+pub(crate) fn stored_producer<'a>(
+    keys: &Keys,
+    item: &'a Item,
+) -> Result<Option<(&'a str, ProducerState)>, StreamError> {
+    let sort = keys.sort_of(item);
+    match sort.and_then(|sk| sk.strip_prefix(keys::PRODUCERS)) {
+        Some(producer) => Ok(Some((producer, producer_state(item)?))),
+        None => Ok(None),
+    }
+}
+
 /// The item of a producer's state on stream `id`.
 pub(crate) fn producer_item(keys: &Keys, id: &str, producer: &str, state: &ProducerState) -> Item {
     let mut item = keys.data_item(id, keys::producer(producer));
@@ -267,6 +282,9 @@ fn transaction(
             }
             None => Delete::new(key).into(),
         });
+    }
+    if let Some(cursor) = &state.walk_cursor {
+        items.push(Put::new(cursor.item(keys)).into());
     }
     for (id, data) in &state.data {
         for pack in &data.packs {

@@ -11,6 +11,7 @@
 //! | a removed stream whose data is still to delete | `ds|g` | `<stream id>` |
 //! | a stream that expires, by when at the earliest | `ds|x` | `<unix ms, 20 digits>|<stream id>` |
 //! | a tombstone, by its incarnation | `ds|t` | `<incarnation, 20 digits>|<stream id>` |
+//! | where the sweep's walk over the directory is | `ds|w` | `-` |
 //! | a shared document | `ds|doc` | `<document key>` |
 //!
 //! `end` is the position after the item's last message, so the items
@@ -29,6 +30,8 @@ const GARBAGE: &str = "ds|g";
 pub(crate) const EXPIRING: &str = "ds|x";
 /// The partition of tombstones, ordered by incarnation.
 pub(crate) const TOMBSTONES: &str = "ds|t";
+/// The partition of the sweep's walk over the directory (one item).
+const WALK: &str = "ds|w";
 /// The partition of the shared documents. (No stream's data partition:
 /// those are `ds|d|<id>`.)
 const DOCUMENTS: &str = "ds|doc";
@@ -117,6 +120,12 @@ impl Keys {
     /// ([`EXPIRING`] or [`TOMBSTONES`]).
     pub fn sweep_entry(&self, partition: &str, sort: String) -> Item {
         self.key(partition.into(), sort)
+    }
+
+    /// The key of the item that says where the sweep's walk over the
+    /// directory is (`walk.rs`).
+    pub fn walk(&self) -> Item {
+        self.key(WALK.into(), "-".into())
     }
 
     /// The key of the document at `key`.

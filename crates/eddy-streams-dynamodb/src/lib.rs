@@ -56,6 +56,7 @@ mod staging;
 mod steps;
 mod sweep;
 mod unit;
+mod walk;
 
 use std::sync::Arc;
 

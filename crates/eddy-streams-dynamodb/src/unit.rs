@@ -78,6 +78,10 @@ pub(crate) struct State {
     /// The sort keys of the tombstone entries the unit's sweep found, by
     /// path, for the tombstones it drops.
     pub found_tombstones: HashMap<String, String>,
+    /// The page of the directory the sweep's walk looks at (`walk.rs`).
+    pub walk: Option<crate::walk::Page>,
+    /// Where the walk goes on next step, to put in the transaction.
+    pub walk_cursor: Option<crate::walk::Cursor>,
 }
 
 /// A stream the unit removes.
@@ -291,9 +295,8 @@ impl DynamoUnit {
         let items = all_items(&*self.shared.table, query, "reading producers").await?;
         let mut producers = BTreeMap::new();
         for item in &items {
-            let sort = self.shared.keys.sort_of(item);
-            if let Some(producer) = sort.and_then(|sk| sk.strip_prefix(keys::PRODUCERS)) {
-                producers.insert(producer.to_owned(), commit::producer_state(item)?);
+            if let Some((producer, state)) = commit::stored_producer(&self.shared.keys, item)? {
+                producers.insert(producer.to_owned(), state);
             }
         }
         Ok(producers)
@@ -471,7 +474,9 @@ impl RecordReader for DynamoUnit {
         below: u64,
         max: usize,
     ) -> Result<Sweepable, StreamError> {
-        crate::sweep::sweepable(self, now_ms, below, max).await
+        let mut found = crate::sweep::sweepable(self, now_ms, below, max).await?;
+        crate::walk::look(self, below, &mut found).await?;
+        Ok(found)
     }
 
     async fn list(&mut self, prefix: &str) -> Result<Vec<(String, StreamRecord)>, StreamError> {
@@ -726,11 +731,11 @@ impl Records for DynamoUnit {
                 .map_err(|e| table_error("reading producers", e))?;
             read += page.items.len();
             for item in &page.items {
-                let sort = self.shared.keys.sort_of(item);
-                let Some(producer) = sort.and_then(|sk| sk.strip_prefix(keys::PRODUCERS)) else {
+                let Some((producer, state)) = commit::stored_producer(&self.shared.keys, item)?
+                else {
                     continue;
                 };
-                if expired.len() < max && commit::producer_state(item)?.last_ms <= cutoff_ms {
+                if expired.len() < max && state.last_ms <= cutoff_ms {
                     expired.push(producer.to_owned());
                 }
             }
@@ -815,6 +820,15 @@ impl Records for DynamoUnit {
         Ok(())
     }
 
+    /// One step of the sweep's walk over the directory (`walk.rs`).
+    async fn sweep_expired_producers(
+        &mut self,
+        cutoff_ms: i64,
+        max: usize,
+    ) -> Result<u64, StreamError> {
+        crate::walk::drop_expired(self, cutoff_ms, max).await
+    }
+
     async fn drop_tombstone(&mut self, path: &str, below: u64) -> Result<bool, StreamError> {
         let entry = self.entry(path).await?;
         if !matches!(entry.state, PathState::Tombstone(incarnation) if incarnation < below) {
@@ -834,9 +848,9 @@ impl Records for DynamoUnit {
 const EXPIRED_SCAN_ITEMS: usize = 1_000;
 /// Producer items per page of that read.
 const EXPIRED_SCAN_PAGE: usize = 250;
-/// The most expired producers one append deletes: each is an item of its
-/// transaction, which holds at most 100.
-const MAX_EXPIRED_DROPS: usize = 16;
+/// The most expired producers one append (or one sweep step) deletes:
+/// each is an item of its transaction, which holds at most 100.
+pub(crate) const MAX_EXPIRED_DROPS: usize = 16;
 
 /// A savepoint of a [`DynamoUnit`]: what it had read and written.
 pub struct Savepoint(State);

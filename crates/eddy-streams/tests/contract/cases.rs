@@ -112,14 +112,21 @@ macro_rules! every_sweeping_case {
 }
 pub(crate) use every_sweeping_case;
 
-/// The sweep of expired producer states and of retained prefixes, for
-/// the stores that find them across streams (memory, SQLite, PostgreSQL;
-/// not DynamoDB, whose producer items no index finds and which refuses
-/// retention policies).
+/// The sweep of expired producer states, for the stores that sweep their
+/// own records (memory, SQLite, PostgreSQL, DynamoDB).
 macro_rules! every_producer_sweeping_case {
     ($run:ident) => {
+        $run!(the_sweep_drops_expired_producers_in_steps);
+    };
+}
+pub(crate) use every_producer_sweeping_case;
+
+/// The sweep of retained prefixes, for the stores that apply retention
+/// policies (memory, SQLite, PostgreSQL; not DynamoDB, which refuses
+/// them).
+macro_rules! every_retention_case {
+    ($run:ident) => {
         $run!(
-            the_sweep_drops_expired_producers_in_steps,
             retention_keeps_the_last_messages_and_offsets_never_change,
             retention_by_bytes_keeps_the_newest_within_the_bound,
             retention_by_age_drops_what_is_older,
@@ -130,7 +137,7 @@ macro_rules! every_producer_sweeping_case {
         );
     };
 }
-pub(crate) use every_producer_sweeping_case;
+pub(crate) use every_retention_case;
 
 /// The producers per stream every harness's store allows
 /// (`max_producers_per_stream`): as many as the concurrent appenders case
