@@ -312,9 +312,13 @@ pub(crate) async fn commit(shared: &Arc<Shared>, mut state: State) -> Result<Com
     if let Some(overflow) = overflow(&shared.keys, &state) {
         return Err(overflow);
     }
+    let mut deferred = None;
     if item_count(&state) > MAX_ITEMS {
         if steps::remove_in_steps(shared, &mut state).await? == Commit::Conflict {
             return Ok(Commit::Conflict);
+        }
+        if item_count(&state) > MAX_ITEMS {
+            deferred = Some(steps::defer_released(&mut state));
         }
         if item_count(&state) > MAX_ITEMS && staging::stageable(&state) > 0 {
             if let Err(e) = staging::stage(shared, &mut state).await {
@@ -334,6 +338,13 @@ pub(crate) async fn commit(shared: &Arc<Shared>, mut state: State) -> Result<Com
     if !matches!(committed, Ok(Commit::Done)) && !staged.is_empty() {
         // Not committed: what was written ahead is garbage.
         purge_later(shared, staged);
+    }
+    if let (Ok(Commit::Done), Some(deferred)) = (&committed, deferred) {
+        // The call is done; what it released is dead, and a step that
+        // fails leaves it to the sweep.
+        if let Err(error) = steps::remove_deferred(shared, deferred).await {
+            tracing::warn!(%error, "released sources left to the sweep");
+        }
     }
     committed
 }

@@ -95,6 +95,10 @@ pub(crate) struct Removal {
     pub source: Option<String>,
     /// Whether it was soft-deleted (retired) when removed.
     pub retired: bool,
+    /// Its path item's stream as it stood when removed: what a removal
+    /// deferred after the call's transaction keeps there until its step
+    /// (`steps.rs`).
+    pub before: Box<Stream>,
 }
 
 /// A path in a unit.
@@ -765,13 +769,12 @@ impl Records for DynamoUnit {
 
     async fn remove(&mut self, key: &StreamKey, path: &str) -> Result<(), StreamError> {
         let entry = self.entry(path).await?;
-        let (source, retired) = match &entry.state {
-            PathState::Stream(stream) if stream.id == key.id => (
-                stream.record.fork_source().map(str::to_owned),
-                stream.record.soft_deleted(),
-            ),
+        let before = match &entry.state {
+            PathState::Stream(stream) if stream.id == key.id => stream.clone(),
             _ => return Ok(()),
         };
+        let source = before.record.fork_source().map(str::to_owned);
+        let retired = before.record.soft_deleted();
         entry.state = PathState::Absent;
         entry.dirty = true;
         self.state.directory.insert(path.to_owned(), false);
@@ -781,6 +784,7 @@ impl Records for DynamoUnit {
             path: path.to_owned(),
             source: source.clone(),
             retired,
+            before,
         });
         if let Some(source) = source {
             let entry = self.entry(&source).await?;
