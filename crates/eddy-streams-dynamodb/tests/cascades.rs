@@ -10,17 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use eddy_dynamo::{Table, TableError};
-use eddy_streams::backend::RecordOptions;
 use eddy_streams::{Expiry, Fork, ManualClock, Payload, Storage, StreamConfig, StreamPath};
 
 use crate::common;
 
 fn store(table: &Arc<dyn Table>, clock: &Arc<ManualClock>) -> Arc<dyn Storage> {
-    let options = RecordOptions {
-        clock: clock.clone(),
-        ..eddy_streams_dynamodb::options()
-    };
-    Arc::new(eddy_streams_dynamodb::open(Arc::clone(table), options).expect("open"))
+    Arc::new(common::clocked_store(table, clock))
 }
 
 fn path(s: &str) -> StreamPath {
@@ -204,11 +199,7 @@ async fn retired_chain(store: &dyn Storage, n: usize) {
 
 async fn a_deep_chain_is_released_in_steps(table: Arc<dyn Table>, n: usize) {
     let clock = Arc::new(ManualClock::starting_now());
-    let options = RecordOptions {
-        clock: clock.clone(),
-        ..eddy_streams_dynamodb::options()
-    };
-    let store = eddy_streams_dynamodb::open(Arc::clone(&table), options).expect("open");
+    let store = common::clocked_store(&table, &clock);
     retired_chain(&store, n).await;
     store.delete(&link(n)).await.expect("delete the last link");
     for i in 0..=n {
@@ -288,11 +279,7 @@ fn released_sources_a_failed_step_left_are_swept() {
         let hooked = common::Hooked::new(common::embedded(), hooks);
         let table: Arc<dyn Table> = hooked.clone();
         let clock = Arc::new(ManualClock::starting_now());
-        let options = RecordOptions {
-            clock: clock.clone(),
-            ..eddy_streams_dynamodb::options()
-        };
-        let store = eddy_streams_dynamodb::open(Arc::clone(&table), options).expect("open");
+        let store = common::clocked_store(&table, &clock);
         retired_chain(&store, 40).await;
         // The call's own transaction commits, its first later step fails.
         hooked.hooks.armed.store(true, Ordering::SeqCst);

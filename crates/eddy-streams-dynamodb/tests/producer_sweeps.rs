@@ -9,7 +9,6 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use eddy_dynamo::{AttributeValue, Query, SortCondition, Table, TableError, TransactWriteItem};
-use eddy_streams::backend::RecordOptions;
 use eddy_streams::{
     Append, ManualClock, Payload, ProducerPosition, Storage, StreamConfig, StreamPath,
     DEFAULT_PRODUCER_EXPIRY,
@@ -23,17 +22,6 @@ fn path(s: &str) -> StreamPath {
 
 fn write(id: &str, seq: u64) -> Append {
     Append::body("1").with_producer(ProducerPosition::new(id, 0, seq))
-}
-
-fn store_on(
-    table: &Arc<dyn Table>,
-    clock: &Arc<ManualClock>,
-) -> eddy_streams_dynamodb::DynamoStorage {
-    let options = RecordOptions {
-        clock: clock.clone(),
-        ..eddy_streams_dynamodb::options()
-    };
-    eddy_streams_dynamodb::open(Arc::clone(table), options).expect("open")
 }
 
 /// The producer items of the stream at `path`, and the count its path
@@ -60,7 +48,7 @@ async fn producers(table: &dyn Table, path: &str) -> (usize, u64) {
 
 async fn every_stream_is_walked(table: Arc<dyn Table>, counted: bool) {
     let clock = Arc::new(ManualClock::starting_now());
-    let store = store_on(&table, &clock);
+    let store = common::clocked_store(&table, &clock);
     for n in 0..30 {
         let p = path(&format!("walk/{n:02}"));
         store
@@ -194,7 +182,7 @@ fn a_producer_used_while_the_sweep_reads_is_kept() {
         let hooked = common::Hooked::new(common::embedded(), UseBeforeDrop::default());
         let table: Arc<dyn Table> = hooked.clone();
         let clock = Arc::new(ManualClock::starting_now());
-        let store: Arc<dyn Storage> = Arc::new(store_on(&table, &clock));
+        let store: Arc<dyn Storage> = Arc::new(common::clocked_store(&table, &clock));
         let _ = hooked.hooks.store.set(Arc::clone(&store));
         let p = path("raced");
         store

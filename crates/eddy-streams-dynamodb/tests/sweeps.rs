@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use eddy_dynamo::{AttributeValue, Query, QueryPage, Table, TableError};
-use eddy_streams::backend::RecordOptions;
 use eddy_streams::{ManualClock, Payload, ReadFrom, Storage, StreamConfig, StreamPath};
 
 use crate::common;
@@ -55,11 +54,7 @@ impl common::Hooks for Counted {
 
 async fn expired_streams_and_old_tombstones_go(table: Arc<dyn Table>, counted: Option<&Counted>) {
     let clock = Arc::new(ManualClock::starting_now());
-    let options = RecordOptions {
-        clock: clock.clone(),
-        ..eddy_streams_dynamodb::options()
-    };
-    let store = eddy_streams_dynamodb::open(Arc::clone(&table), options).expect("open");
+    let store = common::clocked_store(&table, &clock);
     let short = StreamConfig::json().with_ttl(Duration::from_secs(1));
     let sliding = StreamConfig::json().with_ttl(Duration::from_secs(90));
     for n in 0..40 {
@@ -225,11 +220,7 @@ async fn clear(table: &dyn Table, pk: &str) {
 /// then removes them.
 async fn expired_streams_without_a_queue_entry_go(table: Arc<dyn Table>) {
     let clock = Arc::new(ManualClock::starting_now());
-    let options = RecordOptions {
-        clock: clock.clone(),
-        ..eddy_streams_dynamodb::options()
-    };
-    let store = eddy_streams_dynamodb::open(Arc::clone(&table), options).expect("open");
+    let store = common::clocked_store(&table, &clock);
     let short = StreamConfig::json().with_ttl(Duration::from_secs(1));
     for n in 0..30 {
         store
