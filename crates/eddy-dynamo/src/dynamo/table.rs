@@ -461,6 +461,37 @@ impl Table for DynamoTable {
         })
     }
 
+    async fn scan(&self, scan: crate::query::Scan) -> Result<QueryPage, TableError> {
+        let limit =
+            match scan.limit {
+                None => None,
+                Some(l) => Some(i32::try_from(l).map_err(|_| {
+                    ValidationError::InvalidQuery(format!("limit {l} is too large"))
+                })?),
+            };
+        let out = self
+            .client
+            .scan()
+            .table_name(self.name())
+            .set_limit(limit)
+            .set_exclusive_start_key(scan.exclusive_start_key.as_ref().map(to_sdk_item))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| map_sdk(self.name(), e))?;
+        let items = out
+            .items
+            .unwrap_or_default()
+            .into_iter()
+            .map(from_sdk_item)
+            .collect::<Result<Vec<_>, _>>()?;
+        self.requests.read(items.len());
+        Ok(QueryPage {
+            items,
+            last_evaluated_key: from_sdk_opt(out.last_evaluated_key)?,
+        })
+    }
+
     async fn transact_write_items(&self, items: Vec<TransactWriteItem>) -> Result<(), TableError> {
         validate_transaction(&self.schema, &items)?;
         let requests = items
