@@ -49,6 +49,7 @@ mod commit;
 mod documents;
 mod errors;
 mod keys;
+mod old_tombstones;
 mod pack;
 mod path_item;
 mod query;

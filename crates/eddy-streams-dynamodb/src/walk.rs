@@ -51,6 +51,7 @@ use eddy_streams::StreamError;
 use crate::commit::{item_count, stored_producer, MAX_ITEMS};
 use crate::errors::table_error;
 use crate::keys::{self, Keys, EXPIRING};
+use crate::old_tombstones;
 use crate::path_item::{self, PathState};
 use crate::sweep::MAX_PER_STEP;
 use crate::unit::{DynamoUnit, Entry, MAX_EXPIRED_DROPS as MAX_DROPS};
@@ -73,6 +74,21 @@ pub(crate) struct Cursor {
     /// Whether a lap was finished (`bf`): every stream met since has its
     /// entry in the expiring queue.
     queued: bool,
+    /// Where the pass over old tombstones is (`old_tombstones.rs`): the
+    /// last key it read (`tp`, `tk`), or done (`td`).
+    tombstones: Pass,
+}
+
+/// Where the one-time pass over the table's tombstones is.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+enum Pass {
+    /// Not started.
+    #[default]
+    Start,
+    /// After this stored key.
+    After(old_tombstones::StoredKey),
+    /// Done.
+    Done,
 }
 
 impl Cursor {
@@ -85,6 +101,11 @@ impl Cursor {
             after: text("a"),
             within: text("i").zip(text("q")),
             queued: item.is_some_and(|item| item.contains_key("bf")),
+            tombstones: match text("tp").zip(text("tk")) {
+                _ if item.is_some_and(|item| item.contains_key("td")) => Pass::Done,
+                Some(key) => Pass::After(key),
+                None => Pass::Start,
+            },
         }
     }
 
@@ -100,6 +121,16 @@ impl Cursor {
         }
         if self.queued {
             item.insert("bf".into(), AttributeValue::N("1".into()));
+        }
+        match &self.tombstones {
+            Pass::Start => {}
+            Pass::After((pk, sk)) => {
+                item.insert("tp".into(), AttributeValue::S(pk.clone()));
+                item.insert("tk".into(), AttributeValue::S(sk.clone()));
+            }
+            Pass::Done => {
+                item.insert("td".into(), AttributeValue::N("1".into()));
+            }
         }
         item
     }
@@ -317,10 +348,18 @@ pub(crate) async fn drop_expired(
     }
     if finished && page.last {
         // A lap is done: the next step starts at the first path.
-        cursor = Cursor {
-            after: None,
-            within: None,
-            queued: true,
+        cursor.after = None;
+        cursor.within = None;
+        cursor.queued = true;
+    }
+    if cursor.tombstones != Pass::Done && room > 0 {
+        let after = match &cursor.tombstones {
+            Pass::After(key) => Some(key.clone()),
+            Pass::Start | Pass::Done => None,
+        };
+        cursor.tombstones = match old_tombstones::step(unit, after, room).await? {
+            Some(key) => Pass::After(key),
+            None => Pass::Done,
         };
     }
     if cursor != page.cursor {

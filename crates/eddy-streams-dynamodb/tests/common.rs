@@ -183,6 +183,12 @@ impl<H: Hooks> Table for Hooked<H> {
     ) -> Result<Vec<eddy_dynamo::Item>, eddy_dynamo::TableError> {
         self.hooks.batch_get_item(&*self.table, keys).await
     }
+    async fn scan(
+        &self,
+        scan: eddy_dynamo::Scan,
+    ) -> Result<eddy_dynamo::QueryPage, eddy_dynamo::TableError> {
+        self.table.scan(scan).await
+    }
 }
 
 /// How many items the partition `pk` holds.

@@ -214,10 +214,11 @@ async fn clear(table: &dyn Table, pk: &str) {
     }
 }
 
-/// Regression (issue 33): streams with an expiry written before the
-/// expiry queue existed had no entry in it, and the sweep never found
-/// them. The directory walk queues them (once per table), and the sweep
-/// then removes them.
+/// Regression (issue 33): streams with an expiry and tombstones written
+/// before the sweep's queues existed had no entry in them, and the sweep
+/// never found them. The directory walk queues the streams and a scan of
+/// the table the tombstones (once per table), and the sweep then removes
+/// them.
 async fn expired_streams_without_a_queue_entry_go(table: Arc<dyn Table>) {
     let clock = Arc::new(ManualClock::starting_now());
     let store = common::clocked_store(&table, &clock);
@@ -232,12 +233,21 @@ async fn expired_streams_without_a_queue_entry_go(table: Arc<dyn Table>) {
             .await
             .expect("create");
     }
+    for n in 0..20 {
+        let p = path(&format!("old/deleted/{n:02}"));
+        store
+            .create(&p, StreamConfig::json(), Payload::empty())
+            .await
+            .expect("create");
+        store.delete(&p).await.expect("delete");
+    }
     store
         .create(&path("old/kept"), StreamConfig::json(), Payload::empty())
         .await
         .expect("create");
     // The old layout: no queue entries.
     clear(&*table, "ds|x").await;
+    clear(&*table, "ds|t").await;
     clock.advance(eddy_streams::SWEEP_GRACE + Duration::from_secs(10));
     let mut swept = 0;
     for _ in 0..20 {
@@ -247,13 +257,27 @@ async fn expired_streams_without_a_queue_entry_go(table: Arc<dyn Table>) {
             break;
         }
     }
-    assert_eq!(swept, 30, "every expired stream is swept");
+    assert_eq!(
+        swept,
+        30 + 20,
+        "every expired stream and tombstone is swept"
+    );
+    assert_eq!(
+        store
+            .head(&path("old/deleted/00"))
+            .await
+            .expect_err("forgotten")
+            .code(),
+        "stream/not-found",
+        "a dropped tombstone"
+    );
     assert_eq!(
         store.head(&path("old/00")).await.expect_err("swept").code(),
         "stream/not-found"
     );
     store.head(&path("old/kept")).await.expect("kept");
     assert_eq!(common::items(&*table, "ds|x").await, 0);
+    assert_eq!(common::items(&*table, "ds|t").await, 0);
 }
 
 #[test]
