@@ -106,14 +106,8 @@ pub(crate) fn run(
         page.items.len() < limit && bytes < MAX_PAGE_BYTES
     })?;
     if more {
-        if let Some(last) = page.items.last() {
-            let key: Item = def
-                .names()
-                .chain(schema.key.names())
-                .filter_map(|name| Some((name.to_owned(), last.get(name)?.clone())))
-                .collect();
-            page.last_evaluated_key = Some(key);
-        }
+        let names = def.names().chain(schema.key.names());
+        page.last_evaluated_key = page.items.last().map(|last| key_of(names, last));
     }
     Ok(page)
 }
@@ -147,17 +141,17 @@ pub(crate) fn scan(
         page.items.len() < limit && bytes < MAX_PAGE_BYTES
     })?;
     if more {
-        if let Some(last) = page.items.last() {
-            let key: Item = table
-                .schema
-                .key
-                .names()
-                .filter_map(|name| Some((name.to_owned(), last.get(name)?.clone())))
-                .collect();
-            page.last_evaluated_key = Some(key);
-        }
+        let names = table.schema.key.names();
+        page.last_evaluated_key = page.items.last().map(|last| key_of(names, last));
     }
     Ok(page)
+}
+
+/// The attributes `names` of `item`: a paging key.
+fn key_of<'a>(names: impl Iterator<Item = &'a str>, item: &Item) -> Item {
+    names
+        .filter_map(|name| Some((name.to_owned(), item.get(name)?.clone())))
+        .collect()
 }
 
 /// The range of encoded keys a (validated) query covers.
