@@ -12,6 +12,7 @@
 //! | a stream that expires, by when at the earliest | `ds|x` | `<unix ms, 20 digits>|<stream id>` |
 //! | a tombstone, by its incarnation | `ds|t` | `<incarnation, 20 digits>|<stream id>` |
 //! | a stream that owes retention drops, by when | `ds|r` | `<unix ms, 20 digits>|<stream id>` |
+//! | where the sweep's walk over the directory is | `ds|w` | `-` |
 //! | a shared document | `ds|doc` | `<document key>` |
 //!
 //! `end` is the position after the item's last message, so the items
@@ -33,6 +34,8 @@ pub(crate) const TOMBSTONES: &str = "ds|t";
 /// The partition of streams whose retention policy will let messages go,
 /// ordered by when (the retention sweep's queue, `retention.rs`).
 pub(crate) const RETAINED: &str = "ds|r";
+/// The partition of the sweep's walk over the directory (one item).
+const WALK: &str = "ds|w";
 /// The partition of the shared documents. (No stream's data partition:
 /// those are `ds|d|<id>`.)
 const DOCUMENTS: &str = "ds|doc";
@@ -121,6 +124,12 @@ impl Keys {
     /// ([`EXPIRING`], [`TOMBSTONES`] or [`RETAINED`]).
     pub fn sweep_entry(&self, partition: &str, sort: String) -> Item {
         self.key(partition.into(), sort)
+    }
+
+    /// The key of the item that says where the sweep's walk over the
+    /// directory is (`walk.rs`).
+    pub fn walk(&self) -> Item {
+        self.key(WALK.into(), "-".into())
     }
 
     /// The key of the document at `key`.

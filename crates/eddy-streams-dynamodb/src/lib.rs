@@ -49,6 +49,7 @@ mod commit;
 mod documents;
 mod errors;
 mod keys;
+mod old_tombstones;
 mod pack;
 mod path_item;
 mod query;
@@ -57,6 +58,7 @@ mod staging;
 mod steps;
 mod sweep;
 mod unit;
+mod walk;
 
 use std::sync::Arc;
 

@@ -83,6 +83,10 @@ pub(crate) struct State {
     pub retention_visits: BTreeSet<String>,
     /// What retention weighed of each stream, by id, for its drop.
     pub weighed: HashMap<Arc<str>, Weighed>,
+    /// The page of the directory the sweep's walk looks at (`walk.rs`).
+    pub walk: Option<crate::walk::Page>,
+    /// Where the walk goes on next step, to put in the transaction.
+    pub walk_cursor: Option<crate::walk::Cursor>,
 }
 
 /// A stream the unit removes.
@@ -96,6 +100,10 @@ pub(crate) struct Removal {
     pub source: Option<String>,
     /// Whether it was soft-deleted (retired) when removed.
     pub retired: bool,
+    /// Its path item's stream as it stood when removed: what a removal
+    /// deferred after the call's transaction keeps there until its step
+    /// (`steps.rs`).
+    pub before: Box<Stream>,
 }
 
 /// A path in a unit.
@@ -298,9 +306,8 @@ impl DynamoUnit {
         let items = all_items(&*self.shared.table, query, "reading producers").await?;
         let mut producers = BTreeMap::new();
         for item in &items {
-            let sort = self.shared.keys.sort_of(item);
-            if let Some(producer) = sort.and_then(|sk| sk.strip_prefix(keys::PRODUCERS)) {
-                producers.insert(producer.to_owned(), commit::producer_state(item)?);
+            if let Some((producer, state)) = commit::stored_producer(&self.shared.keys, item)? {
+                producers.insert(producer.to_owned(), state);
             }
         }
         Ok(producers)
@@ -492,6 +499,7 @@ impl RecordReader for DynamoUnit {
     ) -> Result<Sweepable, StreamError> {
         let mut found = crate::sweep::sweepable(self, now_ms, below, max).await?;
         found.retained = retention::due(self, now_ms, max).await?;
+        crate::walk::look(self, below, &mut found).await?;
         Ok(found)
     }
 
@@ -793,11 +801,11 @@ impl Records for DynamoUnit {
                 .map_err(|e| table_error("reading producers", e))?;
             read += page.items.len();
             for item in &page.items {
-                let sort = self.shared.keys.sort_of(item);
-                let Some(producer) = sort.and_then(|sk| sk.strip_prefix(keys::PRODUCERS)) else {
+                let Some((producer, state)) = commit::stored_producer(&self.shared.keys, item)?
+                else {
                     continue;
                 };
-                if expired.len() < max && commit::producer_state(item)?.last_ms <= cutoff_ms {
+                if expired.len() < max && state.last_ms <= cutoff_ms {
                     expired.push(producer.to_owned());
                 }
             }
@@ -836,13 +844,12 @@ impl Records for DynamoUnit {
 
     async fn remove(&mut self, key: &StreamKey, path: &str) -> Result<(), StreamError> {
         let entry = self.entry(path).await?;
-        let (source, retired) = match &entry.state {
-            PathState::Stream(stream) if stream.id == key.id => (
-                stream.record.fork_source().map(str::to_owned),
-                stream.record.soft_deleted(),
-            ),
+        let before = match &entry.state {
+            PathState::Stream(stream) if stream.id == key.id => stream.clone(),
             _ => return Ok(()),
         };
+        let source = before.record.fork_source().map(str::to_owned);
+        let retired = before.record.soft_deleted();
         entry.state = PathState::Absent;
         entry.dirty = true;
         self.state.directory.insert(path.to_owned(), false);
@@ -852,6 +859,7 @@ impl Records for DynamoUnit {
             path: path.to_owned(),
             source: source.clone(),
             retired,
+            before,
         });
         if let Some(source) = source {
             let entry = self.entry(&source).await?;
@@ -891,6 +899,15 @@ impl Records for DynamoUnit {
         Ok(())
     }
 
+    /// One step of the sweep's walk over the directory (`walk.rs`).
+    async fn sweep_expired_producers(
+        &mut self,
+        cutoff_ms: i64,
+        max: usize,
+    ) -> Result<u64, StreamError> {
+        crate::walk::drop_expired(self, cutoff_ms, max).await
+    }
+
     async fn drop_tombstone(&mut self, path: &str, below: u64) -> Result<bool, StreamError> {
         let entry = self.entry(path).await?;
         if !matches!(entry.state, PathState::Tombstone(incarnation) if incarnation < below) {
@@ -910,9 +927,9 @@ impl Records for DynamoUnit {
 const EXPIRED_SCAN_ITEMS: usize = 1_000;
 /// Producer items per page of that read.
 const EXPIRED_SCAN_PAGE: usize = 250;
-/// The most expired producers one append deletes: each is an item of its
-/// transaction, which holds at most 100.
-const MAX_EXPIRED_DROPS: usize = 16;
+/// The most expired producers one append (or one sweep step) deletes:
+/// each is an item of its transaction, which holds at most 100.
+pub(crate) const MAX_EXPIRED_DROPS: usize = 16;
 
 /// A savepoint of a [`DynamoUnit`]: what it had read and written.
 pub struct Savepoint(State);

@@ -9,6 +9,7 @@ mod item_limits;
 mod listing;
 mod lost_replies;
 mod producer_expiry;
+mod producer_sweeps;
 mod readiness;
 mod restores;
 mod retention;

@@ -112,9 +112,8 @@ macro_rules! every_sweeping_case {
 }
 pub(crate) use every_sweeping_case;
 
-/// The sweep of expired producer states, for the stores that find them
-/// across streams (memory, SQLite, PostgreSQL; not DynamoDB, whose
-/// producer items no index finds).
+/// The sweep of expired producer states, for the stores that sweep their
+/// own records (memory, SQLite, PostgreSQL, DynamoDB).
 macro_rules! every_producer_sweeping_case {
     ($run:ident) => {
         $run!(the_sweep_drops_expired_producers_in_steps);
