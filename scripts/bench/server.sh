@@ -36,6 +36,13 @@
 #   scripts/bench/server.sh pinned
 #   BASELINE=/tmp/eddy-before DURATION=5s scripts/bench/server.sh pinned
 #
+# `durable-pinned` mode runs alternating rounds of durable (SQLite, fsync)
+# and memory single appends at 32 connections, pinned, and prints each
+# round's ratio with the SQLite server's group size and commit time (see
+# durable.sh); BASELINE adds an older binary's SQLite server to each round.
+#
+#   BASELINE=/tmp/eddy-before scripts/bench/server.sh durable-pinned
+#
 # `postgres-pinned` mode measures eddy on PostgreSQL beside eddy on SQLite
 # per core (servers and PostgreSQL on one core, the load on the other):
 # the issue 27 targets, statements and transactions per request, and two
@@ -53,7 +60,7 @@ connections="${CONNECTIONS:-32}"
 threads="${THREADS:-2}"
 
 command -v wrk >/dev/null || { apt-get install -y wrk >/dev/null 2>&1 || { echo "install wrk first" >&2; exit 1; }; }
-[ "$mode" = pinned ] || [ "$mode" = postgres ] || [ "$mode" = postgres-pinned ] || (cd "$here" && [ -d node_modules/@durable-streams/server ] || npm install --no-audit --no-fund --loglevel=error >/dev/null)
+[ "$mode" = pinned ] || [ "$mode" = durable-pinned ] || [ "$mode" = postgres ] || [ "$mode" = postgres-pinned ] || (cd "$here" && [ -d node_modules/@durable-streams/server ] || npm install --no-audit --no-fund --loglevel=error >/dev/null)
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
 # EDDY_BIN names an eddy already built (with the postgres feature).
 eddy="${EDDY_BIN:+$(realpath "$EDDY_BIN")}"
@@ -61,7 +68,7 @@ if [ -z "$eddy" ]; then
   (cd "$root" && cargo build --quiet --release -p eddy --features postgres)
   eddy="$CARGO_TARGET_DIR/release/eddy"
 fi
-[ "$mode" = postgres-pinned ] || (cd "$root" && cargo build --quiet --release -p eddy-server --example live_latency --example live_fanout --example fanout_floor --example request_floor)
+[ "$mode" = postgres-pinned ] || [ "$mode" = durable-pinned ] || (cd "$root" && cargo build --quiet --release -p eddy-server --example live_latency --example live_fanout --example fanout_floor --example request_floor)
 latency="$CARGO_TARGET_DIR/release/examples/live_latency"
 fanout="$CARGO_TARGET_DIR/release/examples/live_fanout"
 floor="$CARGO_TARGET_DIR/release/examples/fanout_floor"
@@ -143,6 +150,10 @@ if [ "$mode" = pinned ]; then
 fi
 if [ "$mode" = postgres-pinned ]; then
   . "$here/pg-pinned.sh"
+  exit 0
+fi
+if [ "$mode" = durable-pinned ]; then
+  . "$here/durable.sh"
   exit 0
 fi
 

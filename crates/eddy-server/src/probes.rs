@@ -1,6 +1,7 @@
 //! The probes: `/healthz` says the process is up, `/readyz` that it can
 //! take traffic: not shutting down, and its store open and writable.
 
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -17,17 +18,18 @@ pub(crate) fn is_liveness<B>(request: &axum::http::Request<B>) -> bool {
 /// the middleware (no token is needed, no request id, span, metrics or
 /// CORS headers are added): it says only that this process answers HTTP.
 pub(crate) fn alive() -> Response {
-    (
-        [
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; charset=utf-8"),
-            ),
-            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
-        ],
-        "ok\n",
-    )
-        .into_response()
+    // Built by hand: the `(headers, body)` tuple's conversion costs more
+    // than the two inserts (a tenth of what `eddy serve` adds to the bare
+    // HTTP stack for this probe).
+    let mut response = Response::new(Body::from("ok\n"));
+    let headers = response.headers_mut();
+    headers.reserve(2);
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
 }
 
 /// `GET /readyz`: 200 when the store takes writes, 503 with the reason

@@ -21,7 +21,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tower::Service;
 
-use crate::App;
+use crate::{probes, App};
 
 /// The requests in progress on one connection. A request only counts
 /// itself in and out (and notes when it ended): the connection's timer
@@ -238,6 +238,15 @@ impl Service<hyper::Request<Incoming>> for Tracked {
 
     fn call(&mut self, mut request: hyper::Request<Incoming>) -> TrackedFuture {
         let busy = self.activity.begin();
+        if probes::is_liveness(&request) {
+            // Answered here, as `App` would: without the boxed future of
+            // the application and the read budget's extension, which cost
+            // a twentieth of the probe.
+            return TrackedFuture {
+                response: Answer::Ready(Some(probes::alive())),
+                busy: Some(busy),
+            };
+        }
         // Only reads take from the budget: other requests are spared the
         // extension.
         if request.method() == hyper::Method::GET {
@@ -246,7 +255,7 @@ impl Service<hyper::Request<Incoming>> for Tracked {
                 .insert(self.activity.unread.clone());
         }
         TrackedFuture {
-            response: self.app.call(request),
+            response: Answer::App(self.app.call(request)),
             busy: Some(busy),
         }
     }
@@ -254,21 +263,35 @@ impl Service<hyper::Request<Incoming>> for Tracked {
 
 /// The application's answer, whose body keeps the request counted.
 pub(crate) struct TrackedFuture {
-    response: <App as Service<hyper::Request<Incoming>>>::Future,
+    response: Answer,
     busy: Option<Busy>,
+}
+
+/// Where a request's response comes from.
+enum Answer {
+    /// Known when the request came (taken when polled).
+    Ready(Option<axum::response::Response>),
+    /// The application's.
+    App(<App as Service<hyper::Request<Incoming>>>::Future),
 }
 
 impl Future for TrackedFuture {
     type Output = Result<hyper::Response<TrackedBody>, Infallible>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let response = match self.response.as_mut().poll(cx) {
-            Poll::Ready(Ok(response)) => response,
-            Poll::Ready(Err(never)) => match never {},
-            Poll::Pending => return Poll::Pending,
+        let response = match &mut self.response {
+            Answer::Ready(ready) => ready.take(),
+            Answer::App(served) => match served.as_mut().poll(cx) {
+                Poll::Ready(Ok(response)) => Some(response),
+                Poll::Ready(Err(never)) => match never {},
+                Poll::Pending => return Poll::Pending,
+            },
+        };
+        // Polled again after it answered: hyper never does.
+        let Some(mut response) = response else {
+            return Poll::Pending;
         };
         let busy = self.busy.take();
-        let mut response = response;
         let held = response.extensions_mut().remove::<HeldBytes>();
         Poll::Ready(Ok(response.map(|body| TrackedBody {
             body,

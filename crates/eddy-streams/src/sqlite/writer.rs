@@ -224,6 +224,7 @@ pub(super) fn run(mut conn: Connection, jobs: Receiver<Job>, owned: Owned) {
             }
         }
         crate::metrics::dequeued(group.len());
+        let answered = !group.is_empty();
         if let Some(err) = &poisoned {
             for job in group {
                 job.refuse(err);
@@ -265,6 +266,16 @@ pub(super) fn run(mut conn: Connection, jobs: Receiver<Job>, owned: Owned) {
                     }
                 }
             }
+        }
+        if answered {
+            // The callers just answered come back with their next writes
+            // once the runtime's threads have run: give them the CPU
+            // before taking the queue. On a core shared with the runtime
+            // the queue otherwise holds only the few calls that arrived
+            // during the fsync, and they paid a whole fsync of their own
+            // (a group of 1 to 4 in every other commit, at 32 concurrent
+            // appenders; the full group of 32 with the yield).
+            std::thread::yield_now();
         }
     }
 }
