@@ -86,6 +86,20 @@ impl<P: Params, S: State> Session<P, S> {
                 decode(input, path, messages, from, to, closed, gone)
             };
             match read {
+                // Compaction dropped messages in the range: a handler that
+                // folds every message would silently get another result.
+                Ok(raw) if skipped(from, raw.to, raw.messages.len()) => {
+                    return Err(ProjectionError::HistoryUnavailable {
+                        input: input.name.clone(),
+                        path: path.to_string(),
+                        reason: format!(
+                            "the stream's compaction dropped messages between {from} and {} before this binding read them; \
+                             a binding that handles every message cannot go on (read the stream within its compaction lag, \
+                             or fold from a stream that is not compacted)",
+                            raw.to
+                        ),
+                    })
+                }
                 Ok(raw) => {
                     let closed = raw.closed && !mark.closed;
                     work |= !raw.messages.is_empty() || closed;
@@ -226,6 +240,12 @@ impl<P: Params, S: State> Session<P, S> {
 }
 
 /// Decodes one input's messages into its slice.
+/// Whether a read from `from` to `to` that gave `messages` messages
+/// skipped positions (compaction dropped messages between them).
+fn skipped(from: Offset, to: Offset, messages: usize) -> bool {
+    to.position().saturating_sub(from.position()) > messages as u64
+}
+
 /// Why a binding cannot read on after its stream's retention policy
 /// dropped what it had not read, and how to go on.
 fn dropped(offset: Offset, earliest: Offset) -> String {
