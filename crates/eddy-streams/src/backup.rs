@@ -151,6 +151,8 @@ struct StreamLine {
     created_closed: bool,
     #[serde(default, skip_serializing_if = "Retention::is_none")]
     retention: Retention,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    compaction: Option<crate::Compaction>,
     closed: bool,
     count: u64,
     bytes: u64,
@@ -183,6 +185,7 @@ impl From<&StreamSnapshot> for StreamLine {
             expires_at_ms,
             created_closed: s.config.closed,
             retention: s.config.retention,
+            compaction: s.config.compaction,
             closed: s.closed,
             count: s.count,
             bytes: s.bytes,
@@ -211,6 +214,7 @@ impl StreamLine {
                 expiry: expiry_from_columns(self.ttl_secs, self.expires_at_ms),
                 closed: self.created_closed,
                 retention: self.retention,
+                compaction: self.compaction,
             },
             closed: self.closed,
             count: self.count,

@@ -232,6 +232,9 @@ impl Storage for RemoteStorage {
             .header(reqwest::header::CONTENT_TYPE, &config.content_type);
         builder = with_expiry(builder, Some(config.expiry));
         // No policy sent leaves the server's rules to choose one.
+        if let Some(policy) = config.compaction {
+            builder = builder.header(protocol::COMPACTION, policy.to_string());
+        }
         if !config.retention.is_none() {
             builder = builder.header(protocol::RETENTION, config.retention.to_string());
         }
@@ -267,6 +270,9 @@ impl Storage for RemoteStorage {
             builder = builder.header(reqwest::header::CONTENT_TYPE, content_type);
         }
         builder = with_expiry(builder, fork.expiry);
+        if let Some(policy) = fork.compaction {
+            builder = builder.header(protocol::COMPACTION, policy.to_string());
+        }
         if let Some(retention) = fork.retention {
             builder = builder.header(protocol::RETENTION, retention.to_string());
         }
@@ -359,10 +365,13 @@ impl Storage for RemoteStorage {
             start: headers::offset(&headers, protocol::READ_START).unwrap_or(next_offset),
             content_type,
             messages,
+            // The protocol tells a chunk's end, not each message's offset.
+            positions: None,
             next_offset,
             up_to_date,
             closed: headers::flag(&headers, protocol::CLOSED),
             retention: headers::retention(&headers)?,
+            compaction: headers::compaction(&headers)?,
         })
     }
 

@@ -24,6 +24,10 @@ pub(super) async fn create(
     let expiry = parse::expiry(headers)?;
     let retention = parse::retention(headers)?
         .or_else(|| crate::retention::policy_for(&state.config.retention, path.as_str()));
+    let compaction = match parse::compaction(headers)? {
+        Some(policy) => policy,
+        None => crate::retention::policy_for(&state.config.compaction, path.as_str()).flatten(),
+    };
     let content_type = parse::header(headers, header::CONTENT_TYPE)?;
     let fork = fork_request(headers)?;
     if let Some(fork) = &fork {
@@ -45,6 +49,7 @@ pub(super) async fn create(
             fork.content_type = content_type.map(str::to_owned);
             fork.expiry = expiry;
             fork.retention = retention;
+            fork.compaction = compaction;
             fork.closed = closed;
             state.store.fork(path, fork).await
         }
@@ -54,6 +59,7 @@ pub(super) async fn create(
                 expiry: expiry.unwrap_or(Expiry::Never),
                 closed,
                 retention: retention.unwrap_or_default(),
+                compaction,
             };
             state.store.create(path, config, Payload::Body(body)).await
         }

@@ -208,5 +208,6 @@ fn chunk_headers(chunk: &ReadChunk) -> HeaderMap {
         put(&mut out, protocol::CLOSED, "true");
     }
     super::put_retention(&mut out, &chunk.retention);
+    super::put_compaction(&mut out, chunk.compaction.as_ref());
     out
 }

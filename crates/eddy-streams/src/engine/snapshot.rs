@@ -31,6 +31,13 @@ impl Engine {
                 stored.record.first()
             )));
         }
+        let dropped = stored.record.head.retained.compacted.dropped;
+        if dropped > 0 {
+            // Nor can it hold holes: a restore writes positions 0..count.
+            return Err(StreamError::InvalidArgument(format!(
+                "`{path}` cannot be backed up: compaction dropped {dropped} of its messages"
+            )));
+        }
         let producers = records.producers(&stored.key).await?;
         let head = stored.record.head;
         Ok(StreamSnapshot {

@@ -150,6 +150,7 @@ async fn engine_calls_are_send_futures_over_suspending_records() {
         limits: Default::default(),
         clock: Arc::new(ManualClock::starting_now()),
         incarnations: Default::default(),
+        passes: Default::default(),
     };
     let task = tokio::spawn(async move {
         let mut records = Suspending::default();
@@ -188,6 +189,7 @@ async fn a_split_for_the_other_kind_of_stream_is_ignored() {
         limits: Default::default(),
         clock: Arc::new(ManualClock::starting_now()),
         incarnations: Default::default(),
+        passes: Default::default(),
     };
     let mut records = Suspending::default();
     let path = StreamPath::new("bytes").expect("path");

@@ -2,7 +2,8 @@
 //! tombstones, forgotten once their incarnation is below the clock's
 //! floor (see `incarnation.rs` for why that is safe); and producer states
 //! past the producer expiry, which an append already treats as unknown;
-//! and the prefixes that streams' retention policies let go.
+//! and the prefixes that streams' retention policies let go, and steps
+//! of compaction passes (`compact.rs`).
 
 use super::lifecycle::{collect, find, Found};
 use super::Engine;
@@ -49,6 +50,14 @@ impl Engine {
             let dropped = self.retain(records, path, budget, now).await?;
             budget -= dropped;
             swept.messages += dropped;
+            if budget == 0 {
+                break;
+            }
+            // Compaction looks at messages within the same budget.
+            let step = self.compact_step(records, path, budget, false).await?;
+            budget = budget.saturating_sub(step.examined);
+            swept.messages += step.dropped;
+            swept.examined += step.examined;
         }
         Ok(swept)
     }
@@ -120,14 +129,17 @@ pub(crate) struct Swept {
     pub streams: Vec<String>,
     /// How many tombstones were dropped.
     pub tombstones: usize,
-    /// How many messages retention dropped.
+    /// How many messages retention and compaction dropped.
     pub messages: u64,
+    /// How many messages compaction looked at.
+    pub examined: u64,
 }
 
 impl Swept {
-    /// How many things were removed.
+    /// How many things were removed (and, so that the caller goes on
+    /// while a compaction pass is under way, looked at).
     pub fn count(&self) -> usize {
-        let messages = usize::try_from(self.messages).unwrap_or(usize::MAX);
+        let messages = usize::try_from(self.messages.max(self.examined)).unwrap_or(usize::MAX);
         (self.streams.len() + self.tombstones).saturating_add(messages)
     }
 }
@@ -136,3 +148,7 @@ impl Swept {
 /// all streams: a step is one short write (SQLite's writer, one
 /// PostgreSQL transaction), whatever the streams owe.
 pub(crate) const RETENTION_STEP: u64 = 1024;
+
+/// The most messages one step of [`Storage::compact`](crate::Storage::compact)
+/// looks at: the sweep's step.
+pub(crate) const COMPACTION_STEP: u64 = RETENTION_STEP;

@@ -251,6 +251,7 @@ impl PgStorage {
                 limits: options.limits,
                 clock: options.clock,
                 incarnations: Default::default(),
+                passes: Default::default(),
             },
             notifier,
             channel,

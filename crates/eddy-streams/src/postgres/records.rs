@@ -394,7 +394,7 @@ impl Records for PgRecords {
                 .bind(closer.map(|p| p.seq as i64))
                 .bind(record.accessed_ms)
                 .bind(record.soft_deleted)
-                .bind(to_column(&head.config.retention, &head.retained))
+                .bind(to_column(&head.config, &head.retained))
                 .bind(record.retention_due_ms()),
         )
         .await?;
@@ -539,7 +539,7 @@ pub(super) fn decode(r: &PgRow) -> Result<(i64, String, StreamRecord), sqlx::Err
         None => None,
     };
     let column: Option<String> = r.try_get(20)?;
-    let (retention, retained) =
+    let (retention, compaction, retained) =
         from_column(column.as_deref()).map_err(|reason| sqlx::Error::ColumnDecode {
             index: "retention".into(),
             source: reason.into(),
@@ -552,6 +552,7 @@ pub(super) fn decode(r: &PgRow) -> Result<(i64, String, StreamRecord), sqlx::Err
                 expiry: expiry_from_columns(r.try_get(3)?, r.try_get(4)?),
                 closed: r.try_get(5)?,
                 retention,
+                compaction,
             }),
             closed: r.try_get(6)?,
             count: r.try_get::<i64, _>(7)? as u64,

@@ -120,6 +120,7 @@ impl SqliteStorage {
             limits: options.limits,
             clock: options.clock,
             incarnations: Default::default(),
+            passes: Default::default(),
         };
         let touches = Arc::new(Touches::default());
         let cache = Arc::new(Cache::new(options.cache_bytes));
@@ -424,6 +425,32 @@ impl Storage for SqliteStorage {
             Ok((swept + producers as usize, None))
         })
         .await
+    }
+
+    async fn compact(&self, path: &StreamPath) -> Result<u64, StreamError> {
+        let mut force = true;
+        let mut dropped = 0;
+        loop {
+            // Each step is one short write of the writer: appends go
+            // between them.
+            let path = path.clone();
+            let step = self
+                .submit(0, Containment::Savepoint, move |engine, records| {
+                    let step = complete(engine.compact_step(
+                        records,
+                        path.as_str(),
+                        crate::engine::COMPACTION_STEP,
+                        force,
+                    ))?;
+                    Ok((step, None))
+                })
+                .await?;
+            dropped += step.dropped;
+            force = false;
+            if step.done {
+                return Ok(dropped);
+            }
+        }
     }
 
     async fn snapshot(&self, path: &StreamPath) -> Result<StreamSnapshot, StreamError> {
