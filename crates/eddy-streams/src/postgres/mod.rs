@@ -509,6 +509,26 @@ impl Storage for PgStorage {
         .await
     }
 
+    async fn compact(&self, path: &StreamPath) -> Result<u64, StreamError> {
+        let mut force = true;
+        let mut dropped = 0;
+        loop {
+            // Each step is a transaction of its own: appends to the stream
+            // wait for its row at most one step.
+            let step = self
+                .write(|mut tx| async move {
+                    let step = tx.compact_step(path, force).await;
+                    (tx, step)
+                })
+                .await?;
+            dropped += step.dropped;
+            force = false;
+            if step.done {
+                return Ok(dropped);
+            }
+        }
+    }
+
     async fn fork(&self, path: &StreamPath, fork: Fork) -> Result<Created, StreamError> {
         let fork = &fork;
         self.write(|mut tx| async move {

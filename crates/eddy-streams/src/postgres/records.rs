@@ -261,6 +261,16 @@ impl RecordReader for PgRecords {
         range: Range<u64>,
         max_bytes: usize,
     ) -> Result<Vec<Bytes>, StreamError> {
+        let read = self.messages_at(key, range, max_bytes).await?;
+        Ok(read.into_iter().map(|(_, message)| message).collect())
+    }
+
+    async fn messages_at(
+        &mut self,
+        key: &i64,
+        range: Range<u64>,
+        max_bytes: usize,
+    ) -> Result<Vec<(u64, Bytes)>, StreamError> {
         let sql = Arc::clone(&self.sql.messages);
         let bound = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let (mut next, end) = (bound(range.start), bound(range.end));
@@ -272,18 +282,47 @@ impl RecordReader for PgRecords {
                 .await?;
             let fetched = rows.len() as i64;
             for row in rows {
-                let data: Vec<u8> = row.try_get(0).map_err(|e| self.fail(e))?;
+                let seq: i64 = row.try_get(0).map_err(|e| self.fail(e))?;
+                let data: Vec<u8> = row.try_get(1).map_err(|e| self.fail(e))?;
                 total += data.len();
                 if !messages.is_empty() && total > max_bytes {
                     return Ok(messages);
                 }
-                messages.push(Bytes::from(data));
+                messages.push((seq as u64, Bytes::from(data)));
+                // Compaction leaves holes: the next page starts after
+                // the last row, not after as many positions as rows.
+                next = seq + 1;
             }
             if fetched < page {
                 break;
             }
-            next += fetched;
             page = (page * 4).min(MAX_PAGE);
+        }
+        Ok(messages)
+    }
+
+    async fn messages_before(
+        &mut self,
+        key: &i64,
+        range: Range<u64>,
+        max: u64,
+    ) -> Result<Vec<(u64, Bytes)>, StreamError> {
+        let sql = Arc::clone(&self.sql.messages_before);
+        let bound = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let rows = self
+            .fetch_all(
+                query(&sql)
+                    .bind(key)
+                    .bind(bound(range.start))
+                    .bind(bound(range.end))
+                    .bind(bound(max)),
+            )
+            .await?;
+        let mut messages = Vec::with_capacity(rows.len());
+        for row in rows.iter().rev() {
+            let seq: i64 = row.try_get(0).map_err(|e| self.fail(e))?;
+            let data: Vec<u8> = row.try_get(1).map_err(|e| self.fail(e))?;
+            messages.push((seq as u64, Bytes::from(data)));
         }
         Ok(messages)
     }
@@ -399,6 +438,16 @@ impl Records for PgRecords {
         )
         .await?;
         Ok(())
+    }
+
+    async fn drop_positions(&mut self, key: &i64, positions: Vec<u64>) -> Result<u64, StreamError> {
+        let sql = Arc::clone(&self.sql.drop_positions);
+        let positions: Vec<i64> = positions
+            .into_iter()
+            .map(|n| i64::try_from(n).unwrap_or(i64::MAX))
+            .collect();
+        let freed: Vec<i64> = self.column(query(&sql).bind(key).bind(positions)).await?;
+        Ok(freed.first().map_or(0, |n| *n as u64))
     }
 
     async fn drop_messages(&mut self, key: &i64, range: Range<u64>) -> Result<(), StreamError> {

@@ -282,6 +282,26 @@ impl PgTransaction {
         Ok(count)
     }
 
+    /// One step of a compaction pass of the stream at `path` (see
+    /// [`Storage::compact`](crate::Storage::compact)).
+    pub(crate) async fn compact_step(
+        &mut self,
+        path: &StreamPath,
+        force: bool,
+    ) -> Result<crate::engine::CompactStep, StreamError> {
+        self.records.set_locking(true);
+        self.calls += 1;
+        self.wiring
+            .engine
+            .compact_step(
+                &mut self.records,
+                path.as_str(),
+                crate::engine::COMPACTION_STEP,
+                force,
+            )
+            .await
+    }
+
     /// Reads, seeing this transaction's own writes (see
     /// [`Storage::read`](crate::Storage::read)).
     pub async fn read(
