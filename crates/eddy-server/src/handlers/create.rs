@@ -24,11 +24,17 @@ pub(super) async fn create(
     let expiry = parse::expiry(headers)?;
     let retention = parse::retention(headers)?
         .or_else(|| crate::retention::policy_for(&state.config.retention, path.as_str()));
+    let content_type = parse::header(headers, header::CONTENT_TYPE)?;
+    // A rule applies to JSON streams only (a fork without a content type
+    // keeps its source's policy); the header to any, which the store
+    // refuses on other streams.
     let compaction = match parse::compaction(headers)? {
         Some(policy) => policy,
-        None => crate::retention::policy_for(&state.config.compaction, path.as_str()).flatten(),
+        None if content_type.is_some_and(eddy_streams::is_json) => {
+            crate::retention::policy_for(&state.config.compaction, path.as_str()).flatten()
+        }
+        None => None,
     };
-    let content_type = parse::header(headers, header::CONTENT_TYPE)?;
     let fork = fork_request(headers)?;
     if let Some(fork) = &fork {
         let caller = Caller::of(&state.config, headers);

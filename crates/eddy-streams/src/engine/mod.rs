@@ -18,6 +18,7 @@ mod lifecycle;
 mod snapshot;
 mod sweep;
 
+#[cfg(feature = "postgres")]
 pub(crate) use compact::CompactStep;
 pub(crate) use sweep::COMPACTION_STEP;
 
