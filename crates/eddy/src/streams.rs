@@ -39,6 +39,10 @@ enum StreamsCommand {
         /// Create the stream closed.
         #[arg(long)]
         closed: bool,
+        /// Compact the (JSON state) stream with this policy
+        /// (`Eddy-Compaction`'s grammar: `age=1h; deletes=7d`, or `on`).
+        #[arg(long, value_name = "POLICY")]
+        compaction: Option<eddy_streams::Compaction>,
     },
     /// Append data: the argument, or standard input when there is none. On a
     /// JSON stream a top-level array appends one message per element.
@@ -85,6 +89,13 @@ enum StreamsCommand {
     },
     /// Close a stream: no more appends.
     Close {
+        /// The stream path.
+        path: String,
+    },
+    /// Run one compaction pass of a compacted stream now (the server's
+    /// sweep runs them when due): drop the changes later changes of the
+    /// same row supersede, before the policy's lag.
+    Compact {
         /// The stream path.
         path: String,
     },
@@ -139,8 +150,12 @@ pub async fn run(args: StreamsArgs) -> anyhow::Result<()> {
             content_type,
             ttl,
             closed,
+            compaction,
         } => {
             let mut config = StreamConfig::bytes(content_type);
+            if let Some(policy) = compaction {
+                config = config.with_compaction(policy);
+            }
             if let Some(secs) = ttl {
                 config = config.with_ttl(Duration::from_secs(secs));
             }
@@ -228,6 +243,16 @@ pub async fn run(args: StreamsArgs) -> anyhow::Result<()> {
                 .await?;
             writeln!(out, "closed {path} at {}", closed.next_offset)?;
         }
+        StreamsCommand::Compact { path } => {
+            let path = stream_path(&path)?;
+            let dropped = store.compact(&path).await?;
+            let info = store.head(&path).await?;
+            writeln!(
+                out,
+                "compacted {path}: dropped {dropped} messages, {} bytes kept",
+                info.bytes
+            )?;
+        }
         StreamsCommand::Delete { path } => {
             store.delete(&stream_path(&path)?).await?;
             writeln!(out, "deleted {path}")?;
@@ -235,9 +260,17 @@ pub async fn run(args: StreamsArgs) -> anyhow::Result<()> {
         StreamsCommand::Ls { prefix } => {
             for info in store.list(&prefix).await? {
                 let state = if info.closed { "closed" } else { "open" };
+                let mut policies = String::new();
+                if !info.config.retention.is_none() {
+                    policies += &format!("\tretention: {}", info.config.retention);
+                    policies += &format!("\tearliest: {}", info.earliest);
+                }
+                if let Some(policy) = info.config.compaction {
+                    policies += &format!("\tcompaction: {policy}");
+                }
                 writeln!(
                     out,
-                    "{}\t{}\t{}\t{state}\t{} bytes",
+                    "{}\t{}\t{}\t{state}\t{} bytes{policies}",
                     info.path, info.config.content_type, info.tail, info.bytes
                 )?;
             }

@@ -242,3 +242,36 @@ fn export_then_import_into_another_store() {
     target.ok(&["import", &backup, "--overwrite"]);
     assert_eq!(target.ok(&["read", "logs/b"]), "one\n");
 }
+
+#[test]
+fn compact_runs_a_pass_now_and_ls_shows_the_policy() {
+    let eddy = Eddy::new();
+    eddy.ok(&["create", "rows", "--compaction", "deletes=7d"]);
+    for value in 0..5 {
+        let change = format!(
+            r#"{{"type":"row","key":"a","value":{value},"headers":{{"operation":"upsert"}}}}"#
+        );
+        eddy.ok(&["append", "rows", &change]);
+    }
+    let compacted = eddy.ok(&["compact", "rows"]);
+    assert!(
+        compacted.starts_with("compacted rows: dropped 4 messages"),
+        "{compacted}"
+    );
+    assert_eq!(
+        eddy.ok(&["read", "rows"]),
+        "{\"type\":\"row\",\"key\":\"a\",\"value\":4,\"headers\":{\"operation\":\"upsert\"}}\n"
+    );
+    let listed = eddy.ok(&["ls"]);
+    assert!(listed.contains("\tcompaction: deletes=7d"), "{listed}");
+    assert!(eddy
+        .fails(&[
+            "create",
+            "text",
+            "--content-type",
+            "text/plain",
+            "--compaction",
+            "on"
+        ])
+        .contains("only JSON streams"));
+}
