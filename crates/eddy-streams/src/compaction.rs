@@ -45,6 +45,33 @@
 //! tail); `deletes` is how long a delete is kept (one day by default, as
 //! Kafka's `delete.retention.ms`). `on` is the policy with every default.
 //!
+//! A compacted stream, with a pass run at once:
+//!
+//! ```
+//! use eddy_streams::{Append, Compaction, MemoryStorage, Payload, ReadFrom, Storage, StreamConfig, StreamPath};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let store = MemoryStorage::new();
+//! let path = StreamPath::new("carts/42")?;
+//! let config = StreamConfig::json().with_compaction(Compaction::ON);
+//! store.create(&path, config, Payload::empty()).await?;
+//! for total in [10, 20, 30] {
+//!     let change = format!(
+//!         r#"{{"type":"cart","key":"c1","value":{{"total":{total}}},"headers":{{"operation":"upsert"}}}}"#
+//!     );
+//!     store.append(&path, Append::body(change)).await?;
+//! }
+//! assert_eq!(store.compact(&path).await?, 2);
+//! let chunk = store.read(&path, ReadFrom::Beginning, 1 << 20).await?;
+//! assert_eq!(chunk.messages.len(), 1, "the latest change of the row");
+//! assert_eq!(chunk.offset_of(0).position(), 2, "at its own offset");
+//! assert_eq!(chunk.next_offset.position(), 3);
+//! # Ok::<(), eddy_streams::StreamError>(())
+//! # }).unwrap();
+//! ```
+//!
+//! The policy's grammar:
+//!
 //! ```
 //! use eddy_streams::Compaction;
 //! let policy: Compaction = "age=1h; deletes=7d".parse()?;

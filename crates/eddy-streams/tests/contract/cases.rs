@@ -24,6 +24,10 @@ pub use documents::*;
 mod retention;
 pub use retention::*;
 
+#[path = "compaction.rs"]
+mod compaction;
+pub use compaction::*;
+
 #[path = "producer_expiry.rs"]
 mod producer_expiry;
 pub use producer_expiry::*;
@@ -112,10 +116,10 @@ macro_rules! every_sweeping_case {
 }
 pub(crate) use every_sweeping_case;
 
-/// The sweep of expired producer states and of retained prefixes, for
-/// the stores that find them across streams (memory, SQLite, PostgreSQL;
-/// not DynamoDB, whose producer items no index finds and which refuses
-/// retention policies).
+/// The sweep of expired producer states, of retained prefixes and of
+/// compacted streams, for the stores that find them across streams
+/// (memory, SQLite, PostgreSQL; not DynamoDB, whose producer items no
+/// index finds and which refuses retention and compaction policies).
 macro_rules! every_producer_sweeping_case {
     ($run:ident) => {
         $run!(
@@ -127,6 +131,10 @@ macro_rules! every_producer_sweeping_case {
             a_fork_keeps_what_it_inherited_when_its_source_drops,
             a_retention_policy_is_part_of_the_config,
             appends_racing_the_sweep_leave_a_consistent_stream,
+            the_sweep_keeps_the_last_hour_whole_and_the_latest_of_every_row,
+            deletes_go_after_their_lifetime,
+            appends_during_a_pass_are_kept,
+            a_fork_of_a_compacted_stream_inherits_what_is_kept,
         );
     };
 }
