@@ -85,6 +85,11 @@ eddy-retention, eddy-compaction";
 pub(crate) const FRAMING: HeaderName = HeaderName::from_static("eddy-framing");
 /// The value of [`FRAMING`] that asks for length-prefixed messages.
 pub(crate) const FRAMING_MESSAGES: &str = "messages";
+/// Eddy's extension (request, with [`FRAMING`]): `true` asks for each
+/// frame to start with its message's position (8 bytes, big-endian), so a
+/// reader of a compacted stream knows each message's offset; echoed on
+/// the answer when the server did so (an older one ignores it).
+pub(crate) const POSITIONS: HeaderName = HeaderName::from_static("eddy-positions");
 /// Eddy's extension (request): the most bytes of messages a read returns.
 pub(crate) const MAX_BYTES: HeaderName = HeaderName::from_static("eddy-max-bytes");
 /// Eddy's extension (response): the offset of the first message of a read.

@@ -183,3 +183,42 @@ async fn reads_of_a_compacted_stream_skip_what_went_and_keep_offsets() {
     let (at_tail, _) = send_empty(&app, "GET", &format!("/s?offset={tail}&live=long-poll")).await;
     assert_eq!(at_tail.status(), StatusCode::NO_CONTENT);
 }
+
+/// The remote client knows each message's offset in a compacted stream
+/// (the `eddy-positions` extension), so what reads per message offsets
+/// (a state stream's skipped messages, typed chunks, projections) is
+/// right over HTTP too.
+#[tokio::test]
+async fn the_remote_client_reads_each_messages_offset() {
+    let store = Arc::new(MemoryStorage::new());
+    let server = eddy_server::Server::bind(([127, 0, 0, 1], 0).into(), store.clone(), fast())
+        .await
+        .expect("bind")
+        .spawn();
+    let remote = eddy_server::RemoteStorage::new(&server.url()).expect("client");
+    let path = StreamPath::new("s").expect("path");
+    let config = eddy_streams::StreamConfig::json().with_compaction(eddy_streams::Compaction::ON);
+    remote
+        .create(&path, config, eddy_streams::Payload::empty())
+        .await
+        .expect("create");
+    for (key, value) in [("a", 1), ("b", 2), ("a", 3), ("c", 4), ("b", 5)] {
+        remote
+            .append(&path, eddy_streams::Append::body(upsert(key, value)))
+            .await
+            .expect("append");
+    }
+    assert_eq!(store.compact(&path).await, Ok(2));
+    let chunk = remote
+        .read(&path, eddy_streams::ReadFrom::Beginning, 1 << 20)
+        .await
+        .expect("read");
+    let positions: Vec<u64> = (0..chunk.messages.len())
+        .map(|i| chunk.offset_of(i).position())
+        .collect();
+    assert_eq!(positions, [2, 3, 4]);
+    assert_eq!(chunk.offset_after(1).position(), 3);
+    assert_eq!(chunk.next_offset.position(), 5);
+    assert_eq!(chunk.compaction, Some(eddy_streams::Compaction::ON));
+    server.stop().await.expect("stop");
+}
