@@ -49,7 +49,9 @@ pub struct Retention {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes: Option<u64>,
     /// Drop messages appended this many seconds ago or longer (the sweep
-    /// may keep them up to a thirty-second part of the age longer).
+    /// may keep them up to a thirty-second part of the stream's longest
+    /// age longer: this one, or its compaction policy's lag or delete
+    /// lifetime).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub age_secs: Option<u64>,
 }
