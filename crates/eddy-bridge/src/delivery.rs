@@ -3,10 +3,11 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use eddy_dynamo::{BoxError, Deliver, DeliveryError, Effect, LastFailure};
+use eddy_dynamo::{BoxError, Deliver, DeliveryError, Effect, LastFailure, PendingReport};
 use eddy_streams::{Append, Offset, Payload, Storage, StreamConfig, StreamError, StreamPath};
 use futures::future::BoxFuture;
 
+use crate::status::Published;
 use crate::{dead_letter, producer, BridgeError, Route};
 
 /// How an effect becomes a message.
@@ -42,6 +43,7 @@ pub struct StreamDelivery {
     on_permanent: OnPermanent,
     skip_to: Option<StreamPath>,
     recreate_deleted: bool,
+    published: Published,
 }
 
 /// What a delivery does with an effect whose delivery failed for good.
@@ -118,6 +120,7 @@ impl StreamDelivery {
             on_permanent: OnPermanent::Park,
             skip_to: None,
             recreate_deleted: false,
+            published: Published::default(),
         })
     }
 
@@ -332,5 +335,14 @@ impl Deliver for StreamDelivery {
             delivery.dead_letter_effect(&effect, &failure).await?;
             Ok(())
         })
+    }
+
+    /// Publishes the pass's parked rows for `eddy status` (see the
+    /// `status` module).
+    fn pass_done<'a>(&'a self, report: &'a PendingReport) -> BoxFuture<'a, ()> {
+        Box::pin(
+            self.published
+                .after_pass(self.store.as_ref(), &self.name, report),
+        )
     }
 }

@@ -27,7 +27,10 @@
 //! - *park* (the default): the outbox records the failure on the effect
 //!   and parks its row; no drain tries it again until an operator retries
 //!   or skips it (`eddy-dynamo-cli`'s `parked`, `retry` and `skip`), and
-//!   the row shows as parked in `pending_rows` and the metrics;
+//!   the row shows as parked in `pending_rows`, the metrics, and
+//!   `eddy status` on the target store (after each `drain_pending` pass
+//!   the delivery publishes the parked rows there, as the report
+//!   `bridge/<projection>`, when they changed);
 //! - *dead letter* ([`StreamDelivery::dead_letter`]): the effect and its
 //!   failure are appended, once, to a dead-letter stream, and the row goes
 //!   on.
@@ -64,6 +67,7 @@ mod delivery;
 mod producer;
 mod route;
 mod run;
+mod status;
 
 pub use delivery::{Delivered, OnPermanent, StreamDelivery};
 pub use producer::{id as producer_id, position as producer_position};

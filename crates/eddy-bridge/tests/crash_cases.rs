@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use eddy_bridge::{Route, StreamDelivery};
-use eddy_dynamo::{BoxError, Deliver, Effect, EmbeddedTable};
+use eddy_dynamo::{BoxError, Deliver, Effect, EmbeddedTable, PendingReport};
 use eddy_streams::{Append, Payload, SqliteStorage, Storage, StreamConfig, StreamPath};
 use futures::future::BoxFuture;
 
@@ -88,6 +88,10 @@ impl Deliver for Announce {
             println!("delivered");
             Ok(())
         })
+    }
+
+    fn pass_done<'a>(&'a self, report: &'a PendingReport) -> BoxFuture<'a, ()> {
+        self.0.pass_done(report)
     }
 }
 

@@ -181,7 +181,17 @@ fn row(orders: &Orders, shipment: &str) -> Item {
         .expect("row key")
 }
 
-/// Parked by default: sh-1 shows as parked with the failure's code and is
+/// The bridge's report for `eddy status`, as published in the store.
+async fn reported(store: &dyn Storage) -> eddy_streams::Report {
+    let mut reports = eddy_streams::reports(store).await.expect("reports");
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    let report = reports.remove(0);
+    assert_eq!(report.source, "bridge/shipments");
+    report
+}
+
+/// Parked by default: sh-1 shows as parked with the failure's code (in
+/// the outbox and in the store's report for `eddy status`) and is
 /// held back (its second notice too) while sh-2 is delivered; drains
 /// leave it alone; then retried after a fix (delivered in order) or
 /// skipped to the dead-letter stream (there once; the row goes on).
@@ -203,6 +213,15 @@ async fn each_permanent_failure_parks_its_row_until_retried_or_skipped() {
             report.parked[0].failure.code,
             breakage.code(),
             "{breakage:?}"
+        );
+        // `eddy status` on the store shows it.
+        let shown = reported(&*store).await;
+        assert_eq!(shown.summary, "1 parked row", "{breakage:?}");
+        assert_eq!(shown.items.len(), 1, "{breakage:?}");
+        assert_eq!(shown.items[0].code, breakage.code(), "{breakage:?}");
+        assert!(
+            shown.items[0].subject.contains("sh-1"),
+            "{breakage:?}: {shown:?}"
         );
         assert_eq!(report.parked[0].effect.version, 1, "{breakage:?}");
         let rows = orders.outbox.pending_rows().await.expect("pending");
@@ -249,6 +268,12 @@ async fn each_permanent_failure_parks_its_row_until_retried_or_skipped() {
             assert_eq!(
                 (report.delivered, report.parked.len()),
                 (2, 0),
+                "{breakage:?}"
+            );
+            let shown = reported(&*store).await;
+            assert_eq!(
+                (shown.summary.as_str(), shown.items_total),
+                ("no parked rows", 0),
                 "{breakage:?}"
             );
             assert_eq!(

@@ -4,7 +4,8 @@
 use std::io::Write;
 
 use eddy_dynamo::{
-    BoxError, Deliver, DrainReport, Effect, Item, RebuildInstances, RowPending, StreamId,
+    BoxError, Deliver, DrainReport, Effect, Item, PendingReport, RebuildInstances, RowPending,
+    StreamId,
 };
 use futures::future::BoxFuture;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -312,6 +313,10 @@ impl Deliver for Counting<'_> {
             }
             delivered
         })
+    }
+
+    fn pass_done<'a>(&'a self, report: &'a PendingReport) -> BoxFuture<'a, ()> {
+        self.inner.pass_done(report)
     }
 }
 

@@ -261,7 +261,7 @@ pub use projection::{
     RecordFailure, Removal, Revision, RowOutcome, RowReport, SourceBuilder, SourceContext,
     SourceField, Step, SOURCE_ATTRIBUTE,
 };
-pub use query::{Query, QueryPage, SortCondition};
+pub use query::{Query, QueryPage, Scan, SortCondition};
 pub use request::{ConditionCheck, Delete, Put, TableWrite, TransactWriteItem, UpdateItem};
 pub use table::Table;
 pub use table_error::error_chain;

@@ -108,6 +108,37 @@ impl Query {
     }
 }
 
+/// A scan of the whole table (`Scan`), a page at a time: every item, in
+/// an order of the table's choosing that paging keeps. It reads every
+/// item of the table, so it is for rare, one-time passes, never for a
+/// request's work.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Scan {
+    /// At most this many items in the page.
+    pub limit: Option<usize>,
+    /// Start after this key: the previous page's `last_evaluated_key`.
+    pub exclusive_start_key: Option<Item>,
+}
+
+impl Scan {
+    /// A scan of the table from its first item.
+    pub fn table() -> Self {
+        Self::default()
+    }
+
+    /// At most `limit` items per page.
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// Continue after this key (the previous page's `last_evaluated_key`).
+    pub fn start_after(mut self, key: Option<Item>) -> Self {
+        self.exclusive_start_key = key;
+        self
+    }
+}
+
 /// One page of query results.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct QueryPage {

@@ -6,7 +6,7 @@ use crate::accounting::RequestStats;
 use crate::error::{CancellationReason, TableError};
 use crate::item::Item;
 use crate::key_schema::TableSchema;
-use crate::query::{Query, QueryPage};
+use crate::query::{Query, QueryPage, Scan};
 use crate::request::{Delete, Put, TableWrite, TransactWriteItem, UpdateItem};
 
 /// A DynamoDB table, or something with exactly its semantics.
@@ -28,6 +28,16 @@ pub trait Table: Send + Sync {
 
     /// Queries one partition (`Query`).
     async fn query(&self, query: Query) -> Result<QueryPage, TableError>;
+
+    /// Reads a page of the whole table (`Scan`, consistent read). A table
+    /// that cannot keeps this default, which refuses
+    /// (`table/misconfigured`).
+    async fn scan(&self, scan: Scan) -> Result<QueryPage, TableError> {
+        let _ = scan;
+        Err(TableError::Misconfigured {
+            message: format!("table {} cannot be scanned", self.schema().name),
+        })
+    }
 
     /// Writes up to 100 items atomically (`TransactWriteItems`): all apply or
     /// none, failing with one cancellation reason per item.

@@ -160,6 +160,12 @@ macro_rules! forward_table {
             ) -> Result<Vec<eddy_dynamo::Item>, eddy_dynamo::TableError> {
                 self.table.batch_get_item(keys).await
             }
+            async fn scan(
+                &self,
+                scan: eddy_dynamo::Scan,
+            ) -> Result<eddy_dynamo::QueryPage, eddy_dynamo::TableError> {
+                self.table.scan(scan).await
+            }
         }
     };
 }

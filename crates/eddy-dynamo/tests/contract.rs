@@ -991,3 +991,35 @@ pub async fn the_added_index_covers_the_items<T: Table>(t: &T) {
     .unwrap();
     assert_eq!(sks(&owned("bob").await.unwrap(), "pk"), [s("d")]);
 }
+
+/// A scan pages through every item of the table exactly once.
+pub async fn a_scan_pages_through_every_item_once<T: Table + ChangeFeed>(t: &T) {
+    let mut expected = Vec::new();
+    for i in 0..40 {
+        let (pk, sk) = (format!("p{}", i % 10), format!("s{i:02}"));
+        t.put_item(Put::new(item(&pk, &sk, &[("a", n(i))])))
+            .await
+            .unwrap();
+        expected.push((pk, sk));
+    }
+    expected.sort();
+    let mut seen = Vec::new();
+    let mut start = None;
+    loop {
+        let page = t
+            .scan(eddy_dynamo::Scan::table().limit(7).start_after(start))
+            .await
+            .unwrap();
+        assert!(page.items.len() <= 7);
+        for i in &page.items {
+            let text = |a: &str| eddy_dynamo::get_str(i, a).unwrap_or_default().to_owned();
+            seen.push((text("pk"), text("sk")));
+        }
+        start = page.last_evaluated_key;
+        if start.is_none() {
+            break;
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, expected, "each item once");
+}

@@ -183,6 +183,7 @@ mod contract {
         sort_key_ranges_on_strings_and_numbers,
         descending_queries_with_limits_page_backward,
         paging_through_an_index_partition_returns_each_item_once,
+        a_scan_pages_through_every_item_once,
     );
 
     /// moto refuses items over 405 000 bytes (DynamoDB: 409 600), so the

@@ -164,6 +164,7 @@ impl<P: Params> Declare<P> {
             name: name.to_owned(),
             route,
             decode,
+            accepts_dropped: false,
         });
         Input::new(self.place(inputs.len() - 1))
     }
@@ -207,6 +208,24 @@ impl<P: Params> Declare<P> {
     pub fn input_bytes(&self, name: &str, route: Route) -> Input<Bytes> {
         let decode: Decoder = Arc::new(|messages| Ok(Box::new(messages.to_vec())));
         self.add_input(name, route, decode)
+    }
+
+    /// Lets a binding of `input` go on from the earliest message its
+    /// stream keeps when the stream's retention policy dropped messages
+    /// the binding had not read (for a new binding: the stream's first
+    /// messages), instead of failing with `history-unavailable`. The unit
+    /// that goes on reads from the earliest kept offset; the dropped
+    /// messages are never handled. Right only for handlers that do not
+    /// need every message (a latest-value fold, a recent window).
+    pub fn accept_dropped_history<T>(&self, input: &Input<T>) {
+        let mut inputs = self.inputs.borrow_mut();
+        match inputs.get_mut(input.place.index) {
+            Some(spec) if input.place.declaration == self.number => spec.accepts_dropped = true,
+            _ => self.mistakes.borrow_mut().push(format!(
+                "input #{} of another declaration cannot accept dropped history here",
+                input.place.index
+            )),
+        }
     }
 
     fn add_output(&self, name: &str, route: Route, kind: OutputKind, foreign: bool) -> Place {

@@ -9,7 +9,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use eddy_streams::{Committed, Route};
+use eddy_streams::{Committed, Route, MAX_LIST_PAGE};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, watch};
 use tokio::task::{Id, JoinSet};
@@ -225,7 +225,10 @@ impl<P: Params, S: State> Dispatcher<P, S> {
     }
 
     /// After a lag: every stream that matches an input route may have
-    /// changed, so each one's binding runs.
+    /// changed, so each one's binding runs. The routes' streams are
+    /// listed by path alone, page by page (on DynamoDB no record is
+    /// read); a path whose stream is gone runs its binding as a commit
+    /// would.
     async fn scan(&mut self) {
         let routes: Vec<Route> = self
             .projection
@@ -234,15 +237,31 @@ impl<P: Params, S: State> Dispatcher<P, S> {
             .map(|input| input.route.clone())
             .collect();
         for route in routes {
-            match self.host.storage.list(&literal_prefix(&route)).await {
-                Ok(streams) => {
-                    for stream in streams {
-                        self.committed(&stream.path);
+            let prefix = literal_prefix(&route);
+            let mut after: Option<String> = None;
+            loop {
+                let page = self
+                    .host
+                    .storage
+                    .list_paths_page(&prefix, after.as_deref(), MAX_LIST_PAGE)
+                    .await;
+                match page {
+                    Ok(page) => {
+                        for path in &page.paths {
+                            self.committed(path);
+                        }
+                        match page.next {
+                            Some(next) => after = Some(next),
+                            None => break,
+                        }
+                    }
+                    Err(error) => {
+                        self.report(AttachError::Scan {
+                            error: Arc::new(error.into()),
+                        });
+                        break;
                     }
                 }
-                Err(error) => self.report(AttachError::Scan {
-                    error: Arc::new(error.into()),
-                }),
             }
         }
     }

@@ -143,6 +143,10 @@ pub(crate) struct InputSpec {
     pub name: String,
     pub route: Route,
     pub decode: Decoder,
+    /// Whether a binding goes on from the earliest message kept when
+    /// retention dropped messages it had not read
+    /// ([`Declare::accept_dropped_history`](crate::Declare::accept_dropped_history)).
+    pub accepts_dropped: bool,
 }
 
 impl fmt::Debug for InputSpec {

@@ -210,6 +210,31 @@
 //! is forgotten; a remote store keeps them all (the protocol cannot
 //! release one).
 //!
+//! # Inputs that keep part of their history
+//!
+//! A stream with a retention policy drops its oldest messages. A binding
+//! whose unread messages were dropped (or a new binding of a stream whose
+//! first messages were) fails with `history-unavailable`, naming the
+//! earliest offset kept: folding what is left would give another result
+//! than the full history, silently. An input declared with
+//! [`Declare::accept_dropped_history`] goes on from the earliest message
+//! kept instead, for handlers that do not need every message (a latest
+//! value, a recent window). A pinned unit whose range was dropped cannot
+//! be replayed: `range-unreproducible`, and the pin stays.
+//!
+//! ```
+//! use eddy_projection::Declare;
+//! use eddy_streams::JsonStream;
+//!
+//! let prices = JsonStream::<f64>::new("Prices", "prices")?;
+//! let declare = Declare::<()>::new("last-price");
+//! let input = declare.input("prices", &prices);
+//! declare.accept_dropped_history(&input);
+//! let last = declare.fold(0.0).on(input, |_, entry, _| *entry.item).build()?;
+//! # let _ = last;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Error codes
 //!
 //! [`ProjectionError::code`] gives `load/invalid-options`,

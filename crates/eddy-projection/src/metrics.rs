@@ -2,7 +2,9 @@
 //! whatever recorder the process installed (`eddy serve` installs its
 //! Prometheus page's) and cost next to nothing without one. Every series
 //! carries the labels `projection` (the projection id) and `binding` (the
-//! binding's parameter key, `_` for none); the lag gauge adds `input`.
+//! binding's parameter key, `_` for none); the lag gauge adds `input`,
+//! and the failures counter `code` (the error's stable code, such as
+//! `history-unavailable`).
 
 use metrics::{Counter, Label};
 
@@ -42,7 +44,6 @@ pub(crate) struct BindingMetrics {
     labels: [Label; 2],
     units: Counter,
     items: Counter,
-    failures: Counter,
 }
 
 impl BindingMetrics {
@@ -55,7 +56,6 @@ impl BindingMetrics {
         BindingMetrics {
             units: metrics::counter!(UNITS, labels.iter()),
             items: metrics::counter!(ITEMS, labels.iter()),
-            failures: metrics::counter!(FAILURES, labels.iter()),
             labels,
         }
     }
@@ -66,9 +66,11 @@ impl BindingMetrics {
         self.items.increment(items);
     }
 
-    /// A run ended in an error.
-    pub(crate) fn failed(&self) {
-        self.failures.increment(1);
+    /// A run ended in an error of stable code `code`.
+    pub(crate) fn failed(&self, code: &'static str) {
+        let mut labels = self.labels.to_vec();
+        labels.push(Label::new("code", code));
+        metrics::counter!(FAILURES, labels).increment(1);
     }
 
     /// The binding runs again after a storage failure or a lost race.

@@ -120,6 +120,14 @@ async fn runs(handle: &PrometheusHandle) {
         "handler/failed"
     );
     assert_eq!(binding(handle, "mailer"), [0.0, 0.0, 1.0, 0.0, 5.0]);
+    // The failure counts under its stable code.
+    let coded = scrape(handle).samples.into_iter().find(|s| {
+        s.metric == "eddy_projection_failures_total" && s.labels.get("projection") == Some("mailer")
+    });
+    assert_eq!(
+        coded.and_then(|s| s.labels.get("code").map(str::to_owned)),
+        Some("handler/failed".to_owned())
+    );
 
     // One read fails with a storage failure: the follower retries once.
     let declare = Declare::<()>::new("count");

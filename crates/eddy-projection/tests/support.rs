@@ -426,6 +426,24 @@ impl Storage for Faulty {
         self.inner.list(prefix).await
     }
 
+    async fn list_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<eddy_streams::ListPage, StreamError> {
+        self.inner.list_page(prefix, after, limit).await
+    }
+
+    async fn list_paths_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<eddy_streams::PathPage, StreamError> {
+        self.inner.list_paths_page(prefix, after, limit).await
+    }
+
     fn notifier(&self) -> &Notifier {
         self.inner.notifier()
     }

@@ -46,6 +46,44 @@ fn recorder() -> (Projection<(), f64>, Seen) {
     (projection, seen)
 }
 
+/// A host whose `order_totals` binding pinned a unit and failed before
+/// its output append: its next run replays the pinned range.
+pub(crate) async fn pin_a_failed_unit(
+    store: &Arc<dyn Storage>,
+) -> (Host, eddy_projection::Bound<(), ()>) {
+    let faulty = Arc::new(Faulty::new(store.clone()));
+    let host = Host::new(faulty.clone());
+    let bound = order_totals().at(()).expect("bind");
+    // The pin (append 0) lands, the output append (1) fails.
+    faulty.fail_nth(Some(Op::Append), 1, When::Before);
+    host.run(&bound, RunOptions::default())
+        .await
+        .expect_err("fails");
+    (host, bound)
+}
+
+/// The replay of `bound`'s pinned unit fails with `range-unreproducible`,
+/// and the pin stays.
+pub(crate) async fn replay_is_unreproducible_and_the_pin_stays(
+    host: &Host,
+    bound: &eddy_projection::Bound<(), ()>,
+) {
+    let err = host
+        .run(bound, RunOptions::default())
+        .await
+        .expect_err("replay");
+    assert_eq!(err.code(), "range-unreproducible", "{err}");
+    let loaded = host
+        .checkpoints()
+        .load(&bound_key(bound))
+        .await
+        .expect("load");
+    assert!(
+        loaded.checkpoint.and_then(|c| c.pending).is_some(),
+        "the pin stays"
+    );
+}
+
 mod cases {
     use super::*;
 
@@ -160,32 +198,12 @@ mod cases {
         store: Arc<dyn Storage>,
     ) {
         seed(store.as_ref(), 0..2).await;
-        let faulty = Arc::new(Faulty::new(store.clone()));
-        let host = Host::new(faulty.clone());
-        let bound = order_totals().at(()).expect("bind");
-        // Pin (append 0) lands, the output append (1) fails.
-        faulty.fail_nth(Some(Op::Append), 1, When::Before);
-        host.run(&bound, RunOptions::default())
-            .await
-            .expect_err("fails");
+        let (host, bound) = pin_a_failed_unit(&store).await;
         store
             .delete(bound.input_paths().first().expect("input"))
             .await
             .expect("delete");
-        let err = host
-            .run(&bound, RunOptions::default())
-            .await
-            .expect_err("replay");
-        assert_eq!(err.code(), "range-unreproducible");
-        let loaded = host
-            .checkpoints()
-            .load(&bound_key(&bound))
-            .await
-            .expect("load");
-        assert!(
-            loaded.checkpoint.and_then(|c| c.pending).is_some(),
-            "the pin stays"
-        );
+        replay_is_unreproducible_and_the_pin_stays(&host, &bound).await;
     }
     /// A pinned range of an input deleted and created again, with more
     /// items than the range: the replay refuses the new stream's items
@@ -194,30 +212,11 @@ mod cases {
         store: Arc<dyn Storage>,
     ) {
         seed(store.as_ref(), 0..2).await;
-        let faulty = Arc::new(Faulty::new(store.clone()));
-        let host = Host::new(faulty.clone());
-        let bound = order_totals().at(()).expect("bind");
-        faulty.fail_nth(Some(Op::Append), 1, When::Before);
-        host.run(&bound, RunOptions::default())
-            .await
-            .expect_err("fails");
+        let (host, bound) = pin_a_failed_unit(&store).await;
         let input = bound.input_paths().first().expect("input").clone();
         store.delete(&input).await.expect("delete");
         seed(store.as_ref(), 10..15).await;
-        let err = host
-            .run(&bound, RunOptions::default())
-            .await
-            .expect_err("replay");
-        assert_eq!(err.code(), "range-unreproducible", "{err}");
-        let loaded = host
-            .checkpoints()
-            .load(&bound_key(&bound))
-            .await
-            .expect("load");
-        assert!(
-            loaded.checkpoint.and_then(|c| c.pending).is_some(),
-            "the pin stays"
-        );
+        replay_is_unreproducible_and_the_pin_stays(&host, &bound).await;
     }
 
     /// An output deleted and created again under a binding does not know

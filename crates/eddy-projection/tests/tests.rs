@@ -12,6 +12,7 @@ mod follow;
 mod inspect;
 mod metrics;
 mod properties;
+mod retention;
 mod run;
 mod sizes;
 mod spec;

@@ -341,6 +341,62 @@ mod cases {
     }
 }
 
+/// Issue 33: after the commit feed lagged, attach's scan read every
+/// stream under each input route's literal prefix (on DynamoDB a
+/// `BatchGetItem` of every record) though it uses their paths alone. It
+/// lists paths now: with 1 000 streams under `facts/` that no binding
+/// takes, the scan and the one binding's run read the 1 001 directory
+/// entries and the run's few items, not the 1 001 records as well.
+#[tokio::test]
+async fn after_a_lag_the_scan_reads_no_record_on_dynamodb() {
+    let table: Arc<dyn eddy_dynamo::Table> = Arc::new(eddy_dynamo::EmbeddedTable::memory(
+        eddy_streams_dynamodb::layout("scan"),
+    ));
+    let store: Arc<dyn Storage> = Arc::new(
+        eddy_streams_dynamodb::open(Arc::clone(&table), eddy_streams_dynamodb::options())
+            .expect("open"),
+    );
+    for n in 0..1_000 {
+        let path = eddy_streams::StreamPath::new(format!("facts/archive/{n:04}")).expect("path");
+        let (config, empty) = (
+            eddy_streams::StreamConfig::json(),
+            eddy_streams::Payload::empty(),
+        );
+        store.create(&path, config, empty).await.expect("create");
+    }
+    let (facts, totals, projection) = by_workspace();
+    let held = Arc::new(Faulty::holding_commits(store.clone()));
+    let host = Host::new(held.clone());
+    let attached = host
+        .attach(&projection, AttachOptions::default())
+        .expect("attach");
+    let params = workspace("w1");
+    totals
+        .create(store.as_ref(), &params)
+        .await
+        .expect("create");
+    facts.create(held.as_ref(), &params).await.expect("create");
+    for n in 0..2 {
+        facts
+            .append(held.as_ref(), &params, &[crate::support::order(n, 1.0)])
+            .await
+            .expect("append");
+    }
+    let before = table.request_stats();
+    // Three commits into a feed of two: the dispatcher lags and scans.
+    held.release_commits();
+    let path = totals.path(&params).expect("path");
+    wait_for_tail(store.as_ref(), &path, 2).await;
+    let read = table.request_stats() - before;
+    eprintln!("the scan and the run: {read:?}");
+    assert!(
+        read.items_read < 1_300,
+        "read {} items, the records under facts/ too: {read:?}",
+        read.items_read
+    );
+    drop(attached);
+}
+
 crate::on_backends!(
     wake_keeps_one_row_per_source,
     attach_runs_bindings_selected_by_commits,

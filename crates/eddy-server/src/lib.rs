@@ -25,7 +25,7 @@
 //! | `GET ?offset=&live=long-poll` | `read` + `wait` | 200 data, 204 timeout |
 //! | `GET ?offset=&live=sse` | `read` + `wait` loop | `text/event-stream` |
 //! | `HEAD` / `DELETE` | `head` / `delete` | 200 / 204 |
-//! | `GET /_eddy/streams?prefix=` | `list` | JSON |
+//! | `GET /_eddy/streams?prefix=` (+ `limit=`, `after=`; + `paths=true`) | `list` (`list_page`; `list_paths_page`) | JSON |
 //!
 //! Authorization is decided by one function, from the request's token,
 //! what it would do and every stream it names (its target, a fork's

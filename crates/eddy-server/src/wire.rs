@@ -46,6 +46,16 @@ pub struct ListedPage {
     pub next: Option<String>,
 }
 
+/// One page of a listing of paths alone
+/// (`GET /_eddy/streams?paths=true&limit=N&after=PATH`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ListedPaths {
+    /// The page's paths, sorted (see [`eddy_streams::PathPage::paths`]).
+    pub paths: Vec<String>,
+    /// Where the next page starts (its `after`); `null` on the last page.
+    pub next: Option<String>,
+}
+
 impl From<&StreamInfo> for ListedStream {
     fn from(info: &StreamInfo) -> Self {
         let (ttl_secs, expires_at_ms) = match info.config.expiry {

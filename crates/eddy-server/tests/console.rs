@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use eddy_projection::{Commit, Declare, Host, RunOptions, Step};
 use eddy_server::{RunningServer, Server, ServerConfig};
-use eddy_streams::{JsonStream, MemoryStorage, Storage};
+use eddy_streams::{JsonStream, MemoryStorage, Payload, Retention, Storage, StreamConfig};
 use fantoccini::{Client, ClientBuilder, Locator};
 
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
@@ -89,6 +89,22 @@ async fn server() -> RunningServer {
         .append(store.as_ref(), &(), &[1, 2, 3, 4, 5])
         .await
         .expect("append");
+    // A stream that keeps its last two messages, after a sweep dropped
+    // the first three.
+    let logs = JsonStream::<i64>::new("logs", "logs").expect("route");
+    let policy: Retention = "messages=2".parse().expect("policy");
+    store
+        .create(
+            &logs.path(&()).expect("path"),
+            StreamConfig::json().with_retention(policy),
+            Payload::empty(),
+        )
+        .await
+        .expect("create");
+    logs.append(store.as_ref(), &(), &[1, 2, 3, 4, 5])
+        .await
+        .expect("append");
+    while store.sweep(64).await.expect("sweep") > 0 {}
     let declare = Declare::<()>::new("sum");
     let input = declare.input("numbers", &numbers);
     let sum = declare
@@ -135,6 +151,12 @@ async fn the_console_lists_streams_and_bindings_and_tails_live() {
         ))
         .await
         .expect("the stream is listed");
+    wait()
+        .for_element(Locator::XPath(
+            "//table[@id='streams']//tr[td[1]='logs'][td[3]='5'][td[4]='3'][td[7]='messages=2']",
+        ))
+        .await
+        .expect("the retained stream is listed with its earliest kept and its policy");
     wait()
         .for_element(Locator::XPath(
             "//table[@id='bindings']//tr[td[1]='sum v1 _'][td[2]='behind'][td[4]='3']",

@@ -200,6 +200,51 @@ async fn the_remote_client_sends_its_token() {
     server.stop().await.expect("stop");
 }
 
+/// An operator report (what a bridge publishes for `eddy status`) goes
+/// through a remote client with the admin token, is written once per
+/// change, and is refused without that token: it lives under `__eddy/`.
+#[cfg(feature = "remote")]
+#[tokio::test]
+async fn operator_reports_go_through_a_remote_client_with_the_admin_token() {
+    use eddy_server::RemoteStorage;
+    use eddy_streams::{Report, ReportItem};
+    let server = start(ServerConfig {
+        auth_token: Some("t0ken".into()),
+        admin_token: Some("adm1n".into()),
+        ..ServerConfig::default()
+    })
+    .await;
+    let item = |n: u64| ReportItem {
+        subject: format!("row-{n}"),
+        code: "stream/closed".into(),
+        message: "the stream is closed".into(),
+        since_ms: n,
+    };
+    let one = Report::new("bridge/orders", "1 parked row").with_items(1, vec![item(1)]);
+    let user = RemoteStorage::new(&server.url())
+        .expect("client")
+        .with_token("t0ken");
+    let refused = one.publish(&user).await.err().map(|e| e.to_string());
+    assert!(
+        refused.as_deref().is_some_and(|m| m.contains("403")),
+        "{refused:?}"
+    );
+    let admin = RemoteStorage::new(&server.url())
+        .expect("client")
+        .with_token("adm1n");
+    assert!(one.publish(&admin).await.expect("publish"));
+    assert!(!one.publish(&admin).await.expect("the same again"));
+    let two = Report::new("bridge/orders", "2 parked rows").with_items(2, vec![item(1), item(2)]);
+    assert!(two.publish(&admin).await.expect("a change"));
+    let shown = eddy_streams::reports(&user).await.expect("reports");
+    assert_eq!(shown.len(), 1, "{shown:?}");
+    assert_eq!(
+        (shown[0].summary.as_str(), shown[0].items.len()),
+        ("2 parked rows", 2)
+    );
+    server.stop().await.expect("stop");
+}
+
 /// A memory store whose appends to the stream `stuck` never finish, like a
 /// store call that hangs.
 struct StuckAppends(MemoryStorage);

@@ -12,7 +12,7 @@ use eddy_streams::{MemoryStorage, Storage};
 use crate::router::{fast, header, req, send, send_empty};
 
 /// The application over `store`.
-fn over(store: Arc<MemoryStorage>, config: ServerConfig) -> eddy_server::App {
+fn over(store: Arc<dyn Storage>, config: ServerConfig) -> eddy_server::App {
     let (stop, stopping) = tokio::sync::watch::channel(false);
     std::mem::forget(stop);
     app(AppState::new(store, config, stopping))
@@ -28,7 +28,7 @@ fn put(uri: &str, retention: Option<&str>) -> axum::http::Request<Body> {
 
 #[tokio::test]
 async fn a_policy_is_set_on_create_echoed_and_part_of_the_config() {
-    let app = over(Arc::new(MemoryStorage::new()), fast());
+    let app = over(Arc::new(MemoryStorage::new()) as Arc<dyn Storage>, fast());
     let (created, _) = send(&app, put("/r", Some("bytes = 10KiB; messages=2"))).await;
     assert_eq!(created.status(), StatusCode::CREATED);
     assert_eq!(
@@ -68,7 +68,26 @@ async fn a_policy_is_set_on_create_echoed_and_part_of_the_config() {
 
 #[tokio::test]
 async fn a_read_before_the_earliest_offset_is_gone_and_head_shows_it() {
-    let store = Arc::new(MemoryStorage::new());
+    gone_before_the_earliest_offset(Arc::new(MemoryStorage::new())).await;
+}
+
+/// The same on DynamoDB (the embedded table), which refused policies
+/// before (issue 34).
+#[tokio::test]
+async fn a_read_before_the_earliest_offset_is_gone_on_dynamodb() {
+    let table = eddy_dynamo::EmbeddedTable::memory(eddy_streams_dynamodb::layout(format!(
+        "retention-{:08x}",
+        fastrand::u32(..)
+    )));
+    let options = eddy_streams_dynamodb::options();
+    let store = eddy_streams_dynamodb::open(Arc::new(table), options).expect("open");
+    gone_before_the_earliest_offset(Arc::new(store)).await;
+}
+
+/// A stream keeping 2 messages of 3, swept: `HEAD` shows the earliest
+/// offset, a read before it answers `410 offset/dropped` with it, and
+/// `-1` and the earliest offset read what is kept.
+async fn gone_before_the_earliest_offset(store: Arc<dyn Storage>) {
     let app = over(store.clone(), fast());
     let (created, _) = send(&app, put("/r", Some("messages=2"))).await;
     let start = header(&created, "stream-next-offset")
@@ -122,7 +141,7 @@ async fn server_rules_give_a_policy_to_streams_created_without_one() {
         ],
         ..fast()
     };
-    let app = over(Arc::new(MemoryStorage::new()), config);
+    let app = over(Arc::new(MemoryStorage::new()) as Arc<dyn Storage>, config);
     let (logs, _) = send(&app, put("/logs/app/1", None)).await;
     assert_eq!(header(&logs, "eddy-retention"), Some("messages=1"));
     let (other, _) = send(&app, put("/orders/1", None)).await;

@@ -23,6 +23,7 @@ mod retention;
 mod router;
 mod shared_reads;
 mod stalled_clients;
+mod subscription_reads;
 mod support;
 mod wakes;
 #[cfg(feature = "webhooks")]

@@ -175,6 +175,11 @@ impl Backend for DynamoBackend {
         Some(self)
     }
 
+    /// Its retention queue and drops (`retention.rs`).
+    fn applies_retention(&self) -> bool {
+        true
+    }
+
     fn open(&self) -> DynamoUnit {
         DynamoUnit::new(Arc::clone(&self.shared))
     }

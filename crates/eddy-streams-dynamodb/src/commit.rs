@@ -4,11 +4,11 @@
 //! conditioned on the write token it had when loaded (or on having no
 //! item): a written path is put (or deleted) with a new token, a path
 //! only read gets a condition check. Then the data items: packs of new
-//! messages, producers' states (and deletes of expired ones), directory
-//! entries, garbage entries of
-//! removed streams. DynamoDB applies all or nothing; a failed condition
-//! means another writer got there first, and the store runs the call
-//! again.
+//! messages (and deletes of those retention dropped), producers' states
+//! (and deletes of expired ones), directory entries, garbage entries of
+//! removed streams, sweep and retention entries. DynamoDB applies all or
+//! nothing; a failed condition means another writer got there first, and
+//! the store runs the call again.
 
 use std::sync::Arc;
 
@@ -43,6 +43,7 @@ fn writes(state: &State) -> bool {
         || !state.removed.is_empty()
         || !state.sweep_entries.is_empty()
         || !state.staged.is_empty()
+        || state.walk_cursor.is_some()
 }
 
 /// How many items the unit's transaction holds.
@@ -53,6 +54,7 @@ pub(crate) fn item_count(state: &State) -> usize {
         .map(|data| {
             data.producers.len()
                 + data.dropped_producers.len()
+                + data.dropped_messages.len()
                 + data.packs.iter().map(pack::Pack::items).sum::<usize>()
         })
         .sum();
@@ -62,6 +64,7 @@ pub(crate) fn item_count(state: &State) -> usize {
         + state.removed.len()
         + state.sweep_entries.len()
         + state.staged.len()
+        + usize::from(state.walk_cursor.is_some())
         + data
 }
 
@@ -125,6 +128,7 @@ pub(crate) fn overflow(keys: &Keys, state: &State) -> Option<StreamError> {
             .producers
             .keys()
             .chain(&data.dropped_producers)
+            .chain(&data.dropped_messages)
             .map(|id| id.len() + ITEM_OVERHEAD)
             .sum::<usize>();
         bytes += data.packs.iter().map(pack::Pack::size).sum::<usize>();
@@ -173,6 +177,19 @@ pub(crate) fn producer_state(item: &Item) -> Result<ProducerState, StreamError> 
         seq: number(item, "s")?,
         last_ms,
     })
+}
+
+/// A producer item's producer id and state; `None` for a data item that
+/// is no producer's.
+pub(crate) fn stored_producer<'a>(
+    keys: &Keys,
+    item: &'a Item,
+) -> Result<Option<(&'a str, ProducerState)>, StreamError> {
+    let sort = keys.sort_of(item);
+    match sort.and_then(|sk| sk.strip_prefix(keys::PRODUCERS)) {
+        Some(producer) => Ok(Some((producer, producer_state(item)?))),
+        None => Ok(None),
+    }
 }
 
 /// The item of a producer's state on stream `id`.
@@ -268,6 +285,9 @@ fn transaction(
             None => Delete::new(key).into(),
         });
     }
+    if let Some(cursor) = &state.walk_cursor {
+        items.push(Put::new(cursor.item(keys)).into());
+    }
     for (id, data) in &state.data {
         for pack in &data.packs {
             items.extend(
@@ -282,6 +302,9 @@ fn transaction(
         for producer in &data.dropped_producers {
             items.push(Delete::new(keys.data_item(id, keys::producer(producer))).into());
         }
+        for sort in &data.dropped_messages {
+            items.push(Delete::new(keys.data_item(id, sort.clone())).into());
+        }
     }
     Ok((items, mark))
 }
@@ -294,9 +317,13 @@ pub(crate) async fn commit(shared: &Arc<Shared>, mut state: State) -> Result<Com
     if let Some(overflow) = overflow(&shared.keys, &state) {
         return Err(overflow);
     }
+    let mut deferred = None;
     if item_count(&state) > MAX_ITEMS {
         if steps::remove_in_steps(shared, &mut state).await? == Commit::Conflict {
             return Ok(Commit::Conflict);
+        }
+        if item_count(&state) > MAX_ITEMS {
+            deferred = Some(steps::defer_released(&mut state));
         }
         if item_count(&state) > MAX_ITEMS && staging::stageable(&state) > 0 {
             if let Err(e) = staging::stage(shared, &mut state).await {
@@ -316,6 +343,13 @@ pub(crate) async fn commit(shared: &Arc<Shared>, mut state: State) -> Result<Com
     if !matches!(committed, Ok(Commit::Done)) && !staged.is_empty() {
         // Not committed: what was written ahead is garbage.
         purge_later(shared, staged);
+    }
+    if let (Ok(Commit::Done), Some(deferred)) = (&committed, deferred) {
+        // The call is done; what it released is dead, and a step that
+        // fails leaves it to the sweep.
+        if let Err(error) = steps::remove_deferred(shared, deferred).await {
+            tracing::warn!(%error, "released sources left to the sweep");
+        }
     }
     committed
 }

@@ -11,6 +11,8 @@
 //! | a removed stream whose data is still to delete | `ds|g` | `<stream id>` |
 //! | a stream that expires, by when at the earliest | `ds|x` | `<unix ms, 20 digits>|<stream id>` |
 //! | a tombstone, by its incarnation | `ds|t` | `<incarnation, 20 digits>|<stream id>` |
+//! | a stream that owes retention drops, by when | `ds|r` | `<unix ms, 20 digits>|<stream id>` |
+//! | where the sweep's walk over the directory is | `ds|w` | `-` |
 //! | a shared document | `ds|doc` | `<document key>` |
 //!
 //! `end` is the position after the item's last message, so the items
@@ -29,6 +31,11 @@ const GARBAGE: &str = "ds|g";
 pub(crate) const EXPIRING: &str = "ds|x";
 /// The partition of tombstones, ordered by incarnation.
 pub(crate) const TOMBSTONES: &str = "ds|t";
+/// The partition of streams whose retention policy will let messages go,
+/// ordered by when (the retention sweep's queue, `retention.rs`).
+pub(crate) const RETAINED: &str = "ds|r";
+/// The partition of the sweep's walk over the directory (one item).
+const WALK: &str = "ds|w";
 /// The partition of the shared documents. (No stream's data partition:
 /// those are `ds|d|<id>`.)
 const DOCUMENTS: &str = "ds|doc";
@@ -114,9 +121,15 @@ impl Keys {
     }
 
     /// The key of the sweep entry `sort` of partition `partition`
-    /// ([`EXPIRING`] or [`TOMBSTONES`]).
+    /// ([`EXPIRING`], [`TOMBSTONES`] or [`RETAINED`]).
     pub fn sweep_entry(&self, partition: &str, sort: String) -> Item {
         self.key(partition.into(), sort)
+    }
+
+    /// The key of the item that says where the sweep's walk over the
+    /// directory is (`walk.rs`).
+    pub fn walk(&self) -> Item {
+        self.key(WALK.into(), "-".into())
     }
 
     /// The key of the document at `key`.

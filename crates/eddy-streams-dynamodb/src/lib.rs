@@ -49,13 +49,16 @@ mod commit;
 mod documents;
 mod errors;
 mod keys;
+mod old_tombstones;
 mod pack;
 mod path_item;
 mod query;
+mod retention;
 mod staging;
 mod steps;
 mod sweep;
 mod unit;
+mod walk;
 
 use std::sync::Arc;
 

@@ -6,8 +6,10 @@
 //! partition), `r` the record's serde form, `acc` the last access a read
 //! touch stored, `base` the inherited segments of a fork, `nf` how many
 //! fork references it has (items of their own, `keys::Keys::fork_ref`),
-//! `np` how many producers it keeps; for a tombstone `gone` and `inc`,
-//! the deleted stream's incarnation.
+//! `np` how many producers it keeps, `rq` when its entry in the
+//! retention queue is due and `db` the bytes its retention dropped (see
+//! `retention.rs`); for a tombstone `gone` and `inc`, the deleted
+//! stream's incarnation.
 //!
 //! Tables written before forks had items of their own keep a stream's
 //! forks in its path item (`fk`, a string set). Such a set is still read,
@@ -50,6 +52,12 @@ pub(crate) struct Stream {
     pub legacy_forks: BTreeSet<String>,
     /// How many producers' states it keeps.
     pub producers: u64,
+    /// When its entry in the retention queue is due (unix ms), if it has
+    /// one.
+    pub queued: Option<u64>,
+    /// The bytes of the messages before its first kept one: what its
+    /// packs count in their bytes before (`b`) besides what it keeps.
+    pub dropped_bytes: u64,
 }
 
 /// Messages `..end` (from the previous segment's end) are those of the
@@ -122,6 +130,8 @@ pub(crate) fn decode(item: &Item) -> Result<Loaded, StreamError> {
     };
     let forks = number(item, "nf")?.unwrap_or(0);
     let producers = number(item, "np")?.unwrap_or(0);
+    let queued = number(item, "rq")?;
+    let dropped_bytes = number(item, "db")?.unwrap_or(0);
     Ok(Loaded {
         token,
         state: PathState::Stream(Box::new(Stream {
@@ -131,6 +141,8 @@ pub(crate) fn decode(item: &Item) -> Result<Loaded, StreamError> {
             forks,
             legacy_forks,
             producers,
+            queued,
+            dropped_bytes,
         })),
     })
 }
@@ -182,6 +194,13 @@ pub(crate) fn encode(
             }
             if stream.producers > 0 {
                 item.insert("np".into(), AttributeValue::N(stream.producers.to_string()));
+            }
+            if let Some(at) = stream.queued {
+                item.insert("rq".into(), AttributeValue::N(at.to_string()));
+            }
+            if stream.dropped_bytes > 0 {
+                let dropped = stream.dropped_bytes.to_string();
+                item.insert("db".into(), AttributeValue::N(dropped));
             }
         }
     }

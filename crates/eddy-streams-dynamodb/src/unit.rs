@@ -15,7 +15,7 @@ use eddy_dynamo::{AttributeValue, Item, Query, SortCondition};
 use eddy_streams::backend::{
     ProducerState, RecordReader, Records, Stored, StreamRecord, Sweepable, Unit,
 };
-use eddy_streams::StreamError;
+use eddy_streams::{PathPage, StreamError};
 
 use crate::backend::Shared;
 use crate::commit::{self, overflow};
@@ -24,6 +24,7 @@ use crate::keys;
 use crate::pack::{self, Collect, Pack, Piece};
 use crate::path_item::{self, PathState, Segment, Stream};
 use crate::query::all_items;
+use crate::retention::{self, Weighed};
 
 /// The key of a stream in a unit: its path and its data partition's id.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,6 +79,14 @@ pub(crate) struct State {
     /// The sort keys of the tombstone entries the unit's sweep found, by
     /// path, for the tombstones it drops.
     pub found_tombstones: HashMap<String, String>,
+    /// The paths the retention queue's visit took (`retention.rs`).
+    pub retention_visits: BTreeSet<String>,
+    /// What retention weighed of each stream, by id, for its drop.
+    pub weighed: HashMap<Arc<str>, Weighed>,
+    /// The page of the directory the sweep's walk looks at (`walk.rs`).
+    pub walk: Option<crate::walk::Page>,
+    /// Where the walk goes on next step, to put in the transaction.
+    pub walk_cursor: Option<crate::walk::Cursor>,
 }
 
 /// A stream the unit removes.
@@ -91,6 +100,10 @@ pub(crate) struct Removal {
     pub source: Option<String>,
     /// Whether it was soft-deleted (retired) when removed.
     pub retired: bool,
+    /// Its path item's stream as it stood when removed: what a removal
+    /// deferred after the call's transaction keeps there until its step
+    /// (`steps.rs`).
+    pub before: Box<Stream>,
 }
 
 /// A path in a unit.
@@ -110,6 +123,8 @@ pub(crate) struct Data {
     pub producers: BTreeMap<String, ProducerState>,
     /// Expired producers to delete.
     pub dropped_producers: BTreeSet<String>,
+    /// Message items retention dropped, by sort key, to delete.
+    pub dropped_messages: BTreeSet<String>,
     /// The bytes a fork inherited, before its own first message.
     pub inherited_bytes: Option<u64>,
 }
@@ -156,7 +171,7 @@ impl DynamoUnit {
     }
 
     /// The stream `key` names, as the unit holds it.
-    fn stream(&self, key: &StreamKey) -> Result<&Stream, StreamError> {
+    pub(crate) fn stream(&self, key: &StreamKey) -> Result<&Stream, StreamError> {
         match self.state.paths.get(&*key.path).map(|entry| &entry.state) {
             Some(PathState::Stream(stream)) if stream.id == key.id => Ok(stream),
             _ => Err(StreamError::internal(format!(
@@ -167,7 +182,7 @@ impl DynamoUnit {
     }
 
     /// The stream `key` names, to change it.
-    fn stream_mut(&mut self, key: &StreamKey) -> Result<&mut Stream, StreamError> {
+    pub(crate) fn stream_mut(&mut self, key: &StreamKey) -> Result<&mut Stream, StreamError> {
         match self.state.paths.get_mut(&*key.path) {
             Some(entry) => match &mut entry.state {
                 PathState::Stream(stream) if stream.id == key.id => {
@@ -188,7 +203,7 @@ impl DynamoUnit {
 
     /// The segments a stream's messages come from: its inherited prefix,
     /// then its own partition from there on.
-    fn segments(&self, key: &StreamKey) -> Result<Vec<(Segment, u64)>, StreamError> {
+    pub(crate) fn segments(&self, key: &StreamKey) -> Result<Vec<(Segment, u64)>, StreamError> {
         let stream = self.stream(key)?;
         let mut start = 0;
         let mut segments = Vec::with_capacity(stream.base.len() + 1);
@@ -291,9 +306,8 @@ impl DynamoUnit {
         let items = all_items(&*self.shared.table, query, "reading producers").await?;
         let mut producers = BTreeMap::new();
         for item in &items {
-            let sort = self.shared.keys.sort_of(item);
-            if let Some(producer) = sort.and_then(|sk| sk.strip_prefix(keys::PRODUCERS)) {
-                producers.insert(producer.to_owned(), commit::producer_state(item)?);
+            if let Some((producer, state)) = commit::stored_producer(&self.shared.keys, item)? {
+                producers.insert(producer.to_owned(), state);
             }
         }
         Ok(producers)
@@ -431,7 +445,9 @@ impl RecordReader for DynamoUnit {
         // At most the messages the budget holds at the stream's average
         // size, and a part item or two more.
         let record = &self.stream(key)?.record;
-        let average = (record.bytes() / record.count().max(1)).max(1);
+        // Of the kept messages: the bytes count no dropped one.
+        let kept = record.count().saturating_sub(record.first());
+        let average = (record.bytes() / kept.max(1)).max(1);
         let wanted = (max_bytes as u64 / average).saturating_add(2);
         let items = usize::try_from(wanted.min(range.end.saturating_sub(range.start)) + 2)
             .unwrap_or(usize::MAX);
@@ -464,14 +480,27 @@ impl RecordReader for DynamoUnit {
         Ok(collect.messages)
     }
 
-    /// The sweep's queues (`sweep.rs`).
+    /// As far as the unit's transaction has room to drop (`retention.rs`).
+    async fn message_sizes(
+        &mut self,
+        key: &StreamKey,
+        range: Range<u64>,
+    ) -> Result<Vec<u64>, StreamError> {
+        retention::weigh(self, key, range).await
+    }
+
+    /// The sweep's queues (`sweep.rs`) and the retention queue
+    /// (`retention.rs`).
     async fn sweepable(
         &mut self,
         now_ms: i64,
         below: u64,
         max: usize,
     ) -> Result<Sweepable, StreamError> {
-        crate::sweep::sweepable(self, now_ms, below, max).await
+        let mut found = crate::sweep::sweepable(self, now_ms, below, max).await?;
+        found.retained = retention::due(self, now_ms, max).await?;
+        crate::walk::look(self, below, &mut found).await?;
+        Ok(found)
     }
 
     async fn list(&mut self, prefix: &str) -> Result<Vec<(String, StreamRecord)>, StreamError> {
@@ -488,32 +517,24 @@ impl RecordReader for DynamoUnit {
         after: Option<&str>,
         limit: usize,
     ) -> Result<(Vec<(String, StreamRecord)>, Option<String>), StreamError> {
+        let (entries, next) = self.directory_page(prefix, after, limit).await?;
+        Ok((self.records_of(&entries).await?, next))
+    }
+
+    /// One `Query` of the directory alone: no path item is read.
+    async fn list_paths_page(
+        &mut self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Option<PathPage>, StreamError> {
+        let (entries, next) = self.directory_page(prefix, after, limit).await?;
         let keys = &self.shared.keys;
-        let mut query = directory_query(keys, prefix).limit(limit.max(1));
-        match after {
-            // Past every path of the prefix: nothing more.
-            Some(after) if after > prefix && !after.starts_with(prefix) => {
-                return Ok((Vec::new(), None))
-            }
-            // A start key must satisfy the key condition (DynamoDB refuses
-            // one outside it); one before the prefix starts at it anyway.
-            Some(after) if after.starts_with(prefix) => {
-                query = query.start_after(Some(keys.directory_entry(after)));
-            }
-            _ => {}
-        }
-        let page = self
-            .shared
-            .table
-            .query(query)
-            .await
-            .map_err(|e| table_error("listing streams", e))?;
-        let next = page
-            .last_evaluated_key
-            .as_ref()
-            .and_then(|last| keys.sort_of(last))
-            .map(str::to_owned);
-        Ok((self.records_of(&page.items).await?, next))
+        let paths = entries
+            .iter()
+            .filter_map(|item| keys.sort_of(item).map(str::to_owned))
+            .collect();
+        Ok(Some(PathPage { paths, next }))
     }
 
     /// The directory's entries under `prefix`, counted page by page (each
@@ -548,6 +569,42 @@ fn directory_query(keys: &keys::Keys, prefix: &str) -> Query {
 }
 
 impl DynamoUnit {
+    /// One `Query` of at most `limit` directory entries under `prefix`
+    /// from after `after`, and the path the next page starts after.
+    async fn directory_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<Item>, Option<String>), StreamError> {
+        let keys = &self.shared.keys;
+        let mut query = directory_query(keys, prefix).limit(limit.max(1));
+        match after {
+            // Past every path of the prefix: nothing more.
+            Some(after) if after > prefix && !after.starts_with(prefix) => {
+                return Ok((Vec::new(), None))
+            }
+            // A start key must satisfy the key condition (DynamoDB refuses
+            // one outside it); one before the prefix starts at it anyway.
+            Some(after) if after.starts_with(prefix) => {
+                query = query.start_after(Some(keys.directory_entry(after)));
+            }
+            _ => {}
+        }
+        let page = self
+            .shared
+            .table
+            .query(query)
+            .await
+            .map_err(|e| table_error("listing streams", e))?;
+        let next = page
+            .last_evaluated_key
+            .as_ref()
+            .and_then(|last| keys.sort_of(last))
+            .map(str::to_owned);
+        Ok((page.items, next))
+    }
+
     /// The stream records that directory `entries` name, sorted by path
     /// (one `BatchGetItem` per 100).
     async fn records_of(
@@ -598,6 +655,8 @@ impl Records for DynamoUnit {
             forks: 0,
             legacy_forks: Default::default(),
             producers: 0,
+            queued: None,
+            dropped_bytes: 0,
         }));
         entry.dirty = true;
         self.state.directory.insert(path.to_owned(), true);
@@ -608,6 +667,7 @@ impl Records for DynamoUnit {
                 .sweep_entries
                 .insert(entry, Some(path.to_owned()));
         }
+        retention::requeue(&mut self.state, path);
         if let Some(source) = record.fork_source() {
             let entry = self.entry(source).await?;
             if let PathState::Stream(stream) = &mut entry.state {
@@ -627,6 +687,7 @@ impl Records for DynamoUnit {
 
     async fn update(&mut self, key: &StreamKey, record: StreamRecord) -> Result<(), StreamError> {
         self.stream_mut(key)?.record = record;
+        retention::requeue(&mut self.state, &key.path);
         Ok(())
     }
 
@@ -636,7 +697,9 @@ impl Records for DynamoUnit {
         first: u64,
         messages: Vec<Bytes>,
     ) -> Result<(), StreamError> {
-        let recorded = self.stream(key)?.record.bytes();
+        // The bytes before, dropped ones included (`retention.rs`).
+        let stream = self.stream(key)?;
+        let recorded = stream.record.bytes() + stream.dropped_bytes;
         let pack_bytes = self.shared.pack_bytes;
         let data = self.state.data.entry(Arc::clone(&key.id)).or_default();
         let before = match data.packs.last() {
@@ -673,17 +736,29 @@ impl Records for DynamoUnit {
                 end,
             });
         }
-        let bytes = match holder {
+        // The stream's bytes before `count` and before its first kept
+        // message, dropped ones included (`retention.rs`): the fork
+        // inherits what is between.
+        let source = self.stream(from)?;
+        let (first, dropped) = (source.record.first(), source.dropped_bytes);
+        let tail = (source.record.count(), source.record.bytes() + dropped);
+        let before = match holder {
+            _ if count == 0 => 0,
+            _ if count == tail.0 => tail.1,
+            _ if count <= first => dropped,
             Some(id) => self.bytes_before(&id, count).await?,
             None => 0,
         };
-        self.stream_mut(to)?.base = base;
+        let dropped = if count <= first { before } else { dropped };
+        let fork = self.stream_mut(to)?;
+        fork.base = base;
+        fork.dropped_bytes = dropped;
         self.state
             .data
             .entry(Arc::clone(&to.id))
             .or_default()
-            .inherited_bytes = Some(bytes);
-        Ok(bytes)
+            .inherited_bytes = Some(before);
+        Ok(before - dropped)
     }
 
     async fn save_producer(
@@ -726,11 +801,11 @@ impl Records for DynamoUnit {
                 .map_err(|e| table_error("reading producers", e))?;
             read += page.items.len();
             for item in &page.items {
-                let sort = self.shared.keys.sort_of(item);
-                let Some(producer) = sort.and_then(|sk| sk.strip_prefix(keys::PRODUCERS)) else {
+                let Some((producer, state)) = commit::stored_producer(&self.shared.keys, item)?
+                else {
                     continue;
                 };
-                if expired.len() < max && commit::producer_state(item)?.last_ms <= cutoff_ms {
+                if expired.len() < max && state.last_ms <= cutoff_ms {
                     expired.push(producer.to_owned());
                 }
             }
@@ -758,15 +833,23 @@ impl Records for DynamoUnit {
         Ok(dropped)
     }
 
+    /// Deletes the items wholly below the drop's end (`retention.rs`).
+    async fn drop_messages(
+        &mut self,
+        key: &StreamKey,
+        range: Range<u64>,
+    ) -> Result<(), StreamError> {
+        retention::drop_messages(self, key, range)
+    }
+
     async fn remove(&mut self, key: &StreamKey, path: &str) -> Result<(), StreamError> {
         let entry = self.entry(path).await?;
-        let (source, retired) = match &entry.state {
-            PathState::Stream(stream) if stream.id == key.id => (
-                stream.record.fork_source().map(str::to_owned),
-                stream.record.soft_deleted(),
-            ),
+        let before = match &entry.state {
+            PathState::Stream(stream) if stream.id == key.id => stream.clone(),
             _ => return Ok(()),
         };
+        let source = before.record.fork_source().map(str::to_owned);
+        let retired = before.record.soft_deleted();
         entry.state = PathState::Absent;
         entry.dirty = true;
         self.state.directory.insert(path.to_owned(), false);
@@ -776,6 +859,7 @@ impl Records for DynamoUnit {
             path: path.to_owned(),
             source: source.clone(),
             retired,
+            before,
         });
         if let Some(source) = source {
             let entry = self.entry(&source).await?;
@@ -815,6 +899,15 @@ impl Records for DynamoUnit {
         Ok(())
     }
 
+    /// One step of the sweep's walk over the directory (`walk.rs`).
+    async fn sweep_expired_producers(
+        &mut self,
+        cutoff_ms: i64,
+        max: usize,
+    ) -> Result<u64, StreamError> {
+        crate::walk::drop_expired(self, cutoff_ms, max).await
+    }
+
     async fn drop_tombstone(&mut self, path: &str, below: u64) -> Result<bool, StreamError> {
         let entry = self.entry(path).await?;
         if !matches!(entry.state, PathState::Tombstone(incarnation) if incarnation < below) {
@@ -834,9 +927,9 @@ impl Records for DynamoUnit {
 const EXPIRED_SCAN_ITEMS: usize = 1_000;
 /// Producer items per page of that read.
 const EXPIRED_SCAN_PAGE: usize = 250;
-/// The most expired producers one append deletes: each is an item of its
-/// transaction, which holds at most 100.
-const MAX_EXPIRED_DROPS: usize = 16;
+/// The most expired producers one append (or one sweep step) deletes:
+/// each is an item of its transaction, which holds at most 100.
+pub(crate) const MAX_EXPIRED_DROPS: usize = 16;
 
 /// A savepoint of a [`DynamoUnit`]: what it had read and written.
 pub struct Savepoint(State);

@@ -5,22 +5,17 @@
 //! first, in steps of one transaction each, and the call's own removal
 //! last.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use eddy_dynamo::{Table, TableError};
-use eddy_streams::backend::RecordOptions;
 use eddy_streams::{Expiry, Fork, ManualClock, Payload, Storage, StreamConfig, StreamPath};
 
 use crate::common;
 
 fn store(table: &Arc<dyn Table>, clock: &Arc<ManualClock>) -> Arc<dyn Storage> {
-    let options = RecordOptions {
-        clock: clock.clone(),
-        ..eddy_streams_dynamodb::options()
-    };
-    Arc::new(eddy_streams_dynamodb::open(Arc::clone(table), options).expect("open"))
+    Arc::new(common::clocked_store(table, clock))
 }
 
 fn path(s: &str) -> StreamPath {
@@ -167,5 +162,143 @@ fn a_removal_interrupted_between_steps_is_finished_by_the_next_call() {
             "stream/gone"
         );
         assert_eq!(common::items(&*table, "ds|l").await, 0);
+    });
+}
+
+fn link(i: usize) -> StreamPath {
+    path(&format!("chain/{i:03}"))
+}
+
+/// A chain of `n + 1` streams, each forked from the one before, all but
+/// the last deleted (retired: the next one reads them): deleting the last
+/// releases the whole chain at once, about 5 items each.
+async fn retired_chain(store: &dyn Storage, n: usize) {
+    store
+        .create(&link(0), StreamConfig::json(), Payload::Body("[0]".into()))
+        .await
+        .expect("create");
+    for i in 1..=n {
+        store
+            .fork(&link(i), Fork::of(link(i - 1)))
+            .await
+            .expect("fork");
+        store
+            .append(&link(i), eddy_streams::Append::body(format!("[{i}]")))
+            .await
+            .expect("append");
+    }
+    for i in 0..n {
+        store.delete(&link(i)).await.expect("retire");
+    }
+    let read = store
+        .read(&link(n), eddy_streams::ReadFrom::Beginning, usize::MAX)
+        .await
+        .expect("the last link reads the whole chain");
+    assert_eq!(read.messages.len(), n + 1);
+}
+
+async fn a_deep_chain_is_released_in_steps(table: Arc<dyn Table>, n: usize) {
+    let clock = Arc::new(ManualClock::starting_now());
+    let store = common::clocked_store(&table, &clock);
+    retired_chain(&store, n).await;
+    store.delete(&link(n)).await.expect("delete the last link");
+    for i in 0..=n {
+        assert_eq!(
+            store.head(&link(i)).await.expect_err("removed").code(),
+            "stream/gone",
+            "link {i}"
+        );
+    }
+    assert_eq!(
+        common::items(&*table, "ds|l").await,
+        0,
+        "every directory entry is gone"
+    );
+    store.backend().purge_pending().await.expect("purge");
+    assert_eq!(common::items(&*table, "ds|g").await, 0, "all purged");
+}
+
+/// Regression (issue 33): a chain of more than about 25 retired sources
+/// released together was refused with `storage/internal`.
+#[test]
+fn a_deep_chain_of_retired_sources_is_released_in_steps_embedded() {
+    common::runtime().block_on(a_deep_chain_is_released_in_steps(common::embedded(), 40));
+}
+
+#[cfg(feature = "aws")]
+#[test]
+fn a_deep_chain_of_retired_sources_is_released_in_steps_moto() {
+    common::runtime().block_on(async {
+        if let Some(table) = common::moto().await {
+            a_deep_chain_is_released_in_steps(table, 40).await;
+        }
+    });
+}
+
+/// Once armed, fails the second transaction that removes a directory
+/// entry (the purge of data items removes none).
+struct FailSecondRemoval {
+    armed: AtomicBool,
+    removals: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl common::Hooks for FailSecondRemoval {
+    async fn transact_write_items(
+        &self,
+        table: &dyn Table,
+        items: Vec<eddy_dynamo::TransactWriteItem>,
+    ) -> Result<(), TableError> {
+        let removal = items.iter().any(|item| {
+            matches!(item, eddy_dynamo::TransactWriteItem::Delete(delete)
+                if matches!(delete.key.get("pk"), Some(eddy_dynamo::AttributeValue::S(pk)) if pk == "ds|l"))
+        });
+        if removal
+            && self.armed.load(Ordering::SeqCst)
+            && self.removals.fetch_add(1, Ordering::SeqCst) == 1
+        {
+            return Err(TableError::Unavailable {
+                message: "injected".into(),
+                source: None,
+            });
+        }
+        table.transact_write_items(items).await
+    }
+}
+
+/// A release whose later steps fail still answers the delete; the
+/// sources left are dead with their fork counts exact, and the sweep's
+/// walk over the directory removes them.
+#[test]
+fn released_sources_a_failed_step_left_are_swept() {
+    common::runtime().block_on(async {
+        let hooks = FailSecondRemoval {
+            armed: AtomicBool::new(false),
+            removals: AtomicUsize::new(0),
+        };
+        let hooked = common::Hooked::new(common::embedded(), hooks);
+        let table: Arc<dyn Table> = hooked.clone();
+        let clock = Arc::new(ManualClock::starting_now());
+        let store = common::clocked_store(&table, &clock);
+        retired_chain(&store, 40).await;
+        // The call's own transaction commits, its first later step fails.
+        hooked.hooks.armed.store(true, Ordering::SeqCst);
+        store
+            .delete(&link(40))
+            .await
+            .expect("the delete is answered");
+        let left = common::items(&*table, "ds|l").await;
+        assert!(left > 0, "the failed step left sources");
+        clock.advance(eddy_streams::SWEEP_GRACE + Duration::from_secs(10));
+        while store.sweep(64).await.expect("sweep") > 0 {}
+        assert_eq!(common::items(&*table, "ds|l").await, 0, "all swept");
+        // Past the grace, their tombstones are dropped too.
+        for i in 0..=40 {
+            assert_eq!(
+                store.head(&link(i)).await.expect_err("removed").code(),
+                "stream/not-found",
+                "link {i}"
+            );
+        }
     });
 }

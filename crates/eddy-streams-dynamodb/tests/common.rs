@@ -56,6 +56,19 @@ pub fn moto_options(endpoint: &str) -> eddy_dynamo::DynamoOptions {
         .credentials("testing", "testing")
 }
 
+/// The store on `table`, reading the time from `clock`, with the default
+/// options otherwise.
+pub fn clocked_store(
+    table: &Arc<dyn Table>,
+    clock: &Arc<eddy_streams::ManualClock>,
+) -> eddy_streams_dynamodb::DynamoStorage {
+    let options = eddy_streams::backend::RecordOptions {
+        clock: clock.clone(),
+        ..eddy_streams_dynamodb::options()
+    };
+    eddy_streams_dynamodb::open(Arc::clone(table), options).expect("open")
+}
+
 /// A multi-threaded runtime for one test.
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -169,6 +182,12 @@ impl<H: Hooks> Table for Hooked<H> {
         keys: Vec<eddy_dynamo::Item>,
     ) -> Result<Vec<eddy_dynamo::Item>, eddy_dynamo::TableError> {
         self.hooks.batch_get_item(&*self.table, keys).await
+    }
+    async fn scan(
+        &self,
+        scan: eddy_dynamo::Scan,
+    ) -> Result<eddy_dynamo::QueryPage, eddy_dynamo::TableError> {
+        self.table.scan(scan).await
     }
 }
 

@@ -76,6 +76,8 @@ macro_rules! snapshot_contract {
 cases::every_case!(contract);
 cases::every_clocked_case!(clocked_contract);
 cases::every_sweeping_case!(clocked_contract);
+cases::every_retention_case!(clocked_contract);
+cases::every_producer_sweeping_case!(clocked_contract);
 snapshots::every_snapshot_case!(snapshot_contract);
 
 /// Two stores on one embedded table, as two processes would share a
@@ -150,6 +152,8 @@ mod moto {
     cases::every_case!(moto_contract);
     cases::every_clocked_case!(moto_clocked_contract);
     cases::every_sweeping_case!(moto_clocked_contract);
+    cases::every_retention_case!(moto_clocked_contract);
+    cases::every_producer_sweeping_case!(moto_clocked_contract);
     snapshots::every_snapshot_case!(moto_snapshot_contract);
 
     /// Two stores on one moto table share their documents.

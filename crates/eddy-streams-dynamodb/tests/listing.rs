@@ -2,7 +2,8 @@
 //! the directory, then a `BatchGetItem` of every path item), and so did
 //! the server's count of streams for its cap. A page now reads one
 //! `Query` of at most its size and the path items of that page; the count
-//! reads the directory alone, whose entries are keys only.
+//! reads the directory alone, whose entries are keys only, and so does a
+//! page of paths alone (`list_paths_page`).
 
 use std::sync::Arc;
 
@@ -65,6 +66,26 @@ async fn a_page_reads_its_own_records(table: Arc<dyn Table>, streams: usize) {
         after = page.next;
     }
     assert_eq!(seen, streams);
+
+    // The paths alone: one `Query` of the directory a page, no record.
+    let mut after = None;
+    let mut paths = 0;
+    loop {
+        let (page, cost) = counted(
+            &table,
+            store.list_paths_page("many/", after.as_deref(), 1000),
+        )
+        .await;
+        let page = page.expect("paths page");
+        assert_eq!(cost.items_read, page.paths.len() as u64, "{cost:?}");
+        assert_eq!(cost.reads + cost.transactions, 1, "one Query: {cost:?}");
+        paths += page.paths.len();
+        after = page.next;
+        if after.is_none() {
+            break;
+        }
+    }
+    assert_eq!(paths, streams);
 
     let (count, cost) = counted(&table, store.count("many/")).await;
     eprintln!("the count: {cost:?}");

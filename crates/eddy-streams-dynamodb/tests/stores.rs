@@ -353,29 +353,9 @@ fn sixteen_writer_processes_on_one_stream_have_every_append_answered() {
     });
 }
 
-/// A retention policy is refused (this store drops no prefix yet), with
-/// nothing created: stored and never applied, it would keep what its
-/// writer asked to drop.
-#[test]
-fn a_retention_policy_is_refused_and_nothing_is_created() {
-    common::runtime().block_on(async {
-        let table = common::embedded();
-        let store = store(&table);
-        let p = path("retained");
-        let mut config = StreamConfig::json();
-        config.retention = "messages=10".parse().expect("a policy");
-        let refused = store
-            .create(&p, config, Payload::empty())
-            .await
-            .expect_err("refused");
-        assert_eq!(refused.code(), "retention/invalid", "{refused}");
-        assert!(refused.to_string().contains("DynamoDB"), "{refused}");
-        assert!(store.head(&p).await.is_err(), "nothing was created");
-    });
-}
-
-/// A compaction policy is refused too (this store drops no message inside
-/// a stream yet), with nothing created.
+/// A compaction policy is refused (this store drops no message inside a
+/// stream yet), with nothing created: stored and never applied, it would
+/// keep every change its writer asked to drop.
 #[test]
 fn a_compaction_policy_is_refused_and_nothing_is_created() {
     common::runtime().block_on(async {

@@ -100,6 +100,7 @@ mod payload;
 mod postgres;
 mod record;
 mod record_form;
+mod reports;
 mod retention;
 mod route;
 mod rules;
@@ -133,7 +134,7 @@ pub use limits::{
     Limits, DEFAULT_MAX_APPEND_MESSAGES, DEFAULT_MAX_FORK_BYTES, FORK_MESSAGE_COST,
     MAX_STORED_VALUE_BYTES,
 };
-pub use listing::{ListPage, MAX_LIST_PAGE};
+pub use listing::{ListPage, PathPage, MAX_LIST_PAGE};
 pub use marks::{MarkOwner, Marker, MarkerGuard, WakeMark, WakeMarks};
 pub use memory::MemoryStorage;
 pub use notify::{Committed, Notifier, Watcher};
@@ -142,6 +143,7 @@ pub use path::{StreamPath, MAX_PATH_LEN};
 pub use payload::{Payload, DEFAULT_MAX_APPEND_BYTES};
 #[cfg(feature = "postgres")]
 pub use postgres::{PgOptions, PgStorage, PgTransaction, DEFAULT_SCHEMA};
+pub use reports::{reports, Report, ReportItem, MAX_REPORT_ITEMS, REPORTS_PREFIX};
 pub use retention::{Retention, RetentionError};
 pub use route::Route;
 pub use snapshot::{SnapshotProducer, StreamSnapshot};

@@ -1,5 +1,7 @@
 //! Listing in pages: [`ListPage`], what
-//! [`Storage::list_page`](crate::Storage::list_page) answers.
+//! [`Storage::list_page`](crate::Storage::list_page) answers, and
+//! [`PathPage`], what [`Storage::list_paths_page`](crate::Storage::list_paths_page)
+//! answers.
 
 use crate::StreamInfo;
 
@@ -36,5 +38,28 @@ impl ListPage {
             None
         };
         ListPage { streams, next }
+    }
+}
+
+/// One page of a listing of paths alone, sorted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PathPage {
+    /// The paths of the page: every live stream's in its range, and on a
+    /// store that lists paths without reading records (DynamoDB) also
+    /// those of streams that expired, or were deleted while forks still
+    /// read them, and are not removed yet. A caller that needs to know
+    /// asks the stream.
+    pub paths: Vec<String>,
+    /// Where the next page starts (pass it as `after`); `None` on the
+    /// last page.
+    pub next: Option<String>,
+}
+
+impl From<ListPage> for PathPage {
+    fn from(page: ListPage) -> Self {
+        PathPage {
+            paths: page.streams.into_iter().map(|info| info.path).collect(),
+            next: page.next,
+        }
     }
 }

@@ -8,8 +8,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use crate::clock::duration_ms;
-use crate::engine::COMPACTION_STEP;
 use crate::engine::{complete, Engine};
+use crate::engine::{COMPACTION_STEP, COMPACTION_STEP_BYTES};
 use crate::payload::DEFAULT_MAX_APPEND_BYTES;
 use crate::record::{RecordReader, Records, Stored, StreamRecord, Sweepable};
 use crate::rules::{take_sized, take_within, ProducerState};
@@ -201,6 +201,7 @@ impl Storage for MemoryStorage {
                 &mut *self.lock(),
                 path.as_str(),
                 COMPACTION_STEP,
+                COMPACTION_STEP_BYTES,
                 force,
             ))?;
             dropped += step.dropped;
@@ -422,10 +423,12 @@ impl RecordReader for MemoryRecords {
         key: &Key,
         range: Range<u64>,
         max: u64,
+        max_bytes: usize,
     ) -> Result<Vec<(u64, Bytes)>, StreamError> {
         let stream = &*self.stream(key)?;
         let max = usize::try_from(max).unwrap_or(usize::MAX);
-        let mut last: Vec<(u64, Bytes)> = stream.range(range).rev().take(max).cloned().collect();
+        let newest = stream.range(range).rev().take(max).cloned();
+        let mut last = take_sized(newest, max_bytes, |(_, m)| m.len());
         last.reverse();
         Ok(last)
     }

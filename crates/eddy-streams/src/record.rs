@@ -290,24 +290,35 @@ pub trait RecordReader {
         async move { Ok((start..).zip(read.await?).collect()) }
     }
 
-    /// The last `max` messages kept at positions `range`, each with its
-    /// position, in order: what a compaction step reads, going backwards.
-    /// The default reads [`messages_at`](RecordReader::messages_at) of the
-    /// last `max` positions.
+    /// The last messages kept at positions `range`, at most `max` of
+    /// them and, beyond the last one, at most `max_bytes` together, each
+    /// with its position, in order: what a compaction step reads, going
+    /// backwards. The default reads
+    /// [`messages_at`](RecordReader::messages_at) of the last `max`
+    /// positions.
     fn messages_before(
         &mut self,
         key: &Self::Key,
         range: Range<u64>,
         max: u64,
+        max_bytes: usize,
     ) -> impl Op<Vec<(u64, Bytes)>> {
         let start = range.end.saturating_sub(max).max(range.start);
-        self.messages_at(key, start..range.end, usize::MAX)
+        let read = self.messages_at(key, start..range.end, usize::MAX);
+        async move {
+            let mut last =
+                crate::rules::take_sized(read.await?.into_iter().rev(), max_bytes, |m| m.1.len());
+            last.reverse();
+            Ok(last)
+        }
     }
 
     /// The sizes in bytes of the messages at positions `range` that the
-    /// stream keeps, in order: what retention's byte bound weighs. The
-    /// default reads the messages; a backend that can read sizes alone
-    /// should.
+    /// stream keeps, in order: what retention's byte bound weighs. A
+    /// backend may answer the sizes of a prefix of `range` only (one
+    /// whose unit holds few writes weighs no more than it could drop);
+    /// the sweep then drops no further. The default reads the messages; a
+    /// backend that can read sizes alone should.
     fn message_sizes(&mut self, key: &Self::Key, range: Range<u64>) -> impl Op<Vec<u64>> {
         let read = self.messages(key, range, usize::MAX);
         async move { Ok(read.await?.iter().map(|m| m.len() as u64).collect()) }
@@ -342,6 +353,20 @@ pub trait RecordReader {
             };
             Ok((page, next))
         }
+    }
+
+    /// One page of the paths of [`list_page`](RecordReader::list_page),
+    /// live or not, when the backend can read them without their records;
+    /// the default cannot (`None`), and the store keeps the paths of a
+    /// page of live streams instead.
+    fn list_paths_page(
+        &mut self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> impl Op<Option<crate::PathPage>> {
+        let _ = (prefix, after, limit);
+        std::future::ready(Ok(None))
     }
 
     /// How many records there are under `prefix` (live or not), when the

@@ -168,6 +168,24 @@ pub trait Storage: Send + Sync + 'static {
         Ok(crate::ListPage::of(self.list(prefix).await?, after, limit))
     }
 
+    /// One page of the paths of [`list_page`](Storage::list_page), for a
+    /// caller that needs the paths alone: on a store that reads a
+    /// stream's record apart from its path (DynamoDB) no record is read,
+    /// so the page may also hold paths of streams that are no longer
+    /// live (see [`PathPage::paths`](crate::PathPage::paths)). Its
+    /// cursor is `list_page`'s: the paths after `after`, at most `limit`
+    /// (1 to [`MAX_LIST_PAGE`](crate::MAX_LIST_PAGE)).
+    ///
+    /// The default keeps the paths of a `list_page`.
+    async fn list_paths_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<crate::PathPage, StreamError> {
+        Ok(self.list_page(prefix, after, limit).await?.into())
+    }
+
     /// How many streams the store keeps under `prefix`: its live streams,
     /// and on a store that counts without reading records (DynamoDB)
     /// also the expired and deleted-but-forked streams it has not removed
@@ -184,8 +202,8 @@ pub trait Storage: Send + Sync + 'static {
     /// its stream was created more than
     /// [`SWEEP_GRACE`](crate::SWEEP_GRACE) ago, and up to `max` idempotent
     /// producers' states past the store's producer expiry (which appends
-    /// already treat as unknown), and up to 1024 of the oldest messages of
-    /// up to `max` streams whose [`Retention`] policy lets them go;
+    /// already treat as unknown), and up to 1024 of the oldest messages (and
+    /// 1 MiB of them, at least one message) of up to `max` streams whose [`Retention`] policy lets them go;
     /// returns how many it removed. A path whose tombstone was dropped answers
     /// [`NotFound`](StreamError::NotFound) rather than
     /// [`Gone`](StreamError::Gone). Call it again while it returns

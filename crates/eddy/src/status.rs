@@ -1,6 +1,7 @@
-//! `eddy status`: the streams of a store at a glance, and every projection
-//! binding whose checkpoint lives there: how far behind its inputs it is,
-//! when it last committed, and what is stuck.
+//! `eddy status`: the streams of a store at a glance, every projection
+//! binding whose checkpoint lives there (how far behind its inputs it is,
+//! when it last committed, and what is stuck), and the reports components
+//! beside the store published there (an outbox bridge's parked rows).
 
 use std::io::Write;
 use std::time::{Duration, SystemTime};
@@ -8,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::bail;
 use clap::Args;
 use eddy_projection::{BindingHealth, BindingReport, RESERVED_PREFIX};
-use eddy_streams::{Expiry, StreamInfo};
+use eddy_streams::{Expiry, Report, StreamInfo};
 use serde::Serialize;
 
 use crate::logging::{self, LogArgs};
@@ -42,6 +43,8 @@ struct Status {
     /// Whether the store keeps durable wake-up marks (SQLite and
     /// PostgreSQL do; a remote server's are not visible through it).
     keeps_wake_marks: bool,
+    /// What components beside the store reported there.
+    reports: Vec<Report>,
 }
 
 /// The streams of the store, Eddy's own (`__eddy/`) apart.
@@ -75,10 +78,12 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
             store.wake_marks().is_some(),
         ),
     };
+    let reports = eddy_streams::reports(store.as_ref()).await?;
     let status = Status {
         streams: summarize(&listed, SystemTime::now() + args.expiring_within),
         bindings,
         keeps_wake_marks,
+        reports,
     };
     for binding in &status.bindings {
         if let Some(error) = &binding.error {
@@ -151,6 +156,7 @@ fn table(out: &mut impl Write, status: &Status, within: Duration) -> anyhow::Res
     for path in &s.expiring_soon {
         writeln!(out, "  expiring soon: {path}")?;
     }
+    reports(out, &status.reports)?;
     if status.bindings.is_empty() {
         writeln!(out, "no projection bindings keep checkpoints here")?;
         return Ok(());
@@ -240,6 +246,33 @@ fn table(out: &mut impl Write, status: &Status, within: Duration) -> anyhow::Res
             out,
             "wake-up marks: this store keeps none it can show (a remote server's stay in its own store)"
         )?;
+    }
+    Ok(())
+}
+
+/// The reports of components beside the store, each with what needs an
+/// operator.
+fn reports(out: &mut impl Write, reports: &[Report]) -> anyhow::Result<()> {
+    let now = unix_ms(SystemTime::now());
+    for report in reports {
+        let ago = now.saturating_sub(report.changed_ms) / 1000;
+        writeln!(
+            out,
+            "{}: {} (since {ago}s ago)",
+            report.source, report.summary
+        )?;
+        for item in &report.items {
+            let since = now.saturating_sub(item.since_ms) / 1000;
+            writeln!(
+                out,
+                "    {} {} ({since}s ago): {}",
+                item.subject, item.code, item.message
+            )?;
+        }
+        let unlisted = report.items_total.saturating_sub(report.items.len() as u64);
+        if unlisted > 0 {
+            writeln!(out, "    … and {unlisted} more")?;
+        }
     }
     Ok(())
 }

@@ -39,6 +39,10 @@ enum StreamsCommand {
         /// Create the stream closed.
         #[arg(long)]
         closed: bool,
+        /// Keep only part of its history: `messages=N`, `bytes=SIZE`,
+        /// `age=DURATION`, joined by `;` (as the `Eddy-Retention` header).
+        #[arg(long, value_name = "POLICY")]
+        retention: Option<String>,
         /// Compact the (JSON state) stream with this policy
         /// (`Eddy-Compaction`'s grammar: `age=1h; deletes=7d`, or `on`).
         #[arg(long, value_name = "POLICY")]
@@ -104,7 +108,8 @@ enum StreamsCommand {
         /// The stream path.
         path: String,
     },
-    /// List streams.
+    /// List streams: path, content type, tail, open or closed, bytes
+    /// kept, the earliest offset kept, and the retention policy.
     Ls {
         /// Only paths that start with this prefix.
         #[arg(default_value = "")]
@@ -150,9 +155,13 @@ pub async fn run(args: StreamsArgs) -> anyhow::Result<()> {
             content_type,
             ttl,
             closed,
+            retention,
             compaction,
         } => {
             let mut config = StreamConfig::bytes(content_type);
+            if let Some(policy) = retention {
+                config = config.with_retention(policy.parse()?);
+            }
             if let Some(policy) = compaction {
                 config = config.with_compaction(policy);
             }
@@ -260,18 +269,20 @@ pub async fn run(args: StreamsArgs) -> anyhow::Result<()> {
         StreamsCommand::Ls { prefix } => {
             for info in store.list(&prefix).await? {
                 let state = if info.closed { "closed" } else { "open" };
-                let mut policies = String::new();
-                if !info.config.retention.is_none() {
-                    policies += &format!("\tretention: {}", info.config.retention);
-                    policies += &format!("\tearliest: {}", info.earliest);
-                }
-                if let Some(policy) = info.config.compaction {
-                    policies += &format!("\tcompaction: {policy}");
-                }
+                let compaction = info
+                    .config
+                    .compaction
+                    .map_or_else(|| "none".to_owned(), |policy| policy.to_string());
                 writeln!(
                     out,
-                    "{}\t{}\t{}\t{state}\t{} bytes{policies}",
-                    info.path, info.config.content_type, info.tail, info.bytes
+                    "{}\t{}\t{}\t{state}\t{} bytes\tfrom {}\tretention {}\tcompaction {}",
+                    info.path,
+                    info.config.content_type,
+                    info.tail,
+                    info.bytes,
+                    info.earliest,
+                    info.config.retention,
+                    compaction
                 )?;
             }
         }

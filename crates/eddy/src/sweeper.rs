@@ -1,7 +1,7 @@
 //! The store's sweeper: every interval, the remains of expired streams,
 //! old tombstones, expired producers and the prefixes retention policies
 //! let go (`Storage::sweep`), in steps of a few streams (and at most 1024
-//! dropped messages) so that no step holds the store's writer for long.
+//! dropped messages, 1 MiB of them) so that no step holds the store's writer for long.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -226,3 +226,84 @@ fn pull_wake_claims_are_exclusive_across_servers() {
         table.serve_args(extra)
     });
 }
+
+/// `eddy serve` on DynamoDB applies a server retention rule (issue 34:
+/// the DynamoDB store refused every policy): its sweep drops what the
+/// rule lets go, a read before the earliest kept offset is `410
+/// offset/dropped` naming it, and `-1` reads what is kept.
+#[test]
+fn retention_rules_drop_old_messages_on_dynamodb() {
+    let Some(table) = Table::fresh("retention") else {
+        return;
+    };
+    let (server, url) = table.serve_args(&[
+        "--sweep-interval",
+        "100ms",
+        "--retention",
+        "logs/**=messages=2",
+    ]);
+    let http = client();
+    runtime().block_on(async {
+        let log = format!("{url}/logs/app");
+        let created = http
+            .put(&log)
+            .header("content-type", "text/plain")
+            .send()
+            .await
+            .expect("create");
+        let header = |response: &reqwest::Response, name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_owned)
+        };
+        assert_eq!(
+            header(&created, "eddy-retention").as_deref(),
+            Some("messages=2")
+        );
+        let start = header(&created, "stream-next-offset").expect("offset");
+        for word in ["a", "b", "c", "d", "e"] {
+            let appended = http
+                .post(&log)
+                .header("content-type", "text/plain")
+                .body(word)
+                .send()
+                .await
+                .expect("append");
+            assert!(appended.status().is_success(), "{}", appended.status());
+        }
+        // The sweep runs on its own: wait until HEAD shows the drop.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        let earliest = loop {
+            let head = http.head(&log).send().await.expect("head");
+            let earliest = header(&head, "eddy-earliest-offset").expect("earliest");
+            if earliest.ends_with("_0000000000000003") {
+                break earliest;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "not swept");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        };
+        let gone = http
+            .get(format!("{log}?offset={start}"))
+            .send()
+            .await
+            .expect("read");
+        assert_eq!(gone.status(), 410);
+        assert_eq!(
+            header(&gone, "eddy-error").as_deref(),
+            Some("offset/dropped")
+        );
+        assert_eq!(
+            header(&gone, "eddy-earliest-offset").as_deref(),
+            Some(earliest.as_str())
+        );
+        let kept = http
+            .get(format!("{log}?offset=-1"))
+            .send()
+            .await
+            .expect("read");
+        assert_eq!(kept.text().await.expect("body"), "de");
+    });
+    stop(server);
+}

@@ -13,7 +13,8 @@ use std::time::{Duration, SystemTime};
 
 use eddy_streams::rusqlite;
 use eddy_streams::{
-    JsonStream, MarkOwner, Payload, SqliteStorage, Storage, StreamConfig, StreamPath,
+    JsonStream, MarkOwner, Payload, Report, ReportItem, SqliteStorage, Storage, StreamConfig,
+    StreamPath,
 };
 
 /// Five numbers; `sum` committed the first two, `mailer` pinned a unit and
@@ -271,4 +272,49 @@ async fn status_shows_behind_pinned_caught_up_and_failed_bindings() {
     let remote: serde_json::Value = serde_json::from_slice(&remote.stdout).expect("JSON");
     // The server reports its store's marks and its SQL host's table too.
     assert_eq!(remote["bindings"], json["bindings"]);
+}
+
+/// A component's report in the store (an outbox bridge's parked rows, as
+/// `eddy-bridge` publishes them) shows in the table and the JSON.
+#[tokio::test]
+async fn status_shows_what_components_beside_the_store_report() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let store = SqliteStorage::open(dir.path()).expect("open");
+        let items = (0..3)
+            .map(|n| ReportItem {
+                subject: format!("pk=ShipmentSummary#sh-{n}|sk=row"),
+                code: "stream/closed".into(),
+                message: format!("ShipmentEvents#sh-{n}@1: the stream is closed"),
+                since_ms: 0,
+            })
+            .collect();
+        Report::new("bridge/shipments", "3 parked rows")
+            .with_items(3, items)
+            .publish(&store)
+            .await
+            .expect("publish");
+    }
+    let data = dir.path().to_string_lossy().into_owned();
+
+    let table = status(&["--data", &data]);
+    assert!(table.status.success(), "{}", text(&table.stderr));
+    let table = text(&table.stdout);
+    assert!(
+        table.contains("bridge/shipments: 3 parked rows (since "),
+        "{table}"
+    );
+    assert!(
+        table.contains("    pk=ShipmentSummary#sh-2|sk=row stream/closed (",)
+            && table.contains("): ShipmentEvents#sh-2@1: the stream is closed\n"),
+        "{table}"
+    );
+
+    let json = status(&["--data", &data, "--json"]);
+    assert!(json.status.success(), "{}", text(&json.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    let report = &json["reports"][0];
+    assert_eq!(report["source"], "bridge/shipments");
+    assert_eq!(report["items_total"], 3);
+    assert_eq!(report["items"][1]["code"], "stream/closed");
 }

@@ -243,6 +243,29 @@ fn export_then_import_into_another_store() {
     assert_eq!(target.ok(&["read", "logs/b"]), "one\n");
 }
 
+/// `create --retention` keeps the policy; `ls` shows it with the
+/// earliest offset kept; a bad policy is refused before anything is made.
+#[test]
+fn create_takes_a_retention_policy_and_ls_shows_it() {
+    let eddy = Eddy::new();
+    eddy.ok(&["create", "logs/a", "--retention", "messages=2; age=7d"]);
+    eddy.ok(&["append", "logs/a", "[1,2,3]"]);
+    let listed = eddy.ok(&["ls"]);
+    let columns: Vec<&str> = listed.trim_end().split('\t').collect();
+    assert_eq!(columns.len(), 8, "{listed}");
+    assert_eq!(columns[0], "logs/a");
+    assert!(
+        columns[5].starts_with("from ") && columns[5].ends_with("_0000000000000000"),
+        "{listed}"
+    );
+    assert_eq!(columns[6], "retention messages=2; age=7d");
+    assert_eq!(columns[7], "compaction none");
+    assert!(eddy
+        .fails(&["create", "logs/b", "--retention", "messages=0"])
+        .contains("retention"));
+    assert!(!eddy.ok(&["ls"]).contains("logs/b"));
+}
+
 #[test]
 fn compact_runs_a_pass_now_and_ls_shows_the_policy() {
     let eddy = Eddy::new();
@@ -263,7 +286,7 @@ fn compact_runs_a_pass_now_and_ls_shows_the_policy() {
         "{\"type\":\"row\",\"key\":\"a\",\"value\":4,\"headers\":{\"operation\":\"upsert\"}}\n"
     );
     let listed = eddy.ok(&["ls"]);
-    assert!(listed.contains("\tcompaction: deletes=7d"), "{listed}");
+    assert!(listed.ends_with("\tcompaction deletes=7d\n"), "{listed}");
     assert!(eddy
         .fails(&[
             "create",

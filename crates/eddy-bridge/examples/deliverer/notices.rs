@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use eddy_bridge::{Route, StreamDelivery};
-use eddy_dynamo::{BoxError, Deliver, Effect, EmbeddedTable};
+use eddy_dynamo::{BoxError, Deliver, Effect, EmbeddedTable, PendingReport};
 use eddy_streams::{SqliteStorage, StreamPath};
 use futures::future::BoxFuture;
 
@@ -36,6 +36,11 @@ impl Deliver for Announce {
             println!("delivered");
             Ok(())
         })
+    }
+
+    // Keeps `eddy status` told of parked rows.
+    fn pass_done<'a>(&'a self, report: &'a PendingReport) -> BoxFuture<'a, ()> {
+        self.0.pass_done(report)
     }
 }
 

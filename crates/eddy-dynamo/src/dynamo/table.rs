@@ -425,13 +425,7 @@ impl Table for DynamoTable {
             _ => None,
         };
         let key_condition = p.key_condition(&def.partition.name, &query.partition, sort);
-        let limit =
-            match query.limit {
-                None => None,
-                Some(l) => Some(i32::try_from(l).map_err(|_| {
-                    ValidationError::InvalidQuery(format!("limit {l} is too large"))
-                })?),
-            };
+        let limit = sdk_limit(query.limit)?;
         let out = self
             .client
             .query()
@@ -448,17 +442,26 @@ impl Table for DynamoTable {
             .send()
             .await
             .map_err(|e| map_sdk(self.name(), e))?;
-        let items = out
-            .items
-            .unwrap_or_default()
-            .into_iter()
-            .map(from_sdk_item)
-            .collect::<Result<Vec<_>, _>>()?;
-        self.requests.read(items.len());
-        Ok(QueryPage {
-            items,
-            last_evaluated_key: from_sdk_opt(out.last_evaluated_key)?,
-        })
+        let page = sdk_page(out.items, out.last_evaluated_key)?;
+        self.requests.read(page.items.len());
+        Ok(page)
+    }
+
+    async fn scan(&self, scan: crate::query::Scan) -> Result<QueryPage, TableError> {
+        let limit = sdk_limit(scan.limit)?;
+        let out = self
+            .client
+            .scan()
+            .table_name(self.name())
+            .set_limit(limit)
+            .set_exclusive_start_key(scan.exclusive_start_key.as_ref().map(to_sdk_item))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| map_sdk(self.name(), e))?;
+        let page = sdk_page(out.items, out.last_evaluated_key)?;
+        self.requests.read(page.items.len());
+        Ok(page)
     }
 
     async fn transact_write_items(&self, items: Vec<TransactWriteItem>) -> Result<(), TableError> {
@@ -628,4 +631,30 @@ fn jittered(base: Duration, attempt: u32) -> Duration {
 /// A random idempotency token for `TransactWriteItems`.
 fn request_token() -> String {
     format!("eddy-{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..))
+}
+
+/// A page's item limit as the SDK takes it.
+fn sdk_limit(limit: Option<usize>) -> Result<Option<i32>, TableError> {
+    limit
+        .map(|l| {
+            i32::try_from(l).map_err(|_| {
+                ValidationError::InvalidQuery(format!("limit {l} is too large")).into()
+            })
+        })
+        .transpose()
+}
+
+/// A `Query` or `Scan` answer as a page.
+fn sdk_page(
+    items: Option<Vec<HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>>,
+    last: Option<HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>,
+) -> Result<QueryPage, TableError> {
+    Ok(QueryPage {
+        items: items
+            .unwrap_or_default()
+            .into_iter()
+            .map(from_sdk_item)
+            .collect::<Result<Vec<_>, _>>()?,
+        last_evaluated_key: from_sdk_opt(last)?,
+    })
 }

@@ -179,6 +179,13 @@ mod tests {
         ) -> Result<bool, TableError> {
             self.inner.query(range, visit)
         }
+        fn scan(
+            &self,
+            after: Option<&(String, String)>,
+            visit: &mut dyn FnMut(&str, Item) -> bool,
+        ) -> Result<bool, TableError> {
+            self.inner.scan(after, visit)
+        }
         fn changes_after(
             &self,
             after: Option<u64>,

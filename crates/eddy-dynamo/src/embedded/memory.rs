@@ -224,6 +224,22 @@ impl Store for MemoryStore {
         keys.iter().map(|(pk, sk)| data.get(pk, sk)).collect()
     }
 
+    fn scan(
+        &self,
+        after: Option<&(String, String)>,
+        visit: &mut dyn FnMut(&str, Item) -> bool,
+    ) -> Result<bool, TableError> {
+        let data = self.lock()?;
+        let from = after.map_or(Bound::Unbounded, |key| Bound::Excluded(key.clone()));
+        let mut entries = data.items.range((from, Bound::Unbounded));
+        for ((pk, _), item) in entries.by_ref() {
+            if !visit(pk, item.clone()) {
+                break;
+            }
+        }
+        Ok(entries.next().is_some())
+    }
+
     fn query(
         &self,
         range: &KeyRange,

@@ -332,6 +332,14 @@ impl Table for EmbeddedTable {
         Ok(page)
     }
 
+    async fn scan(&self, scan: crate::query::Scan) -> Result<QueryPage, TableError> {
+        let page = self
+            .read(move |store, table| query::scan(store, table, &scan))
+            .await?;
+        self.requests.read(page.items.len());
+        Ok(page)
+    }
+
     async fn put_item(&self, put: crate::request::Put) -> Result<(), TableError> {
         self.write_one(put.into()).await
     }

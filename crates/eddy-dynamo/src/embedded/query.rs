@@ -11,7 +11,7 @@ use super::tables::TableRef;
 use crate::error::{TableError, ValidationError};
 use crate::item::{compare_values, item_size, AttributeValue, Item, ScalarType};
 use crate::key_schema::{KeyDefinition, TableSchema};
-use crate::query::{Query, QueryPage, SortCondition};
+use crate::query::{Query, QueryPage, Scan, SortCondition};
 
 /// The most bytes of items one query page returns.
 const MAX_PAGE_BYTES: usize = 1024 * 1024;
@@ -106,16 +106,52 @@ pub(crate) fn run(
         page.items.len() < limit && bytes < MAX_PAGE_BYTES
     })?;
     if more {
-        if let Some(last) = page.items.last() {
-            let key: Item = def
-                .names()
-                .chain(schema.key.names())
-                .filter_map(|name| Some((name.to_owned(), last.get(name)?.clone())))
-                .collect();
-            page.last_evaluated_key = Some(key);
-        }
+        let names = def.names().chain(schema.key.names());
+        page.last_evaluated_key = page.items.last().map(|last| key_of(names, last));
     }
     Ok(page)
+}
+
+/// Runs a scan of the table's own items against the store.
+pub(crate) fn scan(
+    store: &dyn Store,
+    table: &TableRef,
+    scan: &Scan,
+) -> Result<QueryPage, TableError> {
+    if scan.limit == Some(0) {
+        return Err(invalid("limit must be at least 1"));
+    }
+    let after = match &scan.exclusive_start_key {
+        None => None,
+        Some(start) => Some(
+            table
+                .encode_key(start)
+                .ok_or_else(|| invalid("the paging key lacks a valid table key"))?,
+        ),
+    };
+    let limit = scan.limit.unwrap_or(usize::MAX);
+    let mut page = QueryPage::default();
+    let mut bytes = 0;
+    let more = store.scan(after.as_ref(), &mut |pk, item| {
+        if !table.ns.owns(pk) {
+            return true;
+        }
+        bytes += item_size(&item);
+        page.items.push(item);
+        page.items.len() < limit && bytes < MAX_PAGE_BYTES
+    })?;
+    if more {
+        let names = table.schema.key.names();
+        page.last_evaluated_key = page.items.last().map(|last| key_of(names, last));
+    }
+    Ok(page)
+}
+
+/// The attributes `names` of `item`: a paging key.
+fn key_of<'a>(names: impl Iterator<Item = &'a str>, item: &Item) -> Item {
+    names
+        .filter_map(|name| Some((name.to_owned(), item.get(name)?.clone())))
+        .collect()
 }
 
 /// The range of encoded keys a (validated) query covers.

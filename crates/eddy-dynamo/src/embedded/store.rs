@@ -114,6 +114,15 @@ pub(crate) trait Store: Send + Sync {
         range: &KeyRange,
         visit: &mut dyn FnMut(Item) -> bool,
     ) -> Result<bool, TableError>;
+    /// Visits every stored item in key order, after the stored key `after`
+    /// (from the first when `None`), with its stored partition key, until
+    /// `visit` returns false; returns whether items remain after the last
+    /// one visited.
+    fn scan(
+        &self,
+        after: Option<&(String, String)>,
+        visit: &mut dyn FnMut(&str, Item) -> bool,
+    ) -> Result<bool, TableError>;
     /// Up to `limit` logged records with sequence numbers above `after`
     /// (from the oldest kept when `None`), read from one snapshot: records
     /// after `after` that were trimmed are `HistoryUnavailable`, never

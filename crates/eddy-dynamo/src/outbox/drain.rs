@@ -58,6 +58,16 @@ pub trait Deliver: Send + Sync {
         let _ = (effect, failure);
         Box::pin(async { Err("this consumer has no dead-letter stream".into()) })
     }
+
+    /// Sees the report of each [`drain_pending`](super::Outbox::drain_pending)
+    /// pass, once the pass is over: every row with pending effects was
+    /// looked at, so its parked rows are all the outbox's parked rows. A
+    /// consumer that shows operators what is stuck publishes it here. By
+    /// default, nothing.
+    fn pass_done<'a>(&'a self, report: &'a PendingReport) -> BoxFuture<'a, ()> {
+        let _ = report;
+        Box::pin(async {})
+    }
 }
 
 impl<F, Fut> Deliver for F
@@ -294,7 +304,10 @@ impl Outbox {
             }
             match page.last_evaluated_key {
                 Some(key) => start = Some(key),
-                None => return Ok(report),
+                None => {
+                    deliver.pass_done(&report).await;
+                    return Ok(report);
+                }
             }
         }
     }

@@ -62,8 +62,8 @@ impl<P: Params, S: State> Session<P, S> {
     pub(crate) async fn load(host: Host, bound: Bound<P, S>) -> Result<Self> {
         let key = bound.key.clone();
         let loaded = Self::open(host, bound).await;
-        if loaded.is_err() {
-            BindingMetrics::new(&key).failed();
+        if let Err(error) = &loaded {
+            BindingMetrics::new(&key).failed(error.code());
         }
         loaded
     }
@@ -185,7 +185,7 @@ impl<P: Params, S: State> Session<P, S> {
     ) -> Result<Pass> {
         let pass = self.units(limit, bounds, tally).await;
         if let Err(error) = &pass {
-            self.metrics.failed();
+            self.metrics.failed(error.code());
             self.record_failure(error).await;
         }
         let reached_tails = matches!(

@@ -59,23 +59,32 @@ impl<P: Params, S: State> Session<P, S> {
                 .get(&input.name)
                 .cloned()
                 .unwrap_or_default();
-            let slice = |messages: &[Bytes], to: Offset, closed: bool, gone: bool| {
-                decode(input, path, messages, mark.offset, to, closed, gone)
-            };
             if mark.gone {
-                slices.push(slice(&[], mark.offset, false, false)?);
+                slices.push(decode(
+                    input,
+                    path,
+                    &[],
+                    mark.offset,
+                    mark.offset,
+                    false,
+                    false,
+                )?);
                 continue;
             }
+            let mut from = mark.offset;
             let mut ahead = self.take_ahead(index);
-            let read = read_range(
-                self.host.storage.as_ref(),
-                path,
-                mark.offset,
-                bounds,
-                Some(&mut ahead),
-            )
-            .await;
+            let storage = self.host.storage.as_ref();
+            let mut read = read_range(storage, path, from, bounds, Some(&mut ahead)).await;
+            if let Err(StreamError::OffsetDropped { earliest, .. }) = &read {
+                if input.accepts_dropped {
+                    from = *earliest;
+                    read = read_range(storage, path, from, bounds, Some(&mut ahead)).await;
+                }
+            }
             self.put_ahead(index, ahead);
+            let slice = |messages: &[Bytes], to: Offset, closed: bool, gone: bool| {
+                decode(input, path, messages, from, to, closed, gone)
+            };
             match read {
                 Ok(raw) => {
                     let closed = raw.closed && !mark.closed;
@@ -108,6 +117,15 @@ impl<P: Params, S: State> Session<P, S> {
                         } else {
                             format!("{e}, and the binding has no checkpoint")
                         },
+                    })
+                }
+                Err(StreamError::OffsetDropped {
+                    offset, earliest, ..
+                }) => {
+                    return Err(ProjectionError::HistoryUnavailable {
+                        input: input.name.clone(),
+                        path: path.to_string(),
+                        reason: dropped(offset, earliest),
                     })
                 }
                 Err(e) => return Err(e.into()),
@@ -187,7 +205,8 @@ impl<P: Params, S: State> Session<P, S> {
                         | StreamError::SoftDeleted { .. }
                         | StreamError::NotFound { .. }
                         | StreamError::StaleOffset { .. }
-                        | StreamError::OffsetBeyondTail { .. }),
+                        | StreamError::OffsetBeyondTail { .. }
+                        | StreamError::OffsetDropped { .. }),
                     ) => return Err(unreproducible(e.to_string())),
                     Err(e) => return Err(e.into()),
                 }
@@ -207,6 +226,16 @@ impl<P: Params, S: State> Session<P, S> {
 }
 
 /// Decodes one input's messages into its slice.
+/// Why a binding cannot read on after its stream's retention policy
+/// dropped what it had not read, and how to go on.
+fn dropped(offset: Offset, earliest: Offset) -> String {
+    format!(
+        "the stream's retention policy dropped messages {offset}..{earliest} before this binding read them (the earliest kept is {earliest}); \
+         to go on from there, declare the input with `accept_dropped_history` (only right when the handler does not need every message), \
+         or fold from a stream that keeps its whole history"
+    )
+}
+
 fn decode(
     input: &InputSpec,
     path: &StreamPath,

@@ -89,6 +89,22 @@ impl RemoteStorage {
         url
     }
 
+    /// The URL of one page of the listing of `prefix` after `after`.
+    fn page_url(&self, prefix: &str, after: Option<&str>, limit: usize) -> String {
+        let mut url = format!(
+            "{}/{}streams?prefix={}&limit={}",
+            self.base,
+            protocol::RESERVED_PREFIX,
+            utf8_percent_encode(prefix, SEGMENT),
+            limit.clamp(1, eddy_streams::MAX_LIST_PAGE)
+        );
+        if let Some(after) = after {
+            url.push_str("&after=");
+            url.extend(utf8_percent_encode(after, SEGMENT));
+        }
+        url
+    }
+
     fn request(&self, method: Method, url: String) -> RequestBuilder {
         let builder = self.http.request(method, url);
         match &self.token {
@@ -445,17 +461,7 @@ impl Storage for RemoteStorage {
         after: Option<&str>,
         limit: usize,
     ) -> Result<eddy_streams::ListPage, StreamError> {
-        let mut url = format!(
-            "{}/{}streams?prefix={}&limit={}",
-            self.base,
-            protocol::RESERVED_PREFIX,
-            utf8_percent_encode(prefix, SEGMENT),
-            limit.clamp(1, eddy_streams::MAX_LIST_PAGE)
-        );
-        if let Some(after) = after {
-            url.push_str("&after=");
-            url.extend(utf8_percent_encode(after, SEGMENT));
-        }
+        let url = self.page_url(prefix, after, limit);
         let response = self.send(self.request(Method::GET, url)).await?;
         if !response.status().is_success() {
             let path = StreamPath::new("_eddy/streams")?;
@@ -467,6 +473,29 @@ impl Storage for RemoteStorage {
             .map_err(|e| StreamError::internal_from("the server's listing does not decode", e))?;
         Ok(eddy_streams::ListPage {
             streams: page.streams.into_iter().map(StreamInfo::from).collect(),
+            next: page.next,
+        })
+    }
+
+    /// One page of paths, from the server's paged listing of paths.
+    async fn list_paths_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<eddy_streams::PathPage, StreamError> {
+        let url = self.page_url(prefix, after, limit) + "&paths=true";
+        let response = self.send(self.request(Method::GET, url)).await?;
+        if !response.status().is_success() {
+            let path = StreamPath::new("_eddy/streams")?;
+            return Err(ErrorParts::read(response).await.into_error(&path, 0));
+        }
+        let page: crate::wire::ListedPaths = response
+            .json()
+            .await
+            .map_err(|e| StreamError::internal_from("the server's listing does not decode", e))?;
+        Ok(eddy_streams::PathPage {
+            paths: page.paths,
             next: page.next,
         })
     }

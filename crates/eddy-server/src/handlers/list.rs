@@ -2,7 +2,10 @@
 //! remote client uses for [`Storage::list`](eddy_streams::Storage::list)
 //! (a JSON array of every stream under the prefix), and, with `limit`
 //! and `after`, for [`Storage::list_page`](eddy_streams::Storage::list_page)
-//! (an object: one page of `streams` and the `next` page's `after`).
+//! (an object: one page of `streams` and the `next` page's `after`), and
+//! with `paths=true` too, for
+//! [`Storage::list_paths_page`](eddy_streams::Storage::list_paths_page)
+//! (one page of `paths` and the `next`).
 
 use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -10,7 +13,7 @@ use percent_encoding::percent_decode_str;
 
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::wire::{ListedPage, ListedStream};
+use crate::wire::{ListedPage, ListedPaths, ListedStream};
 
 pub(super) async fn list(
     state: &AppState,
@@ -30,6 +33,7 @@ pub(super) async fn list(
     let mut prefix = String::new();
     let mut after = None;
     let mut limit = None;
+    let mut paths = false;
     for pair in query.unwrap_or("").split('&') {
         let Some((name, value)) = pair.split_once('=') else {
             continue;
@@ -49,10 +53,21 @@ pub(super) async fn list(
                     ApiError::bad_request("`limit` is a number of streams, at least 1")
                 })?);
             }
+            "paths" => paths = decoded()? == "true",
             _ => {}
         }
     }
-    let json = if after.is_none() && limit.is_none() {
+    let json = if paths {
+        let limit = limit.unwrap_or(eddy_streams::MAX_LIST_PAGE);
+        let page = state
+            .store
+            .list_paths_page(&prefix, after.as_deref(), limit)
+            .await?;
+        serde_json::to_vec(&ListedPaths {
+            paths: page.paths,
+            next: page.next,
+        })
+    } else if after.is_none() && limit.is_none() {
         let streams: Vec<ListedStream> = state
             .store
             .list(&prefix)

@@ -8,6 +8,7 @@ use bytes::Bytes;
 use eddy_streams::{Offset, StreamPath};
 use percent_encoding::percent_decode_str;
 
+use super::listing;
 use super::pattern::Pattern;
 use super::wake::{self, Ack};
 use super::{
@@ -293,17 +294,6 @@ async fn create(
         Some(pattern) => baseline(state, base_path, pattern).await?,
         None => Vec::new(),
     };
-    let max_matches = state.config.max_subscription_matches;
-    if baseline.len() > max_matches {
-        return Err(SubscriptionError::limit(
-            StatusCode::TOO_MANY_REQUESTS,
-            "max_subscription_matches",
-            format!(
-                "the pattern matches {} streams already; a subscription watches at most {max_matches} through its pattern",
-                baseline.len()
-            ),
-        ));
-    }
     let limit = state.config.max_subscriptions;
     {
         let known = registry.known();
@@ -387,27 +377,34 @@ async fn tails(state: &AppState, base_path: &str, streams: &[String]) -> Vec<(St
 }
 
 /// The streams that match a new subscription's pattern already, with
-/// their tails: the subscription starts acknowledged there.
+/// their tails: the subscription starts acknowledged there. Refused when
+/// they are more than it may watch (`max_subscription_matches`), as soon
+/// as that is known: only the paths under the pattern's literal prefix
+/// are listed, and only the matches' tails are read.
 async fn baseline(
     state: &AppState,
     base_path: &str,
     pattern: &Pattern,
 ) -> Result<Vec<(String, Offset)>, SubscriptionError> {
-    let prefix = if base_path.is_empty() {
-        String::new()
-    } else {
-        format!("{base_path}/")
-    };
-    let infos = state
-        .store
-        .list(&prefix)
+    let prefix = super::prefix(base_path);
+    let max_matches = state.config.max_subscription_matches;
+    let found = listing::matches(&*state.store, &prefix, pattern, max_matches)
         .await
-        .map_err(|e| SubscriptionError::internal(e.to_string()))?;
+        .map_err(|e| SubscriptionError::store(&e))?;
+    let Some(infos) = found else {
+        return Err(SubscriptionError::limit(
+            StatusCode::TOO_MANY_REQUESTS,
+            "max_subscription_matches",
+            format!(
+                "the pattern matches more than {max_matches} streams already; a subscription watches at most {max_matches} through its pattern"
+            ),
+        ));
+    };
     Ok(infos
         .into_iter()
         .filter_map(|info| {
             let relative = info.path.strip_prefix(prefix.as_str())?.to_owned();
-            pattern.matches(&relative).then_some((relative, info.tail))
+            Some((relative, info.tail))
         })
         .collect())
 }

@@ -27,7 +27,10 @@
 //! shared documents (a remote server) keeps them in this process.
 
 mod api;
+mod listing;
 mod pattern;
+#[cfg(test)]
+mod rescan_tests;
 mod retry;
 mod stored;
 mod subscription;
@@ -79,8 +82,11 @@ pub(crate) struct Registry {
     /// The most streams one subscription watches through its pattern.
     max_matches: usize,
     /// Where each subscription's next refresh goes on listing its base
-    /// (absent: from the start).
-    refresh_cursors: Mutex<HashMap<String, String>>,
+    /// (see `wake::refresh`), by subscription id.
+    refresh_cursors: listing::Cursors,
+    /// Where the next rescan goes on listing each base (see
+    /// `wake::rescan`), by base path.
+    rescan_cursors: listing::Cursors,
 }
 
 impl Registry {
@@ -105,38 +111,9 @@ impl Registry {
             }
             None => {
                 self.known().remove(id);
-                self.set_refresh_cursor(id, None);
+                self.refresh_cursors.set(id, None);
             }
         }
-    }
-
-    /// Where a subscription's next refresh goes on (see `wake::refresh`).
-    fn refresh_cursor(&self, id: &str) -> Option<String> {
-        let cursors = self
-            .refresh_cursors
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        cursors.get(id).cloned()
-    }
-
-    /// Drops the refresh cursors of the subscriptions `known` says are gone.
-    fn keep_refresh_cursors(&self, known: impl Fn(&str) -> bool) {
-        let mut cursors = self
-            .refresh_cursors
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        cursors.retain(|id, _| known(id));
-    }
-
-    fn set_refresh_cursor(&self, id: &str, cursor: Option<String>) {
-        let mut cursors = self
-            .refresh_cursors
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        match cursor {
-            Some(cursor) => cursors.insert(id.to_owned(), cursor),
-            None => cursors.remove(id),
-        };
     }
 
     /// A subscription as the API shows it.
@@ -209,7 +186,8 @@ impl Registry {
             recorder: tokio::sync::Notify::new(),
             listening: std::sync::OnceLock::new(),
             max_matches: state.config.max_subscription_matches,
-            refresh_cursors: Mutex::default(),
+            refresh_cursors: listing::Cursors::default(),
+            rescan_cursors: listing::Cursors::default(),
         }))
     }
 }

@@ -63,6 +63,22 @@ impl Pattern {
         self.matcher.is_match(path)
     }
 
+    /// What every path it matches starts with: the text before its first
+    /// wildcard or escape (without the `/` before a `**`, which may match
+    /// no segment at all).
+    pub(super) fn literal_prefix(&self) -> &str {
+        let end = self
+            .text
+            .find(['*', '?', '[', '{', '\\'])
+            .unwrap_or(self.text.len());
+        let literal = &self.text[..end];
+        if self.text[end..].starts_with("**") {
+            literal.strip_suffix('/').unwrap_or(literal)
+        } else {
+            literal
+        }
+    }
+
     /// The pattern as the client wrote it.
     pub(super) fn as_str(&self) -> &str {
         &self.text
@@ -118,6 +134,16 @@ mod tests {
     }
 
     #[test]
+    fn literal_prefixes_stop_at_the_first_wildcard() {
+        assert_eq!(pattern("events/*").literal_prefix(), "events/");
+        assert_eq!(pattern("events/**").literal_prefix(), "events");
+        assert_eq!(pattern("orders/eu-?").literal_prefix(), "orders/eu-");
+        assert_eq!(pattern("exact/path").literal_prefix(), "exact/path");
+        assert_eq!(pattern("a\\*b").literal_prefix(), "a");
+        assert_eq!(pattern("**/x").literal_prefix(), "");
+    }
+
+    #[test]
     fn wildcards_are_counted_per_run() {
         assert_eq!(wildcards("a/**/b*"), 2);
         assert_eq!(wildcards("x?[ab]{c,d}"), 3);
@@ -135,6 +161,18 @@ mod tests {
                     let _ = compiled.matches(&String::from_utf8_lossy(&path));
                 }
                 Err(reason) => prop_assert!(!reason.is_empty()),
+            }
+        }
+
+        /// Every path a pattern matches starts with its literal prefix
+        /// (a listing of that prefix finds all its matches).
+        #[test]
+        fn matches_start_with_the_literal_prefix(parts in proptest::collection::vec("[*?ab/]{1,2}|\\{a,b\\}|\\[ab\\]", 1..8), path in "[ab/]{0,12}") {
+            let text: String = parts.concat();
+            if let Ok(compiled) = Pattern::compile(&text, &ServerConfig::default()) {
+                if compiled.matches(&path) {
+                    prop_assert!(path.starts_with(compiled.literal_prefix()), "{text} matches {path}");
+                }
             }
         }
 

@@ -11,6 +11,7 @@ use eddy_streams::Offset;
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
+use super::listing::Want;
 use super::{pattern, token};
 
 /// The wall clock in unix milliseconds: leases and retry times are
@@ -279,6 +280,25 @@ impl Subscription {
         watched.tail = watched.tail.max(tail);
         watched.seen_ms = watched.seen_ms.max(seen_ms);
         true
+    }
+
+    /// What a listing of its base does with the stream at `full` (a
+    /// store path): reads one it watches, and another match of its
+    /// pattern too when it has `room` for more, else keeps that as a
+    /// candidate (the listing may find some it watches gone).
+    pub(super) fn wants(&self, full: &str, room: bool) -> Want {
+        let Some(relative) = self.relative(full) else {
+            return Want::Skip;
+        };
+        if self.streams.contains_key(relative) {
+            Want::Read
+        } else if !self.pattern.as_ref().is_some_and(|p| p.matches(relative)) {
+            Want::Skip
+        } else if room {
+            Want::Read
+        } else {
+            Want::Candidate
+        }
     }
 
     /// Whether streams at `paths` fit beside the ones it watches in its

@@ -4,8 +4,9 @@
 //! begins every wake that is due and that no server holds: the next wake
 //! after a lease ended (the server or worker that held it may have died),
 //! a retry after a failure, a pull-wake event whose poster died before it
-//! appended. Now and then it also reads every subscription's streams from
-//! the store, for commits whose server died before recording them.
+//! appended. Now and then it also reads a slice of each subscription
+//! base's streams from the store (`wake::rescan`), for commits whose
+//! server died before recording them.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -94,7 +95,7 @@ async fn sweep(
     };
     // Subscriptions deleted through other servers leave no cursor behind.
     let ids: HashSet<String> = registry.known().keys().cloned().collect();
-    registry.keep_refresh_cursors(|id| ids.contains(id));
+    registry.refresh_cursors.keep(|id| ids.contains(id));
     for id in new {
         // Commits made through this server before it knew the
         // subscription were not recorded on it.

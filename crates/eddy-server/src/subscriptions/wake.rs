@@ -13,8 +13,9 @@ use futures::StreamExt;
 use eddy_streams::{Append, Offset, StreamInfo, StreamPath};
 use tokio::sync::broadcast::error::RecvError;
 
+use super::listing;
 use super::subscription::Covered;
-use super::{now_ms, Delivery, Post, Registry, Subscription, SubscriptionError};
+use super::{now_ms, Delivery, Post, Registry, Subscription, SubscriptionError, Watch};
 use crate::state::AppState;
 
 /// How long a server has to append a pull-wake event it began before
@@ -298,54 +299,46 @@ fn warn_left_out(id: &str, left_out: usize, max_matches: usize) {
     );
 }
 
-/// The most streams one refresh reads: a base that holds more is read
-/// over several refreshes (each claim's goes on where the last stopped),
-/// so no request reads every stream; the periodic rescan reads them all.
-const REFRESH_STREAMS: usize = 1_000;
-
-/// The streams one page of a refresh asks for.
-const REFRESH_PAGE: usize = 100;
-
 /// Brings a subscription's view of its streams up to date from the store
 /// (a commit may not have been recorded yet, or at all if the server that
 /// made it died first): the tails of the streams it watches, new streams
 /// of its pattern, and streams of its pattern that were deleted are
-/// dropped; then wakes it if that makes a wake due. It reads at most
-/// [`REFRESH_STREAMS`] streams, from where the subscription's last
-/// refresh stopped.
+/// dropped; then wakes it if that makes a wake due. It reads one
+/// [`slice`](listing::slice) of its base, from where the subscription's
+/// last refresh stopped: the paths, and the tails of the streams it
+/// watches among them and of its pattern's other matches, as many of
+/// those as it has room for (once the streams found gone are dropped).
 pub(super) async fn refresh(registry: &Arc<Registry>, id: &str) -> Result<(), SubscriptionError> {
-    let known = registry
-        .known()
-        .get(id)
-        .map(|watch| watch.base_path.clone());
-    let base = match known {
-        Some(base) => base,
-        None => match registry.load(id).await? {
-            Some((sub, _)) => sub.base_path,
-            None => return Err(SubscriptionError::not_found(id)),
-        },
+    let Some((sub, _)) = registry.load(id).await? else {
+        return Err(SubscriptionError::not_found(id));
     };
-    let prefix = super::prefix(&base);
+    let max = registry.max_matches;
+    let room = sub.matched() < max;
     let listed_ms = now_ms();
-    let start = registry.refresh_cursor(id);
-    let (mut after, mut infos) = (start.clone(), Vec::new());
-    let through = loop {
-        let page = registry
-            .store
-            .list_page(&prefix, after.as_deref(), REFRESH_PAGE)
-            .await
-            .map_err(|e| SubscriptionError::store(&e))?;
-        infos.extend(page.streams);
-        match page.next {
-            Some(next) if infos.len() < REFRESH_STREAMS => after = Some(next),
-            next => break next,
-        }
-    };
-    registry.set_refresh_cursor(id, through.clone());
+    let start = registry.refresh_cursors.get(id);
+    let store_failed = |e| SubscriptionError::store(&e);
+    let slice = listing::slice(
+        &*registry.store,
+        &super::prefix(&sub.base_path),
+        start.as_deref(),
+        |path| sub.wants(path, room),
+    )
+    .await
+    .map_err(store_failed)?;
+    registry.refresh_cursors.set(id, slice.through.clone());
     let covered = Covered {
         after: start,
-        through,
+        through: slice.through,
     };
+    let mut infos = slice.infos;
+    if !slice.candidates.is_empty() {
+        // The room the streams found gone make.
+        let mut after = sub;
+        after.record(&infos, &covered, listed_ms, max);
+        let room = max.saturating_sub(after.matched());
+        let more = listing::live(&*registry.store, &slice.candidates, room).await;
+        infos.extend(more.map_err(store_failed)?);
+    }
     record_listing(registry, id, &infos, &covered, listed_ms).await
 }
 
@@ -372,28 +365,48 @@ async fn record_listing(
 }
 
 /// Reads the streams of every subscription this server knows again from
-/// the store and wakes those with pending data; a failed listing is
-/// retried (with backoff) until it succeeds or the server stops, so no
-/// wake is lost.
+/// the store and wakes those with pending data: per base, one
+/// [`slice`](listing::slice) from where the last rescan of that base
+/// stopped (the paths, and the tails of the streams any of its
+/// subscriptions watches), recorded on each of them. A base larger than a
+/// slice is read over several rescans, so a commit no server recorded is
+/// found within as many. A failed slice is read again (with backoff)
+/// until it succeeds or the server stops, so no wake is lost.
 pub(super) async fn rescan(registry: &Arc<Registry>) {
-    let bases: BTreeSet<String> = registry
+    let watches: Vec<(String, Watch)> = registry
         .known()
-        .values()
-        .map(|watch| watch.base_path.clone())
+        .iter()
+        .map(|(id, watch)| (id.clone(), watch.clone()))
         .collect();
+    let bases: BTreeSet<&str> = watches
+        .iter()
+        .map(|(_, watch)| watch.base_path.as_str())
+        .collect();
+    registry.rescan_cursors.keep(|base| bases.contains(base));
     for base in bases {
-        let listed_ms = now_ms();
-        let Some(infos) = list_until_read(registry, &super::prefix(&base)).await else {
-            return;
-        };
-        let ids: Vec<String> = registry
-            .known()
+        let on_base: Vec<&(String, Watch)> = watches
             .iter()
             .filter(|(_, watch)| watch.base_path == base)
-            .map(|(id, _)| id.clone())
             .collect();
-        for id in ids {
-            match record_listing(registry, &id, &infos, &Covered::default(), listed_ms).await {
+        let listed_ms = now_ms();
+        let start = registry.rescan_cursors.get(base);
+        let wanted = |path: &str| {
+            if on_base.iter().any(|(_, w)| w.concerns(path).is_some()) {
+                listing::Want::Read
+            } else {
+                listing::Want::Skip
+            }
+        };
+        let Some(slice) = slice_until_read(registry, base, start.as_deref(), wanted).await else {
+            return;
+        };
+        registry.rescan_cursors.set(base, slice.through.clone());
+        let covered = Covered {
+            after: start,
+            through: slice.through,
+        };
+        for (id, _) in on_base {
+            match record_listing(registry, id, &slice.infos, &covered, listed_ms).await {
                 Ok(()) => {}
                 Err(err) if err.is_not_found() => {}
                 Err(err) => {
@@ -404,13 +417,19 @@ pub(super) async fn rescan(registry: &Arc<Registry>) {
     }
 }
 
-/// The streams under `prefix`, read again after each failure; `None` when
-/// the server stops first.
-async fn list_until_read(registry: &Registry, prefix: &str) -> Option<Vec<StreamInfo>> {
+/// A slice of the streams under `base` (see [`listing::slice`]), read
+/// again after each failure; `None` when the server stops first.
+async fn slice_until_read(
+    registry: &Registry,
+    base: &str,
+    after: Option<&str>,
+    wanted: impl Fn(&str) -> listing::Want,
+) -> Option<listing::Slice> {
+    let prefix = super::prefix(base);
     let mut failures = 0;
     loop {
-        match registry.store.list(prefix).await {
-            Ok(infos) => return Some(infos),
+        match listing::slice(&*registry.store, &prefix, after, &wanted).await {
+            Ok(slice) => return Some(slice),
             Err(err) => {
                 failures += 1;
                 tracing::warn!(error = %err, prefix, "cannot list streams for the subscriptions; trying again");

@@ -112,6 +112,16 @@ pub trait Backend: Send + Sync + 'static {
     fn documents(&self) -> Option<&dyn crate::Documents> {
         None
     }
+
+    /// Whether the backend applies retention policies: its units find the
+    /// streams that owe drops ([`Sweepable::retained`]) and drop messages
+    /// ([`Records::message_sizes`], [`Records::drop_messages`]). A store
+    /// over a backend that keeps this default (`false`) refuses a policy
+    /// (`retention/invalid`), rather than keep what its writer asked to
+    /// drop.
+    fn applies_retention(&self) -> bool {
+        false
+    }
 }
 
 /// The key type of a backend's units.

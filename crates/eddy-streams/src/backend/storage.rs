@@ -115,16 +115,19 @@ impl<B: Backend> Drop for RecordStorage<B> {
     }
 }
 
-/// Refuses a retention policy: no record backend drops a stream's
-/// prefix yet (DynamoDB's sweep removes whole streams only), and a policy
-/// stored but never applied would keep what its writer asked to drop.
-fn refuse_retention(retention: &crate::Retention) -> Result<(), StreamError> {
-    if retention.is_none() {
+/// Refuses a retention policy on a backend that does not apply one
+/// ([`Backend::applies_retention`]): a policy stored but never applied
+/// would keep what its writer asked to drop.
+fn refuse_retention<B: Backend>(
+    backend: &B,
+    retention: &crate::Retention,
+) -> Result<(), StreamError> {
+    if retention.is_none() || backend.applies_retention() {
         return Ok(());
     }
     Err(StreamError::InvalidRetention(
-        "this store (DynamoDB) does not drop retained messages yet: create the stream \
-         without a retention policy (Eddy-Retention, --retention)"
+        "this store does not drop retained messages: create the stream without a \
+         retention policy (Eddy-Retention, --retention)"
             .into(),
     ))
 }
@@ -205,9 +208,9 @@ impl<B: Backend> RecordStorage<B> {
     }
 }
 
-/// Refuses a compaction policy: no record backend drops messages inside
-/// a stream yet, and a policy stored but never applied would keep every
-/// superseded change its writer asked to drop.
+/// Refuses a compaction policy: no record backend (DynamoDB) drops
+/// messages inside a stream yet, and a policy stored but never applied
+/// would keep every superseded change its writer asked to drop.
 fn refuse_compaction(compaction: Option<&crate::Compaction>) -> Result<(), StreamError> {
     if compaction.is_none() {
         return Ok(());
@@ -227,7 +230,7 @@ impl<B: Backend> Storage for RecordStorage<B> {
         config: StreamConfig,
         initial: Payload,
     ) -> Result<Created, StreamError> {
-        refuse_retention(&config.retention)?;
+        refuse_retention(&self.inner.backend, &config.retention)?;
         refuse_compaction(config.compaction.as_ref())?;
         self.create_or_fork(Write::Create {
             path: path.clone(),
@@ -262,7 +265,7 @@ impl<B: Backend> Storage for RecordStorage<B> {
 
     async fn fork(&self, path: &StreamPath, fork: Fork) -> Result<Created, StreamError> {
         if let Some(retention) = &fork.retention {
-            refuse_retention(retention)?;
+            refuse_retention(&self.inner.backend, retention)?;
         }
         refuse_compaction(fork.compaction.as_ref())?;
         self.create_or_fork(Write::Fork {
@@ -301,6 +304,19 @@ impl<B: Backend> Storage for RecordStorage<B> {
             .await
     }
 
+    /// The backend's paths alone, when it reads them so.
+    async fn list_paths_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<crate::PathPage, StreamError> {
+        let mut unit = self.inner.backend.open();
+        (self.inner.engine)
+            .list_paths_page(&mut unit, prefix, after, limit)
+            .await
+    }
+
     /// The backend's count, when it keeps one.
     async fn count(&self, prefix: &str) -> Result<usize, StreamError> {
         let mut unit = self.inner.backend.open();
@@ -335,7 +351,7 @@ impl<B: Backend> Storage for RecordStorage<B> {
         first: u64,
         messages: Vec<Bytes>,
     ) -> Result<StreamInfo, StreamError> {
-        refuse_retention(&snapshot.config.retention)?;
+        refuse_retention(&self.inner.backend, &snapshot.config.retention)?;
         refuse_compaction(snapshot.config.compaction.as_ref())?;
         let call = Write::Restore {
             snapshot: snapshot.clone(),

@@ -46,6 +46,8 @@ impl Passes {
 pub(crate) struct CompactStep {
     /// Messages it looked at.
     pub examined: u64,
+    /// Their bytes.
+    pub examined_bytes: u64,
     /// Messages it dropped.
     pub dropped: u64,
     /// Whether no pass is under way for the stream after it.
@@ -54,14 +56,17 @@ pub(crate) struct CompactStep {
 
 impl Engine {
     /// One step of compaction of the live stream at `path`, looking at up
-    /// to `budget` messages: of the pass under way, or of a new one when
-    /// the stream is due (or when `force`, which also drops a pass under
-    /// way to start one that reaches the tail now).
+    /// to `budget` messages of at most `max_bytes` together (at least
+    /// one): of the pass under way, or of a new one when the stream is
+    /// due (or when `force`, which also drops a pass under way to start
+    /// one that reaches the tail now). The pass ends with a step that
+    /// finds nothing left to look at.
     pub async fn compact_step<R: Records>(
         &self,
         records: &mut R,
         path: &str,
         budget: u64,
+        max_bytes: u64,
         force: bool,
     ) -> Result<CompactStep, StreamError> {
         let now = self.now_ms();
@@ -86,10 +91,17 @@ impl Engine {
             _ => return Ok(done),
         };
         let first = record.first();
+        let max_bytes = usize::try_from(max_bytes).unwrap_or(usize::MAX);
         let messages = records
-            .messages_before(&key, first..pass.cursor.max(first), budget.max(1))
+            .messages_before(
+                &key,
+                first..pass.cursor.max(first),
+                budget.max(1),
+                max_bytes,
+            )
             .await?;
         let examined = messages.len() as u64;
+        let examined_bytes = messages.iter().map(|(_, m)| m.len() as u64).sum();
         let mut drop = Vec::new();
         for (position, message) in messages.iter().rev() {
             let appended = appended_by_ms(&marks, *position);
@@ -98,7 +110,7 @@ impl Engine {
             }
         }
         let dropped = drop.len() as u64;
-        let finished = examined < budget.max(1);
+        let finished = messages.is_empty();
         if !drop.is_empty() {
             drop.reverse();
             let freed = records.drop_positions(&key, drop).await?;
@@ -116,6 +128,7 @@ impl Engine {
         }
         Ok(CompactStep {
             examined,
+            examined_bytes,
             dropped,
             done: finished,
         })

@@ -20,7 +20,7 @@ mod sweep;
 
 #[cfg(feature = "postgres")]
 pub(crate) use compact::CompactStep;
-pub(crate) use sweep::COMPACTION_STEP;
+pub(crate) use sweep::{COMPACTION_STEP, COMPACTION_STEP_BYTES};
 
 use std::future::Future;
 use std::sync::Arc;
@@ -442,6 +442,24 @@ impl Engine {
             .map(|(path, record)| record.head.info(&path))
             .collect();
         Ok(crate::ListPage { streams, next })
+    }
+
+    /// One page of the paths under `prefix` (see
+    /// [`Storage::list_paths_page`](crate::Storage::list_paths_page)):
+    /// the backend's own when it reads paths alone, else those of a page
+    /// of live streams.
+    pub async fn list_paths_page<R: RecordReader>(
+        &self,
+        records: &mut R,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<crate::PathPage, StreamError> {
+        let limit = limit.clamp(1, crate::MAX_LIST_PAGE);
+        match records.list_paths_page(prefix, after, limit).await? {
+            Some(page) => Ok(page),
+            None => Ok(self.list_page(records, prefix, after, limit).await?.into()),
+        }
     }
 
     /// How many streams there are under `prefix` (see

@@ -89,9 +89,10 @@ impl RecordReader for Suspending {
         key: &Arc<str>,
         range: Range<u64>,
         max: u64,
+        max_bytes: usize,
     ) -> Result<Vec<(u64, Bytes)>, StreamError> {
         pause().await;
-        self.0.messages_before(key, range, max).await
+        self.0.messages_before(key, range, max, max_bytes).await
     }
 
     async fn list(&mut self, prefix: &str) -> Result<Vec<(String, StreamRecord)>, StreamError> {
@@ -310,13 +311,13 @@ proptest::proptest! {
                 }
                 for fault in faults {
                     records.1 = fault;
-                    let step = engine.compact_step(&mut records, path.as_str(), 7, false).await;
+                    let step = engine.compact_step(&mut records, path.as_str(), 7, 400, false).await;
                     assert!(step.is_ok() || fault, "only a fault fails a step: {step:?}");
                 }
             }
             records.1 = false;
             let mut force = true;
-            while !engine.compact_step(&mut records, path.as_str(), 7, force).await.expect("step").done {
+            while !engine.compact_step(&mut records, path.as_str(), 7, 400, force).await.expect("step").done {
                 force = false;
             }
             let (compacted, bytes) = rows(&engine, &mut records, &path).await;

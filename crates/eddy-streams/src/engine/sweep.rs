@@ -42,20 +42,26 @@ impl Engine {
                 swept.tombstones += 1;
             }
         }
-        let mut budget = RETENTION_STEP;
+        let (mut budget, mut bytes_budget) = (RETENTION_STEP, RETENTION_STEP_BYTES);
         for path in &found.retained {
-            if budget == 0 {
+            if budget == 0 || bytes_budget == 0 {
                 break;
             }
-            let dropped = self.retain(records, path, budget, now).await?;
+            let (dropped, freed) = self
+                .retain(records, path, budget, bytes_budget, now)
+                .await?;
             budget -= dropped;
+            bytes_budget = bytes_budget.saturating_sub(freed);
             swept.messages += dropped;
-            if budget == 0 {
+            if budget == 0 || bytes_budget == 0 {
                 break;
             }
-            // Compaction looks at messages within the same budget.
-            let step = self.compact_step(records, path, budget, false).await?;
+            // Compaction looks at messages within the same budgets.
+            let step = self
+                .compact_step(records, path, budget, bytes_budget, false)
+                .await?;
             budget = budget.saturating_sub(step.examined);
+            bytes_budget = bytes_budget.saturating_sub(step.examined_bytes);
             swept.messages += step.dropped;
             swept.examined += step.examined;
         }
@@ -68,18 +74,20 @@ impl Engine {
     }
 
     /// Drops up to `max` of the oldest messages of the live stream at
-    /// `path` that its retention policy lets go at `now`; how many. The
-    /// record keeps its count, so offsets never change; its first kept
-    /// position and its bytes move.
+    /// `path` that its retention policy lets go at `now`, of at most
+    /// `max_bytes` together (at least one, however large); how many, and
+    /// their bytes. The record keeps its count, so offsets never change;
+    /// its first kept position and its bytes move.
     async fn retain<R: Records>(
         &self,
         records: &mut R,
         path: &str,
         max: u64,
+        max_bytes: u64,
         now: i64,
-    ) -> Result<u64, StreamError> {
+    ) -> Result<(u64, u64), StreamError> {
         let Found::Live(Stored { key, mut record }) = find(records, path, now).await? else {
-            return Ok(0);
+            return Ok((0, 0));
         };
         let policy = record.head.config.retention;
         let (first, count) = (record.first(), record.head.count);
@@ -87,27 +95,32 @@ impl Engine {
         // The byte bound weighs the oldest messages one by one, within
         // the step, and always keeps the newest.
         let window = first..count.min(first.saturating_add(max));
-        let mut end = by_rule.clamp(first, window.end);
+        // A backend may weigh a prefix of the window only (one whose step
+        // holds few writes): the step drops no further than it weighed.
+        let sizes = records.message_sizes(&key, window).await?;
+        let mut end = first;
         let mut bytes = record.head.bytes;
         let mut freed = 0;
-        let sizes = records.message_sizes(&key, window.clone()).await?;
         for (position, size) in (first..).zip(&sizes) {
-            let over_bytes = policy.bytes.is_some_and(|keep| bytes > keep);
-            if position >= end && !(over_bytes && position + 1 < count) {
+            let over_bytes = policy.bytes.is_some_and(|keep| bytes > keep) && position + 1 < count;
+            if position >= by_rule && !over_bytes {
+                break;
+            }
+            if end > first && freed + size > max_bytes {
                 break;
             }
             bytes = bytes.saturating_sub(*size);
             freed += size;
-            end = end.max(position + 1);
+            end = position + 1;
         }
         if end <= first {
-            return Ok(0);
+            return Ok((0, 0));
         }
         records.drop_messages(&key, first..end).await?;
         record.head.bytes = record.head.bytes.saturating_sub(freed);
         record.head.retained.dropped_below(end);
         records.update(&key, record).await?;
-        Ok(end - first)
+        Ok((end - first, freed))
     }
 
     /// Drops up to `max` expired producer states, of any stream; how many.
@@ -149,6 +162,16 @@ impl Swept {
 /// PostgreSQL transaction), whatever the streams owe.
 pub(crate) const RETENTION_STEP: u64 = 1024;
 
+/// The most bytes one sweep step drops under retention policies (at least
+/// one message, however large): deleting 16 MB of large messages in one
+/// SQLite step held the writer for up to 240 ms once the file reused
+/// freed pages (`scripts/bench/retention.sh`).
+pub(crate) const RETENTION_STEP_BYTES: u64 = 1024 * 1024;
+
 /// The most messages one step of [`Storage::compact`](crate::Storage::compact)
 /// looks at: the sweep's step.
 pub(crate) const COMPACTION_STEP: u64 = RETENTION_STEP;
+
+/// The most bytes of messages one step of
+/// [`Storage::compact`](crate::Storage::compact) looks at (at least one).
+pub(crate) const COMPACTION_STEP_BYTES: u64 = RETENTION_STEP_BYTES;

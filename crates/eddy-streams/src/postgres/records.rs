@@ -306,6 +306,7 @@ impl RecordReader for PgRecords {
         key: &i64,
         range: Range<u64>,
         max: u64,
+        max_bytes: usize,
     ) -> Result<Vec<(u64, Bytes)>, StreamError> {
         let sql = Arc::clone(&self.sql.messages_before);
         let bound = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
@@ -318,12 +319,18 @@ impl RecordReader for PgRecords {
                     .bind(bound(max)),
             )
             .await?;
-        let mut messages = Vec::with_capacity(rows.len());
-        for row in rows.iter().rev() {
+        // Newest first: those within the byte budget are kept.
+        let (mut messages, mut total) = (Vec::with_capacity(rows.len()), 0usize);
+        for row in &rows {
             let seq: i64 = row.try_get(0).map_err(|e| self.fail(e))?;
             let data: Vec<u8> = row.try_get(1).map_err(|e| self.fail(e))?;
+            total += data.len();
+            if !messages.is_empty() && total > max_bytes {
+                break;
+            }
             messages.push((seq as u64, Bytes::from(data)));
         }
+        messages.reverse();
         Ok(messages)
     }
 

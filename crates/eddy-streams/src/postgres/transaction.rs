@@ -297,6 +297,7 @@ impl PgTransaction {
                 &mut self.records,
                 path.as_str(),
                 crate::engine::COMPACTION_STEP,
+                crate::engine::COMPACTION_STEP_BYTES,
                 force,
             )
             .await

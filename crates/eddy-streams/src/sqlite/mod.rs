@@ -440,6 +440,7 @@ impl Storage for SqliteStorage {
                         records,
                         path.as_str(),
                         crate::engine::COMPACTION_STEP,
+                        crate::engine::COMPACTION_STEP_BYTES,
                         force,
                     ))?;
                     Ok((step, None))

@@ -210,10 +210,11 @@ impl RecordReader for SqliteRecords<'_> {
         key: &i64,
         range: Range<u64>,
         max: u64,
+        max_bytes: usize,
     ) -> impl Op<Vec<(u64, Bytes)>> {
         let max = usize::try_from(max).unwrap_or(usize::MAX);
         ready(
-            messages_at(self.conn, *key, range, usize::MAX, Order::LastFirst(max)).map(
+            messages_at(self.conn, *key, range, max_bytes, Order::LastFirst(max)).map(
                 |mut last| {
                     last.reverse();
                     last

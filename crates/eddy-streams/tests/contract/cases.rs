@@ -116,21 +116,39 @@ macro_rules! every_sweeping_case {
 }
 pub(crate) use every_sweeping_case;
 
-/// The sweep of expired producer states, of retained prefixes and of
-/// compacted streams, for the stores that find them across streams
-/// (memory, SQLite, PostgreSQL; not DynamoDB, whose producer items no
-/// index finds and which refuses retention and compaction policies).
+/// The sweep of expired producer states, for the stores that sweep their
+/// own records (memory, SQLite, PostgreSQL, DynamoDB).
 macro_rules! every_producer_sweeping_case {
     ($run:ident) => {
+        $run!(the_sweep_drops_expired_producers_in_steps);
+    };
+}
+pub(crate) use every_producer_sweeping_case;
+
+/// Retention policies and the sweep's drops, for the stores that sweep
+/// their own records (memory, SQLite, PostgreSQL, DynamoDB): a remote
+/// store is swept by its server.
+macro_rules! every_retention_case {
+    ($run:ident) => {
         $run!(
-            the_sweep_drops_expired_producers_in_steps,
             retention_keeps_the_last_messages_and_offsets_never_change,
             retention_by_bytes_keeps_the_newest_within_the_bound,
             retention_by_age_drops_what_is_older,
+            a_sweep_step_drops_at_most_a_mebibyte,
             idempotent_producers_deduplicate_across_a_drop,
             a_fork_keeps_what_it_inherited_when_its_source_drops,
             a_retention_policy_is_part_of_the_config,
             appends_racing_the_sweep_leave_a_consistent_stream,
+        );
+    };
+}
+pub(crate) use every_retention_case;
+
+/// Compaction, for the stores that compact (memory, SQLite, PostgreSQL;
+/// DynamoDB refuses a compaction policy).
+macro_rules! every_compaction_case {
+    ($run:ident) => {
+        $run!(
             the_sweep_keeps_the_last_hour_whole_and_the_latest_of_every_row,
             deletes_go_after_their_lifetime,
             appends_during_a_pass_are_kept,
@@ -138,7 +156,7 @@ macro_rules! every_producer_sweeping_case {
         );
     };
 }
-pub(crate) use every_producer_sweeping_case;
+pub(crate) use every_compaction_case;
 
 /// The producers per stream every harness's store allows
 /// (`max_producers_per_stream`): as many as the concurrent appenders case
@@ -1037,12 +1055,32 @@ pub async fn list_pages_follow_their_cursor(store: Arc<dyn Storage>) {
         }
     }
     assert_eq!(listed, ["p/a", "p/b", "p/c", "p/e"]);
+    // The paths alone, page by page, follow the same cursor.
+    let mut paths = Vec::new();
+    let mut after: Option<String> = None;
+    for _ in 0..10 {
+        let page = store
+            .list_paths_page("p/", after.as_deref(), 2)
+            .await
+            .expect("paths page");
+        assert!(page.paths.len() <= 2, "{page:?}");
+        paths.extend(page.paths);
+        after = page.next;
+        if after.is_none() {
+            break;
+        }
+    }
+    assert_eq!(paths, listed);
     // A cursor before the prefix starts at it; one past it ends.
     let first = store.list_page("p/", Some("a"), 1).await.expect("page");
     assert_eq!(first.streams.len(), 1);
     assert_eq!(first.streams[0].path, "p/a");
     let none = store.list_page("p/", Some("z"), 5).await.expect("page");
     assert_eq!((none.streams.len(), none.next), (0, None));
+    let first = store.list_paths_page("p/", Some("a"), 1).await;
+    assert_eq!(first.expect("paths page").paths, ["p/a"]);
+    let none = store.list_paths_page("p/", Some("z"), 5).await;
+    assert_eq!(none.expect("paths page"), eddy_streams::PathPage::default());
     assert_eq!(store.count("q/").await.expect("count"), 1);
 }
 

@@ -328,3 +328,35 @@ pub async fn appends_racing_the_sweep_leave_a_consistent_stream(
     let kept: u64 = chunk.messages.iter().map(|m| m.len() as u64).sum();
     assert_eq!(info.bytes, kept, "the bytes are the kept messages'");
 }
+
+/// One sweep step drops at most 1 MiB of a retained prefix (at least one
+/// message), so that no step holds the store's writer for long however
+/// large the messages are.
+pub async fn a_sweep_step_drops_at_most_a_mebibyte(
+    store: Arc<dyn Storage>,
+    _clock: Arc<ManualClock>,
+) {
+    let path = at("retention/large");
+    let config = StreamConfig::bytes("text/plain").with_retention(policy("messages=1"));
+    store
+        .create(&path, config, Payload::empty())
+        .await
+        .expect("create");
+    // Under DynamoDB's 400 KB item limit.
+    let large = "x".repeat(300 * 1024);
+    for _ in 0..7 {
+        store
+            .append(&path, Append::body(large.clone()))
+            .await
+            .expect("append");
+    }
+    // Three messages are 900 KiB; a fourth would pass 1 MiB.
+    assert_eq!(store.sweep(64).await.expect("sweep"), 3);
+    assert_eq!(
+        store.head(&path).await.expect("head").earliest.position(),
+        3
+    );
+    assert_eq!(sweep_all(&*store).await, 3);
+    let head = store.head(&path).await.expect("head");
+    assert_eq!((head.earliest.position(), head.bytes), (6, 300 * 1024));
+}

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use eddy_streams::{
-    Append, ProducerPosition, ReadFrom, Storage, StreamConfig, StreamError, StreamPath,
+    Append, Payload, ProducerPosition, ReadFrom, Storage, StreamConfig, StreamError, StreamPath,
     StreamSnapshot,
 };
 
@@ -18,6 +18,7 @@ macro_rules! every_snapshot_case {
         $run!(
             snapshot_and_restore_keep_offsets_producers_and_close,
             restore_refuses_existing_streams_and_misplaced_chunks,
+            a_restored_stream_keeps_its_retention_policy,
         );
     };
 }
@@ -190,4 +191,34 @@ pub async fn restore_refuses_existing_streams_and_misplaced_chunks(store: Arc<dy
         read_all(&*store, &copy.path).await,
         read_all(&*store, &p).await
     );
+}
+
+/// A snapshot carries the stream's retention policy, its restore keeps
+/// it and the sweep applies it; a stream that dropped messages cannot be
+/// backed up (a snapshot promises every message from 0).
+pub async fn a_restored_stream_keeps_its_retention_policy(store: Arc<dyn Storage>) {
+    let source = StreamPath::new("retained").expect("path");
+    let policy = "messages=3".parse().expect("policy");
+    let config = StreamConfig::bytes("text/plain").with_retention(policy);
+    store
+        .create(&source, config, Payload::empty())
+        .await
+        .expect("create");
+    for n in 0..5 {
+        store
+            .append(&source, Append::body(n.to_string()))
+            .await
+            .expect("append");
+    }
+    let snapshot = store.snapshot(&source).await.expect("snapshot");
+    assert_eq!(snapshot.config.retention, policy);
+    let restored = StreamPath::new("restored").expect("path");
+    let all = messages(&*store, &source).await;
+    restore_at(&*store, &snapshot, &restored, &all, 2).await;
+    let info = store.head(&restored).await.expect("head");
+    assert_eq!(info.config.retention, policy);
+    while store.sweep(64).await.expect("sweep") > 0 {}
+    assert_eq!(read_all(&*store, &restored).await, ["2", "3", "4"]);
+    let refused = store.snapshot(&source).await.expect_err("dropped");
+    assert!(refused.to_string().contains("retention"), "{refused}");
 }

@@ -180,6 +180,37 @@ impl Store for SqliteStore {
         self.read_snapshot(|conn| keys.iter().map(|(pk, sk)| get_item(conn, pk, sk)).collect())
     }
 
+    fn scan(
+        &self,
+        after: Option<&(String, String)>,
+        visit: &mut dyn FnMut(&str, Item) -> bool,
+    ) -> Result<bool, TableError> {
+        let (pk, sk) = after.cloned().unwrap_or_default();
+        let first = after.is_none();
+        self.read(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT pk, item FROM items WHERE ?1 OR (pk, sk) > (?2, ?3) ORDER BY pk, sk",
+                )
+                .map_err(storage)?;
+            let mut rows = stmt.query(params![first, pk, sk]).map_err(storage)?;
+            while let Some(row) = rows.next().map_err(storage)? {
+                let pk = row
+                    .get_ref(0)
+                    .and_then(|v| Ok(v.as_str()?))
+                    .map_err(storage)?;
+                let text = row
+                    .get_ref(1)
+                    .and_then(|v| Ok(v.as_str()?))
+                    .map_err(storage)?;
+                if !visit(pk, decode_item(text)?) {
+                    return Ok(rows.next().map_err(storage)?.is_some());
+                }
+            }
+            Ok(false)
+        })
+    }
+
     fn query(
         &self,
         range: &KeyRange,
