@@ -216,7 +216,7 @@ impl Storage for MemoryStorage {
         let mut records = self.lock();
         let (now, below) = (self.engine.now_ms(), self.engine.sweep_floor());
         let found = complete(records.sweepable(now, below, max))?;
-        let swept = complete(self.engine.sweep(&mut *records, &found))?.count();
+        let swept = complete(self.engine.sweep(&mut *records, &found, true))?.count();
         let producers = complete(self.engine.sweep_producers(&mut *records, max))?;
         Ok(swept + producers as usize)
     }

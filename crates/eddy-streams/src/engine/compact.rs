@@ -9,8 +9,8 @@ use std::sync::Mutex;
 
 use super::lifecycle::{find, Found};
 use super::Engine;
-use crate::compaction::{appended_by_ms, Pass, Verdict};
-use crate::record::{Records, Stored};
+use crate::compaction::{appended_by_ms, Compacted, Pass, Verdict};
+use crate::record::{RecordReader, Records, Stored};
 use crate::StreamError;
 
 /// The most passes an engine keeps between steps (one per stream being
@@ -54,6 +54,23 @@ pub(crate) struct CompactStep {
     pub done: bool,
 }
 
+/// What a compaction step decided, before it writes: the positions to
+/// drop, and the pass's outcome when it looked at everything. Its pass
+/// is already kept for the next step, so a step whose write fails leaves
+/// the pass ahead of what was dropped (which only keeps more).
+#[derive(Clone, Debug)]
+pub(crate) struct CompactPlan {
+    /// The stream it is about.
+    path: String,
+    incarnation: u64,
+    /// The positions to drop, in order.
+    drop: Vec<u64>,
+    /// The pass's outcome, when this step ends it.
+    finished: Option<Compacted>,
+    examined: u64,
+    examined_bytes: u64,
+}
+
 impl Engine {
     /// One step of compaction of the live stream at `path`, looking at up
     /// to `budget` messages of at most `max_bytes` together (at least
@@ -69,26 +86,45 @@ impl Engine {
         max_bytes: u64,
         force: bool,
     ) -> Result<CompactStep, StreamError> {
+        match self
+            .compact_plan(records, path, budget, max_bytes, force)
+            .await?
+        {
+            Some(plan) => self.compact_apply(records, &plan).await,
+            None => Ok(CompactStep {
+                done: true,
+                ..CompactStep::default()
+            }),
+        }
+    }
+
+    /// The reading half of [`compact_step`](Self::compact_step): what the
+    /// step drops, decided from the messages it reads (which never change
+    /// but by being dropped), so a backend may decide outside the write
+    /// that locks the stream. `None` when there is nothing to do.
+    pub async fn compact_plan<R: RecordReader>(
+        &self,
+        records: &mut R,
+        path: &str,
+        budget: u64,
+        max_bytes: u64,
+        force: bool,
+    ) -> Result<Option<CompactPlan>, StreamError> {
         let now = self.now_ms();
-        let done = CompactStep {
-            done: true,
-            ..CompactStep::default()
-        };
-        let Found::Live(Stored { key, mut record }) = find(records, path, now).await? else {
-            return Ok(done);
+        let Found::Live(Stored { key, record }) = find(records, path, now).await? else {
+            return Ok(None);
         };
         let head = &record.head;
-        let marks = head.retained.marks.clone();
         let Some(policy) = head.config.compaction else {
-            return Ok(done);
+            return Ok(None);
         };
-        let under_way = self.passes.take(path, head.incarnation);
-        let mut pass = match under_way {
+        let marks = &head.retained.marks;
+        let mut pass = match self.passes.take(path, head.incarnation) {
             Some(pass) if !force => pass,
             _ if force || head.compaction_due_ms().is_some_and(|due| due <= now) => {
-                Pass::new(path, head.incarnation, &policy, &marks, head.count, now)
+                Pass::new(path, head.incarnation, &policy, marks, head.count, now)
             }
-            _ => return Ok(done),
+            _ => return Ok(None),
         };
         let first = record.first();
         let max_bytes = usize::try_from(max_bytes).unwrap_or(usize::MAX);
@@ -100,37 +136,68 @@ impl Engine {
                 max_bytes,
             )
             .await?;
-        let examined = messages.len() as u64;
-        let examined_bytes = messages.iter().map(|(_, m)| m.len() as u64).sum();
         let mut drop = Vec::new();
         for (position, message) in messages.iter().rev() {
-            let appended = appended_by_ms(&marks, *position);
+            let appended = appended_by_ms(marks, *position);
             if pass.examine(&policy, *position, message, appended) == Verdict::Drop {
                 drop.push(*position);
             }
         }
-        let dropped = drop.len() as u64;
-        let finished = messages.is_empty();
-        if !drop.is_empty() {
-            drop.reverse();
-            let freed = records.drop_positions(&key, drop).await?;
-            record.head.bytes = record.head.bytes.saturating_sub(freed);
-            record.head.retained.compacted.dropped += dropped;
-        }
-        if finished {
-            let total = record.head.retained.compacted.dropped;
-            *record.head.retained.compacted = pass.finish(total);
-        } else {
+        drop.reverse();
+        let finished = messages.is_empty().then(|| pass.finish(0));
+        if finished.is_none() {
             self.passes.put(pass);
         }
-        if finished || dropped > 0 {
+        Ok(Some(CompactPlan {
+            path: path.to_owned(),
+            incarnation: head.incarnation,
+            drop,
+            finished,
+            examined: messages.len() as u64,
+            examined_bytes: messages.iter().map(|(_, m)| m.len() as u64).sum(),
+        }))
+    }
+
+    /// The writing half of [`compact_step`](Self::compact_step): drops
+    /// what `plan` decided from the stream as it is now (nothing if it was
+    /// replaced meanwhile), with its bytes, and stores the pass's outcome.
+    pub async fn compact_apply<R: Records>(
+        &self,
+        records: &mut R,
+        plan: &CompactPlan,
+    ) -> Result<CompactStep, StreamError> {
+        let now = self.now_ms();
+        let step = CompactStep {
+            examined: plan.examined,
+            examined_bytes: plan.examined_bytes,
+            dropped: plan.drop.len() as u64,
+            done: plan.finished.is_some(),
+        };
+        let found = find(records, &plan.path, now).await?;
+        let Found::Live(Stored { key, mut record }) = found else {
+            return Ok(step);
+        };
+        if record.head.incarnation != plan.incarnation {
+            return Ok(step);
+        }
+        let mut wrote = false;
+        if !plan.drop.is_empty() {
+            let freed = records.drop_positions(&key, plan.drop.clone()).await?;
+            record.head.bytes = record.head.bytes.saturating_sub(freed);
+            record.head.retained.compacted.dropped += step.dropped;
+            wrote = true;
+        }
+        if let Some(outcome) = &plan.finished {
+            let dropped = record.head.retained.compacted.dropped;
+            *record.head.retained.compacted = Compacted {
+                dropped,
+                ..outcome.clone()
+            };
+            wrote = true;
+        }
+        if wrote {
             records.update(&key, record).await?;
         }
-        Ok(CompactStep {
-            examined,
-            examined_bytes,
-            dropped,
-            done: finished,
-        })
+        Ok(step)
     }
 }

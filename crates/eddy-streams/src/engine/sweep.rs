@@ -20,11 +20,15 @@ impl Engine {
 
     /// Removes what `found` names that may go now: each expired stream
     /// that nothing live was forked from (with its dead forks), and each
-    /// tombstone, whose incarnation is below the floor.
+    /// tombstone, whose incarnation is below the floor; drops what the
+    /// retained streams' policies let go, and, when `compact`, runs steps
+    /// of their compaction passes (a backend that runs them apart, in
+    /// writes of their own, passes `false`).
     pub async fn sweep<R: Records>(
         &self,
         records: &mut R,
         found: &Sweepable,
+        compact: bool,
     ) -> Result<Swept, StreamError> {
         let now = self.now_ms();
         let below = self.sweep_floor();
@@ -53,8 +57,8 @@ impl Engine {
             budget -= dropped;
             bytes_budget = bytes_budget.saturating_sub(freed);
             swept.messages += dropped;
-            if budget == 0 || bytes_budget == 0 {
-                break;
+            if budget == 0 || bytes_budget == 0 || !compact {
+                continue;
             }
             // Compaction looks at messages within the same budgets.
             let step = self

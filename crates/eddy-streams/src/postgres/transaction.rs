@@ -274,7 +274,9 @@ impl PgTransaction {
         self.records.set_locking(true);
         self.calls += 1;
         let engine = &self.wiring.engine;
-        let swept = engine.sweep(&mut self.records, found).await?;
+        // Compaction goes apart (`PgStorage::compact_step`): its reads
+        // need not hold the streams' rows.
+        let swept = engine.sweep(&mut self.records, found, false).await?;
         let producers = engine.sweep_producers(&mut self.records, max).await?;
         let count = swept.count() + producers as usize;
         self.changes
@@ -282,24 +284,33 @@ impl PgTransaction {
         Ok(count)
     }
 
-    /// One step of a compaction pass of the stream at `path` (see
+    /// What one step of a compaction pass of the stream at `path` drops,
+    /// read without locking the stream (see
     /// [`Storage::compact`](crate::Storage::compact)).
-    pub(crate) async fn compact_step(
+    pub(crate) async fn compact_plan(
         &mut self,
-        path: &StreamPath,
+        path: &str,
+        budget: u64,
+        max_bytes: u64,
         force: bool,
+    ) -> Result<Option<crate::engine::CompactPlan>, StreamError> {
+        self.records.set_locking(false);
+        self.wiring
+            .engine
+            .compact_plan(&mut self.records, path, budget, max_bytes, force)
+            .await
+    }
+
+    /// Drops what `plan` decided, the stream locked only for that.
+    pub(crate) async fn compact_apply(
+        &mut self,
+        plan: &crate::engine::CompactPlan,
     ) -> Result<crate::engine::CompactStep, StreamError> {
         self.records.set_locking(true);
         self.calls += 1;
         self.wiring
             .engine
-            .compact_step(
-                &mut self.records,
-                path.as_str(),
-                crate::engine::COMPACTION_STEP,
-                crate::engine::COMPACTION_STEP_BYTES,
-                force,
-            )
+            .compact_apply(&mut self.records, plan)
             .await
     }
 

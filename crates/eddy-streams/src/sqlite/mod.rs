@@ -420,7 +420,7 @@ impl Storage for SqliteStorage {
             .await?;
         // Expired producers are found by the writer, through their index.
         self.submit(0, Containment::Savepoint, move |engine, records| {
-            let swept = complete(engine.sweep(records, &found))?.count();
+            let swept = complete(engine.sweep(records, &found, true))?.count();
             let producers = complete(engine.sweep_producers(records, max))?;
             Ok((swept + producers as usize, None))
         })
