@@ -19,7 +19,8 @@ mod snapshot;
 mod sweep;
 
 #[cfg(feature = "postgres")]
-pub(crate) use compact::{CompactPlan, CompactStep};
+pub(crate) use compact::CompactPlan;
+pub(crate) use compact::CompactStep;
 pub(crate) use sweep::{COMPACTION_STEP, COMPACTION_STEP_BYTES};
 
 use std::future::Future;
