@@ -71,6 +71,56 @@ pub(crate) struct CompactPlan {
     examined_bytes: u64,
 }
 
+/// The most rows one write of a compaction step deletes, where a backend
+/// writes the step apart from its reads: a step's drops go in writes of
+/// at most this many, so appends wait for one of them at a time.
+pub(crate) const DROPS_PER_WRITE: usize = 256;
+
+impl CompactPlan {
+    /// What the step read: messages and bytes.
+    pub fn examined(&self) -> (u64, u64) {
+        (self.examined, self.examined_bytes)
+    }
+
+    /// The plan as writes of at most [`DROPS_PER_WRITE`] drops each, in
+    /// order (none when it drops nothing and does not end the pass);
+    /// only the last ends the pass and counts what was read.
+    pub fn writes(self) -> Vec<CompactPlan> {
+        if self.drop.is_empty() && self.finished.is_none() {
+            return Vec::new();
+        }
+        if self.drop.len() <= DROPS_PER_WRITE {
+            return vec![self];
+        }
+        let parts: Vec<Vec<u64>> = self
+            .drop
+            .chunks(DROPS_PER_WRITE)
+            .map(<[u64]>::to_vec)
+            .collect();
+        let last = parts.len() - 1;
+        parts
+            .into_iter()
+            .enumerate()
+            .map(|(index, drop)| CompactPlan {
+                path: self.path.clone(),
+                incarnation: self.incarnation,
+                drop,
+                finished: if index == last {
+                    self.finished.clone()
+                } else {
+                    None
+                },
+                examined: if index == last { self.examined } else { 0 },
+                examined_bytes: if index == last {
+                    self.examined_bytes
+                } else {
+                    0
+                },
+            })
+            .collect()
+    }
+}
+
 impl Engine {
     /// One step of compaction of the live stream at `path`, looking at up
     /// to `budget` messages of at most `max_bytes` together (at least

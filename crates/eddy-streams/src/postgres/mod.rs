@@ -382,12 +382,24 @@ impl PgStorage {
                 ..Default::default()
             });
         };
-        let plan = &plan;
-        self.write(|mut tx| async move {
-            let step = tx.compact_apply(plan).await;
-            (tx, step)
-        })
-        .await
+        let (examined, examined_bytes) = plan.examined();
+        let mut step = crate::engine::CompactStep {
+            examined,
+            examined_bytes,
+            ..Default::default()
+        };
+        for write in plan.writes() {
+            let write = &write;
+            let done = self
+                .write(|mut tx| async move {
+                    let step = tx.compact_apply(write).await;
+                    (tx, step)
+                })
+                .await?;
+            step.dropped += done.dropped;
+            step.done |= done.done;
+        }
+        Ok(step)
     }
 
     async fn read_only<T, F, Fut>(&self, call: F) -> Result<T, StreamError>

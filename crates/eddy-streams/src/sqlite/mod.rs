@@ -239,10 +239,22 @@ impl SqliteStorage {
                 ..Default::default()
             });
         };
-        self.submit(0, Containment::Savepoint, move |engine, records| {
-            Ok((complete(engine.compact_apply(records, &plan))?, None))
-        })
-        .await
+        let (examined, examined_bytes) = plan.examined();
+        let mut step = crate::engine::CompactStep {
+            examined,
+            examined_bytes,
+            ..Default::default()
+        };
+        for write in plan.writes() {
+            let done = self
+                .submit(0, Containment::Savepoint, move |engine, records| {
+                    Ok((complete(engine.compact_apply(records, &write))?, None))
+                })
+                .await?;
+            step.dropped += done.dropped;
+            step.done |= done.done;
+        }
+        Ok(step)
     }
 
     /// Runs `f` on a read connection inside one read transaction, off the
