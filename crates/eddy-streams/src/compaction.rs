@@ -36,8 +36,9 @@
 //! met (so a pass holds every row key of the stream once, in memory),
 //! and drops what it passed that a later message supersedes. A stream
 //! is due for a pass once the messages past the lag since the last pass
-//! are as many as that pass kept (Kafka's dirty ratio of one half), or
-//! when a delete it kept outlives its lifetime.
+//! are half as many as that pass kept (Kafka's dirty ratio, at one
+//! third), so it holds at most about 1.5 times its working set past the
+//! head, or when a delete it kept outlives its lifetime.
 //!
 //! The policy is written as `key=value` pairs separated by `;`, like a
 //! retention policy: `age=1h; messages=1000; bytes=10MB; deletes=1d`.
@@ -309,7 +310,9 @@ impl Compacted {
     /// for at once); `None` when nothing will be due until the stream
     /// changes.
     pub fn due_ms(&self, policy: &Compaction, marks: &[AgeMark], count: u64) -> Option<i64> {
-        let threshold = self.kept.max(1);
+        // Half what the last pass kept: at rest a stream holds at most
+        // about 1.5 times its working set past the head.
+        let threshold = (self.kept / 2).max(1);
         // Without a byte bound, where a pass would end is known; with one
         // it is at most that, so new messages must have come too (else
         // every sweep would start a pass that ends where the last did).

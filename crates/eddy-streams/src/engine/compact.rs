@@ -82,6 +82,13 @@ impl CompactPlan {
         (self.examined, self.examined_bytes)
     }
 
+    /// The plan as one write, unless it writes nothing (it drops nothing
+    /// and does not end the pass).
+    #[cfg(feature = "postgres")]
+    pub fn whole(self) -> Option<CompactPlan> {
+        (!self.drop.is_empty() || self.finished.is_some()).then_some(self)
+    }
+
     /// The plan as writes of at most [`DROPS_PER_WRITE`] drops each, in
     /// order (none when it drops nothing and does not end the pass);
     /// only the last ends the pass and counts what was read.
