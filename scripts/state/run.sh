@@ -38,7 +38,8 @@ run_backend() {
   data="$(mktemp -d)"
   log="$(mktemp)"
   out="$(mktemp)"
-  "$eddy" serve --listen "127.0.0.1:$port" --storage "$backend" --data "$data" >"$log" 2>&1 &
+  # A short sweep interval: the compaction check waits for the sweep.
+  "$eddy" serve --listen "127.0.0.1:$port" --storage "$backend" --data "$data" --sweep-interval 100ms >"$log" 2>&1 &
   server=$!
   wait_healthy "http://127.0.0.1:$port" "$server" "$log" "state ($backend)" || return 1
   node interop.mjs "http://127.0.0.1:$port" "$interop" >"$out" 2>&1 || status=1

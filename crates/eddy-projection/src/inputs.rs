@@ -26,6 +26,10 @@ pub(crate) struct ReadAhead {
     /// The offset of the first buffered message.
     next: Offset,
     messages: VecDeque<Bytes>,
+    /// Each buffered message's offset (a compacted stream's positions
+    /// have holes), and where the read that filled the buffer ended.
+    offsets: VecDeque<Offset>,
+    end: Offset,
     /// The read that filled the buffer reached the end of a closed stream.
     closed_at_end: bool,
 }
@@ -41,11 +45,14 @@ pub(crate) async fn read_range(
     mut ahead: Option<&mut ReadAhead>,
 ) -> Result<Raw, StreamError> {
     let mut taken = Taken::new(bounds);
+    let mut next = from;
     if let Some(buffer) = ahead.as_deref_mut() {
         if buffer.next == from && !buffer.messages.is_empty() {
             let take = taken.fitting(buffer.messages.iter());
             taken.extend(buffer.messages.drain(..take));
-            buffer.next = from.advanced(take as u64);
+            buffer.offsets.drain(..take.min(buffer.offsets.len()));
+            buffer.next = buffer.offsets.front().copied().unwrap_or(buffer.end);
+            next = buffer.next;
             let bounded = !buffer.messages.is_empty();
             if bounded || taken.full() || buffer.closed_at_end {
                 let closed = buffer.closed_at_end && buffer.messages.is_empty();
@@ -57,27 +64,30 @@ pub(crate) async fn read_range(
             }
         } else {
             buffer.messages.clear();
+            buffer.offsets.clear();
             buffer.closed_at_end = false;
         }
     }
-    let mut next = from.advanced(taken.messages.len() as u64);
     loop {
         let chunk = storage
             .read(path, ReadFrom::Offset(next), READ_BYTES)
             .await?;
         let got = chunk.messages.len();
         let room = taken.fitting(chunk.messages.iter());
-        let mut rest = chunk.messages.into_iter();
-        let before = taken.messages.len();
-        taken.extend(rest.by_ref().take(room));
         // The chunk's offsets carry the stream's own incarnation, also when
         // `from` was the zero offset or an offset of a fork's source.
-        let to = chunk.start.advanced((taken.messages.len() - before) as u64);
+        let to = chunk.offset_after(room);
+        let offsets: VecDeque<Offset> = (room..got).map(|i| chunk.offset_of(i)).collect();
+        let end = chunk.next_offset;
+        let mut rest = chunk.messages.into_iter();
+        taken.extend(rest.by_ref().take(room));
         next = to;
         let reached_end = chunk.up_to_date && got <= room;
         if let Some(buffer) = ahead.as_deref_mut() {
             buffer.next = to;
             buffer.messages = rest.collect();
+            buffer.offsets = offsets;
+            buffer.end = end;
             buffer.closed_at_end = chunk.up_to_date && chunk.closed;
         }
         if taken.full() || room < got || chunk.up_to_date || got == 0 {

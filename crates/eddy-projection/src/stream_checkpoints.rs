@@ -170,7 +170,7 @@ impl StreamCheckpoints {
     /// when it was deleted.
     async fn head(&self, path: &StreamPath) -> Result<SlotHead> {
         match self.storage.head(path).await {
-            Ok(info) => Ok(SlotHead::Live(info)),
+            Ok(info) => Ok(SlotHead::Live(Box::new(info))),
             Err(StreamError::NotFound { .. }) => Ok(SlotHead::Absent),
             Err(StreamError::Gone { .. }) => Ok(SlotHead::Gone),
             Err(e) => Err(e.into()),
@@ -235,7 +235,7 @@ impl StreamCheckpoints {
         }
         Ok(Some(Found {
             epoch: record.epoch,
-            info,
+            info: *info,
             record,
         }))
     }
@@ -556,7 +556,7 @@ fn unescape(text: &str) -> Option<String> {
 }
 
 enum SlotHead {
-    Live(StreamInfo),
+    Live(Box<StreamInfo>),
     Absent,
     Gone,
 }

@@ -23,7 +23,7 @@ pub(crate) enum Freshness {
 /// The request headers a catch-up response varies on besides its URL:
 /// the compression the client accepts, and Eddy's framing and budget
 /// extensions.
-pub(crate) const READ_VARY: &str = "accept-encoding, eddy-framing, eddy-max-bytes";
+pub(crate) const READ_VARY: &str = "accept-encoding, eddy-framing, eddy-max-bytes, eddy-positions";
 
 /// The `Cache-Control` value of a read of `path`.
 pub(crate) fn control(state: &AppState, path: &StreamPath, freshness: Freshness) -> String {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use eddy_projection::CheckpointStore;
 use ipnet::IpNet;
 
-use crate::RetentionRule;
+use crate::{CompactionRule, RetentionRule};
 pub use tower_http::CompressionLevel;
 
 /// Limits and behaviour of one server.
@@ -130,6 +130,9 @@ pub struct ServerConfig {
     /// an `Eddy-Retention` header: the first rule that matches the path
     /// gives the policy stored with the stream (see [`RetentionRule`]).
     pub retention: Vec<RetentionRule>,
+    /// Compaction policies by path pattern, for the streams created
+    /// without an `Eddy-Compaction` header (see [`CompactionRule`]).
+    pub compaction: Vec<CompactionRule>,
 }
 
 /// A checkpoint store that `/_eddy/bindings` reads besides the store's
@@ -180,6 +183,7 @@ impl Default for ServerConfig {
             console: true,
             checkpoint_table: None,
             retention: Vec::new(),
+            compaction: Vec::new(),
         }
     }
 }

@@ -117,7 +117,7 @@ pub use config::{
 pub use error::ApiError;
 pub use metrics::Metrics;
 pub use protocol::RESERVED_STREAM_PREFIX;
-pub use retention::RetentionRule;
+pub use retention::{CompactionRule, PathRule, RetentionRule, RulePolicy};
 pub use server::{RunningServer, Server, TlsCertificates, TlsError};
 pub use state::AppState;
 pub use wire::ListedStream;

@@ -104,6 +104,22 @@ pub(crate) fn retention(headers: &HeaderMap) -> Result<Option<eddy_streams::Rete
     }
 }
 
+/// `Eddy-Compaction`, when sent: a policy in the grammar of
+/// [`Compaction`](eddy_streams::Compaction), or `none` (no compaction,
+/// whatever the server's rules say); a bad one is refused whole.
+pub(crate) fn compaction(
+    headers: &HeaderMap,
+) -> Result<Option<Option<eddy_streams::Compaction>>, ApiError> {
+    match header(headers, protocol::COMPACTION)? {
+        Some(text) if text.trim().eq_ignore_ascii_case("none") => Ok(Some(None)),
+        Some(text) => text
+            .parse()
+            .map(|policy| Some(Some(policy)))
+            .map_err(|e: eddy_streams::CompactionError| ApiError::Stream(e.into())),
+        None => Ok(None),
+    }
+}
+
 /// An RFC 3339 timestamp.
 pub(crate) fn rfc3339(value: &str) -> Result<SystemTime, ApiError> {
     let parsed = OffsetDateTime::parse(value, &Rfc3339).map_err(|e| {

@@ -50,6 +50,9 @@ pub(crate) const STREAM_BYTES: HeaderName = HeaderName::from_static("eddy-stream
 /// Eddy's extension: a stream's retention policy (on create; echoed on
 /// create, HEAD and GET).
 pub(crate) const RETENTION: HeaderName = HeaderName::from_static("eddy-retention");
+/// Eddy's extension: a stream's compaction policy (on create; echoed on
+/// create, HEAD and GET).
+pub(crate) const COMPACTION: HeaderName = HeaderName::from_static("eddy-compaction");
 /// Eddy's extension: the offset of the first message a stream keeps (on
 /// HEAD, and with `offset/dropped`).
 pub(crate) const EARLIEST_OFFSET: HeaderName = HeaderName::from_static("eddy-earliest-offset");
@@ -68,13 +71,13 @@ pub(crate) const EXPOSED_HEADERS: &str = "stream-next-offset, stream-up-to-date,
 stream-closed, stream-ttl, stream-expires-at, producer-epoch, producer-seq, \
 producer-expected-seq, producer-received-seq, stream-sse-data-encoding, etag, location, content-location, \
 content-type, eddy-error, eddy-stream-bytes, eddy-read-start, eddy-duplicate, eddy-limit, \
-eddy-retention, eddy-earliest-offset, retry-after, x-request-id";
+eddy-retention, eddy-compaction, eddy-earliest-offset, retry-after, x-request-id";
 
 /// Every request header a browser client may send.
 pub(crate) const ALLOWED_HEADERS: &str = "authorization, content-type, if-none-match, stream-seq, \
 stream-ttl, stream-expires-at, stream-closed, stream-expected-offset, producer-id, \
 producer-epoch, producer-seq, stream-forked-from, stream-fork-offset, stream-fork-sub-offset, \
-eddy-retention";
+eddy-retention, eddy-compaction";
 
 /// Eddy's extension (request): `messages` asks for a framed read body in
 /// which every message is a 4-byte big-endian length and its bytes, so a
@@ -82,6 +85,11 @@ eddy-retention";
 pub(crate) const FRAMING: HeaderName = HeaderName::from_static("eddy-framing");
 /// The value of [`FRAMING`] that asks for length-prefixed messages.
 pub(crate) const FRAMING_MESSAGES: &str = "messages";
+/// Eddy's extension (request, with [`FRAMING`]): `true` asks for each
+/// frame to start with its message's position (8 bytes, big-endian), so a
+/// reader of a compacted stream knows each message's offset; echoed on
+/// the answer when the server did so (an older one ignores it).
+pub(crate) const POSITIONS: HeaderName = HeaderName::from_static("eddy-positions");
 /// Eddy's extension (request): the most bytes of messages a read returns.
 pub(crate) const MAX_BYTES: HeaderName = HeaderName::from_static("eddy-max-bytes");
 /// Eddy's extension (response): the offset of the first message of a read.

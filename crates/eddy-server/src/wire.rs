@@ -29,6 +29,9 @@ pub struct ListedStream {
     /// Its retention policy (`Eddy-Retention`'s grammar), if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<String>,
+    /// Its compaction policy (`Eddy-Compaction`'s grammar), if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<String>,
     /// The offset of its first message kept, when retention dropped some.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub earliest: Option<Offset>,
@@ -78,6 +81,7 @@ impl From<&StreamInfo> for ListedStream {
             bytes: info.bytes,
             retention: (!info.config.retention.is_none())
                 .then(|| info.config.retention.to_string()),
+            compaction: info.config.compaction.map(|policy| policy.to_string()),
             earliest: (info.earliest.position() > 0).then_some(info.earliest),
         }
     }
@@ -101,6 +105,7 @@ impl From<ListedStream> for StreamInfo {
                     .retention
                     .and_then(|text| text.parse().ok())
                     .unwrap_or_default(),
+                compaction: listed.compaction.and_then(|text| text.parse().ok()),
             },
             closed: listed.closed,
             earliest: listed.earliest.unwrap_or(listed.tail.with_position(0)),

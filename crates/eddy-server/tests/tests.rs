@@ -3,6 +3,7 @@
 mod authorization;
 mod caching;
 mod claims;
+mod compaction;
 mod compression;
 mod connections;
 mod console;

@@ -4,13 +4,15 @@
 //!
 //! The format, one JSON value per line:
 //!
-//! 1. `{"header":{"format":"eddy-streams-backup","version":1}}`;
+//! 1. `{"header":{"format":"eddy-streams-backup","version":2}}`;
 //! 2. per stream, `{"stream":{…}}` (path, content type, expiry, closed,
 //!    count, bytes, `Stream-Seq`, the producer that closed it, the
 //!    producers' positions with when each last wrote, `last_ms`: optional,
 //!    a backup without it restores them as written at the restore), then
 //!    its messages in order, each
-//!    `{"text":"…"}` (UTF-8) or `{"base64":"…"}` (other bytes);
+//!    `{"text":"…"}` (UTF-8) or `{"base64":"…"}` (other bytes), with
+//!    `{"skip":N}` where N positions hold no message (compaction dropped
+//!    them; version 2, which reads version 1 too);
 //! 3. `{"end":{"streams":N,"messages":M}}`, so a cut-off file is detected.
 //!
 //! Each stream is copied as of one commit ([`Storage::snapshot`]): its
@@ -40,8 +42,9 @@ use crate::{
 
 /// The `format` of the header line.
 pub const BACKUP_FORMAT: &str = "eddy-streams-backup";
-/// The newest format version this build writes and reads.
-pub const BACKUP_VERSION: u32 = 1;
+/// The newest format version this build writes and reads (2 added the
+/// `skip` lines of compacted streams).
+pub const BACKUP_VERSION: u32 = 2;
 
 /// How many message bytes one read or one restore call carries.
 const CHUNK_BYTES: usize = 1 << 20;
@@ -110,10 +113,15 @@ pub struct BackupSummary {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum Line {
-    Header { format: String, version: u32 },
+    Header {
+        format: String,
+        version: u32,
+    },
     Stream(Box<StreamLine>),
     Text(String),
     Base64(String),
+    /// Positions without a message (a compacted stream's holes).
+    Skip(u64),
     End(BackupSummary),
 }
 
@@ -151,6 +159,8 @@ struct StreamLine {
     created_closed: bool,
     #[serde(default, skip_serializing_if = "Retention::is_none")]
     retention: Retention,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    compaction: Option<crate::Compaction>,
     closed: bool,
     count: u64,
     bytes: u64,
@@ -183,6 +193,7 @@ impl From<&StreamSnapshot> for StreamLine {
             expires_at_ms,
             created_closed: s.config.closed,
             retention: s.config.retention,
+            compaction: s.config.compaction,
             closed: s.closed,
             count: s.count,
             bytes: s.bytes,
@@ -211,6 +222,7 @@ impl StreamLine {
                 expiry: expiry_from_columns(self.ttl_secs, self.expires_at_ms),
                 closed: self.created_closed,
                 retention: self.retention,
+                compaction: self.compaction,
             },
             closed: self.closed,
             count: self.count,
@@ -274,28 +286,46 @@ pub async fn export(
             Err(err) => return Err(failed(err)),
         };
         write_line(out, &Line::Stream(Box::new(StreamLine::from(&snapshot))))?;
-        let mut written = 0;
-        while written < snapshot.count {
+        // The next position to write, and how many positions were skipped
+        // before it (holes compaction left).
+        let mut position = 0;
+        while position < snapshot.count {
             let chunk = store
                 .read(
                     &path,
-                    ReadFrom::Offset(crate::Offset::new(snapshot.incarnation, written)),
+                    ReadFrom::Offset(crate::Offset::new(snapshot.incarnation, position)),
                     CHUNK_BYTES,
                 )
                 .await
                 .map_err(failed)?;
-            let wanted = usize::try_from(snapshot.count - written).unwrap_or(usize::MAX);
             let mut bytes = 0;
-            for message in chunk.messages.iter().take(wanted) {
+            for (index, message) in chunk.messages.iter().enumerate() {
+                let at = chunk.offset_of(index).position();
+                if at >= snapshot.count {
+                    break;
+                }
+                if at > position {
+                    write_line(out, &Line::Skip(at - position))?;
+                }
                 write_line(out, &Line::message(message))?;
-                written += 1;
+                position = at + 1;
                 bytes += message.len() as u64;
+                summary.messages += 1;
+            }
+            // Nothing kept up to where the read ended: skip to there.
+            let end = chunk.next_offset.position().min(snapshot.count);
+            if end > position {
+                write_line(out, &Line::Skip(end - position))?;
+                position = end;
+            } else if chunk.messages.is_empty() {
+                return Err(failed(StreamError::internal(
+                    "a read before the snapshot's tail returned nothing",
+                )));
             }
             progress.copied(&info.path, bytes);
         }
         progress.finished(&info.path);
         summary.streams += 1;
-        summary.messages += snapshot.count;
     }
     write_line(out, &Line::End(summary))?;
     out.flush()?;
@@ -305,29 +335,69 @@ pub async fn export(
 /// A stream being restored: its state and the messages not yet sent.
 struct Pending {
     snapshot: StreamSnapshot,
+    /// Whether the stream was created (its first restore call).
+    created: bool,
+    /// The stream's count as restored so far.
     sent: u64,
+    /// The position of the next message line.
+    next: u64,
     buffer: Vec<Bytes>,
     buffered: usize,
 }
 
 impl Pending {
-    /// Restores what is buffered (always once, so that an empty stream
-    /// is created too).
+    fn new(snapshot: StreamSnapshot) -> Self {
+        Pending {
+            snapshot,
+            created: false,
+            sent: 0,
+            next: 0,
+            buffer: Vec::new(),
+            buffered: 0,
+        }
+    }
+
+    /// Positions without messages: what is buffered goes first.
+    async fn skip(&mut self, store: &dyn Storage, positions: u64) -> Result<(), BackupError> {
+        self.flush(store).await?;
+        self.next = self.next.saturating_add(positions);
+        Ok(())
+    }
+
+    /// Restores what is buffered, which ends at `next` (always once, so
+    /// that an empty stream is created too; and up to `next`, so that
+    /// skipped positions at the end count).
     async fn flush(&mut self, store: &dyn Storage) -> Result<(), BackupError> {
-        if self.sent > 0 && self.buffer.is_empty() {
+        let first = self.next - self.buffer.len() as u64;
+        if !self.created && first > 0 {
+            // A stream that starts with a hole is created empty first.
+            self.restore(store, 0, Vec::new()).await?;
+        }
+        if self.created && self.buffer.is_empty() && self.sent == self.next {
             return Ok(());
         }
         let messages = std::mem::take(&mut self.buffer);
+        self.restore(store, first, messages).await?;
+        self.buffered = 0;
+        Ok(())
+    }
+
+    async fn restore(
+        &mut self,
+        store: &dyn Storage,
+        first: u64,
+        messages: Vec<Bytes>,
+    ) -> Result<(), BackupError> {
         let count = messages.len() as u64;
         store
-            .restore(&self.snapshot, self.sent, messages)
+            .restore(&self.snapshot, first, messages)
             .await
             .map_err(|source| BackupError::Store {
                 path: self.snapshot.path.to_string(),
                 source,
             })?;
-        self.sent += count;
-        self.buffered = 0;
+        self.created = true;
+        self.sent = first + count;
         Ok(())
     }
 }
@@ -396,12 +466,7 @@ pub async fn import(
                     }
                 }
                 summary.streams += 1;
-                pending = Some(Pending {
-                    snapshot,
-                    sent: 0,
-                    buffer: Vec::new(),
-                    buffered: 0,
-                });
+                pending = Some(Pending::new(snapshot));
             }
             Line::Text(_) | Line::Base64(_) => {
                 let stream = pending
@@ -411,10 +476,17 @@ pub async fn import(
                 stream.buffered += message.len();
                 progress.copied(stream.snapshot.path.as_str(), message.len() as u64);
                 stream.buffer.push(message);
+                stream.next += 1;
                 summary.messages += 1;
                 if stream.buffered >= CHUNK_BYTES {
                     stream.flush(store).await?;
                 }
+            }
+            Line::Skip(positions) => {
+                let stream = pending
+                    .as_mut()
+                    .ok_or_else(|| bad("a skip before any stream".into()))?;
+                stream.skip(store, positions).await?;
             }
             Line::End(expected) => {
                 if let Some(mut done) = pending.take() {

@@ -127,6 +127,9 @@ pub(crate) enum Change {
     Slide { key: i64, at_ms: i64 },
     /// A stream removed.
     Removed { key: i64 },
+    /// Messages of a stream dropped by compaction: the cache forgets the
+    /// messages it holds of the stream (it holds runs without holes).
+    Compacted { key: i64 },
 }
 
 /// The cache of one store.
@@ -258,6 +261,13 @@ impl Cache {
                     }
                 }
                 Change::Removed { key } => inner.remove(key),
+                Change::Compacted { key } => {
+                    if let Some(entry) = inner.streams.get_mut(&key) {
+                        let end = entry.end();
+                        let freed = entry.restart(end);
+                        inner.bytes -= freed;
+                    }
+                }
             }
         }
         for key in &touched {

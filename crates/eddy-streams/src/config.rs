@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::{Offset, Retention};
+use crate::{Compaction, Offset, Retention};
 
 /// The content type of JSON streams.
 pub const JSON: &str = "application/json";
@@ -37,6 +37,8 @@ pub struct StreamConfig {
     pub closed: bool,
     /// How much of its history the store keeps.
     pub retention: Retention,
+    /// How the store compacts it (a JSON state stream's), if it does.
+    pub compaction: Option<Compaction>,
 }
 
 impl Default for StreamConfig {
@@ -58,6 +60,7 @@ impl StreamConfig {
             expiry: Expiry::Never,
             closed: false,
             retention: Retention::NONE,
+            compaction: None,
         }
     }
 
@@ -79,6 +82,13 @@ impl StreamConfig {
         self
     }
 
+    /// This configuration with a compaction policy (a JSON stream's only:
+    /// the store refuses it on other streams).
+    pub fn with_compaction(mut self, compaction: Compaction) -> Self {
+        self.compaction = Some(compaction);
+        self
+    }
+
     /// This configuration, closed at creation.
     pub fn closed(mut self) -> Self {
         self.closed = true;
@@ -97,6 +107,7 @@ impl StreamConfig {
             && expiry_key(self.expiry) == expiry_key(other.expiry)
             && self.closed == other.closed
             && self.retention == other.retention
+            && self.compaction == other.compaction
     }
 }
 

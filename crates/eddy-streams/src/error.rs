@@ -134,6 +134,12 @@ pub enum StreamError {
     #[error("{0}")]
     #[serde(rename = "retention/invalid")]
     InvalidRetention(String),
+    /// A compaction policy that does not parse (see
+    /// [`Compaction`](crate::Compaction)), or one on a stream that is not
+    /// JSON, or on a store that does not compact.
+    #[error("{0}")]
+    #[serde(rename = "compaction/invalid")]
+    InvalidCompaction(String),
     /// A stream path that breaks the path rules.
     #[error("invalid stream path `{path}`: {reason}")]
     #[serde(rename = "path/invalid")]
@@ -417,6 +423,7 @@ impl StreamError {
             StreamError::StaleOffset { .. } => "offset/stale",
             StreamError::OffsetDropped { .. } => "offset/dropped",
             StreamError::InvalidRetention(_) => "retention/invalid",
+            StreamError::InvalidCompaction(_) => "compaction/invalid",
             StreamError::InvalidPath { .. } => "path/invalid",
             StreamError::InvalidJson(_) => "json/invalid",
             StreamError::EmptyJsonArray => "json/empty-array",
@@ -466,6 +473,7 @@ impl StreamError {
             | StreamError::ProducerEpochStart { .. }
             | StreamError::InvalidArgument(_)
             | StreamError::InvalidRetention(_)
+            | StreamError::InvalidCompaction(_)
             | StreamError::Route { .. }
             | StreamError::InvalidItem { .. }
             | StreamError::InvalidState(_)
@@ -526,6 +534,12 @@ impl StreamError {
 impl From<crate::RetentionError> for StreamError {
     fn from(err: crate::RetentionError) -> Self {
         StreamError::InvalidRetention(err.to_string())
+    }
+}
+
+impl From<crate::CompactionError> for StreamError {
+    fn from(err: crate::CompactionError) -> Self {
+        StreamError::InvalidCompaction(err.to_string())
     }
 }
 

@@ -52,6 +52,8 @@ pub struct Fork {
     pub expiry: Option<Expiry>,
     /// The fork's retention policy; `None` inherits the source's.
     pub retention: Option<Retention>,
+    /// The fork's compaction policy; `None` inherits the source's.
+    pub compaction: Option<crate::Compaction>,
     /// Whether the fork is closed at creation.
     pub closed: bool,
     /// Data appended after the inherited prefix when the fork is created.
@@ -68,6 +70,7 @@ impl Fork {
             content_type: None,
             expiry: None,
             retention: None,
+            compaction: None,
             closed: false,
             initial: Payload::empty(),
         }
@@ -101,6 +104,12 @@ impl Fork {
     /// Use this retention policy instead of the source's.
     pub fn with_retention(mut self, retention: Retention) -> Self {
         self.retention = Some(retention);
+        self
+    }
+
+    /// Use this compaction policy instead of the source's.
+    pub fn with_compaction(mut self, compaction: crate::Compaction) -> Self {
+        self.compaction = Some(compaction);
         self
     }
 
@@ -216,6 +225,7 @@ pub(crate) fn plan(
             expiry: fork.expiry.unwrap_or(source_config.expiry),
             closed: fork.closed,
             retention: fork.retention.unwrap_or(source_config.retention),
+            compaction: fork.compaction.or(source_config.compaction),
         },
         inherit,
         partial,

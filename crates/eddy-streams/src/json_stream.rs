@@ -168,9 +168,8 @@ impl<T: Serialize + DeserializeOwned> JsonStream<T> {
             .iter()
             .map(|m| self.decode(m))
             .collect::<Result<Vec<T>, _>>()?;
-        let start = chunk.start;
         Ok(TypedChunk {
-            offsets: (0..items.len() as u64).map(|i| start.advanced(i)).collect(),
+            offsets: (0..items.len()).map(|i| chunk.offset_of(i)).collect(),
             items,
             next_offset: chunk.next_offset,
             up_to_date: chunk.up_to_date,

@@ -20,6 +20,10 @@
 //!   [`NotFound`](StreamError::NotFound). A stream created again at a path
 //!   is a new incarnation: the old stream's offsets are
 //!   [`StaleOffset`](StreamError::StaleOffset) on it, never its data.
+//! - A stream may keep only part of its history: a [`Retention`] policy
+//!   drops its oldest messages, and a [`Compaction`] policy (state streams)
+//!   drops the changes later ones supersede, keeping the latest of every
+//!   row and the recent history in full. Offsets never change.
 //! - [`Storage::wait`] waits for changes without losing wake-ups, and
 //!   [`Storage::committed`] reports every commit of the process.
 //! - [`Storage::documents`] gives the store's shared [`Documents`]: small
@@ -75,6 +79,7 @@ pub mod backend;
 mod backup;
 mod cache;
 mod clock;
+mod compaction;
 mod config;
 mod documents;
 mod engine;
@@ -113,6 +118,7 @@ pub use backup::{
     export, import, BackupError, BackupProgress, BackupSummary, BACKUP_FORMAT, BACKUP_VERSION,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use compaction::{Compaction, CompactionError};
 pub use config::{
     is_json, media_type, same_media_type, Expiry, StreamConfig, StreamInfo, JSON, OCTET_STREAM,
 };

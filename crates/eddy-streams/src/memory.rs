@@ -9,9 +9,10 @@ use bytes::Bytes;
 
 use crate::clock::duration_ms;
 use crate::engine::{complete, Engine};
+use crate::engine::{COMPACTION_STEP, COMPACTION_STEP_BYTES};
 use crate::payload::DEFAULT_MAX_APPEND_BYTES;
 use crate::record::{RecordReader, Records, Stored, StreamRecord, Sweepable};
-use crate::rules::{take_within, ProducerState};
+use crate::rules::{take_sized, take_within, ProducerState};
 use crate::{
     Append, Appended, Clock, Created, Documents, Fork, Limits, MemoryDocuments, Notifier, Payload,
     ReadChunk, ReadFrom, Storage, StreamConfig, StreamError, StreamInfo, StreamPath,
@@ -68,6 +69,7 @@ impl MemoryStorage {
                 limits: Limits::default(),
                 clock: Arc::new(SystemClock),
                 incarnations: Default::default(),
+                passes: Default::default(),
             },
             documents: MemoryDocuments::new(),
         }
@@ -191,11 +193,30 @@ impl Storage for MemoryStorage {
         complete(self.engine.snapshot(&mut *self.lock(), path))
     }
 
+    async fn compact(&self, path: &StreamPath) -> Result<u64, StreamError> {
+        let mut force = true;
+        let mut dropped = 0;
+        loop {
+            let step = complete(self.engine.compact_step(
+                &mut *self.lock(),
+                path.as_str(),
+                COMPACTION_STEP,
+                COMPACTION_STEP_BYTES,
+                force,
+            ))?;
+            dropped += step.dropped;
+            force = false;
+            if step.done {
+                return Ok(dropped);
+            }
+        }
+    }
+
     async fn sweep(&self, max: usize) -> Result<usize, StreamError> {
         let mut records = self.lock();
         let (now, below) = (self.engine.now_ms(), self.engine.sweep_floor());
         let found = complete(records.sweepable(now, below, max))?;
-        let swept = complete(self.engine.sweep(&mut *records, &found))?.count();
+        let swept = complete(self.engine.sweep(&mut *records, &found, true))?.count();
         let producers = complete(self.engine.sweep_producers(&mut *records, max))?;
         Ok(swept + producers as usize)
     }
@@ -246,18 +267,24 @@ pub(crate) struct MemoryRecords {
 struct MemoryStream {
     record: StreamRecord,
     producers: Producers,
-    /// The messages kept, from position `first` on.
-    messages: VecDeque<Bytes>,
-    /// The position of the first message kept (retention drops the
-    /// ones before).
-    first: u64,
+    /// The messages kept, with their positions, in order (retention
+    /// drops a prefix, compaction leaves holes).
+    messages: VecDeque<(u64, Bytes)>,
+    /// The position the next message takes.
+    end: u64,
 }
 
 impl MemoryStream {
-    /// The index in `messages` of position `position`, clamped to them.
+    /// The index in `messages` of the first message at `position` or after.
     fn index(&self, position: u64) -> usize {
-        usize::try_from(position.saturating_sub(self.first))
-            .map_or(self.messages.len(), |i| i.min(self.messages.len()))
+        self.messages.partition_point(|(at, _)| *at < position)
+    }
+
+    /// The messages kept at positions `range`, with their positions.
+    fn range(&self, range: Range<u64>) -> impl DoubleEndedIterator<Item = &(u64, Bytes)> {
+        let end = self.index(range.end);
+        let start = self.index(range.start).min(end);
+        self.messages.range(start..end)
     }
 }
 
@@ -371,12 +398,39 @@ impl RecordReader for MemoryRecords {
         max_bytes: usize,
     ) -> Result<Vec<Bytes>, StreamError> {
         let stream = &*self.stream(key)?;
-        let end = stream.index(range.end);
-        let start = stream.index(range.start).min(end);
         Ok(take_within(
-            stream.messages.range(start..end).cloned(),
+            stream.range(range).map(|(_, message)| message.clone()),
             max_bytes,
         ))
+    }
+
+    async fn messages_at(
+        &mut self,
+        key: &Key,
+        range: Range<u64>,
+        max_bytes: usize,
+    ) -> Result<Vec<(u64, Bytes)>, StreamError> {
+        let stream = &*self.stream(key)?;
+        Ok(take_sized(
+            stream.range(range).cloned(),
+            max_bytes,
+            |(_, m)| m.len(),
+        ))
+    }
+
+    async fn messages_before(
+        &mut self,
+        key: &Key,
+        range: Range<u64>,
+        max: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<(u64, Bytes)>, StreamError> {
+        let stream = &*self.stream(key)?;
+        let max = usize::try_from(max).unwrap_or(usize::MAX);
+        let newest = stream.range(range).rev().take(max).cloned();
+        let mut last = take_sized(newest, max_bytes, |(_, m)| m.len());
+        last.reverse();
+        Ok(last)
     }
 
     async fn sweepable(
@@ -442,7 +496,7 @@ impl Records for MemoryRecords {
             record: record.clone(),
             producers: Producers::default(),
             messages: VecDeque::new(),
-            first: 0,
+            end: 0,
         };
         let key: Key = Arc::from(path);
         self.streams.insert(Arc::clone(&key), stream);
@@ -461,28 +515,26 @@ impl Records for MemoryRecords {
         messages: Vec<Bytes>,
     ) -> Result<(), StreamError> {
         let stream = self.stream(key)?;
-        let tail = stream.first + stream.messages.len() as u64;
-        if first != tail {
+        let tail = stream.end;
+        // Past the tail only where positions were dropped (a compacted
+        // stream's restore).
+        if first < tail {
             return Err(StreamError::internal(format!(
                 "stream `{key}` has {tail} messages, not {first}"
             )));
         }
-        stream.messages.extend(messages);
+        stream.end = first + messages.len() as u64;
+        stream.messages.extend((first..).zip(messages));
         Ok(())
     }
 
     async fn copy_prefix(&mut self, from: &Key, to: &Key, count: u64) -> Result<u64, StreamError> {
         let source = &*self.stream(from)?;
-        let first = source.first.min(count);
-        let prefix: VecDeque<Bytes> = source
-            .messages
-            .range(..source.index(count))
-            .cloned()
-            .collect();
-        let bytes = prefix.iter().map(|m| m.len() as u64).sum();
+        let prefix: VecDeque<(u64, Bytes)> = source.range(0..count).cloned().collect();
+        let bytes = prefix.iter().map(|(_, m)| m.len() as u64).sum();
         let fork = self.stream(to)?;
         fork.messages = prefix;
-        fork.first = first;
+        fork.end = count;
         Ok(bytes)
     }
 
@@ -527,10 +579,26 @@ impl Records for MemoryRecords {
 
     async fn drop_messages(&mut self, key: &Key, range: Range<u64>) -> Result<(), StreamError> {
         let stream = self.stream(key)?;
-        while stream.first < range.end && stream.messages.pop_front().is_some() {
-            stream.first += 1;
-        }
+        let end = stream.index(range.end);
+        stream.messages.drain(..end);
         Ok(())
+    }
+
+    async fn drop_positions(&mut self, key: &Key, positions: Vec<u64>) -> Result<u64, StreamError> {
+        let stream = self.stream(key)?;
+        let mut freed = 0;
+        // One pass over the stream's messages, however many go.
+        let mut going = positions.iter().peekable();
+        stream.messages.retain(|(position, message)| {
+            while going.next_if(|p| **p < *position).is_some() {}
+            if going.next_if(|p| **p == *position).is_some() {
+                freed += message.len() as u64;
+                false
+            } else {
+                true
+            }
+        });
+        Ok(freed)
     }
 
     async fn remove(&mut self, key: &Key, path: &str) -> Result<(), StreamError> {

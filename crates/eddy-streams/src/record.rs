@@ -274,6 +274,45 @@ pub trait RecordReader {
         max_bytes: usize,
     ) -> impl Op<Vec<Bytes>>;
 
+    /// The messages kept at positions `range`, each with its position, in
+    /// order, stopping as [`messages`](RecordReader::messages) does: a
+    /// compacted stream has holes where messages were dropped. The default
+    /// numbers [`messages`](RecordReader::messages) from `range.start`,
+    /// right for a backend that never drops messages inside a stream.
+    fn messages_at(
+        &mut self,
+        key: &Self::Key,
+        range: Range<u64>,
+        max_bytes: usize,
+    ) -> impl Op<Vec<(u64, Bytes)>> {
+        let start = range.start;
+        let read = self.messages(key, range, max_bytes);
+        async move { Ok((start..).zip(read.await?).collect()) }
+    }
+
+    /// The last messages kept at positions `range`, at most `max` of
+    /// them and, beyond the last one, at most `max_bytes` together, each
+    /// with its position, in order: what a compaction step reads, going
+    /// backwards. The default reads
+    /// [`messages_at`](RecordReader::messages_at) of the last `max`
+    /// positions.
+    fn messages_before(
+        &mut self,
+        key: &Self::Key,
+        range: Range<u64>,
+        max: u64,
+        max_bytes: usize,
+    ) -> impl Op<Vec<(u64, Bytes)>> {
+        let start = range.end.saturating_sub(max).max(range.start);
+        let read = self.messages_at(key, start..range.end, usize::MAX);
+        async move {
+            let mut last =
+                crate::rules::take_sized(read.await?.into_iter().rev(), max_bytes, |m| m.1.len());
+            last.reverse();
+            Ok(last)
+        }
+    }
+
     /// The sizes in bytes of the messages at positions `range` that the
     /// stream keeps, in order: what retention's byte bound weighs. A
     /// backend may answer the sizes of a prefix of `range` only (one
@@ -445,6 +484,17 @@ pub trait Records: RecordReader {
         let _ = (key, range);
         std::future::ready(Err(StreamError::InvalidArgument(
             "this stream store cannot drop messages".into(),
+        )))
+    }
+
+    /// Drops the messages at `positions` of a stream (compaction let them
+    /// go; the engine updates the record); returns the bytes freed, of
+    /// the messages that were there. A backend that cannot keeps this
+    /// default, which refuses: its store must refuse compaction policies.
+    fn drop_positions(&mut self, key: &Self::Key, positions: Vec<u64>) -> impl Op<u64> {
+        let _ = (key, positions);
+        std::future::ready(Err(StreamError::InvalidCompaction(
+            "this stream store cannot compact streams".into(),
         )))
     }
 

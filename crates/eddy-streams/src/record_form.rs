@@ -13,7 +13,7 @@ use crate::fork::ForkOrigin;
 use crate::record::{expiry_columns, expiry_from_columns, StreamRecord};
 use crate::retention::Retained;
 use crate::rules::Head;
-use crate::{ProducerPosition, Retention, StreamConfig};
+use crate::{Compaction, ProducerPosition, Retention, StreamConfig};
 
 /// A stream record, field by field.
 #[derive(Serialize, Deserialize)]
@@ -30,6 +30,8 @@ pub(crate) struct RecordForm {
     created_closed: bool,
     #[serde(default, skip_serializing_if = "Retention::is_none")]
     retention: Retention,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    compaction: Option<Compaction>,
     #[serde(default, skip_serializing_if = "Retained::is_empty")]
     retained: Retained,
     #[serde(default, skip_serializing_if = "is_false")]
@@ -89,6 +91,7 @@ impl From<StreamRecord> for RecordForm {
             expires_at_ms,
             created_closed: config.closed,
             retention: config.retention,
+            compaction: config.compaction,
             retained,
             closed,
             count,
@@ -114,6 +117,7 @@ impl From<RecordForm> for StreamRecord {
             expiry: expiry_from_columns(form.ttl_secs, form.expires_at_ms),
             closed: form.created_closed,
             retention: form.retention,
+            compaction: form.compaction,
         };
         StreamRecord {
             head: Head {
@@ -163,6 +167,7 @@ mod tests {
             expiry: Expiry::At(UNIX_EPOCH + Duration::from_millis(1_700_000_000_123)),
             closed: true,
             retention: "messages=5; age=1h".parse().expect("policy"),
+            compaction: Some("age=1h; deletes=2d".parse().expect("policy")),
         };
         StreamRecord {
             head: Head {
@@ -176,6 +181,13 @@ mod tests {
                 retained: Retained {
                     first: 2,
                     marks: vec![crate::retention::AgeMark { ms: 10, end: 4 }],
+                    compacted: Box::new(crate::compaction::Compacted {
+                        end: 4,
+                        kept: 2,
+                        tail: 6,
+                        dropped: 1,
+                        delete_due_ms: Some(77),
+                    }),
                 },
             },
             accessed_ms: 1_700_000_000_000,

@@ -21,6 +21,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::compaction::{Compacted, Compaction};
+
 /// Which part of a stream's history the store keeps: everything by
 /// default. Set at creation ([`StreamConfig::with_retention`]), it never
 /// changes.
@@ -47,7 +49,9 @@ pub struct Retention {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes: Option<u64>,
     /// Drop messages appended this many seconds ago or longer (the sweep
-    /// may keep them up to a thirty-second part of the age longer).
+    /// may keep them up to a thirty-second part of the stream's longest
+    /// age longer: this one, or its compaction policy's lag or delete
+    /// lifetime).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub age_secs: Option<u64>,
 }
@@ -94,14 +98,14 @@ impl Retention {
     }
 
     /// The age bound in milliseconds.
-    fn age_ms(&self) -> Option<i64> {
+    pub(crate) fn age_ms(&self) -> Option<i64> {
         self.age_secs
             .map(|secs| i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX))
     }
 }
 
 /// Byte units; a bare number is bytes too.
-const SIZE_UNITS: [(&str, u64); 10] = [
+pub(crate) const SIZE_UNITS: [(&str, u64); 10] = [
     ("TiB", 1 << 40),
     ("GiB", 1 << 30),
     ("MiB", 1 << 20),
@@ -114,7 +118,7 @@ const SIZE_UNITS: [(&str, u64); 10] = [
     ("", 1),
 ];
 
-const AGE_UNITS: [(&str, u64); 5] = [
+pub(crate) const AGE_UNITS: [(&str, u64); 5] = [
     ("w", 7 * 86_400),
     ("d", 86_400),
     ("h", 3_600),
@@ -123,7 +127,7 @@ const AGE_UNITS: [(&str, u64); 5] = [
 ];
 
 /// The longest policy text an error repeats.
-const MAX_QUOTED: usize = 200;
+pub(crate) const MAX_QUOTED: usize = 200;
 
 impl FromStr for Retention {
     type Err = RetentionError;
@@ -169,7 +173,7 @@ impl FromStr for Retention {
 }
 
 /// A positive integer with one of `units` (case-insensitive) after it.
-fn number(value: &str, units: &[(&str, u64)]) -> Result<u64, String> {
+pub(crate) fn number(value: &str, units: &[(&str, u64)]) -> Result<u64, String> {
     let digits = value.bytes().take_while(u8::is_ascii_digit).count();
     let (amount, unit) = value.split_at(digits);
     let amount: u64 = amount
@@ -196,7 +200,7 @@ fn number(value: &str, units: &[(&str, u64)]) -> Result<u64, String> {
 }
 
 /// `value` in the largest unit that divides it exactly.
-fn with_unit(value: u64, units: &[(&str, u64)]) -> String {
+pub(crate) fn with_unit(value: u64, units: &[(&str, u64)]) -> String {
     units
         .iter()
         .find(|(_, scale)| value % scale == 0)
@@ -251,6 +255,10 @@ pub(crate) struct Retained {
     /// at or before `ms`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub marks: Vec<AgeMark>,
+    /// What compaction keeps between passes (a compacted stream's; boxed,
+    /// since records are moved around and most streams have none).
+    #[serde(default, skip_serializing_if = "Compacted::is_empty")]
+    pub compacted: Box<Compacted>,
 }
 
 /// One age mark (see [`Retained::marks`]).
@@ -270,12 +278,15 @@ impl Retained {
     /// Whether nothing was dropped and no mark is kept (the state of a
     /// stream without a policy).
     pub fn is_empty(&self) -> bool {
-        self.first == 0 && self.marks.is_empty()
+        self.first == 0 && self.marks.is_empty() && self.compacted.is_empty()
     }
 
-    /// Notes that the tail reached `count` at `now_ms`, for an age bound.
-    pub fn appended(&mut self, policy: &Retention, count: u64, now_ms: i64) {
-        let Some(age_ms) = policy.age_ms() else {
+    /// Notes that the tail reached `count` at `now_ms`, for the stream's
+    /// ages: `age_ms` is the longest of them (retention's age, and
+    /// compaction's lag and delete lifetime), whose thirty-second part is
+    /// the marks' grid.
+    pub fn appended(&mut self, age_ms: Option<i64>, count: u64, now_ms: i64) {
+        let Some(age_ms) = age_ms else {
             return;
         };
         // Nothing appended since the last mark (or ever): nothing to date.
@@ -341,31 +352,39 @@ impl Retained {
 /// A stream's policy with what the store keeps to apply it, as the SQL
 /// backends store it in one text column (JSON): `None` for a stream
 /// without a policy that never dropped anything, the common case.
-pub(crate) fn to_column(policy: &Retention, retained: &Retained) -> Option<String> {
-    if policy.is_none() && retained.is_empty() {
+pub(crate) fn to_column(config: &crate::StreamConfig, retained: &Retained) -> Option<String> {
+    if config.retention.is_none() && config.compaction.is_none() && retained.is_empty() {
         return None;
     }
     serde_json::to_string(&Column {
-        policy: *policy,
+        policy: config.retention,
+        compaction: config.compaction,
         retained: retained.clone(),
     })
     .ok()
 }
 
+/// The policies and state in the column written by [`to_column`].
+pub(crate) type Policies = (Retention, Option<Compaction>, Retained);
+
 /// The column written by [`to_column`], read back.
-pub(crate) fn from_column(column: Option<&str>) -> Result<(Retention, Retained), String> {
+pub(crate) fn from_column(column: Option<&str>) -> Result<Policies, String> {
     match column {
         None => Ok(Default::default()),
         Some(text) => serde_json::from_str::<Column>(text)
-            .map(|column| (column.policy, column.retained))
+            .map(|column| (column.policy, column.compaction, column.retained))
             .map_err(|err| format!("unreadable retention column `{text}`: {err}")),
     }
 }
 
+/// The column: retention's policy and state, and compaction's (which
+/// shares the age marks and the sweep's due time).
 #[derive(Serialize, Deserialize)]
 struct Column {
     #[serde(default)]
     policy: Retention,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    compaction: Option<Compaction>,
     #[serde(default)]
     retained: Retained,
 }
@@ -423,7 +442,7 @@ mod tests {
         let mut retained = Retained::default();
         // One append a tenth of a second for 100 s: one mark a second.
         for n in 1..=1000u64 {
-            retained.appended(&policy, n, n as i64 * 100);
+            retained.appended(policy.age_ms(), n, n as i64 * 100);
         }
         assert!(
             retained.marks.len() <= MAX_MARKS,

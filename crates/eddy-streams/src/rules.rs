@@ -75,14 +75,40 @@ impl Head {
     /// `now_ms` (after messages were counted in).
     pub fn mark_tail(&mut self, now_ms: i64) {
         self.retained
-            .appended(&self.config.retention, self.count, now_ms);
+            .appended(self.mark_age_ms(), self.count, now_ms);
     }
 
-    /// When the sweep should next drop messages of this stream (see
-    /// [`Retained::due_ms`]).
+    /// The longest age the stream's policies date messages for: the
+    /// retention age, the compaction lag's and its delete lifetime.
+    fn mark_age_ms(&self) -> Option<i64> {
+        let compaction = self
+            .config
+            .compaction
+            .map(|policy| policy.lag_age_ms().unwrap_or(0).max(policy.deletes_ms()));
+        self.config.retention.age_ms().max(compaction)
+    }
+
+    /// When the sweep should next drop messages of this stream: under its
+    /// retention policy (see [`Retained::due_ms`]) or for a compaction
+    /// pass (see [`Compacted::due_ms`](crate::compaction::Compacted::due_ms)),
+    /// whichever comes first.
     pub fn retention_due_ms(&self) -> Option<i64> {
+        let retention = self
+            .retained
+            .due_ms(&self.config.retention, self.count, self.bytes);
+        let compaction = self.compaction_due_ms();
+        match (retention, compaction) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// When the sweep should start the next compaction pass.
+    pub fn compaction_due_ms(&self) -> Option<i64> {
+        let policy = self.config.compaction.as_ref()?;
         self.retained
-            .due_ms(&self.config.retention, self.count, self.bytes)
+            .compacted
+            .due_ms(policy, &self.retained.marks, self.count)
     }
 
     /// Checks a create against this existing stream.
@@ -131,18 +157,30 @@ impl Head {
         }
     }
 
-    /// Builds a read chunk from `messages` starting at `start`.
-    pub fn chunk(&self, start: u64, messages: Vec<bytes::Bytes>) -> crate::ReadChunk {
-        let next = start + messages.len() as u64;
+    /// Builds a read chunk of a read from `start` that found `messages`
+    /// at their positions (with holes where compaction dropped some).
+    pub fn chunk(&self, start: u64, messages: Vec<(u64, bytes::Bytes)>) -> crate::ReadChunk {
+        // Nothing kept after the last one read: the read reached the
+        // tail. Otherwise the next read starts after the last one.
+        let next = messages
+            .last()
+            .map_or(self.count, |(position, _)| position + 1);
         let up_to_date = next == self.count;
+        let contiguous = messages
+            .iter()
+            .zip(start..)
+            .all(|((position, _), expected)| *position == expected);
+        let (positions, messages): (Vec<u64>, Vec<bytes::Bytes>) = messages.into_iter().unzip();
         crate::ReadChunk {
             content_type: self.config.content_type.clone(),
             start: self.offset(start),
             messages,
+            positions: (!contiguous).then_some(positions),
             next_offset: self.offset(next),
             up_to_date,
             closed: up_to_date && self.closed,
             retention: self.config.retention,
+            compaction: self.config.compaction,
         }
     }
 }
@@ -362,10 +400,20 @@ pub(crate) fn take_within<I: Iterator<Item = bytes::Bytes>>(
     messages: I,
     max_bytes: usize,
 ) -> Vec<bytes::Bytes> {
+    take_sized(messages, max_bytes, bytes::Bytes::len)
+}
+
+/// [`take_within`] of items whose size `size` tells (messages with their
+/// positions).
+pub(crate) fn take_sized<T, I: Iterator<Item = T>>(
+    messages: I,
+    max_bytes: usize,
+    size: impl Fn(&T) -> usize,
+) -> Vec<T> {
     let mut total = 0usize;
     let mut taken = Vec::new();
     for message in messages {
-        total += message.len();
+        total += size(&message);
         if !taken.is_empty() && total > max_bytes {
             break;
         }

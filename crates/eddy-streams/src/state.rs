@@ -505,8 +505,8 @@ impl StateStream {
         let mut from = ReadFrom::Beginning;
         loop {
             let chunk = store.read(&path, from, 1 << 20).await?;
-            for (message, offset) in chunk.messages.iter().zip(0..) {
-                let offset = chunk.start.advanced(offset);
+            for (index, message) in chunk.messages.iter().enumerate() {
+                let offset = chunk.offset_of(index);
                 match (StateMessage::decode(message), undecodable) {
                     (Ok(message), _) => state.apply(message),
                     (Err(e), Undecodable::Skip) => state.skipped.push(Skipped {
@@ -595,12 +595,21 @@ impl Materialized {
                 Control::SnapshotEnd => self.in_snapshot = false,
             },
             StateMessage::Change(change) => {
-                let rows = self.collections.entry(change.collection).or_default();
                 match change.operation {
                     Operation::Delete => {
-                        rows.remove(&change.key);
+                        // A collection without rows is not kept, so that
+                        // the rows alone say what is there (as after a
+                        // compaction that dropped the collection's every
+                        // change).
+                        if let Some(rows) = self.collections.get_mut(&change.collection) {
+                            rows.remove(&change.key);
+                            if rows.is_empty() {
+                                self.collections.remove(&change.collection);
+                            }
+                        }
                     }
                     Operation::Insert | Operation::Update | Operation::Upsert => {
+                        let rows = self.collections.entry(change.collection).or_default();
                         rows.insert(change.key, change.value.unwrap_or(Value::Null));
                     }
                 }

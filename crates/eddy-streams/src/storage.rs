@@ -29,6 +29,11 @@ pub struct ReadChunk {
     pub start: Offset,
     /// The messages, in append order.
     pub messages: Vec<Bytes>,
+    /// Each message's position, when they do not follow one another from
+    /// `start` (compaction dropped messages between them); `None` when
+    /// the message at index `i` is at `start` + `i`. See
+    /// [`offset_of`](ReadChunk::offset_of).
+    pub positions: Option<Vec<u64>>,
     /// The offset after the last message returned: where the next read starts.
     pub next_offset: Offset,
     /// Whether the read reached the tail.
@@ -38,6 +43,32 @@ pub struct ReadChunk {
     pub closed: bool,
     /// The stream's retention policy.
     pub retention: Retention,
+    /// The stream's compaction policy, if it has one.
+    pub compaction: Option<crate::Compaction>,
+}
+
+impl ReadChunk {
+    /// The offset of the message at index `index` of the chunk.
+    pub fn offset_of(&self, index: usize) -> Offset {
+        match &self.positions {
+            Some(positions) => match positions.get(index) {
+                Some(position) => self.start.with_position(*position),
+                None => self.next_offset,
+            },
+            None => self.start.advanced(index as u64),
+        }
+    }
+
+    /// Where a read goes on after taking the chunk's first `taken`
+    /// messages: the next one's offset, or the chunk's next offset when
+    /// it took them all.
+    pub fn offset_after(&self, taken: usize) -> Offset {
+        if taken >= self.messages.len() {
+            self.next_offset
+        } else {
+            self.offset_of(taken)
+        }
+    }
 }
 
 /// The outcome of [`Storage::wait`].
@@ -183,6 +214,19 @@ pub trait Storage: Send + Sync + 'static {
     async fn sweep(&self, max: usize) -> Result<usize, StreamError> {
         let _ = max;
         Ok(0)
+    }
+
+    /// Runs one whole compaction pass of the stream at `path` now (see
+    /// [`Compaction`](crate::Compaction)), in steps of at most 1024
+    /// messages each, and returns how many messages it dropped. A stream
+    /// without a compaction policy drops none.
+    ///
+    /// Backends that cannot compact keep this default, which refuses.
+    async fn compact(&self, path: &StreamPath) -> Result<u64, StreamError> {
+        let _ = path;
+        Err(StreamError::InvalidCompaction(
+            "this stream store cannot compact streams".into(),
+        ))
     }
 
     /// A live stream's state apart from its messages (configuration,

@@ -150,6 +150,24 @@ async fn fill(store: &dyn Storage) {
             .await
             .expect("append");
     }
+
+    // Compacted: positions 0 and 2 dropped (holes the backup keeps).
+    let compacted = path("compacted/g");
+    let config = StreamConfig::json().with_compaction(eddy_streams::Compaction::ON);
+    store
+        .create(&compacted, config, Payload::empty())
+        .await
+        .expect("create");
+    for (key, value) in [("a", 1), ("b", 1), ("a", 2), ("c", 1), ("a", 3)] {
+        let change = format!(
+            r#"{{"type":"t","key":"{key}","value":{value},"headers":{{"operation":"upsert"}}}}"#
+        );
+        store
+            .append(&compacted, Append::body(change))
+            .await
+            .expect("append");
+    }
+    assert_eq!(store.compact(&compacted).await, Ok(2));
 }
 
 /// Every message with its position.
@@ -158,10 +176,8 @@ async fn messages(store: &dyn Storage, p: &StreamPath) -> Vec<(u64, Bytes)> {
     let mut all = Vec::new();
     loop {
         let chunk = store.read(p, from, 1 << 20).await.expect("read");
-        let mut offset = chunk.start;
-        for message in chunk.messages {
-            all.push((offset.position(), message));
-            offset = offset.advanced(1);
+        for (index, message) in chunk.messages.iter().enumerate() {
+            all.push((chunk.offset_of(index).position(), message.clone()));
         }
         if chunk.up_to_date {
             return all;
@@ -245,7 +261,7 @@ fn round_trips_between_every_pair_of_backends() {
                 let summary = import(&*target.store, &mut backup.as_slice(), false, &mut ())
                     .await
                     .expect("import");
-                assert_eq!((summary.streams, summary.messages), (6, 14), "{what}");
+                assert_eq!((summary.streams, summary.messages), (7, 17), "{what}");
                 assert_same(&*source.store, &*target.store, &what).await;
 
                 let retried = target
@@ -283,7 +299,9 @@ fn damaged_and_foreign_backups_are_refused() {
         fill(&source).await;
         let backup = export_to_vec(&source).await;
         let text = String::from_utf8(backup.clone()).expect("the export is text");
-        assert!(text.starts_with(&format!(r#"{{"header":{{"format":"{BACKUP_FORMAT}","version":1}}}}"#)));
+        assert!(text.starts_with(&format!(r#"{{"header":{{"format":"{BACKUP_FORMAT}","version":2}}}}"#)));
+        // The compacted stream's holes, at 0 and 2.
+        assert_eq!(text.matches(r#"{"skip":1}"#).count(), 2, "{text}");
 
         let cut = &backup[..backup.len() / 2];
         let cut = &cut[..cut.iter().rposition(|b| *b == b'\n').expect("a line") + 1];
@@ -293,7 +311,7 @@ fn damaged_and_foreign_backups_are_refused() {
             matches!(&truncated, Err(BackupError::Format { message, .. }) if message.contains("incomplete")),
             "{truncated:?}"
         );
-        let newer = text.replacen("\"version\":1", "\"version\":2", 1);
+        let newer = text.replacen("\"version\":2", "\"version\":3", 1);
         let refused = import(&MemoryStorage::new(), &mut newer.as_bytes(), false, &mut ()).await;
         assert!(matches!(refused, Err(BackupError::Format { line: 1, .. })), "{refused:?}");
         let foreign = import(&MemoryStorage::new(), &mut &b"{\"text\":\"x\"}\n"[..], false, &mut ()).await;

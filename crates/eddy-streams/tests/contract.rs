@@ -94,6 +94,7 @@ cases::every_clocked_case!(clocked_contract);
 cases::every_sweeping_case!(clocked_contract);
 cases::every_producer_sweeping_case!(clocked_contract);
 cases::every_retention_case!(clocked_contract);
+cases::every_compaction_case!(clocked_contract);
 snapshots::every_snapshot_case!(snapshot_contract);
 
 /// Two SQLite stores on one file, as two processes would open it, share
@@ -180,6 +181,7 @@ mod postgres {
     cases::every_sweeping_case!(pg_clocked_contract);
     cases::every_producer_sweeping_case!(pg_clocked_contract);
     cases::every_retention_case!(pg_clocked_contract);
+    cases::every_compaction_case!(pg_clocked_contract);
     snapshots::every_snapshot_case!(pg_snapshot_contract);
 
     /// Two stores on one schema, as two processes would open it, share

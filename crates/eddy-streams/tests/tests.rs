@@ -2,6 +2,7 @@
 
 mod backup;
 mod cache;
+mod compaction;
 mod contract;
 mod crash;
 mod declare;

@@ -212,6 +212,25 @@ mod tests {
     }
 
     #[test]
+    fn compaction_rules_come_from_flags_or_the_file_and_bad_ones_are_refused() {
+        let file = "compaction = [\"state/{a,b}/*=none\", \"state/**=age=1h; deletes=7d\"]\n";
+        let args = serve(&[], file).expect("parse");
+        let rules: Vec<String> = args.compaction.iter().map(|r| r.to_string()).collect();
+        assert_eq!(rules, ["state/{a,b}/*=none", "state/**=age=1h; deletes=7d"]);
+        let args = serve(&["--compaction", "s/**=on"], file).expect("parse");
+        let rules: Vec<String> = args.compaction.iter().map(|r| r.to_string()).collect();
+        assert_eq!(rules, ["s/**=deletes=1d"], "the flags win over the file");
+        let bad = Cli::command()
+            .try_get_matches_from(["eddy", "serve", "--compaction", "s/**=lag=5"])
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        assert!(
+            bad.as_ref().is_err_and(|e| e.contains("unknown key")),
+            "{bad:?}"
+        );
+    }
+
+    #[test]
     fn unknown_keys_and_wrong_types_are_refused() {
         let unknown = serve(&[], "max-stream = 7\n").err().map(|e| e.to_string());
         assert!(unknown.is_some_and(|m| m.contains("unknown key `max-stream`")));

@@ -43,6 +43,10 @@ enum StreamsCommand {
         /// `age=DURATION`, joined by `;` (as the `Eddy-Retention` header).
         #[arg(long, value_name = "POLICY")]
         retention: Option<String>,
+        /// Compact the (JSON state) stream with this policy
+        /// (`Eddy-Compaction`'s grammar: `age=1h; deletes=7d`, or `on`).
+        #[arg(long, value_name = "POLICY")]
+        compaction: Option<eddy_streams::Compaction>,
     },
     /// Append data: the argument, or standard input when there is none. On a
     /// JSON stream a top-level array appends one message per element.
@@ -89,6 +93,13 @@ enum StreamsCommand {
     },
     /// Close a stream: no more appends.
     Close {
+        /// The stream path.
+        path: String,
+    },
+    /// Run one compaction pass of a compacted stream now (the server's
+    /// sweep runs them when due): drop the changes later changes of the
+    /// same row supersede, before the policy's lag.
+    Compact {
         /// The stream path.
         path: String,
     },
@@ -145,10 +156,14 @@ pub async fn run(args: StreamsArgs) -> anyhow::Result<()> {
             ttl,
             closed,
             retention,
+            compaction,
         } => {
             let mut config = StreamConfig::bytes(content_type);
             if let Some(policy) = retention {
                 config = config.with_retention(policy.parse()?);
+            }
+            if let Some(policy) = compaction {
+                config = config.with_compaction(policy);
             }
             if let Some(secs) = ttl {
                 config = config.with_ttl(Duration::from_secs(secs));
@@ -237,6 +252,16 @@ pub async fn run(args: StreamsArgs) -> anyhow::Result<()> {
                 .await?;
             writeln!(out, "closed {path} at {}", closed.next_offset)?;
         }
+        StreamsCommand::Compact { path } => {
+            let path = stream_path(&path)?;
+            let dropped = store.compact(&path).await?;
+            let info = store.head(&path).await?;
+            writeln!(
+                out,
+                "compacted {path}: dropped {dropped} messages, {} bytes kept",
+                info.bytes
+            )?;
+        }
         StreamsCommand::Delete { path } => {
             store.delete(&stream_path(&path)?).await?;
             writeln!(out, "deleted {path}")?;
@@ -244,15 +269,20 @@ pub async fn run(args: StreamsArgs) -> anyhow::Result<()> {
         StreamsCommand::Ls { prefix } => {
             for info in store.list(&prefix).await? {
                 let state = if info.closed { "closed" } else { "open" };
+                let compaction = info
+                    .config
+                    .compaction
+                    .map_or_else(|| "none".to_owned(), |policy| policy.to_string());
                 writeln!(
                     out,
-                    "{}\t{}\t{}\t{state}\t{} bytes\tfrom {}\tretention {}",
+                    "{}\t{}\t{}\t{state}\t{} bytes\tfrom {}\tretention {}\tcompaction {}",
                     info.path,
                     info.config.content_type,
                     info.tail,
                     info.bytes,
                     info.earliest,
-                    info.config.retention
+                    info.config.retention,
+                    compaction
                 )?;
             }
         }

@@ -252,15 +252,49 @@ fn create_takes_a_retention_policy_and_ls_shows_it() {
     eddy.ok(&["append", "logs/a", "[1,2,3]"]);
     let listed = eddy.ok(&["ls"]);
     let columns: Vec<&str> = listed.trim_end().split('\t').collect();
-    assert_eq!(columns.len(), 7, "{listed}");
+    assert_eq!(columns.len(), 8, "{listed}");
     assert_eq!(columns[0], "logs/a");
     assert!(
         columns[5].starts_with("from ") && columns[5].ends_with("_0000000000000000"),
         "{listed}"
     );
     assert_eq!(columns[6], "retention messages=2; age=7d");
+    assert_eq!(columns[7], "compaction none");
     assert!(eddy
         .fails(&["create", "logs/b", "--retention", "messages=0"])
         .contains("retention"));
     assert!(!eddy.ok(&["ls"]).contains("logs/b"));
+}
+
+#[test]
+fn compact_runs_a_pass_now_and_ls_shows_the_policy() {
+    let eddy = Eddy::new();
+    eddy.ok(&["create", "rows", "--compaction", "deletes=7d"]);
+    for value in 0..5 {
+        let change = format!(
+            r#"{{"type":"row","key":"a","value":{value},"headers":{{"operation":"upsert"}}}}"#
+        );
+        eddy.ok(&["append", "rows", &change]);
+    }
+    let compacted = eddy.ok(&["compact", "rows"]);
+    assert!(
+        compacted.starts_with("compacted rows: dropped 4 messages"),
+        "{compacted}"
+    );
+    assert_eq!(
+        eddy.ok(&["read", "rows"]),
+        "{\"type\":\"row\",\"key\":\"a\",\"value\":4,\"headers\":{\"operation\":\"upsert\"}}\n"
+    );
+    let listed = eddy.ok(&["ls"]);
+    assert!(listed.ends_with("\tcompaction deletes=7d\n"), "{listed}");
+    assert!(eddy
+        .fails(&[
+            "create",
+            "text",
+            "--content-type",
+            "text/plain",
+            "--compaction",
+            "on"
+        ])
+        .contains("only JSON streams"));
 }

@@ -152,6 +152,7 @@ impl ErrorParts {
                 },
             },
             "retention/invalid" => StreamError::InvalidRetention(answered()),
+            "compaction/invalid" => StreamError::InvalidCompaction(answered()),
             "path/invalid" => StreamError::InvalidPath {
                 path,
                 reason: answered(),

@@ -1,7 +1,8 @@
 //! Reading protocol response headers back into store types.
 
 use eddy_streams::{
-    Appended, Expiry, Offset, Retention, StreamConfig, StreamError, StreamInfo, StreamPath,
+    Appended, Compaction, Expiry, Offset, Retention, StreamConfig, StreamError, StreamInfo,
+    StreamPath,
 };
 use reqwest::header::{HeaderMap, HeaderName};
 
@@ -60,12 +61,24 @@ pub(super) fn info(path: &StreamPath, headers: &HeaderMap) -> Result<StreamInfo,
             // whether it was created closed.
             closed,
             retention: retention(headers)?,
+            compaction: compaction(headers)?,
         },
         closed,
         tail,
         bytes: number(headers, protocol::STREAM_BYTES).unwrap_or(0),
         earliest: offset(headers, protocol::EARLIEST_OFFSET).unwrap_or(tail.with_position(0)),
     })
+}
+
+/// `Eddy-Compaction`, or no policy when it is absent.
+pub(super) fn compaction(headers: &HeaderMap) -> Result<Option<Compaction>, StreamError> {
+    match text(headers, protocol::COMPACTION) {
+        Ok(policy) => policy
+            .parse()
+            .map(Some)
+            .map_err(|_| bad(protocol::COMPACTION)),
+        Err(_) => Ok(None),
+    }
 }
 
 /// `Eddy-Retention`, or no policy when it is absent.

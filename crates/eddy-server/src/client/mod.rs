@@ -248,6 +248,9 @@ impl Storage for RemoteStorage {
             .header(reqwest::header::CONTENT_TYPE, &config.content_type);
         builder = with_expiry(builder, Some(config.expiry));
         // No policy sent leaves the server's rules to choose one.
+        if let Some(policy) = config.compaction {
+            builder = builder.header(protocol::COMPACTION, policy.to_string());
+        }
         if !config.retention.is_none() {
             builder = builder.header(protocol::RETENTION, config.retention.to_string());
         }
@@ -283,6 +286,9 @@ impl Storage for RemoteStorage {
             builder = builder.header(reqwest::header::CONTENT_TYPE, content_type);
         }
         builder = with_expiry(builder, fork.expiry);
+        if let Some(policy) = fork.compaction {
+            builder = builder.header(protocol::COMPACTION, policy.to_string());
+        }
         if let Some(retention) = fork.retention {
             builder = builder.header(protocol::RETENTION, retention.to_string());
         }
@@ -347,6 +353,7 @@ impl Storage for RemoteStorage {
         let builder = self
             .request(Method::GET, format!("{}?offset={offset}", self.url(path)))
             .header(protocol::FRAMING, protocol::FRAMING_MESSAGES)
+            .header(protocol::POSITIONS, "true")
             .header(protocol::MAX_BYTES, max_bytes.max(1).to_string());
         let response = self.send(builder).await?;
         if !response.status().is_success() {
@@ -356,13 +363,22 @@ impl Storage for RemoteStorage {
         let framed = headers
             .get(protocol::FRAMING)
             .is_some_and(|v| v.as_bytes() == protocol::FRAMING_MESSAGES.as_bytes());
+        let positioned = framed
+            && headers
+                .get(protocol::POSITIONS)
+                .is_some_and(|v| v.as_bytes() == b"true");
         let body = response
             .bytes()
             .await
             .map_err(|e| StreamError::unavailable_from("reading the response failed", e))?;
         let content_type = headers::text(&headers, reqwest::header::CONTENT_TYPE)?;
         self.remember(path, &content_type);
-        let messages = if framed {
+        let mut positions = None;
+        let messages = if positioned {
+            let (at, messages) = unframe_at(body)?;
+            positions = Some(at);
+            messages
+        } else if framed {
             unframe(body)?
         } else if body.is_empty() {
             Vec::new()
@@ -371,14 +387,24 @@ impl Storage for RemoteStorage {
         };
         let next_offset = headers::offset(&headers, protocol::NEXT_OFFSET)?;
         let up_to_date = headers::flag(&headers, protocol::UP_TO_DATE);
+        let start = headers::offset(&headers, protocol::READ_START).unwrap_or(next_offset);
+        let positions = positions.filter(|at: &Vec<u64>| {
+            !at.iter()
+                .zip(start.position()..)
+                .all(|(position, expected)| *position == expected)
+        });
         Ok(ReadChunk {
-            start: headers::offset(&headers, protocol::READ_START).unwrap_or(next_offset),
+            start,
             content_type,
             messages,
+            // The positions extension tells each message's offset; the
+            // protocol alone only the chunk's end.
+            positions,
             next_offset,
             up_to_date,
             closed: headers::flag(&headers, protocol::CLOSED),
             retention: headers::retention(&headers)?,
+            compaction: headers::compaction(&headers)?,
         })
     }
 
@@ -526,6 +552,25 @@ impl Storage for RemoteStorage {
             }
         }
     }
+}
+
+/// Splits a framed read body whose frames start with their positions
+/// into the positions and the messages.
+fn unframe_at(mut body: Bytes) -> Result<(Vec<u64>, Vec<Bytes>), StreamError> {
+    let truncated = || StreamError::internal("the server sent a truncated framed read body");
+    let (mut positions, mut messages) = (Vec::new(), Vec::new());
+    while body.has_remaining() {
+        if body.remaining() < 12 {
+            return Err(truncated());
+        }
+        positions.push(body.get_u64());
+        let len = body.get_u32() as usize;
+        if body.remaining() < len {
+            return Err(truncated());
+        }
+        messages.push(body.split_to(len));
+    }
+    Ok((positions, messages))
 }
 
 /// Splits a framed read body into its messages.

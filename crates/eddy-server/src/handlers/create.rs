@@ -25,6 +25,16 @@ pub(super) async fn create(
     let retention = parse::retention(headers)?
         .or_else(|| crate::retention::policy_for(&state.config.retention, path.as_str()));
     let content_type = parse::header(headers, header::CONTENT_TYPE)?;
+    // A rule applies to JSON streams only (a fork without a content type
+    // keeps its source's policy); the header to any, which the store
+    // refuses on other streams.
+    let compaction = match parse::compaction(headers)? {
+        Some(policy) => policy,
+        None if content_type.is_some_and(eddy_streams::is_json) => {
+            crate::retention::policy_for(&state.config.compaction, path.as_str()).flatten()
+        }
+        None => None,
+    };
     let fork = fork_request(headers)?;
     if let Some(fork) = &fork {
         let caller = Caller::of(&state.config, headers);
@@ -45,6 +55,7 @@ pub(super) async fn create(
             fork.content_type = content_type.map(str::to_owned);
             fork.expiry = expiry;
             fork.retention = retention;
+            fork.compaction = compaction;
             fork.closed = closed;
             state.store.fork(path, fork).await
         }
@@ -54,6 +65,7 @@ pub(super) async fn create(
                 expiry: expiry.unwrap_or(Expiry::Never),
                 closed,
                 retention: retention.unwrap_or_default(),
+                compaction,
             };
             state.store.create(path, config, Payload::Body(body)).await
         }

@@ -55,6 +55,19 @@ pub(crate) fn framed(messages: &[Bytes]) -> Bytes {
     out.freeze()
 }
 
+/// [`framed`] messages, each frame after its message's position (8 bytes,
+/// big-endian): the `eddy-positions: true` extension.
+pub(crate) fn framed_at(chunk: &eddy_streams::ReadChunk) -> Bytes {
+    let messages = &chunk.messages;
+    let mut out = BytesMut::with_capacity(messages.iter().map(|m| m.len() + 12).sum());
+    for (index, message) in messages.iter().enumerate() {
+        out.put_u64(chunk.offset_of(index).position());
+        out.put_u32(u32::try_from(message.len()).unwrap_or(u32::MAX));
+        out.put_slice(message);
+    }
+    out.freeze()
+}
+
 fn json_array(messages: &[Bytes]) -> Bytes {
     let mut out = BytesMut::with_capacity(2 + messages.iter().map(|m| m.len() + 1).sum::<usize>());
     out.put_u8(b'[');

@@ -150,7 +150,15 @@ fn describe(headers: &mut HeaderMap, info: &StreamInfo) {
     }
     put(headers, protocol::STREAM_BYTES, info.bytes.to_string());
     put_retention(headers, &info.config.retention);
+    put_compaction(headers, info.config.compaction.as_ref());
     put_offset(headers, protocol::EARLIEST_OFFSET, info.earliest);
+}
+
+/// `Eddy-Compaction`, for a stream that has a policy.
+fn put_compaction(headers: &mut HeaderMap, compaction: Option<&eddy_streams::Compaction>) {
+    if let Some(policy) = compaction {
+        put(headers, protocol::COMPACTION, policy.to_string());
+    }
 }
 
 /// `Eddy-Retention`, for a stream that has a policy.

@@ -99,7 +99,12 @@ async fn catch_up(
     }
     put(&mut out, header::ETAG, etag);
     let framed = parse::header(headers, protocol::FRAMING)? == Some(protocol::FRAMING_MESSAGES);
-    let body = if framed {
+    let positioned = framed && parse::header(headers, protocol::POSITIONS)? == Some("true");
+    let body = if positioned {
+        put(&mut out, protocol::FRAMING, protocol::FRAMING_MESSAGES);
+        put(&mut out, protocol::POSITIONS, "true");
+        encode::framed_at(&chunk)
+    } else if framed {
         put(&mut out, protocol::FRAMING, protocol::FRAMING_MESSAGES);
         encode::framed(&chunk.messages)
     } else {
@@ -208,5 +213,6 @@ fn chunk_headers(chunk: &ReadChunk) -> HeaderMap {
         put(&mut out, protocol::CLOSED, "true");
     }
     super::put_retention(&mut out, &chunk.retention);
+    super::put_compaction(&mut out, chunk.compaction.as_ref());
     out
 }

@@ -63,6 +63,7 @@ impl<B: Backend> RecordStorage<B> {
             limits: options.limits,
             clock: Arc::clone(&options.clock),
             incarnations: Default::default(),
+            passes: Default::default(),
         };
         RecordStorage {
             inner: Arc::new(Inner {
@@ -207,6 +208,20 @@ impl<B: Backend> RecordStorage<B> {
     }
 }
 
+/// Refuses a compaction policy: no record backend (DynamoDB) drops
+/// messages inside a stream yet, and a policy stored but never applied
+/// would keep every superseded change its writer asked to drop.
+fn refuse_compaction(compaction: Option<&crate::Compaction>) -> Result<(), StreamError> {
+    if compaction.is_none() {
+        return Ok(());
+    }
+    Err(StreamError::InvalidCompaction(
+        "this store (DynamoDB) does not compact streams yet: create the stream \
+         without a compaction policy (Eddy-Compaction, --compaction)"
+            .into(),
+    ))
+}
+
 #[async_trait]
 impl<B: Backend> Storage for RecordStorage<B> {
     async fn create(
@@ -216,6 +231,7 @@ impl<B: Backend> Storage for RecordStorage<B> {
         initial: Payload,
     ) -> Result<Created, StreamError> {
         refuse_retention(&self.inner.backend, &config.retention)?;
+        refuse_compaction(config.compaction.as_ref())?;
         self.create_or_fork(Write::Create {
             path: path.clone(),
             config,
@@ -251,6 +267,7 @@ impl<B: Backend> Storage for RecordStorage<B> {
         if let Some(retention) = &fork.retention {
             refuse_retention(&self.inner.backend, retention)?;
         }
+        refuse_compaction(fork.compaction.as_ref())?;
         self.create_or_fork(Write::Fork {
             path: path.clone(),
             fork,
@@ -335,6 +352,7 @@ impl<B: Backend> Storage for RecordStorage<B> {
         messages: Vec<Bytes>,
     ) -> Result<StreamInfo, StreamError> {
         refuse_retention(&self.inner.backend, &snapshot.config.retention)?;
+        refuse_compaction(snapshot.config.compaction.as_ref())?;
         let call = Write::Restore {
             snapshot: snapshot.clone(),
             first,

@@ -18,7 +18,7 @@ pub(super) async fn step<B: Backend>(inner: &Inner<B>, max: usize) -> Result<usi
         let mut unit = inner.backend.open();
         let (now, below) = (inner.engine.now_ms(), inner.engine.sweep_floor());
         let found = unit.sweepable(now, below, max).await?;
-        let swept = inner.engine.sweep(&mut unit, &found).await?;
+        let swept = inner.engine.sweep(&mut unit, &found, true).await?;
         let producers = inner.engine.sweep_producers(&mut unit, max).await?;
         if let Some(overflow) = unit.overflow() {
             return Err(overflow);

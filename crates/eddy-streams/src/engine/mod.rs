@@ -13,9 +13,15 @@
 //! unit cannot roll back (memory), and a backend's write errors can only
 //! come from its storage.
 
+mod compact;
 mod lifecycle;
 mod snapshot;
 mod sweep;
+
+#[cfg(feature = "postgres")]
+pub(crate) use compact::CompactPlan;
+pub(crate) use compact::CompactStep;
+pub(crate) use sweep::{COMPACTION_STEP, COMPACTION_STEP_BYTES};
 
 use std::future::Future;
 use std::sync::Arc;
@@ -54,6 +60,8 @@ pub(crate) struct Engine {
     pub clock: Arc<dyn Clock>,
     /// The incarnations this store handed out in this process.
     pub incarnations: Arc<Incarnations>,
+    /// The compaction passes under way, between their steps.
+    pub passes: Arc<compact::Passes>,
 }
 
 /// A read of a stream with a sliding TTL: its expiry moves to `at_ms` plus
@@ -63,6 +71,18 @@ pub(crate) struct Touch<K> {
     pub key: K,
     /// When it was read.
     pub at_ms: i64,
+}
+
+/// Refuses a compaction policy on a stream that is not JSON: only state
+/// streams' messages say which row they change.
+fn check_compaction(config: &StreamConfig) -> Result<(), StreamError> {
+    if config.compaction.is_some() && !config.is_json() {
+        return Err(StreamError::InvalidCompaction(format!(
+            "only JSON streams (state streams) may be compacted, not `{}`",
+            config.content_type
+        )));
+    }
+    Ok(())
 }
 
 /// Runs an engine call on a backend whose record operations are ready at
@@ -100,6 +120,7 @@ impl Engine {
         initial: Payload,
     ) -> Result<Created, StreamError> {
         crate::limits::check_stored_value("the content type", &config.content_type)?;
+        check_compaction(&config)?;
         let now = self.now_ms();
         let messages = split(initial, config.is_json(), self.bounds(), true)?;
         let after = match existing_or_free(records, path, now).await? {
@@ -260,6 +281,7 @@ impl Engine {
             });
         }
         self.check_fork_copy(&fork.source, &source.record, planned.inherit)?;
+        check_compaction(&planned.config)?;
         let initial = split(fork.initial, planned.config.is_json(), self.bounds(), true)?;
         let after = match existing_or_free(records, path, now).await? {
             Slot::Taken(existing) => {
@@ -291,6 +313,10 @@ impl Engine {
         record.head.count = planned.inherit;
         record.head.bytes = inherited_bytes;
         record.head.retained.first = source_first.min(planned.inherit);
+        if planned.inherit > 0 {
+            // What it inherits may have holes: say so (a backup refuses).
+            record.head.retained.compacted.dropped = source.record.head.retained.compacted.dropped;
+        }
         record.head.push(&own);
         record.head.mark_tail(now);
         let info = record.head.info(path.as_str());
@@ -379,7 +405,7 @@ impl Engine {
         let start = stored.record.start_position(path.as_str(), from)?;
         let head = &stored.record.head;
         let messages = records
-            .messages(&stored.key, start..head.count, max_bytes)
+            .messages_at(&stored.key, start..head.count, max_bytes)
             .await?;
         let touch = stored.record.slides().then_some(Touch {
             key: stored.key,

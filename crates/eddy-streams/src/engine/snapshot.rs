@@ -55,9 +55,12 @@ impl Engine {
     /// Restores the messages at positions `first..` of `snapshot`. The
     /// chunk at position 0 creates the stream, which must not exist, with
     /// the snapshot's configuration, close, `Stream-Seq` and producer
-    /// states; each later chunk must start at the stream's tail. The last
-    /// chunk must bring the stream to the snapshot's count and bytes. A
-    /// restore counts as an access (a sliding TTL starts again).
+    /// states; each later chunk must start at the stream's tail, or past
+    /// it on a compacted stream (the positions between were dropped). The
+    /// last chunk must bring the stream to the snapshot's count and (but
+    /// on a compacted stream, which may have dropped more while it was
+    /// read) bytes. A restore counts as an access (a sliding TTL starts
+    /// again).
     pub async fn restore<R: Records>(
         &self,
         records: &mut R,
@@ -89,20 +92,30 @@ impl Engine {
             (None, StreamRecord::new(head, None, now))
         } else {
             let stored = find(records, path.as_str(), now).await?.live(path)?;
-            if stored.record.head.count != first {
+            let count = stored.record.head.count;
+            let holes = snapshot.config.compaction.is_some() && first > count;
+            if count != first && !holes {
                 return Err(StreamError::OffsetMismatch {
                     expected: stored.record.head.offset(first),
                     actual: stored.record.head.tail(),
                 });
             }
-            (Some(stored.key), stored.record)
+            let mut record = stored.record;
+            if holes {
+                record.head.retained.compacted.dropped += first - count;
+                record.head.count = first;
+            }
+            (Some(stored.key), record)
         };
         record.head.push(&messages);
         // Restored messages count as appended now for an age bound.
         record.head.mark_tail(now);
         record.accessed_ms = record.accessed_ms.max(now);
         let complete = record.head.count == snapshot.count;
-        if record.head.count > snapshot.count || (complete && record.head.bytes != snapshot.bytes) {
+        let compacted = snapshot.config.compaction.is_some();
+        if record.head.count > snapshot.count
+            || (complete && !compacted && record.head.bytes != snapshot.bytes)
+        {
             return Err(StreamError::InvalidArgument(format!(
                 "the restore of `{path}` does not match its snapshot: {} messages of {} bytes, \
                  expected {} of {}",

@@ -2,7 +2,8 @@
 //! tombstones, forgotten once their incarnation is below the clock's
 //! floor (see `incarnation.rs` for why that is safe); and producer states
 //! past the producer expiry, which an append already treats as unknown;
-//! and the prefixes that streams' retention policies let go.
+//! and the prefixes that streams' retention policies let go, and steps
+//! of compaction passes (`compact.rs`).
 
 use super::lifecycle::{collect, find, Found};
 use super::Engine;
@@ -19,11 +20,15 @@ impl Engine {
 
     /// Removes what `found` names that may go now: each expired stream
     /// that nothing live was forked from (with its dead forks), and each
-    /// tombstone, whose incarnation is below the floor.
+    /// tombstone, whose incarnation is below the floor; drops what the
+    /// retained streams' policies let go, and, when `compact`, runs steps
+    /// of their compaction passes (a backend that runs them apart, in
+    /// writes of their own, passes `false`).
     pub async fn sweep<R: Records>(
         &self,
         records: &mut R,
         found: &Sweepable,
+        compact: bool,
     ) -> Result<Swept, StreamError> {
         let now = self.now_ms();
         let below = self.sweep_floor();
@@ -52,6 +57,17 @@ impl Engine {
             budget -= dropped;
             bytes_budget = bytes_budget.saturating_sub(freed);
             swept.messages += dropped;
+            if budget == 0 || bytes_budget == 0 || !compact {
+                continue;
+            }
+            // Compaction looks at messages within the same budgets.
+            let step = self
+                .compact_step(records, path, budget, bytes_budget, false)
+                .await?;
+            budget = budget.saturating_sub(step.examined);
+            bytes_budget = bytes_budget.saturating_sub(step.examined_bytes);
+            swept.messages += step.dropped;
+            swept.examined += step.examined;
         }
         Ok(swept)
     }
@@ -130,14 +146,17 @@ pub(crate) struct Swept {
     pub streams: Vec<String>,
     /// How many tombstones were dropped.
     pub tombstones: usize,
-    /// How many messages retention dropped.
+    /// How many messages retention and compaction dropped.
     pub messages: u64,
+    /// How many messages compaction looked at.
+    pub examined: u64,
 }
 
 impl Swept {
-    /// How many things were removed.
+    /// How many things were removed (and, so that the caller goes on
+    /// while a compaction pass is under way, looked at).
     pub fn count(&self) -> usize {
-        let messages = usize::try_from(self.messages).unwrap_or(usize::MAX);
+        let messages = usize::try_from(self.messages.max(self.examined)).unwrap_or(usize::MAX);
         (self.streams.len() + self.tombstones).saturating_add(messages)
     }
 }
@@ -152,3 +171,11 @@ pub(crate) const RETENTION_STEP: u64 = 1024;
 /// SQLite step held the writer for up to 240 ms once the file reused
 /// freed pages (`scripts/bench/retention.sh`).
 pub(crate) const RETENTION_STEP_BYTES: u64 = 1024 * 1024;
+
+/// The most messages one step of [`Storage::compact`](crate::Storage::compact)
+/// looks at: the sweep's step.
+pub(crate) const COMPACTION_STEP: u64 = RETENTION_STEP;
+
+/// The most bytes of messages one step of
+/// [`Storage::compact`](crate::Storage::compact) looks at (at least one).
+pub(crate) const COMPACTION_STEP_BYTES: u64 = RETENTION_STEP_BYTES;

@@ -28,7 +28,7 @@ use sqlx::{ConnectOptions, PgPool};
 use tokio::task::JoinHandle;
 
 use crate::cache::Cache;
-use crate::engine::Engine;
+use crate::engine::{Engine, COMPACTION_STEP, COMPACTION_STEP_BYTES};
 use crate::payload::{Split, DEFAULT_MAX_APPEND_BYTES};
 use crate::{
     Append, Appended, Clock, Created, Durability, Fork, Notifier, Payload, ReadChunk, ReadFrom,
@@ -251,6 +251,7 @@ impl PgStorage {
                 limits: options.limits,
                 clock: options.clock,
                 incarnations: Default::default(),
+                passes: Default::default(),
             },
             notifier,
             channel,
@@ -358,6 +359,52 @@ impl PgStorage {
     }
 
     /// Runs `call` in a read-only snapshot.
+    /// One compaction step of the stream at `path`: decided in a
+    /// read-only transaction, its drops written in a short one of their
+    /// own, so that appends to the stream wait for its row only while
+    /// the rows go (not while the step reads).
+    async fn compact_step(
+        &self,
+        path: &str,
+        budget: u64,
+        max_bytes: u64,
+        force: bool,
+    ) -> Result<crate::engine::CompactStep, StreamError> {
+        let plan = self
+            .read_only(|mut tx| async move {
+                let plan = tx.compact_plan(path, budget, max_bytes, force).await;
+                (tx, plan)
+            })
+            .await?;
+        let Some(plan) = plan else {
+            return Ok(crate::engine::CompactStep {
+                done: true,
+                ..Default::default()
+            });
+        };
+        let (examined, examined_bytes) = plan.examined();
+        let mut step = crate::engine::CompactStep {
+            examined,
+            examined_bytes,
+            ..Default::default()
+        };
+        // One write for the step's drops: on PostgreSQL each write is a
+        // transaction that appends to the stream wait for, and fewer,
+        // longer ones measured better than writes of 256 rows.
+        if let Some(write) = plan.whole() {
+            let write = &write;
+            let done = self
+                .write(|mut tx| async move {
+                    let step = tx.compact_apply(write).await;
+                    (tx, step)
+                })
+                .await?;
+            step.dropped += done.dropped;
+            step.done |= done.done;
+        }
+        Ok(step)
+    }
+
     async fn read_only<T, F, Fut>(&self, call: F) -> Result<T, StreamError>
     where
         F: FnOnce(PgTransaction) -> Fut,
@@ -501,11 +548,40 @@ impl Storage for PgStorage {
         }
         // Expired producers are found in the write, through their index.
         let found = &found;
-        self.write(|mut tx| async move {
-            let swept = tx.sweep(found, max).await;
-            (tx, swept)
-        })
-        .await
+        let swept = self
+            .write(|mut tx| async move {
+                let swept = tx.sweep(found, max).await;
+                (tx, swept)
+            })
+            .await?;
+        // Then compaction, within the step's budgets.
+        let (mut budget, mut bytes) = (COMPACTION_STEP, COMPACTION_STEP_BYTES);
+        let mut examined = 0;
+        for path in &found.retained {
+            if budget == 0 || bytes == 0 {
+                break;
+            }
+            let step = self.compact_step(path, budget, bytes, false).await?;
+            budget = budget.saturating_sub(step.examined);
+            bytes = bytes.saturating_sub(step.examined_bytes);
+            examined += step.examined.max(step.dropped);
+        }
+        Ok(swept + usize::try_from(examined).unwrap_or(usize::MAX))
+    }
+
+    async fn compact(&self, path: &StreamPath) -> Result<u64, StreamError> {
+        let mut force = true;
+        let mut dropped = 0;
+        loop {
+            let step = self
+                .compact_step(path.as_str(), COMPACTION_STEP, COMPACTION_STEP_BYTES, force)
+                .await?;
+            dropped += step.dropped;
+            force = false;
+            if step.done {
+                return Ok(dropped);
+            }
+        }
     }
 
     async fn fork(&self, path: &StreamPath, fork: Fork) -> Result<Created, StreamError> {

@@ -64,6 +64,10 @@ pub(super) async fn read(
     // they are not at `start`, so neither cached nor used (the engine
     // reads again in a transaction, or refuses the offset).
     let stored = records.stored.as_ref();
+    // A compacted stream's messages have holes the statement does not
+    // tell: the store reads it in a transaction, and never caches it
+    // from a read.
+    let stored = stored.filter(|s| s.record.head.config.compaction.is_none());
     let start = start.filter(|start| stored.is_some_and(|s| *start >= s.record.first()));
     if let (Some(stored), Some(start)) = (stored, start) {
         let fetched = Fetched::from_row(&row).map_err(statement_error)?;

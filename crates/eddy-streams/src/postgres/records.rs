@@ -261,6 +261,16 @@ impl RecordReader for PgRecords {
         range: Range<u64>,
         max_bytes: usize,
     ) -> Result<Vec<Bytes>, StreamError> {
+        let read = self.messages_at(key, range, max_bytes).await?;
+        Ok(read.into_iter().map(|(_, message)| message).collect())
+    }
+
+    async fn messages_at(
+        &mut self,
+        key: &i64,
+        range: Range<u64>,
+        max_bytes: usize,
+    ) -> Result<Vec<(u64, Bytes)>, StreamError> {
         let sql = Arc::clone(&self.sql.messages);
         let bound = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let (mut next, end) = (bound(range.start), bound(range.end));
@@ -272,19 +282,55 @@ impl RecordReader for PgRecords {
                 .await?;
             let fetched = rows.len() as i64;
             for row in rows {
-                let data: Vec<u8> = row.try_get(0).map_err(|e| self.fail(e))?;
+                let seq: i64 = row.try_get(0).map_err(|e| self.fail(e))?;
+                let data: Vec<u8> = row.try_get(1).map_err(|e| self.fail(e))?;
                 total += data.len();
                 if !messages.is_empty() && total > max_bytes {
                     return Ok(messages);
                 }
-                messages.push(Bytes::from(data));
+                messages.push((seq as u64, Bytes::from(data)));
+                // Compaction leaves holes: the next page starts after
+                // the last row, not after as many positions as rows.
+                next = seq + 1;
             }
             if fetched < page {
                 break;
             }
-            next += fetched;
             page = (page * 4).min(MAX_PAGE);
         }
+        Ok(messages)
+    }
+
+    async fn messages_before(
+        &mut self,
+        key: &i64,
+        range: Range<u64>,
+        max: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<(u64, Bytes)>, StreamError> {
+        let sql = Arc::clone(&self.sql.messages_before);
+        let bound = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let rows = self
+            .fetch_all(
+                query(&sql)
+                    .bind(key)
+                    .bind(bound(range.start))
+                    .bind(bound(range.end))
+                    .bind(bound(max)),
+            )
+            .await?;
+        // Newest first: those within the byte budget are kept.
+        let (mut messages, mut total) = (Vec::with_capacity(rows.len()), 0usize);
+        for row in &rows {
+            let seq: i64 = row.try_get(0).map_err(|e| self.fail(e))?;
+            let data: Vec<u8> = row.try_get(1).map_err(|e| self.fail(e))?;
+            total += data.len();
+            if !messages.is_empty() && total > max_bytes {
+                break;
+            }
+            messages.push((seq as u64, Bytes::from(data)));
+        }
+        messages.reverse();
         Ok(messages)
     }
 
@@ -394,11 +440,21 @@ impl Records for PgRecords {
                 .bind(closer.map(|p| p.seq as i64))
                 .bind(record.accessed_ms)
                 .bind(record.soft_deleted)
-                .bind(to_column(&head.config.retention, &head.retained))
+                .bind(to_column(&head.config, &head.retained))
                 .bind(record.retention_due_ms()),
         )
         .await?;
         Ok(())
+    }
+
+    async fn drop_positions(&mut self, key: &i64, positions: Vec<u64>) -> Result<u64, StreamError> {
+        let sql = Arc::clone(&self.sql.drop_positions);
+        let positions: Vec<i64> = positions
+            .into_iter()
+            .map(|n| i64::try_from(n).unwrap_or(i64::MAX))
+            .collect();
+        let freed: Vec<i64> = self.column(query(&sql).bind(key).bind(positions)).await?;
+        Ok(freed.first().map_or(0, |n| *n as u64))
     }
 
     async fn drop_messages(&mut self, key: &i64, range: Range<u64>) -> Result<(), StreamError> {
@@ -539,7 +595,7 @@ pub(super) fn decode(r: &PgRow) -> Result<(i64, String, StreamRecord), sqlx::Err
         None => None,
     };
     let column: Option<String> = r.try_get(20)?;
-    let (retention, retained) =
+    let (retention, compaction, retained) =
         from_column(column.as_deref()).map_err(|reason| sqlx::Error::ColumnDecode {
             index: "retention".into(),
             source: reason.into(),
@@ -552,6 +608,7 @@ pub(super) fn decode(r: &PgRow) -> Result<(i64, String, StreamRecord), sqlx::Err
                 expiry: expiry_from_columns(r.try_get(3)?, r.try_get(4)?),
                 closed: r.try_get(5)?,
                 retention,
+                compaction,
             }),
             closed: r.try_get(6)?,
             count: r.try_get::<i64, _>(7)? as u64,

@@ -217,6 +217,8 @@ pub(crate) struct Sql {
     pub sweepable_retained: Arc<str>,
     pub message_sizes: Arc<str>,
     pub drop_messages: Arc<str>,
+    pub messages_before: Arc<str>,
+    pub drop_positions: Arc<str>,
     pub drop_old_tombstone: Arc<str>,
     pub insert: Arc<str>,
     pub update: Arc<str>,
@@ -267,8 +269,19 @@ impl Sql {
                 "SELECT producer_count FROM {s}.streams WHERE id = $1"
             )),
             messages: sql(format!(
-                "SELECT data FROM {s}.messages WHERE stream_id = $1 AND seq >= $2 AND seq < $3
+                "SELECT seq, data FROM {s}.messages WHERE stream_id = $1 AND seq >= $2 AND seq < $3
                  ORDER BY seq LIMIT $4"
+            )),
+            messages_before: sql(format!(
+                "SELECT seq, data FROM {s}.messages WHERE stream_id = $1 AND seq >= $2 AND seq < $3
+                 ORDER BY seq DESC LIMIT $4"
+            )),
+            drop_positions: sql(format!(
+                "WITH gone AS (
+                     DELETE FROM {s}.messages WHERE stream_id = $1 AND seq = ANY($2)
+                     RETURNING octet_length(data)::bigint AS size
+                 )
+                 SELECT coalesce(sum(size), 0)::bigint FROM gone"
             )),
             list: sql(format!(
                 "SELECT {STREAM_COLUMNS} FROM {s}.streams WHERE starts_with(path, $1) ORDER BY path"

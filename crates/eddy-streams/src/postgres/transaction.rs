@@ -274,12 +274,44 @@ impl PgTransaction {
         self.records.set_locking(true);
         self.calls += 1;
         let engine = &self.wiring.engine;
-        let swept = engine.sweep(&mut self.records, found).await?;
+        // Compaction goes apart (`PgStorage::compact_step`): its reads
+        // need not hold the streams' rows.
+        let swept = engine.sweep(&mut self.records, found, false).await?;
         let producers = engine.sweep_producers(&mut self.records, max).await?;
         let count = swept.count() + producers as usize;
         self.changes
             .extend(swept.streams.into_iter().map(Change::Deleted));
         Ok(count)
+    }
+
+    /// What one step of a compaction pass of the stream at `path` drops,
+    /// read without locking the stream (see
+    /// [`Storage::compact`](crate::Storage::compact)).
+    pub(crate) async fn compact_plan(
+        &mut self,
+        path: &str,
+        budget: u64,
+        max_bytes: u64,
+        force: bool,
+    ) -> Result<Option<crate::engine::CompactPlan>, StreamError> {
+        self.records.set_locking(false);
+        self.wiring
+            .engine
+            .compact_plan(&mut self.records, path, budget, max_bytes, force)
+            .await
+    }
+
+    /// Drops what `plan` decided, the stream locked only for that.
+    pub(crate) async fn compact_apply(
+        &mut self,
+        plan: &crate::engine::CompactPlan,
+    ) -> Result<crate::engine::CompactStep, StreamError> {
+        self.records.set_locking(true);
+        self.calls += 1;
+        self.wiring
+            .engine
+            .compact_apply(&mut self.records, plan)
+            .await
     }
 
     /// Reads, seeing this transaction's own writes (see

@@ -30,7 +30,7 @@ use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{oneshot, Semaphore};
 
 use crate::cache::Cache;
-use crate::engine::{complete, Engine};
+use crate::engine::{complete, Engine, COMPACTION_STEP, COMPACTION_STEP_BYTES};
 use crate::marks::Markers;
 use crate::payload::Split;
 use crate::touches::Touches;
@@ -120,6 +120,7 @@ impl SqliteStorage {
             limits: options.limits,
             clock: options.clock,
             incarnations: Default::default(),
+            passes: Default::default(),
         };
         let touches = Arc::new(Touches::default());
         let cache = Arc::new(Cache::new(options.cache_bytes));
@@ -215,6 +216,45 @@ impl SqliteStorage {
             crate::metrics::dequeued(1);
             StreamError::internal("the stream store's writer thread stopped")
         })
+    }
+
+    /// One compaction step of the stream at `path`: decided on a reader,
+    /// its drops written by the writer in a short write of their own, so
+    /// that the writer holds appends back only while rows go.
+    async fn compact_step(
+        &self,
+        path: String,
+        budget: u64,
+        max_bytes: u64,
+        force: bool,
+    ) -> Result<crate::engine::CompactStep, StreamError> {
+        let plan = self
+            .with_reader(move |engine, records| {
+                complete(engine.compact_plan(records, &path, budget, max_bytes, force))
+            })
+            .await?;
+        let Some(plan) = plan else {
+            return Ok(crate::engine::CompactStep {
+                done: true,
+                ..Default::default()
+            });
+        };
+        let (examined, examined_bytes) = plan.examined();
+        let mut step = crate::engine::CompactStep {
+            examined,
+            examined_bytes,
+            ..Default::default()
+        };
+        for write in plan.writes() {
+            let done = self
+                .submit(0, Containment::Savepoint, move |engine, records| {
+                    Ok((complete(engine.compact_apply(records, &write))?, None))
+                })
+                .await?;
+            step.dropped += done.dropped;
+            step.done |= done.done;
+        }
+        Ok(step)
     }
 
     /// Runs `f` on a read connection inside one read transaction, off the
@@ -418,12 +458,47 @@ impl Storage for SqliteStorage {
             })
             .await?;
         // Expired producers are found by the writer, through their index.
-        self.submit(0, Containment::Savepoint, move |engine, records| {
-            let swept = complete(engine.sweep(records, &found))?.count();
-            let producers = complete(engine.sweep_producers(records, max))?;
-            Ok((swept + producers as usize, None))
-        })
-        .await
+        let retained = found.retained.clone();
+        let swept = self
+            .submit(0, Containment::Savepoint, move |engine, records| {
+                let swept = complete(engine.sweep(records, &found, false))?.count();
+                let producers = complete(engine.sweep_producers(records, max))?;
+                Ok((swept + producers as usize, None))
+            })
+            .await?;
+        // Then compaction, within the step's budgets.
+        let (mut budget, mut bytes) = (COMPACTION_STEP, COMPACTION_STEP_BYTES);
+        let mut examined = 0;
+        for path in retained {
+            if budget == 0 || bytes == 0 {
+                break;
+            }
+            let step = self.compact_step(path, budget, bytes, false).await?;
+            budget = budget.saturating_sub(step.examined);
+            bytes = bytes.saturating_sub(step.examined_bytes);
+            examined += step.examined.max(step.dropped);
+        }
+        Ok(swept + usize::try_from(examined).unwrap_or(usize::MAX))
+    }
+
+    async fn compact(&self, path: &StreamPath) -> Result<u64, StreamError> {
+        let mut force = true;
+        let mut dropped = 0;
+        loop {
+            let step = self
+                .compact_step(
+                    path.to_string(),
+                    COMPACTION_STEP,
+                    COMPACTION_STEP_BYTES,
+                    force,
+                )
+                .await?;
+            dropped += step.dropped;
+            force = false;
+            if step.done {
+                return Ok(dropped);
+            }
+        }
     }
 
     async fn snapshot(&self, path: &StreamPath) -> Result<StreamSnapshot, StreamError> {

@@ -188,6 +188,41 @@ impl RecordReader for SqliteRecords<'_> {
         ready(cached.map_or_else(|| messages(self.conn, *key, range, max_bytes), Ok))
     }
 
+    fn messages_at(
+        &mut self,
+        key: &i64,
+        range: Range<u64>,
+        max_bytes: usize,
+    ) -> impl Op<Vec<(u64, Bytes)>> {
+        let start = range.start;
+        let cached = self
+            .cache
+            .and_then(|cache| cache.messages(*key, range.clone(), max_bytes))
+            .map(|messages| (start..).zip(messages).collect());
+        ready(cached.map_or_else(
+            || messages_at(self.conn, *key, range, max_bytes, Order::Ascending),
+            Ok,
+        ))
+    }
+
+    fn messages_before(
+        &mut self,
+        key: &i64,
+        range: Range<u64>,
+        max: u64,
+        max_bytes: usize,
+    ) -> impl Op<Vec<(u64, Bytes)>> {
+        let max = usize::try_from(max).unwrap_or(usize::MAX);
+        ready(
+            messages_at(self.conn, *key, range, max_bytes, Order::LastFirst(max)).map(
+                |mut last| {
+                    last.reverse();
+                    last
+                },
+            ),
+        )
+    }
+
     fn message_sizes(&mut self, key: &i64, range: Range<u64>) -> impl Op<Vec<u64>> {
         ready(message_sizes(self.conn, *key, range))
     }
@@ -287,6 +322,13 @@ impl Records for SqliteRecords<'_> {
         ready(drop_messages(self.conn, *key, range))
     }
 
+    fn drop_positions(&mut self, key: &i64, positions: Vec<u64>) -> impl Op<u64> {
+        let key = *key;
+        self.wrote = true;
+        self.log(|_| Change::Compacted { key });
+        ready(drop_positions(self.conn, key, &positions))
+    }
+
     fn remove(&mut self, key: &i64, _path: &str) -> impl Op<()> {
         let key = *key;
         self.wrote = true;
@@ -344,7 +386,7 @@ fn record(r: &Row<'_>) -> rusqlite::Result<StreamRecord> {
         None => None,
     };
     let column: Option<String> = r.get(20)?;
-    let (retention, retained) = from_column(column.as_deref()).map_err(|reason| {
+    let (retention, compaction, retained) = from_column(column.as_deref()).map_err(|reason| {
         rusqlite::Error::FromSqlConversionFailure(20, rusqlite::types::Type::Text, reason.into())
     })?;
     Ok(StreamRecord {
@@ -355,6 +397,7 @@ fn record(r: &Row<'_>) -> rusqlite::Result<StreamRecord> {
                 expiry,
                 closed: r.get(5)?,
                 retention,
+                compaction,
             }),
             closed: r.get(6)?,
             count: r.get::<_, i64>(7)? as u64,
@@ -476,7 +519,7 @@ pub(super) fn update(conn: &Connection, id: i64, record: &StreamRecord) -> Resul
         closer.map(|p| p.seq as i64),
         record.accessed_ms,
         record.soft_deleted,
-        to_column(&head.config.retention, &head.retained),
+        to_column(&head.config, &head.retained),
         record.retention_due_ms(),
     ])?;
     Ok(())
@@ -487,6 +530,20 @@ fn drop_messages(conn: &Connection, id: i64, range: Range<u64>) -> Result<(), St
     conn.prepare_cached("DELETE FROM messages WHERE stream_id = ?1 AND seq >= ?2 AND seq < ?3")?
         .execute(params![id, bound(range.start), bound(range.end)])?;
     Ok(())
+}
+
+/// Deletes the messages at `positions`; the bytes of those that were there.
+fn drop_positions(conn: &Connection, id: i64, positions: &[u64]) -> Result<u64, StreamError> {
+    let mut stmt = conn.prepare_cached(
+        "DELETE FROM messages WHERE stream_id = ?1 AND seq = ?2 RETURNING length(data)",
+    )?;
+    let mut freed = 0;
+    for position in positions {
+        let seq = i64::try_from(*position).unwrap_or(i64::MAX);
+        let size: Option<i64> = stmt.query_row(params![id, seq], |r| r.get(0)).optional()?;
+        freed += size.map_or(0, |n| n as u64);
+    }
+    Ok(freed)
 }
 
 fn message_sizes(conn: &Connection, id: i64, range: Range<u64>) -> Result<Vec<u64>, StreamError> {
@@ -712,32 +769,62 @@ fn messages(
     range: Range<u64>,
     max_bytes: usize,
 ) -> Result<Vec<Bytes>, StreamError> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT data FROM messages WHERE stream_id = ?1 AND seq >= ?2 AND seq < ?3 ORDER BY seq",
-    )?;
+    let read = messages_at(conn, id, range, max_bytes, Order::Ascending)?;
+    Ok(read.into_iter().map(|(_, message)| message).collect())
+}
+
+/// Which messages of a range [`messages_at`] reads.
+enum Order {
+    /// From the first on.
+    Ascending,
+    /// At most this many, from the last back (returned last first).
+    LastFirst(usize),
+}
+
+/// The messages kept at positions `range` with their positions.
+fn messages_at(
+    conn: &Connection,
+    id: i64,
+    range: Range<u64>,
+    max_bytes: usize,
+    order: Order,
+) -> Result<Vec<(u64, Bytes)>, StreamError> {
+    let (sql, limit) = match order {
+        Order::Ascending => (
+            "SELECT seq, data FROM messages WHERE stream_id = ?1 AND seq >= ?2 AND seq < ?3
+             ORDER BY seq LIMIT ?4",
+            -1,
+        ),
+        Order::LastFirst(max) => (
+            "SELECT seq, data FROM messages WHERE stream_id = ?1 AND seq >= ?2 AND seq < ?3
+             ORDER BY seq DESC LIMIT ?4",
+            i64::try_from(max).unwrap_or(i64::MAX),
+        ),
+    };
+    let mut stmt = conn.prepare_cached(sql)?;
     let bound = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-    let mut rows = stmt.query(params![id, bound(range.start), bound(range.end)])?;
+    let mut rows = stmt.query(params![id, bound(range.start), bound(range.end), limit])?;
     // The rows' bytes go into one buffer and the messages are slices of
     // it: one allocation per read instead of one per message (a catch-up
     // read of small messages spent a tenth of its time in the allocator).
     let mut data = Vec::new();
     let mut ends = Vec::new();
     while let Some(row) = rows.next()? {
-        let message = row.get_ref(0)?.as_blob().map_err(rusqlite::Error::from)?;
+        let message = row.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
         if !ends.is_empty() && data.len() + message.len() > max_bytes {
             break;
         }
         data.extend_from_slice(message);
-        ends.push(data.len());
+        ends.push((row.get::<_, i64>(0)? as u64, data.len()));
     }
     let data = Bytes::from(data);
     let mut start = 0;
     Ok(ends
         .into_iter()
-        .map(|end| {
+        .map(|(position, end)| {
             let message = data.slice(start..end);
             start = end;
-            message
+            (position, message)
         })
         .collect())
 }

@@ -24,6 +24,10 @@ pub use documents::*;
 mod retention;
 pub use retention::*;
 
+#[path = "compaction.rs"]
+mod compaction;
+pub use compaction::*;
+
 #[path = "producer_expiry.rs"]
 mod producer_expiry;
 pub use producer_expiry::*;
@@ -139,6 +143,20 @@ macro_rules! every_retention_case {
     };
 }
 pub(crate) use every_retention_case;
+
+/// Compaction, for the stores that compact (memory, SQLite, PostgreSQL;
+/// DynamoDB refuses a compaction policy).
+macro_rules! every_compaction_case {
+    ($run:ident) => {
+        $run!(
+            the_sweep_keeps_the_last_hour_whole_and_the_latest_of_every_row,
+            deletes_go_after_their_lifetime,
+            appends_during_a_pass_are_kept,
+            a_fork_of_a_compacted_stream_inherits_what_is_kept,
+        );
+    };
+}
+pub(crate) use every_compaction_case;
 
 /// The producers per stream every harness's store allows
 /// (`max_producers_per_stream`): as many as the concurrent appenders case

@@ -47,6 +47,7 @@ pub fn one_of_each() -> Vec<StreamError> {
             earliest: Offset::new(1_764_000_000_000_000, 7),
         },
         StreamError::InvalidRetention("invalid retention policy `messages=0`".into()),
+        StreamError::InvalidCompaction("invalid compaction policy `messages=0`".into()),
         StreamError::InvalidPath {
             path: "a//b".into(),
             reason: "it has an empty segment".into(),

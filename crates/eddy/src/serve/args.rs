@@ -174,9 +174,9 @@ pub struct ServeArgs {
     pub max_fork_bytes: u64,
     /// How often expired streams' data and old tombstones of deleted
     /// streams are removed (each once its stream is a minute old), and
-    /// the messages retention policies let go, in short steps; `0` never
-    /// (an expired stream then stays until its path is created again, and
-    /// retained streams keep everything).
+    /// the messages retention and compaction policies let go, in short
+    /// steps; `0` never (an expired stream then stays until its path is
+    /// created again, and retained and compacted streams keep everything).
     #[arg(long, default_value = "10s", value_parser = parse_duration, env = "EDDY_SWEEP_INTERVAL")]
     pub sweep_interval: Duration,
     /// The most subscriptions the server holds; more get 503.
@@ -268,6 +268,19 @@ pub struct ServeArgs {
         value_delimiter = '\n'
     )]
     pub retention: Vec<eddy_server::RetentionRule>,
+    /// A compaction policy for the (JSON) streams created under a path
+    /// pattern without an Eddy-Compaction header, as `PATTERN=POLICY`
+    /// (`state/**=age=1h; deletes=7d`; `none` exempts, `on` compacts with
+    /// the defaults); repeatable, the first matching rule wins. The policy
+    /// is stored with each stream.
+    #[arg(
+        long = "compaction",
+        value_name = "PATTERN=POLICY",
+        env = "EDDY_COMPACTION",
+        // Not ',': a pattern may hold `{a,b}`, a policy `;`.
+        value_delimiter = '\n'
+    )]
+    pub compaction: Vec<eddy_server::CompactionRule>,
     /// Answer a read from `-1`, the zero offset or a fork source's offset
     /// with a redirect to the stream's own offset (its immutable URL)
     /// instead of with the data; only for deployments whose clients all
@@ -425,6 +438,7 @@ impl ServeArgs {
             },
             console: !self.no_console,
             retention: self.retention.clone(),
+            compaction: self.compaction.clone(),
             ..ServerConfig::default()
         })
     }

@@ -193,8 +193,7 @@ impl<'d> Created<'d> {
         self.incarnations.push(signed(head.incarnation));
         self.producer_count.push(signed(draft.new_producers()));
         self.tombstones.push(signed(tombstone));
-        self.retention
-            .push(to_column(&head.config.retention, &head.retained));
+        self.retention.push(to_column(&head.config, &head.retained));
         self.retention_due_ms.push(draft.record.retention_due_ms());
     }
 }
@@ -271,9 +270,8 @@ impl<'d> Columns<'d> {
         self.accessed_ms.push(draft.record.accessed_ms);
         self.new_producers.push(signed(draft.new_producers()));
         self.was_retention
-            .push(to_column(&base.config.retention, &base.retained));
-        self.retention
-            .push(to_column(&head.config.retention, &head.retained));
+            .push(to_column(&base.config, &base.retained));
+        self.retention.push(to_column(&head.config, &head.retained));
         self.retention_due_ms.push(draft.record.retention_due_ms());
     }
 }

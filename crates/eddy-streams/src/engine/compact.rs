@@ -1,0 +1,260 @@
+//! Compaction passes in bounded steps (see `compaction.rs` for what a
+//! pass keeps). A step reads at most a budget of messages backwards from
+//! where the pass stopped, drops those a later one supersedes, and
+//! updates the record (bytes, and the pass's outcome when it is done);
+//! between steps the pass waits in the engine, so a pass over a long
+//! stream never holds the store's writer for long.
+
+use std::sync::Mutex;
+
+use super::lifecycle::{find, Found};
+use super::Engine;
+use crate::compaction::{appended_by_ms, Compacted, Pass, Verdict};
+use crate::record::{RecordReader, Records, Stored};
+use crate::StreamError;
+
+/// The most passes an engine keeps between steps (one per stream being
+/// compacted); past it the oldest is forgotten and starts again later.
+const MAX_PASSES: usize = 8;
+
+/// The passes under way, between their steps.
+#[derive(Debug, Default)]
+pub(crate) struct Passes(Mutex<Vec<Pass>>);
+
+impl Passes {
+    /// Takes the pass of the stream at `path` of `incarnation`, if any
+    /// (a pass of an earlier stream at the path is forgotten).
+    fn take(&self, path: &str, incarnation: u64) -> Option<Pass> {
+        let mut passes = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let index = passes.iter().position(|pass| pass.path == path)?;
+        let pass = passes.remove(index);
+        (pass.incarnation == incarnation).then_some(pass)
+    }
+
+    /// Keeps `pass` for its next step.
+    fn put(&self, pass: Pass) {
+        let mut passes = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if passes.len() >= MAX_PASSES {
+            passes.remove(0);
+        }
+        passes.push(pass);
+    }
+}
+
+/// What one compaction step did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct CompactStep {
+    /// Messages it looked at.
+    pub examined: u64,
+    /// Their bytes.
+    pub examined_bytes: u64,
+    /// Messages it dropped.
+    pub dropped: u64,
+    /// Whether no pass is under way for the stream after it.
+    pub done: bool,
+}
+
+/// What a compaction step decided, before it writes: the positions to
+/// drop, and the pass's outcome when it looked at everything. Its pass
+/// is already kept for the next step, so a step whose write fails leaves
+/// the pass ahead of what was dropped (which only keeps more).
+#[derive(Clone, Debug)]
+pub(crate) struct CompactPlan {
+    /// The stream it is about.
+    path: String,
+    incarnation: u64,
+    /// The positions to drop, in order.
+    drop: Vec<u64>,
+    /// The pass's outcome, when this step ends it.
+    finished: Option<Compacted>,
+    examined: u64,
+    examined_bytes: u64,
+}
+
+/// The most rows one write of a compaction step deletes, where a backend
+/// writes the step apart from its reads: a step's drops go in writes of
+/// at most this many, so appends wait for one of them at a time.
+pub(crate) const DROPS_PER_WRITE: usize = 256;
+
+impl CompactPlan {
+    /// What the step read: messages and bytes.
+    pub fn examined(&self) -> (u64, u64) {
+        (self.examined, self.examined_bytes)
+    }
+
+    /// The plan as one write, unless it writes nothing (it drops nothing
+    /// and does not end the pass).
+    #[cfg(feature = "postgres")]
+    pub fn whole(self) -> Option<CompactPlan> {
+        (!self.drop.is_empty() || self.finished.is_some()).then_some(self)
+    }
+
+    /// The plan as writes of at most [`DROPS_PER_WRITE`] drops each, in
+    /// order (none when it drops nothing and does not end the pass);
+    /// only the last ends the pass and counts what was read.
+    pub fn writes(self) -> Vec<CompactPlan> {
+        if self.drop.is_empty() && self.finished.is_none() {
+            return Vec::new();
+        }
+        if self.drop.len() <= DROPS_PER_WRITE {
+            return vec![self];
+        }
+        let parts: Vec<Vec<u64>> = self
+            .drop
+            .chunks(DROPS_PER_WRITE)
+            .map(<[u64]>::to_vec)
+            .collect();
+        let last = parts.len() - 1;
+        parts
+            .into_iter()
+            .enumerate()
+            .map(|(index, drop)| CompactPlan {
+                path: self.path.clone(),
+                incarnation: self.incarnation,
+                drop,
+                finished: if index == last {
+                    self.finished.clone()
+                } else {
+                    None
+                },
+                examined: if index == last { self.examined } else { 0 },
+                examined_bytes: if index == last {
+                    self.examined_bytes
+                } else {
+                    0
+                },
+            })
+            .collect()
+    }
+}
+
+impl Engine {
+    /// One step of compaction of the live stream at `path`, looking at up
+    /// to `budget` messages of at most `max_bytes` together (at least
+    /// one): of the pass under way, or of a new one when the stream is
+    /// due (or when `force`, which also drops a pass under way to start
+    /// one that reaches the tail now). The pass ends with a step that
+    /// finds nothing left to look at.
+    pub async fn compact_step<R: Records>(
+        &self,
+        records: &mut R,
+        path: &str,
+        budget: u64,
+        max_bytes: u64,
+        force: bool,
+    ) -> Result<CompactStep, StreamError> {
+        match self
+            .compact_plan(records, path, budget, max_bytes, force)
+            .await?
+        {
+            Some(plan) => self.compact_apply(records, &plan).await,
+            None => Ok(CompactStep {
+                done: true,
+                ..CompactStep::default()
+            }),
+        }
+    }
+
+    /// The reading half of [`compact_step`](Self::compact_step): what the
+    /// step drops, decided from the messages it reads (which never change
+    /// but by being dropped), so a backend may decide outside the write
+    /// that locks the stream. `None` when there is nothing to do.
+    pub async fn compact_plan<R: RecordReader>(
+        &self,
+        records: &mut R,
+        path: &str,
+        budget: u64,
+        max_bytes: u64,
+        force: bool,
+    ) -> Result<Option<CompactPlan>, StreamError> {
+        let now = self.now_ms();
+        let Found::Live(Stored { key, record }) = find(records, path, now).await? else {
+            return Ok(None);
+        };
+        let head = &record.head;
+        let Some(policy) = head.config.compaction else {
+            return Ok(None);
+        };
+        let marks = &head.retained.marks;
+        let mut pass = match self.passes.take(path, head.incarnation) {
+            Some(pass) if !force => pass,
+            _ if force || head.compaction_due_ms().is_some_and(|due| due <= now) => {
+                Pass::new(path, head.incarnation, &policy, marks, head.count, now)
+            }
+            _ => return Ok(None),
+        };
+        let first = record.first();
+        let max_bytes = usize::try_from(max_bytes).unwrap_or(usize::MAX);
+        let messages = records
+            .messages_before(
+                &key,
+                first..pass.cursor.max(first),
+                budget.max(1),
+                max_bytes,
+            )
+            .await?;
+        let mut drop = Vec::new();
+        for (position, message) in messages.iter().rev() {
+            let appended = appended_by_ms(marks, *position);
+            if pass.examine(&policy, *position, message, appended) == Verdict::Drop {
+                drop.push(*position);
+            }
+        }
+        drop.reverse();
+        let finished = messages.is_empty().then(|| pass.finish(0));
+        if finished.is_none() {
+            self.passes.put(pass);
+        }
+        Ok(Some(CompactPlan {
+            path: path.to_owned(),
+            incarnation: head.incarnation,
+            drop,
+            finished,
+            examined: messages.len() as u64,
+            examined_bytes: messages.iter().map(|(_, m)| m.len() as u64).sum(),
+        }))
+    }
+
+    /// The writing half of [`compact_step`](Self::compact_step): drops
+    /// what `plan` decided from the stream as it is now (nothing if it was
+    /// replaced meanwhile), with its bytes, and stores the pass's outcome.
+    pub async fn compact_apply<R: Records>(
+        &self,
+        records: &mut R,
+        plan: &CompactPlan,
+    ) -> Result<CompactStep, StreamError> {
+        let now = self.now_ms();
+        let step = CompactStep {
+            examined: plan.examined,
+            examined_bytes: plan.examined_bytes,
+            dropped: plan.drop.len() as u64,
+            done: plan.finished.is_some(),
+        };
+        let found = find(records, &plan.path, now).await?;
+        let Found::Live(Stored { key, mut record }) = found else {
+            return Ok(step);
+        };
+        if record.head.incarnation != plan.incarnation {
+            return Ok(step);
+        }
+        let mut wrote = false;
+        if !plan.drop.is_empty() {
+            let freed = records.drop_positions(&key, plan.drop.clone()).await?;
+            record.head.bytes = record.head.bytes.saturating_sub(freed);
+            record.head.retained.compacted.dropped += step.dropped;
+            wrote = true;
+        }
+        if let Some(outcome) = &plan.finished {
+            let dropped = record.head.retained.compacted.dropped;
+            *record.head.retained.compacted = Compacted {
+                dropped,
+                ..outcome.clone()
+            };
+            wrote = true;
+        }
+        if wrote {
+            records.update(&key, record).await?;
+        }
+        Ok(step)
+    }
+}

@@ -1,0 +1,204 @@
+//! Compaction cases: the sweep compacts a stream when it is due, keeps
+//! the head whole, lets deletes outlive nothing but their lifetime, never
+//! loses an append that comes during a pass, and forks of a compacted
+//! stream inherit what is kept. Run on the stores that compact (memory,
+//! SQLite, PostgreSQL).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use eddy_streams::{
+    Append, Compaction, Fork, ManualClock, Payload, ReadFrom, Storage, StreamConfig, StreamPath,
+};
+
+fn at(name: &str) -> StreamPath {
+    StreamPath::new(name).expect("path")
+}
+
+fn change(key: &str, operation: &str, value: u64) -> String {
+    let value = if operation == "delete" {
+        String::new()
+    } else {
+        format!(r#","value":{value}"#)
+    };
+    format!(r#"{{"type":"row","key":"{key}"{value},"headers":{{"operation":"{operation}"}}}}"#)
+}
+
+async fn compacted(store: &dyn Storage, path: &StreamPath, policy: &str) {
+    let policy: Compaction = policy.parse().expect("policy");
+    let config = StreamConfig::json().with_compaction(policy);
+    store
+        .create(path, config, Payload::empty())
+        .await
+        .expect("create");
+}
+
+async fn append(store: &dyn Storage, path: &StreamPath, messages: &[String]) {
+    let body = format!("[{}]", messages.join(","));
+    store
+        .append(path, Append::body(body))
+        .await
+        .expect("append");
+}
+
+/// Every kept message from `from`, with its position.
+async fn kept(store: &dyn Storage, path: &StreamPath, from: ReadFrom) -> Vec<(u64, String)> {
+    let mut from = from;
+    let mut read = Vec::new();
+    loop {
+        let chunk = store.read(path, from, 1 << 20).await.expect("read");
+        for (index, message) in chunk.messages.iter().enumerate() {
+            let text = String::from_utf8_lossy(message).into_owned();
+            read.push((chunk.offset_of(index).position(), text));
+        }
+        if chunk.up_to_date {
+            return read;
+        }
+        from = ReadFrom::Offset(chunk.next_offset);
+    }
+}
+
+async fn sweep_all(store: &dyn Storage) -> usize {
+    let mut swept = 0;
+    loop {
+        match store.sweep(64).await.expect("sweep") {
+            0 => return swept,
+            step => swept += step,
+        }
+    }
+}
+
+/// The combined policy: the last hour in full, the latest of every row
+/// forever; the sweep does it when the stream is due.
+pub async fn the_sweep_keeps_the_last_hour_whole_and_the_latest_of_every_row(
+    store: Arc<dyn Storage>,
+    clock: Arc<ManualClock>,
+) {
+    let path = at("compaction/hour");
+    compacted(&*store, &path, "age=1h").await;
+    let old: Vec<String> = (0..30)
+        .map(|n| change(&format!("k{}", n % 3), "upsert", n))
+        .collect();
+    append(&*store, &path, &old).await;
+    sweep_all(&*store).await;
+    assert_eq!(
+        kept(&*store, &path, ReadFrom::Beginning).await.len(),
+        30,
+        "nothing is older than the lag yet"
+    );
+    clock.advance(Duration::from_secs(2 * 3600));
+    let recent: Vec<String> = (30..40).map(|n| change("k0", "upsert", n)).collect();
+    append(&*store, &path, &recent).await;
+    sweep_all(&*store).await;
+    let after = kept(&*store, &path, ReadFrom::Beginning).await;
+    let positions: Vec<u64> = after.iter().map(|(p, _)| *p).collect();
+    // k1 and k2's last changes (28, 29) stay, k0's old ones are
+    // superseded by the recent ones, which all stay.
+    assert_eq!(positions, [28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39]);
+    let info = store.head(&path).await.expect("head");
+    let bytes: usize = after.iter().map(|(_, m)| m.len()).sum();
+    assert_eq!(info.bytes, bytes as u64);
+    assert_eq!(info.tail.position(), 40, "offsets never change");
+    assert_eq!(sweep_all(&*store).await, 0, "nothing more is due");
+}
+
+/// A delete is kept for its lifetime, then goes.
+pub async fn deletes_go_after_their_lifetime(store: Arc<dyn Storage>, clock: Arc<ManualClock>) {
+    let path = at("compaction/deletes");
+    compacted(&*store, &path, "deletes=1m").await;
+    append(
+        &*store,
+        &path,
+        &[
+            change("a", "insert", 1),
+            change("a", "delete", 0),
+            change("b", "insert", 2),
+        ],
+    )
+    .await;
+    assert_eq!(store.compact(&path).await, Ok(1));
+    let positions = |read: Vec<(u64, String)>| read.into_iter().map(|(p, _)| p).collect::<Vec<_>>();
+    assert_eq!(
+        positions(kept(&*store, &path, ReadFrom::Beginning).await),
+        [1, 2]
+    );
+    clock.advance(Duration::from_secs(61));
+    sweep_all(&*store).await;
+    assert_eq!(
+        positions(kept(&*store, &path, ReadFrom::Beginning).await),
+        [2],
+        "the sweep drops the delete once its lifetime is over"
+    );
+}
+
+/// Appends that come while a pass is under way (between its steps) stay,
+/// and the next pass compacts them.
+pub async fn appends_during_a_pass_are_kept(store: Arc<dyn Storage>, _clock: Arc<ManualClock>) {
+    let path = at("compaction/during");
+    compacted(&*store, &path, "on").await;
+    // In batches within the contract stores' append limit.
+    for round in 0..30u64 {
+        let batch: Vec<String> = (0..100)
+            .map(|n| change(&format!("k{}", n % 2), "upsert", round * 100 + n))
+            .collect();
+        append(&*store, &path, &batch).await;
+    }
+    // One step of the pass: 1024 of 3000 messages.
+    assert!(store.sweep(64).await.expect("sweep") > 0);
+    append(
+        &*store,
+        &path,
+        &[change("k2", "insert", 7), change("k0", "upsert", 8)],
+    )
+    .await;
+    sweep_all(&*store).await;
+    store.compact(&path).await.expect("compact");
+    let after = kept(&*store, &path, ReadFrom::Beginning).await;
+    assert_eq!(
+        after,
+        [
+            (2999, change("k1", "upsert", 2999)),
+            (3000, change("k2", "insert", 7)),
+            (3001, change("k0", "upsert", 8)),
+        ]
+    );
+}
+
+/// A fork of a compacted stream inherits what is kept before its branch
+/// point, at the same offsets, and its source's policy.
+pub async fn a_fork_of_a_compacted_stream_inherits_what_is_kept(
+    store: Arc<dyn Storage>,
+    _clock: Arc<ManualClock>,
+) {
+    let source = at("compaction/source");
+    compacted(&*store, &source, "on").await;
+    let changes: Vec<String> = (0..6)
+        .map(|n| change(&format!("k{}", n % 2), "upsert", n))
+        .collect();
+    append(&*store, &source, &changes).await;
+    append(&*store, &source, &[change("k0", "upsert", 6)]).await;
+    assert_eq!(store.compact(&source).await, Ok(5));
+    let tail = store.head(&source).await.expect("head").tail;
+    // At 4, after four dropped messages: it inherits none.
+    let fork = at("compaction/fork");
+    store
+        .fork(&fork, Fork::of(source.clone()).at(tail.with_position(4)))
+        .await
+        .expect("fork");
+    let info = store.head(&fork).await.expect("head");
+    assert_eq!(info.config.compaction, Some(Compaction::ON));
+    assert_eq!(info.tail.position(), 4);
+    assert!(kept(&*store, &fork, ReadFrom::Beginning).await.is_empty());
+    let whole = at("compaction/fork-whole");
+    store
+        .fork(&whole, Fork::of(source.clone()))
+        .await
+        .expect("fork");
+    assert_eq!(
+        kept(&*store, &whole, ReadFrom::Beginning).await,
+        kept(&*store, &source, ReadFrom::Beginning).await
+    );
+    let info = store.head(&whole).await.expect("head");
+    let bytes: usize = changes[5].len() + change("k0", "upsert", 6).len();
+    assert_eq!(info.bytes, bytes as u64, "the fork counts what it copied");
+}
