@@ -3,12 +3,17 @@
 //! `history-unavailable`, naming the earliest offset kept and how to go
 //! on, until its input accepts dropped history; then it goes on from the
 //! earliest message kept. A pinned range that was dropped is
-//! `range-unreproducible`.
+//! `range-unreproducible`. A binding whose unread range a compaction pass
+//! thinned is `history-unavailable` too, never a silently other result;
+//! one within the compaction lag reads on.
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use eddy_projection::{Declare, Host, Projection, RunOptions};
-use eddy_streams::{Payload, Retention, Storage, StreamConfig, StreamPath};
+use eddy_streams::{
+    Append, Compaction, Payload, Retention, Route, Storage, StreamConfig, StreamPath,
+};
 
 use crate::support::{order, orders};
 use crate::terminal::{pin_a_failed_unit, replay_is_unreproducible_and_the_pin_stays};
@@ -58,6 +63,34 @@ fn sum(accept: bool) -> Projection<(), f64> {
 async fn earliest(store: &dyn Storage) -> String {
     let path = StreamPath::new("orders").expect("path");
     store.head(&path).await.expect("head").earliest.to_string()
+}
+
+/// How many messages a binding of the state stream `rows` has handled.
+fn counter() -> Projection<(), u64> {
+    let declare = Declare::<()>::new("counter");
+    let route = Route::new("rows").expect("route");
+    let input = declare.input_bytes("rows", route);
+    declare
+        .fold(0_u64)
+        .on(input, |count, _: eddy_projection::Entry<'_, Bytes>, _| {
+            count + 1
+        })
+        .build()
+        .expect("declare")
+}
+
+/// `n` upserts of one row of the state stream `rows`.
+async fn upserts(store: &dyn Storage, n: u64) {
+    let path = StreamPath::new("rows").expect("path");
+    for value in 0..n {
+        let change = format!(
+            r#"{{"type":"row","key":"k","value":{value},"headers":{{"operation":"upsert"}}}}"#
+        );
+        store
+            .append(&path, Append::body(change))
+            .await
+            .expect("append");
+    }
 }
 
 mod cases {
@@ -126,10 +159,39 @@ mod cases {
         sweep(store.as_ref()).await;
         replay_is_unreproducible_and_the_pin_stays(&host, &bound).await;
     }
+
+    pub async fn a_compacted_unread_range_is_history_unavailable(store: Arc<dyn Storage>) {
+        let path = StreamPath::new("rows").expect("path");
+        let policy: Compaction = "messages=2".parse().expect("policy");
+        store
+            .create(
+                &path,
+                StreamConfig::json().with_compaction(policy),
+                Payload::empty(),
+            )
+            .await
+            .expect("create");
+        upserts(store.as_ref(), 3).await;
+        let host = Host::new(store.clone());
+        let early = counter().at(()).expect("bind");
+        host.run(&early, RunOptions::default()).await.expect("run");
+        upserts(store.as_ref(), 5).await;
+        // The head (the last two) stays whole; the six before it that the
+        // binding has not read go but their latest row.
+        assert!(store.compact(&path).await.expect("compact") > 0);
+        let failed = host
+            .run(&early, RunOptions::default())
+            .await
+            .expect_err("a thinned range");
+        assert_eq!(failed.code(), "history-unavailable");
+        assert!(failed.to_string().contains("compaction"), "{failed}");
+        assert_eq!(host.read(&early).await.expect("read"), 3, "nothing moved");
+    }
 }
 
 crate::on_backends!(
     dropped_unread_messages_are_history_unavailable_until_accepted,
     a_new_binding_on_a_stream_with_a_dropped_prefix_is_history_unavailable,
     a_pinned_range_dropped_by_retention_is_unreproducible,
+    a_compacted_unread_range_is_history_unavailable,
 );
