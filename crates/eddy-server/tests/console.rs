@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use eddy_projection::{Commit, Declare, Host, RunOptions, Step};
 use eddy_server::{RunningServer, Server, ServerConfig};
-use eddy_streams::{JsonStream, MemoryStorage, Payload, Retention, Storage, StreamConfig};
+use eddy_streams::{
+    Compaction, JsonStream, MemoryStorage, Payload, Retention, Storage, StreamConfig,
+};
 use fantoccini::{Client, ClientBuilder, Locator};
 
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
@@ -105,6 +107,16 @@ async fn server() -> RunningServer {
         .await
         .expect("append");
     while store.sweep(64).await.expect("sweep") > 0 {}
+    // A compacted state stream.
+    let policy: Compaction = "messages=100".parse().expect("policy");
+    store
+        .create(
+            &eddy_streams::StreamPath::new("rows").expect("path"),
+            StreamConfig::json().with_compaction(policy),
+            Payload::empty(),
+        )
+        .await
+        .expect("create");
     let declare = Declare::<()>::new("sum");
     let input = declare.input("numbers", &numbers);
     let sum = declare
@@ -157,6 +169,12 @@ async fn the_console_lists_streams_and_bindings_and_tails_live() {
         ))
         .await
         .expect("the retained stream is listed with its earliest kept and its policy");
+    wait()
+        .for_element(Locator::XPath(
+            "//table[@id='streams']//tr[td[1]='rows'][td[8]='messages=100; deletes=1d']",
+        ))
+        .await
+        .expect("the compacted stream is listed with its policy");
     wait()
         .for_element(Locator::XPath(
             "//table[@id='bindings']//tr[td[1]='sum v1 _'][td[2]='behind'][td[4]='3']",
