@@ -91,8 +91,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::retention::{number, with_unit, AgeMark, AGE_UNITS, MAX_QUOTED, SIZE_UNITS};
 
-/// How a state stream is compacted (see the [module](self) docs). Set at
-/// creation ([`StreamConfig::with_compaction`]), it never changes.
+/// How a state stream is compacted, as Kafka compacts a topic: the head
+/// (the newest messages within the lag) is never touched; before it, a
+/// change that a later change of the same row supersedes is dropped, a
+/// delete once its lifetime is over, and everything before the last
+/// `reset`; a message that is not a state message always stays. Offsets
+/// never change. Set at creation ([`StreamConfig::with_compaction`]), it
+/// never changes.
 ///
 /// [`StreamConfig::with_compaction`]: crate::StreamConfig::with_compaction
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -115,7 +115,7 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Whether the backend applies retention policies: its units find the
     /// streams that owe drops ([`Sweepable::retained`]) and drop messages
-    /// ([`Records::message_sizes`], [`Records::drop_messages`]). A store
+    /// ([`RecordReader::message_sizes`], [`Records::drop_messages`]). A store
     /// over a backend that keeps this default (`false`) refuses a policy
     /// (`retention/invalid`), rather than keep what its writer asked to
     /// drop.
