@@ -134,7 +134,13 @@ if [ -n "$waited" ]; then
     room=(--max-connections $((p + 100)) --max-live-readers $((p + 100)))
     start_eddy "dynamodb://$shared" --dynamodb-poll "$poll"; writer="$base"
     start_eddy "dynamodb://$shared" --dynamodb-poll "$poll" "${room[@]}"; reader="$base"
-    read -r l50 l99 n <<<"$(WAITED=$p "$latency" "$writer" "$rounds" "$reader")"
+    read -r l50 l99 n <<<"$(WAITED=$p "$latency" "$writer" "$rounds" "$reader" || true)"
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    pids=()
+    if [ -z "${n:-}" ]; then # its error is on stderr
+      rows+=("$(printf '%8d %s' "$p" "no samples: the held readers did not all become live")")
+      continue
+    fi
     # Waited paths: the P held ones and the sampled one.
     rows+=("$(awk -v p="$p" -v t="$t" -v poll="$poll_ms" -v l50="$l50" -v l99="$l99" -v n="$n" 'BEGIN {
       paths = p + 1
@@ -142,8 +148,6 @@ if [ -n "$waited" ]; then
       round = int((paths + 99) / 100) * t
       moto = (round > poll ? round : poll) + round
       printf "%8d %10.1f %10.1f %12.1f %12.1f %8d", p, l50, l99, dynamo, moto, n }')")
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    pids=()
   done
   after="$(load_average)"
   echo
