@@ -156,7 +156,11 @@ async fn main() -> Result<(), eddy_streams::StreamError> {
     for i in 0..100 {
         let path = format!("polled-{i}");
         store
-            .create(&StreamPath::new(&path)?, StreamConfig::json(), Payload::empty())
+            .create(
+                &StreamPath::new(&path)?,
+                StreamConfig::json(),
+                Payload::empty(),
+            )
             .await?;
         keys.push(Item::from([
             ("pk".to_owned(), AttributeValue::S(format!("ds|s|{path}"))),
