@@ -15,13 +15,23 @@
 #      one server on the table and one on SQLite.
 # Prints the date, the machine's load before and after, and a summary.
 #
+# WAITED="1 1000 10000" measures instead how the reader's server's wait
+# set slows part 3's cross-server latency: for each P, two fresh servers
+# on a fresh table, P idle long-poll readers (on P other streams) held open
+# on the reader's server, then ROUNDS samples on one more stream; beside
+# them the derived bound (DESIGN.md, "Live reads across processes") from
+# moto's measured BatchGetItem time, both as DynamoDB runs the poll's
+# chunks (8 at once) and as moto does (one request at a time).
+#
 #   scripts/bench/dynamodb.sh
 #   DURATION=5s CONNECTIONS=16 ROUNDS=100 scripts/bench/dynamodb.sh
 #   EDDY_BIN=target/release/eddy scripts/bench/dynamodb.sh   # a binary built with --features aws
 #
 # Environment: MOTO_VENV (where moto is installed, scripts/moto.sh's default
 # if unset), DURATION (10s), CONNECTIONS (16), ROUNDS (300 latency samples),
-# POLL (--dynamodb-poll, 100ms).
+# POLL (--dynamodb-poll, 100ms), WAITED (unset), LONG_POLL (the servers'
+# --long-poll-timeout, 5s; 60s when WAITED is set, so that the held
+# readers are not all asked again at once every few seconds).
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -30,6 +40,10 @@ duration="${DURATION:-10s}"
 connections="${CONNECTIONS:-16}"
 rounds="${ROUNDS:-300}"
 poll="${POLL:-100ms}"
+waited="${WAITED:-}"
+long_poll="${LONG_POLL:-$([ -n "$waited" ] && echo 60s || echo 5s)}"
+# A held reader is a socket on each side.
+[ -n "$waited" ] && ulimit -n "$(ulimit -Hn)"
 
 command -v wrk >/dev/null || { apt-get install -y wrk >/dev/null 2>&1 || { echo "install wrk first" >&2; exit 1; }; }
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
@@ -73,7 +87,7 @@ export AWS_ENDPOINT_URL="$EDDY_DYNAMODB_ENDPOINT" AWS_REGION=us-east-1 \
 start_eddy() { # storage [serve args...]: sets `base`
   local port storage="$1"; shift; port="$(free_port)"
   "$eddy" serve --listen "127.0.0.1:$port" --storage "$storage" --data "$(mktemp -d -p "$work")" \
-    --long-poll-timeout 5s "$@" >"$work/log-$port" 2>&1 &
+    --long-poll-timeout "$long_poll" "$@" >"$work/log-$port" 2>&1 &
   pids+=($!); base="http://127.0.0.1:$port"; wait_healthy "$base" "$!" "$work/log-$port" "eddy serve ($storage)" >&2
 }
 
@@ -106,6 +120,49 @@ table() { # a fresh table on moto, made as a user would
   "$eddy" dynamo create-table --table "$name" >/dev/null
   echo "$name"
 }
+
+if [ -n "$waited" ]; then
+  # moto's time per poll chunk, on a table of its own, before any server
+  # loads it.
+  t="$(awk -F'; ' '/^poll BatchGetItem/ { split($2, a, " "); print a[1] }' "$work/requests")"
+  poll_ms="$(awk -v p="$poll" 'BEGIN { v = p + 0; if (p ~ /ms$/) print v; else if (p ~ /s$/) print v * 1000; else print v }')"
+  rows=()
+  for p in $waited; do
+    shared="$(table)"
+    # Room for the held readers beyond the defaults' 10 000 connections
+    # and live readers (more would wait in the backlog or get 503).
+    room=(--max-connections $((p + 100)) --max-live-readers $((p + 100)))
+    start_eddy "dynamodb://$shared" --dynamodb-poll "$poll"; writer="$base"
+    start_eddy "dynamodb://$shared" --dynamodb-poll "$poll" "${room[@]}"; reader="$base"
+    read -r l50 l99 n <<<"$(WAITED=$p "$latency" "$writer" "$rounds" "$reader" || true)"
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    pids=()
+    if [ -z "${n:-}" ]; then # its error is on stderr
+      rows+=("$(printf '%8d %s' "$p" "no samples: the held readers did not all become live")")
+      continue
+    fi
+    # Waited paths: the P held ones and the sampled one.
+    rows+=("$(awk -v p="$p" -v t="$t" -v poll="$poll_ms" -v l50="$l50" -v l99="$l99" -v n="$n" 'BEGIN {
+      paths = p + 1
+      dynamo = poll + int((paths + 799) / 800) * t
+      round = int((paths + 99) / 100) * t
+      moto = (round > poll ? round : poll) + round
+      printf "%8d %10.1f %10.1f %12.1f %12.1f %8d", p, l50, l99, dynamo, moto, n }')")
+  done
+  after="$(load_average)"
+  echo
+  echo "== moto's own request time =="
+  grep '^poll BatchGetItem' "$work/requests" | sed 's/^/  /'
+  echo
+  echo "== append -> live long-poll reader across two servers on one table, reader's server waiting on P more paths =="
+  echo "   (poll $poll, $rounds samples; bound = the DESIGN's derived bound for the wake, at moto's $t ms a BatchGetItem:"
+  echo "    DynamoDB's poll + ceil((P+1)/800) x t; moto's max(poll, R) + R with R = ceil((P+1)/100) x t, one request at a time)"
+  printf '%8s %10s %10s %12s %12s %8s\n' "P" "p50 ms" "p99 ms" "bound DDB" "bound moto" "samples"
+  printf '%s\n' "${rows[@]}"
+  echo
+  echo "load average (1, 5, 15 min) before: $before; after: $after"
+  exit 0
+fi
 
 start_eddy sqlite; sqlite="$base"
 start_eddy "dynamodb://$(table)" --dynamodb-poll "$poll"; dynamo="$base"

@@ -1,6 +1,7 @@
 //! Prints the DynamoDB requests the store makes per single append (one
 //! caller, then 50 at once), per 100-message producer batch and per
-//! catch-up read of 200 × 1 KB, and the wall time of each, on moto (`EDDY_DYNAMODB_ENDPOINT`, feature
+//! catch-up read of 200 × 1 KB, and the wall time of each, and the time
+//! of one live poll's `BatchGetItem` of 100 path items, on moto (`EDDY_DYNAMODB_ENDPOINT`, feature
 //! `aws`) or else on the embedded table.
 //!
 //!     cargo run -p eddy-streams-dynamodb --features aws --example requests
@@ -8,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use eddy_dynamo::{RequestStats, Table};
+use eddy_dynamo::{AttributeValue, Item, RequestStats, Table};
 use eddy_streams::{
     Append, Payload, ProducerPosition, ReadFrom, Storage, StreamConfig, StreamPath,
 };
@@ -147,5 +148,38 @@ async fn main() -> Result<(), eddy_streams::StreamError> {
             started,
         );
     }
+
+    // What one chunk of the live poll costs: an eventually consistent
+    // `BatchGetItem` of 100 path items (the poll sends one per 100
+    // waited paths). The key is the layout's path item (src/keys.rs).
+    let mut keys: Vec<Item> = Vec::with_capacity(100);
+    for i in 0..100 {
+        let path = format!("polled-{i}");
+        store
+            .create(
+                &StreamPath::new(&path)?,
+                StreamConfig::json(),
+                Payload::empty(),
+            )
+            .await?;
+        keys.push(Item::from([
+            ("pk".to_owned(), AttributeValue::S(format!("ds|s|{path}"))),
+            ("sk".to_owned(), AttributeValue::S("-".into())),
+        ]));
+    }
+    let (before, started) = (table.request_stats(), Instant::now());
+    for _ in 0..50 {
+        let found = table
+            .batch_get_item_eventually(keys.clone())
+            .await
+            .map_err(|e| eddy_streams::StreamError::internal(e.to_string()))?;
+        assert_eq!(found.len(), 100);
+    }
+    show(
+        "poll BatchGetItem of 100 path items",
+        50,
+        table.request_stats() - before,
+        started,
+    );
     Ok(())
 }
