@@ -188,6 +188,7 @@ async fn reads_of_a_compacted_stream_skip_what_went_and_keep_offsets() {
 /// (the `eddy-positions` extension), so what reads per message offsets
 /// (a state stream's skipped messages, typed chunks, projections) is
 /// right over HTTP too.
+#[cfg(feature = "remote")]
 #[tokio::test]
 async fn the_remote_client_reads_each_messages_offset() {
     let store = Arc::new(MemoryStorage::new());
