@@ -89,7 +89,9 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::retention::{number, with_unit, AgeMark, AGE_UNITS, MAX_QUOTED, SIZE_UNITS};
+use crate::retention::{
+    number, pairs, secs_to_ms, set_once, with_unit, AgeMark, AGE_UNITS, MAX_QUOTED, SIZE_UNITS,
+};
 
 /// How a state stream is compacted, as Kafka compacts a topic: the head
 /// (the newest messages within the lag) is never touched; before it, a
@@ -204,10 +206,6 @@ impl Compaction {
     }
 }
 
-fn secs_to_ms(secs: u64) -> i64 {
-    i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX)
-}
-
 impl FromStr for Compaction {
     type Err = CompactionError;
 
@@ -223,14 +221,7 @@ impl FromStr for Compaction {
         let mut policy = Compaction::ON;
         let mut deletes = None;
         let mut any = false;
-        for part in trimmed.split(';').map(str::trim) {
-            if part.is_empty() {
-                continue;
-            }
-            let (key, value) = part
-                .split_once('=')
-                .ok_or_else(|| fail(format!("`{part}` is not `key=value`")))?;
-            let (key, value) = (key.trim(), value.trim());
+        for (key, value) in pairs(trimmed).map_err(fail)? {
             let (slot, parsed) = match key.to_ascii_lowercase().as_str() {
                 "age" => (&mut policy.lag_age_secs, number(value, &AGE_UNITS)),
                 "messages" => (&mut policy.lag_messages, number(value, &[("", 1)])),
@@ -242,10 +233,7 @@ impl FromStr for Compaction {
                     )))
                 }
             };
-            if slot.is_some() {
-                return Err(fail(format!("`{key}` is given twice")));
-            }
-            *slot = Some(parsed.map_err(|reason| fail(format!("`{key}`: {reason}")))?);
+            set_once(slot, key, parsed).map_err(fail)?;
             any = true;
         }
         if !any {

@@ -99,8 +99,7 @@ impl Retention {
 
     /// The age bound in milliseconds.
     pub(crate) fn age_ms(&self) -> Option<i64> {
-        self.age_secs
-            .map(|secs| i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX))
+        self.age_secs.map(secs_to_ms)
     }
 }
 
@@ -142,14 +141,7 @@ impl FromStr for Retention {
             return Ok(Retention::NONE);
         }
         let mut policy = Retention::NONE;
-        for part in trimmed.split(';').map(str::trim) {
-            if part.is_empty() {
-                continue;
-            }
-            let (key, value) = part
-                .split_once('=')
-                .ok_or_else(|| fail(format!("`{part}` is not `key=value`")))?;
-            let (key, value) = (key.trim(), value.trim());
+        for (key, value) in pairs(trimmed).map_err(fail)? {
             let (slot, parsed) = match key.to_ascii_lowercase().as_str() {
                 "messages" => (&mut policy.messages, number(value, &[("", 1)])),
                 "bytes" => (&mut policy.bytes, number(value, &SIZE_UNITS)),
@@ -160,16 +152,46 @@ impl FromStr for Retention {
                     )))
                 }
             };
-            if slot.is_some() {
-                return Err(fail(format!("`{key}` is given twice")));
-            }
-            *slot = Some(parsed.map_err(|reason| fail(format!("`{key}`: {reason}")))?);
+            set_once(slot, key, parsed).map_err(fail)?;
         }
         if policy.is_none() {
             return Err(fail("it sets no bound".into()));
         }
         Ok(policy)
     }
+}
+
+/// The `key=value` parts of a policy written as `key=value; …`, trimmed,
+/// in order; empty parts are skipped.
+pub(crate) fn pairs(text: &str) -> Result<Vec<(&str, &str)>, String> {
+    text.split(';')
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            part.split_once('=')
+                .map(|(key, value)| (key.trim(), value.trim()))
+                .ok_or_else(|| format!("`{part}` is not `key=value`"))
+        })
+        .collect()
+}
+
+/// Sets the bound `key` of a policy to `parsed`, refusing a key given
+/// twice or a value that did not parse.
+pub(crate) fn set_once(
+    slot: &mut Option<u64>,
+    key: &str,
+    parsed: Result<u64, String>,
+) -> Result<(), String> {
+    if slot.is_some() {
+        return Err(format!("`{key}` is given twice"));
+    }
+    *slot = Some(parsed.map_err(|reason| format!("`{key}`: {reason}"))?);
+    Ok(())
+}
+
+/// Seconds as milliseconds, saturating.
+pub(crate) fn secs_to_ms(secs: u64) -> i64 {
+    i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX)
 }
 
 /// A positive integer with one of `units` (case-insensitive) after it.
