@@ -53,7 +53,6 @@
 //! bytes plus those, and a fork inherits the bytes between its source's
 //! first kept position and its branch point.
 
-use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -65,7 +64,8 @@ use crate::commit::{item_count, MAX_ITEMS};
 use crate::errors::table_error;
 use crate::keys::{self, RETAINED};
 use crate::pack;
-use crate::path_item::{self, PathState};
+use crate::path_item::PathState;
+use crate::sweep::{path_items, queued};
 use crate::unit::{DynamoUnit, Entry, State, StreamKey};
 
 /// The most streams one step visits: each is its path item and up to two
@@ -128,14 +128,6 @@ pub(crate) fn requeue(state: &mut State, path: &str) {
     stream.queued = target;
 }
 
-/// An entry of the queue as read.
-struct Queued {
-    sort: String,
-    at: u64,
-    id: String,
-    path: String,
-}
-
 /// The paths of up to `max` (at most [`MAX_VISITS`]) live streams whose
 /// entries are due by `now_ms`, taken into the unit as visits; stale
 /// entries are deleted in the unit's transaction.
@@ -145,11 +137,20 @@ pub(crate) async fn due(
     max: usize,
 ) -> Result<Vec<String>, StreamError> {
     let now = u64::try_from(now_ms).unwrap_or(0);
-    let queued = queued(unit, now, max.clamp(1, MAX_VISITS)).await?;
+    let queued = queued(
+        unit,
+        RETAINED,
+        now.saturating_add(1),
+        max.clamp(1, MAX_VISITS),
+    )
+    .await?;
     if queued.is_empty() {
         return Ok(Vec::new());
     }
-    let loaded = path_items(unit, &queued).await?;
+    let mut paths: Vec<String> = queued.iter().map(|q| q.path.clone()).collect();
+    paths.sort_unstable();
+    paths.dedup();
+    let loaded = path_items(unit, &paths).await?;
     let mut visits = Vec::new();
     for entry in queued {
         let live = |found: &&Entry| match &found.state {
@@ -185,68 +186,6 @@ pub(crate) async fn due(
         }
     }
     Ok(visits)
-}
-
-/// The queue's entries due by `now`, oldest first, at most `max`.
-async fn queued(unit: &DynamoUnit, now: u64, max: usize) -> Result<Vec<Queued>, StreamError> {
-    let keys = &unit.shared.keys;
-    let before = keys::sweep_before(now.saturating_add(1));
-    let query = Query::partition(AttributeValue::S(RETAINED.into()))
-        .sort(SortCondition::Lt(AttributeValue::S(before)))
-        .limit(max);
-    let page = unit
-        .shared
-        .table
-        .query(query)
-        .await
-        .map_err(|e| table_error("reading the retention queue", e))?;
-    Ok(page
-        .items
-        .iter()
-        .filter_map(|item| {
-            let sort = keys.sort_of(item)?;
-            let (at, id) = sort.split_once('|')?;
-            let AttributeValue::S(path) = item.get("p")? else {
-                return None;
-            };
-            Some(Queued {
-                sort: sort.to_owned(),
-                at: at.parse().ok()?,
-                id: id.to_owned(),
-                path: path.clone(),
-            })
-        })
-        .collect())
-}
-
-/// The path items the entries name, by path (one `BatchGetItem`).
-async fn path_items(
-    unit: &DynamoUnit,
-    queued: &[Queued],
-) -> Result<HashMap<String, Entry>, StreamError> {
-    let keys = &unit.shared.keys;
-    let mut paths: Vec<&str> = queued.iter().map(|q| q.path.as_str()).collect();
-    paths.sort_unstable();
-    paths.dedup();
-    let items = unit
-        .shared
-        .table
-        .batch_get_item(paths.iter().map(|path| keys.path(path)).collect())
-        .await
-        .map_err(|e| table_error("reading the streams the retention queue names", e))?;
-    let mut loaded = HashMap::with_capacity(items.len());
-    for item in &items {
-        if let Some(path) = keys.path_of(item) {
-            let found = path_item::decode(item)?;
-            let entry = Entry {
-                token: Some(found.token),
-                state: found.state,
-                dirty: false,
-            };
-            loaded.insert(path, entry);
-        }
-    }
-    Ok(loaded)
 }
 
 /// The sizes of the messages at `range` of stream `key`, as far as the

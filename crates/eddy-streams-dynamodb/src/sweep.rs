@@ -45,16 +45,16 @@ use crate::unit::{DynamoUnit, Entry};
 pub(crate) const MAX_PER_STEP: usize = 16;
 
 /// An entry of a sweep queue as read.
-struct Queued {
-    sort: String,
+pub(crate) struct Queued {
+    pub(crate) sort: String,
     /// The time (or incarnation) it is queued at.
-    at: u64,
-    id: String,
-    path: String,
+    pub(crate) at: u64,
+    pub(crate) id: String,
+    pub(crate) path: String,
 }
 
 /// The entries of `partition` queued before `before`, oldest first.
-async fn queued(
+pub(crate) async fn queued(
     unit: &DynamoUnit,
     partition: &'static str,
     before: u64,
@@ -92,6 +92,34 @@ async fn queued(
         .collect())
 }
 
+/// The path items at `paths` (sorted, without repeats), by path: one
+/// `BatchGetItem`.
+pub(crate) async fn path_items(
+    unit: &DynamoUnit,
+    paths: &[String],
+) -> Result<HashMap<String, Entry>, StreamError> {
+    let keys = &unit.shared.keys;
+    let items = unit
+        .shared
+        .table
+        .batch_get_item(paths.iter().map(|path| keys.path(path)).collect())
+        .await
+        .map_err(|e| table_error("reading the streams a sweep queue names", e))?;
+    let mut loaded = HashMap::with_capacity(items.len());
+    for item in &items {
+        if let Some(path) = keys.path_of(item) {
+            let found = path_item::decode(item)?;
+            let entry = Entry {
+                token: Some(found.token),
+                state: found.state,
+                dirty: false,
+            };
+            loaded.insert(path, entry);
+        }
+    }
+    Ok(loaded)
+}
+
 /// What may be swept now (see the module's note).
 pub(crate) async fn sweepable(
     unit: &mut DynamoUnit,
@@ -113,27 +141,7 @@ pub(crate) async fn sweepable(
     if paths.is_empty() {
         return Ok(Sweepable::default());
     }
-    let keys = &unit.shared.keys;
-    let items = unit
-        .shared
-        .table
-        .batch_get_item(paths.iter().map(|path| keys.path(path)).collect())
-        .await
-        .map_err(|e| table_error("reading what the sweep found", e))?;
-    let mut loaded: HashMap<String, Entry> = HashMap::with_capacity(items.len());
-    for item in &items {
-        if let Some(path) = keys.path_of(item) {
-            let found = path_item::decode(item)?;
-            loaded.insert(
-                path,
-                Entry {
-                    token: Some(found.token),
-                    state: found.state,
-                    dirty: false,
-                },
-            );
-        }
-    }
+    let loaded = path_items(unit, &paths).await?;
     // Now and the end of the grace, in ms: a stream created at
     // incarnation `i` (µs) may be swept after `i / 1000 + grace`.
     let grace_ms = now.saturating_sub(below / 1000);
