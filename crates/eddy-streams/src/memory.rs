@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use crate::clock::duration_ms;
 use crate::engine::{complete, Engine};
-use crate::engine::{COMPACTION_STEP, COMPACTION_STEP_BYTES};
+use crate::engine::{whole_pass, COMPACTION_STEP, COMPACTION_STEP_BYTES};
 use crate::payload::DEFAULT_MAX_APPEND_BYTES;
 use crate::record::{RecordReader, Records, Stored, StreamRecord, Sweepable};
 use crate::rules::{take_sized, take_within, ProducerState};
@@ -194,22 +194,16 @@ impl Storage for MemoryStorage {
     }
 
     async fn compact(&self, path: &StreamPath) -> Result<u64, StreamError> {
-        let mut force = true;
-        let mut dropped = 0;
-        loop {
-            let step = complete(self.engine.compact_step(
+        whole_pass(|force| {
+            std::future::ready(complete(self.engine.compact_step(
                 &mut *self.lock(),
                 path.as_str(),
                 COMPACTION_STEP,
                 COMPACTION_STEP_BYTES,
                 force,
-            ))?;
-            dropped += step.dropped;
-            force = false;
-            if step.done {
-                return Ok(dropped);
-            }
-        }
+            )))
+        })
+        .await
     }
 
     async fn sweep(&self, max: usize) -> Result<usize, StreamError> {

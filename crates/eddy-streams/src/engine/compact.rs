@@ -54,6 +54,52 @@ pub(crate) struct CompactStep {
     pub done: bool,
 }
 
+/// Compaction steps over `paths` (the streams a sweep step found due)
+/// within one sweep step's budgets of messages and bytes; how many
+/// messages they looked at or dropped, so the sweep goes on while a pass
+/// is under way. `step(path, budget, max_bytes)` runs one step.
+pub(crate) async fn steps_within_budget<P, F, Fut>(
+    paths: impl IntoIterator<Item = P>,
+    mut step: F,
+) -> Result<u64, StreamError>
+where
+    F: FnMut(P, u64, u64) -> Fut,
+    Fut: std::future::Future<Output = Result<CompactStep, StreamError>>,
+{
+    let (mut budget, mut bytes) = (super::COMPACTION_STEP, super::COMPACTION_STEP_BYTES);
+    let mut examined = 0;
+    for path in paths {
+        if budget == 0 || bytes == 0 {
+            break;
+        }
+        let done = step(path, budget, bytes).await?;
+        budget = budget.saturating_sub(done.examined);
+        bytes = bytes.saturating_sub(done.examined_bytes);
+        examined += done.examined.max(done.dropped);
+    }
+    Ok(examined)
+}
+
+/// A whole compaction pass now, in steps of the sweep's size until one
+/// ends it; how many messages it dropped. `step(force)` runs one step,
+/// `force` starting a pass whether or not the stream is due.
+pub(crate) async fn whole_pass<F, Fut>(mut step: F) -> Result<u64, StreamError>
+where
+    F: FnMut(bool) -> Fut,
+    Fut: std::future::Future<Output = Result<CompactStep, StreamError>>,
+{
+    let mut force = true;
+    let mut dropped = 0;
+    loop {
+        let done = step(force).await?;
+        dropped += done.dropped;
+        force = false;
+        if done.done {
+            return Ok(dropped);
+        }
+    }
+}
+
 /// What a compaction step decided, before it writes: the positions to
 /// drop, and the pass's outcome when it looked at everything. Its pass
 /// is already kept for the next step, so a step whose write fails leaves

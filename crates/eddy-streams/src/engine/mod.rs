@@ -21,6 +21,7 @@ mod sweep;
 #[cfg(feature = "postgres")]
 pub(crate) use compact::CompactPlan;
 pub(crate) use compact::CompactStep;
+pub(crate) use compact::{steps_within_budget, whole_pass};
 pub(crate) use sweep::{COMPACTION_STEP, COMPACTION_STEP_BYTES};
 
 use std::future::Future;

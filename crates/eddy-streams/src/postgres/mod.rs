@@ -28,7 +28,9 @@ use sqlx::{ConnectOptions, PgPool};
 use tokio::task::JoinHandle;
 
 use crate::cache::Cache;
-use crate::engine::{Engine, COMPACTION_STEP, COMPACTION_STEP_BYTES};
+use crate::engine::{
+    steps_within_budget, whole_pass, Engine, COMPACTION_STEP, COMPACTION_STEP_BYTES,
+};
 use crate::payload::{Split, DEFAULT_MAX_APPEND_BYTES};
 use crate::{
     Append, Appended, Clock, Created, Durability, Fork, Notifier, Payload, ReadChunk, ReadFrom,
@@ -555,33 +557,18 @@ impl Storage for PgStorage {
             })
             .await?;
         // Then compaction, within the step's budgets.
-        let (mut budget, mut bytes) = (COMPACTION_STEP, COMPACTION_STEP_BYTES);
-        let mut examined = 0;
-        for path in &found.retained {
-            if budget == 0 || bytes == 0 {
-                break;
-            }
-            let step = self.compact_step(path, budget, bytes, false).await?;
-            budget = budget.saturating_sub(step.examined);
-            bytes = bytes.saturating_sub(step.examined_bytes);
-            examined += step.examined.max(step.dropped);
-        }
+        let examined = steps_within_budget(&found.retained, |path, budget, bytes| {
+            self.compact_step(path, budget, bytes, false)
+        })
+        .await?;
         Ok(swept + usize::try_from(examined).unwrap_or(usize::MAX))
     }
 
     async fn compact(&self, path: &StreamPath) -> Result<u64, StreamError> {
-        let mut force = true;
-        let mut dropped = 0;
-        loop {
-            let step = self
-                .compact_step(path.as_str(), COMPACTION_STEP, COMPACTION_STEP_BYTES, force)
-                .await?;
-            dropped += step.dropped;
-            force = false;
-            if step.done {
-                return Ok(dropped);
-            }
-        }
+        whole_pass(|force| {
+            self.compact_step(path.as_str(), COMPACTION_STEP, COMPACTION_STEP_BYTES, force)
+        })
+        .await
     }
 
     async fn fork(&self, path: &StreamPath, fork: Fork) -> Result<Created, StreamError> {

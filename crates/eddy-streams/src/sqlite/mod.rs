@@ -30,7 +30,9 @@ use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{oneshot, Semaphore};
 
 use crate::cache::Cache;
-use crate::engine::{complete, Engine, COMPACTION_STEP, COMPACTION_STEP_BYTES};
+use crate::engine::{
+    complete, steps_within_budget, whole_pass, Engine, COMPACTION_STEP, COMPACTION_STEP_BYTES,
+};
 use crate::marks::Markers;
 use crate::payload::Split;
 use crate::touches::Touches;
@@ -467,38 +469,23 @@ impl Storage for SqliteStorage {
             })
             .await?;
         // Then compaction, within the step's budgets.
-        let (mut budget, mut bytes) = (COMPACTION_STEP, COMPACTION_STEP_BYTES);
-        let mut examined = 0;
-        for path in retained {
-            if budget == 0 || bytes == 0 {
-                break;
-            }
-            let step = self.compact_step(path, budget, bytes, false).await?;
-            budget = budget.saturating_sub(step.examined);
-            bytes = bytes.saturating_sub(step.examined_bytes);
-            examined += step.examined.max(step.dropped);
-        }
+        let examined = steps_within_budget(retained, |path, budget, bytes| {
+            self.compact_step(path, budget, bytes, false)
+        })
+        .await?;
         Ok(swept + usize::try_from(examined).unwrap_or(usize::MAX))
     }
 
     async fn compact(&self, path: &StreamPath) -> Result<u64, StreamError> {
-        let mut force = true;
-        let mut dropped = 0;
-        loop {
-            let step = self
-                .compact_step(
-                    path.to_string(),
-                    COMPACTION_STEP,
-                    COMPACTION_STEP_BYTES,
-                    force,
-                )
-                .await?;
-            dropped += step.dropped;
-            force = false;
-            if step.done {
-                return Ok(dropped);
-            }
-        }
+        whole_pass(|force| {
+            self.compact_step(
+                path.to_string(),
+                COMPACTION_STEP,
+                COMPACTION_STEP_BYTES,
+                force,
+            )
+        })
+        .await
     }
 
     async fn snapshot(&self, path: &StreamPath) -> Result<StreamSnapshot, StreamError> {
