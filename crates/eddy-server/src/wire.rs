@@ -56,6 +56,16 @@ pub struct ListedPaths {
     pub next: Option<String>,
 }
 
+/// The answer of a compaction pass run through the server
+/// (`POST /_eddy/compact/PATH`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Compacted {
+    /// The messages the pass dropped.
+    pub dropped: u64,
+    /// The bytes the stream keeps after it.
+    pub bytes: u64,
+}
+
 impl From<&StreamInfo> for ListedStream {
     fn from(info: &StreamInfo) -> Self {
         let (ttl_secs, expires_at_ms) = match info.config.expiry {

@@ -718,3 +718,76 @@ async fn the_listing_pages_with_a_cursor_and_keeps_its_array_form() {
     let (refused, _) = send_empty(&app, "GET", "/_eddy/streams?limit=0").await;
     assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
 }
+
+/// `POST /_eddy/compact/PATH` runs a pass of that stream now and says
+/// what it dropped; it takes the token that may write the stream, only
+/// `POST`, and a stream that exists.
+#[tokio::test]
+async fn the_compact_endpoint_runs_a_pass_with_the_writers_token() {
+    let app = router(ServerConfig {
+        auth_token: Some("client".into()),
+        admin_token: Some("admin".into()),
+        ..fast()
+    });
+    let as_who = |method: &str, uri: &str, token: &str, body: &str| {
+        req(method, uri)
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_owned()))
+            .expect("request")
+    };
+    let (created, _) = send(
+        &app,
+        req("PUT", "/state/rows")
+            .header("authorization", "Bearer client")
+            .header("content-type", "application/json")
+            .header("eddy-compaction", "on")
+            .body(Body::empty())
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    for value in 0..4 {
+        let change = format!(
+            r#"{{"type":"row","key":"a","value":{value},"headers":{{"operation":"upsert"}}}}"#
+        );
+        let (appended, _) = send(&app, as_who("POST", "/state/rows", "client", &change)).await;
+        assert_eq!(appended.status(), StatusCode::NO_CONTENT);
+    }
+    let (anonymous, _) = send_empty(&app, "POST", "/_eddy/compact/state/rows").await;
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+    let (read_only, _) = send(
+        &app,
+        as_who("GET", "/_eddy/compact/state/rows", "client", ""),
+    )
+    .await;
+    assert_eq!(read_only.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let (missing, _) = send(
+        &app,
+        as_who("POST", "/_eddy/compact/state/none", "client", ""),
+    )
+    .await;
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+    let (reserved, _) = send(
+        &app,
+        as_who("POST", "/_eddy/compact/__eddy/checkpoints/x", "client", ""),
+    )
+    .await;
+    assert_eq!(reserved.status(), StatusCode::FORBIDDEN);
+
+    let (compacted, body) = send(
+        &app,
+        as_who("POST", "/_eddy/compact/state/rows", "client", ""),
+    )
+    .await;
+    assert_eq!(compacted.status(), StatusCode::OK, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(answer["dropped"], 3, "{answer}");
+    let (read, rows) = send(&app, as_who("GET", "/state/rows?offset=-1", "client", "")).await;
+    assert_eq!(read.status(), StatusCode::OK);
+    assert_eq!(
+        rows,
+        r#"[{"type":"row","key":"a","value":3,"headers":{"operation":"upsert"}}]"#
+    );
+    assert_eq!(answer["bytes"], rows.len() - 2, "{answer}");
+}

@@ -298,3 +298,64 @@ fn compact_runs_a_pass_now_and_ls_shows_the_policy() {
         ])
         .contains("only JSON streams"));
 }
+
+/// `compact` through a running server: the server runs the pass, with
+/// the token that may write the stream; without it nothing is dropped.
+#[test]
+fn compact_through_a_server_runs_the_pass_there() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let dir = data.path().to_string_lossy().into_owned();
+    let (mut server, url) = crate::crash::serve(
+        crate::crash::eddy_binary(),
+        &[
+            "--storage",
+            "sqlite",
+            "--data",
+            &dir,
+            "--auth-token",
+            "secret",
+        ],
+    );
+    let remote = |token: &str, args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_eddy"))
+            .args(["streams", "--server", &url, "--token", token])
+            .args(args)
+            .output()
+            .expect("run eddy")
+    };
+    let ok = |args: &[&str]| {
+        let output = remote("secret", args);
+        assert!(
+            output.status.success(),
+            "eddy {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    ok(&["create", "rows", "--compaction", "on"]);
+    for value in 0..3 {
+        let change = format!(
+            r#"{{"type":"row","key":"a","value":{value},"headers":{{"operation":"upsert"}}}}"#
+        );
+        ok(&["append", "rows", &change]);
+    }
+    let refused = remote("wrong", &["compact", "rows"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("401"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let compacted = ok(&["compact", "rows"]);
+    let read = ok(&["read", "rows"]);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(
+        compacted.starts_with("compacted rows: dropped 2 messages"),
+        "{compacted}"
+    );
+    assert_eq!(
+        read,
+        "{\"type\":\"row\",\"key\":\"a\",\"value\":2,\"headers\":{\"operation\":\"upsert\"}}\n"
+    );
+}

@@ -81,7 +81,12 @@ impl RemoteStorage {
     }
 
     fn url(&self, path: &StreamPath) -> String {
-        let mut url = self.base.clone();
+        self.url_under(&self.base, path)
+    }
+
+    /// `base` followed by the stream path's segments, each encoded.
+    fn url_under(&self, base: &str, path: &StreamPath) -> String {
+        let mut url = base.to_owned();
         for segment in path.as_str().split('/') {
             url.push('/');
             url.extend(utf8_percent_encode(segment, SEGMENT));
@@ -498,6 +503,20 @@ impl Storage for RemoteStorage {
             paths: page.paths,
             next: page.next,
         })
+    }
+
+    /// `POST /_eddy/compact/PATH`: the server runs the pass.
+    async fn compact(&self, path: &StreamPath) -> Result<u64, StreamError> {
+        let base = format!("{}/{}compact", self.base, protocol::RESERVED_PREFIX);
+        let url = self.url_under(&base, path);
+        let response = self.send(self.request(Method::POST, url)).await?;
+        if !response.status().is_success() {
+            return Err(ErrorParts::read(response).await.into_error(path, 0));
+        }
+        let compacted: crate::wire::Compacted = response.json().await.map_err(|e| {
+            StreamError::internal_from("the server's compaction answer does not decode", e)
+        })?;
+        Ok(compacted.dropped)
     }
 
     /// The server's `/readyz`: 200 is yes; any other answer is a

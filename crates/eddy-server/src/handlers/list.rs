@@ -7,8 +7,8 @@
 //! [`Storage::list_paths_page`](eddy_streams::Storage::list_paths_page)
 //! (one page of `paths` and the `next`).
 
-use axum::http::{header, Method, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::Method;
+use axum::response::Response;
 use percent_encoding::percent_decode_str;
 
 use crate::error::ApiError;
@@ -23,7 +23,7 @@ pub(super) async fn list(
 ) -> Result<Response, ApiError> {
     if endpoint != "streams" {
         return Err(ApiError::bad_request(format!(
-            "`/{}{endpoint}` is reserved; the only endpoint there is `streams`",
+            "`/{}{endpoint}` is reserved; the endpoints there are `streams` and `compact/PATH`",
             crate::protocol::RESERVED_PREFIX
         )));
     }
@@ -57,13 +57,13 @@ pub(super) async fn list(
             _ => {}
         }
     }
-    let json = if paths {
+    if paths {
         let limit = limit.unwrap_or(eddy_streams::MAX_LIST_PAGE);
         let page = state
             .store
             .list_paths_page(&prefix, after.as_deref(), limit)
             .await?;
-        serde_json::to_vec(&ListedPaths {
+        super::json(&ListedPaths {
             paths: page.paths,
             next: page.next,
         })
@@ -75,23 +75,16 @@ pub(super) async fn list(
             .iter()
             .map(ListedStream::from)
             .collect();
-        serde_json::to_vec(&streams)
+        super::json(&streams)
     } else {
         let limit = limit.unwrap_or(eddy_streams::MAX_LIST_PAGE);
         let page = state
             .store
             .list_page(&prefix, after.as_deref(), limit)
             .await?;
-        serde_json::to_vec(&ListedPage {
+        super::json(&ListedPage {
             streams: page.streams.iter().map(ListedStream::from).collect(),
             next: page.next,
         })
     }
-    .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    Ok((
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
-        json,
-    )
-        .into_response())
 }

@@ -2,6 +2,7 @@
 //! names a stream, and the method says what to do with it.
 
 mod append;
+mod compact;
 mod create;
 mod encode;
 mod list;
@@ -36,7 +37,10 @@ async fn dispatch(state: AppState, request: Request) -> Result<Response, ApiErro
         .strip_prefix('/')
         .and_then(|p| p.strip_prefix(protocol::RESERVED_PREFIX))
     {
-        return list::list(&state, &parts.method, prefix, parts.uri.query()).await;
+        return match prefix.strip_prefix("compact/") {
+            Some(path) => compact::compact(&state, &parts.method, &parts.headers, path).await,
+            None => list::list(&state, &parts.method, prefix, parts.uri.query()).await,
+        };
     }
     if let Some((base, rest)) = reserved(parts.uri.path()) {
         let body = read_body(&state, body).await?;
@@ -244,6 +248,17 @@ async fn collect(mut body: Body, limit: usize) -> Result<bytes::Bytes, ApiError>
         return Err(ApiError::BodyTooLarge { limit });
     }
     Ok(buffer.freeze())
+}
+
+/// A 200 answer of Eddy's own endpoints: `value` as JSON.
+fn json(value: &impl serde::Serialize) -> Result<Response, ApiError> {
+    let body = serde_json::to_vec(value).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response())
 }
 
 #[cfg(test)]
