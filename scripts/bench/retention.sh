@@ -14,7 +14,8 @@
 # Printed per round: the bytes kept before and after the drop, how long the
 # drop took, the appends' p99 and slowest (the target: none above 100 ms),
 # and the bytes on disk (SQLite: the data directory; PostgreSQL: the
-# database) after each fill and drop. The second fill reusing the space the
+# database) after each fill and drop; on PostgreSQL also the WAL the drop
+# wrote and the checkpoints it took. The second fill reusing the space the
 # first drop freed shows the space is reclaimed: disk after fill 2 is about
 # disk after fill 1, not twice it.
 #
@@ -78,6 +79,10 @@ fill() { # until the stream holds fill_mb MB
 drop() {
   local before start done_at out
   before="$(kept_bytes)"
+  local wal_before="" checkpoints_before=""
+  if [ "$name" = postgres ]; then
+    wal_before="$(pg_wal)"; checkpoints_before="$(pg_checkpoints)"
+  fi
   start="$(date +%s.%N)"
   pin "$load_core" wrk -t1 -c4 -d"${drop_seconds}s" --latency -s "$work/small.lua" "$base/bench/kept" >"$work/wrk.out" 2>&1 &
   local load=$!
@@ -92,7 +97,11 @@ drop() {
   p99="$(awk '$1 == "99%" { print $2 }' <<<"$out")"
   max="$(awk '$1 == "Latency" { print $4; exit }' <<<"$out")"
   took="$( [ -n "$done_at" ] && awk -v a="$start" -v b="$done_at" 'BEGIN { printf "%.0f s", b - a }' || echo "not within ${drop_seconds} s")"
-  echo "    drop: $(mb "$before") kept before, $(mb "$(kept_bytes)") after; dropped in $took; appends: $(grep -o '[0-9]* requests' <<<"$out"), p99 $p99, slowest $max"
+  local wal=""
+  if [ -n "$wal_before" ]; then
+    wal="; WAL written $(mb $(($(pg_wal) - wal_before))), checkpoints $(($(pg_checkpoints) - checkpoints_before))"
+  fi
+  echo "    drop: $(mb "$before") kept before, $(mb "$(kept_bytes)") after; dropped in $took; appends: $(grep -o '[0-9]* requests' <<<"$out"), p99 $p99, slowest $max$wal"
   slowest+=("$max")
 }
 
@@ -136,7 +145,17 @@ if [ "$stores" != sqlite ]; then
   # PostgreSQL shares the server's core but not SCHED_FIFO: under it an
   # autovacuum worker would hold the core until it blocks, which no
   # deployment does. Autovacuum stays on (it is what frees the space).
-  eval "$(EDDY_PG_STATE="$pg_state" EDDY_PG_WRAP="taskset -c $server_core" "$root/scripts/postgres.sh" start)"
+  # max_wal_size: a drop rewrites every page it frees, and the first
+  # change of a page after a checkpoint logs the whole page, so dropping
+  # 1 GB writes about 1 GB of WAL. With the default of 1 GB that starts a
+  # checkpoint every few seconds, and each checkpoint's sync stalls every
+  # commit (PostgreSQL logs "checkpoints are occurring too frequently" and
+  # advises raising it). PG_MAX_WAL_SIZE=1GB measures the default.
+  eval "$(EDDY_PG_STATE="$pg_state" EDDY_PG_WRAP="taskset -c $server_core" \
+    EDDY_PG_OPTIONS="-c max_wal_size=${PG_MAX_WAL_SIZE:-4GB} -c log_checkpoints=on" "$root/scripts/postgres.sh" start)"
+  echo "postgres: max_wal_size=${PG_MAX_WAL_SIZE:-4GB}"
+  pg_wal() { psql -qtAX "$DATABASE_URL" -c "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"; }
+  pg_checkpoints() { psql -qtAX "$DATABASE_URL" -c "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"; }
   pg_disk() { psql -qtAX "$DATABASE_URL" -c "SELECT pg_database_size(current_database())"; }
   # Space a drop frees is reused once autovacuum has been through the
   # tables: wait for that (at most 5 minutes) before the second fill.
