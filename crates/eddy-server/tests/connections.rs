@@ -161,3 +161,41 @@ async fn connections_over_the_cap_wait_until_one_closes() {
     );
     server.stop().await.expect("stop");
 }
+
+/// A request head that does not arrive whole within the header timeout
+/// (a client trickling it, or stopping halfway) closes the connection,
+/// on its first request and on a later one of a kept-alive connection,
+/// long before the idle timeout.
+#[tokio::test]
+async fn a_head_that_stops_halfway_is_closed_after_the_header_timeout() {
+    let header_timeout = Duration::from_millis(300);
+    let server = start(ServerConfig {
+        header_timeout,
+        idle_timeout: NEVER,
+        ..ServerConfig::default()
+    })
+    .await;
+    let healthz = b"GET /healthz HTTP/1.1\r\nhost: eddy\r\n\r\n";
+    for requests_before in [0, 1] {
+        let mut socket = TcpStream::connect(server.addr()).await.expect("connect");
+        for _ in 0..requests_before {
+            socket.write_all(healthz).await.expect("write");
+            let mut answer = [0u8; 512];
+            let n = socket.read(&mut answer).await.expect("read");
+            assert!(answer[..n].starts_with(b"HTTP/1.1 200"), "answered");
+        }
+        let started = std::time::Instant::now();
+        socket.write_all(&healthz[..20]).await.expect("write");
+        let received = until_closed(&mut socket).await;
+        let took = started.elapsed();
+        assert!(
+            received.is_some(),
+            "after {requests_before} requests: a stopped head is closed"
+        );
+        assert!(
+            took >= header_timeout && took < header_timeout * 4,
+            "after {requests_before} requests: closed after {took:?}"
+        );
+    }
+    server.stop().await.expect("stop");
+}

@@ -9,7 +9,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -34,6 +34,8 @@ pub(crate) struct Activity {
     busy: AtomicUsize,
     /// Requests started so far.
     started: AtomicU64,
+    /// Its requests came over HTTP/2 (known from its first request).
+    http2: AtomicBool,
     /// When the last request ended, in milliseconds since `opened`.
     last_end_ms: AtomicU64,
     /// Responses whose last frame was handed to the connection and not
@@ -44,6 +46,18 @@ pub(crate) struct Activity {
     taken: AtomicU64,
     /// The connection's budget of unread response bytes.
     unread: UnreadBudget,
+}
+
+/// The timeouts a connection's timer enforces (see [`Activity::expired`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Timeouts {
+    /// No request in progress for this long.
+    pub idle: Duration,
+    /// HTTP/1: the next request's head not whole this long after the
+    /// last response.
+    pub next_head: Duration,
+    /// A response's bytes not taken for this long.
+    pub write: Duration,
 }
 
 /// Why a connection's timer fired.
@@ -63,6 +77,7 @@ impl Activity {
             opened,
             busy: AtomicUsize::new(0),
             started: AtomicU64::new(0),
+            http2: AtomicBool::new(false),
             last_end_ms: AtomicU64::new(0),
             outstanding: AtomicUsize::new(0),
             taken: AtomicU64::new(0),
@@ -70,8 +85,10 @@ impl Activity {
         }
     }
 
-    fn begin(self: &Arc<Self>) -> Busy {
-        self.started.fetch_add(1, Ordering::AcqRel);
+    fn begin(self: &Arc<Self>, version: hyper::Version) -> Busy {
+        if self.started.fetch_add(1, Ordering::AcqRel) == 0 && version == hyper::Version::HTTP_2 {
+            self.http2.store(true, Ordering::Release);
+        }
         self.busy.fetch_add(1, Ordering::AcqRel);
         Busy(Arc::clone(self))
     }
@@ -81,17 +98,25 @@ impl Activity {
     }
 
     /// Resolves when the connection has had no request in progress for
-    /// `idle` since its last one ended or, before its first request, at
-    /// `first_request_by` (a client that connects and sends nothing, or
-    /// only a TLS handshake or an HTTP/2 preface); or when a response had
-    /// a frame its client did not take, and no response progressed, for
-    /// `write_timeout`.
+    /// `idle` since its last one ended (on HTTP/1, for `next_head` if that
+    /// is shorter: the next request's head must have come by then, so a
+    /// head sent slowly or stopped halfway is cut) or, before its first
+    /// request, at `first_request_by` (a client that connects and sends
+    /// nothing, or only part of a head, a TLS handshake or an HTTP/2
+    /// preface); or when a response had a frame its client did not take,
+    /// and no response progressed, for `write_timeout`. This one timer
+    /// does what hyper's header-read timeout would, without arming a timer
+    /// for every request.
     pub(crate) async fn expired(
         &self,
         first_request_by: Instant,
-        idle: Duration,
-        write_timeout: Duration,
+        timeouts: Timeouts,
     ) -> Expired {
+        let Timeouts {
+            idle,
+            next_head,
+            write: write_timeout,
+        } = timeouts;
         // Frames taken at the last look, if a frame was out then.
         let mut out_at_last_look: Option<u64> = None;
         loop {
@@ -122,7 +147,12 @@ impl Activity {
             } else {
                 out_at_last_look = None;
                 let last_end = self.last_end_ms.load(Ordering::Acquire);
-                let unused = self.opened + Duration::from_millis(last_end) + idle;
+                let wait = if self.http2.load(Ordering::Acquire) {
+                    idle
+                } else {
+                    idle.min(next_head)
+                };
+                let unused = self.opened + Duration::from_millis(last_end) + wait;
                 if unused <= now {
                     return Expired::Unused;
                 }
@@ -237,7 +267,7 @@ impl Service<hyper::Request<Incoming>> for Tracked {
     }
 
     fn call(&mut self, mut request: hyper::Request<Incoming>) -> TrackedFuture {
-        let busy = self.activity.begin();
+        let busy = self.activity.begin(request.version());
         if probes::is_liveness(&request) {
             // Answered here, as `App` would: without the boxed future of
             // the application and the read budget's extension, which cost

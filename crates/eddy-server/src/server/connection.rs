@@ -14,7 +14,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
-use super::activity::{Activity, Expired, Tracked};
+use super::activity::{Activity, Expired, Timeouts, Tracked};
 use super::tls::{self, Opening};
 use crate::{App, Metrics, ServerConfig};
 
@@ -42,10 +42,10 @@ impl Connections {
         metrics: Arc<Metrics>,
     ) -> Self {
         let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder
-            .http1()
-            .timer(TokioTimer::new())
-            .header_read_timeout(config.header_timeout);
+        // The wait for each request head is bounded by the connection's
+        // own timer (`Activity::expired`); hyper's would arm a timer for
+        // every request.
+        builder.http1().header_read_timeout(None);
         builder
             .http2()
             .timer(TokioTimer::new())
@@ -121,10 +121,14 @@ impl Connections {
         let (stop, stopped) = oneshot::channel();
         let watcher = tokio::spawn({
             let activity = Arc::clone(&activity);
-            let (idle, write) = (self.idle_timeout, self.write_timeout);
+            let timeouts = Timeouts {
+                idle: self.idle_timeout,
+                next_head: self.header_timeout,
+                write: self.write_timeout,
+            };
             async move {
                 let why = tokio::select! {
-                    expired = activity.expired(opening, idle, write) => Some(expired),
+                    expired = activity.expired(opening, timeouts) => Some(expired),
                     _ = stopping.wait_for(|stopping| *stopping) => None,
                 };
                 let _ = stop.send(why);
