@@ -252,6 +252,7 @@ mod build;
 mod checkpoint;
 mod commit;
 mod declare;
+mod digest;
 mod dispatch;
 mod durable;
 mod emits;
@@ -280,7 +281,7 @@ pub use attach::{
     AttachError, AttachOptions, AttachStatus, Attached, BindingState, BindingStatus,
     DEFAULT_CONCURRENCY, DEFAULT_STATUS_CAPACITY,
 };
-pub use batch::{Batch, Entry, Range, Slice, Unit};
+pub use batch::{Batch, Entry, Range, Slice, Thinned, Unit};
 pub use bind::Bound;
 pub use build::{EachEntries, EmitEntries, Entries, FoldEntries, MapAccumEntries};
 pub use checkpoint::{
