@@ -10,14 +10,15 @@ use std::sync::{Arc, Mutex};
 
 use eddy_projection::{Commit, Declare, Host, Projection, Range, RunOptions, Status};
 use eddy_streams::{
-    Append, Compaction, JsonStream, Offset, Payload, ReadFrom, Route, Storage, StreamConfig,
-    StreamPath,
+    Append, Compaction, JsonStream, MemoryStorage, Offset, Payload, ReadFrom, Route, Storage,
+    StreamConfig, StreamPath,
 };
+use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::run::bound_key;
-use crate::support::{Faulty, Op, When};
+use crate::support::{runtime, Faulty, Op, When};
 
 /// The parameters of a binding: which table stream it reads.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -150,10 +151,13 @@ fn batch_rows() -> (Projection<Table, Rows>, Seen) {
 
 /// Creates the table `name`, compacted up to its tail when `compacted`.
 async fn create(store: &dyn Storage, name: &str, compacted: bool) {
-    let config = if compacted {
-        StreamConfig::json().with_compaction(Compaction::ON)
-    } else {
-        StreamConfig::json()
+    create_with(store, name, compacted.then_some(Compaction::ON)).await;
+}
+
+async fn create_with(store: &dyn Storage, name: &str, compaction: Option<Compaction>) {
+    let config = match compaction {
+        Some(policy) => StreamConfig::json().with_compaction(policy),
+        None => StreamConfig::json(),
     };
     store
         .create(&path(name), config, Payload::empty())
@@ -219,6 +223,7 @@ fn first() -> Vec<Change> {
         Upsert("a", 2),
         Delete("b"),
         Upsert("c", 1),
+        Upsert("c", 2),
         Upsert("a", 3),
     ]
 }
@@ -411,13 +416,66 @@ mod cases {
     }
 }
 
-crate::on_backends!(
-    an_accepting_binding_of_a_compacted_stream_ends_with_the_full_rows,
-    a_plain_binding_of_a_compacted_stream_is_history_unavailable,
-    a_pinned_thinned_range_replays_its_items,
-    a_pinned_range_thinned_again_is_unreproducible,
-    a_pinned_range_of_a_plain_input_thinned_is_unreproducible,
-);
+macro_rules! compaction_cases {
+    ($runner:path) => {
+        $runner!(
+            an_accepting_binding_of_a_compacted_stream_ends_with_the_full_rows,
+            a_plain_binding_of_a_compacted_stream_is_history_unavailable,
+            a_pinned_thinned_range_replays_its_items,
+            a_pinned_range_thinned_again_is_unreproducible,
+            a_pinned_range_of_a_plain_input_thinned_is_unreproducible,
+        );
+    };
+}
+
+compaction_cases!(crate::on_backends);
+
+/// The same cases on PostgreSQL (the database at `DATABASE_URL`), each on
+/// a schema of its own.
+#[cfg(feature = "postgres")]
+mod postgres {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    use eddy_streams::{PgOptions, PgStorage, Storage};
+
+    use super::cases;
+
+    /// Runs `case` on a fresh PostgreSQL store; says so, or that it was
+    /// skipped (a failure when `EDDY_REQUIRE_POSTGRES` is set).
+    pub(super) fn on_postgres(name: &str, case: crate::support::Case) {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let Some(url) = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()) else {
+            let required = std::env::var_os("EDDY_REQUIRE_POSTGRES").is_some();
+            assert!(!required, "`{name}`: DATABASE_URL is not set");
+            eprintln!("`{name}` on postgres: skipped, DATABASE_URL is not set");
+            return;
+        };
+        eprintln!("`{name}` on postgres");
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let schema = format!("compaction_{}_{n}", std::process::id());
+        crate::support::runtime().block_on(async {
+            let options = PgOptions::new(&url).with_schema(&schema);
+            let store: Arc<dyn Storage> =
+                Arc::new(PgStorage::open(options).await.expect("open postgres"));
+            case(store).await;
+            crate::support::drop_pg_schema(&url, &schema).await;
+        });
+    }
+
+    macro_rules! on_postgres {
+        ($($name:ident),* $(,)?) => {
+            $(
+                #[test]
+                fn $name() {
+                    on_postgres(stringify!($name), |store| Box::pin(cases::$name(store)));
+                }
+            )*
+        };
+    }
+
+    compaction_cases!(on_postgres);
+}
 
 /// A pin written before ranges recorded what compaction kept still loads:
 /// a whole range.
@@ -428,4 +486,70 @@ fn a_range_pinned_before_thinned_ranges_loads_as_whole() {
     let old = json!({"from": from.to_string(), "to": to.to_string()});
     let range: Range = serde_json::from_value(old).expect("an old pin's range");
     assert_eq!((range.len(), range.thinned), (4, None));
+}
+
+/// One step of a property case.
+#[derive(Clone, Debug)]
+enum Step {
+    Write(Change),
+    Compact,
+    /// Runs both bindings with units of this many items.
+    Run(usize),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    const KEYS: [&str; 3] = ["a", "b", "c"];
+    prop_oneof![
+        6 => (0..KEYS.len(), -50i64..50).prop_map(|(k, v)| Step::Write(Change::Upsert(KEYS[k], v))),
+        2 => (0..KEYS.len()).prop_map(|k| Step::Write(Change::Delete(KEYS[k]))),
+        2 => Just(Step::Compact),
+        2 => (1usize..4).prop_map(Step::Run),
+    ]
+}
+
+/// Runs `steps` on a compacted table with a per-entry and a pinning batch
+/// binding that accept compaction: after every run (and at the end) each
+/// holds the rows of the full history.
+async fn compacted_runs(steps: &[Step], lag: Option<u64>) {
+    let store: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+    let policy = match lag {
+        Some(messages) => format!("messages={messages}").parse().expect("policy"),
+        None => Compaction::ON,
+    };
+    create_with(store.as_ref(), "compacted", Some(policy)).await;
+    let host = Host::new(store.clone());
+    let entries = entry_rows(true).0.at(table("compacted")).expect("bind");
+    let batches = batch_rows().0.at(table("compacted")).expect("bind");
+    let mut history = Vec::new();
+    for step in steps.iter().chain([&Step::Run(2)]) {
+        match step {
+            Step::Write(change) => {
+                write(store.as_ref(), "compacted", std::slice::from_ref(change)).await;
+                history.push(change.clone());
+            }
+            Step::Compact => {
+                compact(store.as_ref(), "compacted").await;
+            }
+            Step::Run(size) => {
+                let options = RunOptions::default().with_unit_size(*size);
+                host.run(&entries, options.clone()).await.expect("run");
+                host.run(&batches, options).await.expect("run");
+                let rows = model(&history);
+                assert_eq!(host.read(&entries).await.expect("read"), rows);
+                assert_eq!(host.read(&batches).await.expect("read"), rows);
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn accepting_bindings_of_a_compacted_stream_hold_the_rows_of_its_history(
+        steps in prop::collection::vec(step(), 0..40),
+        lag in prop::option::of(1u64..4),
+    ) {
+        runtime().block_on(compacted_runs(&steps, lag));
+    }
 }
