@@ -241,6 +241,11 @@ impl<P: Params> Declare<P> {
     /// the positions from its start to its end. A pinned unit replays
     /// exactly the items it pinned: if a later pass dropped some of them,
     /// the replay fails with `range-unreproducible` and the pin stays.
+    ///
+    /// The store keeps a delete for the stream's delete lifetime, then
+    /// drops it with the row's older changes: a binding further behind
+    /// than that misses the delete, and its row stays. Keep such bindings
+    /// within the lifetime (one day by default).
     pub fn accept_compaction<T>(&self, input: &Input<T>) {
         self.mark_input(input, "compaction", |spec| spec.accepts_compaction = true);
     }
