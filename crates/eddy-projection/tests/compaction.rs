@@ -247,9 +247,11 @@ fn small_units() -> RunOptions {
 /// unit and failed to settle it: its next run replays the pinned range.
 async fn pin_a_thinned_unit(
     store: &Arc<dyn Storage>,
+    changes: &[Change],
+    options: RunOptions,
 ) -> (Host, Seen, eddy_projection::Bound<Table, Rows>) {
     create(store.as_ref(), "compacted", true).await;
-    write(store.as_ref(), "compacted", &first()).await;
+    write(store.as_ref(), "compacted", changes).await;
     assert!(compact(store.as_ref(), "compacted").await > 0);
     let faulty = Arc::new(Faulty::new(store.clone()));
     let host = Host::new(faulty.clone());
@@ -257,7 +259,7 @@ async fn pin_a_thinned_unit(
     let bound = projection.at(table("compacted")).expect("bind");
     // The handler emits nothing: append 0 pins, append 1 settles.
     faulty.fail_nth(Some(Op::Append), 1, When::Before);
-    host.run(&bound, RunOptions::default())
+    host.run(&bound, options)
         .await
         .expect_err("the settle fails");
     let pinned = pinned_range(&host, &bound).await.expect("pinned");
@@ -350,7 +352,7 @@ mod cases {
     }
 
     pub async fn a_pinned_thinned_range_replays_its_items(store: Arc<dyn Storage>) {
-        let (host, seen, bound) = pin_a_thinned_unit(&store).await;
+        let (host, seen, bound) = pin_a_thinned_unit(&store, &first(), RunOptions::default()).await;
         let first_try = seen.lock().expect("seen").clone();
         seen.lock().expect("seen").clear();
         host.run(&bound, RunOptions::default())
@@ -362,8 +364,38 @@ mod cases {
         seen_at_store_offsets(store.as_ref(), &seen, &first()).await;
     }
 
+    /// A pinned range ends at the next message kept after its last item;
+    /// a pass that drops that message after the pin leaves the range's
+    /// items as they were, and the replay runs on them.
+    pub async fn a_pinned_range_whose_end_message_went_replays(store: Arc<dyn Storage>) {
+        use Change::*;
+        let changes = [
+            Upsert("x", 1),
+            Upsert("y", 1),
+            Upsert("z", 1),
+            Upsert("y", 2),
+        ];
+        let one = RunOptions::default().with_unit_size(1);
+        let (host, seen, bound) = pin_a_thinned_unit(&store, &changes, one.clone()).await;
+        let pinned = pinned_range(&host, &bound).await.expect("pinned");
+        assert_eq!((pinned.len(), pinned.to.position()), (1, 2), "x1 up to z1");
+        let later = [Upsert("z", 2)];
+        write(store.as_ref(), "compacted", &later).await;
+        assert!(compact(store.as_ref(), "compacted").await > 0, "z1 goes");
+        seen.lock().expect("seen").clear();
+        host.run(&bound, one).await.expect("replay and go on");
+        let history = [changes.as_slice(), &later].concat();
+        assert_eq!(host.read(&bound).await.expect("read"), model(&history));
+        let first = seen.lock().expect("seen").first().cloned();
+        assert_eq!(
+            first.map(|(offset, _)| offset.position()),
+            Some(0),
+            "x1 again"
+        );
+    }
+
     pub async fn a_pinned_range_thinned_again_is_unreproducible(store: Arc<dyn Storage>) {
-        let (host, seen, bound) = pin_a_thinned_unit(&store).await;
+        let (host, seen, bound) = pin_a_thinned_unit(&store, &first(), RunOptions::default()).await;
         let pinned = pinned_range(&host, &bound).await;
         // Later changes supersede rows of the pinned range: a pass drops
         // their older changes, inside the range.
@@ -422,6 +454,7 @@ macro_rules! compaction_cases {
             an_accepting_binding_of_a_compacted_stream_ends_with_the_full_rows,
             a_plain_binding_of_a_compacted_stream_is_history_unavailable,
             a_pinned_thinned_range_replays_its_items,
+            a_pinned_range_whose_end_message_went_replays,
             a_pinned_range_thinned_again_is_unreproducible,
             a_pinned_range_of_a_plain_input_thinned_is_unreproducible,
         );
