@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 use eddy_streams::Offset;
 use serde::{Deserialize, Serialize};
 
+use crate::digest::Fnv;
 use crate::handles::{Input, Place};
 
 /// The range of one input that a unit covers, with its terminal marks.
@@ -22,18 +23,72 @@ pub struct Range {
     /// The input was deleted: this is the binding's final unit.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub gone: bool,
+    /// What compaction kept of the range, when it dropped messages in it
+    /// (an input that [accepts compaction](crate::Declare::accept_compaction));
+    /// `None` when the range holds a message at every position.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinned: Option<Thinned>,
 }
 
 impl Range {
-    /// The number of items in the range.
+    /// The range `from..to`, neither closed nor gone nor thinned.
+    pub(crate) fn between(from: Offset, to: Offset) -> Range {
+        Range {
+            from,
+            to,
+            closed: false,
+            gone: false,
+            thinned: None,
+        }
+    }
+
+    /// The number of items in the range: the positions from `from` to
+    /// `to`, or fewer when compaction thinned it.
     pub fn len(&self) -> u64 {
-        self.to.position().saturating_sub(self.from.position())
+        match &self.thinned {
+            Some(thinned) => thinned.items,
+            None => self.to.position().saturating_sub(self.from.position()),
+        }
     }
 
     /// Whether the range holds no item.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// The items a compacted stream kept of a range: how many, and a digest
+/// of their offsets. A pin records it, so that a replay can tell that it
+/// reads exactly the items the pinned unit saw.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Thinned {
+    /// How many items the range holds.
+    pub items: u64,
+    /// A digest of the items' offsets (16 hex digits).
+    pub digest: String,
+}
+
+impl Thinned {
+    /// What `offsets` are of the range `from..to`: `None` when they fill
+    /// every position of it.
+    pub(crate) fn of(from: Offset, to: Offset, offsets: &[Offset]) -> Option<Thinned> {
+        let positions = to.position().saturating_sub(from.position());
+        let items = offsets.len() as u64;
+        (items < positions).then(|| Thinned {
+            items,
+            digest: digest(offsets),
+        })
+    }
+}
+
+/// A digest of the offsets of a range's items.
+fn digest(offsets: &[Offset]) -> String {
+    let mut hash = Fnv::new();
+    for offset in offsets {
+        hash.feed(&offset.incarnation().to_le_bytes());
+        hash.feed(&offset.position().to_le_bytes());
+    }
+    hash.finish()
 }
 
 /// One unit of work: the binding's parameters, the input ranges it covers,
@@ -56,7 +111,9 @@ pub struct Unit<P> {
 pub struct Entry<'a, T> {
     /// The item.
     pub item: &'a T,
-    /// The item's offset (the position before it).
+    /// The item's offset in its stream, as the store gives it (the
+    /// position before it; on a compacted stream, with gaps where
+    /// messages were dropped).
     pub offset: Offset,
 }
 
@@ -75,7 +132,8 @@ pub struct Slice<'a, T> {
     pub items: &'a [T],
     /// The input stream's path for this binding.
     pub path: &'a str,
-    /// The offset of the first item.
+    /// Where the slice starts reading: the first item's position, unless
+    /// compaction dropped the messages there.
     pub from: Offset,
     /// The offset after the last item.
     pub to: Offset,
@@ -83,17 +141,24 @@ pub struct Slice<'a, T> {
     pub closed: bool,
     /// The input was deleted; this is the final unit.
     pub gone: bool,
+    /// Each item's offset.
+    offsets: &'a [Offset],
 }
 
 impl<'a, T> Slice<'a, T> {
     /// Every item with its offset.
     pub fn entries(&self) -> impl Iterator<Item = Entry<'a, T>> + 'a {
-        let start = self.from;
         let items: &'a [T] = self.items;
-        items.iter().enumerate().map(move |(i, item)| Entry {
+        items.iter().zip(self.offsets).map(|(item, offset)| Entry {
             item,
-            offset: start.advanced(i as u64),
+            offset: *offset,
         })
+    }
+
+    /// The offset of the item at `index`, as the store gives it (with
+    /// gaps where compaction dropped messages); `None` past the last item.
+    pub fn offset_of(&self, index: usize) -> Option<Offset> {
+        self.offsets.get(index).copied()
     }
 }
 
@@ -102,7 +167,8 @@ pub(crate) struct AnySlice {
     pub input: String,
     pub path: String,
     pub items: Box<dyn Any + Send + Sync>,
-    pub len: usize,
+    /// Each item's offset, as the store gave it.
+    pub offsets: Vec<Offset>,
     pub from: Offset,
     pub to: Offset,
     pub closed: bool,
@@ -120,6 +186,7 @@ impl AnySlice {
             to: self.to,
             closed: self.closed,
             gone: self.gone,
+            offsets: &self.offsets,
         })
     }
 
@@ -129,7 +196,13 @@ impl AnySlice {
             to: self.to,
             closed: self.closed,
             gone: self.gone,
+            thinned: Thinned::of(self.from, self.to, &self.offsets),
         }
+    }
+
+    /// The number of items.
+    pub fn len(&self) -> usize {
+        self.offsets.len()
     }
 }
 
@@ -180,6 +253,7 @@ impl Batch {
                     to: Offset::ZERO,
                     closed: false,
                     gone: false,
+                    offsets: &[],
                 }
             }
         }
@@ -199,7 +273,7 @@ impl Batch {
 
     /// The number of items over all inputs.
     pub fn len(&self) -> usize {
-        self.slices.iter().map(|s| s.len).sum()
+        self.slices.iter().map(AnySlice::len).sum()
     }
 
     /// Whether the batch holds no item (a terminal-only unit).

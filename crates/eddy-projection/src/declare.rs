@@ -165,6 +165,7 @@ impl<P: Params> Declare<P> {
             route,
             decode,
             accepts_dropped: false,
+            accepts_compaction: false,
         });
         Input::new(self.place(inputs.len() - 1))
     }
@@ -218,11 +219,45 @@ impl<P: Params> Declare<P> {
     /// messages are never handled. Right only for handlers that do not
     /// need every message (a latest-value fold, a recent window).
     pub fn accept_dropped_history<T>(&self, input: &Input<T>) {
+        self.mark_input(input, "dropped history", |spec| spec.accepts_dropped = true);
+    }
+
+    /// Lets a binding of `input` read a compacted stream (one created with
+    /// an `Eddy-Compaction` policy) where a pass dropped messages the
+    /// binding had not read, instead of failing with `history-unavailable`.
+    ///
+    /// Compaction drops a state change that a later change of the same
+    /// row supersedes, so only a handler whose result depends on the
+    /// latest message of each key alone is right on what it keeps: one
+    /// that materializes rows (upserts and deletes by key), or keeps the
+    /// latest value per key. A handler that counts, sums or otherwise
+    /// folds every message would silently get another result.
+    ///
+    /// The handler sees the messages the stream kept, in order, each at
+    /// its own offset: [`Entry::offset`](crate::Entry::offset) and
+    /// [`Slice::offset_of`](crate::Slice::offset_of) give the store's
+    /// offsets, with gaps where messages were dropped, and a unit's
+    /// [`Range::len`](crate::Range::len) counts the items it holds, not
+    /// the positions from its start to its end. A pinned unit replays
+    /// exactly the items it pinned: if a later pass dropped some of them,
+    /// the replay fails with `range-unreproducible` and the pin stays.
+    ///
+    /// The store keeps a delete for the stream's delete lifetime, then
+    /// drops it with the row's older changes: a binding further behind
+    /// than that misses the delete, and its row stays. Keep such bindings
+    /// within the lifetime (one day by default).
+    pub fn accept_compaction<T>(&self, input: &Input<T>) {
+        self.mark_input(input, "compaction", |spec| spec.accepts_compaction = true);
+    }
+
+    /// Sets an option of `input`, or records the mistake when the handle
+    /// is another declaration's.
+    fn mark_input<T>(&self, input: &Input<T>, what: &str, set: impl FnOnce(&mut InputSpec)) {
         let mut inputs = self.inputs.borrow_mut();
         match inputs.get_mut(input.place.index) {
-            Some(spec) if input.place.declaration == self.number => spec.accepts_dropped = true,
+            Some(spec) if input.place.declaration == self.number => set(spec),
             _ => self.mistakes.borrow_mut().push(format!(
-                "input #{} of another declaration cannot accept dropped history here",
+                "input #{} of another declaration cannot accept {what} here",
                 input.place.index
             )),
         }

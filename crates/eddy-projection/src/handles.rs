@@ -147,6 +147,9 @@ pub(crate) struct InputSpec {
     /// retention dropped messages it had not read
     /// ([`Declare::accept_dropped_history`](crate::Declare::accept_dropped_history)).
     pub accepts_dropped: bool,
+    /// Whether a binding reads ranges that compaction thinned
+    /// ([`Declare::accept_compaction`](crate::Declare::accept_compaction)).
+    pub accepts_compaction: bool,
 }
 
 impl fmt::Debug for InputSpec {

@@ -13,6 +13,8 @@ const READ_BYTES: usize = 4 << 20;
 /// Messages read from one input.
 pub(crate) struct Raw {
     pub messages: Vec<Bytes>,
+    /// Each message's offset (a compacted stream's have gaps).
+    pub offsets: Vec<Offset>,
     /// The offset after the last message taken.
     pub to: Offset,
     /// The read reached the end of a closed stream.
@@ -49,8 +51,7 @@ pub(crate) async fn read_range(
     if let Some(buffer) = ahead.as_deref_mut() {
         if buffer.next == from && !buffer.messages.is_empty() {
             let take = taken.fitting(buffer.messages.iter());
-            taken.extend(buffer.messages.drain(..take));
-            buffer.offsets.drain(..take.min(buffer.offsets.len()));
+            taken.extend(buffer.messages.drain(..take), buffer.offsets.drain(..take));
             buffer.next = buffer.offsets.front().copied().unwrap_or(buffer.end);
             next = buffer.next;
             let bounded = !buffer.messages.is_empty();
@@ -59,6 +60,7 @@ pub(crate) async fn read_range(
                 return Ok(Raw {
                     to: buffer.next,
                     messages: taken.messages,
+                    offsets: taken.offsets,
                     closed,
                 });
             }
@@ -77,22 +79,24 @@ pub(crate) async fn read_range(
         // The chunk's offsets carry the stream's own incarnation, also when
         // `from` was the zero offset or an offset of a fork's source.
         let to = chunk.offset_after(room);
-        let offsets: VecDeque<Offset> = (room..got).map(|i| chunk.offset_of(i)).collect();
+        let offsets: Vec<Offset> = (0..got).map(|i| chunk.offset_of(i)).collect();
+        let mut offsets = offsets.into_iter();
         let end = chunk.next_offset;
         let mut rest = chunk.messages.into_iter();
-        taken.extend(rest.by_ref().take(room));
+        taken.extend(rest.by_ref().take(room), offsets.by_ref().take(room));
         next = to;
         let reached_end = chunk.up_to_date && got <= room;
         if let Some(buffer) = ahead.as_deref_mut() {
             buffer.next = to;
             buffer.messages = rest.collect();
-            buffer.offsets = offsets;
+            buffer.offsets = offsets.collect();
             buffer.end = end;
             buffer.closed_at_end = chunk.up_to_date && chunk.closed;
         }
         if taken.full() || room < got || chunk.up_to_date || got == 0 {
             return Ok(Raw {
                 messages: taken.messages,
+                offsets: taken.offsets,
                 to,
                 closed: reached_end && chunk.closed,
             });
@@ -104,6 +108,7 @@ pub(crate) async fn read_range(
 struct Taken {
     bounds: UnitBounds,
     messages: Vec<Bytes>,
+    offsets: Vec<Offset>,
     bytes: usize,
 }
 
@@ -112,6 +117,7 @@ impl Taken {
         Taken {
             bounds,
             messages: Vec::new(),
+            offsets: Vec::new(),
             bytes: 0,
         }
     }
@@ -135,13 +141,19 @@ impl Taken {
         fit
     }
 
-    fn extend(&mut self, messages: impl Iterator<Item = Bytes>) {
+    /// Takes `messages`, at `offsets` (one each).
+    fn extend(
+        &mut self,
+        messages: impl Iterator<Item = Bytes>,
+        offsets: impl Iterator<Item = Offset>,
+    ) {
         // A plain `Vec::extend` moves the run at once; the bytes are
         // counted after it (a push per message cost a tenth of a fold).
         let before = self.messages.len();
         self.messages.extend(messages);
         let added: usize = self.messages[before..].iter().map(Bytes::len).sum();
         self.bytes = self.bytes.saturating_add(added);
+        self.offsets.extend(offsets);
     }
 
     /// Whether the item bound is reached.

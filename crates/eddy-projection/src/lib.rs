@@ -235,6 +235,52 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! A compacted stream (a state stream with an `Eddy-Compaction` policy)
+//! keeps every offset but drops a row's change that a later change of
+//! the same row supersedes. A binding whose unread range a pass thinned
+//! fails with `history-unavailable` too, unless its input is declared
+//! with [`Declare::accept_compaction`]: right only for handlers whose
+//! result depends on the latest message of each key (materialized rows,
+//! a latest value per key). Such a handler sees the kept messages in
+//! order, each [`Entry`] at the store's own offset (with gaps), and a
+//! unit's [`Range`] records how many items it kept ([`Thinned`]), so
+//! that a pinned unit whose range a later pass thinned again fails its
+//! replay with `range-unreproducible` instead of running on other items.
+//! A binding more than the stream's delete lifetime behind can miss a
+//! delete that the store dropped since (its row stays): keep such
+//! bindings within it.
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//!
+//! use eddy_projection::Declare;
+//! use eddy_streams::Route;
+//! use serde_json::Value;
+//!
+//! // The rows of the state stream `carts/<id>`, by key: an upsert writes
+//! // the whole row, a delete removes it.
+//! #[derive(serde::Serialize, serde::Deserialize, Clone)]
+//! struct Cart {
+//!     id: String,
+//! }
+//! let declare = Declare::<Cart>::new("cart-rows");
+//! let changes = declare.input_route::<Value>("changes", Route::new("carts/:id")?);
+//! declare.accept_compaction(&changes);
+//! let rows = declare
+//!     .fold(BTreeMap::<String, Value>::new())
+//!     .on(changes, |mut rows, entry, _| {
+//!         let key = entry.item["key"].as_str().unwrap_or_default().to_owned();
+//!         match entry.item["headers"]["operation"].as_str() {
+//!             Some("delete") => rows.remove(&key),
+//!             _ => rows.insert(key, entry.item["value"].clone()),
+//!         };
+//!         rows
+//!     })
+//!     .build()?;
+//! # let _ = rows;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Error codes
 //!
 //! [`ProjectionError::code`] gives `load/invalid-options`,
@@ -252,6 +298,7 @@ mod build;
 mod checkpoint;
 mod commit;
 mod declare;
+mod digest;
 mod dispatch;
 mod durable;
 mod emits;
@@ -280,7 +327,7 @@ pub use attach::{
     AttachError, AttachOptions, AttachStatus, Attached, BindingState, BindingStatus,
     DEFAULT_CONCURRENCY, DEFAULT_STATUS_CAPACITY,
 };
-pub use batch::{Batch, Entry, Range, Slice, Unit};
+pub use batch::{Batch, Entry, Range, Slice, Thinned, Unit};
 pub use bind::Bound;
 pub use build::{EachEntries, EmitEntries, Entries, FoldEntries, MapAccumEntries};
 pub use checkpoint::{

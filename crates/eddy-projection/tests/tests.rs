@@ -4,6 +4,7 @@ mod support;
 
 mod attach_load;
 mod checkpoints;
+mod compaction;
 mod declare;
 mod durability;
 mod durable;

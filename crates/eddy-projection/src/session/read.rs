@@ -11,10 +11,10 @@ use crate::batch::AnySlice;
 use crate::checkpoint::Pending;
 use crate::declare::{Params, State};
 use crate::handles::InputSpec;
-use crate::inputs::{read_range, ReadAhead};
+use crate::inputs::{read_range, Raw, ReadAhead};
 use crate::progress::UnitBounds;
 use crate::unit_key::unit_key;
-use crate::{ProjectionError, Range, Result, Unit};
+use crate::{ProjectionError, Range, Result, Thinned, Unit};
 
 impl<P: Params, S: State> Session<P, S> {
     /// The slices of the next unit: the pending one (replayed), or a fresh
@@ -60,15 +60,8 @@ impl<P: Params, S: State> Session<P, S> {
                 .cloned()
                 .unwrap_or_default();
             if mark.gone {
-                slices.push(decode(
-                    input,
-                    path,
-                    &[],
-                    mark.offset,
-                    mark.offset,
-                    false,
-                    false,
-                )?);
+                let range = Range::between(mark.offset, mark.offset);
+                slices.push(decode(input, path, &[], Vec::new(), range)?);
                 continue;
             }
             let mut from = mark.offset;
@@ -82,19 +75,20 @@ impl<P: Params, S: State> Session<P, S> {
                 }
             }
             self.put_ahead(index, ahead);
-            let slice = |messages: &[Bytes], to: Offset, closed: bool, gone: bool| {
-                decode(input, path, messages, from, to, closed, gone)
-            };
             match read {
                 // Compaction dropped messages in the range: a handler that
                 // folds every message would silently get another result.
-                Ok(raw) if skipped(from, raw.to, raw.messages.len()) => {
+                Ok(raw)
+                    if !input.accepts_compaction
+                        && skipped(from, raw.to, raw.messages.len()) =>
+                {
                     return Err(ProjectionError::HistoryUnavailable {
                         input: input.name.clone(),
                         path: path.to_string(),
                         reason: format!(
                             "the stream's compaction dropped messages between {from} and {} before this binding read them; \
                              a binding that handles every message cannot go on (read the stream within its compaction lag, \
+                             declare the input with `accept_compaction` if the handler keeps only the latest message of each key, \
                              or fold from a stream that is not compacted)",
                             raw.to
                         ),
@@ -103,7 +97,11 @@ impl<P: Params, S: State> Session<P, S> {
                 Ok(raw) => {
                     let closed = raw.closed && !mark.closed;
                     work |= !raw.messages.is_empty() || closed;
-                    slices.push(slice(&raw.messages, raw.to, closed, false)?);
+                    let range = Range {
+                        closed,
+                        ..Range::between(from, raw.to)
+                    };
+                    slices.push(decode(input, path, &raw.messages, raw.offsets, range)?);
                 }
                 // Deleted, or deleted while forks still read it, or another
                 // stream created at its path (a stale offset): either way
@@ -115,7 +113,11 @@ impl<P: Params, S: State> Session<P, S> {
                     | StreamError::StaleOffset { .. },
                 ) if self.exists => {
                     work = true;
-                    slices.push(slice(&[], mark.offset, false, true)?);
+                    let range = Range {
+                        gone: true,
+                        ..Range::between(from, mark.offset)
+                    };
+                    slices.push(decode(input, path, &[], Vec::new(), range)?);
                 }
                 Err(
                     e @ (StreamError::Gone { .. }
@@ -174,12 +176,7 @@ impl<P: Params, S: State> Session<P, S> {
                         .inputs
                         .get(&input.name)
                         .map_or(Offset::ZERO, |m| m.offset);
-                    Range {
-                        from: at,
-                        to: at,
-                        closed: false,
-                        gone: false,
-                    }
+                    Range::between(at, at)
                 }
             };
             let unreproducible = |reason: String| ProjectionError::RangeUnreproducible {
@@ -190,30 +187,18 @@ impl<P: Params, S: State> Session<P, S> {
                 reason,
             };
             let len = usize::try_from(range.len()).map_err(|e| unreproducible(e.to_string()))?;
-            let messages = if range.gone || len == 0 {
-                Vec::new()
+            let (messages, offsets) = if range.gone || len == 0 {
+                (Vec::new(), Vec::new())
             } else {
                 let exact = UnitBounds {
                     items: len,
                     bytes: usize::MAX,
                 };
                 match read_range(self.host.storage.as_ref(), path, range.from, exact, None).await {
-                    // The end must be the pinned one, incarnation included:
-                    // a range from the zero offset reads any stream at the
-                    // path, also one created after the pin.
-                    Ok(raw) if raw.messages.len() == len && raw.to == range.to => raw.messages,
-                    Ok(raw) if raw.messages.len() == len => {
-                        return Err(unreproducible(format!(
-                            "the input was created again: the range now ends at {}",
-                            raw.to
-                        )))
-                    }
-                    Ok(raw) => {
-                        return Err(unreproducible(format!(
-                            "only {} of {len} items remain",
-                            raw.messages.len()
-                        )))
-                    }
+                    Ok(raw) => match replay_differs(&range, &raw) {
+                        None => (raw.messages, raw.offsets),
+                        Some(reason) => return Err(unreproducible(reason)),
+                    },
                     Err(
                         e @ (StreamError::Gone { .. }
                         | StreamError::SoftDeleted { .. }
@@ -225,21 +210,42 @@ impl<P: Params, S: State> Session<P, S> {
                     Err(e) => return Err(e.into()),
                 }
             };
-            slices.push(decode(
-                input,
-                path,
-                &messages,
-                range.from,
-                range.to,
-                range.closed,
-                range.gone,
-            )?);
+            slices.push(decode(input, path, &messages, offsets, range)?);
         }
         Ok(slices)
     }
 }
 
-/// Decodes one input's messages into its slice.
+/// Why the items a replay read (at most as many as the pinned `range`
+/// holds) are not the ones the range pinned, if they are not.
+fn replay_differs(range: &Range, raw: &Raw) -> Option<String> {
+    // The incarnation must be the pinned one: a range from the zero
+    // offset reads any stream at the path, also one created after the pin.
+    if raw
+        .offsets
+        .iter()
+        .any(|o| o.incarnation() != range.to.incarnation())
+    {
+        return Some(format!(
+            "the input was created again: the range now ends at {}",
+            raw.to
+        ));
+    }
+    let items = range.len();
+    let end = range.to.position();
+    let within = raw.offsets.iter().filter(|o| o.position() < end).count();
+    if within as u64 != items {
+        return Some(format!(
+            "only {within} of its {items} items remain (the stream's retention or compaction dropped the others after the pin)"
+        ));
+    }
+    // Compaction only drops messages, so as many items before the same
+    // end are the same ones; the digest makes sure.
+    let kept = Thinned::of(range.from, range.to, &raw.offsets);
+    (kept != range.thinned)
+        .then(|| "the items the stream keeps in the range are not the ones pinned".to_owned())
+}
+
 /// Whether a read from `from` to `to` that gave `messages` messages
 /// skipped positions (compaction dropped messages between them).
 fn skipped(from: Offset, to: Offset, messages: usize) -> bool {
@@ -256,29 +262,31 @@ fn dropped(offset: Offset, earliest: Offset) -> String {
     )
 }
 
+/// Decodes one input's messages into its slice over `range`.
 fn decode(
     input: &InputSpec,
     path: &StreamPath,
     messages: &[Bytes],
-    from: Offset,
-    to: Offset,
-    closed: bool,
-    gone: bool,
+    offsets: Vec<Offset>,
+    range: Range,
 ) -> Result<AnySlice> {
     let items =
         (input.decode)(messages).map_err(|(index, reason)| ProjectionError::InvalidItem {
             input: input.name.clone(),
-            offset: from.advanced(index as u64),
+            offset: offsets
+                .get(index)
+                .copied()
+                .unwrap_or_else(|| range.from.advanced(index as u64)),
             reason,
         })?;
     Ok(AnySlice {
         input: input.name.clone(),
         path: path.to_string(),
         items,
-        len: messages.len(),
-        from,
-        to,
-        closed,
-        gone,
+        offsets,
+        from: range.from,
+        to: range.to,
+        closed: range.closed,
+        gone: range.gone,
     })
 }
