@@ -2,7 +2,7 @@
 //! the head whole, lets deletes outlive nothing but their lifetime, never
 //! loses an append that comes during a pass, and forks of a compacted
 //! stream inherit what is kept. Run on the stores that compact (memory,
-//! SQLite, PostgreSQL).
+//! SQLite, PostgreSQL, DynamoDB).
 
 use std::sync::Arc;
 use std::time::Duration;
