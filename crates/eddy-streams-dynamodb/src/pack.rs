@@ -462,4 +462,38 @@ mod tests {
             .add(piece(items(&keys(), "s", &later).remove(0)).expect("piece"))
             .is_err());
     }
+
+    #[test]
+    fn a_rewritten_pack_lists_what_it_keeps_and_reads_skip_its_holes() {
+        let mut packs = Vec::new();
+        let messages = (0..5).map(|n| message(n + 1)).collect();
+        push(&mut packs, 1000, 10, 0, messages);
+        let item = items(&keys(), "s", &packs[0]).remove(0);
+        let Piece::Pack { messages, .. } = piece(item.clone()).expect("piece") else {
+            panic!("a pack");
+        };
+        let kept: Vec<(u64, Bytes)> = messages
+            .into_iter()
+            .filter(|(p, _)| [11, 14].contains(p))
+            .collect();
+        let rewritten = rewritten(&item, &kept);
+        assert_eq!(
+            rewritten.get("f"),
+            item.get("f"),
+            "its first position stays"
+        );
+        assert_eq!(bytes_before(&rewritten, 14).expect("bytes"), 2);
+        let mut strict = Collect::new(10, 15, usize::MAX, false);
+        assert!(strict
+            .add(piece(rewritten.clone()).expect("piece"))
+            .is_err());
+        let mut read = Collect::new(12, 15, usize::MAX, true);
+        read.add(piece(rewritten).expect("piece")).expect("holes");
+        read.finish().expect("done");
+        assert_eq!(read.messages, [(14, message(5))]);
+        assert!(!read.skipped, "holes inside a pack are its own");
+        let mut past = Collect::new(15, 20, usize::MAX, true);
+        past.finish().expect("holes at the end");
+        assert!(past.skipped, "positions no item holds");
+    }
 }

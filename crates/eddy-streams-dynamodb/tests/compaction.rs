@@ -80,7 +80,7 @@ mod moto {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+        #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
 
         #[test]
         fn compacted_streams_materialize_as_the_full_history_on_moto(
