@@ -135,6 +135,8 @@ pub(crate) async fn read_before(
     for item in page.items {
         read.add(&unit.shared.keys, item)?;
     }
+    // A part there is a later message's (parts never straddle).
+    read.parts.clear();
     let mut below = Query::partition(data)
         .sort(SortCondition::Between(
             AttributeValue::S(keys::pack(start + 1)),
@@ -234,6 +236,8 @@ impl Reading {
                 if took {
                     self.items_room -= 1;
                     self.bytes_room -= size;
+                    // No room for another: no page more to read.
+                    self.stopped |= self.items_room == 0;
                     self.held.push(Held::Pack {
                         sort,
                         item,
@@ -271,6 +275,7 @@ impl Reading {
                 }
                 self.items_room -= needed;
                 self.bytes_room -= bytes;
+                self.stopped |= self.items_room == 0;
                 self.held.push(Held::Parts {
                     position,
                     size: message.len() as u64,

@@ -14,7 +14,7 @@ use crate::common;
 #[path = "../../eddy-streams/tests/compaction/history.rs"]
 #[allow(dead_code)]
 mod history;
-use history::{check, policy, probes, steps, Backend};
+use history::{check, next_case, policy, probes, steps, Backend};
 
 /// The store on a fresh embedded table, opened once on one runtime
 /// (each case uses streams of its own).
@@ -42,10 +42,8 @@ proptest! {
         steps in steps(),
         probes in probes(),
     ) {
-        static CASE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let case = CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (runtime, backend) = embedded();
-        runtime.block_on(check(backend, case, policy, &steps, &probes));
+        runtime.block_on(check(backend, next_case(), policy, &steps, &probes));
     }
 }
 
@@ -58,7 +56,7 @@ mod moto {
     use eddy_streams::ManualClock;
     use proptest::prelude::*;
 
-    use super::history::{check, policy, probes, steps, Backend};
+    use super::history::{check, next_case, policy, probes, steps, Backend};
     use crate::common;
 
     /// The store on a fresh moto table, or `None` when moto is skipped.
@@ -88,11 +86,9 @@ mod moto {
             steps in steps(),
             probes in probes(),
         ) {
-            static CASE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-            let case = CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let (runtime, backend) = on_moto();
             if let Some(backend) = backend {
-                runtime.block_on(check(backend, case, policy, &steps, &probes));
+                runtime.block_on(check(backend, next_case(), policy, &steps, &probes));
             }
         }
     }
@@ -111,6 +107,7 @@ mod packs {
     };
 
     use crate::common;
+    pub use crate::contract::cases::kept;
 
     pub fn path(s: &str) -> StreamPath {
         StreamPath::new(s).expect("path")
@@ -128,23 +125,6 @@ mod packs {
             .append(p, Append::body(format!("[{}]", body.join(","))))
             .await
             .expect("append");
-    }
-
-    /// Every kept message from `from`, with its position.
-    pub async fn kept(store: &dyn Storage, p: &StreamPath, from: ReadFrom) -> Vec<(u64, String)> {
-        let mut from = from;
-        let mut read = Vec::new();
-        loop {
-            let chunk = store.read(p, from, 1 << 20).await.expect("read");
-            for (index, message) in chunk.messages.iter().enumerate() {
-                let text = String::from_utf8_lossy(message).into_owned();
-                read.push((chunk.offset_of(index).position(), text));
-            }
-            if chunk.up_to_date {
-                return read;
-            }
-            from = ReadFrom::Offset(chunk.next_offset);
-        }
     }
 
     pub fn positions(read: &[(u64, String)]) -> Vec<u64> {
@@ -298,6 +278,78 @@ mod packs {
         common::runtime().block_on(holes_in_packs(common::embedded()));
     }
 
+    /// A read that crosses a deleted pack reads the stream's path item
+    /// once more (positions no item holds could be a removal under the
+    /// read); one that meets only holes inside packs, or none, does not.
+    #[test]
+    fn a_read_across_a_deleted_pack_checks_the_stream_once() {
+        common::runtime().block_on(async {
+            let table = common::embedded();
+            let store =
+                common::clocked_store(&table, &Arc::new(eddy_streams::ManualClock::starting_now()));
+            let p = path("compacted/reads");
+            four_packs(&store, &p).await;
+            assert_eq!(store.compact(&p).await, Ok(7));
+            let tail = store.head(&p).await.expect("head").tail;
+            let reads = |from: u64| {
+                let (table, store, p) = (Arc::clone(&table), &store, p.clone());
+                async move {
+                    let before = table.request_stats();
+                    let from = ReadFrom::Offset(tail.with_position(from));
+                    let chunk = store.read(&p, from, 1 << 20).await.expect("read");
+                    let positions: Vec<u64> = (0..chunk.messages.len())
+                        .map(|i| chunk.offset_of(i).position())
+                        .collect();
+                    (positions, (table.request_stats() - before).reads)
+                }
+            };
+            // Across the deleted pack 6..8: its path item, a Query, and
+            // the path item again.
+            assert_eq!(reads(0).await, (vec![5, 8, 9, 10], 3));
+            assert_eq!(reads(6).await, (vec![8, 9, 10], 3));
+            // Inside the rewritten pack, then whole ones: no check.
+            assert_eq!(reads(8).await, (vec![8, 9, 10], 2));
+        });
+    }
+
+    /// A backup of a compacted stream keeps its holes, and its import on
+    /// DynamoDB restores the kept messages at their positions, with the
+    /// same bytes.
+    #[test]
+    fn a_compacted_stream_is_backed_up_and_restored_with_its_holes() {
+        common::runtime().block_on(async {
+            let clock = Arc::new(eddy_streams::ManualClock::starting_now());
+            let store = common::clocked_store(&common::embedded(), &clock);
+            let p = path("compacted/backup");
+            four_packs(&store, &p).await;
+            assert_eq!(store.compact(&p).await, Ok(7));
+            let mut backup = Vec::new();
+            eddy_streams::export(&store, "", &mut backup, &mut ())
+                .await
+                .expect("export");
+            let restored = common::clocked_store(&common::embedded(), &clock);
+            eddy_streams::import(&restored, &mut backup.as_slice(), false, &mut ())
+                .await
+                .expect("import");
+            assert_eq!(
+                kept(&restored, &p, ReadFrom::Beginning).await,
+                kept(&store, &p, ReadFrom::Beginning).await
+            );
+            let (a, b) = (
+                store.head(&p).await.expect("head"),
+                restored.head(&p).await.expect("head"),
+            );
+            assert_eq!((a.tail.position(), a.bytes), (b.tail.position(), b.bytes));
+            // The restored stream compacts on: a newer change of k3.
+            append(&restored, &p, &[("k3", 11)]).await;
+            assert_eq!(restored.compact(&p).await, Ok(1));
+            assert_eq!(
+                positions(&kept(&restored, &p, ReadFrom::Beginning).await),
+                [8, 9, 10, 11]
+            );
+        });
+    }
+
     /// What a counting table saw of transactions.
     #[derive(Default)]
     struct Counted {
@@ -321,7 +373,10 @@ mod packs {
     /// 300 changes of one row, each in an item of its own: a pass drops
     /// 299 items in steps that each fit one transaction (96 items read a
     /// step: 100 less the path item, its retention entry moved and a
-    /// margin), four steps and the one that ends the pass.
+    /// margin), four steps and the one that ends the pass; each step
+    /// reads its path item and makes two `Query`s (the pack across where
+    /// the pass stopped, and one page of the items below), the last only
+    /// its path item (nothing is left below).
     #[test]
     fn a_step_writes_at_most_one_transaction() {
         common::runtime().block_on(async {
@@ -342,7 +397,14 @@ mod packs {
             }
             table.hooks.transactions.store(0, Ordering::SeqCst);
             table.hooks.most_items.store(0, Ordering::SeqCst);
+            let before = table.table.request_stats();
             assert_eq!(store.compact(&p).await, Ok(299));
+            let reads = (table.table.request_stats() - before).reads;
+            assert_eq!(
+                reads,
+                4 * 3 + 1,
+                "a step reads its path item and makes two Querys"
+            );
             let transactions = table.hooks.transactions.load(Ordering::SeqCst);
             let most = table.hooks.most_items.load(Ordering::SeqCst);
             assert!(most <= 100, "{most} items in one transaction");

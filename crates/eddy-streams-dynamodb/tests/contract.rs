@@ -13,7 +13,7 @@ use crate::common;
 
 #[path = "../../eddy-streams/tests/contract/cases.rs"]
 #[allow(dead_code, unused_macros, unused_imports)]
-mod cases;
+pub(crate) mod cases;
 #[path = "../../eddy-streams/tests/contract/snapshots.rs"]
 #[allow(dead_code)]
 mod snapshots;

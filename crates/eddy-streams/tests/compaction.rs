@@ -23,7 +23,7 @@ use eddy_streams::{ManualClock, MemoryStorage, SqliteOptions, SqliteStorage};
 use proptest::prelude::*;
 
 mod history;
-use history::{check, policy, probes, steps, Backend};
+use history::{check, next_case, policy, probes, steps, Backend};
 
 /// The stores the cases run on, opened once on one runtime.
 fn backends() -> &'static (tokio::runtime::Runtime, Vec<Backend>) {
@@ -76,8 +76,7 @@ proptest! {
         steps in steps(),
         probes in probes(),
     ) {
-        static CASE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let case = CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let case = next_case();
         let (runtime, backends) = backends();
         for backend in backends {
             runtime.block_on(check(backend, case, policy, &steps, &probes));

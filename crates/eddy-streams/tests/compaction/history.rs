@@ -138,6 +138,13 @@ pub fn probes() -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(any::<u8>(), 4)
 }
 
+/// A number no earlier case of this process had: each case's streams
+/// are named after it, so cases share a store.
+pub fn next_case() -> u64 {
+    static CASE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// A store that compacts, with its clock.
 pub struct Backend {
     pub name: &'static str,

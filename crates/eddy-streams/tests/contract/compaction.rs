@@ -42,7 +42,7 @@ async fn append(store: &dyn Storage, path: &StreamPath, messages: &[String]) {
 }
 
 /// Every kept message from `from`, with its position.
-async fn kept(store: &dyn Storage, path: &StreamPath, from: ReadFrom) -> Vec<(u64, String)> {
+pub async fn kept(store: &dyn Storage, path: &StreamPath, from: ReadFrom) -> Vec<(u64, String)> {
     let mut from = from;
     let mut read = Vec::new();
     loop {
