@@ -273,8 +273,12 @@ fn transaction(
         });
     }
     for ((id, fork), live) in &state.fork_refs {
-        let key = keys.fork_ref(id, fork);
+        let mut key = keys.fork_ref(id, fork);
+        let end = state.fork_ends.get(&(Arc::clone(id), fork.clone()));
         items.push(if *live {
+            if let Some(end) = end {
+                key.insert("e".into(), AttributeValue::N(end.to_string()));
+            }
             Put::new(key).into()
         } else {
             Delete::new(key).into()

@@ -12,10 +12,11 @@
 //! the unit already writes): a step is always one transaction.
 //!
 //! **Forks.** A fork reads its inherited prefix from its source's items,
-//! so a stream with forks drops nothing (its step reads nothing, and its
-//! pass ends at once), and a fork compacts only its own partition's
-//! messages, from its branch point on: what it inherits stays as its
-//! source kept it.
+//! below its branch point, which its fork reference keeps (`e`). So a
+//! stream with forks drops only at or after its forks' last branch point
+//! (nothing when a reference does not say: one written before), and a
+//! fork compacts only its own partition's messages, from its branch
+//! point on: what it inherits stays as its source kept it.
 //!
 //! **Bytes.** The bytes dropped are added to the path item's `db`, as
 //! retention's are: new packs count their `b` from the kept bytes plus
@@ -25,13 +26,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use eddy_dynamo::{item_size, AttributeValue, Item, Query, SortCondition};
-use eddy_streams::backend::RecordReader;
 use eddy_streams::StreamError;
 
 use crate::commit::{estimated_bytes, item_count, MAX_BYTES, MAX_ITEMS};
 use crate::errors::table_error;
 use crate::keys;
 use crate::pack::{self, Piece, ITEM_OVERHEAD};
+use crate::query::all_items;
 use crate::unit::{DynamoUnit, StreamKey};
 
 /// The items a step writes besides the message items it drops: the
@@ -90,9 +91,10 @@ pub(crate) async fn read_before(
     max: u64,
     max_bytes: usize,
 ) -> Result<Vec<(u64, Bytes)>, StreamError> {
-    if !unit.forks_of(key.path()).await?.is_empty() {
+    // Not what its forks read of its items.
+    let Some(forks_end) = forks_read_below(unit, key).await? else {
         return Ok(Vec::new());
-    }
+    };
     // Its own partition only: a fork's inherited items are its source's.
     let own_start = unit.segments(key)?.last().map_or(0, |(_, start)| *start);
     let pending = unit
@@ -101,7 +103,8 @@ pub(crate) async fn read_before(
         .get(key.id())
         .and_then(|data| data.packs.first())
         .map_or(u64::MAX, |pack| pack.first);
-    let (start, end) = (range.start.max(own_start), range.end.min(pending));
+    let start = range.start.max(own_start).max(forks_end);
+    let end = range.end.min(pending);
     if start >= end {
         return Ok(Vec::new());
     }
@@ -172,6 +175,47 @@ pub(crate) async fn read_before(
         .extend(held);
     taken.reverse();
     Ok(taken)
+}
+
+/// The position below which the forks of stream `key` read its items
+/// (the largest branch point of its fork references, `e`; 0 without
+/// forks), or `None` when a fork's is not known (a reference written
+/// before they kept it, or a fork listed in the path item itself): the
+/// stream then drops nothing. One `Query` of the references when the
+/// stream has some.
+async fn forks_read_below(unit: &DynamoUnit, key: &StreamKey) -> Result<Option<u64>, StreamError> {
+    let stream = unit.stream(key)?;
+    if !stream.legacy_forks.is_empty() {
+        return Ok(None);
+    }
+    let id: Arc<str> = Arc::from(key.id());
+    let mut end = 0;
+    let written = unit
+        .state
+        .fork_refs
+        .range((Arc::clone(&id), String::new())..);
+    for (reference, live) in written.take_while(|((source, _), _)| *source == id) {
+        if *live {
+            match unit.state.fork_ends.get(reference) {
+                Some(at) => end = end.max(*at),
+                None => return Ok(None),
+            }
+        }
+    }
+    if stream.forks == 0 {
+        return Ok(Some(end));
+    }
+    let query = Query::partition(unit.shared.keys.forks(key.id()));
+    for item in all_items(&*unit.shared.table, query, "reading forks").await? {
+        match item.get("e") {
+            Some(AttributeValue::N(at)) => match at.parse::<u64>() {
+                Ok(at) => end = end.max(at),
+                Err(_) => return Ok(None),
+            },
+            _ => return Ok(None),
+        }
+    }
+    Ok(Some(end))
 }
 
 /// A backwards read in progress.

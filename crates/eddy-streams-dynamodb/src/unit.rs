@@ -65,6 +65,10 @@ pub(crate) struct State {
     /// Fork references to write (`true`) or delete, by (source stream
     /// id, fork path).
     pub fork_refs: BTreeMap<(Arc<str>, String), bool>,
+    /// The branch points of the forks the unit creates, by the key of
+    /// their fork references: the position below which each reads its
+    /// source's items (`e` of the reference, `compact.rs`).
+    pub fork_ends: BTreeMap<(Arc<str>, String), u64>,
     /// Streams removed: their data items are deleted after the commit.
     pub removed: Vec<Removal>,
     /// Streams created by the unit (new ids): their data partitions hold
@@ -831,6 +835,8 @@ impl Records for DynamoUnit {
             Some(id) => (self.bytes_before(&id, count).await?, dropped),
             None => (0, dropped),
         };
+        let reference = (Arc::clone(&from.id), to.path().to_owned());
+        self.state.fork_ends.insert(reference, count);
         let fork = self.stream_mut(to)?;
         fork.base = base;
         fork.dropped_bytes = dropped;

@@ -131,16 +131,22 @@ mod packs {
         read.iter().map(|(p, _)| *p).collect()
     }
 
-    /// The message items of the stream at `p`, in order.
-    async fn message_items(table: &dyn Table, p: &StreamPath) -> Vec<Item> {
+    /// The data partition id of the stream at `p`.
+    async fn stream_id(table: &dyn Table, p: &StreamPath) -> String {
         let item = table
             .get_item(common::key(&format!("ds|s|{p}"), "-"))
             .await
             .expect("get")
             .expect("a path item");
-        let Some(AttributeValue::S(id)) = item.get("id") else {
-            panic!("a path item without id");
-        };
+        match item.get("id") {
+            Some(AttributeValue::S(id)) => id.clone(),
+            _ => panic!("a path item without id"),
+        }
+    }
+
+    /// The message items of the stream at `p`, in order.
+    async fn message_items(table: &dyn Table, p: &StreamPath) -> Vec<Item> {
+        let id = stream_id(table, p).await;
         let query = eddy_dynamo::Query::partition(AttributeValue::S(format!("ds|d|{id}")));
         let page = table.query(query).await.expect("query");
         assert!(page.last_evaluated_key.is_none(), "one page");
@@ -185,8 +191,9 @@ mod packs {
     /// in a deleted one) return the kept messages after them, never
     /// `offset/dropped`; the byte count is the kept messages'. A fork
     /// inside the range inherits what is kept below its branch point,
-    /// with its bytes; while it reads the source's items, the source
-    /// drops nothing more.
+    /// with its bytes, and compacts only its own messages; its source
+    /// drops nothing below that point while the fork is there (nothing
+    /// at all while a fork reference does not say where it branched).
     pub async fn holes_in_packs(table: Arc<dyn Table>) {
         let store =
             common::clocked_store(&table, &Arc::new(eddy_streams::ManualClock::starting_now()));
@@ -255,21 +262,46 @@ mod packs {
             Ok(0),
             "its inherited messages are its source's items"
         );
-        append(&store, &p, &[("k3", 11)]).await;
+        append(&store, &p, &[("k0", 11), ("k3", 12)]).await;
+        assert_eq!(
+            store.compact(&p).await,
+            Ok(1),
+            "from its fork's branch point (9) on: k0 at 9"
+        );
+        assert_eq!(
+            positions(&kept(&store, &p, ReadFrom::Beginning).await),
+            [5, 8, 10, 11, 12],
+            "below it, the fork reads its items: k3 at 5 stays"
+        );
+        assert_eq!(
+            positions(&kept(&store, &fork, ReadFrom::Beginning).await),
+            [5, 8, 9, 10]
+        );
+        // A fork reference from before branch points were kept: the
+        // source drops nothing while it is there.
+        let reference = common::key(
+            &format!("ds|f|{}", stream_id(&*table, &p).await),
+            fork.as_str(),
+        );
+        table
+            .put_item(eddy_dynamo::Put::new(reference))
+            .await
+            .expect("an old reference");
+        append(&store, &p, &[("k0", 13)]).await;
         assert_eq!(
             store.compact(&p).await,
             Ok(0),
-            "the fork reads the source's items"
+            "its branch point is not known"
         );
         store.delete(&fork).await.expect("delete the fork");
         assert_eq!(
             store.compact(&p).await,
-            Ok(1),
-            "without forks, it compacts again"
+            Ok(2),
+            "without forks, all of it: k3 at 5, k0 at 11"
         );
         assert_eq!(
             positions(&kept(&store, &p, ReadFrom::Beginning).await),
-            [8, 9, 10, 11]
+            [8, 10, 12, 13]
         );
     }
 
