@@ -179,11 +179,12 @@ step "Python client (durable-streams)" bash -o pipefail -c "EDDY_BIN='$EDDY_BIN'
 while read -r line; do summary+=("      $line"); done < <(grep '^python client (' "$log_dir/python.log")
 
 # State streams between eddy and the public @durable-streams/state package,
-# both ways, on memory and SQLite: what the package writes (upsert, a null
-# value, controls with offsets) eddy reads to the same rows, and what eddy
-# writes the package's JSON schema and readers accept.
+# both ways, on every backend (DynamoDB on a fresh table of moto): what the
+# package writes (upsert, a null value, controls with offsets) eddy reads to
+# the same rows, what eddy writes the package's JSON schema and readers
+# accept, and a stream the server's sweep compacted reads to the same rows.
 step "state streams with @durable-streams/state, both ways" bash -o pipefail -c \
-  "STATE_INTEROP_BIN='$target_dir/debug/examples/state_interop' scripts/state/run.sh memory sqlite | tee '$log_dir/state.log'"
+  "EDDY_BIN='$EDDY_BIN' STATE_INTEROP_BIN='$target_dir/debug/examples/state_interop' scripts/state/run.sh memory sqlite postgres dynamodb | tee '$log_dir/state.log'"
 if ! grep -q '^state (' "$log_dir/state.log"; then
   echo "the state stream check ran nothing" >&2
   exit 1

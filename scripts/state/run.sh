@@ -3,9 +3,12 @@
 # package, both ways (interop.mjs says what is checked), through `eddy
 # serve` on each storage backend given (default: memory sqlite). Prints the
 # `state:` lines of each run; exits non-zero on any failure, and when a run
-# printed no check at all.
+# printed no check at all. `postgres` runs on DATABASE_URL in a schema of
+# its own, `dynamodb` on a fresh table at EDDY_DYNAMODB_ENDPOINT (moto), as
+# the conformance run does (the binary needs the postgres and aws
+# features: pass EDDY_BIN).
 #
-#   scripts/state/run.sh [memory|sqlite ...]
+#   scripts/state/run.sh [memory|sqlite|postgres|dynamodb ...]
 #   EDDY_BIN=target/debug/eddy STATE_INTEROP_BIN=target/debug/examples/state_interop scripts/state/run.sh
 set -euo pipefail
 
@@ -33,13 +36,14 @@ fi
 . "$root/scripts/lib/serve.sh"
 
 run_backend() {
-  local backend="$1" port data log out server status=0
+  local backend="$1" port data log out server status=0 schema
   port="$(free_port)"
   data="$(mktemp -d)"
   log="$(mktemp)"
   out="$(mktemp)"
+  storage_for "$backend" "$data" "$log" "state ($backend)" || return 1
   # A short sweep interval: the compaction check waits for the sweep.
-  "$eddy" serve --listen "127.0.0.1:$port" --storage "$backend" --data "$data" --sweep-interval 100ms >"$log" 2>&1 &
+  "$eddy" serve --listen "127.0.0.1:$port" "${storage[@]}" --sweep-interval 100ms >"$log" 2>&1 &
   server=$!
   wait_healthy "http://127.0.0.1:$port" "$server" "$log" "state ($backend)" || return 1
   node interop.mjs "http://127.0.0.1:$port" "$interop" >"$out" 2>&1 || status=1
@@ -52,6 +56,7 @@ run_backend() {
   fi
   [ "$status" -eq 0 ] || echo "state ($backend): FAILED; server log: $log"
   rm -rf "$data"
+  drop_schema
   return "$status"
 }
 

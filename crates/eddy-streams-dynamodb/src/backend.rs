@@ -180,6 +180,11 @@ impl Backend for DynamoBackend {
         true
     }
 
+    /// Its compaction steps (`compact.rs`).
+    fn compacts(&self) -> bool {
+        true
+    }
+
     fn open(&self) -> DynamoUnit {
         DynamoUnit::new(Arc::clone(&self.shared))
     }

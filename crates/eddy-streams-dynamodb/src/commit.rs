@@ -4,7 +4,8 @@
 //! conditioned on the write token it had when loaded (or on having no
 //! item): a written path is put (or deleted) with a new token, a path
 //! only read gets a condition check. Then the data items: packs of new
-//! messages (and deletes of those retention dropped), producers' states
+//! messages (and deletes of those retention dropped, rewrites and
+//! deletes of those compaction dropped), producers' states
 //! (and deletes of expired ones), directory entries, garbage entries of
 //! removed streams, sweep and retention entries. DynamoDB applies all or
 //! nothing; a failed condition means another writer got there first, and
@@ -55,6 +56,7 @@ pub(crate) fn item_count(state: &State) -> usize {
             data.producers.len()
                 + data.dropped_producers.len()
                 + data.dropped_messages.len()
+                + data.rewrites.len()
                 + data.packs.iter().map(pack::Pack::items).sum::<usize>()
         })
         .sum();
@@ -95,16 +97,39 @@ pub(crate) fn overflow(keys: &Keys, state: &State) -> Option<StreamError> {
         return None;
     }
     let items = item_count(state);
-    let mut bytes = ITEM_OVERHEAD * items;
+    let bytes = match estimated_bytes(keys, state) {
+        Ok(bytes) => bytes,
+        Err(too_large) => return Some(too_large),
+    };
+    if bytes > MAX_BYTES {
+        return Some(StreamError::TooLarge {
+            size: bytes,
+            limit: MAX_BYTES,
+        });
+    }
+    // A removal of many streams is committed in steps (`steps.rs`): only
+    // its last step must fit one transaction, which `commit` checks.
+    // A new stream's data is written ahead when it does not fit
+    // (`staging.rs`).
+    let fixed = items - staging::stageable(state) + staging::entries(state);
+    if fixed > MAX_ITEMS && state.removed.is_empty() {
+        return Some(too_many_items(items));
+    }
+    None
+}
+
+/// About how many bytes the unit's transaction writes; an error when a
+/// path item it writes is larger than DynamoDB takes (refused here, as
+/// too large, before anything is sent).
+pub(crate) fn estimated_bytes(keys: &Keys, state: &State) -> Result<usize, StreamError> {
+    let mut bytes = ITEM_OVERHEAD * item_count(state);
     for (path, entry) in &state.paths {
         if entry.dirty {
             if let Ok(Some(item)) = path_item::encode(keys, path, "0000000000000000", &entry.state)
             {
-                // An item DynamoDB would refuse is refused here, as too
-                // large, before anything is sent.
                 let size = item_size(&item);
                 if size > MAX_ITEM_SIZE {
-                    return Some(StreamError::TooLarge {
+                    return Err(StreamError::TooLarge {
                         size,
                         limit: MAX_ITEM_SIZE,
                     });
@@ -132,22 +157,9 @@ pub(crate) fn overflow(keys: &Keys, state: &State) -> Option<StreamError> {
             .map(|id| id.len() + ITEM_OVERHEAD)
             .sum::<usize>();
         bytes += data.packs.iter().map(pack::Pack::size).sum::<usize>();
+        bytes += data.rewrites.values().map(item_size).sum::<usize>();
     }
-    if bytes > MAX_BYTES {
-        return Some(StreamError::TooLarge {
-            size: bytes,
-            limit: MAX_BYTES,
-        });
-    }
-    // A removal of many streams is committed in steps (`steps.rs`): only
-    // its last step must fit one transaction, which `commit` checks.
-    // A new stream's data is written ahead when it does not fit
-    // (`staging.rs`).
-    let fixed = items - staging::stageable(state) + staging::entries(state);
-    if fixed > MAX_ITEMS && state.removed.is_empty() {
-        return Some(too_many_items(items));
-    }
-    None
+    Ok(bytes)
 }
 
 fn too_many_items(items: usize) -> StreamError {
@@ -261,8 +273,12 @@ fn transaction(
         });
     }
     for ((id, fork), live) in &state.fork_refs {
-        let key = keys.fork_ref(id, fork);
+        let mut key = keys.fork_ref(id, fork);
+        let end = state.fork_ends.get(&(Arc::clone(id), fork.clone()));
         items.push(if *live {
+            if let Some(end) = end {
+                key.insert("e".into(), AttributeValue::N(end.to_string()));
+            }
             Put::new(key).into()
         } else {
             Delete::new(key).into()
@@ -304,6 +320,9 @@ fn transaction(
         }
         for sort in &data.dropped_messages {
             items.push(Delete::new(keys.data_item(id, sort.clone())).into());
+        }
+        for item in data.rewrites.values() {
+            items.push(Put::new(item.clone()).into());
         }
     }
     Ok((items, mark))

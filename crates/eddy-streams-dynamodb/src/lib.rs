@@ -46,6 +46,7 @@
 
 mod backend;
 mod commit;
+mod compact;
 mod documents;
 mod errors;
 mod keys;

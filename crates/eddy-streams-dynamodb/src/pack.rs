@@ -137,10 +137,51 @@ fn number(item: &Item, name: &str) -> Result<u64, StreamError> {
     }
 }
 
+/// The positions of the `len` messages of a pack item that starts at
+/// `first`: those its `p` lists (a compacted pack), or `first..`.
+pub(crate) fn positions(item: &Item, first: u64, len: usize) -> Result<Vec<u64>, StreamError> {
+    let Some(listed) = item.get("p") else {
+        return Ok((first..).take(len).collect());
+    };
+    let AttributeValue::L(listed) = listed else {
+        return Err(corrupt("kept positions that are not a list"));
+    };
+    let mut positions = Vec::with_capacity(listed.len());
+    for position in listed {
+        let position = match position {
+            AttributeValue::N(n) => n.parse().map_err(|_| corrupt("a bad kept position"))?,
+            _ => return Err(corrupt("a kept position that is not a number")),
+        };
+        if position < first || positions.last().is_some_and(|last| *last >= position) {
+            return Err(corrupt("kept positions out of order"));
+        }
+        positions.push(position);
+    }
+    if positions.len() != len {
+        return Err(corrupt("kept positions that do not match its messages"));
+    }
+    Ok(positions)
+}
+
+/// `item`, a pack, rewritten to hold only `kept` (position, message),
+/// which are some of its messages: its key, `f` and `b` stay.
+pub(crate) fn rewritten(item: &Item, kept: &[(u64, Bytes)]) -> Item {
+    let mut item = item.clone();
+    let messages = kept.iter().map(|(_, m)| AttributeValue::B(m.to_vec()));
+    let positions = kept.iter().map(|(p, _)| AttributeValue::N(p.to_string()));
+    item.insert("m".into(), AttributeValue::L(messages.collect()));
+    item.insert("p".into(), AttributeValue::L(positions.collect()));
+    item
+}
+
 /// One message item as read.
 pub(crate) enum Piece {
-    /// Messages at positions `first..`.
-    Pack { first: u64, messages: Vec<Bytes> },
+    /// Messages with their positions, from `first` on (all of
+    /// `first..` but on a compacted pack).
+    Pack {
+        first: u64,
+        messages: Vec<(u64, Bytes)>,
+    },
     /// Part `part` of `parts` of the message at `position`.
     Part {
         position: u64,
@@ -154,13 +195,15 @@ pub(crate) enum Piece {
 pub(crate) fn piece(item: Item) -> Result<Piece, StreamError> {
     let first = number(&item, "f")?;
     if let Some(AttributeValue::L(list)) = item.get("m") {
-        let messages = list
+        let messages: Vec<Bytes> = list
             .iter()
             .map(|m| match m {
                 AttributeValue::B(b) => Ok(Bytes::copy_from_slice(b)),
                 _ => Err(corrupt("a message that is not binary")),
             })
             .collect::<Result<_, _>>()?;
+        let positions = positions(&item, first, messages.len())?;
+        let messages = positions.into_iter().zip(messages).collect();
         return Ok(Piece::Pack { first, messages });
     }
     let data = match item.get("d") {
@@ -182,9 +225,9 @@ pub(crate) fn bytes_before(item: &Item, position: u64) -> Result<u64, StreamErro
     let first = number(item, "f")?;
     match item.get("m") {
         Some(AttributeValue::L(list)) => {
-            let take = usize::try_from(position.saturating_sub(first)).unwrap_or(usize::MAX);
-            let sizes = list.iter().take(take).map(|m| match m {
-                AttributeValue::B(b) => b.len() as u64,
+            let positions = positions(item, first, list.len())?;
+            let sizes = positions.iter().zip(list).map(|(at, m)| match m {
+                AttributeValue::B(b) if *at < position => b.len() as u64,
                 _ => 0,
             });
             Ok(before + sizes.sum::<u64>())
@@ -204,21 +247,30 @@ pub(crate) struct Collect {
     taken: usize,
     /// The budget stopped the read.
     full: bool,
-    pub messages: Vec<Bytes>,
+    /// Whether positions may be missing (a compacted stream's holes).
+    holes: bool,
+    /// Positions were missing that no pack said it dropped: between
+    /// items, or at the end (a compacted stream's packs that went whole,
+    /// or a stream removed while it was read).
+    pub skipped: bool,
+    pub messages: Vec<(u64, Bytes)>,
     /// The parts of a large message read so far.
     partial: Vec<Bytes>,
 }
 
 impl Collect {
     /// Collects positions `start..end`, stopping before the total passes
-    /// `max_bytes` (but taking at least one message).
-    pub fn new(start: u64, end: u64, max_bytes: usize) -> Self {
+    /// `max_bytes` (but taking at least one message). With `holes`,
+    /// positions may be missing (a compacted stream).
+    pub fn new(start: u64, end: u64, max_bytes: usize, holes: bool) -> Self {
         Collect {
             next: start,
             end,
             max_bytes,
             taken: 0,
             full: false,
+            holes,
+            skipped: false,
             messages: Vec::new(),
             partial: Vec::new(),
         }
@@ -229,32 +281,59 @@ impl Collect {
         self.full || self.next >= self.end
     }
 
-    /// Takes a message at position `self.next`, if the budget allows.
-    /// Returns whether it did.
-    fn take(&mut self, message: Bytes) -> bool {
+    /// Takes the message at `position` (at or after `self.next`), if the
+    /// budget allows. Returns whether it did.
+    fn take(&mut self, position: u64, message: Bytes) -> bool {
         if !self.messages.is_empty() && self.taken + message.len() > self.max_bytes {
             self.full = true;
             return false;
         }
         self.taken += message.len();
-        self.messages.push(message);
-        self.next += 1;
+        self.messages.push((position, message));
+        self.next = position + 1;
         true
     }
 
+    /// Notes that positions from `self.next` up to `to` are missing: an
+    /// error but on a stream with holes.
+    fn skip_to(&mut self, to: u64) -> Result<(), StreamError> {
+        if to <= self.next {
+            return Ok(());
+        }
+        if !self.holes {
+            return Err(gap());
+        }
+        self.skipped = true;
+        self.next = to.min(self.end);
+        Ok(())
+    }
+
+    /// Ends the read at `self.end` when the items ran out first: an
+    /// error but on a stream with holes.
+    pub fn finish(&mut self) -> Result<(), StreamError> {
+        if self.done() {
+            return Ok(());
+        }
+        self.skip_to(self.end)
+    }
+
     /// Takes what it wants of `piece`. A gap before the next wanted
-    /// position is an error: the stream changed while it was read.
+    /// position is an error but on a stream with holes.
     pub fn add(&mut self, piece: Piece) -> Result<(), StreamError> {
         match piece {
             Piece::Pack { first, messages } => {
-                if first > self.next {
-                    return Err(gap());
-                }
-                for (position, message) in (first..).zip(messages) {
-                    if self.done() {
+                self.skip_to(first)?;
+                for (position, message) in messages {
+                    if self.done() || position >= self.end {
                         break;
                     }
-                    if position == self.next && !self.take(message) {
+                    if position < self.next {
+                        continue;
+                    }
+                    if position > self.next && !self.holes {
+                        return Err(gap());
+                    }
+                    if !self.take(position, message) {
                         break;
                     }
                 }
@@ -265,16 +344,20 @@ impl Collect {
                 parts,
                 data,
             } => {
-                if self.done() || position < self.next {
+                if self.done() || position < self.next || position >= self.end {
                     return Ok(());
                 }
-                if position > self.next || part != self.partial.len() as u64 {
+                if position > self.next {
+                    self.partial.clear();
+                    self.skip_to(position)?;
+                }
+                if part != self.partial.len() as u64 {
                     return Err(gap());
                 }
                 self.partial.push(data);
                 if part + 1 == parts {
                     let whole: Vec<u8> = self.partial.drain(..).flatten().collect();
-                    self.take(Bytes::from(whole));
+                    self.take(position, Bytes::from(whole));
                 }
             }
         }
@@ -336,12 +419,12 @@ mod tests {
         );
         let parts = items(&keys(), "s", &packs[2]);
         assert_eq!(parts.len(), 3);
-        let mut collect = Collect::new(8, 10, usize::MAX);
+        let mut collect = Collect::new(8, 10, usize::MAX, false);
         for item in parts.into_iter().chain(items(&keys(), "s", &packs[3])) {
             collect.add(piece(item).expect("piece")).expect("in order");
         }
         assert_eq!(collect.messages.len(), 2);
-        assert_eq!(collect.messages[0].len(), PART_BYTES * 2 + 1);
+        assert_eq!(collect.messages[0].1.len(), PART_BYTES * 2 + 1);
         assert_eq!(
             bytes_before(&items(&keys(), "s", &packs[0])[0], 6).expect("bytes"),
             100
@@ -358,7 +441,7 @@ mod tests {
             0,
             vec![message(10), message(10), message(10)],
         );
-        let mut collect = Collect::new(1, 3, 5);
+        let mut collect = Collect::new(1, 3, 5, false);
         collect
             .add(piece(items(&keys(), "s", &packs[0]).remove(0)).expect("piece"))
             .expect("add");
@@ -368,7 +451,7 @@ mod tests {
             "one message even over the budget"
         );
         assert!(collect.done());
-        let mut gap_read = Collect::new(0, 3, 100);
+        let mut gap_read = Collect::new(0, 3, 100, false);
         let later = Pack {
             first: 2,
             before: 20,
@@ -378,5 +461,39 @@ mod tests {
         assert!(gap_read
             .add(piece(items(&keys(), "s", &later).remove(0)).expect("piece"))
             .is_err());
+    }
+
+    #[test]
+    fn a_rewritten_pack_lists_what_it_keeps_and_reads_skip_its_holes() {
+        let mut packs = Vec::new();
+        let messages = (0..5).map(|n| message(n + 1)).collect();
+        push(&mut packs, 1000, 10, 0, messages);
+        let item = items(&keys(), "s", &packs[0]).remove(0);
+        let Piece::Pack { messages, .. } = piece(item.clone()).expect("piece") else {
+            panic!("a pack");
+        };
+        let kept: Vec<(u64, Bytes)> = messages
+            .into_iter()
+            .filter(|(p, _)| [11, 14].contains(p))
+            .collect();
+        let rewritten = rewritten(&item, &kept);
+        assert_eq!(
+            rewritten.get("f"),
+            item.get("f"),
+            "its first position stays"
+        );
+        assert_eq!(bytes_before(&rewritten, 14).expect("bytes"), 2);
+        let mut strict = Collect::new(10, 15, usize::MAX, false);
+        assert!(strict
+            .add(piece(rewritten.clone()).expect("piece"))
+            .is_err());
+        let mut read = Collect::new(12, 15, usize::MAX, true);
+        read.add(piece(rewritten).expect("piece")).expect("holes");
+        read.finish().expect("done");
+        assert_eq!(read.messages, [(14, message(5))]);
+        assert!(!read.skipped, "holes inside a pack are its own");
+        let mut past = Collect::new(15, 20, usize::MAX, true);
+        past.finish().expect("holes at the end");
+        assert!(past.skipped, "positions no item holds");
     }
 }

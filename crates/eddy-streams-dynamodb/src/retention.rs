@@ -204,6 +204,8 @@ pub(crate) async fn weigh(
         return Ok(Vec::new());
     }
     let forked = !unit.forks_of(key.path()).await?.is_empty();
+    // A compacted stream's packs have holes: it weighs the messages kept.
+    let holes = unit.stream(key)?.record.has_holes();
     let room = MAX_ITEMS.saturating_sub(item_count(&unit.state) + REQUEUE_ITEMS);
     let mut weighed = Weighed {
         first: range.start,
@@ -253,11 +255,11 @@ pub(crate) async fn weigh(
                 if position < reached || position >= end {
                     continue;
                 }
-                if position > reached {
+                if position > reached && !holes {
                     return Err(pack::gap());
                 }
                 weighed.sizes.push(size);
-                reached += 1;
+                reached = position + 1;
             }
             if reached >= end {
                 break;
@@ -325,18 +327,18 @@ fn to_usize(n: u64) -> usize {
 
 /// The messages a message item holds, by size.
 struct ItemSizes {
-    first: u64,
-    /// The position after its last message.
+    /// The position after its last message kept.
     end: u64,
-    /// Each message's size; empty for a part that is not its message's
-    /// last (the message counts once, with its last part).
-    sizes: Vec<u64>,
+    /// Each message it ends, with its position and size: none for a part
+    /// that is not its message's last (the message counts once, with its
+    /// last part).
+    sizes: Vec<(u64, u64)>,
 }
 
 impl ItemSizes {
     /// Each whole message it ends, with its position.
     fn whole(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        (self.first..).zip(self.sizes.iter().copied())
+        self.sizes.iter().copied()
     }
 }
 
@@ -349,24 +351,27 @@ fn message_sizes(item: &Item) -> Result<ItemSizes, StreamError> {
     };
     let first = number("f")?;
     if let Some(AttributeValue::L(list)) = item.get("m") {
-        let sizes: Vec<u64> = list
-            .iter()
-            .map(|m| match m {
-                AttributeValue::B(b) => b.len() as u64,
-                _ => 0,
+        let positions = pack::positions(item, first, list.len())?;
+        let sizes: Vec<(u64, u64)> = positions
+            .into_iter()
+            .zip(list)
+            .map(|(position, m)| match m {
+                AttributeValue::B(b) => (position, b.len() as u64),
+                _ => (position, 0),
             })
             .collect();
-        let end = first + sizes.len() as u64;
-        return Ok(ItemSizes { first, end, sizes });
+        // After its last kept message (a compacted pack's holes
+        // included: a drop past it leaves the item nothing).
+        let end = sizes.last().map_or(first, |(position, _)| position + 1);
+        return Ok(ItemSizes { end, sizes });
     }
     let last_part = number("k")? + 1 == number("n")?;
     let sizes = if last_part {
-        vec![number("z")?]
+        vec![(first, number("z")?)]
     } else {
         Vec::new()
     };
     Ok(ItemSizes {
-        first,
         end: first + 1,
         sizes,
     })

@@ -65,6 +65,10 @@ pub(crate) struct State {
     /// Fork references to write (`true`) or delete, by (source stream
     /// id, fork path).
     pub fork_refs: BTreeMap<(Arc<str>, String), bool>,
+    /// The branch points of the forks the unit creates, by the key of
+    /// their fork references: the position below which each reads its
+    /// source's items (`e` of the reference, `compact.rs`).
+    pub fork_ends: BTreeMap<(Arc<str>, String), u64>,
     /// Streams removed: their data items are deleted after the commit.
     pub removed: Vec<Removal>,
     /// Streams created by the unit (new ids): their data partitions hold
@@ -83,6 +87,9 @@ pub(crate) struct State {
     pub retention_visits: BTreeSet<String>,
     /// What retention weighed of each stream, by id, for its drop.
     pub weighed: HashMap<Arc<str>, Weighed>,
+    /// The message items a compaction step read of each stream, by id,
+    /// for its drops (`compact.rs`).
+    pub compacting: HashMap<Arc<str>, Vec<crate::compact::Held>>,
     /// The page of the directory the sweep's walk looks at (`walk.rs`).
     pub walk: Option<crate::walk::Page>,
     /// Where the walk goes on next step, to put in the transaction.
@@ -123,8 +130,12 @@ pub(crate) struct Data {
     pub producers: BTreeMap<String, ProducerState>,
     /// Expired producers to delete.
     pub dropped_producers: BTreeSet<String>,
-    /// Message items retention dropped, by sort key, to delete.
+    /// Message items retention or compaction dropped, by sort key, to
+    /// delete.
     pub dropped_messages: BTreeSet<String>,
+    /// Packs compaction rewrote without the messages it dropped, by sort
+    /// key (`compact.rs`).
+    pub rewrites: BTreeMap<String, Item>,
     /// The bytes a fork inherited, before its own first message.
     pub inherited_bytes: Option<u64>,
 }
@@ -254,11 +265,28 @@ impl DynamoUnit {
                 _ => break,
             }
         }
-        if collect.done() {
-            Ok(())
-        } else {
-            Err(pack::gap())
-        }
+        collect.finish()
+    }
+
+    /// Whether the positions a read of stream `key` found no item for
+    /// are holes compaction left, not items a removal purged meanwhile:
+    /// the stream's path item still names its data partition (one
+    /// strongly consistent `GetItem`; a removal deletes or replaces the
+    /// path item before its items go).
+    async fn holes_confirmed(&self, key: &StreamKey) -> Result<bool, StreamError> {
+        let item = self
+            .shared
+            .table
+            .get_item(self.shared.keys.path(&key.path))
+            .await
+            .map_err(|e| table_error("reading a stream record again", e))?;
+        let Some(item) = item else {
+            return Ok(false);
+        };
+        Ok(match path_item::decode(&item)?.state {
+            PathState::Stream(stream) => stream.id == key.id,
+            PathState::Absent | PathState::Tombstone(_) => false,
+        })
     }
 
     /// The stream's bytes before `position` of segment `id`.
@@ -292,6 +320,27 @@ impl DynamoUnit {
         match page.items.first() {
             Some(item) => pack::bytes_before(item, position),
             None => Err(pack::gap()),
+        }
+    }
+
+    /// The bytes of the messages stream `key` keeps below `position`
+    /// (past its first kept one and before its tail): read from the
+    /// nearer end, the messages below or those from `position` on.
+    async fn kept_bytes_below(
+        &mut self,
+        key: &StreamKey,
+        position: u64,
+    ) -> Result<u64, StreamError> {
+        let record = &self.stream(key)?.record;
+        let (first, count, bytes) = (record.first(), record.count(), record.bytes());
+        let sum = |read: Vec<(u64, Bytes)>| read.iter().map(|(_, m)| m.len() as u64).sum::<u64>();
+        if position - first <= count - position {
+            Ok(sum(self
+                .messages_at(key, first..position, usize::MAX)
+                .await?))
+        } else {
+            let after = sum(self.messages_at(key, position..count, usize::MAX).await?);
+            Ok(bytes.saturating_sub(after))
         }
     }
 
@@ -431,6 +480,19 @@ impl RecordReader for DynamoUnit {
         range: Range<u64>,
         max_bytes: usize,
     ) -> Result<Vec<Bytes>, StreamError> {
+        let read = self.messages_at(key, range, max_bytes).await?;
+        Ok(read.into_iter().map(|(_, message)| message).collect())
+    }
+
+    /// The kept messages: a compacted stream's packs have holes
+    /// (`pack.rs`), and positions no item holds are checked against the
+    /// stream's path item (`holes_confirmed`).
+    async fn messages_at(
+        &mut self,
+        key: &StreamKey,
+        range: Range<u64>,
+        max_bytes: usize,
+    ) -> Result<Vec<(u64, Bytes)>, StreamError> {
         let pending = self
             .state
             .data
@@ -439,19 +501,19 @@ impl RecordReader for DynamoUnit {
             .unwrap_or_default();
         let stored_end = pending.first().map_or(u64::MAX, |pack| pack.first);
         // Positions past the tail hold nothing (the engine may ask).
-        let count = self.stream(key)?.record.count();
+        let record = &self.stream(key)?.record;
+        let count = record.count();
         let tail = pending.last().map_or(count, |pack| pack.end().max(count));
         let range = range.start.min(tail)..range.end.min(tail);
         // At most the messages the budget holds at the stream's average
         // size, and a part item or two more.
-        let record = &self.stream(key)?.record;
         // Of the kept messages: the bytes count no dropped one.
-        let kept = record.count().saturating_sub(record.first());
+        let kept = count.saturating_sub(record.first());
         let average = (record.bytes() / kept.max(1)).max(1);
         let wanted = (max_bytes as u64 / average).saturating_add(2);
         let items = usize::try_from(wanted.min(range.end.saturating_sub(range.start)) + 2)
             .unwrap_or(usize::MAX);
-        let mut collect = Collect::new(range.start, range.end, max_bytes);
+        let mut collect = Collect::new(range.start, range.end, max_bytes, record.has_holes());
         for (segment, start) in self.segments(key)? {
             let end = if segment.id == key.id {
                 segment.end.min(stored_end)
@@ -472,12 +534,32 @@ impl RecordReader for DynamoUnit {
             if collect.done() {
                 break;
             }
+            let messages = (pack.first..).zip(pack.messages).collect();
             collect.add(Piece::Pack {
                 first: pack.first,
-                messages: pack.messages,
+                messages,
             })?;
         }
+        if collect.skipped && !self.holes_confirmed(key).await? {
+            return Err(pack::gap());
+        }
         Ok(collect.messages)
+    }
+
+    /// As far as the unit's transaction has room to rewrite or delete
+    /// the items that hold them (`compact.rs`).
+    async fn messages_before(
+        &mut self,
+        key: &StreamKey,
+        range: Range<u64>,
+        max: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<(u64, Bytes)>, StreamError> {
+        crate::compact::read_before(self, key, range, max, max_bytes).await
+    }
+
+    async fn room_to_compact(&mut self) -> Result<bool, StreamError> {
+        crate::compact::has_room(self)
     }
 
     /// As far as the unit's transaction has room to drop (`retention.rs`).
@@ -742,14 +824,19 @@ impl Records for DynamoUnit {
         let source = self.stream(from)?;
         let (first, dropped) = (source.record.first(), source.dropped_bytes);
         let tail = (source.record.count(), source.record.bytes() + dropped);
-        let before = match holder {
-            _ if count == 0 => 0,
-            _ if count == tail.0 => tail.1,
-            _ if count <= first => dropped,
-            Some(id) => self.bytes_before(&id, count).await?,
-            None => 0,
+        let holes = source.record.has_holes();
+        let (before, dropped) = match holder {
+            _ if count == 0 => (0, 0),
+            _ if count == tail.0 => (tail.1, dropped),
+            _ if count <= first => (dropped, dropped),
+            // Compaction dropped messages anywhere: what is kept below
+            // is read, and the fork counts from it.
+            _ if holes => (self.kept_bytes_below(from, count).await?, 0),
+            Some(id) => (self.bytes_before(&id, count).await?, dropped),
+            None => (0, dropped),
         };
-        let dropped = if count <= first { before } else { dropped };
+        let reference = (Arc::clone(&from.id), to.path().to_owned());
+        self.state.fork_ends.insert(reference, count);
         let fork = self.stream_mut(to)?;
         fork.base = base;
         fork.dropped_bytes = dropped;
@@ -840,6 +927,15 @@ impl Records for DynamoUnit {
         range: Range<u64>,
     ) -> Result<(), StreamError> {
         retention::drop_messages(self, key, range)
+    }
+
+    /// Rewrites or deletes the items that hold them (`compact.rs`).
+    async fn drop_positions(
+        &mut self,
+        key: &StreamKey,
+        positions: Vec<u64>,
+    ) -> Result<u64, StreamError> {
+        crate::compact::drop_positions(self, key, &positions)
     }
 
     async fn remove(&mut self, key: &StreamKey, path: &str) -> Result<(), StreamError> {

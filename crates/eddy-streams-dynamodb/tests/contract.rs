@@ -13,7 +13,7 @@ use crate::common;
 
 #[path = "../../eddy-streams/tests/contract/cases.rs"]
 #[allow(dead_code, unused_macros, unused_imports)]
-mod cases;
+pub(crate) mod cases;
 #[path = "../../eddy-streams/tests/contract/snapshots.rs"]
 #[allow(dead_code)]
 mod snapshots;
@@ -77,6 +77,7 @@ cases::every_case!(contract);
 cases::every_clocked_case!(clocked_contract);
 cases::every_sweeping_case!(clocked_contract);
 cases::every_retention_case!(clocked_contract);
+cases::every_compaction_case!(clocked_contract);
 cases::every_producer_sweeping_case!(clocked_contract);
 snapshots::every_snapshot_case!(snapshot_contract);
 
@@ -153,6 +154,7 @@ mod moto {
     cases::every_clocked_case!(moto_clocked_contract);
     cases::every_sweeping_case!(moto_clocked_contract);
     cases::every_retention_case!(moto_clocked_contract);
+    cases::every_compaction_case!(moto_clocked_contract);
     cases::every_producer_sweeping_case!(moto_clocked_contract);
     snapshots::every_snapshot_case!(moto_snapshot_contract);
 

@@ -352,27 +352,3 @@ fn sixteen_writer_processes_on_one_stream_have_every_append_answered() {
         }
     });
 }
-
-/// A compaction policy is refused (this store drops no message inside a
-/// stream yet), with nothing created: stored and never applied, it would
-/// keep every change its writer asked to drop.
-#[test]
-fn a_compaction_policy_is_refused_and_nothing_is_created() {
-    common::runtime().block_on(async {
-        let table = common::embedded();
-        let store = store(&table);
-        let p = path("compacted");
-        let config = StreamConfig::json().with_compaction(eddy_streams::Compaction::ON);
-        let refused = store
-            .create(&p, config, Payload::empty())
-            .await
-            .expect_err("refused");
-        assert_eq!(refused.code(), "compaction/invalid", "{refused}");
-        assert!(refused.to_string().contains("DynamoDB"), "{refused}");
-        assert!(store.head(&p).await.is_err(), "nothing was created");
-        assert_eq!(
-            store.compact(&p).await.map_err(|e| e.code()),
-            Err("compaction/invalid")
-        );
-    });
-}

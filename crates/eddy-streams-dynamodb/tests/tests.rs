@@ -4,6 +4,7 @@
 
 mod cascades;
 mod common;
+mod compaction;
 mod contract;
 mod item_limits;
 mod listing;

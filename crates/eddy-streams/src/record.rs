@@ -129,6 +129,13 @@ impl StreamRecord {
         self.head.retained.first
     }
 
+    /// Whether the stream may have holes where messages were dropped
+    /// inside it (it has a compaction policy, or was restored or forked
+    /// with holes): its reads skip missing positions.
+    pub fn has_holes(&self) -> bool {
+        self.head.config.compaction.is_some() || self.head.retained.compacted.dropped > 0
+    }
+
     /// When the sweep should next drop messages of this stream under its
     /// retention policy, in unix milliseconds (`i64::MIN`: at once);
     /// `None` when nothing will be droppable until it is written again.
@@ -311,6 +318,16 @@ pub trait RecordReader {
             last.reverse();
             Ok(last)
         }
+    }
+
+    /// Whether the unit has room for the writes of a compaction step
+    /// now. A backend whose unit holds few writes (DynamoDB's 100-item
+    /// transaction, shared by a sweep step's streams) answers no when
+    /// the unit is nearly full: the step then does nothing and its pass
+    /// waits for a later step, rather than end having looked at less.
+    /// The default says yes.
+    fn room_to_compact(&mut self) -> impl Op<bool> {
+        std::future::ready(Ok(true))
     }
 
     /// The sizes in bytes of the messages at positions `range` that the

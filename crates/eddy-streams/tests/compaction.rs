@@ -1,5 +1,7 @@
-//! Property tests of compaction, on every store that compacts (memory,
-//! SQLite and, with `DATABASE_URL`, PostgreSQL): random state changes
+//! Property tests of compaction, on the stores of this crate (memory,
+//! SQLite and, with `DATABASE_URL`, PostgreSQL; `eddy-streams-dynamodb`
+//! runs the same body, `compaction/history.rs`, on DynamoDB): random
+//! state changes
 //! (insert, update, upsert, delete of a few rows in two collections),
 //! resets, snapshot controls and messages that are not state messages,
 //! appended to a compacted stream and to a plain one alike, with
@@ -16,100 +18,12 @@
 //! - a reader within the lag (messages, bytes, age) sees every message.
 
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
-use bytes::Bytes;
-use eddy_streams::{
-    Append, Clock, Compaction, ManualClock, Materialized, MemoryStorage, Offset, Payload, ReadFrom,
-    SqliteOptions, SqliteStorage, StateMessage, Storage, StreamConfig, StreamPath,
-};
+use eddy_streams::{ManualClock, MemoryStorage, SqliteOptions, SqliteStorage};
 use proptest::prelude::*;
 
-/// One step of a generated history.
-#[derive(Clone, Debug)]
-enum Step {
-    /// A change of row `key` of collection `collection`.
-    Change {
-        collection: u8,
-        key: u8,
-        operation: &'static str,
-        value: u16,
-    },
-    Control(&'static str),
-    /// A JSON message that is not a state message.
-    Junk,
-    /// A compaction pass now.
-    Compact,
-    /// The sweep, until it is done.
-    Sweep,
-    /// The clock moves on.
-    Advance(u64),
-}
-
-fn step() -> impl Strategy<Value = Step> {
-    prop_oneof![
-        12 => (0u8..2, 0u8..6, prop::sample::select(vec!["insert", "update", "upsert", "delete"]), any::<u16>())
-            .prop_map(|(collection, key, operation, value)| Step::Change { collection, key, operation, value }),
-        1 => prop::sample::select(vec!["reset", "snapshot-start", "snapshot-end"]).prop_map(Step::Control),
-        1 => Just(Step::Junk),
-        2 => Just(Step::Compact),
-        1 => Just(Step::Sweep),
-        2 => (1u64..8).prop_map(Step::Advance),
-    ]
-}
-
-fn policy() -> impl Strategy<Value = Compaction> {
-    (
-        prop::option::of(1u64..6),
-        prop::option::of(50u64..400),
-        prop::option::of(2u64..12),
-        prop::bool::ANY,
-    )
-        .prop_map(|(messages, bytes, age, short_deletes)| {
-            let mut policy = Compaction::ON;
-            if let Some(n) = messages {
-                policy = policy.with_lag_messages(n);
-            }
-            if let Some(n) = bytes {
-                policy = policy.with_lag_bytes(n);
-            }
-            if let Some(secs) = age {
-                policy = policy.with_lag_age_secs(secs);
-            }
-            // A short lifetime lets deletes go within the history.
-            policy.with_deletes_secs(if short_deletes { 10 } else { 1_000_000 })
-        })
-}
-
-fn message(step: &Step) -> Option<String> {
-    match step {
-        Step::Change {
-            collection,
-            key,
-            operation,
-            value,
-        } => {
-            let value = if *operation == "delete" {
-                String::new()
-            } else {
-                format!(r#","value":{{"v":{value}}}"#)
-            };
-            Some(format!(
-                r#"{{"type":"c{collection}","key":"k{key}"{value},"headers":{{"operation":"{operation}"}}}}"#
-            ))
-        }
-        Step::Control(control) => Some(format!(r#"{{"headers":{{"control":"{control}"}}}}"#)),
-        Step::Junk => Some(r#"{"not":"a state message"}"#.to_owned()),
-        _ => None,
-    }
-}
-
-/// A store that compacts, with its clock.
-struct Backend {
-    name: &'static str,
-    store: Arc<dyn Storage>,
-    clock: Arc<ManualClock>,
-}
+mod history;
+use history::{check, next_case, policy, probes, steps, Backend};
 
 /// The stores the cases run on, opened once on one runtime.
 fn backends() -> &'static (tokio::runtime::Runtime, Vec<Backend>) {
@@ -153,186 +67,16 @@ fn backends() -> &'static (tokio::runtime::Runtime, Vec<Backend>) {
     })
 }
 
-/// Every message of the stream from `from`, with its offset, read a page
-/// of `page` bytes at a time.
-async fn read_all(
-    store: &dyn Storage,
-    path: &StreamPath,
-    from: ReadFrom,
-    page: usize,
-) -> Vec<(Offset, Bytes)> {
-    let mut from = from;
-    let mut read = Vec::new();
-    loop {
-        let chunk = store.read(path, from, page).await.expect("read");
-        for (index, message) in chunk.messages.iter().enumerate() {
-            read.push((chunk.offset_of(index), message.clone()));
-        }
-        if chunk.up_to_date {
-            return read;
-        }
-        from = ReadFrom::Offset(chunk.next_offset);
-    }
-}
-
-/// The rows `messages` describe, applied after `state`.
-fn materialize<'a>(
-    mut state: Materialized,
-    messages: impl IntoIterator<Item = &'a Bytes>,
-) -> Materialized {
-    for message in messages {
-        if let Ok(message) = StateMessage::decode(message) {
-            state.apply(message);
-        }
-    }
-    state
-}
-
-async fn sweep_all(store: &dyn Storage) {
-    while store.sweep(64).await.expect("sweep") > 0 {}
-}
-
-/// Runs `steps` on `backend` and checks the properties.
-async fn check(backend: &Backend, case: u64, policy: Compaction, steps: &[Step], probes: &[u8]) {
-    let store = &*backend.store;
-    let plain = StreamPath::new(format!("plain/{case}")).expect("path");
-    let compacted = StreamPath::new(format!("compacted/{case}")).expect("path");
-    store
-        .create(&plain, StreamConfig::json(), Payload::empty())
-        .await
-        .expect("create");
-    store
-        .create(
-            &compacted,
-            StreamConfig::json().with_compaction(policy),
-            Payload::empty(),
-        )
-        .await
-        .expect("create");
-    // When each message was appended, for the age bound.
-    let mut appended_ms = Vec::new();
-    for step in steps {
-        if let Some(text) = message(step) {
-            for path in [&plain, &compacted] {
-                store
-                    .append(path, Append::body(text.clone()))
-                    .await
-                    .expect("append");
-            }
-            appended_ms.push(backend.clock.now_ms());
-            continue;
-        }
-        match step {
-            Step::Compact => {
-                store.compact(&compacted).await.expect("compact");
-            }
-            Step::Sweep => sweep_all(store).await,
-            Step::Advance(secs) => backend.clock.advance(Duration::from_secs(*secs)),
-            _ => {}
-        }
-    }
-    store.compact(&compacted).await.expect("compact");
-    let full = read_all(store, &plain, ReadFrom::Beginning, 1 << 20).await;
-    let kept = read_all(store, &compacted, ReadFrom::Beginning, 1 << 20).await;
-    let name = backend.name;
-
-    // Offsets and order kept: the kept messages are some of the full ones.
-    let positions: Vec<u64> = kept.iter().map(|(o, _)| o.position()).collect();
-    let mut full_at = full.iter().map(|(o, m)| (o.position(), m));
-    for (offset, message) in &kept {
-        let found = full_at.by_ref().find(|(p, _)| *p == offset.position());
-        assert_eq!(
-            found.map(|(_, m)| m),
-            Some(message),
-            "{name}: kept message at {offset} differs"
-        );
-    }
-    let info = store.head(&compacted).await.expect("head");
-    let bytes: u64 = kept.iter().map(|(_, m)| m.len() as u64).sum();
-    assert_eq!(info.bytes, bytes, "{name}: byte count");
-    assert_eq!(info.tail.position(), full.len() as u64, "{name}: tail");
-
-    // Read from -1, whole or in small pages.
-    let rows = materialize(Materialized::default(), full.iter().map(|(_, m)| m));
-    let compacted_rows = materialize(Materialized::default(), kept.iter().map(|(_, m)| m));
-    assert_eq!(
-        compacted_rows.collections, rows.collections,
-        "{name}: rows from -1"
-    );
-    assert_eq!(
-        compacted_rows.in_snapshot, rows.in_snapshot,
-        "{name}: snapshot"
-    );
-    let paged = read_all(store, &compacted, ReadFrom::Beginning, 64).await;
-    assert_eq!(paged, kept, "{name}: paged read");
-
-    // From anywhere, when no delete may have gone.
-    if policy.deletes_secs > 1_000 {
-        for probe in probes {
-            let at = u64::from(*probe) % (full.len() as u64 + 1);
-            let before = materialize(
-                Materialized::default(),
-                full.iter().take(at as usize).map(|(_, m)| m),
-            );
-            let from = ReadFrom::Offset(info.tail.with_position(at));
-            let rest = read_all(store, &compacted, from, 1 << 20).await;
-            let expected: Vec<&(Offset, Bytes)> =
-                kept.iter().filter(|(o, _)| o.position() >= at).collect();
-            assert_eq!(
-                rest.iter().collect::<Vec<_>>(),
-                expected,
-                "{name}: read from {at}"
-            );
-            let after = materialize(before, rest.iter().map(|(_, m)| m));
-            assert_eq!(
-                after.collections, rows.collections,
-                "{name}: rows from {at}"
-            );
-        }
-    }
-
-    // The head is kept whole.
-    let count = full.len() as u64;
-    let mut head_from = count;
-    if let Some(n) = policy.lag_messages {
-        head_from = head_from.min(count.saturating_sub(n));
-    }
-    if let Some(limit) = policy.lag_bytes {
-        let mut total = 0;
-        for (offset, message) in full.iter().rev() {
-            total += message.len() as u64;
-            if total > limit {
-                break;
-            }
-            head_from = head_from.min(offset.position());
-        }
-    }
-    if let Some(age) = policy.lag_age_secs {
-        let now = backend.clock.now_ms();
-        let young = appended_ms
-            .iter()
-            .position(|ms| ms + (age as i64) * 1000 > now)
-            .unwrap_or(appended_ms.len()) as u64;
-        head_from = head_from.min(young);
-    }
-    let head: Vec<u64> = (head_from..count).collect();
-    assert!(
-        positions.ends_with(&head),
-        "{name}: the head {head_from}..{count} is not kept whole: {positions:?}"
-    );
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
 
     #[test]
     fn compacted_streams_materialize_as_the_full_history(
         policy in policy(),
-        steps in prop::collection::vec(step(), 1..120),
-        probes in prop::collection::vec(any::<u8>(), 4),
+        steps in steps(),
+        probes in probes(),
     ) {
-        static CASE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let case = CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let case = next_case();
         let (runtime, backends) = backends();
         for backend in backends {
             runtime.block_on(check(backend, case, policy, &steps, &probes));

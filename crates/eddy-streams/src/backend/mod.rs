@@ -122,6 +122,16 @@ pub trait Backend: Send + Sync + 'static {
     fn applies_retention(&self) -> bool {
         false
     }
+
+    /// Whether the backend compacts streams: its units drop positions
+    /// inside a stream ([`Records::drop_positions`]) and read with holes
+    /// ([`RecordReader::messages_at`], [`RecordReader::messages_before`]).
+    /// A store over a backend that keeps this default (`false`) refuses a
+    /// compaction policy (`compaction/invalid`), rather than keep every
+    /// superseded change its writer asked to drop.
+    fn compacts(&self) -> bool {
+        false
+    }
 }
 
 /// The key type of a backend's units.

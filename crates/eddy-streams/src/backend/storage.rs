@@ -9,7 +9,7 @@ use tokio::task::JoinHandle;
 
 use super::retry::Retry;
 use super::{group, poll, Backend, Commit, RecordOptions, Unit};
-use crate::engine::Engine;
+use crate::engine::{whole_pass, CompactStep, Engine, COMPACTION_STEP, COMPACTION_STEP_BYTES};
 use crate::storage::wait_for;
 use crate::{
     Append, Appended, Created, Fork, Notifier, Offset, Payload, ReadChunk, ReadFrom, Storage,
@@ -208,18 +208,51 @@ impl<B: Backend> RecordStorage<B> {
     }
 }
 
-/// Refuses a compaction policy: no record backend (DynamoDB) drops
-/// messages inside a stream yet, and a policy stored but never applied
-/// would keep every superseded change its writer asked to drop.
-fn refuse_compaction(compaction: Option<&crate::Compaction>) -> Result<(), StreamError> {
-    if compaction.is_none() {
+/// Refuses a compaction policy on a backend that does not compact
+/// ([`Backend::compacts`]): a policy stored but never applied would keep
+/// every superseded change its writer asked to drop.
+fn refuse_compaction<B: Backend>(
+    backend: &B,
+    compaction: Option<&crate::Compaction>,
+) -> Result<(), StreamError> {
+    if compaction.is_none() || backend.compacts() {
         return Ok(());
     }
     Err(StreamError::InvalidCompaction(
-        "this store (DynamoDB) does not compact streams yet: create the stream \
-         without a compaction policy (Eddy-Compaction, --compaction)"
+        "this store does not compact streams: create the stream without a compaction \
+         policy (Eddy-Compaction, --compaction)"
             .into(),
     ))
+}
+
+impl<B: Backend> RecordStorage<B> {
+    /// One compaction step of the stream at `path` (see
+    /// `Engine::compact_step`), in a unit of its own, committed once; a
+    /// step that lost a race runs again (its pass went on past what it
+    /// read, which only keeps more).
+    async fn compact_step(&self, path: &str, force: bool) -> Result<CompactStep, StreamError> {
+        let inner = &self.inner;
+        let mut retry = Retry::start(inner.options.contention_timeout);
+        loop {
+            let mut unit = inner.backend.open();
+            let step = (inner.engine)
+                .compact_step(
+                    &mut unit,
+                    path,
+                    COMPACTION_STEP,
+                    COMPACTION_STEP_BYTES,
+                    force,
+                )
+                .await?;
+            if let Some(overflow) = unit.overflow() {
+                return Err(overflow);
+            }
+            match inner.backend.commit(unit).await? {
+                Commit::Done => return Ok(step),
+                Commit::Conflict => retry.lost().await?,
+            }
+        }
+    }
 }
 
 #[async_trait]
@@ -231,7 +264,7 @@ impl<B: Backend> Storage for RecordStorage<B> {
         initial: Payload,
     ) -> Result<Created, StreamError> {
         refuse_retention(&self.inner.backend, &config.retention)?;
-        refuse_compaction(config.compaction.as_ref())?;
+        refuse_compaction(&self.inner.backend, config.compaction.as_ref())?;
         self.create_or_fork(Write::Create {
             path: path.clone(),
             config,
@@ -267,7 +300,7 @@ impl<B: Backend> Storage for RecordStorage<B> {
         if let Some(retention) = &fork.retention {
             refuse_retention(&self.inner.backend, retention)?;
         }
-        refuse_compaction(fork.compaction.as_ref())?;
+        refuse_compaction(&self.inner.backend, fork.compaction.as_ref())?;
         self.create_or_fork(Write::Fork {
             path: path.clone(),
             fork,
@@ -329,6 +362,17 @@ impl<B: Backend> Storage for RecordStorage<B> {
         super::sweep::step(&self.inner, max).await
     }
 
+    /// A whole pass, a step per unit (each as the sweep's), on a backend
+    /// that compacts.
+    async fn compact(&self, path: &StreamPath) -> Result<u64, StreamError> {
+        if !self.inner.backend.compacts() {
+            return Err(StreamError::InvalidCompaction(
+                "this stream store cannot compact streams".into(),
+            ));
+        }
+        whole_pass(|force| self.compact_step(path.as_str(), force)).await
+    }
+
     /// Read in one unit, and read again while a commit changed what the
     /// unit read before it was done (its record and producers would be of
     /// two commits).
@@ -352,7 +396,7 @@ impl<B: Backend> Storage for RecordStorage<B> {
         messages: Vec<Bytes>,
     ) -> Result<StreamInfo, StreamError> {
         refuse_retention(&self.inner.backend, &snapshot.config.retention)?;
-        refuse_compaction(snapshot.config.compaction.as_ref())?;
+        refuse_compaction(&self.inner.backend, snapshot.config.compaction.as_ref())?;
         let call = Write::Restore {
             snapshot: snapshot.clone(),
             first,

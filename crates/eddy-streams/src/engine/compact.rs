@@ -204,7 +204,9 @@ impl Engine {
     /// The reading half of [`compact_step`](Self::compact_step): what the
     /// step drops, decided from the messages it reads (which never change
     /// but by being dropped), so a backend may decide outside the write
-    /// that locks the stream. `None` when there is nothing to do.
+    /// that locks the stream. `None` when there is nothing to do, or no
+    /// room for it in the unit now ([`RecordReader::room_to_compact`]:
+    /// the pass waits for a later step).
     pub async fn compact_plan<R: RecordReader>(
         &self,
         records: &mut R,
@@ -221,6 +223,9 @@ impl Engine {
         let Some(policy) = head.config.compaction else {
             return Ok(None);
         };
+        if !records.room_to_compact().await? {
+            return Ok(None);
+        }
         let marks = &head.retained.marks;
         let mut pass = match self.passes.take(path, head.incarnation) {
             Some(pass) if !force => pass,

@@ -144,8 +144,8 @@ macro_rules! every_retention_case {
 }
 pub(crate) use every_retention_case;
 
-/// Compaction, for the stores that compact (memory, SQLite, PostgreSQL;
-/// DynamoDB refuses a compaction policy).
+/// Compaction, for the stores that compact (memory, SQLite, PostgreSQL,
+/// DynamoDB).
 macro_rules! every_compaction_case {
     ($run:ident) => {
         $run!(

@@ -2,7 +2,7 @@
 //! the head whole, lets deletes outlive nothing but their lifetime, never
 //! loses an append that comes during a pass, and forks of a compacted
 //! stream inherit what is kept. Run on the stores that compact (memory,
-//! SQLite, PostgreSQL).
+//! SQLite, PostgreSQL, DynamoDB).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,7 +42,7 @@ async fn append(store: &dyn Storage, path: &StreamPath, messages: &[String]) {
 }
 
 /// Every kept message from `from`, with its position.
-async fn kept(store: &dyn Storage, path: &StreamPath, from: ReadFrom) -> Vec<(u64, String)> {
+pub async fn kept(store: &dyn Storage, path: &StreamPath, from: ReadFrom) -> Vec<(u64, String)> {
     let mut from = from;
     let mut read = Vec::new();
     loop {
