@@ -81,12 +81,22 @@ const REQUEUE_ITEMS: usize = 2;
 pub(crate) struct Weighed {
     /// The first position weighed.
     first: u64,
-    /// The sizes of the messages from `first` on.
-    sizes: Vec<u64>,
+    /// The messages kept from `first` on, as positions and sizes.
+    sizes: Vec<(u64, u64)>,
     /// The stream's own message items read, by sort key, with the
     /// position after each one's last message; empty while the stream
     /// has forks (nothing of it is deleted then).
     items: Vec<(String, u64)>,
+}
+
+impl Weighed {
+    /// The position after the last message weighed (`first` when none
+    /// was).
+    fn end(&self) -> u64 {
+        self.sizes
+            .last()
+            .map_or(self.first, |(position, _)| position + 1)
+    }
 }
 
 /// When `record` is next due, as a queue time.
@@ -197,7 +207,7 @@ pub(crate) async fn weigh(
     unit: &mut DynamoUnit,
     key: &StreamKey,
     range: Range<u64>,
-) -> Result<Vec<u64>, StreamError> {
+) -> Result<Vec<(u64, u64)>, StreamError> {
     let count = unit.stream(key)?.record.count();
     let range = range.start..range.end.min(count);
     if range.is_empty() {
@@ -212,7 +222,7 @@ pub(crate) async fn weigh(
         ..Weighed::default()
     };
     for (segment, _) in unit.segments(key)? {
-        let next = range.start + weighed.sizes.len() as u64;
+        let next = weighed.end();
         let end = segment.end.min(range.end);
         if next >= range.end {
             break;
@@ -258,7 +268,7 @@ pub(crate) async fn weigh(
                 if position > reached && !holes {
                     return Err(pack::gap());
                 }
-                weighed.sizes.push(size);
+                weighed.sizes.push((position, size));
                 reached = position + 1;
             }
             if reached >= end {
@@ -295,20 +305,15 @@ pub(crate) fn drop_messages(
 ) -> Result<(), StreamError> {
     let not_weighed = || StreamError::internal("messages dropped that were not weighed first");
     let weighed = unit.state.weighed.get(key.id()).ok_or_else(not_weighed)?;
-    let skip = range
-        .start
-        .checked_sub(weighed.first)
-        .ok_or_else(not_weighed)?;
-    let take = range.end.saturating_sub(range.start);
-    let sizes = weighed
-        .sizes
-        .iter()
-        .skip(to_usize(skip))
-        .take(to_usize(take));
-    if sizes.len() as u64 != take {
+    if range.start < weighed.first || range.end > weighed.end() {
         return Err(not_weighed());
     }
-    let bytes: u64 = sizes.sum();
+    let bytes: u64 = weighed
+        .sizes
+        .iter()
+        .filter(|(position, _)| range.contains(position))
+        .map(|(_, size)| size)
+        .sum();
     let deletes: Vec<String> = weighed
         .items
         .iter()
@@ -319,10 +324,6 @@ pub(crate) fn drop_messages(
     let data = unit.state.data.entry(Arc::from(key.id())).or_default();
     data.dropped_messages.extend(deletes);
     Ok(())
-}
-
-fn to_usize(n: u64) -> usize {
-    usize::try_from(n).unwrap_or(usize::MAX)
 }
 
 /// The messages a message item holds, by size.

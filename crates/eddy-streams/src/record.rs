@@ -330,15 +330,22 @@ pub trait RecordReader {
         std::future::ready(Ok(true))
     }
 
-    /// The sizes in bytes of the messages at positions `range` that the
-    /// stream keeps, in order: what retention's byte bound weighs. A
-    /// backend may answer the sizes of a prefix of `range` only (one
-    /// whose unit holds few writes weighs no more than it could drop);
-    /// the sweep then drops no further. The default reads the messages; a
-    /// backend that can read sizes alone should.
-    fn message_sizes(&mut self, key: &Self::Key, range: Range<u64>) -> impl Op<Vec<u64>> {
-        let read = self.messages(key, range, usize::MAX);
-        async move { Ok(read.await?.iter().map(|m| m.len() as u64).collect()) }
+    /// The messages the stream keeps at positions `range`, each as its
+    /// position and its size in bytes, in order: what retention's byte
+    /// bound weighs (a compacted stream has holes between them). A
+    /// backend may answer a prefix of `range` only (one whose unit holds
+    /// few writes weighs no more than it could drop); the sweep then
+    /// drops no further than the last message weighed. The default reads
+    /// the messages; a backend that can read sizes alone should.
+    fn message_sizes(&mut self, key: &Self::Key, range: Range<u64>) -> impl Op<Vec<(u64, u64)>> {
+        let read = self.messages_at(key, range, usize::MAX);
+        async move {
+            Ok(read
+                .await?
+                .iter()
+                .map(|(position, m)| (*position, m.len() as u64))
+                .collect())
+        }
     }
 
     /// Every record whose path starts with `prefix`, sorted by path.

@@ -107,11 +107,7 @@ impl Activity {
     /// and no response progressed, for `write_timeout`. This one timer
     /// does what hyper's header-read timeout would, without arming a timer
     /// for every request.
-    pub(crate) async fn expired(
-        &self,
-        first_request_by: Instant,
-        timeouts: Timeouts,
-    ) -> Expired {
+    pub(crate) async fn expired(&self, first_request_by: Instant, timeouts: Timeouts) -> Expired {
         let Timeouts {
             idle,
             next_head,

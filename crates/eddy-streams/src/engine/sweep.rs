@@ -105,7 +105,8 @@ impl Engine {
         let mut end = first;
         let mut bytes = record.head.bytes;
         let mut freed = 0;
-        for (position, size) in (first..).zip(&sizes) {
+        // Positions, not indexes: compaction leaves holes among them.
+        for &(position, size) in &sizes {
             let over_bytes = policy.bytes.is_some_and(|keep| bytes > keep) && position + 1 < count;
             if position >= by_rule && !over_bytes {
                 break;
@@ -113,7 +114,7 @@ impl Engine {
             if end > first && freed + size > max_bytes {
                 break;
             }
-            bytes = bytes.saturating_sub(*size);
+            bytes = bytes.saturating_sub(size);
             freed += size;
             end = position + 1;
         }

@@ -361,18 +361,24 @@ impl RecordReader for PgRecords {
         &mut self,
         key: &i64,
         range: Range<u64>,
-    ) -> Result<Vec<u64>, StreamError> {
+    ) -> Result<Vec<(u64, u64)>, StreamError> {
         let sql = Arc::clone(&self.sql.message_sizes);
         let bound = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        let sizes: Vec<i64> = self
-            .column(
+        let rows = self
+            .fetch_all(
                 query(&sql)
                     .bind(key)
                     .bind(bound(range.start))
                     .bind(bound(range.end)),
             )
             .await?;
-        Ok(sizes.into_iter().map(|n| n as u64).collect())
+        rows.iter()
+            .map(|row| {
+                let seq: i64 = row.try_get(0).map_err(|e| self.fail(e))?;
+                let size: i64 = row.try_get(1).map_err(|e| self.fail(e))?;
+                Ok((seq as u64, size as u64))
+            })
+            .collect()
     }
 
     async fn list(&mut self, prefix: &str) -> Result<Vec<(String, StreamRecord)>, StreamError> {

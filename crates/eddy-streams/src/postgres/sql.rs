@@ -302,7 +302,7 @@ impl Sql {
                  ORDER BY retention_due_ms LIMIT $2"
             )),
             message_sizes: sql(format!(
-                "SELECT octet_length(data)::bigint FROM {s}.messages
+                "SELECT seq, octet_length(data)::bigint FROM {s}.messages
                  WHERE stream_id = $1 AND seq >= $2 AND seq < $3 ORDER BY seq"
             )),
             drop_messages: sql(format!(

@@ -223,7 +223,7 @@ impl RecordReader for SqliteRecords<'_> {
         )
     }
 
-    fn message_sizes(&mut self, key: &i64, range: Range<u64>) -> impl Op<Vec<u64>> {
+    fn message_sizes(&mut self, key: &i64, range: Range<u64>) -> impl Op<Vec<(u64, u64)>> {
         ready(message_sizes(self.conn, *key, range))
     }
 
@@ -546,18 +546,20 @@ fn drop_positions(conn: &Connection, id: i64, positions: &[u64]) -> Result<u64, 
     Ok(freed)
 }
 
-fn message_sizes(conn: &Connection, id: i64, range: Range<u64>) -> Result<Vec<u64>, StreamError> {
+fn message_sizes(
+    conn: &Connection,
+    id: i64,
+    range: Range<u64>,
+) -> Result<Vec<(u64, u64)>, StreamError> {
     let bound = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     let mut stmt = conn.prepare_cached(
-        "SELECT length(data) FROM messages WHERE stream_id = ?1 AND seq >= ?2 AND seq < ?3
+        "SELECT seq, length(data) FROM messages WHERE stream_id = ?1 AND seq >= ?2 AND seq < ?3
          ORDER BY seq",
     )?;
     let sizes = stmt.query_map(params![id, bound(range.start), bound(range.end)], |r| {
-        r.get::<_, i64>(0)
+        Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64))
     })?;
-    Ok(sizes
-        .map(|size| size.map(|n| n as u64))
-        .collect::<Result<_, _>>()?)
+    Ok(sizes.collect::<Result<_, _>>()?)
 }
 
 fn remove(conn: &Connection, id: i64) -> Result<(), StreamError> {

@@ -153,6 +153,7 @@ macro_rules! every_compaction_case {
             deletes_go_after_their_lifetime,
             appends_during_a_pass_are_kept,
             a_fork_of_a_compacted_stream_inherits_what_is_kept,
+            retention_after_compaction_weighs_the_kept_messages,
         );
     };
 }

@@ -202,3 +202,55 @@ pub async fn a_fork_of_a_compacted_stream_inherits_what_is_kept(
     let bytes: usize = changes[5].len() + change("k0", "upsert", 6).len();
     assert_eq!(info.bytes, bytes as u64, "the fork counts what it copied");
 }
+
+/// Retention and compaction on one stream: once a pass thinned the
+/// oldest messages, retention weighs the kept ones at their own
+/// positions. It drops exactly what its policy lets go, and the stream's
+/// byte count stays the bytes of what it keeps.
+pub async fn retention_after_compaction_weighs_the_kept_messages(
+    store: Arc<dyn Storage>,
+    clock: Arc<ManualClock>,
+) {
+    let path = at("compaction/retained");
+    let config = StreamConfig::json()
+        .with_compaction("on".parse().expect("policy"))
+        .with_retention("messages=6".parse().expect("policy"));
+    store
+        .create(&path, config, Payload::empty())
+        .await
+        .expect("create");
+    // Positions 0..12: key a changes 8 times, then b and c twice each.
+    let mut changes: Vec<String> = (0..8).map(|n| change("a", "upsert", n)).collect();
+    changes.extend((0..4).map(|n| change(["b", "c"][n % 2], "upsert", n as u64 + 10)));
+    append(&*store, &path, &changes).await;
+    store.compact(&path).await.expect("compact");
+    let after_compaction = kept(&*store, &path, ReadFrom::Beginning).await;
+    assert_eq!(
+        after_compaction.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+        [7, 10, 11],
+        "the latest of a, b and c"
+    );
+    // Retention keeps the last 6 positions (6..12): position 7 stays.
+    clock.advance(Duration::from_secs(1));
+    sweep_all(&*store).await;
+    let after_retention = kept(&*store, &path, ReadFrom::Beginning).await;
+    assert_eq!(after_retention, after_compaction, "nothing at 6.. dropped");
+    let bytes: usize = after_retention.iter().map(|(_, m)| m.len()).sum();
+    let head = store.head(&path).await.expect("head");
+    assert_eq!(head.bytes, bytes as u64, "bytes are those kept");
+
+    // Six more rows: retention now keeps 12..18 and drops 7, 10, 11.
+    let more: Vec<String> = (0..6)
+        .map(|n| change(&format!("d{n}"), "upsert", n))
+        .collect();
+    append(&*store, &path, &more).await;
+    sweep_all(&*store).await;
+    let last = kept(&*store, &path, ReadFrom::Beginning).await;
+    assert_eq!(
+        last.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+        (12..18).collect::<Vec<_>>()
+    );
+    let bytes: usize = last.iter().map(|(_, m)| m.len()).sum();
+    let head = store.head(&path).await.expect("head");
+    assert_eq!(head.bytes, bytes as u64, "bytes are those kept");
+}
