@@ -11,6 +11,10 @@
 // 2. eddy writes (`state_interop write`); every message must pass the
 //    package's JSON schema, and the package's readers must find the rows
 //    eddy's own read finds.
+// 3. Compaction: the package's readers find the same rows in a stream the
+//    server's sweep compacted as in the same history kept whole.
+// 4. The same as a property over random histories, with passes run at
+//    random points (STATE_PROPERTY_CASES histories, 8 by default).
 //
 //   node interop.mjs SERVER_URL STATE_INTEROP_BIN
 // Prints one `state:` line per check; exits non-zero on the first failure.
@@ -271,3 +275,79 @@ const offsetOf = async (stream) => (await stream.head()).offset
   assert.deepEqual(eddy.collections, expected, "eddy's reader of the compacted stream")
   console.log(`state: compaction: ${kept.length} of ${history.length} messages kept; MaterializedState from -1 and from the middle, and eddy's reader, find the full history's rows`)
 }
+
+// 4. The same as a property: random histories (every operation, resets,
+// snapshot controls) appended to a plain and a compacted stream alike,
+// with a compaction pass run through the server (`POST /_eddy/compact/`)
+// at random points. After each history: MaterializedState of the
+// compacted stream, read from -1 and from the offset after every append,
+// finds the plain stream's rows; the head within the policy's lag
+// (`messages=4`) is kept whole.
+{
+  const seeds = Number(process.env.STATE_PROPERTY_CASES ?? 8)
+  let compactions = 0
+  for (let seed = 1; seed <= seeds; seed++) {
+    let state = seed * 7919
+    const next = (n) => ((state = (state * 1103515245 + 12345) % 2147483648), state % n)
+    const full = `interop/property-full-${run}-${seed}`
+    const compacted = `interop/property-compacted-${run}-${seed}`
+    const put = (path, headers) =>
+      fetch(`${base}/${path}`, { method: "PUT", headers: { "content-type": "application/json", ...headers } })
+    assert.equal((await put(full, {})).status, 201)
+    assert.equal((await put(compacted, { "eddy-compaction": "messages=4" })).status, 201)
+    const append = async (path, events) => {
+      const response = await fetch(`${base}/${path}`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(events),
+      })
+      assert.ok(response.ok, `append: ${response.status}`)
+      return response.headers.get("stream-next-offset")
+    }
+    const operations = ["insert", "update", "upsert", "delete"]
+    const event = () => {
+      const roll = next(40)
+      if (roll === 0) return { headers: { control: "reset" } }
+      if (roll === 1) return { headers: { control: ["snapshot-start", "snapshot-end"][next(2)] } }
+      const card = next(4) > 0
+      const id = `${card ? "k" : "s"}${next(card ? 6 : 2)}`
+      const operation = operations[next(4)]
+      if (operation === "delete") return card ? schema.cards.delete({ key: id }) : schema.settings.delete({ key: id })
+      return card
+        ? schema.cards[operation]({ value: { id, total: next(1000) } })
+        : schema.settings[operation]({ value: { name: id, value: next(10) } })
+    }
+    const history = []
+    const marks = []
+    const rounds = 6 + next(10)
+    for (let round = 0; round < rounds; round++) {
+      const events = Array.from({ length: 1 + next(8) }, event)
+      await append(full, events)
+      const offset = await append(compacted, events)
+      history.push(...events)
+      marks.push({ offset, count: history.length })
+      if (next(3) === 0) {
+        const response = await fetch(`${base}/_eddy/compact/${compacted}`, { method: "POST" })
+        assert.equal(response.status, 200, `compact: ${response.status}`)
+        compactions += (await response.json()).dropped > 0 ? 1 : 0
+      }
+    }
+    const rows = (events) =>
+      Object.fromEntries(Object.entries(materializeWithPackage(events)).filter(([, r]) => Object.keys(r).length > 0))
+    const fullEvents = await readEvents(full)
+    assert.deepEqual(fullEvents, history, `seed ${seed}: the plain stream holds the history`)
+    const expected = rows(fullEvents)
+    const kept = await readEvents(compacted)
+    assert.deepEqual(rows(kept), expected, `seed ${seed}: MaterializedState from -1`)
+    assert.deepEqual(kept.slice(-4), fullEvents.slice(-4), `seed ${seed}: the head within the lag is whole`)
+    const stream = new DurableStream({ url: `${base}/${compacted}`, contentType: "application/json" })
+    for (const mark of marks) {
+      const rest = await (await stream.stream({ offset: mark.offset, live: false, json: true })).json()
+      const resumed = rows([...fullEvents.slice(0, mark.count), ...rest])
+      assert.deepEqual(resumed, expected, `seed ${seed}: MaterializedState resumed at ${mark.offset}`)
+    }
+  }
+  assert.ok(compactions > 0, "no pass dropped anything: the property checked nothing compacted")
+  console.log(`state: compaction property: ${seeds} random histories, ${compactions} passes that dropped messages; MaterializedState from -1 and resumed after every append finds the plain stream's rows`)
+}
+
