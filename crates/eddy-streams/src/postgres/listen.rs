@@ -269,6 +269,7 @@ mod tests {
             tail: Offset::new(1_764_000_000_000_000, tail),
             bytes: 0,
             earliest: Offset::ZERO,
+            dropped_deletes: None,
         }
     }
 
