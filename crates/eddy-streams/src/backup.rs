@@ -37,8 +37,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::record::{expiry_columns, expiry_from_columns};
 use crate::{
-    DroppedDeletes, ProducerPosition, ReadFrom, Retention, SnapshotProducer, Storage, StreamConfig, StreamError,
-    StreamPath, StreamSnapshot,
+    DroppedDeletes, ProducerPosition, ReadFrom, Retention, SnapshotProducer, Storage, StreamConfig,
+    StreamError, StreamPath, StreamSnapshot,
 };
 
 /// The `format` of the header line.

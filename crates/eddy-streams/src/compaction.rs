@@ -753,7 +753,10 @@ mod tests {
             .rev()
             .map(|i| pass.examine(&policy, i, &messages[i as usize], appended_by_ms(&marks, i)))
             .collect();
-        assert_eq!(verdicts, [Verdict::Keep, Verdict::DropDelete, Verdict::Drop]);
+        assert_eq!(
+            verdicts,
+            [Verdict::Keep, Verdict::DropDelete, Verdict::Drop]
+        );
         assert_eq!(pass.delete_due_ms, Some(19_000));
     }
 }

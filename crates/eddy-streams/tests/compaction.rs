@@ -270,7 +270,10 @@ async fn check(backend: &Backend, case: u64, policy: Compaction, steps: &[Step],
     // From anywhere but before a delete the stream says it dropped.
     let dropped_before = info.dropped_deletes.map_or(0, |d| d.before.position());
     if policy.deletes_secs > 1_000 {
-        assert_eq!(info.dropped_deletes, None, "{name}: no delete outlived its lifetime");
+        assert_eq!(
+            info.dropped_deletes, None,
+            "{name}: no delete outlived its lifetime"
+        );
     }
     {
         for probe in probes {

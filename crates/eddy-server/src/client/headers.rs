@@ -1,8 +1,8 @@
 //! Reading protocol response headers back into store types.
 
 use eddy_streams::{
-    Appended, Compaction, DroppedDeletes, Expiry, Offset, Retention, StreamConfig, StreamError, StreamInfo,
-    StreamPath,
+    Appended, Compaction, DroppedDeletes, Expiry, Offset, Retention, StreamConfig, StreamError,
+    StreamInfo, StreamPath,
 };
 use reqwest::header::{HeaderMap, HeaderName};
 

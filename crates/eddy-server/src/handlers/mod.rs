@@ -164,7 +164,11 @@ fn describe(headers: &mut HeaderMap, info: &StreamInfo) {
 fn put_dropped_deletes(headers: &mut HeaderMap, dropped: Option<eddy_streams::DroppedDeletes>) {
     if let Some(dropped) = dropped {
         put_offset(headers, protocol::DELETES_DROPPED_BEFORE, dropped.before);
-        put(headers, protocol::DELETES_DROPPED, dropped.count.to_string());
+        put(
+            headers,
+            protocol::DELETES_DROPPED,
+            dropped.count.to_string(),
+        );
     }
 }
 

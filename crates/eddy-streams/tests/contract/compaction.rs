@@ -136,7 +136,10 @@ pub async fn deletes_go_after_their_lifetime(store: Arc<dyn Storage>, clock: Arc
 /// (a reader resuming before it may have missed it), and so do a fork
 /// that holds the delete's position and a restored backup; a pass that
 /// drops no delete leaves it unset.
-pub async fn reads_say_where_a_delete_was_dropped(store: Arc<dyn Storage>, clock: Arc<ManualClock>) {
+pub async fn reads_say_where_a_delete_was_dropped(
+    store: Arc<dyn Storage>,
+    clock: Arc<ManualClock>,
+) {
     let path = at("compaction/marked");
     compacted(&*store, &path, "deletes=1m").await;
     append(
@@ -153,7 +156,10 @@ pub async fn reads_say_where_a_delete_was_dropped(store: Arc<dyn Storage>, clock
     let marks = |store: Arc<dyn Storage>, path: StreamPath, from: ReadFrom| async move {
         let read = store.read(&path, from, 1 << 20).await.expect("read");
         let head = store.head(&path).await.expect("head");
-        assert_eq!(read.dropped_deletes, head.dropped_deletes, "read and head agree");
+        assert_eq!(
+            read.dropped_deletes, head.dropped_deletes,
+            "read and head agree"
+        );
         head.dropped_deletes
     };
     assert_eq!(store.compact(&path).await, Ok(1), "a's insert");
