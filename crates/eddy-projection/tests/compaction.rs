@@ -467,16 +467,30 @@ compaction_cases!(crate::on_backends);
 /// a schema of its own.
 #[cfg(feature = "postgres")]
 mod postgres {
+    use std::future::Future;
+    use std::pin::Pin;
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::Arc;
 
-    use eddy_streams::{PgOptions, PgStorage, Storage};
+    use eddy_streams::{ManualClock, PgOptions, PgStorage, Storage};
 
     use super::cases;
 
     /// Runs `case` on a fresh PostgreSQL store; says so, or that it was
     /// skipped (a failure when `EDDY_REQUIRE_POSTGRES` is set).
     pub(super) fn on_postgres(name: &str, case: crate::support::Case) {
+        on_postgres_with(name, move |store, _| case(store));
+    }
+
+    /// Runs `case` on a fresh PostgreSQL store (a schema of its own)
+    /// reading the clock `case` gets.
+    pub(super) fn on_postgres_with(
+        name: &str,
+        case: impl FnOnce(
+            Arc<dyn Storage>,
+            Arc<ManualClock>,
+        ) -> Pin<Box<dyn Future<Output = ()> + Send>>,
+    ) {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let Some(url) = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()) else {
             let required = std::env::var_os("EDDY_REQUIRE_POSTGRES").is_some();
@@ -488,10 +502,14 @@ mod postgres {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let schema = format!("compaction_{}_{n}", std::process::id());
         crate::support::runtime().block_on(async {
-            let options = PgOptions::new(&url).with_schema(&schema);
+            let clock = Arc::new(ManualClock::starting_now());
+            let options = PgOptions {
+                clock: clock.clone(),
+                ..PgOptions::new(&url).with_schema(&schema)
+            };
             let store: Arc<dyn Storage> =
                 Arc::new(PgStorage::open(options).await.expect("open postgres"));
-            case(store).await;
+            case(store, clock).await;
             crate::support::drop_pg_schema(&url, &schema).await;
         });
     }
@@ -643,58 +661,39 @@ mod lifetime {
         Arc<ManualClock>,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
-    /// Runs `case` on a fresh memory and SQLite store reading `clock`.
+    /// Runs `case` on a fresh memory store, SQLite store, and remote
+    /// client of a server over SQLite, each reading a clock `case` moves.
     pub(super) fn on_clocked_backends(name: &str, case: Case) {
         let runtime = runtime();
         let dir = tempfile::tempdir().expect("tempdir");
-        let clock = Arc::new(ManualClock::starting_now());
-        let options = eddy_streams::SqliteOptions {
-            clock: clock.clone(),
-            ..eddy_streams::SqliteOptions::default()
-        };
-        let sqlite =
-            eddy_streams::SqliteStorage::open_with(dir.path(), options).expect("open sqlite");
-        eprintln!("case `{name}` on memory");
-        let memory = MemoryStorage::new().with_clock(clock.clone());
-        runtime.block_on(case(Arc::new(memory), clock.clone()));
-        eprintln!("case `{name}` on sqlite");
-        runtime.block_on(case(Arc::new(sqlite), clock));
-    }
-
-    /// Runs `case` on a fresh PostgreSQL store (at `DATABASE_URL`, on a
-    /// schema of its own) reading a clock of its own.
-    #[cfg(feature = "postgres")]
-    pub(super) fn on_clocked_postgres(name: &str, case: Case) {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let Some(url) = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()) else {
-            let required = std::env::var_os("EDDY_REQUIRE_POSTGRES").is_some();
-            assert!(!required, "`{name}`: DATABASE_URL is not set");
-            eprintln!("`{name}` on postgres: skipped, DATABASE_URL is not set");
-            return;
-        };
-        eprintln!("`{name}` on postgres");
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let schema = format!("lifetime_{}_{n}", std::process::id());
-        runtime().block_on(async {
-            let clock = Arc::new(ManualClock::starting_now());
-            let options = eddy_streams::PgOptions {
+        let sqlite = |at: &str, clock: &Arc<ManualClock>| {
+            let options = eddy_streams::SqliteOptions {
                 clock: clock.clone(),
-                ..eddy_streams::PgOptions::new(&url).with_schema(&schema)
+                ..eddy_streams::SqliteOptions::default()
             };
-            let store: Arc<dyn Storage> = Arc::new(
-                eddy_streams::PgStorage::open(options)
-                    .await
-                    .expect("open postgres"),
-            );
-            case(store, clock).await;
-            crate::support::drop_pg_schema(&url, &schema).await;
+            eddy_streams::SqliteStorage::open_with(dir.path().join(at), options)
+                .expect("open sqlite")
+        };
+        eprintln!("case `{name}` on memory");
+        let clock = Arc::new(ManualClock::starting_now());
+        let memory = MemoryStorage::new().with_clock(clock.clone());
+        runtime.block_on(case(Arc::new(memory), clock));
+        eprintln!("case `{name}` on sqlite");
+        let clock = Arc::new(ManualClock::starting_now());
+        runtime.block_on(case(Arc::new(sqlite("local", &clock)), clock));
+        eprintln!("case `{name}` over HTTP");
+        let clock = Arc::new(ManualClock::starting_now());
+        let store = Arc::new(sqlite("served", &clock));
+        runtime.block_on(async {
+            let (remote, server) = crate::support::served(store).await;
+            case(remote, clock).await;
+            server.stop().await.expect("stop");
         });
     }
 
     macro_rules! lifetime_cases {
         ($($name:ident),* $(,)?) => {
-            mod memory_and_sqlite {
+            mod memory_sqlite_http {
                 $(
                     #[test]
                     fn $name() {
@@ -709,7 +708,7 @@ mod lifetime {
                 $(
                     #[test]
                     fn $name() {
-                        super::on_clocked_postgres(stringify!($name), |store, clock| {
+                        crate::compaction::postgres::on_postgres_with(stringify!($name), |store, clock| {
                             Box::pin(super::$name(store, clock))
                         });
                     }

@@ -184,6 +184,19 @@ async fn reads_of_a_compacted_stream_skip_what_went_and_keep_offsets() {
     assert_eq!(at_tail.status(), StatusCode::NO_CONTENT);
 }
 
+/// `store` served on a local port, and a remote client of it.
+#[cfg(feature = "remote")]
+async fn served(
+    store: Arc<MemoryStorage>,
+) -> (eddy_server::RunningServer, eddy_server::RemoteStorage) {
+    let server = eddy_server::Server::bind(([127, 0, 0, 1], 0).into(), store, fast())
+        .await
+        .expect("bind")
+        .spawn();
+    let remote = eddy_server::RemoteStorage::new(&server.url()).expect("client");
+    (server, remote)
+}
+
 /// The remote client knows each message's offset in a compacted stream
 /// (the `eddy-positions` extension), so what reads per message offsets
 /// (a state stream's skipped messages, typed chunks, projections) is
@@ -192,11 +205,7 @@ async fn reads_of_a_compacted_stream_skip_what_went_and_keep_offsets() {
 #[tokio::test]
 async fn the_remote_client_reads_each_messages_offset() {
     let store = Arc::new(MemoryStorage::new());
-    let server = eddy_server::Server::bind(([127, 0, 0, 1], 0).into(), store.clone(), fast())
-        .await
-        .expect("bind")
-        .spawn();
-    let remote = eddy_server::RemoteStorage::new(&server.url()).expect("client");
+    let (server, remote) = served(store.clone()).await;
     let path = StreamPath::new("s").expect("path");
     let config = eddy_streams::StreamConfig::json().with_compaction(eddy_streams::Compaction::ON);
     remote
@@ -293,11 +302,7 @@ async fn reads_and_heads_say_where_a_delete_was_dropped() {
 #[tokio::test]
 async fn the_remote_client_reads_where_a_delete_was_dropped() {
     let store = with_a_dropped_delete().await;
-    let server = eddy_server::Server::bind(([127, 0, 0, 1], 0).into(), store.clone(), fast())
-        .await
-        .expect("bind")
-        .spawn();
-    let remote = eddy_server::RemoteStorage::new(&server.url()).expect("client");
+    let (server, remote) = served(store.clone()).await;
     let path = StreamPath::new("s").expect("path");
     let local = store.head(&path).await.expect("head");
     assert!(local.dropped_deletes.is_some());

@@ -27,7 +27,8 @@
 //! the beginning materializes the rows a reader of the full history
 //! does, and a reader at any offset ends with the same rows too, unless
 //! it was more than the delete lifetime behind (a dropped delete then
-//! leaves it a row that is gone).
+//! leaves it a row that is gone). Reads and heads say where deletes were
+//! dropped ([`DroppedDeletes`]), so such a reader can tell.
 //!
 //! The store compacts in passes, each in bounded steps of the sweep
 //! ([`Storage::sweep`](crate::Storage::sweep)) or at once
