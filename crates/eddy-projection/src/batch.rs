@@ -28,6 +28,12 @@ pub struct Range {
     /// `None` when the range holds a message at every position.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinned: Option<Thinned>,
+    /// How many deletes the stream's compaction had dropped past their
+    /// lifetime when the range was read, for an input that [accepts
+    /// compaction](crate::Declare::accept_compaction) (`None` for others,
+    /// and in ranges pinned before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletes_seen: Option<u64>,
 }
 
 impl Range {
@@ -39,6 +45,7 @@ impl Range {
             closed: false,
             gone: false,
             thinned: None,
+            deletes_seen: None,
         }
     }
 
@@ -173,6 +180,8 @@ pub(crate) struct AnySlice {
     pub to: Offset,
     pub closed: bool,
     pub gone: bool,
+    /// See [`Range::deletes_seen`].
+    pub deletes_seen: Option<u64>,
 }
 
 impl AnySlice {
@@ -197,6 +206,7 @@ impl AnySlice {
             closed: self.closed,
             gone: self.gone,
             thinned: Thinned::of(self.from, self.to, &self.offsets),
+            deletes_seen: self.deletes_seen,
         }
     }
 

@@ -95,6 +95,12 @@ pub struct InputMark {
     /// written before it was recorded, until their next commit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// How many deletes the input's compaction had dropped past their
+    /// lifetime when the binding last read it (see
+    /// [`Range::deletes_seen`](crate::Range::deletes_seen)): resuming
+    /// before where one was dropped is safe only while it is the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletes_seen: Option<u64>,
 }
 
 /// A unit whose input ranges are pinned but whose commit has not settled.

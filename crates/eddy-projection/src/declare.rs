@@ -242,10 +242,17 @@ impl<P: Params> Declare<P> {
     /// exactly the items it pinned: if a later pass dropped some of them,
     /// the replay fails with `range-unreproducible` and the pin stays.
     ///
-    /// The store keeps a delete for the stream's delete lifetime, then
-    /// drops it with the row's older changes: a binding further behind
-    /// than that misses the delete, and its row stays. Keep such bindings
-    /// within the lifetime (one day by default).
+    /// The store keeps a delete for the stream's delete lifetime (one day
+    /// by default), then drops it with the row's older changes. A binding
+    /// further behind than that, resuming from its checkpoint before the
+    /// dropped delete, may have read an older change of the row and would
+    /// keep it: it fails with `history-unavailable` instead, naming the
+    /// delete's offset. Keep such bindings within the lifetime, or
+    /// rebuild one that failed from the start
+    /// ([`Host::forget`](crate::Host::forget), then run it). A binding
+    /// that reads from the stream's start, or that read the stream last
+    /// after the pass (the stream dropped no delete since), goes on: it
+    /// cannot hold such a row.
     pub fn accept_compaction<T>(&self, input: &Input<T>) {
         self.mark_input(input, "compaction", |spec| spec.accepts_compaction = true);
     }

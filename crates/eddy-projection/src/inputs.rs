@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 
 use bytes::Bytes;
-use eddy_streams::{Offset, ReadFrom, Storage, StreamError, StreamPath};
+use eddy_streams::{DroppedDeletes, Offset, ReadFrom, Storage, StreamError, StreamPath};
 
 use crate::progress::UnitBounds;
 
@@ -19,6 +19,9 @@ pub(crate) struct Raw {
     pub to: Offset,
     /// The read reached the end of a closed stream.
     pub closed: bool,
+    /// Where compaction had dropped deletes when the messages were read
+    /// (by the last store read that gave some of them).
+    pub dropped_deletes: Option<DroppedDeletes>,
 }
 
 /// Messages read past the end of the last unit, kept for the next one.
@@ -34,6 +37,8 @@ pub(crate) struct ReadAhead {
     end: Offset,
     /// The read that filled the buffer reached the end of a closed stream.
     closed_at_end: bool,
+    /// Where compaction had dropped deletes when that read ran.
+    dropped_deletes: Option<DroppedDeletes>,
 }
 
 /// Reads what one input contributes to a unit from `from`: at most
@@ -48,8 +53,10 @@ pub(crate) async fn read_range(
 ) -> Result<Raw, StreamError> {
     let mut taken = Taken::new(bounds);
     let mut next = from;
+    let mut dropped_deletes;
     if let Some(buffer) = ahead.as_deref_mut() {
         if buffer.next == from && !buffer.messages.is_empty() {
+            dropped_deletes = buffer.dropped_deletes;
             let take = taken.fitting(buffer.messages.iter());
             taken.extend(buffer.messages.drain(..take), buffer.offsets.drain(..take));
             buffer.next = buffer.offsets.front().copied().unwrap_or(buffer.end);
@@ -62,6 +69,7 @@ pub(crate) async fn read_range(
                     messages: taken.messages,
                     offsets: taken.offsets,
                     closed,
+                    dropped_deletes,
                 });
             }
         } else {
@@ -75,6 +83,7 @@ pub(crate) async fn read_range(
             .read(path, ReadFrom::Offset(next), READ_BYTES)
             .await?;
         let got = chunk.messages.len();
+        dropped_deletes = chunk.dropped_deletes;
         let room = taken.fitting(chunk.messages.iter());
         // The chunk's offsets carry the stream's own incarnation, also when
         // `from` was the zero offset or an offset of a fork's source.
@@ -92,6 +101,7 @@ pub(crate) async fn read_range(
             buffer.offsets = offsets.collect();
             buffer.end = end;
             buffer.closed_at_end = chunk.up_to_date && chunk.closed;
+            buffer.dropped_deletes = chunk.dropped_deletes;
         }
         if taken.full() || room < got || chunk.up_to_date || got == 0 {
             return Ok(Raw {
@@ -99,6 +109,7 @@ pub(crate) async fn read_range(
                 offsets: taken.offsets,
                 to,
                 closed: reached_end && chunk.closed,
+                dropped_deletes,
             });
         }
     }

@@ -246,9 +246,16 @@
 //! unit's [`Range`] records how many items it kept ([`Thinned`]), so
 //! that a pinned unit whose range a later pass thinned again fails its
 //! replay with `range-unreproducible` instead of running on other items.
-//! A binding more than the stream's delete lifetime behind can miss a
-//! delete that the store dropped since (its row stays): keep such
-//! bindings within it.
+//! The store keeps a delete for the stream's delete lifetime, then drops
+//! it with the row's older changes, and says where
+//! ([`DroppedDeletes`](eddy_streams::DroppedDeletes)). A binding that
+//! resumes from its checkpoint before such a dropped delete, while the
+//! stream dropped deletes since the binding last read it, may have read
+//! an older change of the row and never see the delete: it fails with
+//! `history-unavailable` instead of keeping a row that is gone. Keep such
+//! bindings within the delete lifetime, or rebuild one that failed from
+//! the start ([`Host::forget`], then run it): a binding that reads from
+//! the stream's start never read the dropped rows.
 //!
 //! ```
 //! use std::collections::BTreeMap;

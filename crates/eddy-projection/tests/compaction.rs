@@ -467,16 +467,30 @@ compaction_cases!(crate::on_backends);
 /// a schema of its own.
 #[cfg(feature = "postgres")]
 mod postgres {
+    use std::future::Future;
+    use std::pin::Pin;
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::Arc;
 
-    use eddy_streams::{PgOptions, PgStorage, Storage};
+    use eddy_streams::{ManualClock, PgOptions, PgStorage, Storage};
 
     use super::cases;
 
     /// Runs `case` on a fresh PostgreSQL store; says so, or that it was
     /// skipped (a failure when `EDDY_REQUIRE_POSTGRES` is set).
     pub(super) fn on_postgres(name: &str, case: crate::support::Case) {
+        on_postgres_with(name, move |store, _| case(store));
+    }
+
+    /// Runs `case` on a fresh PostgreSQL store (a schema of its own)
+    /// reading the clock `case` gets.
+    pub(super) fn on_postgres_with(
+        name: &str,
+        case: impl FnOnce(
+            Arc<dyn Storage>,
+            Arc<ManualClock>,
+        ) -> Pin<Box<dyn Future<Output = ()> + Send>>,
+    ) {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let Some(url) = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()) else {
             let required = std::env::var_os("EDDY_REQUIRE_POSTGRES").is_some();
@@ -488,10 +502,14 @@ mod postgres {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let schema = format!("compaction_{}_{n}", std::process::id());
         crate::support::runtime().block_on(async {
-            let options = PgOptions::new(&url).with_schema(&schema);
+            let clock = Arc::new(ManualClock::starting_now());
+            let options = PgOptions {
+                clock: clock.clone(),
+                ..PgOptions::new(&url).with_schema(&schema)
+            };
             let store: Arc<dyn Storage> =
                 Arc::new(PgStorage::open(options).await.expect("open postgres"));
-            case(store).await;
+            case(store, clock).await;
             crate::support::drop_pg_schema(&url, &schema).await;
         });
     }
@@ -508,6 +526,201 @@ mod postgres {
     }
 
     compaction_cases!(on_postgres);
+}
+
+/// Cases about deletes dropped past their lifetime: each gets a store
+/// whose clock it moves.
+mod lifetime {
+    use std::time::Duration;
+
+    use eddy_streams::ManualClock;
+
+    use super::*;
+
+    type Bound = eddy_projection::Bound<Table, Rows>;
+
+    /// A binding of the table `compacted` that materializes its rows and
+    /// accepts compaction, declared as `name`.
+    fn rows_binding(name: &str) -> Bound {
+        let declare = Declare::<Table>::new(name);
+        let input = declare.input_route::<Value>("changes", route());
+        declare.accept_compaction(&input);
+        declare
+            .fold(Rows::new())
+            .on(input, |rows, entry, _| {
+                apply(rows, entry.offset, entry.item)
+            })
+            .build()
+            .expect("declare")
+            .at(table("compacted"))
+            .expect("bind")
+    }
+
+    /// A binding reads a table, then a row of it is deleted (a second
+    /// binding reads that far) and the delete outlives its one-minute
+    /// lifetime; a pass drops it with the row's older change. Returns the
+    /// host, the two bindings, and the history written.
+    async fn a_read_table_whose_delete_went(
+        store: &Arc<dyn Storage>,
+        clock: &ManualClock,
+    ) -> (Host, Bound, Bound, Vec<Change>) {
+        use Change::*;
+        let policy = "deletes=1m".parse().expect("policy");
+        create_with(store.as_ref(), "compacted", Some(policy)).await;
+        let mut history = vec![
+            Upsert("a", 1),
+            Upsert("e", 1),
+            Upsert("b", 1),
+            Upsert("c", 1),
+        ];
+        write(store.as_ref(), "compacted", &history).await;
+        let host = Host::new(store.clone());
+        let bound = rows_binding("early-rows");
+        host.run(&bound, RunOptions::default()).await.expect("run");
+        assert!(host.read(&bound).await.expect("read").contains_key("b"));
+        let later = vec![Delete("b"), Upsert("c", 2)];
+        write(store.as_ref(), "compacted", &later).await;
+        history.extend(later);
+        let read_the_delete = rows_binding("late-rows");
+        host.run(&read_the_delete, RunOptions::default())
+            .await
+            .expect("run");
+        clock.advance(Duration::from_secs(61));
+        // b's upsert and delete, c's first upsert.
+        assert_eq!(compact(store.as_ref(), "compacted").await, 3);
+        let info = store.head(&path("compacted")).await.expect("head");
+        let dropped = info.dropped_deletes.expect("the stream says so");
+        assert_eq!(dropped.before.position(), 5);
+        (host, bound, read_the_delete, history)
+    }
+
+    /// A binding that read a row before its delete, and resumes before
+    /// where a pass dropped that delete, would keep the row: it stops with
+    /// `history-unavailable`, saying where and how to go on; rebuilt from
+    /// the start it holds exactly the live rows.
+    pub async fn a_binding_that_may_have_missed_a_dropped_delete_stops(
+        store: Arc<dyn Storage>,
+        clock: Arc<ManualClock>,
+    ) {
+        let (host, bound, _, history) = a_read_table_whose_delete_went(&store, &clock).await;
+        let failed = host
+            .run(&bound, RunOptions::default())
+            .await
+            .expect_err("the binding may have missed b's delete");
+        assert_eq!(failed.code(), "history-unavailable", "{failed}");
+        let message = failed.to_string();
+        let tail = store.head(&path("compacted")).await.expect("head").tail;
+        for said in [
+            "delete".to_owned(),
+            tail.with_position(4).to_string(),
+            "delete lifetime".to_owned(),
+            "from the start".to_owned(),
+        ] {
+            assert!(message.contains(&said), "`{said}` in: {message}");
+        }
+        assert!(
+            host.read(&bound).await.expect("read").contains_key("b"),
+            "nothing was committed"
+        );
+        host.forget(&bound).await.expect("forget");
+        host.run(&bound, RunOptions::default())
+            .await
+            .expect("a rebuild from the start");
+        assert_eq!(host.read(&bound).await.expect("read"), model(&history));
+    }
+
+    /// A binding that starts after the pass, from the stream's start, is
+    /// right whatever the pass dropped, also when it reads in many small
+    /// units over many runs (resuming each time before the mark); one
+    /// that had read past the dropped delete goes on too.
+    pub async fn bindings_that_cannot_have_missed_a_dropped_delete_go_on(
+        store: Arc<dyn Storage>,
+        clock: Arc<ManualClock>,
+    ) {
+        let (host, _, read_the_delete, mut history) =
+            a_read_table_whose_delete_went(&store, &clock).await;
+        // Another binding of the same stream, from its start.
+        let fresh = rows_binding("fresh-rows");
+        // a's and e's upserts (0, 1), each in a run of its own: the
+        // second resumes at 1, before the dropped delete (at 4).
+        let one = RunOptions::default().with_unit_size(1).with_limit(1);
+        for _ in 0..3 {
+            host.run(&fresh, one.clone()).await.expect("run");
+        }
+        let more = vec![Change::Upsert("d", 1)];
+        write(store.as_ref(), "compacted", &more).await;
+        history.extend(more);
+        for bound in [&fresh, &read_the_delete] {
+            host.run(bound, RunOptions::default()).await.expect("run");
+            assert_eq!(host.read(bound).await.expect("read"), model(&history));
+        }
+    }
+
+    type Case = fn(
+        Arc<dyn Storage>,
+        Arc<ManualClock>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+    /// Runs `case` on a fresh memory store, SQLite store, and remote
+    /// client of a server over SQLite, each reading a clock `case` moves.
+    pub(super) fn on_clocked_backends(name: &str, case: Case) {
+        let runtime = runtime();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sqlite = |at: &str, clock: &Arc<ManualClock>| {
+            let options = eddy_streams::SqliteOptions {
+                clock: clock.clone(),
+                ..eddy_streams::SqliteOptions::default()
+            };
+            eddy_streams::SqliteStorage::open_with(dir.path().join(at), options)
+                .expect("open sqlite")
+        };
+        eprintln!("case `{name}` on memory");
+        let clock = Arc::new(ManualClock::starting_now());
+        let memory = MemoryStorage::new().with_clock(clock.clone());
+        runtime.block_on(case(Arc::new(memory), clock));
+        eprintln!("case `{name}` on sqlite");
+        let clock = Arc::new(ManualClock::starting_now());
+        runtime.block_on(case(Arc::new(sqlite("local", &clock)), clock));
+        eprintln!("case `{name}` over HTTP");
+        let clock = Arc::new(ManualClock::starting_now());
+        let store = Arc::new(sqlite("served", &clock));
+        runtime.block_on(async {
+            let (remote, server) = crate::support::served(store).await;
+            case(remote, clock).await;
+            server.stop().await.expect("stop");
+        });
+    }
+
+    macro_rules! lifetime_cases {
+        ($($name:ident),* $(,)?) => {
+            mod memory_sqlite_http {
+                $(
+                    #[test]
+                    fn $name() {
+                        super::on_clocked_backends(stringify!($name), |store, clock| {
+                            Box::pin(super::$name(store, clock))
+                        });
+                    }
+                )*
+            }
+            #[cfg(feature = "postgres")]
+            mod postgres {
+                $(
+                    #[test]
+                    fn $name() {
+                        crate::compaction::postgres::on_postgres_with(stringify!($name), |store, clock| {
+                            Box::pin(super::$name(store, clock))
+                        });
+                    }
+                )*
+            }
+        };
+    }
+
+    lifetime_cases!(
+        a_binding_that_may_have_missed_a_dropped_delete_stops,
+        bindings_that_cannot_have_missed_a_dropped_delete_go_on,
+    );
 }
 
 /// A pin written before ranges recorded what compaction kept still loads:

@@ -40,7 +40,12 @@ pub const ADMIN_TOKEN: &str = "test-admin";
 /// An in-process `eddy serve` over a SQLite store, and a remote client of
 /// it with the admin token (checkpoints live under the reserved prefix).
 pub async fn remote(dir: &std::path::Path) -> (Arc<dyn Storage>, eddy_server::RunningServer) {
-    let store = Arc::new(SqliteStorage::open(dir).expect("open sqlite"));
+    served(Arc::new(SqliteStorage::open(dir).expect("open sqlite"))).await
+}
+
+/// An in-process `eddy serve` over `store`, and a remote client of it
+/// with the admin token.
+pub async fn served(store: Arc<dyn Storage>) -> (Arc<dyn Storage>, eddy_server::RunningServer) {
     let config = eddy_server::ServerConfig {
         long_poll_timeout: Duration::from_millis(300),
         admin_token: Some(ADMIN_TOKEN.into()),

@@ -57,6 +57,15 @@ pub(crate) const COMPACTION: HeaderName = HeaderName::from_static("eddy-compacti
 /// HEAD, and with `offset/dropped`).
 pub(crate) const EARLIEST_OFFSET: HeaderName = HeaderName::from_static("eddy-earliest-offset");
 
+/// Eddy's extension (response, HEAD and GET): the offset after the
+/// highest delete compaction dropped past its lifetime; a reader resuming
+/// before it may have missed a delete.
+pub(crate) const DELETES_DROPPED_BEFORE: HeaderName =
+    HeaderName::from_static("eddy-deletes-dropped-before");
+/// Eddy's extension (response, with [`DELETES_DROPPED_BEFORE`]): how many
+/// deletes compaction dropped past their lifetime (it only grows).
+pub(crate) const DELETES_DROPPED: HeaderName = HeaderName::from_static("eddy-deletes-dropped");
+
 /// The path prefix reserved for Eddy's own endpoints (listing).
 pub(crate) const RESERVED_PREFIX: &str = "_eddy/";
 
@@ -71,7 +80,8 @@ pub(crate) const EXPOSED_HEADERS: &str = "stream-next-offset, stream-up-to-date,
 stream-closed, stream-ttl, stream-expires-at, producer-epoch, producer-seq, \
 producer-expected-seq, producer-received-seq, stream-sse-data-encoding, etag, location, content-location, \
 content-type, eddy-error, eddy-stream-bytes, eddy-read-start, eddy-duplicate, eddy-limit, \
-eddy-retention, eddy-compaction, eddy-earliest-offset, retry-after, x-request-id";
+eddy-retention, eddy-compaction, eddy-earliest-offset, eddy-deletes-dropped-before, \
+eddy-deletes-dropped, retry-after, x-request-id";
 
 /// Every request header a browser client may send.
 pub(crate) const ALLOWED_HEADERS: &str = "authorization, content-type, if-none-match, stream-seq, \

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use eddy_streams::{Expiry, Offset, StreamConfig, StreamInfo};
+use eddy_streams::{DroppedDeletes, Expiry, Offset, StreamConfig, StreamInfo};
 
 /// One stream in a listing.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -35,6 +35,13 @@ pub struct ListedStream {
     /// The offset of its first message kept, when retention dropped some.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub earliest: Option<Offset>,
+    /// The offset after the highest delete its compaction dropped past
+    /// its lifetime (`Eddy-Deletes-Dropped-Before`), if it dropped one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletes_dropped_before: Option<Offset>,
+    /// How many deletes its compaction dropped past their lifetime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletes_dropped: Option<u64>,
 }
 
 /// One page of a listing (`GET /_eddy/streams?limit=N&after=PATH`).
@@ -93,6 +100,8 @@ impl From<&StreamInfo> for ListedStream {
                 .then(|| info.config.retention.to_string()),
             compaction: info.config.compaction.map(|policy| policy.to_string()),
             earliest: (info.earliest.position() > 0).then_some(info.earliest),
+            deletes_dropped_before: info.dropped_deletes.map(|d| d.before),
+            deletes_dropped: info.dropped_deletes.map(|d| d.count),
         }
     }
 }
@@ -121,6 +130,10 @@ impl From<ListedStream> for StreamInfo {
             earliest: listed.earliest.unwrap_or(listed.tail.with_position(0)),
             tail: listed.tail,
             bytes: listed.bytes,
+            dropped_deletes: listed.deletes_dropped_before.map(|before| DroppedDeletes {
+                before,
+                count: listed.deletes_dropped.unwrap_or(0),
+            }),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Compaction over HTTP: `Eddy-Compaction` on create and its echo, the
 //! server's rules by path pattern, and reads of a compacted stream (from
 //! `-1`, from inside a compacted range, page by page, long-poll) whose
-//! offsets have holes.
+//! offsets have holes, and where compaction dropped a delete.
 
 use std::sync::Arc;
 
@@ -184,6 +184,19 @@ async fn reads_of_a_compacted_stream_skip_what_went_and_keep_offsets() {
     assert_eq!(at_tail.status(), StatusCode::NO_CONTENT);
 }
 
+/// `store` served on a local port, and a remote client of it.
+#[cfg(feature = "remote")]
+async fn served(
+    store: Arc<MemoryStorage>,
+) -> (eddy_server::RunningServer, eddy_server::RemoteStorage) {
+    let server = eddy_server::Server::bind(([127, 0, 0, 1], 0).into(), store, fast())
+        .await
+        .expect("bind")
+        .spawn();
+    let remote = eddy_server::RemoteStorage::new(&server.url()).expect("client");
+    (server, remote)
+}
+
 /// The remote client knows each message's offset in a compacted stream
 /// (the `eddy-positions` extension), so what reads per message offsets
 /// (a state stream's skipped messages, typed chunks, projections) is
@@ -192,11 +205,7 @@ async fn reads_of_a_compacted_stream_skip_what_went_and_keep_offsets() {
 #[tokio::test]
 async fn the_remote_client_reads_each_messages_offset() {
     let store = Arc::new(MemoryStorage::new());
-    let server = eddy_server::Server::bind(([127, 0, 0, 1], 0).into(), store.clone(), fast())
-        .await
-        .expect("bind")
-        .spawn();
-    let remote = eddy_server::RemoteStorage::new(&server.url()).expect("client");
+    let (server, remote) = served(store.clone()).await;
     let path = StreamPath::new("s").expect("path");
     let config = eddy_streams::StreamConfig::json().with_compaction(eddy_streams::Compaction::ON);
     remote
@@ -221,5 +230,90 @@ async fn the_remote_client_reads_each_messages_offset() {
     assert_eq!(chunk.offset_after(1).position(), 3);
     assert_eq!(chunk.next_offset.position(), 5);
     assert_eq!(chunk.compaction, Some(eddy_streams::Compaction::ON));
+    server.stop().await.expect("stop");
+}
+
+fn change(key: &str, operation: &str) -> String {
+    format!(r#"{{"type":"row","key":"{key}","value":1,"headers":{{"operation":"{operation}"}}}}"#)
+}
+
+/// A store whose clock the test moves, with a compacted stream `s` at
+/// positions 0..4 (a's insert, b's insert, a's delete, c's insert) whose
+/// delete a pass dropped past its one-minute lifetime.
+async fn with_a_dropped_delete() -> Arc<MemoryStorage> {
+    let clock = Arc::new(eddy_streams::ManualClock::at(1_764_000_000_000));
+    let store = Arc::new(MemoryStorage::new().with_clock(clock.clone()));
+    let path = StreamPath::new("s").expect("path");
+    let policy = "deletes=1m".parse().expect("policy");
+    let config = eddy_streams::StreamConfig::json().with_compaction(policy);
+    store
+        .create(&path, config, eddy_streams::Payload::empty())
+        .await
+        .expect("create");
+    for message in [
+        change("a", "insert"),
+        change("b", "insert"),
+        change("a", "delete"),
+        change("c", "insert"),
+    ] {
+        store
+            .append(&path, eddy_streams::Append::body(message))
+            .await
+            .expect("append");
+    }
+    clock.advance(std::time::Duration::from_secs(61));
+    assert_eq!(store.compact(&path).await, Ok(2), "a's insert and delete");
+    store
+}
+
+/// Where compaction dropped a delete goes out on GET and HEAD (absent
+/// before any was dropped), so a remote reader resuming before it knows
+/// it may have missed one.
+#[tokio::test]
+async fn reads_and_heads_say_where_a_delete_was_dropped() {
+    let store = with_a_dropped_delete().await;
+    let app = over(store.clone(), fast());
+    let (head, _) = send_empty(&app, "HEAD", "/s").await;
+    let tail = header(&head, "stream-next-offset")
+        .expect("tail")
+        .to_owned();
+    let before = format!("{}{:016}", &tail[..17], 3);
+    assert_eq!(
+        header(&head, "eddy-deletes-dropped-before"),
+        Some(before.as_str())
+    );
+    assert_eq!(header(&head, "eddy-deletes-dropped"), Some("1"));
+    let (read, _) = send_empty(&app, "GET", &format!("/s?offset={tail}")).await;
+    assert_eq!(
+        header(&read, "eddy-deletes-dropped-before"),
+        Some(before.as_str())
+    );
+    assert_eq!(header(&read, "eddy-deletes-dropped"), Some("1"));
+
+    let (_, _) = send(&app, put("/plain", "application/json", Some("on"))).await;
+    let (plain, _) = send_empty(&app, "HEAD", "/plain").await;
+    assert_eq!(header(&plain, "eddy-deletes-dropped-before"), None);
+    assert_eq!(header(&plain, "eddy-deletes-dropped"), None);
+}
+
+/// The remote client reads where compaction dropped a delete back into
+/// its reads and heads, so remote projections learn of it too.
+#[cfg(feature = "remote")]
+#[tokio::test]
+async fn the_remote_client_reads_where_a_delete_was_dropped() {
+    let store = with_a_dropped_delete().await;
+    let (server, remote) = served(store.clone()).await;
+    let path = StreamPath::new("s").expect("path");
+    let local = store.head(&path).await.expect("head");
+    assert!(local.dropped_deletes.is_some());
+    let head = remote.head(&path).await.expect("head");
+    assert_eq!(head.dropped_deletes, local.dropped_deletes);
+    let chunk = remote
+        .read(&path, eddy_streams::ReadFrom::Beginning, 1 << 20)
+        .await
+        .expect("read");
+    assert_eq!(chunk.dropped_deletes, local.dropped_deletes);
+    let listed = remote.list("").await.expect("list");
+    assert_eq!(listed[0].dropped_deletes, local.dropped_deletes);
     server.stop().await.expect("stop");
 }

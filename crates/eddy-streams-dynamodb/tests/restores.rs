@@ -31,6 +31,7 @@ fn snapshot(producers: usize) -> StreamSnapshot {
                 last_ms: None,
             })
             .collect(),
+        dropped_deletes: None,
     }
 }
 

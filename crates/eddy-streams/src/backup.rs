@@ -8,7 +8,8 @@
 //! 2. per stream, `{"stream":{…}}` (path, content type, expiry, closed,
 //!    count, bytes, `Stream-Seq`, the producer that closed it, the
 //!    producers' positions with when each last wrote, `last_ms`: optional,
-//!    a backup without it restores them as written at the restore), then
+//!    a backup without it restores them as written at the restore, and
+//!    where compaction dropped deletes past their lifetime), then
 //!    its messages in order, each
 //!    `{"text":"…"}` (UTF-8) or `{"base64":"…"}` (other bytes), with
 //!    `{"skip":N}` where N positions hold no message (compaction dropped
@@ -36,8 +37,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::record::{expiry_columns, expiry_from_columns};
 use crate::{
-    ProducerPosition, ReadFrom, Retention, SnapshotProducer, Storage, StreamConfig, StreamError,
-    StreamPath, StreamSnapshot,
+    DroppedDeletes, ProducerPosition, ReadFrom, Retention, SnapshotProducer, Storage, StreamConfig,
+    StreamError, StreamPath, StreamSnapshot,
 };
 
 /// The `format` of the header line.
@@ -170,6 +171,17 @@ struct StreamLine {
     closed_by: Option<ProducerPosition>,
     #[serde(default)]
     producers: Vec<ProducerLine>,
+    /// The position after the highest delete compaction dropped past its
+    /// lifetime, and how many it dropped (absent: none, or a backup from
+    /// before they were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    deletes_dropped_below: Option<u64>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    deletes_dropped: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A producer's state as the format writes it: its position, and since
@@ -207,6 +219,8 @@ impl From<&StreamSnapshot> for StreamLine {
                     last_ms: p.last_ms,
                 })
                 .collect(),
+            deletes_dropped_below: s.dropped_deletes.map(|d| d.before.position()),
+            deletes_dropped: s.dropped_deletes.map_or(0, |d| d.count),
         }
     }
 }
@@ -237,6 +251,10 @@ impl StreamLine {
                     last_ms: p.last_ms,
                 })
                 .collect(),
+            dropped_deletes: self.deletes_dropped_below.map(|below| DroppedDeletes {
+                before: crate::Offset::new(0, below),
+                count: self.deletes_dropped,
+            }),
         })
     }
 }

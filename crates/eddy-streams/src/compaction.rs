@@ -27,7 +27,8 @@
 //! the beginning materializes the rows a reader of the full history
 //! does, and a reader at any offset ends with the same rows too, unless
 //! it was more than the delete lifetime behind (a dropped delete then
-//! leaves it a row that is gone).
+//! leaves it a row that is gone). Reads and heads say where deletes were
+//! dropped ([`DroppedDeletes`]), so such a reader can tell.
 //!
 //! The store compacts in passes, each in bounded steps of the sweep
 //! ([`Storage::sweep`](crate::Storage::sweep)) or at once
@@ -268,6 +269,21 @@ impl fmt::Display for Compaction {
     }
 }
 
+/// Where compaction dropped deletes past their lifetime, as readers see
+/// it: a reader that resumes before [`before`](Self::before), having read
+/// an earlier change of a row, may have missed the row's delete and keep
+/// a row that is gone. A reader that saw the same [`count`](Self::count)
+/// on its previous read missed none since (the count only grows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DroppedDeletes {
+    /// The offset after the highest delete compaction dropped.
+    pub before: crate::Offset,
+    /// How many deletes compaction dropped past their lifetime, over the
+    /// stream's life (a restored stream or a fork starts from its
+    /// source's).
+    pub count: u64,
+}
+
 /// What the store keeps between compaction passes of a stream.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Compacted {
@@ -287,6 +303,13 @@ pub(crate) struct Compacted {
     /// When the oldest delete that pass kept may go, in unix ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delete_due_ms: Option<i64>,
+    /// The position after the highest delete dropped past its lifetime,
+    /// over all passes (see [`DroppedDeletes`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletes_dropped_below: Option<u64>,
+    /// How many deletes were dropped past their lifetime, over all passes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub deletes_dropped: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -297,6 +320,23 @@ impl Compacted {
     /// Whether no pass ever finished (and so nothing was dropped).
     pub fn is_empty(&self) -> bool {
         *self == Compacted::default()
+    }
+
+    /// Notes `deletes` (see [`DeletesDropped`]) that a write drops.
+    pub fn note_deletes(&mut self, deletes: DeletesDropped) {
+        if deletes.count > 0 {
+            self.deletes_dropped = self.deletes_dropped.saturating_add(deletes.count);
+            self.deletes_dropped_below = self.deletes_dropped_below.max(Some(deletes.below));
+        }
+    }
+
+    /// The dropped deletes as readers see them, with offsets of
+    /// `incarnation`.
+    pub fn dropped_deletes(&self, incarnation: u64) -> Option<DroppedDeletes> {
+        self.deletes_dropped_below.map(|below| DroppedDeletes {
+            before: crate::Offset::new(incarnation, below),
+            count: self.deletes_dropped,
+        })
     }
 
     /// When the sweep should start the next pass, in unix ms (`i64::MIN`
@@ -339,6 +379,28 @@ pub(crate) enum Verdict {
     Keep,
     /// It goes.
     Drop,
+    /// It goes, and it is a delete past its lifetime: a reader that read
+    /// an earlier change of its row but not it keeps the row.
+    DropDelete,
+}
+
+/// Deletes past their lifetime that some drops of a pass take out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct DeletesDropped {
+    /// How many.
+    pub count: u64,
+    /// The position after the highest of them.
+    pub below: u64,
+}
+
+impl DeletesDropped {
+    /// These and the one at `position`.
+    pub fn and(self, position: u64) -> Self {
+        DeletesDropped {
+            count: self.count + 1,
+            below: self.below.max(position + 1),
+        }
+    }
 }
 
 /// The part of a state message compaction looks at.
@@ -543,7 +605,7 @@ impl Pass {
                     .unwrap_or(self.now_ms)
                     .saturating_add(policy.deletes_ms());
                 if due <= self.now_ms && !in_head {
-                    return Verdict::Drop;
+                    return Verdict::DropDelete;
                 }
                 if !in_head {
                     self.delete_due_ms = Some(self.delete_due_ms.map_or(due, |d| d.min(due)));
@@ -567,6 +629,7 @@ impl Pass {
             tail: self.tail,
             dropped: dropped_before,
             delete_due_ms: self.delete_due_ms,
+            ..Compacted::default()
         }
     }
 }
@@ -691,7 +754,10 @@ mod tests {
             .rev()
             .map(|i| pass.examine(&policy, i, &messages[i as usize], appended_by_ms(&marks, i)))
             .collect();
-        assert_eq!(verdicts, [Verdict::Keep, Verdict::Drop, Verdict::Drop]);
+        assert_eq!(
+            verdicts,
+            [Verdict::Keep, Verdict::DropDelete, Verdict::Drop]
+        );
         assert_eq!(pass.delete_due_ms, Some(19_000));
     }
 }

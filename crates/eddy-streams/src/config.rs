@@ -164,6 +164,9 @@ pub struct StreamInfo {
     /// The offset of the first message kept: the stream's beginning
     /// unless retention dropped a prefix.
     pub earliest: Offset,
+    /// Where compaction dropped deletes past their lifetime, if it did: a
+    /// reader that resumes before it may have missed a delete.
+    pub dropped_deletes: Option<crate::DroppedDeletes>,
 }
 
 #[cfg(test)]

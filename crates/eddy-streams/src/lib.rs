@@ -118,7 +118,7 @@ pub use backup::{
     export, import, BackupError, BackupProgress, BackupSummary, BACKUP_FORMAT, BACKUP_VERSION,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use compaction::{Compaction, CompactionError};
+pub use compaction::{Compaction, CompactionError, DroppedDeletes};
 pub use config::{
     is_json, media_type, same_media_type, Expiry, StreamConfig, StreamInfo, JSON, OCTET_STREAM,
 };

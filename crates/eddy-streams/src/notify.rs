@@ -246,6 +246,7 @@ mod tests {
             tail: Offset::new(1, tail),
             bytes: 0,
             earliest: Offset::ZERO,
+            dropped_deletes: None,
         }
     }
 

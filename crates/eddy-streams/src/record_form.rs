@@ -187,6 +187,8 @@ mod tests {
                         tail: 6,
                         dropped: 1,
                         delete_due_ms: Some(77),
+                        deletes_dropped_below: Some(3),
+                        deletes_dropped: 2,
                     }),
                 },
             },

@@ -68,6 +68,7 @@ impl Head {
             tail: self.tail(),
             bytes: self.bytes,
             earliest: self.offset(self.retained.first),
+            dropped_deletes: self.dropped_deletes(),
         }
     }
 
@@ -181,7 +182,13 @@ impl Head {
             closed: up_to_date && self.closed,
             retention: self.config.retention,
             compaction: self.config.compaction,
+            dropped_deletes: self.dropped_deletes(),
         }
+    }
+
+    /// Where compaction dropped deletes past their lifetime.
+    fn dropped_deletes(&self) -> Option<crate::DroppedDeletes> {
+        self.retained.compacted.dropped_deletes(self.incarnation)
     }
 }
 

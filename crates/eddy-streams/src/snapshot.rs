@@ -35,6 +35,9 @@ pub struct StreamSnapshot {
     /// was accepted, sorted by id. Expired states the store still holds
     /// are included (an append treats them as unknown either way).
     pub producers: Vec<SnapshotProducer>,
+    /// Where compaction dropped deletes past their lifetime, if it did: a
+    /// restore keeps it (at the same position of the new incarnation).
+    pub dropped_deletes: Option<crate::DroppedDeletes>,
 }
 
 /// One idempotent producer's state in a [`StreamSnapshot`].

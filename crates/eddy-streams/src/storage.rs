@@ -45,6 +45,9 @@ pub struct ReadChunk {
     pub retention: Retention,
     /// The stream's compaction policy, if it has one.
     pub compaction: Option<crate::Compaction>,
+    /// Where compaction dropped deletes past their lifetime, if it did: a
+    /// reader that resumes before it may have missed a delete.
+    pub dropped_deletes: Option<crate::DroppedDeletes>,
 }
 
 impl ReadChunk {

@@ -73,7 +73,7 @@ fn path(n: u8) -> StreamPath {
 #[derive(Debug, PartialEq)]
 enum Answer {
     Done(String),
-    Chunk(ReadChunk),
+    Chunk(Box<ReadChunk>),
     Failed(&'static str),
 }
 
@@ -118,7 +118,7 @@ async fn run(store: &dyn Storage, call: &Call) -> Answer {
             };
             let from = ReadFrom::Offset(Offset::new(incarnation, *from));
             let read = store.read(&path(*p), from, *max_bytes).await;
-            read.map_or_else(failed, Answer::Chunk)
+            read.map_or_else(failed, |chunk| Answer::Chunk(Box::new(chunk)))
         }
         Call::Head { path: p } => {
             let head = store.head(&path(*p)).await;

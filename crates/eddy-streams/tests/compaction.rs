@@ -13,8 +13,9 @@
 //! - read from `-1`, whole or a small page at a time, it materializes
 //!   the plain stream's rows (and snapshot state);
 //! - a reader that read the plain stream up to any offset and reads on
-//!   from there in the compacted one ends with the same rows (unless a
-//!   delete may have outlived its lifetime: then only from `-1`);
+//!   from there in the compacted one ends with the same rows, unless it
+//!   is before where the stream says it dropped a delete past its
+//!   lifetime (none while no delete outlived it);
 //! - a reader within the lag (messages, bytes, age) sees every message.
 
 use std::sync::{Arc, OnceLock};

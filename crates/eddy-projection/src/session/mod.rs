@@ -565,6 +565,9 @@ impl<P: Params, S: State> Session<P, S> {
             mark.offset = range.to;
             mark.closed |= range.closed;
             mark.gone |= range.gone;
+            if range.deletes_seen.is_some() {
+                mark.deletes_seen = range.deletes_seen;
+            }
         }
         self.record_paths(&mut next);
         for (output, used) in emitted {

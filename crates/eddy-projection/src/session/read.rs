@@ -8,7 +8,7 @@ use eddy_streams::{Offset, StreamError, StreamPath};
 
 use super::Session;
 use crate::batch::AnySlice;
-use crate::checkpoint::Pending;
+use crate::checkpoint::{InputMark, Pending};
 use crate::declare::{Params, State};
 use crate::handles::InputSpec;
 use crate::inputs::{read_range, Raw, ReadAhead};
@@ -94,11 +94,22 @@ impl<P: Params, S: State> Session<P, S> {
                         ),
                     })
                 }
+                Ok(raw) if input.accepts_compaction && may_have_missed(from, &mark, &raw) => {
+                    let before = raw.dropped_deletes.map_or(raw.to, |d| d.before);
+                    return Err(ProjectionError::HistoryUnavailable {
+                        input: input.name.clone(),
+                        path: path.to_string(),
+                        reason: missed_delete(from, before),
+                    });
+                }
                 Ok(raw) => {
                     let closed = raw.closed && !mark.closed;
                     work |= !raw.messages.is_empty() || closed;
                     let range = Range {
                         closed,
+                        deletes_seen: input
+                            .accepts_compaction
+                            .then(|| raw.dropped_deletes.map_or(0, |d| d.count)),
                         ..Range::between(from, raw.to)
                     };
                     slices.push(decode(input, path, &raw.messages, raw.offsets, range)?);
@@ -252,6 +263,32 @@ fn skipped(from: Offset, to: Offset, messages: usize) -> bool {
     to.position().saturating_sub(from.position()) > messages as u64
 }
 
+/// Whether a binding that resumes at `from` (where `mark` stands) may have
+/// missed a delete compaction dropped past its lifetime, as `raw` tells:
+/// when the stream dropped one at or after `from` (the binding may have
+/// read an earlier change of its row, and keeps the row), unless the
+/// binding reads from the start (it read nothing) or saw as many dropped
+/// deletes on its last read (none was dropped since; what was dropped
+/// before, it never read the rows of).
+fn may_have_missed(from: Offset, mark: &InputMark, raw: &Raw) -> bool {
+    raw.dropped_deletes.is_some_and(|dropped| {
+        from.position() > 0
+            && from.position() < dropped.before.position()
+            && mark.deletes_seen != Some(dropped.count)
+    })
+}
+
+/// Why a binding cannot read on after compaction dropped a delete it may
+/// not have read, and how to go on.
+fn missed_delete(from: Offset, before: Offset) -> String {
+    let at = before.with_position(before.position().saturating_sub(1));
+    format!(
+        "the stream's compaction dropped the delete at {at} (its delete lifetime was over) while this binding had read only up to {from}: \
+         the binding may hold a row the stream deleted; rebuild the binding from the start (forget its checkpoint and run it again), \
+         and keep its bindings within the stream's delete lifetime (`deletes=` of its compaction policy, one day by default)"
+    )
+}
+
 /// Why a binding cannot read on after its stream's retention policy
 /// dropped what it had not read, and how to go on.
 fn dropped(offset: Offset, earliest: Offset) -> String {
@@ -280,6 +317,7 @@ fn decode(
             reason,
         })?;
     Ok(AnySlice {
+        deletes_seen: range.deletes_seen,
         input: input.name.clone(),
         path: path.to_string(),
         items,

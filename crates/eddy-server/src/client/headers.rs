@@ -1,8 +1,8 @@
 //! Reading protocol response headers back into store types.
 
 use eddy_streams::{
-    Appended, Compaction, Expiry, Offset, Retention, StreamConfig, StreamError, StreamInfo,
-    StreamPath,
+    Appended, Compaction, DroppedDeletes, Expiry, Offset, Retention, StreamConfig, StreamError,
+    StreamInfo, StreamPath,
 };
 use reqwest::header::{HeaderMap, HeaderName};
 
@@ -67,7 +67,20 @@ pub(super) fn info(path: &StreamPath, headers: &HeaderMap) -> Result<StreamInfo,
         tail,
         bytes: number(headers, protocol::STREAM_BYTES).unwrap_or(0),
         earliest: offset(headers, protocol::EARLIEST_OFFSET).unwrap_or(tail.with_position(0)),
+        dropped_deletes: dropped_deletes(headers)?,
     })
+}
+
+/// `Eddy-Deletes-Dropped-Before` with `Eddy-Deletes-Dropped`, or none
+/// when absent (no delete dropped, or a server that does not say).
+pub(super) fn dropped_deletes(headers: &HeaderMap) -> Result<Option<DroppedDeletes>, StreamError> {
+    if !headers.contains_key(protocol::DELETES_DROPPED_BEFORE) {
+        return Ok(None);
+    }
+    Ok(Some(DroppedDeletes {
+        before: offset(headers, protocol::DELETES_DROPPED_BEFORE)?,
+        count: number(headers, protocol::DELETES_DROPPED)?,
+    }))
 }
 
 /// `Eddy-Compaction`, or no policy when it is absent.

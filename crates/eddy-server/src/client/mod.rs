@@ -410,6 +410,7 @@ impl Storage for RemoteStorage {
             closed: headers::flag(&headers, protocol::CLOSED),
             retention: headers::retention(&headers)?,
             compaction: headers::compaction(&headers)?,
+            dropped_deletes: headers::dropped_deletes(&headers)?,
         })
     }
 

@@ -156,6 +156,20 @@ fn describe(headers: &mut HeaderMap, info: &StreamInfo) {
     put_retention(headers, &info.config.retention);
     put_compaction(headers, info.config.compaction.as_ref());
     put_offset(headers, protocol::EARLIEST_OFFSET, info.earliest);
+    put_dropped_deletes(headers, info.dropped_deletes);
+}
+
+/// `Eddy-Deletes-Dropped-Before` and `Eddy-Deletes-Dropped`, for a stream
+/// whose compaction dropped a delete past its lifetime.
+fn put_dropped_deletes(headers: &mut HeaderMap, dropped: Option<eddy_streams::DroppedDeletes>) {
+    if let Some(dropped) = dropped {
+        put_offset(headers, protocol::DELETES_DROPPED_BEFORE, dropped.before);
+        put(
+            headers,
+            protocol::DELETES_DROPPED,
+            dropped.count.to_string(),
+        );
+    }
 }
 
 /// `Eddy-Compaction`, for a stream that has a policy.

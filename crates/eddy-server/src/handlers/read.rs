@@ -214,5 +214,6 @@ fn chunk_headers(chunk: &ReadChunk) -> HeaderMap {
     }
     super::put_retention(&mut out, &chunk.retention);
     super::put_compaction(&mut out, chunk.compaction.as_ref());
+    super::put_dropped_deletes(&mut out, chunk.dropped_deletes);
     out
 }

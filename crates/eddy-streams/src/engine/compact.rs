@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use super::lifecycle::{find, Found};
 use super::Engine;
-use crate::compaction::{appended_by_ms, Compacted, Pass, Verdict};
+use crate::compaction::{appended_by_ms, Compacted, DeletesDropped, Pass, Verdict};
 use crate::record::{RecordReader, Records, Stored};
 use crate::StreamError;
 
@@ -111,6 +111,9 @@ pub(crate) struct CompactPlan {
     incarnation: u64,
     /// The positions to drop, in order.
     drop: Vec<u64>,
+    /// Those of them that are deletes past their lifetime, in order: the
+    /// write that drops one also notes it (readers learn of it with it).
+    deletes: Vec<u64>,
     /// The pass's outcome, when this step ends it.
     finished: Option<Compacted>,
     examined: u64,
@@ -157,6 +160,12 @@ impl CompactPlan {
             .map(|(index, drop)| CompactPlan {
                 path: self.path.clone(),
                 incarnation: self.incarnation,
+                deletes: self
+                    .deletes
+                    .iter()
+                    .copied()
+                    .filter(|p| drop.binary_search(p).is_ok())
+                    .collect(),
                 drop,
                 finished: if index == last {
                     self.finished.clone()
@@ -244,14 +253,20 @@ impl Engine {
                 max_bytes,
             )
             .await?;
-        let mut drop = Vec::new();
+        let (mut drop, mut deletes) = (Vec::new(), Vec::new());
         for (position, message) in messages.iter().rev() {
             let appended = appended_by_ms(marks, *position);
-            if pass.examine(&policy, *position, message, appended) == Verdict::Drop {
-                drop.push(*position);
+            match pass.examine(&policy, *position, message, appended) {
+                Verdict::Keep => {}
+                Verdict::Drop => drop.push(*position),
+                Verdict::DropDelete => {
+                    drop.push(*position);
+                    deletes.push(*position);
+                }
             }
         }
         drop.reverse();
+        deletes.reverse();
         let finished = messages.is_empty().then(|| pass.finish(0));
         if finished.is_none() {
             self.passes.put(pass);
@@ -260,6 +275,7 @@ impl Engine {
             path: path.to_owned(),
             incarnation: head.incarnation,
             drop,
+            deletes,
             finished,
             examined: messages.len() as u64,
             examined_bytes: messages.iter().map(|(_, m)| m.len() as u64).sum(),
@@ -292,13 +308,22 @@ impl Engine {
         if !plan.drop.is_empty() {
             let freed = records.drop_positions(&key, plan.drop.clone()).await?;
             record.head.bytes = record.head.bytes.saturating_sub(freed);
-            record.head.retained.compacted.dropped += step.dropped;
+            let compacted = &mut record.head.retained.compacted;
+            compacted.dropped += step.dropped;
+            compacted.note_deletes(
+                plan.deletes
+                    .iter()
+                    .fold(DeletesDropped::default(), |d, p| d.and(*p)),
+            );
             wrote = true;
         }
         if let Some(outcome) = &plan.finished {
-            let dropped = record.head.retained.compacted.dropped;
+            // What every pass added up stays; the rest is this pass's.
+            let all = &record.head.retained.compacted;
             *record.head.retained.compacted = Compacted {
-                dropped,
+                dropped: all.dropped,
+                deletes_dropped_below: all.deletes_dropped_below,
+                deletes_dropped: all.deletes_dropped,
                 ..outcome.clone()
             };
             wrote = true;

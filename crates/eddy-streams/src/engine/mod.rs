@@ -316,7 +316,19 @@ impl Engine {
         record.head.retained.first = source_first.min(planned.inherit);
         if planned.inherit > 0 {
             // What it inherits may have holes: say so (a backup refuses).
-            record.head.retained.compacted.dropped = source.record.head.retained.compacted.dropped;
+            let compacted = &source.record.head.retained.compacted;
+            record.head.retained.compacted.dropped = compacted.dropped;
+            // And deletes dropped within it, which its readers at offsets
+            // of the source may have missed (a delete dropped past the
+            // branch point is no part of the fork's history).
+            if compacted
+                .deletes_dropped_below
+                .is_some_and(|below| below <= planned.inherit)
+            {
+                record.head.retained.compacted.deletes_dropped_below =
+                    compacted.deletes_dropped_below;
+                record.head.retained.compacted.deletes_dropped = compacted.deletes_dropped;
+            }
         }
         record.head.push(&own);
         record.head.mark_tail(now);

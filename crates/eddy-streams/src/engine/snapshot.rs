@@ -33,6 +33,7 @@ impl Engine {
         }
         let producers = records.producers(&stored.key).await?;
         let head = stored.record.head;
+        let dropped_deletes = head.retained.compacted.dropped_deletes(head.incarnation);
         Ok(StreamSnapshot {
             path: path.clone(),
             incarnation: head.incarnation,
@@ -49,6 +50,7 @@ impl Engine {
                     last_ms: Some(state.last_ms),
                 })
                 .collect(),
+            dropped_deletes,
         })
     }
 
@@ -79,7 +81,7 @@ impl Engine {
             };
             // A restored stream is a new one: an older backup restored must
             // not hand out offsets that named other data before.
-            let head = Head {
+            let mut head = Head {
                 incarnation: self.incarnations.next(self.clock.now_micros(), after),
                 config: Arc::new(snapshot.config.clone()),
                 closed: snapshot.closed,
@@ -89,6 +91,11 @@ impl Engine {
                 closed_by: snapshot.closed_by.clone(),
                 retained: Default::default(),
             };
+            if let Some(dropped) = snapshot.dropped_deletes {
+                let compacted = &mut head.retained.compacted;
+                compacted.deletes_dropped_below = Some(dropped.before.position());
+                compacted.deletes_dropped = dropped.count;
+            }
             (None, StreamRecord::new(head, None, now))
         } else {
             let stored = find(records, path.as_str(), now).await?.live(path)?;

@@ -30,6 +30,9 @@ pub(super) const NOTICE_BYTES: usize = 6000;
 
 /// What a transaction of this store changed, to announce once committed.
 #[derive(Clone, Debug, PartialEq, Eq)]
+// Nearly every one is `Committed` (one per write), so boxing it would
+// only add an allocation per write.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Change {
     /// New data, a new stream or a close: the stream as it is now.
     Committed(StreamInfo),
@@ -269,6 +272,7 @@ mod tests {
             tail: Offset::new(1_764_000_000_000_000, tail),
             bytes: 0,
             earliest: Offset::ZERO,
+            dropped_deletes: None,
         }
     }
 

@@ -30,6 +30,9 @@ use crate::{Notifier, StreamError, StreamInfo};
 const MAX_GROUP: usize = 256;
 
 /// What a committed job signals.
+// Nearly every one is `Committed` (one per write), so boxing it would
+// only add an allocation per write.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Event {
     /// New data or a new stream: waiters and the `committed` feed hear it.
     Committed(StreamInfo),

@@ -151,6 +151,7 @@ macro_rules! every_compaction_case {
         $run!(
             the_sweep_keeps_the_last_hour_whole_and_the_latest_of_every_row,
             deletes_go_after_their_lifetime,
+            reads_say_where_a_delete_was_dropped,
             appends_during_a_pass_are_kept,
             a_fork_of_a_compacted_stream_inherits_what_is_kept,
             retention_after_compaction_weighs_the_kept_messages,

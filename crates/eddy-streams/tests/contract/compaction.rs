@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use eddy_streams::{
-    Append, Compaction, Fork, ManualClock, Payload, ReadFrom, Storage, StreamConfig, StreamPath,
+    Append, Compaction, DroppedDeletes, Fork, ManualClock, MemoryStorage, Payload, ReadFrom,
+    Storage, StreamConfig, StreamPath,
 };
 
 fn at(name: &str) -> StreamPath {
@@ -128,6 +129,109 @@ pub async fn deletes_go_after_their_lifetime(store: Arc<dyn Storage>, clock: Arc
         positions(kept(&*store, &path, ReadFrom::Beginning).await),
         [2],
         "the sweep drops the delete once its lifetime is over"
+    );
+}
+
+/// Where a pass dropped a delete past its lifetime, reads and heads say
+/// (a reader resuming before it may have missed it), and so do a fork
+/// that holds the delete's position and a restored backup; a pass that
+/// drops no delete leaves it unset.
+pub async fn reads_say_where_a_delete_was_dropped(
+    store: Arc<dyn Storage>,
+    clock: Arc<ManualClock>,
+) {
+    let path = at("compaction/marked");
+    compacted(&*store, &path, "deletes=1m").await;
+    append(
+        &*store,
+        &path,
+        &[
+            change("a", "insert", 1),
+            change("b", "insert", 2),
+            change("a", "delete", 0),
+            change("c", "insert", 3),
+        ],
+    )
+    .await;
+    let marks = |store: Arc<dyn Storage>, path: StreamPath, from: ReadFrom| async move {
+        let read = store.read(&path, from, 1 << 20).await.expect("read");
+        let head = store.head(&path).await.expect("head");
+        assert_eq!(
+            read.dropped_deletes, head.dropped_deletes,
+            "read and head agree"
+        );
+        head.dropped_deletes
+    };
+    assert_eq!(store.compact(&path).await, Ok(1), "a's insert");
+    assert_eq!(
+        marks(store.clone(), path.clone(), ReadFrom::Beginning).await,
+        None,
+        "a pass that drops no delete leaves it unset"
+    );
+    clock.advance(Duration::from_secs(61));
+    assert_eq!(store.compact(&path).await, Ok(1), "a's delete");
+    let tail = store.head(&path).await.expect("head").tail;
+    let dropped = Some(DroppedDeletes {
+        before: tail.with_position(3),
+        count: 1,
+    });
+    for from in [ReadFrom::Beginning, ReadFrom::Offset(tail.with_position(3))] {
+        assert_eq!(marks(store.clone(), path.clone(), from).await, dropped);
+    }
+    append(&*store, &path, &[change("b", "upsert", 4)]).await;
+    assert_eq!(store.compact(&path).await, Ok(1), "b's insert");
+    assert_eq!(
+        marks(store.clone(), path.clone(), ReadFrom::Beginning).await,
+        dropped,
+        "later passes that drop no delete keep it"
+    );
+    let whole = at("compaction/marked-fork");
+    let before = at("compaction/marked-fork-before");
+    store
+        .fork(&whole, Fork::of(path.clone()))
+        .await
+        .expect("fork");
+    store
+        .fork(&before, Fork::of(path.clone()).at(tail.with_position(2)))
+        .await
+        .expect("fork");
+    let fork_tail = store.head(&whole).await.expect("head").tail;
+    assert_eq!(
+        marks(store.clone(), whole, ReadFrom::Beginning).await,
+        Some(DroppedDeletes {
+            before: fork_tail.with_position(3),
+            count: 1
+        }),
+        "a fork holding the delete's position keeps it"
+    );
+    assert_eq!(
+        marks(store.clone(), before, ReadFrom::Beginning).await,
+        None,
+        "a fork before the delete never held it"
+    );
+    // A restore as a backup's import makes it: the snapshot, then the
+    // kept messages at their positions.
+    let snapshot = store.snapshot(&path).await.expect("snapshot");
+    let kept_now = kept(&*store, &path, ReadFrom::Beginning).await;
+    assert_eq!(kept_now.first().map(|(p, _)| *p), Some(3));
+    let restored: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+    restored
+        .restore(&snapshot, 0, Vec::new())
+        .await
+        .expect("restore");
+    let messages = kept_now.into_iter().map(|(_, m)| m.into()).collect();
+    restored
+        .restore(&snapshot, 3, messages)
+        .await
+        .expect("restore");
+    let restored_tail = restored.head(&path).await.expect("head").tail;
+    assert_eq!(
+        marks(restored, path, ReadFrom::Beginning).await,
+        Some(DroppedDeletes {
+            before: restored_tail.with_position(3),
+            count: 1
+        }),
+        "a restored backup keeps it"
     );
 }
 
