@@ -21,6 +21,8 @@
 #
 #   scripts/bench/retention.sh [sqlite|postgres|both]
 #   FILL_MB=1024 AGE=40s DROP_SECONDS=60 scripts/bench/retention.sh both
+#   CONTROL=1 scripts/bench/retention.sh postgres   # the same without a policy:
+#                                                    # what the appends do with nothing dropped
 set -euo pipefail
 stores="${1:-both}"
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -113,10 +115,16 @@ run_store() { # name storage-url disk-command
   pids+=($!)
   base="http://127.0.0.1:$port"
   wait_up "$base"
-  curl -fsS -o /dev/null -X PUT -H 'content-type: text/plain' -H "Eddy-Retention: age=$age" "$base/bench/kept"
-  echo "$name: fill $fill_mb MB (policy age=$age), then appends while it is dropped; twice"
+  local policy=(-H "Eddy-Retention: age=$age") rounds="1 2"
+  if [ -n "${CONTROL:-}" ]; then
+    policy=() rounds=1
+    echo "$name: CONTROL: fill $fill_mb MB with no retention policy, then the same appends (nothing is dropped)"
+  else
+    echo "$name: fill $fill_mb MB (policy age=$age), then appends while it is dropped; twice"
+  fi
+  curl -fsS -o /dev/null -X PUT -H 'content-type: text/plain' "${policy[@]}" "$base/bench/kept"
   slowest=()
-  for round in 1 2; do
+  for round in $rounds; do
     fill
     echo "  round $round: on disk after the fill: $(mb "$($disk)")"
     drop
