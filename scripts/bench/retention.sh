@@ -160,8 +160,8 @@ if [ "$stores" != sqlite ]; then
   # commit (PostgreSQL logs "checkpoints are occurring too frequently" and
   # advises raising it). PG_MAX_WAL_SIZE=1GB measures the default.
   eval "$(EDDY_PG_STATE="$pg_state" EDDY_PG_WRAP="taskset -c $server_core" \
-    EDDY_PG_OPTIONS="-c max_wal_size=${PG_MAX_WAL_SIZE:-4GB} -c log_checkpoints=on" "$root/scripts/postgres.sh" start)"
-  echo "postgres: max_wal_size=${PG_MAX_WAL_SIZE:-4GB}"
+    EDDY_PG_OPTIONS="-c max_wal_size=${PG_MAX_WAL_SIZE:-4GB} -c log_checkpoints=on ${PG_OPTIONS:-}" "$root/scripts/postgres.sh" start)"
+  echo "postgres: max_wal_size=${PG_MAX_WAL_SIZE:-4GB} ${PG_OPTIONS:-}"
   pg_wal() { psql -qtAX "$DATABASE_URL" -c "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"; }
   pg_checkpoints() { psql -qtAX "$DATABASE_URL" -c "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"; }
   pg_disk() { psql -qtAX "$DATABASE_URL" -c "SELECT pg_database_size(current_database())"; }
