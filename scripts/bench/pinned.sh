@@ -15,6 +15,7 @@ start_pinned() { # binary storage: starts a server and sets `base` (not in a sub
   local port; port="$(free_port)"
   (exec_pinned "$server_core" "$1" serve --listen "127.0.0.1:$port" --storage "$2" --data "$work/pinned-$2-$port" \
     --long-poll-timeout 60s --max-live-readers $((fanout_readers * 2)) \
+    --max-connections $((fanout_readers + pinned_connections + 64)) \
     --http2-max-streams $((fanout_readers / fanout_h2c + 16)) >/dev/null 2>&1) &
   pids+=($!); base="http://127.0.0.1:$port"; wait_up "$base"
 }
