@@ -201,6 +201,25 @@ const offsetOf = async (stream) => (await stream.head()).offset
   console.log(`state: eddy → package: ${written.length} messages pass the package's JSON schema (${upserts} upserts as updates), the same rows in MaterializedState and the stream DB as eddy reads`)
 }
 
+/// Creates the JSON stream at `path` with `headers` (a policy) over plain HTTP.
+const put = (path, headers) =>
+  fetch(`${base}/${path}`, { method: "PUT", headers: { "content-type": "application/json", ...headers } })
+
+/// The package's rows of `events`, without the types that hold none.
+const rows = (events) =>
+  Object.fromEntries(Object.entries(materializeWithPackage(events)).filter(([, r]) => Object.keys(r).length > 0))
+
+/// Appends `events` as one JSON batch; the offset after them.
+async function append(path, events) {
+  const response = await fetch(`${base}/${path}`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(events),
+  })
+  assert.ok(response.ok, `append: ${response.status}`)
+  return response.headers.get("stream-next-offset")
+}
+
 // 3. Compaction: the package's MaterializedState finds the same rows in a
 // compacted stream (`Eddy-Compaction: on`, compacted by the server's
 // sweep) as in the same history kept whole, read from the start and from
@@ -208,21 +227,10 @@ const offsetOf = async (stream) => (await stream.head()).offset
 {
   const full = `interop/full-${run}`
   const compacted = `interop/compacted-${run}`
-  const put = (path, headers) =>
-    fetch(`${base}/${path}`, { method: "PUT", headers: { "content-type": "application/json", ...headers } })
   assert.equal((await put(full, {})).status, 201)
   const created = await put(compacted, { "eddy-compaction": "on" })
   assert.equal(created.status, 201)
   assert.equal(created.headers.get("eddy-compaction"), "deletes=1d", "the policy is echoed")
-  const append = async (path, events) => {
-    const response = await fetch(`${base}/${path}`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify(events),
-    })
-    assert.ok(response.ok, `append: ${response.status}`)
-    return response.headers.get("stream-next-offset")
-  }
   // A history with every operation, over few rows: most changes are
   // superseded. A small generator keeps it the same on every run.
   let seed = 7
@@ -252,8 +260,6 @@ const offsetOf = async (stream) => (await stream.head()).offset
     history.push(...events)
   }
 
-  const rows = (events) =>
-    Object.fromEntries(Object.entries(materializeWithPackage(events)).filter(([, r]) => Object.keys(r).length > 0))
   const fullEvents = await readEvents(full)
   assert.equal(fullEvents.length, history.length)
   // The sweep compacts in the background: wait until it has.
@@ -291,19 +297,8 @@ const offsetOf = async (stream) => (await stream.head()).offset
     const next = (n) => ((state = (state * 1103515245 + 12345) % 2147483648), state % n)
     const full = `interop/property-full-${run}-${seed}`
     const compacted = `interop/property-compacted-${run}-${seed}`
-    const put = (path, headers) =>
-      fetch(`${base}/${path}`, { method: "PUT", headers: { "content-type": "application/json", ...headers } })
     assert.equal((await put(full, {})).status, 201)
     assert.equal((await put(compacted, { "eddy-compaction": "messages=4" })).status, 201)
-    const append = async (path, events) => {
-      const response = await fetch(`${base}/${path}`, {
-        method: "POST",
-        headers: { "content-type": "application/json" },
-        body: JSON.stringify(events),
-      })
-      assert.ok(response.ok, `append: ${response.status}`)
-      return response.headers.get("stream-next-offset")
-    }
     const operations = ["insert", "update", "upsert", "delete"]
     const event = () => {
       const roll = next(40)
@@ -332,8 +327,6 @@ const offsetOf = async (stream) => (await stream.head()).offset
         compactions += (await response.json()).dropped > 0 ? 1 : 0
       }
     }
-    const rows = (events) =>
-      Object.fromEntries(Object.entries(materializeWithPackage(events)).filter(([, r]) => Object.keys(r).length > 0))
     const fullEvents = await readEvents(full)
     assert.deepEqual(fullEvents, history, `seed ${seed}: the plain stream holds the history`)
     const expected = rows(fullEvents)
