@@ -209,6 +209,20 @@ const put = (path, headers) =>
 const rows = (events) =>
   Object.fromEntries(Object.entries(materializeWithPackage(events)).filter(([, r]) => Object.keys(r).length > 0))
 
+/// A random state change drawn with `next(n)`: an insert, update, upsert
+/// or delete of one of `cards` card rows (three times in four) or of one of
+/// `settings` setting rows.
+function randomChange(next, cards, settings) {
+  const operations = ["insert", "update", "upsert", "delete"]
+  const card = next(4) > 0
+  const id = `${card ? "k" : "s"}${next(card ? cards : settings)}`
+  const operation = operations[next(4)]
+  if (operation === "delete") return card ? schema.cards.delete({ key: id }) : schema.settings.delete({ key: id })
+  return card
+    ? schema.cards[operation]({ value: { id, total: next(1000) } })
+    : schema.settings[operation]({ value: { name: id, value: next(10) } })
+}
+
 /// Appends `events` as one JSON batch; the offset after them.
 async function append(path, events) {
   const response = await fetch(`${base}/${path}`, {
@@ -235,17 +249,7 @@ async function append(path, events) {
   // superseded. A small generator keeps it the same on every run.
   let seed = 7
   const next = (n) => ((seed = (seed * 1103515245 + 12345) % 2147483648), seed % n)
-  const operations = ["insert", "update", "upsert", "delete"]
-  const batch = () =>
-    Array.from({ length: 20 }, () => {
-      const card = next(4) > 0
-      const id = `${card ? "k" : "s"}${next(card ? 12 : 3)}`
-      const operation = operations[next(4)]
-      if (operation === "delete") return card ? schema.cards.delete({ key: id }) : schema.settings.delete({ key: id })
-      return card
-        ? schema.cards[operation]({ value: { id, total: next(1000) } })
-        : schema.settings[operation]({ value: { name: id, value: next(10) } })
-    })
+  const batch = () => Array.from({ length: 20 }, () => randomChange(next, 12, 3))
   const history = []
   let middle
   for (let round = 0; round < 30; round++) {
@@ -299,18 +303,11 @@ async function append(path, events) {
     const compacted = `interop/property-compacted-${run}-${seed}`
     assert.equal((await put(full, {})).status, 201)
     assert.equal((await put(compacted, { "eddy-compaction": "messages=4" })).status, 201)
-    const operations = ["insert", "update", "upsert", "delete"]
     const event = () => {
       const roll = next(40)
       if (roll === 0) return { headers: { control: "reset" } }
       if (roll === 1) return { headers: { control: ["snapshot-start", "snapshot-end"][next(2)] } }
-      const card = next(4) > 0
-      const id = `${card ? "k" : "s"}${next(card ? 6 : 2)}`
-      const operation = operations[next(4)]
-      if (operation === "delete") return card ? schema.cards.delete({ key: id }) : schema.settings.delete({ key: id })
-      return card
-        ? schema.cards[operation]({ value: { id, total: next(1000) } })
-        : schema.settings[operation]({ value: { name: id, value: next(10) } })
+      return randomChange(next, 6, 2)
     }
     const history = []
     const marks = []

@@ -54,6 +54,23 @@ pub(crate) struct CompactStep {
     pub done: bool,
 }
 
+impl CompactStep {
+    /// A step with nothing to do: no pass under way, none due.
+    pub const NOTHING_DUE: CompactStep = CompactStep {
+        examined: 0,
+        examined_bytes: 0,
+        dropped: 0,
+        done: true,
+    };
+
+    /// Adds what one of the step's writes dropped, and whether it ended
+    /// the pass.
+    pub fn add_write(&mut self, write: CompactStep) {
+        self.dropped += write.dropped;
+        self.done |= write.done;
+    }
+}
+
 /// Compaction steps over `paths` (the streams a sweep step found due)
 /// within one sweep step's budgets of messages and bytes; how many
 /// messages they looked at or dropped, so the sweep goes on while a pass
@@ -126,9 +143,13 @@ pub(crate) struct CompactPlan {
 pub(crate) const DROPS_PER_WRITE: usize = 256;
 
 impl CompactPlan {
-    /// What the step read: messages and bytes.
-    pub fn examined(&self) -> (u64, u64) {
-        (self.examined, self.examined_bytes)
+    /// The step before its writes: what it read, nothing dropped yet.
+    pub fn read_step(&self) -> CompactStep {
+        CompactStep {
+            examined: self.examined,
+            examined_bytes: self.examined_bytes,
+            ..CompactStep::default()
+        }
     }
 
     /// The plan as one write, unless it writes nothing (it drops nothing
@@ -203,10 +224,7 @@ impl Engine {
             .await?
         {
             Some(plan) => self.compact_apply(records, &plan).await,
-            None => Ok(CompactStep {
-                done: true,
-                ..CompactStep::default()
-            }),
+            None => Ok(CompactStep::NOTHING_DUE),
         }
     }
 

@@ -175,9 +175,9 @@ impl Records for Suspending {
     }
 }
 
-#[tokio::test]
-async fn engine_calls_are_send_futures_over_suspending_records() {
-    let engine = Engine {
+/// An engine with a manual clock and limits no case here reaches.
+fn test_engine() -> Engine {
+    Engine {
         max_append_bytes: 1 << 20,
         max_producers: 10,
         producer_expiry_ms: i64::MAX,
@@ -185,7 +185,12 @@ async fn engine_calls_are_send_futures_over_suspending_records() {
         clock: Arc::new(ManualClock::starting_now()),
         incarnations: Default::default(),
         passes: Default::default(),
-    };
+    }
+}
+
+#[tokio::test]
+async fn engine_calls_are_send_futures_over_suspending_records() {
+    let engine = test_engine();
     let task = tokio::spawn(async move {
         let mut records = Suspending::default();
         let (src, fork) = (StreamPath::new("src")?, StreamPath::new("fork")?);
@@ -216,15 +221,7 @@ async fn engine_calls_are_send_futures_over_suspending_records() {
 /// recreated meanwhile) is split again for the stream's own kind.
 #[tokio::test]
 async fn a_split_for_the_other_kind_of_stream_is_ignored() {
-    let engine = Engine {
-        max_append_bytes: 1 << 20,
-        max_producers: 10,
-        producer_expiry_ms: i64::MAX,
-        limits: Default::default(),
-        clock: Arc::new(ManualClock::starting_now()),
-        incarnations: Default::default(),
-        passes: Default::default(),
-    };
+    let engine = test_engine();
     let mut records = Suspending::default();
     let path = StreamPath::new("bytes").expect("path");
     let config = StreamConfig::bytes("text/plain");
@@ -283,15 +280,7 @@ proptest::proptest! {
     ) {
         let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
         runtime.block_on(async {
-            let engine = Engine {
-                max_append_bytes: 1 << 20,
-                max_producers: 10,
-                producer_expiry_ms: i64::MAX,
-                limits: Default::default(),
-                clock: Arc::new(ManualClock::starting_now()),
-                incarnations: Default::default(),
-                passes: Default::default(),
-            };
+            let engine = test_engine();
             let mut records = Suspending::default();
             let (path, plain) = (StreamPath::new("c").expect("path"), StreamPath::new("p").expect("path"));
             let config = StreamConfig::json().with_compaction(crate::Compaction::ON);

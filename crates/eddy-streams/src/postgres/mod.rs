@@ -379,17 +379,9 @@ impl PgStorage {
             })
             .await?;
         let Some(plan) = plan else {
-            return Ok(crate::engine::CompactStep {
-                done: true,
-                ..Default::default()
-            });
+            return Ok(crate::engine::CompactStep::NOTHING_DUE);
         };
-        let (examined, examined_bytes) = plan.examined();
-        let mut step = crate::engine::CompactStep {
-            examined,
-            examined_bytes,
-            ..Default::default()
-        };
+        let mut step = plan.read_step();
         // One write for the step's drops: on PostgreSQL each write is a
         // transaction that appends to the stream wait for, and fewer,
         // longer ones measured better than writes of 256 rows.
@@ -401,8 +393,7 @@ impl PgStorage {
                     (tx, step)
                 })
                 .await?;
-            step.dropped += done.dropped;
-            step.done |= done.done;
+            step.add_write(done);
         }
         Ok(step)
     }

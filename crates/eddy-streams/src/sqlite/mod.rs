@@ -236,25 +236,16 @@ impl SqliteStorage {
             })
             .await?;
         let Some(plan) = plan else {
-            return Ok(crate::engine::CompactStep {
-                done: true,
-                ..Default::default()
-            });
+            return Ok(crate::engine::CompactStep::NOTHING_DUE);
         };
-        let (examined, examined_bytes) = plan.examined();
-        let mut step = crate::engine::CompactStep {
-            examined,
-            examined_bytes,
-            ..Default::default()
-        };
+        let mut step = plan.read_step();
         for write in plan.writes() {
             let done = self
                 .submit(0, Containment::Savepoint, move |engine, records| {
                     Ok((complete(engine.compact_apply(records, &write))?, None))
                 })
                 .await?;
-            step.dropped += done.dropped;
-            step.done |= done.done;
+            step.add_write(done);
         }
         Ok(step)
     }
