@@ -207,6 +207,7 @@ impl RecordReader for DynamoUnit {
         &mut self,
         key: &StreamKey,
         range: Range<u64>,
+        _max_bytes: u64,
     ) -> Result<Vec<(u64, u64)>, StreamError> {
         retention::weigh(self, key, range).await
     }

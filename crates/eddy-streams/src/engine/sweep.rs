@@ -101,7 +101,7 @@ impl Engine {
         let window = first..count.min(first.saturating_add(max));
         // A backend may weigh a prefix of the window only (one whose step
         // holds few writes): the step drops no further than it weighed.
-        let sizes = records.message_sizes(&key, window).await?;
+        let sizes = records.message_sizes(&key, window, max_bytes).await?;
         let mut end = first;
         let mut bytes = record.head.bytes;
         let mut freed = 0;

@@ -357,10 +357,13 @@ impl RecordReader for PgRecords {
         })
     }
 
+    /// Every size of `range`: PostgreSQL reads a large value's size from
+    /// its TOAST pointer, so the window costs a scan of its index entries.
     async fn message_sizes(
         &mut self,
         key: &i64,
         range: Range<u64>,
+        _max_bytes: u64,
     ) -> Result<Vec<(u64, u64)>, StreamError> {
         let sql = Arc::clone(&self.sql.message_sizes);
         let bound = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
