@@ -13,6 +13,8 @@
 #           filled part go and the sweeper (every 1 s) drops it in steps.
 # Printed per round: the bytes kept before and after the drop, how long the
 # drop took, the appends' p99 and slowest (the target: none above 100 ms),
+# the store's commits slower than 50 ms (a slow append with none waited
+# for something other than the disk's sync),
 # and the bytes on disk (SQLite: the data directory; PostgreSQL: the
 # database) after each fill and drop; on PostgreSQL also the WAL the drop
 # wrote and the checkpoints it took. The second fill reusing the space the
