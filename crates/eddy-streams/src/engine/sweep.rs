@@ -99,8 +99,9 @@ impl Engine {
         // The byte bound weighs the oldest messages one by one, within
         // the step, and always keeps the newest.
         let window = first..count.min(first.saturating_add(max));
-        // A backend may weigh a prefix of the window only (one whose step
-        // holds few writes): the step drops no further than it weighed.
+        // A backend may weigh a prefix of the window only (up to the first
+        // message past `max_bytes`, or what its step has room to drop):
+        // the step drops no further than it weighed.
         let sizes = records.message_sizes(&key, window, max_bytes).await?;
         let mut end = first;
         let mut bytes = record.head.bytes;
