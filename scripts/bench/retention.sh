@@ -113,6 +113,7 @@ drop() {
   p99="$(awk '$1 == "99%" { print $2 }' <<<"$out")"
   max="$(awk '$1 == "Latency" { print $4; exit }' <<<"$out")"
   took="$( [ -n "$done_at" ] && awk -v a="$start" -v b="$done_at" 'BEGIN { printf "%.0f s", b - a }' || echo "not within ${drop_seconds} s")"
+  [ -n "${CONTROL:-}" ] && took="nothing, as the control drops nothing"
   local wal=""
   if [ -n "$wal_before" ]; then
     wal="; WAL written $(mb $(($(pg_wal) - wal_before))), checkpoints $(($(pg_checkpoints) - checkpoints_before))"
