@@ -113,12 +113,13 @@ drop() {
   p99="$(awk '$1 == "99%" { print $2 }' <<<"$out")"
   max="$(awk '$1 == "Latency" { print $4; exit }' <<<"$out")"
   took="$( [ -n "$done_at" ] && awk -v a="$start" -v b="$done_at" 'BEGIN { printf "%.0f s", b - a }' || echo "not within ${drop_seconds} s")"
-  [ -n "${CONTROL:-}" ] && took="nothing, as the control drops nothing"
+  local dropped="dropped in $took"
+  [ -n "${CONTROL:-}" ] && dropped="nothing dropped (control)"
   local wal=""
   if [ -n "$wal_before" ]; then
     wal="; WAL written $(mb $(($(pg_wal) - wal_before))), checkpoints $(($(pg_checkpoints) - checkpoints_before))"
   fi
-  echo "    drop: $(mb "$before") kept before, $(mb "$(kept_bytes)") after; dropped in $took; appends: $(grep -o '[0-9]* requests' <<<"$out"), p99 $p99, slowest $max; commits over 50 ms: $(($(slow_commits) - slow_before))$wal"
+  echo "    drop: $(mb "$before") kept before, $(mb "$(kept_bytes)") after; $dropped; appends: $(grep -o '[0-9]* requests' <<<"$out"), p99 $p99, slowest $max; commits over 50 ms: $(($(slow_commits) - slow_before))$wal"
   slowest+=("$max")
 }
 
