@@ -266,11 +266,9 @@ fn checkpoints_live_under_the_prefix_eddy_serve_reserves() {
 /// schema of its own.
 #[cfg(feature = "postgres")]
 mod postgres {
-    use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::Arc;
 
     use eddy_projection::{PgCheckpoints, StreamCheckpoints};
-    use eddy_streams::sqlx::{self, Executor};
     use eddy_streams::{PgOptions, PgStorage};
 
     use super::{cases, contract, Run, StoreCase};
@@ -278,27 +276,16 @@ mod postgres {
     /// Runs `case` on a fresh PostgreSQL store; says so, or that it was
     /// skipped (a failure when `EDDY_REQUIRE_POSTGRES` is set).
     fn on_postgres(name: &str, case: impl FnOnce(Arc<PgStorage>) -> Run) {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let Some(url) = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()) else {
-            let required = std::env::var_os("EDDY_REQUIRE_POSTGRES").is_some();
-            assert!(!required, "`{name}`: DATABASE_URL is not set");
-            eprintln!("`{name}` on postgres: skipped, DATABASE_URL is not set");
+        let Some(url) = crate::support::postgres_url(name) else {
             return;
         };
         eprintln!("`{name}` on postgres");
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let schema = format!("projection_{}_{n}", std::process::id());
+        let schema = crate::support::fresh_schema("projection");
         crate::support::runtime().block_on(async {
             let options = PgOptions::new(&url).with_schema(&schema);
             let store = PgStorage::open(options).await.expect("open postgres");
             case(Arc::new(store)).await;
-            let pool = sqlx::PgPool::connect(&url).await.expect("connect");
-            pool.execute(sqlx::AssertSqlSafe(format!(
-                "DROP SCHEMA \"{schema}\" CASCADE"
-            )))
-            .await
-            .expect("drop the schema");
-            pool.close().await;
+            crate::support::drop_pg_schema(&url, &schema).await;
         });
     }
 

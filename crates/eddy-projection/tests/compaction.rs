@@ -469,7 +469,6 @@ compaction_cases!(crate::on_backends);
 mod postgres {
     use std::future::Future;
     use std::pin::Pin;
-    use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::Arc;
 
     use eddy_streams::{ManualClock, PgOptions, PgStorage, Storage};
@@ -491,16 +490,11 @@ mod postgres {
             Arc<ManualClock>,
         ) -> Pin<Box<dyn Future<Output = ()> + Send>>,
     ) {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let Some(url) = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()) else {
-            let required = std::env::var_os("EDDY_REQUIRE_POSTGRES").is_some();
-            assert!(!required, "`{name}`: DATABASE_URL is not set");
-            eprintln!("`{name}` on postgres: skipped, DATABASE_URL is not set");
+        let Some(url) = crate::support::postgres_url(name) else {
             return;
         };
         eprintln!("`{name}` on postgres");
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let schema = format!("compaction_{}_{n}", std::process::id());
+        let schema = crate::support::fresh_schema("compaction");
         crate::support::runtime().block_on(async {
             let clock = Arc::new(ManualClock::starting_now());
             let options = PgOptions {

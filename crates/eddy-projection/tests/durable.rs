@@ -156,22 +156,9 @@ fn places(name: &str, dir: &Path) -> Vec<(&'static str, Place)> {
     #[cfg_attr(not(feature = "postgres"), allow(unused_mut))]
     let mut places = vec![("sqlite", Place::Sqlite(dir.join("sqlite")))];
     #[cfg(feature = "postgres")]
-    match std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()) {
-        Some(url) => {
-            use std::sync::atomic::AtomicU32;
-            static NEXT: AtomicU32 = AtomicU32::new(0);
-            let schema = format!(
-                "durable_{}_{}",
-                std::process::id(),
-                NEXT.fetch_add(1, Ordering::Relaxed)
-            );
-            places.push(("postgres", Place::Postgres { url, schema }));
-        }
-        None => {
-            let required = std::env::var_os("EDDY_REQUIRE_POSTGRES").is_some();
-            assert!(!required, "`{name}`: DATABASE_URL is not set");
-            eprintln!("`{name}` on postgres: skipped, DATABASE_URL is not set");
-        }
+    if let Some(url) = crate::support::postgres_url(name) {
+        let schema = crate::support::fresh_schema("durable");
+        places.push(("postgres", Place::Postgres { url, schema }));
     }
     #[cfg(not(feature = "postgres"))]
     let _ = name;

@@ -111,6 +111,31 @@ pub fn workspace(id: &str) -> Workspace {
     }
 }
 
+/// The database of the PostgreSQL tests (`DATABASE_URL`), or `None` once
+/// it has said that `name` was skipped there: a failure instead when
+/// `EDDY_REQUIRE_POSTGRES` is set, so that the test command never skips
+/// them silently.
+#[cfg(feature = "postgres")]
+pub fn postgres_url(name: &str) -> Option<String> {
+    let url = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty());
+    if url.is_none() {
+        let required = std::env::var_os("EDDY_REQUIRE_POSTGRES").is_some();
+        assert!(!required, "`{name}`: DATABASE_URL is not set");
+        eprintln!("`{name}` on postgres: skipped, DATABASE_URL is not set");
+    }
+    url
+}
+
+/// A schema no other test uses (nor a test of another process): `prefix`,
+/// the process id and a counter.
+#[cfg(feature = "postgres")]
+pub fn fresh_schema(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}_{}_{n}", std::process::id())
+}
+
 /// Drops the PostgreSQL schema of a test, with everything in it.
 #[cfg(feature = "postgres")]
 pub async fn drop_pg_schema(url: &str, schema: &str) {

@@ -24,7 +24,7 @@ mod postgres {
     use futures::StreamExt;
     use serde::{Deserialize, Serialize};
 
-    use crate::support::child;
+    use crate::support::{child, fresh_schema, postgres_url};
 
     #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
     #[serde(rename_all = "camelCase")]
@@ -35,26 +35,6 @@ mod postgres {
 
     fn orders() -> JsonStream<Order> {
         JsonStream::new("Shop/Orders", "orders").expect("stream")
-    }
-
-    fn url(name: &str) -> Option<String> {
-        let url = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty());
-        if url.is_none() {
-            let required = std::env::var_os("EDDY_REQUIRE_POSTGRES").is_some();
-            assert!(!required, "`{name}`: DATABASE_URL is not set");
-            eprintln!("`{name}` on postgres: skipped, DATABASE_URL is not set");
-        }
-        url
-    }
-
-    /// A schema of its own for each test (and for its child process).
-    fn fresh_schema() -> String {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        format!(
-            "tx_{}_{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        )
     }
 
     async fn open(url: &str, schema: &str) -> Arc<PgStorage> {
@@ -142,9 +122,12 @@ mod postgres {
         F: FnOnce(String, Arc<PgStorage>) -> Fut,
         Fut: std::future::Future<Output = ()>,
     {
-        let Some(url) = url(name) else { return };
+        let Some(url) = postgres_url(name) else {
+            return;
+        };
         eprintln!("`{name}` on postgres");
-        let schema = fresh_schema();
+        // A schema of its own for each test (and for its child process).
+        let schema = fresh_schema("tx");
         crate::support::runtime().block_on(async {
             let store = open(&url, &schema).await;
             orders().create(store.as_ref(), &()).await.expect("create");
