@@ -12,7 +12,7 @@ use crate::engine::{complete, Engine};
 use crate::engine::{whole_pass, COMPACTION_STEP, COMPACTION_STEP_BYTES};
 use crate::payload::DEFAULT_MAX_APPEND_BYTES;
 use crate::record::{RecordReader, Records, Stored, StreamRecord, Sweepable};
-use crate::rules::{take_sized, take_within, ProducerState};
+use crate::rules::{take_sized, ProducerState};
 use crate::{
     Append, Appended, Clock, Created, Documents, Fork, Limits, MemoryDocuments, Notifier, Payload,
     ReadChunk, ReadFrom, Storage, StreamConfig, StreamError, StreamInfo, StreamPath,
@@ -383,19 +383,6 @@ impl RecordReader for MemoryRecords {
 
     async fn producer_count(&mut self, key: &Key) -> Result<u64, StreamError> {
         Ok(self.stream(key)?.producers.states.len() as u64)
-    }
-
-    async fn messages(
-        &mut self,
-        key: &Key,
-        range: Range<u64>,
-        max_bytes: usize,
-    ) -> Result<Vec<Bytes>, StreamError> {
-        let stream = &*self.stream(key)?;
-        Ok(take_within(
-            stream.range(range).map(|(_, message)| message.clone()),
-            max_bytes,
-        ))
     }
 
     async fn messages_at(

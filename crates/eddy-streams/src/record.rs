@@ -271,30 +271,34 @@ pub trait RecordReader {
     /// How many producers' states a stream keeps.
     fn producer_count(&mut self, key: &Self::Key) -> impl Op<u64>;
 
-    /// The messages at positions `range`, stopping before the total
-    /// passes `max_bytes` but always at least one when the range is not
-    /// empty.
-    fn messages(
-        &mut self,
-        key: &Self::Key,
-        range: Range<u64>,
-        max_bytes: usize,
-    ) -> impl Op<Vec<Bytes>>;
-
     /// The messages kept at positions `range`, each with its position, in
-    /// order, stopping as [`messages`](RecordReader::messages) does: a
-    /// compacted stream has holes where messages were dropped. The default
-    /// numbers [`messages`](RecordReader::messages) from `range.start`,
-    /// right for a backend that never drops messages inside a stream.
+    /// order (a compacted stream has holes where messages were dropped),
+    /// stopping before the total passes `max_bytes` but always at least
+    /// one when the range holds one.
     fn messages_at(
         &mut self,
         key: &Self::Key,
         range: Range<u64>,
         max_bytes: usize,
-    ) -> impl Op<Vec<(u64, Bytes)>> {
-        let start = range.start;
-        let read = self.messages(key, range, max_bytes);
-        async move { Ok((start..).zip(read.await?).collect()) }
+    ) -> impl Op<Vec<(u64, Bytes)>>;
+
+    /// The messages of [`messages_at`](RecordReader::messages_at) without
+    /// their positions. The default drops them; a backend that holds the
+    /// bare messages (a cache) may answer them directly.
+    fn messages(
+        &mut self,
+        key: &Self::Key,
+        range: Range<u64>,
+        max_bytes: usize,
+    ) -> impl Op<Vec<Bytes>> {
+        let read = self.messages_at(key, range, max_bytes);
+        async move {
+            Ok(read
+                .await?
+                .into_iter()
+                .map(|(_, message)| message)
+                .collect())
+        }
     }
 
     /// The last messages kept at positions `range`, at most `max` of

@@ -114,16 +114,6 @@ impl RecordReader for DynamoUnit {
         Ok(self.stream(key)?.producers)
     }
 
-    async fn messages(
-        &mut self,
-        key: &StreamKey,
-        range: Range<u64>,
-        max_bytes: usize,
-    ) -> Result<Vec<Bytes>, StreamError> {
-        let read = self.messages_at(key, range, max_bytes).await?;
-        Ok(read.into_iter().map(|(_, message)| message).collect())
-    }
-
     /// The kept messages: a compacted stream's packs have holes
     /// (`pack.rs`), and positions no item holds are checked against the
     /// stream's path item (`holes_confirmed`).

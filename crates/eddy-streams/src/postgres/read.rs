@@ -265,19 +265,22 @@ impl RecordReader for OneRow {
         self.miss()
     }
 
-    async fn messages(
+    /// The prefetched messages, numbered from `range.start`: a compacted
+    /// stream, whose messages have holes, is never prefetched.
+    async fn messages_at(
         &mut self,
         key: &i64,
         range: Range<u64>,
         max_bytes: usize,
-    ) -> Result<Vec<Bytes>, StreamError> {
+    ) -> Result<Vec<(u64, Bytes)>, StreamError> {
         if range.is_empty() {
             return Ok(Vec::new());
         }
         let same = self.stored.as_ref().is_some_and(|s| s.key == *key);
         match self.prefetched.take() {
             Some(p) if same && p.first == range.start && p.complete => {
-                Ok(take_within(p.messages.into_iter(), max_bytes))
+                let messages = take_within(p.messages.into_iter(), max_bytes);
+                Ok((range.start..).zip(messages).collect())
             }
             _ => self.miss(),
         }

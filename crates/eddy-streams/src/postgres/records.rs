@@ -255,16 +255,6 @@ impl RecordReader for PgRecords {
         self.counted(query(&sql).bind(key)).await
     }
 
-    async fn messages(
-        &mut self,
-        key: &i64,
-        range: Range<u64>,
-        max_bytes: usize,
-    ) -> Result<Vec<Bytes>, StreamError> {
-        let read = self.messages_at(key, range, max_bytes).await?;
-        Ok(read.into_iter().map(|(_, message)| message).collect())
-    }
-
     async fn messages_at(
         &mut self,
         key: &i64,

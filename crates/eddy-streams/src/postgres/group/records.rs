@@ -285,12 +285,12 @@ impl RecordReader for GroupRecords<'_> {
         Ok(draft.base.producer_count + draft.new_producers())
     }
 
-    async fn messages(
+    async fn messages_at(
         &mut self,
         _key: &i64,
         _range: Range<u64>,
         _max_bytes: usize,
-    ) -> Result<Vec<Bytes>, StreamError> {
+    ) -> Result<Vec<(u64, Bytes)>, StreamError> {
         self.unused("read messages")
     }
 
