@@ -19,6 +19,8 @@ use axum::body::{Body, HttpBody};
 use axum::extract::{Request, State};
 use axum::response::Response;
 use axum::{BoxError, Router};
+use futures::future::Either;
+use futures::FutureExt;
 use tower::{Layer, Service};
 use tower_http::compression::Compression;
 
@@ -107,15 +109,19 @@ pub(crate) struct Endpoints {
 }
 
 impl Endpoints {
-    /// Answers `request`.
-    pub(crate) async fn serve(&self, request: Request) -> Response {
+    /// Answers `request`. A plain function choosing its branch's future,
+    /// not an `async fn`: that would keep the request in its own state
+    /// beside the copy the branch holds, and every request's future
+    /// (copied whole into its box) would be that much larger.
+    pub(crate) fn serve(&self, request: Request) -> impl Future<Output = Response> + Send {
         if router::routes(request.uri().path()) {
-            match self.router.clone().call(request).await {
+            let answer = self.router.clone().call(request);
+            Either::Left(answer.map(|answered| match answered {
                 Ok(response) => response,
                 Err(never) => match never {},
-            }
+            }))
         } else {
-            handlers::stream(State(self.state.clone()), request).await
+            Either::Right(handlers::stream(State(self.state.clone()), request))
         }
     }
 }

@@ -12,10 +12,13 @@
 //! pays for a few header inserts; one that accepts a coding goes through
 //! tower-http's compression service, and only then is its body wrapped.
 
+use std::future::{ready, Future};
 use std::time::Instant;
 
 use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use futures::future::Either;
+use futures::FutureExt;
 use tower::ServiceExt;
 use tracing::Instrument;
 
@@ -31,9 +34,15 @@ const CROSS_ORIGIN_RESOURCE_POLICY: HeaderName =
     HeaderName::from_static("cross-origin-resource-policy");
 
 /// Serves one request through the middleware and the endpoints.
-pub(crate) async fn serve(parts: &Parts, request: axum::extract::Request) -> Response {
+///
+/// What it does before the endpoints runs at once, and what it does after
+/// maps their answer: an `async fn` would hold the request in its state
+/// beside the endpoints' copy, and the whole future is copied into its box.
+pub(crate) fn serve(
+    parts: &Parts,
+    request: axum::extract::Request,
+) -> impl Future<Output = Response> + Send + '_ {
     let started = Instant::now();
-    let state = &parts.state;
     let id = observe::request_id(request.headers());
     let span = observe::span(&id, &request);
     let route = RouteClass::of(&request);
@@ -41,71 +50,89 @@ pub(crate) async fn serve(parts: &Parts, request: axum::extract::Request) -> Res
     // shares its bytes).
     let (method, uri) = (request.method().clone(), request.uri().clone());
     let traced = tracing::enabled!(tracing::Level::DEBUG);
-    let mut response = guarded(parts, request).instrument(span).await;
-    observe::log_failure(&response, &id, &method, uri.path());
-    if response.status().is_client_error() || response.status().is_server_error() {
-        state.metrics.errors.increment(1);
-    }
-    state
-        .metrics
-        .request(route, response.status().as_u16(), started.elapsed());
-    if traced {
-        tracing::debug!(
-            %method,
-            path = uri.path(),
-            status = response.status().as_u16(),
-            elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
-            "request"
+    let answer = guarded(parts, request).instrument(span);
+    // A combinator, not an `async` block: awaiting the answer there
+    // would copy it into a second slot of the block's state.
+    answer.map(move |mut response| {
+        let state = &parts.state;
+        observe::log_failure(&response, &id, &method, uri.path());
+        if response.status().is_client_error() || response.status().is_server_error() {
+            state.metrics.errors.increment(1);
+        }
+        state
+            .metrics
+            .request(route, response.status().as_u16(), started.elapsed());
+        if traced {
+            tracing::debug!(
+                %method,
+                path = uri.path(),
+                status = response.status().as_u16(),
+                elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+                "request"
+            );
+        }
+        let headers = response.headers_mut();
+        // One growth of the map for the six headers below, not one per insert.
+        headers.reserve(6);
+        if !headers.contains_key(header::CACHE_CONTROL) {
+            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        }
+        headers.insert(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
         );
-    }
-    let headers = response.headers_mut();
-    // One growth of the map for the six headers below, not one per insert.
-    headers.reserve(6);
-    if !headers.contains_key(header::CACHE_CONTROL) {
-        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    }
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    headers.insert(
-        CROSS_ORIGIN_RESOURCE_POLICY,
-        HeaderValue::from_static("cross-origin"),
-    );
-    headers.insert(
-        header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
-    );
-    headers.insert(
-        header::ACCESS_CONTROL_EXPOSE_HEADERS,
-        HeaderValue::from_static(protocol::EXPOSED_HEADERS),
-    );
-    headers.insert(observe::REQUEST_ID, id);
-    response
+        headers.insert(
+            CROSS_ORIGIN_RESOURCE_POLICY,
+            HeaderValue::from_static("cross-origin"),
+        );
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_ORIGIN,
+            HeaderValue::from_static("*"),
+        );
+        headers.insert(
+            header::ACCESS_CONTROL_EXPOSE_HEADERS,
+            HeaderValue::from_static(protocol::EXPOSED_HEADERS),
+        );
+        headers.insert(observe::REQUEST_ID, id);
+        response
+    })
 }
 
 /// Answers a CORS preflight, refuses what [`auth::authorize`] refuses, and
 /// otherwise hands the request to the endpoints, through the compression
-/// service when the client accepts a coding.
-async fn guarded(parts: &Parts, request: axum::extract::Request) -> Response {
+/// service when the client accepts a coding. (A plain function choosing a
+/// future, for the reason [`serve`] is one.)
+fn guarded(
+    parts: &Parts,
+    request: axum::extract::Request,
+) -> impl Future<Output = Response> + Send + '_ {
     let state = &parts.state;
     if request.method() == Method::OPTIONS {
-        return preflight();
+        return Either::Left(ready(preflight()));
     }
     let caller = Caller::of(&state.config, request.headers());
     if let Err(denied) = auth::authorize(&state.config, caller, endpoint(&request)) {
-        return denied.into_response();
+        return Either::Left(ready(denied.into_response()));
     }
-    let _in_flight = InFlight::start(state);
-    if state.config.compression.enabled && request.headers().contains_key(header::ACCEPT_ENCODING) {
-        let compressed = parts.compressed.clone().oneshot(request).await;
-        match compressed {
-            Ok(response) => cache::tag_encoding(response.map(axum::body::Body::new)),
-            Err(never) => match never {},
-        }
-    } else {
-        parts.endpoints.serve(request).await
-    }
+    let in_flight = InFlight::start(state);
+    let answer =
+        if state.config.compression.enabled
+            && request.headers().contains_key(header::ACCEPT_ENCODING)
+        {
+            Either::Left(parts.compressed.clone().oneshot(request).map(
+                |compressed| match compressed {
+                    Ok(response) => cache::tag_encoding(response.map(axum::body::Body::new)),
+                    Err(never) => match never {},
+                },
+            ))
+        } else {
+            Either::Right(parts.endpoints.serve(request))
+        };
+    // Counted in flight until the answer is ready, or dropped.
+    Either::Right(answer.map(move |response| {
+        drop(in_flight);
+        response
+    }))
 }
 
 /// What a request asks of the endpoints, before a handler looks at the

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
+mod allocator;
 mod config;
 #[cfg(feature = "aws")]
 mod dynamo;
@@ -20,7 +21,7 @@ mod sweeper;
 /// (header maps, response heads, futures), where glibc's allocator spends
 /// its time merging free chunks.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: allocator::Mimalloc = allocator::Mimalloc;
 
 #[derive(Parser)]
 #[command(

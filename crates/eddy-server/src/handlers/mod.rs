@@ -9,11 +9,14 @@ mod list;
 mod read;
 mod sse;
 
+use std::future::Future;
+
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use eddy_streams::{Expiry, Offset, StreamInfo, StreamPath};
+use futures::FutureExt;
 
 use crate::auth::{self, Access, Caller, Operation};
 use crate::error::ApiError;
@@ -21,12 +24,13 @@ use crate::parse;
 use crate::protocol;
 use crate::state::AppState;
 
-/// Dispatches a stream request by method.
-pub(crate) async fn stream(State(state): State<AppState>, request: Request) -> Response {
-    match dispatch(state, request).await {
-        Ok(response) => response,
-        Err(err) => err.into_response(),
-    }
+/// Dispatches a stream request by method. (A plain function, so that its
+/// future is the dispatch's own, without a second copy of the request.)
+pub(crate) fn stream(
+    State(state): State<AppState>,
+    request: Request,
+) -> impl Future<Output = Response> + Send {
+    dispatch(state, request).map(|answered| answered.unwrap_or_else(IntoResponse::into_response))
 }
 
 async fn dispatch(state: AppState, request: Request) -> Result<Response, ApiError> {
@@ -68,12 +72,31 @@ async fn dispatch(state: AppState, request: Request) -> Result<Response, ApiErro
         caller,
         Access::Stream(operation, path.as_str()),
     )?;
+    // A future is as large as its largest branch, and every request's is
+    // copied whole at each level: the create's and the read's, twice an
+    // append's, are boxed, so that an append does not copy their room.
     match parts.method {
-        Method::PUT => create::create(&state, &path, &parts.uri, &parts.headers, body).await,
+        Method::PUT => {
+            Box::pin(create::create(
+                &state,
+                &path,
+                &parts.uri,
+                &parts.headers,
+                body,
+            ))
+            .await
+        }
         Method::POST => append::append(&state, &path, &parts.headers, body).await,
         Method::GET => {
             let unread = parts.extensions.get::<crate::server::UnreadBudget>();
-            read::get(&state, &path, parts.uri.query(), &parts.headers, unread).await
+            Box::pin(read::get(
+                &state,
+                &path,
+                parts.uri.query(),
+                &parts.headers,
+                unread,
+            ))
+            .await
         }
         Method::HEAD => head(&state, &path).await,
         Method::DELETE => {

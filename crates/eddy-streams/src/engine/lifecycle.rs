@@ -67,7 +67,7 @@ pub(crate) async fn find<R: RecordReader>(
     };
     if stored.record.is_live(now_ms) {
         Ok(Found::Live(stored))
-    } else if has_live_descendant(records, path, now_ms).await? {
+    } else if Box::pin(has_live_descendant(records, path, now_ms)).await? {
         Ok(Found::SoftDeleted)
     } else {
         Ok(Found::Dead {
