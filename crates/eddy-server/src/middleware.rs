@@ -1,4 +1,4 @@
-//! The middleware every request passes through, written out as one async
+//! The middleware every request passes through, written out as one
 //! function around the endpoints: the request id and span, CORS
 //! preflights, authorization, the in-flight gauge and the request
 //! metrics, the security and CORS headers, caching defaults, and
@@ -50,7 +50,8 @@ pub(crate) fn serve(
     // shares its bytes).
     let (method, uri) = (request.method().clone(), request.uri().clone());
     let traced = tracing::enabled!(tracing::Level::DEBUG);
-    let answer = guarded(parts, request).instrument(span);
+    // The checks before the endpoints log inside the request's span too.
+    let answer = span.in_scope(|| guarded(parts, request)).instrument(span);
     // A combinator, not an `async` block: awaiting the answer there
     // would copy it into a second slot of the block's state.
     answer.map(move |mut response| {

@@ -27,9 +27,10 @@ fn plain(layout: &Layout) -> bool {
     layout.align() <= PLAIN_ALIGN && layout.align() <= layout.size()
 }
 
-// SAFETY: each method forwards to the mimalloc function made for it, and a
-// block is always freed or resized by the same allocator; `mi_free` and
-// `mi_usable_size` take blocks from either entry point.
+// SAFETY: each method forwards to the mimalloc function made for it, with
+// the layout's alignment whenever `mi_malloc`'s own would not do; every
+// block comes from mimalloc, whose `mi_free` and resizes take blocks from
+// either entry point.
 unsafe impl GlobalAlloc for Mimalloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if plain(&layout) {
