@@ -67,8 +67,8 @@ mod tests {
     use super::*;
 
     /// Every block honours its layout's alignment, through an allocation,
-    /// a zeroed one and a resize that keeps its bytes, across mimalloc's
-    /// small size classes and past them.
+    /// a zeroed one and resizes up and down that keep its bytes, across
+    /// mimalloc's small size classes and past them.
     #[test]
     fn blocks_are_aligned_as_their_layouts_ask() {
         let sizes = (1..=160).chain([255, 256, 1000, 4096, 70_000]);
@@ -85,9 +85,16 @@ mod tests {
                     assert_eq!(block as usize % align, 0, "size {size}, align {align}");
                     block.write_bytes(0xA5, size);
                     let grown = Mimalloc.realloc(block, layout, size * 3);
-                    assert_eq!(grown as usize % align, 0, "resized {size}, align {align}");
+                    assert_eq!(grown as usize % align, 0, "grown {size}, align {align}");
                     assert!((0..size).all(|at| *grown.add(at) == 0xA5));
-                    Mimalloc.dealloc(grown, Layout::from_size_align_unchecked(size * 3, align));
+                    // Shrunk below its alignment too, where `mi_malloc`'s
+                    // own would not do.
+                    let kept = size.div_ceil(4);
+                    let grown_layout = Layout::from_size_align_unchecked(size * 3, align);
+                    let shrunk = Mimalloc.realloc(grown, grown_layout, kept);
+                    assert_eq!(shrunk as usize % align, 0, "shrunk {size}, align {align}");
+                    assert!((0..kept).all(|at| *shrunk.add(at) == 0xA5));
+                    Mimalloc.dealloc(shrunk, Layout::from_size_align_unchecked(kept, align));
 
                     let zeroed = Mimalloc.alloc_zeroed(layout);
                     assert_eq!(zeroed as usize % align, 0, "zeroed {size}, align {align}");
