@@ -65,6 +65,9 @@ pub(crate) async fn find<R: RecordReader>(
             None => Found::Absent,
         });
     };
+    // The descendant search is boxed: only a dead stream's lookup makes
+    // it, and its future would otherwise make every lookup's (and every
+    // append's) larger.
     if stored.record.is_live(now_ms) {
         Ok(Found::Live(stored))
     } else if Box::pin(has_live_descendant(records, path, now_ms)).await? {
