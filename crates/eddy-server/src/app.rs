@@ -140,7 +140,6 @@ impl Service<Request> for Endpoints {
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        let endpoints = self.clone();
-        Box::pin(async move { Ok(endpoints.serve(request).await) })
+        Box::pin(self.serve(request).map(Ok))
     }
 }

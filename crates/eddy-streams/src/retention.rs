@@ -411,9 +411,58 @@ struct Column {
     retained: Retained,
 }
 
+/// The leading `sizes` (position, bytes) up to and with the first that
+/// takes their total past `max_bytes`: what a sweep step weighs at least
+/// ([`RecordReader::message_sizes`](crate::record::RecordReader::message_sizes)).
+pub(crate) fn within_bytes<E>(
+    sizes: impl IntoIterator<Item = Result<(u64, u64), E>>,
+    max_bytes: u64,
+) -> Result<Vec<(u64, u64)>, E> {
+    let mut weighed = Vec::new();
+    let mut total = 0u64;
+    for size in sizes {
+        if total > max_bytes {
+            break;
+        }
+        let (position, bytes) = size?;
+        total = total.saturating_add(bytes);
+        weighed.push((position, bytes));
+    }
+    Ok(weighed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn weigh(sizes: &[u64], max_bytes: u64) -> Vec<u64> {
+        let sizes = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| Ok::<_, ()>((i as u64 * 2, s)));
+        let weighed = within_bytes(sizes, max_bytes).unwrap_or_default();
+        weighed.into_iter().map(|(_, size)| size).collect()
+    }
+
+    /// A step that may free `max_bytes` weighs what it may drop and the
+    /// message that would take it past the bound, and no further; a
+    /// first message larger than the bound is weighed alone.
+    #[test]
+    fn weighing_stops_at_the_message_past_the_bound() {
+        assert_eq!(weigh(&[4, 4, 4, 4], 8), [4, 4, 4]);
+        assert_eq!(weigh(&[4, 4, 4, 4], 9), [4, 4, 4]);
+        assert_eq!(weigh(&[4, 4, 4, 4], 7), [4, 4]);
+        assert_eq!(weigh(&[20, 1, 1], 8), [20]);
+        assert_eq!(weigh(&[1, 1], 100), [1, 1]);
+        assert_eq!(weigh(&[], 100), Vec::<u64>::new());
+    }
+
+    /// A failed read of a size is the answer, not a shorter list.
+    #[test]
+    fn weighing_passes_on_a_failed_read() {
+        let sizes = [Ok((0, 1)), Err("disk"), Ok((2, 1))];
+        assert_eq!(within_bytes(sizes, 100), Err("disk"));
+    }
 
     #[test]
     fn policies_parse_in_any_order_and_print_canonically() {

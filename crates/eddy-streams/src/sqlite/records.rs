@@ -568,7 +568,7 @@ fn message_sizes(
     let sizes = stmt.query_map(params![id, bound(range.start), bound(range.end)], |r| {
         Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64))
     })?;
-    Ok(crate::record::within_bytes(sizes, max_bytes)?)
+    Ok(crate::retention::within_bytes(sizes, max_bytes)?)
 }
 
 fn remove(conn: &Connection, id: i64) -> Result<(), StreamError> {
