@@ -74,9 +74,13 @@ pub struct Metrics {
     pub requests_in_flight: Gauge,
     /// The handles of `eddy_http_*` by route class and status, registered
     /// on first use and kept, so that counting a request costs no key
-    /// building or registry look-up.
-    http: RwLock<HashMap<(RouteClass, u16), (Counter, Histogram)>>,
+    /// building or registry look-up. (Their keys are the server's own,
+    /// not a client's, so a fast hash without a random key is safe.)
+    http: RwLock<HttpHandles>,
 }
+
+/// The handles of `eddy_http_*`, by route class and status.
+type HttpHandles = HashMap<(RouteClass, u16), (Counter, Histogram), foldhash::fast::FixedState>;
 
 static METADATA: Metadata<'static> =
     Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));

@@ -64,22 +64,44 @@ pub(crate) fn span(id: &HeaderValue, request: &Request) -> tracing::Span {
     )
 }
 
-/// `random` as a version-4 UUID in its hyphenated lower-case form, a
-/// byte at a time (two hex digits each).
+/// `random` as a version-4 UUID in its hyphenated lower-case form.
 fn uuid_v4(random: u128) -> [u8; 36] {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let bits = random & 0xFFFF_FFFF_FFFF_4FFF_BFFF_FFFF_FFFF_FFFF | 0x4000_8000_0000_0000_0000;
+    let (high, low) = (hex_digits((bits >> 64) as u64), hex_digits(bits as u64));
     let mut out = [b'-'; 36];
-    let mut at = 0;
-    for (i, byte) in bits.to_be_bytes().into_iter().enumerate() {
-        if matches!(i, 4 | 6 | 8 | 10) {
-            at += 1; // past a hyphen
-        }
-        out[at] = HEX[usize::from(byte >> 4)];
-        out[at + 1] = HEX[usize::from(byte & 0xF)];
-        at += 2;
-    }
+    out[..8].copy_from_slice(&high[..8]);
+    out[9..13].copy_from_slice(&high[8..12]);
+    out[14..18].copy_from_slice(&high[12..]);
+    out[19..23].copy_from_slice(&low[..4]);
+    out[24..].copy_from_slice(&low[4..]);
     out
+}
+
+/// The 16 lower-case hex digits of `value`, most significant first,
+/// worked out eight at a time in one register: a loop over the digits
+/// took a tenth of the middleware's own instructions.
+fn hex_digits(value: u64) -> [u8; 16] {
+    let mut out = [0; 16];
+    out[..8].copy_from_slice(&ascii_digits(nibbles((value >> 32) as u32)).to_be_bytes());
+    out[8..].copy_from_slice(&ascii_digits(nibbles(value as u32)).to_be_bytes());
+    out
+}
+
+/// The eight nibbles of `value`, one in each byte, the most significant
+/// nibble in the most significant byte.
+fn nibbles(value: u32) -> u64 {
+    let x = u64::from(value);
+    let x = (x | x << 16) & 0x0000_FFFF_0000_FFFF;
+    let x = (x | x << 8) & 0x00FF_00FF_00FF_00FF;
+    (x | x << 4) & 0x0F0F_0F0F_0F0F_0F0F
+}
+
+/// Each byte of `nibbles` (0 to 15) as its hex digit: `'0'` plus it, and
+/// 39 more (from `':'` to `'a'`) when it is 10 or more, which adding 6
+/// carries into the byte's bit 4.
+fn ascii_digits(nibbles: u64) -> u64 {
+    let letters = ((nibbles + 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101;
+    nibbles + 0x3030_3030_3030_3030 + letters * 0x27
 }
 
 #[cfg(test)]
@@ -152,5 +174,20 @@ mod tests {
         assert_eq!(&id, b"01234567-89ab-4def-8123-456789abcdef");
         let id = uuid_v4(u128::MAX);
         assert_eq!(&id, b"ffffffff-ffff-4fff-bfff-ffffffffffff");
+    }
+
+    proptest::proptest! {
+        /// Every digit matches the plain formatting of the same bits.
+        #[test]
+        fn request_ids_spell_their_bits_in_hex(random: u128) {
+            let bits = random & 0xFFFF_FFFF_FFFF_4FFF_BFFF_FFFF_FFFF_FFFF | 0x4000_8000_0000_0000_0000;
+            let hex = format!("{bits:032x}");
+            let expected = format!(
+                "{}-{}-{}-{}-{}",
+                &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..]
+            );
+            let id = uuid_v4(random);
+            proptest::prop_assert_eq!(std::str::from_utf8(&id).ok(), Some(expected.as_str()));
+        }
     }
 }

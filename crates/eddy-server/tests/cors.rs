@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::http::{Response, StatusCode};
 use eddy_server::ServerConfig;
 
-use crate::router::{fast, req, router, send};
+use crate::router::{assert_through_the_middleware, fast, req, router, send};
 
 /// Headers every browser reads without being told, and those that only
 /// speak to the browser or a proxy (never to the page's code).
@@ -111,10 +111,7 @@ async fn every_header_a_client_reads_is_exposed_to_browsers() {
         "the requests reach the limit and the sequence gap: {statuses:?}"
     );
     for (label, response) in &answers {
-        assert!(
-            response.headers().contains_key("x-request-id"),
-            "{label}: answers carry a request id"
-        );
+        assert_through_the_middleware(response, label);
         assert_eq!(
             unexposed(response),
             Vec::<String>::new(),

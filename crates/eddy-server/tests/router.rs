@@ -561,13 +561,29 @@ async fn pull_wake_claims_are_leased_and_acks_fenced() {
     assert_eq!(json_body(&body)["error"]["code"], "FENCED");
 }
 
-/// Every response passes the middleware, whichever endpoint answers it.
-fn assert_through_the_middleware(response: &Response<Body>, path: &str) {
-    assert!(header(response, "x-request-id").is_some(), "{path}");
+/// Every response passes the middleware, whichever endpoint answers it:
+/// it carries a request id, a `Cache-Control`, and the security and CORS
+/// headers each once, with the middleware's values (whether the endpoint
+/// began its answer from them or the middleware added them).
+pub(crate) fn assert_through_the_middleware(response: &Response<Body>, label: &str) {
+    let headers = response.headers();
+    let once = |name: &str| {
+        let values: Vec<_> = headers.get_all(name).iter().collect();
+        assert_eq!(values.len(), 1, "{label}: {name} once, got {values:?}");
+        values[0].to_str().expect("text").to_owned()
+    };
+    assert_eq!(once("x-request-id").len(), 36, "{label}");
+    assert!(!once("cache-control").is_empty(), "{label}");
+    assert_eq!(once("x-content-type-options"), "nosniff", "{label}");
     assert_eq!(
-        header(response, "x-content-type-options"),
-        Some("nosniff"),
-        "{path}"
+        once("cross-origin-resource-policy"),
+        "cross-origin",
+        "{label}"
+    );
+    assert_eq!(once("access-control-allow-origin"), "*", "{label}");
+    assert!(
+        once("access-control-expose-headers").contains("stream-next-offset"),
+        "{label}"
     );
 }
 

@@ -56,7 +56,7 @@ pub(super) async fn append(
         metrics.appends.increment(1);
         metrics.append_bytes.increment(size as u64);
     }
-    let mut out = HeaderMap::with_capacity(super::APPEND_RESPONSE_HEADERS);
+    let mut out = super::response_headers();
     put_offset(&mut out, protocol::NEXT_OFFSET, appended.next_offset);
     if appended.duplicate {
         put(&mut out, protocol::DUPLICATE, "true");
