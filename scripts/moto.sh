@@ -23,7 +23,10 @@ state="${MOTO_STATE:-$venv/run}"
 log() { echo "moto.sh: $*" >&2; }
 
 ready() {
+    # With credentials in the request, as the SDK sends them: moto routes
+    # a request by its signing scope.
     curl -s -o /dev/null -w '%{http_code}' --max-time 2 \
+        -H 'Authorization: AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=0' \
         -H 'X-Amz-Target: DynamoDB_20120810.ListTables' \
         -H 'Content-Type: application/x-amz-json-1.0' \
         -d '{}' "http://127.0.0.1:$1/" 2>/dev/null | grep -q '^200$'
@@ -39,11 +42,20 @@ running_port() {
     echo "$port"
 }
 
+# The release the tests and scripts/moto_serial.py (which patches moto's
+# internals) were checked against; a new release may route or serialise
+# differently (5.2.6 answers a request without credentials as S3).
+moto_version=5.2.5
+
+installed_version() {
+    "$venv/bin/python" -c 'import moto; print(moto.__version__)' 2>/dev/null
+}
+
 install() {
-    if [[ ! -x "$venv/bin/moto_server" ]]; then
-        log "installing moto[server] into $venv"
+    if [[ "$(installed_version)" != "$moto_version" ]]; then
+        log "installing moto[server]==$moto_version into $venv"
         python3 -m venv "$venv"
-        "$venv/bin/pip" install --quiet 'moto[server]' >&2
+        "$venv/bin/pip" install --quiet "moto[server]==$moto_version" >&2
     fi
 }
 
