@@ -18,7 +18,10 @@ pub(super) async fn run<B: Backend>(inner: Weak<Inner<B>>) {
     let Some(interval) = inner.upgrade().map(|inner| inner.options.poll) else {
         return;
     };
-    let mut ticks = tokio::time::interval(interval);
+    // The first poll comes one interval after the first wait, not at
+    // once: a waiter has just read its stream's state, so a poll now
+    // would read the same record again.
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
