@@ -429,3 +429,81 @@ fn a_stream_over_a_lowered_cap_takes_new_producers_only_in_place_of_expired_ones
         assert_eq!(producers.len(), 4, "the count did not grow");
     });
 }
+
+/// The messages of `path` from the beginning, read page by page (each
+/// page at most `max_bytes`).
+async fn all_messages(store: &SqliteStorage, path: &StreamPath, max_bytes: usize) -> Vec<Vec<u8>> {
+    let mut messages = Vec::new();
+    let mut from = ReadFrom::Beginning;
+    loop {
+        let chunk = store.read(path, from, max_bytes).await.expect("read");
+        messages.extend(chunk.messages.iter().map(|m| m.to_vec()));
+        if chunk.up_to_date {
+            return messages;
+        }
+        from = ReadFrom::Offset(chunk.next_offset);
+    }
+}
+
+/// Reads past the store's cache come from the read connections' mapping
+/// of the file: messages written after a reader mapped it, and while the
+/// file grows many times over, read back whole, by several readers at
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_past_the_cache_see_every_message_as_the_file_grows() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = eddy_streams::SqliteOptions {
+        cache_bytes: 0,
+        ..eddy_streams::SqliteOptions::default()
+    };
+    let store = std::sync::Arc::new(SqliteStorage::open_with(dir.path(), options).expect("open"));
+    let message = |stream: u8, n: usize, len: usize| -> Vec<u8> {
+        (0..len)
+            .map(|i| stream.wrapping_add((n * 31 + i) as u8))
+            .collect()
+    };
+    let small = StreamPath::new("small").expect("path");
+    let large = StreamPath::new("large").expect("path");
+    for path in [&small, &large] {
+        let config = eddy_streams::StreamConfig::bytes("application/octet-stream");
+        store
+            .create(path, config, eddy_streams::Payload::empty())
+            .await
+            .expect("create");
+    }
+    let mut small_written = Vec::new();
+    let mut large_written = Vec::new();
+    for round in 0..4 {
+        for n in 0..50 {
+            let m = message(1, round * 50 + n, 1024);
+            store
+                .append(&small, Append::body(m.clone()))
+                .await
+                .expect("append");
+            small_written.push(m);
+        }
+        // Every read connection maps the file as it is now.
+        let readers: Vec<_> = (0..4)
+            .map(|_| {
+                let (store, small) = (std::sync::Arc::clone(&store), small.clone());
+                tokio::spawn(async move { all_messages(&store, &small, 64 * 1024).await })
+            })
+            .collect();
+        for reader in readers {
+            assert_eq!(reader.await.expect("reader"), small_written);
+        }
+        // Then the file grows by some 8 MiB.
+        for n in 0..32 {
+            let m = message(2, round * 32 + n, 256 * 1024);
+            store
+                .append(&large, Append::body(m.clone()))
+                .await
+                .expect("append");
+            large_written.push(m);
+        }
+    }
+    assert_eq!(all_messages(&store, &small, 64 * 1024).await, small_written);
+    assert_eq!(all_messages(&store, &large, 1 << 20).await, large_written);
+    let size = std::fs::metadata(store.file()).expect("file").len();
+    assert!(size > 24 << 20, "the file grew to {size} bytes");
+}

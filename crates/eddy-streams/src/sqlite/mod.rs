@@ -314,11 +314,17 @@ fn open_connection(file: &Path, read_only: bool) -> Result<Connection, StreamErr
     let conn = Connection::open_with_flags(file, flags)
         .map_err(|e| StreamError::unavailable_from(format!("cannot open {}", file.display()), e))?;
     conn.busy_timeout(Duration::from_secs(10))?;
+    if read_only {
+        conn.pragma_update(None, "mmap_size", READER_MMAP_BYTES)?;
+    }
     // Room for every statement the store prepares (rusqlite keeps 16): a
     // statement pushed out of the cache is parsed again on its next use.
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     Ok(conn)
 }
+
+/// How much of the database file each read connection maps into memory.
+const READER_MMAP_BYTES: i64 = 1 << 30;
 
 /// How many prepared statements each connection keeps.
 const STATEMENT_CACHE: usize = 64;
