@@ -138,7 +138,7 @@ fn split_json_body(
         return Ok(vec![trim(&body)]);
     }
     let over = Cell::new(false);
-    let mut reader = serde_json::Deserializer::from_slice(&body);
+    let mut reader = serde_json::Deserializer::from_str(utf8(&body)?);
     let elements = serde::Deserializer::deserialize_seq(
         &mut reader,
         Elements {
@@ -203,9 +203,15 @@ fn trim(body: &Bytes) -> Bytes {
 }
 
 fn validate_json(message: &[u8]) -> Result<(), StreamError> {
-    serde_json::from_slice::<IgnoredAny>(message)
+    serde_json::from_str::<IgnoredAny>(utf8(message)?)
         .map(drop)
         .map_err(invalid_json)
+}
+
+/// JSON text as UTF-8. (serde_json checks the strings it decodes, not
+/// those it skips, as it skips every string of a value only validated.)
+fn utf8(json: &[u8]) -> Result<&str, StreamError> {
+    std::str::from_utf8(json).map_err(|e| StreamError::InvalidJson(format!("not UTF-8: {e}")))
 }
 
 fn invalid_json(err: serde_json::Error) -> StreamError {
@@ -246,6 +252,36 @@ mod tests {
         assert_eq!(body("[]").err(), Some(StreamError::EmptyJsonArray));
         assert_eq!(body("{").err().map(|e| e.code()), Some("json/invalid"));
         assert_eq!(body("[1,").err().map(|e| e.code()), Some("json/invalid"));
+    }
+
+    /// JSON is UTF-8 (RFC 8259): a byte that is not, inside a string the
+    /// parser skips over, would make every later read of the stream fail
+    /// to parse. Found by the `json_bodies` fuzz target.
+    #[test]
+    fn refuses_json_that_is_not_utf8() {
+        let invalid = |bytes: &'static [u8]| {
+            let body = split(
+                Payload::Body(Bytes::from_static(bytes)),
+                true,
+                BOUNDS,
+                false,
+            );
+            let messages = split(
+                Payload::Messages(vec![Bytes::from_static(bytes)]),
+                true,
+                BOUNDS,
+                false,
+            );
+            [body, messages].map(|r| r.err().map(|e| e.code()))
+        };
+        let refused = [Some("json/invalid"); 2];
+        assert_eq!(invalid(b"\"\xff\""), refused);
+        assert_eq!(invalid(b"[\"a\", \"\xc3\"]"), refused);
+        assert_eq!(invalid(b"{\"\xed\xa0\x80\": 1}"), refused, "a surrogate");
+        assert_eq!(
+            body("[\"\u{e9}\", \"\\ud83d\\ude00\"]").map(|m| m.len()),
+            Ok(2)
+        );
     }
 
     const BOUNDS: Bounds = Bounds {
