@@ -181,14 +181,11 @@ async fn sse_readers_at_one_offset_share_one_read_per_append() {
 /// The DynamoDB stream store on the embedded table: table requests of one
 /// append that `count` waiting long-poll readers see.
 async fn dynamodb_requests_per_append(count: usize) -> u64 {
-    // Polls for other processes' commits are counted on their own
-    // (`dynamodb_waiting_readers_cost_one_poll_per_round`): the first
-    // comes one interval after the first wait, so none falls in here.
-    let (table, app) = dynamodb(Duration::from_secs(600));
+    let (table, store, app) = dynamodb_counted();
     let tail = stream_with_one_message(&app).await;
+    let (_, heads) = store.counts();
     let waiting = readers(&app, Live::LongPoll, &tail, count);
-    until_live_readers(&app, count).await;
-    until_settled(&table).await;
+    store.until_heads(heads + count).await;
     let before = table.request_stats();
     let (status, _) = call(&app, "POST", STREAM, "b").await;
     assert!(status.is_success(), "append: {status}");
@@ -211,6 +208,13 @@ async fn dynamodb_requests_per_append(count: usize) -> u64 {
 /// The application over the DynamoDB stream store on a fresh embedded
 /// table, polling for other processes' commits every `poll`.
 fn dynamodb(poll: Duration) -> (Arc<dyn eddy_dynamo::Table>, App) {
+    let (table, store) = dynamodb_store(poll);
+    (table, serve(store))
+}
+
+/// The DynamoDB stream store on a fresh embedded table, polling for other
+/// processes' commits every `poll`.
+fn dynamodb_store(poll: Duration) -> (Arc<dyn eddy_dynamo::Table>, Arc<dyn Storage>) {
     let table: Arc<dyn eddy_dynamo::Table> = Arc::new(eddy_dynamo::EmbeddedTable::memory(
         eddy_streams_dynamodb::layout(format!("fanout-{:08x}", fastrand::u32(..))),
     ));
@@ -219,7 +223,19 @@ fn dynamodb(poll: Duration) -> (Arc<dyn eddy_dynamo::Table>, App) {
         ..eddy_streams_dynamodb::options()
     };
     let store = eddy_streams_dynamodb::open(Arc::clone(&table), options).expect("open");
-    (table, serve(Arc::new(store)))
+    (table, Arc::new(store))
+}
+
+/// The application over the DynamoDB stream store on a fresh embedded
+/// table, counted: a waiting reader counts as live before its wait has
+/// looked at the stream (one read of its record), and a test of what an
+/// append costs waits for those looks, which belong to the readers'
+/// arrival. Its waits do not start the store's poller: polls are counted
+/// on their own (`dynamodb_waiting_readers_cost_one_poll_per_round`).
+fn dynamodb_counted() -> (Arc<dyn eddy_dynamo::Table>, Arc<Counted>, App) {
+    let (table, store) = dynamodb_store(Duration::from_secs(600));
+    let store = Arc::new(Counted::over(store));
+    (table, Arc::clone(&store), serve(store))
 }
 
 /// Waits until the server counts `count` live readers.
@@ -309,23 +325,6 @@ async fn until_polls(table: &Arc<dyn eddy_dynamo::Table>, count: u64) {
     panic!("the store never polled");
 }
 
-/// Waits until the table has answered no request for 100 ms: a reader
-/// counts as live before its wait looks at the stream (one read of its
-/// record), and that look belongs to its arrival, not to the append the
-/// test measures next.
-async fn until_settled(table: &Arc<dyn eddy_dynamo::Table>) {
-    let mut last = table.request_stats();
-    for _ in 0..600 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let now = table.request_stats();
-        if now == last {
-            return;
-        }
-        last = now;
-    }
-    panic!("the table never settled");
-}
-
 /// `count` long-poll readers at `tail` that, once answered, poll again
 /// from the offset the answer names, as clients do; `answered` counts the
 /// first answers. Each returns whether it got `b`, then `c`.
@@ -352,12 +351,12 @@ fn polling_readers(
 /// Table requests of one append in the steady state of polling clients:
 /// from the append until every reader it answered waits again.
 async fn dynamodb_requests_per_append_polling_again(count: usize) -> u64 {
-    let (table, app) = dynamodb(Duration::from_secs(600));
+    let (table, store, app) = dynamodb_counted();
     let tail = stream_with_one_message(&app).await;
     let answered = Arc::new(watch::Sender::new(0));
+    let (_, heads) = store.counts();
     let waiting = polling_readers(&app, &tail, count, &answered);
-    until_live_readers(&app, count).await;
-    until_settled(&table).await;
+    store.until_heads(heads + count).await;
     let before = table.request_stats();
     let (status, _) = call(&app, "POST", STREAM, "b").await;
     assert!(status.is_success(), "append: {status}");

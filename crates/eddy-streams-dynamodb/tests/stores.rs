@@ -91,6 +91,67 @@ async fn a_reader_of_one_store_wakes_at_another_stores_append(table: Arc<dyn Tab
     assert_eq!(chunk.messages, vec![Bytes::from("1")]);
 }
 
+/// A store polls the streams its readers wait on one interval after the
+/// first wait, not at once: the waiter has just read its stream's record,
+/// and a poll then would read it again. (On the paused clock, which moves
+/// on to the next timer whenever the test waits.)
+#[tokio::test(start_paused = true)]
+async fn the_first_poll_comes_one_interval_after_the_first_wait() {
+    let table = common::embedded();
+    let started = common::Hooked::new(
+        Arc::clone(&table),
+        PollStarts(tokio::sync::watch::Sender::new(Vec::new())),
+    );
+    let interval = Duration::from_secs(5);
+    let options = RecordOptions {
+        poll: interval,
+        ..eddy_streams_dynamodb::options()
+    };
+    let reader = Arc::new(
+        eddy_streams_dynamodb::open(Arc::clone(&started) as Arc<dyn Table>, options).expect("open"),
+    );
+    let p = path("live/first-poll");
+    reader
+        .create(&p, StreamConfig::json(), Payload::empty())
+        .await
+        .expect("create");
+    let waited_at = tokio::time::Instant::now();
+    let waiting = tokio::spawn({
+        let (reader, p) = (Arc::clone(&reader), p.clone());
+        async move { reader.wait(&p, Offset::ZERO, Duration::from_secs(60)).await }
+    });
+    let mut starts = started.hooks.0.subscribe();
+    let starts = starts
+        .wait_for(|starts| starts.len() >= 2)
+        .await
+        .expect("polls");
+    assert!(
+        starts[0] >= waited_at + interval,
+        "the first poll came {:?} after the wait",
+        starts[0] - waited_at
+    );
+    assert!(starts[1] >= starts[0] + interval, "then one per interval");
+    drop(starts);
+    waiting.abort();
+}
+
+/// When each poll of stream records (`BatchGetItem`) began, on tokio's
+/// clock.
+struct PollStarts(tokio::sync::watch::Sender<Vec<tokio::time::Instant>>);
+
+#[async_trait::async_trait]
+impl common::Hooks for PollStarts {
+    async fn batch_get_item(
+        &self,
+        table: &dyn Table,
+        keys: Vec<Item>,
+    ) -> Result<Vec<Item>, TableError> {
+        self.0
+            .send_modify(|starts| starts.push(tokio::time::Instant::now()));
+        table.batch_get_item(keys).await
+    }
+}
+
 /// Counts the polls of stream records (`BatchGetItem`) made through a
 /// table.
 struct Polls(tokio::sync::watch::Sender<usize>);
