@@ -15,7 +15,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 . "$here/pin.sh"
-. "$root/scripts/lib/serve.sh" # free_port
+. "$root/scripts/lib/serve.sh" # free_port, wait_healthy
 pinned_connections=32
 rounds="${ROUNDS:-3}"
 command -v wrk >/dev/null || apt-get install -y wrk >/dev/null
@@ -39,9 +39,9 @@ rate() { # url [wrk args...] -> req/s
 measure() { # binary -> "warm cold"
   local port base kb warm cold
   port="$(free_port)"; base="http://127.0.0.1:$port"
-  (exec_pinned "$server_core" "$1" serve --listen "127.0.0.1:$port" --storage sqlite --data "$work/data-$port" >/dev/null 2>&1) &
+  (exec_pinned "$server_core" "$1" serve --listen "127.0.0.1:$port" --storage sqlite --data "$work/data-$port" >"$work/log-$port" 2>&1) &
   server=$!
-  for _ in $(seq 1 100); do curl -fsS -o /dev/null "$base/healthz" 2>/dev/null && break; sleep 0.1; done
+  wait_healthy "$base" "$server" "$work/log-$port" "eddy serve ($1)" >&2
   prepare_kb_stream "$base"
   for i in $(seq 0 15); do curl -fsS -o /dev/null -X PUT -H 'content-type: application/json' "$base/bench/b-$i"; done
   kb="$(curl -fsS -o /dev/null -w '%{url_effective}' "$base/bench/kb?offset=-1")"
