@@ -51,11 +51,28 @@ durable_rounds="${DURABLE_ROUNDS:-6}"
 durable_seconds="${DURABLE_SECONDS:-4s}"
 pinned_connections="${DURABLE_CONNECTIONS:-32}"
 
+declare -A server_pid
 start_durable() { # binary storage: starts a pinned server and sets `base`
   local port; port="$(free_port)"
   (exec_pinned "$server_core" "$1" serve --listen "127.0.0.1:$port" --storage "$2" --data "$work/durable-$2-$port" >/dev/null 2>&1) &
   pids+=($!); base="http://127.0.0.1:$port"; wait_up "$base"
+  server_pid[$base]=$!
   curl -fsS -o /dev/null -X PUT -H 'content-type: text/plain' "$base/bench/append"
+}
+
+# The CPU time so far, in ns, of a server's runtime threads and of its
+# store's writer thread (the kernel's per-thread schedstat): "runtime writer".
+thread_cpu() { # pid
+  local task comm ns runtime=0 writer=0
+  for task in /proc/"$1"/task/*; do
+    read -r comm <"$task/comm" 2>/dev/null || continue
+    read -r ns _ <"$task/schedstat" 2>/dev/null || continue
+    case "$comm" in
+      eddy-streams-wr*) writer=$((writer + ns)) ;;
+      *) runtime=$((runtime + ns)) ;;
+    esac
+  done
+  echo "$runtime $writer"
 }
 
 commit_totals() { # base -> "calls commits seconds" of the store's commit metrics so far
@@ -66,13 +83,31 @@ commit_totals() { # base -> "calls commits seconds" of the store's commit metric
     END { print calls + 0, commits + 0, seconds + 0 }'
 }
 
-durable_round() { # base -> "rate mean-group mean-commit-ms" of one round of appends
-  local c0 n0 s0 c1 n1 s1 rate
+# The server core's steal time so far, in clock ticks: time the host gave
+# this VM's core to someone else, which inflates every figure of a round.
+core_steal() { awk -v cpu="cpu$server_core" '$1 == cpu { print $9 }' /proc/stat; }
+
+durable_round() { # base -> "rate mean-group mean-commit-ms runtime-us writer-us idle-us steal-%" of one round of appends
+  local c0 n0 s0 c1 n1 s1 r0 w0 r1 w1 t0 t1 rate
   read -r c0 n0 s0 <<<"$(commit_totals "$1")"
+  read -r r0 w0 <<<"$(thread_cpu "${server_pid[$1]}")"
+  t0="$(core_steal)"
   rate="$(duration="$durable_seconds" pinned_rps "$1/bench/append" -s "$here/append.lua")"
+  t1="$(core_steal)"
+  read -r r1 w1 <<<"$(thread_cpu "${server_pid[$1]}")"
   read -r c1 n1 s1 <<<"$(commit_totals "$1")"
+  # Per append: the CPU of each side, and what is left of the append's
+  # share of the wall clock (1 / rate) on the one core: the core idle,
+  # every thread waiting for the disk.
   awk -v r="$rate" -v c="$((c1 - c0))" -v n="$((n1 - n0))" -v s0="$s0" -v s1="$s1" \
-    'BEGIN { if (n > 0) printf "%s %.1f %.3f", r, c / n, (s1 - s0) / n * 1000; else printf "%s n/a n/a", r }'
+    -v rt="$((r1 - r0))" -v wr="$((w1 - w0))" -v secs="${durable_seconds%s}" \
+    -v steal="$((t1 - t0))" -v hz="$(getconf CLK_TCK)" '
+    BEGIN {
+      appends = r * secs; rt_us = rt / 1000 / appends; wr_us = wr / 1000 / appends
+      idle = 1e6 / r - rt_us - wr_us; stolen = steal / hz / secs * 100
+      if (n > 0) printf "%s %.1f %.3f %.1f %.1f %.1f %.0f", r, c / n, (s1 - s0) / n * 1000, rt_us, wr_us, idle, stolen
+      else printf "%s n/a n/a %.1f %.1f %.1f %.0f", r, rt_us, wr_us, idle, stolen
+    }'
 }
 
 # The disk's own fsync now, from the server's core: the median of 64
@@ -116,8 +151,9 @@ start_durable "$eddy" memory; mem="$base"
 echo
 echo "== durable single appends per core (server on core $server_core, wrk -t1 -c$pinned_connections on core $load_core) =="
 echo "   ($durable_rounds rounds of $durable_seconds per server, alternating; group = calls per fsync, commit = COMMIT with its fsync,"
-echo "    fsync = the disk's own, probed after the round)"
-printf '%-6s %-12s %10s %10s %7s %7s %11s %10s\n' round build "SQLite/s" "memory/s" ratio group "commit ms" "fsync µs"
+echo "    fsync = the disk's own, probed after the round; µs per durable append: the runtime's CPU, the writer's,"
+echo "    and the core idle while every appender waits for the disk; steal = the share of the round the host took the core)"
+printf '%-6s %-12s %10s %10s %7s %7s %11s %10s %9s %9s %9s %7s\n' round build "SQLite/s" "memory/s" ratio group "commit ms" "fsync µs" runtime writer idle steal
 declare -A ratios
 for round in $(seq 1 "$durable_rounds"); do
   rows=()
@@ -125,9 +161,9 @@ for round in $(seq 1 "$durable_rounds"); do
   m="$(duration="$durable_seconds" pinned_rps "$mem/bench/append" -s "$here/append.lua")"
   disk="$(disk_fsync_us)"
   for i in "${!sql[@]}"; do
-    read -r s group commit <<<"${rows[$i]}"
+    read -r s group commit runtime writer idle stolen <<<"${rows[$i]}"
     r="$(ratio2 "$s" "$m")"; ratios[$i]="${ratios[$i]:-} $r"
-    printf '%-6s %-12s %10s %10s %7s %7s %11s %10s\n' "$round" "${labels[$i]}" "$s" "$m" "$r" "$group" "$commit" "$disk"
+    printf '%-6s %-12s %10s %10s %7s %7s %11s %10s %9s %9s %9s %6s%%\n' "$round" "${labels[$i]}" "$s" "$m" "$r" "$group" "$commit" "$disk" "$runtime" "$writer" "$idle" "$stolen"
   done
 done
 for i in "${!sql[@]}"; do
