@@ -9,7 +9,12 @@
 # (32) concurrent appenders the durable rate is about
 # connections / (commit time + the CPU time of one group), so a round
 # whose commit time rose (the disk is shared with whatever else the machine
-# runs, which pinning does not isolate) shows why its ratio fell.
+# runs, which pinning does not isolate) shows why its ratio fell. The
+# round's last columns split a durable append's share of the one core:
+# the runtime's CPU, the writer thread's, and the idle rest (everyone
+# waiting for the disk), with the share the host took the core (steal):
+# a round whose CPU per append jumped with no change of build is the
+# machine.
 # With BASELINE=/path/to/an/older/eddy, that binary's SQLite server takes
 # its turn in each round too, so before and after come from one run.
 # Uses server.sh's helpers and variables, and pin.sh's.
