@@ -30,12 +30,6 @@ server=""
 cleanup() { [ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 
-rate() { # url [wrk args...] -> req/s
-  local url="$1"; shift
-  local duration="$1"; shift
-  pin "$load_core" wrk -t1 -c"$pinned_connections" -d"$duration" "$@" "$url" | awk '/Requests\/sec/ { print $2 }'
-}
-
 measure() { # binary -> "warm cold"
   local port base kb warm cold
   port="$(free_port)"; base="http://127.0.0.1:$port"
@@ -45,9 +39,9 @@ measure() { # binary -> "warm cold"
   prepare_kb_stream "$base"
   for i in $(seq 0 15); do curl -fsS -o /dev/null -X PUT -H 'content-type: application/json' "$base/bench/b-$i"; done
   kb="$(curl -fsS -o /dev/null -w '%{url_effective}' "$base/bench/kb?offset=-1")"
-  warm="$(rate "$kb" 4s)"
-  RUN=cold STREAMS=16 PREFIX=b BATCH=100 rate "$base/" 8s -s "$here/spread.lua" >/dev/null
-  cold="$(rate "$kb" 4s)"
+  warm="$(duration=4s pinned_rps "$kb")"
+  RUN=cold STREAMS=16 PREFIX=b BATCH=100 duration=8s pinned_rps "$base/" -s "$here/spread.lua" >/dev/null
+  cold="$(duration=4s pinned_rps "$kb")"
   kill "$server"; wait "$server" 2>/dev/null || true; server=""
   echo "$warm $cold"
 }

@@ -77,24 +77,20 @@ measure_pinned() { # binary -> sets `figures` (see pinned_report)
     curl -fsS -o /dev/null -X PUT -H 'content-type: text/plain' "$b/bench/append"
     prepare_kb_stream "$b"
   done
-  local slice
-  for slice in $(seq 1 "$ratio_slices"); do
-    # Each ratio's two rates run back to back, first one then the other
-    # first in turn (A B, then B A), so that a drift of the machine's
-    # speed within a slice falls on both sides alike.
-    if [ $((slice % 2)) = 1 ]; then
-      h="$(duration="$slice_duration" pinned_rps "$mem/healthz")"
-      fg="$(duration="$slice_duration" pinned_rps "$fl/healthz")"
-      fp="$(duration="$slice_duration" pinned_rps "$fl/bench/append" -s "$here/append.lua")"
-      ma="$(duration="$slice_duration" pinned_rps "$mem/bench/append" -s "$here/append.lua")"
-      sa="$(duration="$slice_duration" pinned_rps "$sql/bench/append" -s "$here/append.lua")"
-    else
-      sa="$(duration="$slice_duration" pinned_rps "$sql/bench/append" -s "$here/append.lua")"
-      ma="$(duration="$slice_duration" pinned_rps "$mem/bench/append" -s "$here/append.lua")"
-      fp="$(duration="$slice_duration" pinned_rps "$fl/bench/append" -s "$here/append.lua")"
-      fg="$(duration="$slice_duration" pinned_rps "$fl/healthz")"
-      h="$(duration="$slice_duration" pinned_rps "$mem/healthz")"
-    fi
+  # Each ratio's two rates run back to back, and every other slice runs
+  # them in the reverse order (A B, then B A), so that a drift of the
+  # machine's speed within a slice falls on both sides alike.
+  local -A url=([h]="$mem/healthz" [fg]="$fl/healthz" [fp]="$fl/bench/append" [ma]="$mem/bench/append" [sa]="$sql/bench/append")
+  local -A got
+  local order=(h fg fp ma sa) name
+  for _ in $(seq 1 "$ratio_slices"); do
+    for name in "${order[@]}"; do
+      local script=()
+      [[ "${url[$name]}" == */bench/append ]] && script=(-s "$here/append.lua")
+      got[$name]="$(duration="$slice_duration" pinned_rps "${url[$name]}" "${script[@]}")"
+    done
+    mapfile -t order < <(printf '%s\n' "${order[@]}" | tac)
+    h="${got[h]}"; fg="${got[fg]}"; fp="${got[fp]}"; ma="${got[ma]}"; sa="${got[sa]}"
     hs="$hs $h"; mas="$mas $ma"; sas="$sas $sa"
     r_ma="$r_ma $(ratio2 "$ma" "$h")"; r_sa="$r_sa $(ratio2 "$sa" "$ma")"
     r_hf="$r_hf $(ratio2 "$h" "$fg")"; r_af="$r_af $(ratio2 "$ma" "$fp")"
